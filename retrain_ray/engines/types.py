@@ -1,0 +1,68 @@
+"""Contract of a sampling engine: what the run loop asks of whatever generates completions.
+
+Everything here may cross a Ray actor boundary, so it is frozen, picklable and holds no tensors
+except inside `WeightUpdate`, whose tensors are CPU tensors (cheap to put in the object store).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal, Protocol, runtime_checkable
+
+import torch
+
+FinishReason = Literal["stop", "length"]
+
+
+@dataclass(frozen=True)
+class SampleResult:
+    """One sampled completion (prompt excluded).
+
+    `logprobs[t]` is the log-probability of `token_ids[t]` under the *same* tempered (and top-p
+    renormalised) distribution it was drawn from, which is also what the trainer scores, so the
+    first on-policy update has an importance ratio of exactly 1. `entropies[t]` is the Shannon
+    entropy of the tempered, unfiltered distribution at step t, when asked for.
+    """
+
+    token_ids: tuple[int, ...]
+    logprobs: tuple[float, ...]
+    finish_reason: FinishReason
+    entropies: tuple[float, ...] | None = None
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    max_tokens: int
+    temperature: float = 1.0
+    top_p: float = 1.0
+    compute_entropy: bool = False
+
+
+@dataclass(frozen=True)
+class WeightUpdate:
+    """Trainable weights after an optimizer step, tagged with a version (the optimizer step count).
+
+    `tensors` maps parameter names (as in the trainer's `state_dict`, adapter-only for LoRA) to CPU
+    tensors. An empty mapping means "weights are shared in memory, only the version moved".
+    """
+
+    version: int
+    tensors: dict[str, torch.Tensor] = field(default_factory=dict)
+
+
+@runtime_checkable
+class SamplingEngine(Protocol):
+    """Generates `num_samples` completions for each prompt, in one batch where it can."""
+
+    @property
+    def weights_version(self) -> int: ...
+
+    def generate(
+        self, prompt_ids_P: list[list[int]], num_samples: int, params: SamplingParams
+    ) -> list[list[SampleResult]]:
+        """Returns results[P][num_samples]."""
+        ...
+
+    def load_weights(self, update: WeightUpdate) -> None:
+        """Installs the trainer's weights; afterwards `weights_version == update.version`."""
+        ...

@@ -1,0 +1,63 @@
+"""Shared fixtures. One Ray per test session, fake GPUs by default, everything offline."""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.setdefault("RAY_DEDUP_LOGS", "0")
+os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+os.environ.setdefault("RAY_TRAIN_V2_ENABLED", "0")
+
+import pytest  # noqa: E402
+
+
+def _cuda_available() -> bool:
+    try:
+        import torch
+
+        return torch.cuda.is_available()
+    except Exception:
+        return False
+
+
+def pytest_collection_modifyitems(config, items):
+    if _cuda_available():
+        return
+    skip_gpu = pytest.mark.skip(reason="needs a CUDA device")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip_gpu)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _torch_single_thread():
+    """With 2 threads under CPU contention latency spikes 20x (DESIGN.md)."""
+    import torch
+
+    torch.set_num_threads(1)
+    yield
+
+
+@pytest.fixture(scope="session")
+def ray_4cpu_4gpu():
+    """A local Ray with 4 CPUs and 4 fake GPUs, shared by every test of the session."""
+    import ray
+
+    if ray.is_initialized():
+        yield ray
+        return
+    ray.init(
+        address="local",
+        num_cpus=4,
+        num_gpus=4,
+        include_dashboard=False,
+        object_store_memory=300 * 2**20,
+        log_to_driver=False,
+        namespace="retrain-ray-tests",
+    )
+    yield ray
+    ray.shutdown()
