@@ -1,0 +1,115 @@
+"""Config -> runtime objects of one run (task data, reward, policy, SEPA, planning, advisor)."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from retrain_ray.run.loop import RunComponents
+from retrain_ray.run.types import RunObserver
+
+log = logging.getLogger(__name__)
+
+
+def resolve_device(devices: str) -> str:
+    """`backend.devices` -> a torch device for single-process placement ("cpu" without CUDA)."""
+    first = devices.split(",")[0].strip().lower()
+    if first in ("cpu", "") or not torch.cuda.is_available():
+        if first.startswith("gpu"):
+            log.warning("backend.devices=%r but no CUDA device is visible: running on CPU", devices)
+        return "cpu"
+    index = first.split(":")[1] if ":" in first else "0"
+    return f"cuda:{index}" if torch.cuda.device_count() > 1 else "cuda"
+
+
+def build_task(cfg):
+    from retrain_ray.data import load_examples
+
+    d = cfg.data
+    return load_examples(
+        d.source,
+        task=d.task,
+        level=d.level,
+        path=d.path,
+        prompt_column=d.prompt_column,
+        reference_column=d.reference_column,
+        eval_path=d.eval_path,
+        num_examples=d.num_examples,
+        num_eval_examples=d.num_eval_examples,
+        max_examples=cfg.training.max_examples,
+        seed=max(cfg.training.seed, 0),
+    )
+
+
+def build_reward(cfg):
+    from retrain_ray.rewards import build_reward as _build
+
+    r = cfg.reward
+    return _build(r.type, custom_module=r.custom_module, custom_function=r.custom_function)
+
+
+def build_sepa(cfg, uses_sepa: bool):
+    if not uses_sepa:
+        return None
+    from retrain_ray.algorithms import SEPAController
+
+    s = cfg.sepa
+    return SEPAController(
+        sepa_steps=s.steps, sepa_schedule=s.schedule, sepa_delay_steps=s.delay_steps,
+        sepa_correct_rate_gate=s.correct_rate_gate,
+    )
+
+
+def build_planning(cfg, needs_planning: bool):
+    if not needs_planning:
+        return None
+    from retrain_ray.algorithms import RegexPlanningDetector
+
+    return RegexPlanningDetector.from_grams_text(cfg.logging.strategic_grams)
+
+
+def build_advisor(cfg):
+    from retrain_ray.backpressure import advisor_from_config
+
+    return advisor_from_config(cfg)
+
+
+def build_local_policy(cfg, device: str, cache_dir: Path | None = None):
+    """(engine, backend, tokenizer) sharing one model in this process."""
+    from retrain_ray.backends.local import build_local_policy as _build
+
+    return _build(cfg, device=device, cache_dir=cache_dir)
+
+
+def build_components(
+    cfg,
+    observer: RunObserver,
+    *,
+    policy: tuple[Any, Any, Any] | None = None,
+    advisor: Any | None = None,
+    hold_endpoint=None,
+) -> RunComponents:
+    from retrain_ray.algorithms import resolve_modes
+
+    alg = cfg.algorithm
+    modes = resolve_modes(alg.advantage_mode, alg.transform_mode, alg.algorithm_mode, alg.uncertainty_kind)
+    engine, backend, tokenizer = policy or build_local_policy(cfg, resolve_device(cfg.backend.devices))
+    task = build_task(cfg)
+    return RunComponents(
+        engine=engine,
+        backend=backend,
+        tokenizer=tokenizer,
+        reward=build_reward(cfg),
+        train_examples=list(task.train),
+        eval_examples=list(task.eval),
+        format_answer=task.format_answer,
+        sepa=build_sepa(cfg, modes.uses_sepa_controller),
+        detect_planning=build_planning(cfg, modes.needs_planning),
+        needs_planning=modes.needs_planning,
+        advisor=advisor or build_advisor(cfg),
+        observer=observer,
+        hold_endpoint=hold_endpoint,
+    )

@@ -1,0 +1,158 @@
+"""Atomic, verified checkpoints with a keep-last-N policy.
+
+Layout under the run directory:
+
+    checkpoints/checkpoint_step_20/   backend files (adapter or weights, optimizer.pt),
+                                      trainer_state.json, CHECKSUMS.json
+    checkpoints/final/
+    trainer_state.json                copy of the newest state (the original's location)
+    latest_sampler_path.txt
+
+A checkpoint is built in a hidden temporary directory and renamed into place, so a crash never leaves
+a half-written `checkpoint_step_N`. `CHECKSUMS.json` (sha256 of every file) catches later damage:
+`latest_valid()` skips a checkpoint that fails verification, with a warning, and uses the one before.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import re
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+from retrain_ray.run.state import TrainerState
+
+log = logging.getLogger(__name__)
+
+CHECKSUMS = "CHECKSUMS.json"
+STATE_FILE = "trainer_state.json"
+_STEP_DIR = re.compile(r"^checkpoint_step_(\d+)$")
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _file_checksums(directory: Path) -> dict[str, str]:
+    return {
+        str(p.relative_to(directory)): _sha256(p)
+        for p in sorted(directory.rglob("*"))
+        if p.is_file() and p.name != CHECKSUMS
+    }
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def verify_checkpoint(directory: Path) -> str:
+    """Returns "" if the checkpoint is complete and intact, else what is wrong with it."""
+    sums_file = directory / CHECKSUMS
+    if not sums_file.is_file():
+        return f"{sums_file} is missing (incomplete checkpoint)"
+    try:
+        expected = json.loads(sums_file.read_text())
+    except json.JSONDecodeError as exc:
+        return f"{sums_file} is not valid JSON ({exc})"
+    actual = _file_checksums(directory)
+    for name, digest in expected.items():
+        if name not in actual:
+            return f"{directory / name} is missing"
+        if actual[name] != digest:
+            return f"{directory / name} does not match its checksum"
+    return ""
+
+
+class CheckpointManager:
+    """Writes, verifies, finds and prunes the checkpoints of one run."""
+
+    def __init__(self, run_dir: Path, keep_last: int = 3) -> None:
+        self.run_dir = Path(run_dir)
+        self.root = self.run_dir / "checkpoints"
+        self.keep_last = keep_last
+
+    def save(self, name: str, state: TrainerState, write_payload: Callable[[Path], None]) -> Path:
+        """Builds checkpoint `name` atomically; `write_payload(dir)` writes the backend's files."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        final = self.root / name
+        tmp = self.root / f".tmp-{name}-{os.getpid()}"
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir()
+        write_payload(tmp)
+        state.checkpoint_name = name
+        state.checkpoint_path = str(final)
+        (tmp / STATE_FILE).write_text(state.to_json())
+        (tmp / CHECKSUMS).write_text(json.dumps(_file_checksums(tmp), indent=1, sort_keys=True))
+        if final.exists():
+            shutil.rmtree(final)
+        os.replace(tmp, final)
+        write_text_atomic(self.run_dir / STATE_FILE, state.to_json())
+        write_text_atomic(self.run_dir / "latest_sampler_path.txt", str(final) + "\n")
+        self._prune()
+        return final
+
+    def step_checkpoints(self) -> list[Path]:
+        """`checkpoint_step_N` directories, oldest first."""
+        if not self.root.is_dir():
+            return []
+        found = [(int(m.group(1)), p) for p in self.root.iterdir() if (m := _STEP_DIR.match(p.name))]
+        return [p for _, p in sorted(found)]
+
+    def candidates(self) -> list[Path]:
+        """Every checkpoint, newest first (`final` counts as the newest)."""
+        ordered = list(reversed(self.step_checkpoints()))
+        final = self.root / "final"
+        return ([final] if final.is_dir() else []) + ordered
+
+    def latest_valid(self) -> Path | None:
+        """The newest checkpoint that verifies; damaged ones are skipped with a warning."""
+        for candidate in self.candidates():
+            problem = verify_checkpoint(candidate)
+            if not problem:
+                return candidate
+            log.warning("skipping damaged checkpoint %s: %s; trying the previous one", candidate, problem)
+        return None
+
+    def _prune(self) -> None:
+        if self.keep_last <= 0:
+            return
+        for old in self.step_checkpoints()[: -self.keep_last]:
+            shutil.rmtree(old, ignore_errors=True)
+        for stale in self.root.glob(".tmp-*"):
+            if stale.is_dir() and not stale.name.endswith(f"-{os.getpid()}"):
+                shutil.rmtree(stale, ignore_errors=True)
+
+
+def load_state(checkpoint_dir: Path) -> TrainerState:
+    return TrainerState.from_json((Path(checkpoint_dir) / STATE_FILE).read_text())
+
+
+def resolve_resume_dir(path: Path, keep_last: int = 3) -> Path:
+    """Accepts a checkpoint directory or a run directory; returns the checkpoint to resume from.
+
+    Raises FileNotFoundError with what was looked for when nothing usable is there.
+    """
+    path = Path(path)
+    if (path / STATE_FILE).is_file() and (path / CHECKSUMS).is_file():
+        problem = verify_checkpoint(path)
+        if not problem:
+            return path
+        log.warning("checkpoint %s is damaged (%s); looking for an earlier one", path, problem)
+        path = path.parent.parent if path.parent.name == "checkpoints" else path
+    found = CheckpointManager(path, keep_last).latest_valid()
+    if found is None:
+        raise FileNotFoundError(
+            f"no complete checkpoint under {path} (looked for {path}/checkpoints/checkpoint_step_N with "
+            f"{CHECKSUMS}); start without --resume, or point --resume at a run directory that has one"
+        )
+    return found

@@ -1,0 +1,154 @@
+"""Credit assignment for one step: groups -> token advantages -> a TrainBatch (spec 1.4, 1.5, 2.8).
+
+Per group: reward-tie statistics, the uniform-group skip (kept when batch normalisation is on),
+`compute_group_advantages` (episode mode, then token transform). Then, over the whole batch, the
+REINFORCE++ normalisation and the advantage cap, in that order. Surprisal statistics are averaged over
+groups, as the original logs them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from retrain_ray.algorithms import (
+    batch_normalize,
+    cap_advantages,
+    compute_group_advantages,
+    reward_tie_stats,
+)
+from retrain_ray.backends.types import TrainBatch
+from retrain_ray.run.rollout import Group
+
+SURPRISAL_STAT_KEYS = (
+    "exec_surprisal_mean",
+    "exec_surprisal_var",
+    "plan_surprisal_mean",
+    "plan_surprisal_var",
+    "post_exec_surprisal_mean",
+    "post_exec_surprisal_var",
+    "post_plan_surprisal_mean",
+    "post_plan_surprisal_var",
+)
+
+
+@dataclass(frozen=True)
+class CreditSettings:
+    """The algorithm choices of one run (from `[algorithm]`, `[gtpo]`, `[hicra]`, `[training]`)."""
+
+    advantage_mode: str
+    transform_mode: str
+    algorithm_mode: str = ""
+    uncertainty_kind: str = "surprisal"
+    transform_params: dict[str, Any] = field(default_factory=dict)
+    gtpo_beta: float = 0.1
+    hicra_alpha: float = 0.2
+    batch_advantage_norm: bool = False
+    adv_clip_max: float = 0.0
+
+    @classmethod
+    def from_config(cls, cfg) -> CreditSettings:
+        alg = cfg.algorithm
+        params = dict(alg.transform_params)
+        if alg.surprisal_mask_rho:
+            params.setdefault("surprisal_mask_rho", alg.surprisal_mask_rho)
+        return cls(
+            advantage_mode=alg.advantage_mode,
+            transform_mode=alg.transform_mode,
+            algorithm_mode=alg.algorithm_mode,
+            uncertainty_kind=alg.uncertainty_kind,
+            transform_params=params,
+            gtpo_beta=cfg.gtpo.beta,
+            hicra_alpha=cfg.hicra.alpha,
+            batch_advantage_norm=cfg.training.batch_advantage_norm,
+            adv_clip_max=cfg.training.adv_clip_max,
+        )
+
+
+@dataclass
+class Credit:
+    """Result of credit assignment: the batch to train on (None when no datum carries signal)."""
+
+    batch: TrainBatch | None
+    metrics: dict[str, float]
+
+
+def _group_advantages(group: Group, settings: CreditSettings, sepa_lambda: float):
+    entropies = None
+    if group.samples_G and group.samples_G[0].entropies is not None:
+        entropies = [list(s.entropies or ()) for s in group.samples_G]
+    return compute_group_advantages(
+        group.rewards_G,
+        [list(s.logprobs) for s in group.samples_G],
+        group.planning_masks_G,
+        advantage_mode=settings.advantage_mode,
+        transform_mode=settings.transform_mode,
+        algorithm_mode=settings.algorithm_mode,
+        sepa_lambda=sepa_lambda,
+        gtpo_beta=settings.gtpo_beta,
+        hicra_alpha=settings.hicra_alpha,
+        uncertainty_kind=settings.uncertainty_kind,
+        transform_params=settings.transform_params,
+        entropies=entropies,
+    )
+
+
+def _mean_of(values: list[float]) -> float:
+    return sum(values) / len(values) if values else 0.0
+
+
+def assign_credit(groups: list[Group], settings: CreditSettings, sepa_lambda: float, temperature: float) -> Credit:
+    ties = reward_tie_stats([g.rewards_G for g in groups])
+    metrics: dict[str, float] = dict(ties.metrics)
+    tokens_D: list[list[int]] = []
+    logprobs_D: list[list[float]] = []
+    advantages_D: list[list[float]] = []
+    prompt_lens_D: list[int] = []
+    stats_rows: list[dict[str, float]] = []
+    extras: dict[str, list[float]] = {}
+    for group, uniform in zip(groups, ties.uniform_G):
+        if uniform and not settings.batch_advantage_norm:
+            continue
+        result = _group_advantages(group, settings, sepa_lambda)
+        stats_rows.append(result.stats.as_metrics())
+        for key, value in result.extra_metrics.items():
+            extras.setdefault(key, []).append(float(value))
+        for sample, token_advs in zip(group.samples_G, result.token_advantages):
+            n_prompt = len(group.prompt_ids)
+            tokens_D.append(list(group.prompt_ids) + list(sample.token_ids))
+            logprobs_D.append([0.0] * n_prompt + list(sample.logprobs))
+            advantages_D.append([0.0] * n_prompt + [float(a) for a in token_advs])
+            prompt_lens_D.append(n_prompt)
+    for key in SURPRISAL_STAT_KEYS:
+        metrics[key] = _mean_of([row.get(key, 0.0) for row in stats_rows])
+    for legacy, source in (("exec_entropy_mean", "exec_surprisal_mean"), ("exec_entropy_var", "exec_surprisal_var"),
+                           ("plan_entropy_mean", "plan_surprisal_mean"), ("plan_entropy_var", "plan_surprisal_var")):
+        metrics[legacy] = metrics[source]
+    metrics.update({k: _mean_of(v) for k, v in extras.items()})
+    metrics["rl/pre_optimizer_nonzero_advantage_action_tokens"] = float(_count_nonzero(advantages_D))
+    advantages_D = _batch_transforms(advantages_D, settings, metrics)
+    nonzero = _count_nonzero(advantages_D)
+    metrics["rl/optimizer_nonzero_advantage_action_tokens"] = float(nonzero)
+    metrics["rl/nonzero_advantage_action_tokens"] = float(nonzero)
+    metrics["num_datums"] = float(len(tokens_D))
+    if not tokens_D or nonzero == 0:
+        return Credit(batch=None, metrics=metrics)
+    batch = TrainBatch(tokens_D, logprobs_D, advantages_D, prompt_lens_D, temperature=temperature)
+    metrics["tokens_per_step"] = float(batch.num_tokens)
+    return Credit(batch=batch, metrics=metrics)
+
+
+def _batch_transforms(advantages_D: list[list[float]], settings: CreditSettings, metrics: dict) -> list[list[float]]:
+    if settings.batch_advantage_norm:
+        advantages_D, norm_metrics = batch_normalize(advantages_D)
+        metrics.update(norm_metrics)
+    if settings.adv_clip_max > 0:
+        advantages_D, cap_metrics = cap_advantages(advantages_D, settings.adv_clip_max)
+        metrics.update(cap_metrics)
+    else:
+        metrics.update({"adv_cap_fraction": 0.0, "adv_cap_magnitude": 0.0})
+    return advantages_D
+
+
+def _count_nonzero(advantages_D: list[list[float]]) -> int:
+    return sum(1 for row in advantages_D for a in row if a != 0.0)

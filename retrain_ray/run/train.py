@@ -1,0 +1,84 @@
+"""`train_run`: one run from a config, with resume. The entry point the CLI and Ray trials call."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from retrain_ray.run.build import build_components
+from retrain_ray.run.checkpoint import load_state, resolve_resume_dir
+from retrain_ray.run.loop import RunLoop
+from retrain_ray.run.state import TrainerState, restore_rng_state, seed_everything
+from retrain_ray.run.types import RunObserver, RunOutcome
+
+log = logging.getLogger(__name__)
+
+
+def _condition_label(cfg) -> str:
+    alg = cfg.algorithm
+    return alg.algorithm_mode or f"{alg.advantage_mode}+{alg.transform_mode}"
+
+
+def _fanout(run_dir: Path, run_name: str, observers: Sequence[RunObserver], resumed: bool) -> RunObserver:
+    from retrain_ray.logs import ArrowRunObserver, MultiObserver
+
+    return MultiObserver(ArrowRunObserver(run_dir, run_name), *observers)
+
+
+def _restore(loop: RunLoop, checkpoint: Path) -> TrainerState:
+    state = load_state(checkpoint)
+    parts = loop.parts
+    parts.backend.load_checkpoint(checkpoint)
+    if parts.sepa is not None and state.sepa:
+        parts.sepa.load_state_dict(state.sepa)
+    if state.backpressure:
+        parts.advisor.load_state_dict(state.backpressure)
+    gen = getattr(parts.engine, "generator", None)
+    restore_rng_state(state.rng, {"engine": gen} if gen is not None else {})
+    log.info("resuming %s after step %d from %s", loop.run_name, state.step, checkpoint)
+    return state
+
+
+def train_run(
+    config,
+    *,
+    run_name: str,
+    run_dir: Path,
+    observers: Sequence[RunObserver] = (),
+    advisor: Any | None = None,
+    throttle: Any | None = None,
+    resume_from: Path | None = None,
+    policy: tuple[Any, Any, Any] | None = None,
+) -> RunOutcome:
+    """Trains one run to `training.max_steps`, writing logs and checkpoints under `run_dir`.
+
+    `resume_from` is a run directory or a checkpoint directory: the run continues after its last
+    complete checkpoint, and the metrics log keeps each step once. `policy` = (engine, backend,
+    tokenizer) lets a caller supply remote proxies (split placement); by default both are built in
+    this process around one model.
+    """
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    checkpoint = resolve_resume_dir(resume_from) if resume_from else None
+    seed_everything(config.training.seed)
+    from retrain_ray.logs import write_run_meta
+
+    write_run_meta(run_dir, {"run_name": run_name, "condition": _condition_label(config), "seed": config.training.seed,
+                             "config": config.model_dump(mode="json")})
+    observer = _fanout(run_dir, run_name, observers, resumed=checkpoint is not None)
+    hold = throttle.hold if throttle is not None else None
+    try:
+        parts = build_components(config, observer, policy=policy, advisor=advisor, hold_endpoint=hold)
+        loop = RunLoop(config, parts, run_name=run_name, run_dir=run_dir, condition=_condition_label(config))
+        state = _restore(loop, checkpoint) if checkpoint else _fresh_state(config, parts)
+        return loop.run(state)
+    finally:
+        observer.close()
+
+
+def _fresh_state(cfg, parts) -> TrainerState:
+    t = cfg.training
+    batch_size = parts.advisor.initial_batch_size(t.batch_size) if hasattr(parts.advisor, "initial_batch_size") else t.batch_size
+    return TrainerState(current_batch_size=batch_size, current_group_size=t.group_size)
