@@ -1,0 +1,11 @@
+"""Throttle for shared endpoints: a leased, fair, resizable counting semaphore and its clients.
+
+`semaphore` is the plain algorithm, `retrain_ray.actors.throttle` hosts it in a Ray actor, and
+`client` holds a slot around a call (`with client.hold(): ...`), renewing the lease while held.
+"""
+
+from retrain_ray.throttle.errors import ThrottleTimeout, UnknownLease
+from retrain_ray.throttle.semaphore import LeasedSemaphore
+from retrain_ray.throttle.types import Lease, Throttle, ThrottleStats
+
+__all__ = ["Lease", "LeasedSemaphore", "Throttle", "ThrottleStats", "ThrottleTimeout", "UnknownLease"]

@@ -1,0 +1,196 @@
+"""A leased, fair (FIFO), resizable counting semaphore: plain Python, no Ray, no threads.
+
+The algorithm is a counting semaphore whose permits are *leases*: a grant records the holder and an
+expiry time `granted_at + lease_ttl_s`; the holder renews to push the expiry forward and releases when
+done. `reclaim_expired(now)` takes back every lease not renewed in time, so a holder that crashed or
+hung cannot keep a slot for ever. Callers that find no free slot join a FIFO queue (`enqueue`) and are
+granted strictly in arrival order as slots free up; `try_acquire` never overtakes a queued waiter.
+Grants made to queued waiters are collected in an outbox that the host drains with `pop_grants()`.
+
+Departures from the original (spec section 6, `TinkerThrottle`, N `flock`ed slot files):
+* fairness: waiters are served FIFO instead of all blocking on slot 0 while slots 1..N-1 sit idle;
+* liveness: a lease dies when its holder stops renewing, not only when its process dies (a hung
+  process holding a `flock` blocks everybody for ever);
+* capacity is changeable while running: growing grants to waiters at once, shrinking revokes nothing
+  and takes effect as holders release;
+* waiting has a timeout (enforced by the host, see `retrain_ray.actors.throttle`).
+
+Every method is O(1) or O(number of leases) and takes the current time from `clock`, so tests drive
+it event by event with a fake clock.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import OrderedDict, deque
+from collections.abc import Callable
+from dataclasses import replace
+
+from retrain_ray.throttle.errors import UnknownLease
+from retrain_ray.throttle.types import Lease, ThrottleStats
+
+__all__ = ["LeasedSemaphore", "Lease", "check_capacity", "check_ttl"]
+
+WAIT_WINDOW = 10_000  # wait times kept for the percentiles (most recent grants)
+
+
+def check_capacity(capacity: object) -> int:
+    """Return `capacity` if it is an int >= 1, else raise a ValueError naming the fix."""
+    if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1:
+        raise ValueError(
+            f"throttle capacity must be an integer >= 1, got {capacity!r}; "
+            f"fix: set [backend].max_concurrent to a positive integer"
+        )
+    return capacity
+
+
+def check_ttl(lease_ttl_s: object) -> float:
+    """Return `lease_ttl_s` as a float if it is finite and > 0, else raise a ValueError."""
+    if isinstance(lease_ttl_s, bool) or not isinstance(lease_ttl_s, (int, float)):
+        raise ValueError(f"lease_ttl_s must be a number of seconds > 0, got {lease_ttl_s!r}")
+    if not math.isfinite(lease_ttl_s) or lease_ttl_s <= 0:
+        raise ValueError(f"lease_ttl_s must be finite and > 0, got {lease_ttl_s!r}")
+    return float(lease_ttl_s)
+
+
+def _percentile(sorted_values: list[float], q: float) -> float:
+    """Nearest-rank percentile of an ascending list (0.0 when empty)."""
+    if not sorted_values:
+        return 0.0
+    rank = max(1, math.ceil(q * len(sorted_values)))
+    return sorted_values[rank - 1]
+
+
+class LeasedSemaphore:
+    """Counting semaphore with leases, a FIFO waiter queue and run-time capacity changes."""
+
+    def __init__(
+        self, capacity: int, lease_ttl_s: float = 30.0, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self._capacity = check_capacity(capacity)
+        self._ttl_s = check_ttl(lease_ttl_s)
+        self._clock = clock
+        self._leases: dict[str, Lease] = {}
+        self._waiters: OrderedDict[int, tuple[str, float]] = OrderedDict()  # ticket -> (holder, since)
+        self._outbox: list[tuple[int, Lease]] = []
+        self._next_id = 0
+        self._granted = self._released = self._expired = self._peak = 0
+        self._waits_s: deque[float] = deque(maxlen=WAIT_WINDOW)
+
+    @property
+    def capacity(self) -> int:
+        return self._capacity
+
+    @property
+    def lease_ttl_s(self) -> float:
+        return self._ttl_s
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._leases)
+
+    @property
+    def waiting(self) -> int:
+        return len(self._waiters)
+
+    def leases(self) -> list[Lease]:
+        """The leases held now, oldest grant first."""
+        return list(self._leases.values())
+
+    def try_acquire(self, holder: str) -> Lease | None:
+        """Grant a lease at once if a slot is free and nobody is queued, else return None."""
+        _check_holder(holder)
+        if self._waiters or len(self._leases) >= self._capacity:
+            return None
+        return self._grant(holder, waited_s=0.0)
+
+    def enqueue(self, holder: str) -> int:
+        """Join the FIFO queue; return a ticket. Its grant appears in `pop_grants()`."""
+        _check_holder(holder)
+        ticket = self._next_id
+        self._next_id += 1
+        self._waiters[ticket] = (holder, self._clock())
+        self._grant_waiters()
+        return ticket
+
+    def cancel(self, ticket: int) -> Lease | None:
+        """Leave the queue. If the ticket was granted but not yet popped, return that lease (now yours)."""
+        if self._waiters.pop(ticket, None) is not None:
+            return None
+        for i, (granted_ticket, lease) in enumerate(self._outbox):
+            if granted_ticket == ticket:
+                del self._outbox[i]
+                return lease
+        return None
+
+    def pop_grants(self) -> list[tuple[int, Lease]]:
+        """Drain the grants made to queued tickets since the last call, in grant (= FIFO) order."""
+        grants, self._outbox = self._outbox, []
+        return grants
+
+    def renew(self, lease_id: str) -> Lease:
+        """Push a lease's expiry to now + TTL. Raises UnknownLease if it was released or reclaimed."""
+        lease = self._leases.get(lease_id)
+        if lease is None:
+            raise UnknownLease(lease_id)
+        renewed = replace(lease, expires_at=self._clock() + lease.ttl_s)
+        self._leases[lease_id] = renewed
+        return renewed
+
+    def release(self, lease_id: str) -> None:
+        """Give a slot back and grant it to the oldest waiter. Raises UnknownLease if not held."""
+        if self._leases.pop(lease_id, None) is None:
+            raise UnknownLease(lease_id)
+        self._released += 1
+        self._grant_waiters()
+
+    def reclaim_expired(self, now: float | None = None) -> list[Lease]:
+        """Take back every lease whose expiry is at or before `now`; grant the freed slots to waiters."""
+        now = self._clock() if now is None else now
+        expired = [lease for lease in self._leases.values() if lease.expires_at <= now]
+        for lease in expired:
+            del self._leases[lease.lease_id]
+        self._expired += len(expired)
+        self._grant_waiters()
+        return expired
+
+    def resize(self, capacity: int) -> None:
+        """Change the capacity at once. Growing grants to waiters; shrinking revokes no lease."""
+        self._capacity = check_capacity(capacity)
+        self._grant_waiters()
+
+    def stats(self) -> ThrottleStats:
+        waits_s = sorted(self._waits_s)
+        return ThrottleStats(
+            capacity=self._capacity,
+            in_flight=len(self._leases),
+            waiting=len(self._waiters),
+            granted=self._granted,
+            released=self._released,
+            expired=self._expired,
+            peak_in_flight=self._peak,
+            wait_p50_s=_percentile(waits_s, 0.50),
+            wait_p90_s=_percentile(waits_s, 0.90),
+            wait_p99_s=_percentile(waits_s, 0.99),
+        )
+
+    def _grant(self, holder: str, waited_s: float) -> Lease:
+        now = self._clock()
+        lease = Lease(f"{self._next_id}:{holder}", holder, now, now + self._ttl_s)
+        self._next_id += 1
+        self._leases[lease.lease_id] = lease
+        self._granted += 1
+        self._peak = max(self._peak, len(self._leases))
+        self._waits_s.append(waited_s)
+        return lease
+
+    def _grant_waiters(self) -> None:
+        while self._waiters and len(self._leases) < self._capacity:
+            ticket, (holder, since) = self._waiters.popitem(last=False)
+            self._outbox.append((ticket, self._grant(holder, waited_s=self._clock() - since)))
+
+
+def _check_holder(holder: object) -> None:
+    if not isinstance(holder, str) or not holder:
+        raise ValueError(f"throttle holder must be a non-empty string (a run id), got {holder!r}")

@@ -1,0 +1,57 @@
+"""Contract of the throttle: leases, statistics and the `Throttle` protocol the run loop uses.
+
+Everything here may cross a Ray actor boundary, so it is frozen and picklable. Times in a `Lease`
+are read from the clock of whoever granted it (the throttle actor's `time.monotonic`): compare
+them with each other, never with a client's clock.
+"""
+
+from __future__ import annotations
+
+from contextlib import AbstractAsyncContextManager, AbstractContextManager
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+
+@dataclass(frozen=True)
+class Lease:
+    """One granted slot. Valid until `expires_at` unless renewed; picklable."""
+
+    lease_id: str
+    holder: str
+    granted_at: float
+    expires_at: float
+
+    @property
+    def ttl_s(self) -> float:
+        """The time to live this lease was granted with (renewals extend by the same amount)."""
+        return self.expires_at - self.granted_at
+
+
+@dataclass(frozen=True)
+class ThrottleStats:
+    """A snapshot of a semaphore. Counters are cumulative since creation; picklable.
+
+    Invariant: `granted == in_flight + released + expired`. `peak_in_flight` is the largest number
+    of simultaneous holders ever seen (it may exceed `capacity` only after a shrink, never by a
+    grant). Wait times cover every grant, immediate ones counting as 0 s.
+    """
+
+    capacity: int
+    in_flight: int
+    waiting: int
+    granted: int
+    released: int
+    expired: int
+    peak_in_flight: int
+    wait_p50_s: float
+    wait_p90_s: float
+    wait_p99_s: float
+
+
+@runtime_checkable
+class Throttle(Protocol):
+    """What the run loop asks of a throttle: hold a slot around every call to a shared endpoint."""
+
+    def hold(self) -> AbstractContextManager[Lease | None]: ...
+
+    def hold_async(self) -> AbstractAsyncContextManager[Lease | None]: ...

@@ -1,0 +1,201 @@
+"""LeasedSemaphore, event by event with a fake clock (no Ray), plus hypothesis properties."""
+
+from __future__ import annotations
+
+import pickle
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from retrain_ray.throttle.errors import ThrottleTimeout, UnknownLease
+from retrain_ray.throttle.semaphore import LeasedSemaphore
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+def test_grants_up_to_capacity_then_refuses(clock):
+    sem = LeasedSemaphore(2, lease_ttl_s=10.0, clock=clock)
+    a = sem.try_acquire("run-a")
+    b = sem.try_acquire("run-b")
+    assert a is not None and b is not None and a.lease_id != b.lease_id
+    assert (a.holder, a.granted_at, a.expires_at) == ("run-a", 100.0, 110.0)
+    assert sem.try_acquire("run-c") is None
+    assert sem.in_flight == 2
+
+
+def test_waiters_are_granted_in_arrival_order(clock):
+    sem = LeasedSemaphore(1, lease_ttl_s=10.0, clock=clock)
+    first = sem.try_acquire("h0")
+    tickets = [sem.enqueue(f"w{i}") for i in range(3)]
+    assert sem.pop_grants() == [] and sem.waiting == 3
+    # A newcomer may not overtake the queue even when a slot is momentarily free.
+    clock.now = 102.0
+    sem.release(first.lease_id)
+    (ticket, lease), = sem.pop_grants()
+    assert ticket == tickets[0] and lease.holder == "w0" and lease.granted_at == 102.0
+    assert sem.try_acquire("newcomer") is None
+    order = []
+    for _ in range(2):
+        sem.release(lease.lease_id)
+        (ticket, lease), = sem.pop_grants()
+        order.append(lease.holder)
+    assert order == ["w1", "w2"]
+
+
+def test_wait_percentiles_count_immediate_grants_as_zero(clock):
+    sem = LeasedSemaphore(1, lease_ttl_s=10.0, clock=clock)
+    held = sem.try_acquire("h")
+    sem.enqueue("w")
+    clock.now += 4.0
+    sem.release(held.lease_id)
+    stats = sem.stats()
+    assert (stats.granted, stats.released, stats.wait_p50_s, stats.wait_p99_s) == (2, 1, 0.0, 4.0)
+
+
+def test_renew_extends_and_reclaim_takes_back_stale_leases(clock):
+    sem = LeasedSemaphore(2, lease_ttl_s=10.0, clock=clock)
+    a = sem.try_acquire("alive")
+    b = sem.try_acquire("dead")
+    sem.enqueue("waiter")
+    clock.now = 108.0
+    assert sem.renew(a.lease_id).expires_at == 118.0
+    assert sem.reclaim_expired(109.9) == []
+    clock.now = 110.0
+    assert sem.reclaim_expired() == [b]
+    (_, granted), = sem.pop_grants()
+    assert granted.holder == "waiter" and granted.expires_at == 120.0
+    with pytest.raises(UnknownLease, match="renew more often"):
+        sem.renew(b.lease_id)
+    stats = sem.stats()
+    assert (stats.in_flight, stats.expired, stats.waiting) == (2, 1, 0)
+
+
+def test_release_twice_is_an_error(clock):
+    sem = LeasedSemaphore(1, clock=clock)
+    lease = sem.try_acquire("h")
+    sem.release(lease.lease_id)
+    with pytest.raises(UnknownLease, match=lease.lease_id):
+        sem.release(lease.lease_id)
+
+
+def test_grow_grants_at_once_and_shrink_waits_for_releases(clock):
+    sem = LeasedSemaphore(2, clock=clock)
+    held = [sem.try_acquire(f"h{i}") for i in range(2)]
+    for i in range(3):
+        sem.enqueue(f"w{i}")
+    sem.resize(4)
+    assert [lease.holder for _, lease in sem.pop_grants()] == ["w0", "w1"]
+    sem.resize(1)
+    assert sem.in_flight == 4 and sem.stats().capacity == 1  # nothing revoked
+    for lease in held:
+        sem.release(lease.lease_id)
+    assert sem.pop_grants() == []  # still 2 holders >= capacity 1
+    assert sem.stats().peak_in_flight == 4
+
+
+def test_cancel_leaves_queue_or_hands_back_an_unpopped_grant(clock):
+    sem = LeasedSemaphore(1, clock=clock)
+    held = sem.try_acquire("h")
+    t0 = sem.enqueue("w0")
+    t1 = sem.enqueue("w1")
+    assert sem.cancel(t0) is None and sem.waiting == 1
+    sem.release(held.lease_id)
+    lease = sem.cancel(t1)
+    assert lease is not None and lease.holder == "w1" and sem.pop_grants() == []
+    assert sem.in_flight == 1
+
+
+@pytest.mark.parametrize("bad", [0, -1, 1.5, True, "4"])
+def test_bad_capacity_names_the_key(bad):
+    with pytest.raises(ValueError, match=r"\[backend\].max_concurrent"):
+        LeasedSemaphore(bad)
+
+
+@pytest.mark.parametrize("bad", [0, -1.0, float("inf"), "30"])
+def test_bad_ttl_is_refused(bad):
+    with pytest.raises(ValueError, match="lease_ttl_s"):
+        LeasedSemaphore(1, lease_ttl_s=bad)
+
+
+def test_errors_pickle_with_their_fields():
+    err = pickle.loads(pickle.dumps(ThrottleTimeout("tinker", 4, 12.5)))
+    assert (err.endpoint, err.capacity, err.waited_s) == ("tinker", 4, 12.5)
+    assert "'tinker'" in str(err) and "max_concurrent" in str(err) and "acquire_timeout_s" in str(err)
+    assert pickle.loads(pickle.dumps(UnknownLease("7:x"))).lease_id == "7:x"
+
+
+ops = st.lists(
+    st.one_of(
+        st.tuples(st.just("acquire"), st.integers(0, 5)),
+        st.tuples(st.just("enqueue"), st.integers(0, 5)),
+        st.tuples(st.just("release"), st.integers(0, 20)),
+        st.tuples(st.just("renew"), st.integers(0, 20)),
+        st.tuples(st.just("tick"), st.floats(0.0, 6.0)),
+        st.tuples(st.just("resize"), st.integers(1, 5)),
+        st.tuples(st.just("cancel"), st.integers(0, 20)),
+    ),
+    max_size=60,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(capacity=st.integers(1, 4), events=ops)
+def test_invariants_under_random_events(capacity, events):
+    """Grants never push holders past capacity; grants are FIFO; counters are conserved."""
+    clock = FakeClock()
+    sem = LeasedSemaphore(capacity, lease_ttl_s=5.0, clock=clock)
+    held: list[str] = []
+    queued: list[int] = []
+    for op, arg in events:
+        before = sem.in_flight
+        if op == "acquire":
+            lease = sem.try_acquire(f"h{arg}")
+            assert (lease is None) == (bool(queued) or before >= sem.capacity)
+            held += [lease.lease_id] if lease else []
+        elif op == "enqueue":
+            queued.append(sem.enqueue(f"h{arg}"))
+        elif op == "release" and held:
+            lease_id = held.pop(arg % len(held))
+            if lease_id in {lease.lease_id for lease in _live(sem)}:
+                sem.release(lease_id)
+        elif op == "renew" and held:
+            lease_id = held[arg % len(held)]
+            if lease_id in {lease.lease_id for lease in _live(sem)}:
+                sem.renew(lease_id)
+        elif op == "tick":
+            clock.now += arg
+            sem.reclaim_expired()
+        elif op == "resize":
+            sem.resize(arg)
+        elif op == "cancel" and queued:
+            ticket = queued.pop(arg % len(queued))
+            lease = sem.cancel(ticket)
+            held += [lease.lease_id] if lease else []
+        grants = sem.pop_grants()
+        granted_tickets = [ticket for ticket, _ in grants]
+        assert granted_tickets == queued[: len(granted_tickets)]  # FIFO
+        del queued[: len(granted_tickets)]
+        held += [lease.lease_id for _, lease in grants]
+        if grants:
+            assert sem.in_flight <= sem.capacity
+        assert sem.in_flight <= max(before, sem.capacity)
+        assert sem.waiting == len(queued)
+        assert sem.waiting == 0 or sem.in_flight >= sem.capacity  # no idle slot while anyone waits
+        stats = sem.stats()
+        assert stats.granted == stats.in_flight + stats.released + stats.expired
+
+
+def _live(sem: LeasedSemaphore):
+    return sem.leases()
