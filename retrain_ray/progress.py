@@ -1,0 +1,66 @@
+"""A rich progress bar for a run in a terminal: step, reward, correct rate, tokens/s, ETA."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+
+class ProgressObserver:
+    """RunObserver that drives a progress bar and keeps the reward history for the summary."""
+
+    def __init__(self, total_steps: int, first_step: int = 0, *, console: Console | None = None) -> None:
+        self.console = console or Console(stderr=True)
+        self.rewards: list[tuple[int, float, float]] = []
+        self.sft_steps = 0
+        self.evals: list[dict[str, Any]] = []
+        self._progress = Progress(
+            TextColumn("[bold]step"),
+            MofNCompleteColumn(),
+            BarColumn(),
+            TextColumn("{task.fields[status]}"),
+            TimeElapsedColumn(),
+            TextColumn("ETA"),
+            TimeRemainingColumn(),
+            console=self.console,
+            transient=False,
+        )
+        self._task = self._progress.add_task("run", total=total_steps, completed=first_step, status="starting")
+        self._progress.start()
+
+    def on_step(self, row) -> None:
+        step = int(row["step"])
+        if row.get("phase") == "sft":
+            self.sft_steps += 1
+            status = f"warm start  loss {row['loss']:.3f}"
+        else:
+            reward, correct = float(row["mean_reward"]), float(row["correct_rate"])
+            self.rewards.append((step, reward, correct))
+            status = f"reward {reward:.3f}  correct {correct:.2f}  {row['tokens_per_second']:.0f} tok/s"
+        self._progress.update(self._task, completed=step + 1, status=status)
+
+    def on_generations(self, rows) -> None:
+        pass
+
+    def on_eval(self, row) -> None:
+        self.evals.append(dict(row))
+        self.console.log(
+            f"eval @ step {row['step']}: reward {row['eval_mean_reward']:.3f}, correct {row['eval_correct_rate']:.2f}"
+        )
+
+    def on_checkpoint(self, step: int, directory: Path) -> None:
+        pass
+
+    def close(self) -> None:
+        self._progress.stop()
+
+    def reward_trend(self, window: int = 5) -> tuple[float, float] | None:
+        """Mean reward over the first and the last `window` RL steps."""
+        if not self.rewards:
+            return None
+        first = [r for _, r, _ in self.rewards[:window]]
+        last = [r for _, r, _ in self.rewards[-window:]]
+        return sum(first) / len(first), sum(last) / len(last)
