@@ -1,0 +1,201 @@
+"""Per-run USL back-pressure controller: the original's semantics (spec 4), checkpointable.
+
+Each observation gives p = batch_size*group_size (clamped to the bounds) and X = total_tokens/step_time
+(0 when step_time <= eps; negative or NaN inputs count as 0). The fit (see `fit.py`) runs after every
+non-skipped observation with >= 3 valid points; an EMA of X (seeded by the first non-skipped
+observation) is the measured throughput. Regimes (spec 4.2): "warmup" while step_count <=
+warmup_steps (skipped observations count), "retrograde" when kappa > 0, p > p*·throttle_margin and
+p* > 1, then the roofline hint (below), then ema/(lambda·C(p)): > 1.1 "memory_bound", < 0.8
+"retrograde", else "optimal". Recommendation (spec 4.3): the safe point is p*·throttle_margin clipped
+to [min_bs·min_gs, max_bs·max_gs]; retrograde -> "throttle" to int(safe/gs); p < safe·increase_margin
+-> "increase" to the same; else "hold". Group size is never changed.
+
+Departures from the original, deliberate:
+- Roofline hint. The original compares the unitless C(p) with peak_gflops·1e9, so it is always
+  "memory_bound". Here it is active only when `peak_gflops > 0` and `flops_per_token > 0` (a new
+  keyword): the predicted compute rate lambda·C(p) tokens/s × flops_per_token is compared with
+  peak_gflops·1e9 FLOP/s; > 0.7 of peak is "compute_bound", below "memory_bound". `peak_bw_gb_s` is
+  accepted and kept for the record but unused (it was only an enable flag in the original). With the
+  defaults (all 0) the branch is off, as in the original.
+- `state_dict()`/`load_state_dict()` carry the whole window, sums, EMA and counters (JSON-safe),
+  so a resumed run decides exactly as an uninterrupted one.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from retrain_ray.backpressure.fit import EPS, USLWindow, usl_capacity, usl_optimal_p
+from retrain_ray.backpressure.types import Decision
+
+__all__ = ["USLController", "usl_capacity", "usl_optimal_p"]
+
+_STATE_VERSION = 1
+
+
+def _finite_nonneg(v: Any) -> float:
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return 0.0
+    return f if math.isfinite(f) and f > 0.0 else 0.0
+
+
+def _clamp_int(v: Any, lo: int, hi: int) -> int:
+    try:
+        i = int(v)
+    except (TypeError, ValueError):
+        i = 1
+    return max(lo, min(hi, i))
+
+
+class USLController:
+    """Fits USL over a sliding window of a run's steps and recommends a batch size."""
+
+    def __init__(
+        self,
+        warmup_steps: int = 10,
+        ema_decay: float = 0.9,
+        throttle_margin: float = 0.85,
+        increase_margin: float = 0.5,
+        min_batch_size: int = 1,
+        max_batch_size: int = 64,
+        min_group_size: int = 2,
+        max_group_size: int = 64,
+        peak_gflops: float = 0.0,
+        peak_bw_gb_s: float = 0.0,
+        window: int = 100,
+        flops_per_token: float = 0.0,
+    ) -> None:
+        _validate(warmup_steps, ema_decay, throttle_margin, increase_margin, min_batch_size,
+                  max_batch_size, min_group_size, max_group_size)
+        self.warmup_steps = int(warmup_steps)
+        self.ema_decay = float(ema_decay)
+        self.throttle_margin = float(throttle_margin)
+        self.increase_margin = float(increase_margin)
+        self.min_batch_size, self.max_batch_size = int(min_batch_size), int(max_batch_size)
+        self.min_group_size, self.max_group_size = int(min_group_size), int(max_group_size)
+        self.peak_gflops, self.peak_bw_gb_s = float(peak_gflops), float(peak_bw_gb_s)
+        self.flops_per_token = float(flops_per_token)
+        self.window = USLWindow(window)
+        self.step_count = 0
+        self.ema: float | None = None
+        self.sigma, self.kappa, self.lam, self.p_star = 0.0, 0.0, 0.0, 1.0
+        self.regime = "warmup"
+        self.last_bs, self.last_gs = self.min_batch_size, self.min_group_size
+
+    @classmethod
+    def from_config(cls, cfg: Any) -> USLController:
+        """Build from `RetrainConfig` (the [backpressure] section)."""
+        bp = cfg.backpressure
+        return cls(
+            warmup_steps=bp.warmup_steps, ema_decay=bp.ema_decay, throttle_margin=bp.throttle_margin,
+            increase_margin=bp.increase_margin, min_batch_size=bp.min_batch_size,
+            max_batch_size=bp.max_batch_size, peak_gflops=bp.peak_gflops, peak_bw_gb_s=bp.peak_bw_gb_s,
+        )
+
+    def observe(self, step_time_s: float, batch_size: int, group_size: int, total_tokens: int,
+                skipped: bool = False) -> None:
+        """Record one step. Skipped steps only advance the step counter."""
+        self.step_count += 1
+        if skipped:
+            return
+        bs = _clamp_int(batch_size, 1, self.max_batch_size)
+        gs = _clamp_int(group_size, 1, self.max_group_size)
+        p = float(bs * gs)
+        t = _finite_nonneg(step_time_s)
+        x = _finite_nonneg(total_tokens) / t if t > EPS else 0.0
+        self.window.add(p, x)
+        self.ema = x if self.ema is None else self.ema_decay * self.ema + (1.0 - self.ema_decay) * x
+        self.last_bs, self.last_gs = bs, gs
+        fit = self.window.fit()
+        if fit is not None:
+            self.sigma, self.kappa, self.lam, self.p_star = fit.sigma, fit.kappa, fit.lam, fit.p_star
+        self.regime = self._classify(p)
+
+    def _classify(self, p: float) -> str:
+        if self.step_count <= self.warmup_steps:
+            return "warmup"
+        if self.kappa > EPS and p > self.p_star * self.throttle_margin and self.p_star > 1.0:
+            return "retrograde"
+        predicted = self.lam * usl_capacity(p, self.sigma, self.kappa)
+        if self.peak_gflops > 0.0 and self.flops_per_token > 0.0:
+            ratio = predicted * self.flops_per_token / (self.peak_gflops * 1e9)
+            return "compute_bound" if ratio > 0.7 else "memory_bound"
+        if self.window.n_valid >= 3 and self.lam > EPS and predicted > EPS:
+            r = (self.ema or 0.0) / predicted
+            if r > 1.1:
+                return "memory_bound"
+            if r < 0.8:
+                return "retrograde"
+        return "optimal"
+
+    def _safe_p(self) -> float:
+        lo = float(self.min_batch_size * self.min_group_size)
+        hi = float(self.max_batch_size * self.max_group_size)
+        safe = self.p_star * self.throttle_margin
+        return hi if not math.isfinite(safe) else min(hi, max(lo, safe))
+
+    def recommend(self) -> Decision:
+        """The decision after the latest observation (spec 4.3)."""
+        throughput = self.ema or 0.0
+        if self.step_count <= self.warmup_steps:
+            return self._decision("hold", 0.0, throughput, self.last_bs)
+        peak = self.lam * usl_capacity(self.p_star, self.sigma, self.kappa)
+        utilization = max(0.0, throughput / peak) if peak > EPS else 1.0
+        safe = self._safe_p()
+        target_bs = max(self.min_batch_size, min(self.max_batch_size, int(safe / self.last_gs)))
+        if self.regime == "retrograde":
+            return self._decision("throttle", utilization, throughput, target_bs)
+        if self.last_bs * self.last_gs < safe * self.increase_margin:
+            return self._decision("increase", utilization, throughput, target_bs)
+        return self._decision("hold", utilization, throughput, self.last_bs)
+
+    def _decision(self, action: str, utilization: float, throughput: float, bs: int) -> Decision:
+        return Decision(
+            action=action, regime=self.regime, p_star=self.p_star, sigma=self.sigma, kappa=self.kappa,
+            lam=self.lam, utilization=utilization, throughput=throughput,
+            recommended_batch_size=int(bs), recommended_group_size=int(self.last_gs),
+        )
+
+    def state_dict(self) -> dict[str, Any]:
+        """Everything that affects later decisions, JSON-serialisable."""
+        return {
+            "version": _STATE_VERSION, "window": self.window.state_dict(), "step_count": self.step_count,
+            "ema": self.ema, "sigma": self.sigma, "kappa": self.kappa, "lam": self.lam,
+            "p_star": self.p_star, "regime": self.regime, "last_bs": self.last_bs, "last_gs": self.last_gs,
+        }
+
+    def load_state_dict(self, d: dict[str, Any]) -> None:
+        if d.get("version") != _STATE_VERSION:
+            raise ValueError(
+                f"back-pressure state version {d.get('version')!r} is not {_STATE_VERSION}; "
+                "this checkpoint was written by another retrain-ray version: resume without it"
+            )
+        self.window.load_state_dict(d["window"])
+        self.step_count = int(d["step_count"])
+        self.ema = None if d["ema"] is None else float(d["ema"])
+        self.sigma, self.kappa = float(d["sigma"]), float(d["kappa"])
+        self.lam, self.p_star = float(d["lam"]), float(d["p_star"])
+        self.regime = str(d["regime"])
+        self.last_bs, self.last_gs = int(d["last_bs"]), int(d["last_gs"])
+
+
+def _validate(warmup: int, ema: float, throttle: float, increase: float, min_bs: int, max_bs: int,
+              min_gs: int, max_gs: int) -> None:
+    problems = []
+    if warmup < 0:
+        problems.append(f"backpressure.warmup_steps must be >= 0, got {warmup!r}")
+    if not 0.0 <= ema <= 1.0:
+        problems.append(f"backpressure.ema_decay must be in [0, 1], got {ema!r}")
+    for name, v in (("throttle_margin", throttle), ("increase_margin", increase)):
+        if not 0.0 < v <= 1.0:
+            problems.append(f"backpressure.{name} must be in (0, 1], got {v!r}")
+    for name, lo, hi in (("batch_size", min_bs, max_bs), ("group_size", min_gs, max_gs)):
+        if lo < 1:
+            problems.append(f"backpressure.min_{name} must be >= 1, got {lo!r}")
+        if hi < lo:
+            problems.append(f"backpressure.max_{name} ({hi!r}) must be >= min_{name} ({lo!r})")
+    if problems:
+        raise ValueError("; ".join(problems))
