@@ -1,0 +1,170 @@
+"""Batched PyTorch sampling engine: all P x num_samples rows decode together with a KV cache.
+
+Prompts are left-padded into one batch; positions are counted from each row's first real token
+(`cumsum(mask) - 1`), so a padded row sees exactly the positions it would see alone. The decode loop
+calls `model(input_ids, attention_mask, position_ids, past_key_values, use_cache=True)` itself instead
+of `generate()`, because it must know the exact tempered / top-p distribution each token was drawn from
+(`retrain_ray.engines.distribution`, shared with the trainer). Rows stop at EOS (kept in the output,
+finish reason "stop") or at `max_tokens` ("length"); finished rows keep feeding pad tokens until every
+row is done. Sampling uses the engine's own seeded `torch.Generator` (`engine.generator`), so a run's
+sampling is reproducible and its state can be checkpointed.
+
+Departures from the original PyTorch engine: no exact-prefix KV cache across calls (the batch is
+decoded in one pass instead), and weights arrive as in-memory `WeightUpdate`s with strict name checks
+rather than adapter folders on disk.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import torch
+
+from retrain_ray.engines.distribution import LOG_MIN_PROB, entropy, filtered_logprobs
+from retrain_ray.engines.types import SampleResult, SamplingParams, WeightUpdate
+from retrain_ray.engines.weights import install_weights
+
+
+def autocast_for(device: torch.device) -> contextlib.AbstractContextManager:
+    """bf16 autocast on CUDA, nothing on CPU (fp32)."""
+    if device.type == "cuda":
+        return torch.autocast("cuda", dtype=torch.bfloat16)
+    return contextlib.nullcontext()
+
+
+def left_pad(rows: list[list[int]], pad_id: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """(input_ids_N_L, attention_mask_N_L), left padded to the longest row."""
+    width = max(len(r) for r in rows)
+    ids_N_L = torch.full((len(rows), width), pad_id, dtype=torch.long)
+    mask_N_L = torch.zeros((len(rows), width), dtype=torch.long)
+    for i, row in enumerate(rows):
+        if row:
+            ids_N_L[i, width - len(row):] = torch.tensor(row, dtype=torch.long)
+            mask_N_L[i, width - len(row):] = 1
+    return ids_N_L.to(device), mask_N_L.to(device)
+
+
+class _Trace:
+    """Per-row outputs of one decode: tokens, logprobs, entropies, finished flags."""
+
+    def __init__(self, n: int, device: torch.device) -> None:
+        self.tokens: list[torch.Tensor] = []
+        self.logprobs: list[torch.Tensor] = []
+        self.entropies: list[torch.Tensor] = []
+        self.done_N = torch.zeros(n, dtype=torch.bool, device=device)
+        self.length_N = torch.zeros(n, dtype=torch.long, device=device)
+        self.stopped_N = torch.zeros(n, dtype=torch.bool, device=device)
+
+    def results(self, compute_entropy: bool) -> list[SampleResult]:
+        toks = torch.stack(self.tokens, 1).tolist() if self.tokens else [[] for _ in self.length_N]
+        lps = torch.stack(self.logprobs, 1).tolist() if self.logprobs else toks
+        ents = torch.stack(self.entropies, 1).tolist() if compute_entropy and self.entropies else None
+        out = []
+        for i, (n, stopped) in enumerate(zip(self.length_N.tolist(), self.stopped_N.tolist(), strict=True)):
+            out.append(SampleResult(
+                token_ids=tuple(int(t) for t in toks[i][:n]),
+                logprobs=tuple(float(x) for x in lps[i][:n]),
+                finish_reason="stop" if stopped else "length",
+                entropies=tuple(float(x) for x in ents[i][:n]) if ents is not None else None,
+            ))
+        return out
+
+
+class PyTorchEngine:
+    """SamplingEngine over a Hugging Face causal LM (plain or PEFT) in this process."""
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        *,
+        eos_token_id: int | list[int],
+        pad_token_id: int,
+        seed: int = 0,
+        shares_model_with_trainer: bool = False,
+        weights_version: int = 0,
+    ) -> None:
+        self.model = model
+        self.eos_ids = [eos_token_id] if isinstance(eos_token_id, int) else list(eos_token_id)
+        self.pad_token_id = int(pad_token_id)
+        self.device = next(model.parameters()).device
+        self.generator = torch.Generator(device=self.device)
+        self.generator.manual_seed(seed)
+        self.shares_model_with_trainer = shares_model_with_trainer
+        self._version = weights_version
+
+    @property
+    def weights_version(self) -> int:
+        return self._version
+
+    def load_weights(self, update: WeightUpdate) -> None:
+        """Installs the update's tensors (strict names and shapes), or only the version if shared."""
+        if not update.tensors and not self.shares_model_with_trainer:
+            raise ValueError(
+                f"WeightUpdate version {update.version} carries no tensors, but this engine does not share "
+                "its model with the trainer: export the trainer's weights with tensors (split placement)"
+            )
+        if update.tensors:
+            install_weights(self.model, update.tensors)
+        self._version = update.version
+
+    def generate(
+        self, prompt_ids_P: list[list[int]], num_samples: int, params: SamplingParams
+    ) -> list[list[SampleResult]]:
+        """results[P][num_samples]; all rows decoded in one batch."""
+        _check_request(prompt_ids_P, num_samples, params)
+        rows_N = [list(p) for p in prompt_ids_P for _ in range(num_samples)]
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            flat = self._decode(rows_N, params)
+        finally:
+            self.model.train(was_training)
+        return [flat[i * num_samples:(i + 1) * num_samples] for i in range(len(prompt_ids_P))]
+
+    @torch.no_grad()
+    def _decode(self, rows_N: list[list[int]], params: SamplingParams) -> list[SampleResult]:
+        ids_N_L, mask_N_L = left_pad(rows_N, self.pad_token_id, self.device)
+        trace = _Trace(len(rows_N), self.device)
+        eos_E = torch.tensor(self.eos_ids, device=self.device)
+        position_N_L = (mask_N_L.cumsum(-1) - 1).clamp_min(0)
+        past = None
+        for step in range(params.max_tokens):
+            with autocast_for(self.device):
+                out = self.model(
+                    input_ids=ids_N_L, attention_mask=mask_N_L, position_ids=position_N_L,
+                    past_key_values=past, use_cache=True,
+                )
+            past = out.past_key_values
+            token_N = self._sample_step(out.logits[:, -1, :], params, trace)
+            trace.length_N += (~trace.done_N).long()
+            hit_eos_N = torch.isin(token_N, eos_E) & ~trace.done_N
+            trace.stopped_N |= hit_eos_N
+            trace.done_N |= hit_eos_N
+            if bool(trace.done_N.all()) or step + 1 == params.max_tokens:
+                break
+            ids_N_L = token_N.masked_fill(trace.done_N, self.pad_token_id).unsqueeze(1)
+            mask_N_L = torch.cat([mask_N_L, torch.ones_like(ids_N_L)], dim=1)
+            position_N_L = position_N_L[:, -1:] + 1
+        return trace.results(params.compute_entropy)
+
+    def _sample_step(self, logits_N_V: torch.Tensor, params: SamplingParams, trace: _Trace) -> torch.Tensor:
+        logp_N_V = filtered_logprobs(logits_N_V, params.temperature, params.top_p)
+        token_N = torch.multinomial(logp_N_V.exp(), 1, generator=self.generator).squeeze(1)
+        trace.tokens.append(token_N)
+        trace.logprobs.append(logp_N_V.gather(1, token_N[:, None]).squeeze(1).clamp_min(LOG_MIN_PROB))
+        if params.compute_entropy:
+            trace.entropies.append(entropy(logits_N_V, params.temperature))
+        return token_N
+
+
+def _check_request(prompt_ids_P: list[list[int]], num_samples: int, params: SamplingParams) -> None:
+    if num_samples < 1:
+        raise ValueError(f"num_samples must be >= 1, got {num_samples}")
+    if params.max_tokens < 1:
+        raise ValueError(f"SamplingParams.max_tokens must be >= 1, got {params.max_tokens}")
+    if not 0.0 < params.top_p <= 1.0:
+        raise ValueError(f"SamplingParams.top_p must be in (0, 1], got {params.top_p}")
+    if params.temperature < 0:
+        raise ValueError(f"SamplingParams.temperature must be >= 0, got {params.temperature}")
+    if not prompt_ids_P or any(len(p) == 0 for p in prompt_ids_P):
+        raise ValueError("generate() needs at least one prompt, and every prompt needs at least one token")

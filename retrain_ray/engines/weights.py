@@ -1,0 +1,50 @@
+"""Installing trainer weights into a sampler's model, with strict name and shape checks.
+
+Names are the trainer's parameter names (`named_parameters()` of the same kind of model: PEFT-wrapped
+for LoRA, plain for full fine-tuning). The update must name exactly the model's trainable parameters
+(`requires_grad`), no more and no fewer, with matching shapes; anything else is a wiring bug between
+trainer and sampler and fails loudly instead of sampling from half-updated weights.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def trainable_parameters(model: torch.nn.Module) -> dict[str, torch.nn.Parameter]:
+    """name -> parameter for every parameter with requires_grad (tied weights appear once)."""
+    return {name: p for name, p in model.named_parameters() if p.requires_grad}
+
+
+def _name_error(kind: str, names: list[str], model: torch.nn.Module) -> KeyError:
+    expected = sorted(trainable_parameters(model))[:3]
+    return KeyError(
+        f"weight update has {len(names)} {kind} parameter name(s), e.g. {sorted(names)[:3]}; this model "
+        f"expects e.g. {expected}: trainer and sampler must be built with the same finetune mode and LoRA "
+        "settings"
+    )
+
+
+def install_weights(model: torch.nn.Module, tensors: dict[str, torch.Tensor]) -> None:
+    """Copies `tensors` into the model's trainable parameters in place (after checking all of them)."""
+    params = trainable_parameters(model)
+    unknown = [n for n in tensors if n not in params]
+    missing = [n for n in params if n not in tensors]
+    if unknown:
+        raise _name_error("unknown", unknown, model)
+    if missing:
+        raise _name_error("missing", missing, model)
+    for name, tensor in tensors.items():
+        if tuple(tensor.shape) != tuple(params[name].shape):
+            raise ValueError(
+                f"weight update {name!r} has shape {tuple(tensor.shape)}, the model's is "
+                f"{tuple(params[name].shape)}"
+            )
+    with torch.no_grad():
+        for name, tensor in tensors.items():
+            params[name].copy_(tensor.to(device=params[name].device, dtype=params[name].dtype))
+
+
+def export_trainable(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """CPU copies of the trainable parameters, keyed as `install_weights` expects."""
+    return {name: p.detach().to("cpu", copy=True) for name, p in trainable_parameters(model).items()}
