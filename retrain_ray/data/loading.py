@@ -1,0 +1,93 @@
+"""One entry point for `[data]`: `load_examples(source, ...)` -> TaskData, and round-robin batching.
+
+Sources are a registry (`SOURCES`): "builtin" (seeded generated tasks), "file" (JSONL/Parquet,
+optional separate eval file) and "math" (MATH via `datasets`, online only, no eval split as in the
+original). `next_batch` takes consecutive examples with wrap-around, as the original trainer does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from retrain_ray.data.files import load_file_examples
+from retrain_ray.data.math_dataset import load_math_examples
+from retrain_ray.data.splits import load_task
+from retrain_ray.data.types import Example, TaskData
+
+
+@dataclass(frozen=True)
+class DataRequest:
+    """Every `[data]` knob; each source reads the ones it needs."""
+
+    task: str
+    level: int
+    path: str
+    prompt_column: str
+    reference_column: str
+    eval_path: str
+    num_examples: int
+    num_eval_examples: int
+    max_examples: int
+    seed: int
+
+
+def _from_builtin(req: DataRequest) -> TaskData:
+    return load_task(req.task, level=req.level, seed=req.seed, num_train=req.num_examples, num_eval=req.num_eval_examples)
+
+
+def _from_file(req: DataRequest) -> TaskData:
+    if not req.path:
+        raise ValueError('[data] source = "file" needs path = "<file>.jsonl" or "<file>.parquet"')
+    train = load_file_examples(req.path, req.prompt_column, req.reference_column, req.max_examples)
+    evals: list[Example] = []
+    if req.eval_path:
+        evals = load_file_examples(req.eval_path, req.prompt_column, req.reference_column, req.num_eval_examples)
+    return TaskData(train=train, eval=evals)
+
+
+def _from_math(req: DataRequest) -> TaskData:
+    return TaskData(train=load_math_examples(req.max_examples), eval=[])
+
+
+SOURCES: dict[str, Callable[[DataRequest], TaskData]] = {
+    "builtin": _from_builtin,
+    "file": _from_file,
+    "math": _from_math,
+}
+
+
+def load_examples(
+    source: str,
+    *,
+    task: str = "first_digit",
+    level: int = 1,
+    path: str = "",
+    prompt_column: str = "prompt",
+    reference_column: str = "reference",
+    eval_path: str = "",
+    num_examples: int = 512,
+    num_eval_examples: int = 64,
+    max_examples: int = 0,
+    seed: int = 0,
+) -> TaskData:
+    """Load a run's examples from `[data] source` in {"builtin", "file", "math"}."""
+    loader = SOURCES.get(source)
+    if loader is None:
+        raise ValueError(f"unknown [data] source {source!r}; choose one of {sorted(SOURCES)}")
+    request = DataRequest(
+        task, level, path, prompt_column, reference_column, eval_path,
+        num_examples, num_eval_examples, max_examples, seed,
+    )
+    data = loader(request)
+    if not data.train:
+        raise ValueError(f"[data] source = {source!r} produced no training examples; check path / max_examples")
+    return data
+
+
+def next_batch(examples: list[Example], example_idx: int, batch_size: int) -> tuple[list[Example], int]:
+    """Take `batch_size` consecutive examples from `example_idx`, wrapping around; return the next index."""
+    if not examples:
+        raise ValueError("next_batch needs at least one example")
+    batch = [examples[(example_idx + i) % len(examples)] for i in range(batch_size)]
+    return batch, example_idx + batch_size
