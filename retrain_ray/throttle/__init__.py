@@ -8,4 +8,22 @@ from retrain_ray.throttle.errors import ThrottleTimeout, UnknownLease
 from retrain_ray.throttle.semaphore import LeasedSemaphore
 from retrain_ray.throttle.types import Lease, Throttle, ThrottleStats
 
-__all__ = ["Lease", "LeasedSemaphore", "Throttle", "ThrottleStats", "ThrottleTimeout", "UnknownLease"]
+__all__ = [
+    "Lease",
+    "LeasedSemaphore",
+    "NoThrottle",
+    "Throttle",
+    "ThrottleClient",
+    "ThrottleStats",
+    "ThrottleTimeout",
+    "UnknownLease",
+]
+
+
+def __getattr__(name: str):
+    """The clients import Ray; load them only when asked, so the algorithm stays importable alone."""
+    if name in ("NoThrottle", "ThrottleClient"):
+        from retrain_ray.throttle import client
+
+        return getattr(client, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,185 @@
+"""ThrottleActor: the campaign's leased FIFO semaphore for one shared endpoint, hosted in Ray.
+
+A thin async wrapper around `retrain_ray.throttle.semaphore.LeasedSemaphore` (the algorithm lives
+there). `acquire` grants at once when a slot is free and nobody is queued; otherwise it joins the
+semaphore's FIFO queue and awaits an asyncio future that is resolved exactly when the semaphore
+grants that ticket (no polling). A background reaper runs every `lease_ttl_s / 4`, takes back leases
+whose holders stopped renewing (crashed, killed, hung) and hands their slots to the oldest waiters,
+so a dead holder's slot returns within TTL + one reaper period.
+
+The actor is named `<campaign>/throttle/<endpoint>` in the caller's namespace, created with
+`get_if_exists=True`, `num_cpus=0` and a high `max_concurrency` (each waiter is a pending coroutine),
+and is not detached: it lives as long as the campaign driver that created it (DESIGN decision 2).
+It exports `ray.util.metrics` gauges tagged with campaign and endpoint, refreshed every reaper tick.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any
+
+import ray
+
+from retrain_ray.throttle.errors import ThrottleTimeout
+from retrain_ray.throttle.semaphore import LeasedSemaphore, check_capacity, check_ttl
+from retrain_ray.throttle.types import Lease, ThrottleStats
+
+__all__ = ["ThrottleActor", "get_throttle", "start_throttle", "throttle_name"]
+
+log = logging.getLogger(__name__)
+
+MAX_CONCURRENCY = 10_000  # pending acquires are coroutines; this bounds queued waiters, not threads
+
+
+def throttle_name(campaign: str, endpoint: str) -> str:
+    """The actor name of `endpoint`'s throttle in `campaign`."""
+    for label, value in (("campaign", campaign), ("endpoint", endpoint)):
+        if not isinstance(value, str) or not value:
+            raise ValueError(f"throttle {label} must be a non-empty string, got {value!r}")
+    return f"{campaign}/throttle/{endpoint}"
+
+
+class _Gauges:
+    """Prometheus gauges of one throttle (exported as ray_retrain_throttle_* by Ray's metrics agent)."""
+
+    def __init__(self, campaign: str, endpoint: str) -> None:
+        from ray.util.metrics import Gauge
+
+        tags = {"campaign": campaign, "endpoint": endpoint}
+        names = ("capacity", "in_flight", "waiting", "expired_leases")
+        self._gauges = {}
+        for name in names:
+            gauge = Gauge(f"retrain_throttle_{name}", description=f"throttle {name}", tag_keys=tuple(tags))
+            gauge.set_default_tags(tags)
+            self._gauges[name] = gauge
+
+    def update(self, stats: ThrottleStats) -> None:
+        values = (stats.capacity, stats.in_flight, stats.waiting, stats.expired)
+        for gauge, value in zip(self._gauges.values(), values, strict=True):
+            gauge.set(value)
+
+
+@ray.remote(num_cpus=0, max_concurrency=MAX_CONCURRENCY)
+class ThrottleActor:
+    """Leased, fair, resizable counting semaphore for one endpoint of one campaign."""
+
+    def __init__(self, campaign: str, endpoint: str, capacity: int, lease_ttl_s: float) -> None:
+        self._endpoint = endpoint
+        self._sem = LeasedSemaphore(capacity, lease_ttl_s)
+        self._futures: dict[int, asyncio.Future[Lease]] = {}
+        self._reaper: asyncio.Task[None] | None = None
+        self._gauges = _Gauges(campaign, endpoint)
+        self._gauges.update(self._sem.stats())
+
+    async def acquire(self, holder: str, timeout_s: float) -> Lease:
+        """Wait (FIFO) for a slot, at most `timeout_s` seconds; raise ThrottleTimeout after that."""
+        self._ensure_reaper()
+        lease = self._sem.try_acquire(holder)
+        if lease is not None:
+            return lease
+        if not timeout_s > 0:
+            raise ValueError(f"acquire timeout_s must be > 0, got {timeout_s!r} ([backend].acquire_timeout_s)")
+        started = time.monotonic()
+        ticket = self._sem.enqueue(holder)
+        future = asyncio.get_running_loop().create_future()
+        self._futures[ticket] = future
+        self._wake()
+        try:
+            await asyncio.wait({future}, timeout=timeout_s)
+        finally:
+            if not future.done():  # timed out, or the caller cancelled this task
+                self._abandon(ticket, future)
+        if future.cancelled():
+            raise ThrottleTimeout(self._endpoint, self._sem.capacity, time.monotonic() - started)
+        return future.result()
+
+    async def renew(self, lease_id: str) -> Lease:
+        """Extend a lease by its TTL. Raises UnknownLease if it was released or reclaimed."""
+        return self._sem.renew(lease_id)
+
+    async def release(self, lease_id: str) -> None:
+        """Give a slot back; the oldest waiter gets it. Raises UnknownLease if it is not held."""
+        self._sem.release(lease_id)
+        self._wake()
+
+    async def resize(self, capacity: int) -> None:
+        """Change capacity now: growing wakes waiters, shrinking waits for holders to release."""
+        self._sem.resize(check_capacity(capacity))
+        self._wake()
+        self._gauges.update(self._sem.stats())
+
+    async def stats(self) -> ThrottleStats:
+        return self._sem.stats()
+
+    async def leases(self) -> list[Lease]:
+        """Leases held now, oldest grant first (times are this actor's monotonic clock)."""
+        return self._sem.leases()
+
+    def _wake(self) -> None:
+        """Resolve the futures of every ticket the semaphore granted; hand back orphaned grants."""
+        grants = self._sem.pop_grants()
+        while grants:
+            for ticket, lease in grants:
+                future = self._futures.pop(ticket, None)
+                if future is None or future.done():
+                    self._sem.release(lease.lease_id)  # its waiter is gone: next in line
+                else:
+                    future.set_result(lease)
+            grants = self._sem.pop_grants()
+
+    def _abandon(self, ticket: int, future: asyncio.Future[Lease]) -> None:
+        """Take a waiter that gave up out of the queue (or release what it was just granted)."""
+        self._futures.pop(ticket, None)
+        future.cancel()
+        lease = self._sem.cancel(ticket)
+        if lease is not None:
+            self._sem.release(lease.lease_id)
+            self._wake()
+
+    def _ensure_reaper(self) -> None:
+        if self._reaper is None or self._reaper.done():
+            self._reaper = asyncio.get_running_loop().create_task(self._reap_forever())
+
+    async def _reap_forever(self) -> None:
+        period_s = self._sem.lease_ttl_s / 4
+        while True:
+            await asyncio.sleep(period_s)
+            try:
+                for lease in self._sem.reclaim_expired():
+                    log.warning("throttle %s reclaimed lease %s of %s (not renewed within its TTL)",
+                                self._endpoint, lease.lease_id, lease.holder)
+                self._wake()
+                self._gauges.update(self._sem.stats())
+            except Exception:  # keep reaping; a failed gauge export must not stop reclaiming
+                log.exception("throttle %s reaper tick failed", self._endpoint)
+
+
+def start_throttle(
+    campaign: str, endpoint: str, capacity: int, *, namespace: str, lease_ttl_s: float
+) -> Any:
+    """Create (or get, if it already exists) the throttle actor of `endpoint` in `campaign`.
+
+    An existing actor is returned unchanged: call `handle.resize.remote(n)` to change its capacity.
+    The actor reaps expired leases from its first acquire on.
+    """
+    name = throttle_name(campaign, endpoint)
+    check_capacity(capacity)
+    check_ttl(lease_ttl_s)
+    return ThrottleActor.options(name=name, namespace=namespace, get_if_exists=True).remote(
+        campaign, endpoint, capacity, lease_ttl_s
+    )
+
+
+def get_throttle(campaign: str, endpoint: str, namespace: str) -> Any:
+    """The handle of a running throttle actor; a clear LookupError if none was started."""
+    name = throttle_name(campaign, endpoint)
+    try:
+        return ray.get_actor(name, namespace=namespace)
+    except ValueError:
+        raise LookupError(
+            f"no throttle actor named {name!r} in Ray namespace {namespace!r}; fix: start it from the "
+            f"campaign driver with start_throttle({campaign!r}, {endpoint!r}, capacity, namespace=...), "
+            f"and use the same namespace in the run"
+        ) from None
