@@ -72,9 +72,11 @@ def build_planning(cfg, needs_planning: bool):
 
 
 def build_advisor(cfg):
-    from retrain_ray.backpressure import advisor_from_config
+    """In-process USL control when `[backpressure] enabled`; otherwise the original's no-op defaults."""
+    from retrain_ray.backpressure.advisor import LocalAdvisor
+    from retrain_ray.backpressure.types import NoOpAdvisor
 
-    return advisor_from_config(cfg)
+    return LocalAdvisor.from_config(cfg) if cfg.backpressure.enabled else NoOpAdvisor()
 
 
 def build_local_policy(cfg, device: str, cache_dir: Path | None = None):

@@ -80,5 +80,6 @@ def train_run(
 
 def _fresh_state(cfg, parts) -> TrainerState:
     t = cfg.training
-    batch_size = parts.advisor.initial_batch_size(t.batch_size) if hasattr(parts.advisor, "initial_batch_size") else t.batch_size
+    initial = getattr(parts.advisor, "initial_batch_size", None)
+    batch_size = initial(t.batch_size) if initial else t.batch_size
     return TrainerState(current_batch_size=batch_size, current_group_size=t.group_size)
