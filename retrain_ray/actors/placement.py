@@ -1,0 +1,121 @@
+"""Where a run's processes go: resource bundles per placement mode, checked against the cluster.
+
+A run asks for devices with `[backend].devices` (spec 7): "cpu", "gpu:0" (one GPU) or
+"gpu:0,gpu:1" (two GPUs: split mode). Each placement mode is one entry of `PLACEMENTS`:
+
+* cpu:    one bundle `[{CPU}]`; sampling and training in the trial process.
+* gpu:    one bundle `[{CPU, GPU: 1}]`; sampling and training in the trial process on its GPU.
+* split:  `[{CPU}, {GPU: 1}, {GPU: 1}]` with STRICT_PACK: the trial process (bundle 0) drives an
+          InferenceActor pinned to bundle 1 and a TrainerActor pinned to bundle 2.
+
+Departure from the original: the original runs every run on the devices named in the config, on one
+machine. Here the names only say *how many* GPUs a run needs; Ray picks which ones (the trial sees
+its own GPU as device 0 through CUDA_VISIBLE_DEVICES). As in the original, a machine without any GPU
+falls back to CPU (with a warning); a cluster that has GPUs but no node able to hold a run's bundles
+is an error before any trial starts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+PlacementMode = Literal["cpu", "gpu", "split"]
+Bundle = dict[str, float]
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Resources of one run: Tune's placement group bundles and the mode. Frozen, picklable."""
+
+    mode: PlacementMode
+    bundles: tuple[tuple[tuple[str, float], ...], ...]
+    strategy: str
+
+    @property
+    def bundle_dicts(self) -> list[Bundle]:
+        return [dict(b) for b in self.bundles]
+
+    @property
+    def num_gpus(self) -> int:
+        return int(sum(b.get("GPU", 0.0) for b in self.bundle_dicts))
+
+
+def parse_devices(devices: str) -> int:
+    """Number of GPUs a `[backend].devices` string asks for ("cpu" -> 0, "gpu:0,gpu:1" -> 2)."""
+    parts = [p.strip().lower() for p in devices.split(",") if p.strip()]
+    if parts == ["cpu"]:
+        return 0
+    bad = [p for p in parts if not (p.startswith("gpu") or p.startswith("cuda"))]
+    if not parts or bad:
+        raise ValueError(
+            f"backend.devices = {devices!r}: expected 'cpu', 'gpu:0' or a list like 'gpu:0,gpu:1'"
+        )
+    return len(parts)
+
+
+def _cpu(cpus: float) -> Placement:
+    return Placement("cpu", ((("CPU", cpus),),), "PACK")
+
+
+def _gpu(cpus: float) -> Placement:
+    return Placement("gpu", ((("CPU", cpus), ("GPU", 1.0)),), "PACK")
+
+
+def _split(cpus: float) -> Placement:
+    return Placement("split", ((("CPU", cpus),), (("GPU", 1.0),), (("GPU", 1.0),)), "STRICT_PACK")
+
+
+PLACEMENTS: Mapping[PlacementMode, Callable[[float], Placement]] = {
+    "cpu": _cpu,
+    "gpu": _gpu,
+    "split": _split,
+}
+
+
+def mode_for_gpus(num_gpus: int) -> PlacementMode:
+    if num_gpus == 0:
+        return "cpu"
+    return "gpu" if num_gpus == 1 else "split"
+
+
+def placement_for(devices: str, *, cpus_per_run: float, cluster_gpus: float) -> tuple[Placement, str]:
+    """The placement of a run and a warning ("" if none). No GPU in the cluster -> CPU fallback."""
+    wanted = parse_devices(devices)
+    if wanted > 0 and cluster_gpus <= 0:
+        warning = (
+            f"backend.devices = {devices!r} asks for {wanted} GPU(s) but the Ray cluster has none: "
+            "running on CPU (set backend.devices = 'cpu' to silence this)"
+        )
+        return PLACEMENTS["cpu"](cpus_per_run), warning
+    return PLACEMENTS[mode_for_gpus(wanted)](cpus_per_run), ""
+
+
+def _fits_on_node(bundles: Sequence[Bundle], node: Mapping[str, float]) -> bool:
+    need: dict[str, float] = {}
+    for b in bundles:
+        for k, v in b.items():
+            need[k] = need.get(k, 0.0) + v
+    return all(node.get(k, 0.0) >= v for k, v in need.items())
+
+
+def check_fits(placement: Placement, nodes: Sequence[Mapping[str, float]]) -> str:
+    """'' if some node can hold the run (all bundles, as STRICT_PACK needs), else an error message."""
+    bundles = placement.bundle_dicts
+    if any(_fits_on_node(bundles, n) for n in nodes):
+        return ""
+    need = {k: sum(b.get(k, 0.0) for b in bundles) for k in {k for b in bundles for k in b}}
+    best = {k: max((n.get(k, 0.0) for n in nodes), default=0.0) for k in need}
+    missing = ", ".join(f"{k}: need {need[k]:g} on one node, largest node has {best[k]:g}" for k in sorted(need))
+    return (
+        f"no node of the Ray cluster can hold a {placement.mode!r} run ({missing}); "
+        "add a bigger node, lower [campaign].cpus_per_run, or change [backend].devices"
+    )
+
+
+def alive_node_resources() -> list[dict[str, float]]:
+    """Total resources of every alive node of the connected Ray cluster."""
+    import ray
+
+    return [dict(n["Resources"]) for n in ray.nodes() if n.get("Alive")]

@@ -1,0 +1,196 @@
+"""Recorder: every run's rows reach the campaign directory on the driver's machine as Arrow streams.
+
+`RecorderActor` is an async control actor (`num_cpus=0`) pinned to the driver's node with a
+NodeAffinitySchedulingStrategy, so rows of runs executing on other nodes still land in the driver's
+campaign directory: `<campaign_dir>/runs/<run>/<kind>.arrows` (kind: metrics, generations, eval).
+Each actor lifetime writes a new stream *segment* per run and kind (`metrics.arrows`,
+`metrics.1.arrows`, ...), because an Arrow IPC stream cannot be reopened for append; readers read
+all segments and de-duplicate on (run, step), last write wins, so a step re-run after a retry or a
+campaign resume appears exactly once.
+
+`RecorderClient` is the run-side RunObserver: it buffers rows and sends them in batches without
+waiting (`append.remote`), and waits (with a timeout) for everything in flight at each checkpoint
+and at close, so every step up to a checkpoint is on disk before Tune records that checkpoint.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import ray
+
+RECORDER_KINDS = ("metrics", "generations", "eval")
+
+
+def segment_path(run_dir: Path, kind: str) -> Path:
+    """The first unused segment file of `kind` in `run_dir` (`kind.arrows`, `kind.1.arrows`, ...)."""
+    first = run_dir / f"{kind}.arrows"
+    if not first.exists():
+        return first
+    i = 1
+    while (run_dir / f"{kind}.{i}.arrows").exists():
+        i += 1
+    return run_dir / f"{kind}.{i}.arrows"
+
+
+def _schema(kind: str) -> Any:
+    from retrain_ray.logs import EVAL_SCHEMA, GENERATIONS_SCHEMA, METRICS_SCHEMA
+
+    return {"metrics": METRICS_SCHEMA, "generations": GENERATIONS_SCHEMA, "eval": EVAL_SCHEMA}[kind]
+
+
+def _to_record(kind: str, row: Mapping[str, Any]) -> dict[str, Any]:
+    if kind == "metrics":
+        from retrain_ray.logs import row_to_record
+
+        return row_to_record(dict(row))
+    schema = _schema(kind)
+    return {name: row.get(name) for name in schema.names}
+
+
+class RecorderCore:
+    """Plain-Python state of the recorder: one open Arrow stream writer per (run, kind)."""
+
+    def __init__(self, campaign_dir: str | Path) -> None:
+        self.campaign_dir = Path(campaign_dir)
+        self._writers: dict[tuple[str, str], Any] = {}
+        self.rows_written: dict[str, int] = {}
+
+    def _writer(self, run: str, kind: str) -> Any:
+        key = (run, kind)
+        if key not in self._writers:
+            from retrain_ray.logs import ArrowStreamWriter
+
+            run_dir = self.campaign_dir / "runs" / run
+            run_dir.mkdir(parents=True, exist_ok=True)
+            self._writers[key] = ArrowStreamWriter(segment_path(run_dir, kind), _schema(kind))
+        return self._writers[key]
+
+    def append(self, run: str, kind: str, rows: list[Mapping[str, Any]]) -> int:
+        if kind not in RECORDER_KINDS:
+            raise ValueError(f"recorder: unknown row kind {kind!r}; expected one of {RECORDER_KINDS}")
+        if not rows:
+            return 0
+        records = [_to_record(kind, {**r, "run": run}) for r in rows]
+        self._writer(run, kind).write_rows(records)
+        self.rows_written[run] = self.rows_written.get(run, 0) + len(records)
+        return len(records)
+
+    def close_run(self, run: str) -> None:
+        for kind in RECORDER_KINDS:
+            writer = self._writers.pop((run, kind), None)
+            if writer is not None:
+                writer.close()
+
+    def close(self) -> None:
+        for run in {r for r, _ in list(self._writers)}:
+            self.close_run(run)
+
+
+@ray.remote(num_cpus=0, max_concurrency=64)
+class RecorderActor:
+    """Async Ray host of `RecorderCore`. Methods run one at a time on the actor's event loop."""
+
+    def __init__(self, campaign_dir: str) -> None:
+        self._core = RecorderCore(campaign_dir)
+
+    async def append(self, run: str, kind: str, rows: list[dict[str, Any]]) -> int:
+        return self._core.append(run, kind, rows)
+
+    async def close_run(self, run: str) -> None:
+        self._core.close_run(run)
+
+    async def close(self) -> None:
+        self._core.close()
+
+    async def rows_written(self) -> dict[str, int]:
+        return dict(self._core.rows_written)
+
+    async def ping(self) -> str:
+        return ray.get_runtime_context().get_node_id()
+
+
+def recorder_name(campaign: str) -> str:
+    return f"{campaign}/recorder"
+
+
+def start_recorder(campaign: str, campaign_dir: Path, *, namespace: str, timeout_s: float = 60.0) -> Any:
+    """Starts (or finds) the campaign's recorder on the driver's node and waits until it answers."""
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    node_id = ray.get_runtime_context().get_node_id()
+    handle = RecorderActor.options(
+        name=recorder_name(campaign),
+        namespace=namespace,
+        get_if_exists=True,
+        scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=node_id, soft=False),
+    ).remote(str(campaign_dir))
+    ray.get(handle.ping.remote(), timeout=timeout_s)
+    return handle
+
+
+class RecorderClient:
+    """RunObserver forwarding rows to the recorder actor: batched, non-blocking, flushed at checkpoints.
+
+    Picklable only before first use (holds an actor handle and a buffer); build one per run attempt.
+    """
+
+    def __init__(
+        self,
+        handle: Any,
+        run: str,
+        *,
+        batch_rows: int = 16,
+        flush_interval_s: float = 2.0,
+        timeout_s: float = 60.0,
+        extra: Mapping[str, Any] | None = None,
+    ) -> None:
+        self._handle = handle
+        self._run = run
+        self._batch_rows = batch_rows
+        self._flush_interval_s = flush_interval_s
+        self._timeout_s = timeout_s
+        self._extra = dict(extra or {})
+        self._buffers: dict[str, list[dict[str, Any]]] = {k: [] for k in RECORDER_KINDS}
+        self._in_flight: list[Any] = []
+        self._last_send = time.monotonic()
+
+    def _add(self, kind: str, rows: list[Mapping[str, Any]]) -> None:
+        self._buffers[kind].extend({**self._extra, **r} for r in rows)
+        due = time.monotonic() - self._last_send >= self._flush_interval_s
+        if due or sum(len(b) for b in self._buffers.values()) >= self._batch_rows:
+            self._send()
+
+    def _send(self) -> None:
+        for kind, rows in self._buffers.items():
+            if rows:
+                self._in_flight.append(self._handle.append.remote(self._run, kind, rows))
+                self._buffers[kind] = []
+        self._last_send = time.monotonic()
+        done, self._in_flight = ray.wait(self._in_flight, num_returns=len(self._in_flight), timeout=0)
+        ray.get(done)  # surfaces a recorder error (bad row) early, without waiting
+
+    def flush(self) -> None:
+        """Sends what is buffered and waits until the recorder has written it (or times out)."""
+        self._send()
+        if self._in_flight:
+            ray.get(self._in_flight, timeout=self._timeout_s)
+        self._in_flight = []
+
+    def on_step(self, row: Mapping[str, Any]) -> None:
+        self._add("metrics", [row])
+
+    def on_generations(self, rows: list[Mapping[str, Any]]) -> None:
+        self._add("generations", rows)
+
+    def on_eval(self, row: Mapping[str, Any]) -> None:
+        self._add("eval", [row])
+
+    def on_checkpoint(self, step: int, directory: Path) -> None:
+        self.flush()
+
+    def close(self) -> None:
+        self.flush()

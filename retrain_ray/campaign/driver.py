@@ -1,0 +1,199 @@
+"""`Campaign`: the public facade that runs a campaign on Ray Tune, one trial per run, and resumes it.
+
+    results = Campaign.from_toml("configs/smoke-campaign.toml").run()
+    print(results.summary(by="condition"))
+    for run, error in results.errors.items():   # failed runs are listed, never hidden
+        print(run, error)
+
+`run()` validates everything first, connects to Ray (`address`, else `RAY_ADDRESS`, else a new
+local Ray), checks the placements against the cluster, starts the recorder (and the control actors
+the config needs), then either starts a new Tune experiment or, when the campaign directory already
+holds one, restores it with `Tuner.restore(..., resume_errored=True)`: finished runs are kept,
+unfinished and failed runs continue from their last checkpoint.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import ray
+from ray import tune
+
+from retrain_ray.actors.placement import alive_node_resources, check_fits, placement_for
+from retrain_ray.actors.recorder import start_recorder
+from retrain_ray.campaign.control import start_control_plane
+from retrain_ray.campaign.manifest import Manifest, redact, write_json_atomic
+from retrain_ray.campaign.plan import CampaignError, CampaignPlan, RunPlan, build_plan
+from retrain_ray.campaign.results import CampaignResults
+from retrain_ray.campaign.stagger import start_gate
+from retrain_ray.campaign.tracking import ManifestCallback
+from retrain_ray.campaign.trial import DEFAULT_RUNNER, TrialContext, run_trial
+
+__all__ = ["Campaign", "CampaignError"]
+TUNE_DIR = "tune"
+RESUME_CONFIG = ".resume_config.json"
+
+
+class Campaign:
+    """A campaign: one config, conditions x seeds runs. Keyword-only, validated on construction."""
+
+    def __init__(self, config: Any, *, name: str | None = None, root: str | Path | None = None,
+                 runner: Any = DEFAULT_RUNNER, source: str = "") -> None:
+        self.config = config
+        self.runner = runner
+        self.source = source
+        self.plan: CampaignPlan = build_plan(config, name=name, root=Path(root) if root else None)
+
+    @classmethod
+    def from_toml(cls, path: str | Path, overrides: dict[str, Any] | None = None, **kwargs: Any) -> Campaign:
+        from retrain_ray.config import load_config
+
+        return cls(load_config(path, overrides), source=str(path), **kwargs)
+
+    @classmethod
+    def from_dir(cls, campaign_dir: str | Path, **kwargs: Any) -> Campaign:
+        """The campaign stored in `campaign_dir` (for `retrain-ray resume DIR`)."""
+        from retrain_ray.config import RetrainConfig
+
+        campaign_dir = Path(campaign_dir).resolve()
+        snapshot = campaign_dir / RESUME_CONFIG
+        if not snapshot.is_file():
+            raise CampaignError([f"{snapshot} not found: {campaign_dir} is not a resumable campaign directory"])
+        config = RetrainConfig.model_validate(json.loads(snapshot.read_text()))
+        return cls(config, name=campaign_dir.name, root=campaign_dir.parent, **kwargs)
+
+    @property
+    def campaign_dir(self) -> Path:
+        return self.plan.campaign_dir
+
+    def run(self, *, address: str | None = None, progress: bool = True) -> CampaignResults:
+        """Runs (or resumes) the campaign to the end and returns its results. Blocks."""
+        _connect(address)
+        self.plan = _place(self.plan)
+        manifest, resuming = self._open_dir()
+        if progress:
+            verb = "resuming" if resuming else "starting"
+            print(f"[campaign] {verb} {self.plan.name}: {len(self.plan.runs)} runs -> {self.campaign_dir}",
+                  flush=True)
+        namespace = ray.get_runtime_context().namespace
+        actors = self._start_actors(namespace)
+        try:
+            tuner = self._tuner(manifest, namespace, actors["control"], progress, resuming)
+            tuner.fit()
+        finally:
+            ray.get(actors["recorder"].close.remote(), timeout=120)
+            for handle in (actors["recorder"], actors.get("gate")):
+                if handle is not None:
+                    ray.kill(handle)
+        Manifest.load(self.campaign_dir).finish()
+        _compact(self.plan)
+        if progress:
+            print(f"[campaign] results: {self.campaign_dir}", flush=True)
+        return CampaignResults.from_dir(self.campaign_dir)
+
+    def _open_dir(self) -> tuple[Manifest, bool]:
+        cdir = self.campaign_dir
+        if (cdir / "manifest.json").is_file():
+            manifest = Manifest.load(cdir)
+            known = {r["run_name"] for r in manifest.data["runs"]}
+            if known != {r.run_name for r in self.plan.runs}:
+                raise CampaignError([f"{cdir} holds a campaign with other runs; choose another [campaign].name"])
+            resuming = tune.Tuner.can_restore(str(cdir / TUNE_DIR))
+        else:
+            cdir.mkdir(parents=True, exist_ok=True)
+            manifest = Manifest.create(cdir, self._header(), [_run_entry(r) for r in self.plan.runs])
+            resuming = False
+        config_json = self.config.model_dump(mode="json")
+        write_json_atomic(cdir / RESUME_CONFIG, config_json)
+        os.chmod(cdir / RESUME_CONFIG, 0o600)
+        manifest.start_session()
+        return manifest, resuming
+
+    def _header(self) -> dict[str, Any]:
+        p = self.plan
+        return {
+            "name": p.name, "campaign_dir": str(p.campaign_dir), "campaign_toml": self.source,
+            "conditions": p.conditions, "seeds": p.seeds, "max_steps": p.max_steps, "num_runs": len(p.runs),
+            "max_concurrent": p.schedule.max_concurrent, "stagger_seconds": p.schedule.stagger_seconds,
+            "max_failures": p.schedule.max_failures,
+            "config": redact(self.config.model_dump(mode="json")),
+        }
+
+    def _start_actors(self, namespace: str) -> dict[str, Any]:
+        p = self.plan
+        actors: dict[str, Any] = {"recorder": start_recorder(p.name, p.campaign_dir, namespace=namespace)}
+        if p.schedule.stagger_seconds > 0:
+            actors["gate"] = start_gate(p.name, p.schedule.stagger_seconds, namespace=namespace)
+        actors["control"] = start_control_plane(self.config, p.name, namespace=namespace)
+        return actors
+
+    def _tuner(self, manifest: Manifest, namespace: str, control: Any, progress: bool, resuming: bool) -> Any:
+        p = self.plan
+        ctx = TrialContext(campaign=p.name, namespace=namespace, runs={r.run_name: r for r in p.runs},
+                           control=control, runner=self.runner, timeout_s=p.schedule.trial_start_timeout_s)
+        factories = {r.run_name: tune.PlacementGroupFactory(r.placement.bundle_dicts, r.placement.strategy)
+                     for r in p.runs}
+        trainable = tune.with_resources(tune.with_parameters(run_trial, context=ctx),
+                                        resources=lambda cfg: factories[cfg["run_name"]])
+        if resuming:
+            return tune.Tuner.restore(str(p.campaign_dir / TUNE_DIR), trainable, resume_errored=True)
+        callback = ManifestCallback(manifest, progress=progress, start_timeout_s=p.schedule.trial_start_timeout_s)
+        return tune.Tuner(
+            trainable,
+            param_space={"run_name": tune.grid_search([r.run_name for r in p.runs])},
+            tune_config=tune.TuneConfig(max_concurrent_trials=p.schedule.max_concurrent, reuse_actors=False),
+            run_config=tune.RunConfig(
+                name=TUNE_DIR, storage_path=str(p.campaign_dir), verbose=0, callbacks=[callback],
+                failure_config=tune.FailureConfig(max_failures=p.schedule.max_failures),
+                checkpoint_config=tune.CheckpointConfig(num_to_keep=2),
+            ),
+        )
+
+
+def _run_entry(r: RunPlan) -> dict[str, Any]:
+    return {"run_name": r.run_name, "condition": r.condition, "seed": r.seed, "overrides": redact(r.overrides),
+            "run_dir": str(r.run_dir), "placement": r.placement.mode if r.placement else "",
+            "max_steps": int(r.config.training.max_steps)}
+
+
+def _connect(address: str | None) -> None:
+    if ray.is_initialized():
+        return
+    target = address or os.environ.get("RAY_ADDRESS") or "local"
+    ray.init(address=target, namespace="retrain-ray", log_to_driver=target != "local")
+
+
+def _place(plan: CampaignPlan) -> CampaignPlan:
+    """Gives each run its placement for the connected cluster; errors name the missing resource."""
+    nodes = alive_node_resources()
+    cluster_gpus = float(ray.cluster_resources().get("GPU", 0.0))
+    runs, problems, warnings = [], [], set()
+    for r in plan.runs:
+        placement, warning = placement_for(r.devices, cpus_per_run=plan.schedule.cpus_per_run,
+                                           cluster_gpus=cluster_gpus)
+        config = r.config
+        if warning:
+            warnings.add(warning)
+            config = config.model_copy(update={"backend": config.backend.model_copy(update={"devices": "cpu"})})
+        problem = check_fits(placement, nodes)
+        if problem:
+            problems.append(f"run {r.run_name}: {problem}")
+        runs.append(dataclasses.replace(r, placement=placement, config=config))
+    for w in sorted(warnings):
+        print(f"[campaign] warning: {w}", flush=True)
+    if problems:
+        raise CampaignError(problems)
+    return dataclasses.replace(plan, runs=runs)
+
+
+def _compact(plan: CampaignPlan) -> None:
+    """Writes metrics.parquet next to each run's Arrow streams (de-duplicated)."""
+    from retrain_ray.logs import compact_to_parquet
+
+    for r in plan.runs:
+        if any(r.run_dir.glob("metrics*.arrows")):
+            compact_to_parquet(r.run_dir, "metrics")

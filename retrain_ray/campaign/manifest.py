@@ -1,0 +1,115 @@
+"""`manifest.json`: the campaign's own record, kept current while it runs (atomic rewrites).
+
+It holds the config snapshot (secrets redacted), the run matrix, each run's status, attempts and
+result, the package versions and where the driver ran. The original (spec 5.2) wrote a manifest
+per phase with `returncode` only; here every state change of a run rewrites it, and `status` reads
+failures from it (the original never counted them, hazard 13.6).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import socket
+import time
+from collections.abc import Mapping
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+MANIFEST = "manifest.json"
+RUN_STATES = ("pending", "running", "completed", "failed")
+_SECRET_KEY = re.compile(r"(api[_-]?key|token|secret|password|passwd|credential|auth)", re.IGNORECASE)
+_PACKAGES = ("retrain-ray", "ray", "torch", "transformers", "peft", "pyarrow", "pydantic")
+REDACTED = "***redacted***"
+
+
+def redact(value: Any) -> Any:
+    """A copy of a JSON-like value with every secret-looking key's non-empty value replaced."""
+    if isinstance(value, Mapping):
+        out = {}
+        for k, v in value.items():
+            secret = isinstance(k, str) and _SECRET_KEY.search(k) and v not in ("", None, 0, False)
+            out[k] = REDACTED if secret and not isinstance(v, (Mapping, list)) else redact(v)
+        return out
+    if isinstance(value, list):
+        return [redact(v) for v in value]
+    return value
+
+
+def package_versions() -> dict[str, str]:
+    versions = {}
+    for name in _PACKAGES:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            versions[name] = "not installed"
+    return versions
+
+
+def write_json_atomic(path: Path, data: Any) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(data, indent=2, default=str))
+    os.replace(tmp, path)
+
+
+def read_manifest(campaign_dir: Path) -> dict[str, Any]:
+    path = Path(campaign_dir) / MANIFEST
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} not found: {campaign_dir} is not a retrain-ray campaign directory")
+    return json.loads(path.read_text())
+
+
+class Manifest:
+    """The manifest in memory; every mutation is written to disk at once. Used by the driver only."""
+
+    def __init__(self, path: Path, data: dict[str, Any]) -> None:
+        self.path = path
+        self.data = data
+
+    @classmethod
+    def create(cls, campaign_dir: Path, header: dict[str, Any], runs: list[dict[str, Any]]) -> Manifest:
+        data = {
+            **header,
+            "status": "pending",
+            "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "packages": package_versions(),
+            "runs": [{**r, "status": "pending", "attempts": 0, "result": {}, "error": ""} for r in runs],
+        }
+        manifest = cls(campaign_dir / MANIFEST, data)
+        manifest.save()
+        return manifest
+
+    @classmethod
+    def load(cls, campaign_dir: Path) -> Manifest:
+        return cls(Path(campaign_dir) / MANIFEST, read_manifest(campaign_dir))
+
+    def save(self) -> None:
+        self.data["updated"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        write_json_atomic(self.path, self.data)
+
+    def run(self, run_name: str) -> dict[str, Any]:
+        for entry in self.data["runs"]:
+            if entry["run_name"] == run_name:
+                return entry
+        raise KeyError(f"run {run_name!r} is not in {self.path}")
+
+    def update_run(self, run_name: str, **changes: Any) -> None:
+        if "status" in changes and changes["status"] not in RUN_STATES:
+            raise ValueError(f"run status {changes['status']!r} not in {RUN_STATES}")
+        self.run(run_name).update(changes)
+        self.save()
+
+    def start_session(self) -> None:
+        """Records a driver session (first start or resume): host, pid, time."""
+        session = {"host": socket.gethostname(), "pid": os.getpid(), "started": time.time()}
+        self.data.setdefault("sessions", []).append(session)
+        self.data["status"] = "running"
+        self.save()
+
+    def finish(self) -> None:
+        states = [r["status"] for r in self.data["runs"]]
+        self.data["status"] = "done" if all(s == "completed" for s in states) else "partial"
+        self.data["counts"] = {s: states.count(s) for s in RUN_STATES}
+        self.save()

@@ -1,0 +1,160 @@
+"""The campaign plan: its directory, its runs (conditions x seeds) and its scheduling settings.
+
+Built and validated before Ray starts (STYLE habit 12): every problem is collected and reported at
+once in a `CampaignError`.
+
+Campaign directory (departure from the original's cwd-relative `logs/campaign_<UTC>`, hazard 13.3):
+`<root>/<name>` where `root` is the `root=` argument, else the parent of `[logging].log_dir` (so
+`logs/smoke` gives `logs`), else `logs`; and `name` is `[campaign].name`, else
+`campaign_<UTC %Y%m%d_%H%M%S>`. A named campaign therefore lives in a stable directory, and
+re-running the same command resumes it. Run `r` lives in `<campaign_dir>/runs/<r>/`: the recorder
+writes its Arrow logs there, and the run's own working directory (checkpoints, local logs) is
+`<campaign_dir>/runs/<r>/work/` on whichever node runs it.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from retrain_ray.actors.placement import Placement, parse_devices
+
+
+class CampaignError(Exception):
+    """Everything wrong with a campaign, reported at once."""
+
+    def __init__(self, problems: list[str]) -> None:
+        self.problems = problems
+        super().__init__("campaign cannot start:\n" + "\n".join(f"  - {p}" for p in problems))
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """One run of the matrix. Frozen and picklable: it travels to the run's Tune trial."""
+
+    run_name: str
+    condition: str
+    seed: int
+    overrides: dict[str, Any]
+    config: Any  # RetrainConfig of this run (whole config, its own dirs)
+    run_dir: Path  # on the driver's machine; recorder output
+    work_dir: Path  # train_run's run_dir on the node that runs it
+    devices: str
+    placement: Placement | None = None
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """How runs are handed to Tune."""
+
+    max_concurrent: int
+    stagger_seconds: float
+    max_failures: int
+    cpus_per_run: float
+    trial_start_timeout_s: float
+
+
+@dataclass(frozen=True)
+class CampaignPlan:
+    name: str
+    campaign_dir: Path
+    runs: list[RunPlan]
+    schedule: Schedule
+    conditions: list[str] = field(default_factory=list)
+    seeds: list[int] = field(default_factory=list)
+    max_steps: int = 0
+
+
+def default_root(config: Any) -> Path:
+    parent = Path(config.logging.log_dir).parent
+    return parent if str(parent) not in ("", ".") else Path("logs")
+
+
+def campaign_name(config: Any, name: str | None) -> str:
+    chosen = name or config.campaign.name
+    return chosen or time.strftime("campaign_%Y%m%d_%H%M%S", time.gmtime())
+
+
+def _check_name(name: str) -> list[str]:
+    if "/" in name or name in (".", "..") or not name.strip():
+        return [f"campaign name {name!r} must be a plain directory name (no '/'); set [campaign].name"]
+    return []
+
+
+def _schedule(config: Any, num_runs: int) -> tuple[Schedule, list[str]]:
+    c = config.campaign
+    problems = []
+    if c.max_workers < 0:
+        problems.append(f"[campaign].max_workers = {c.max_workers}: must be >= 0 (0 = one worker per run)")
+    if c.stagger_seconds < 0:
+        problems.append(f"[campaign].stagger_seconds = {c.stagger_seconds}: must be >= 0")
+    if c.max_failures < 0:
+        problems.append(f"[campaign].max_failures = {c.max_failures}: must be >= 0 (retries per run)")
+    if c.cpus_per_run <= 0:
+        problems.append(f"[campaign].cpus_per_run = {c.cpus_per_run}: must be > 0")
+    workers = (c.max_workers or num_runs) if c.parallel else 1
+    sched = Schedule(
+        max_concurrent=max(1, min(workers, max(num_runs, 1))),
+        stagger_seconds=float(c.stagger_seconds),
+        max_failures=int(c.max_failures),
+        cpus_per_run=float(c.cpus_per_run),
+        trial_start_timeout_s=float(c.trial_start_timeout_s),
+    )
+    return sched, problems
+
+
+def _run_plan(spec: Any, campaign_dir: Path) -> tuple[RunPlan | None, list[str]]:
+    devices = spec.config.backend.devices
+    try:
+        parse_devices(devices)
+    except ValueError as exc:
+        return None, [f"run {spec.run_name}: {exc}"]
+    run_dir = campaign_dir / "runs" / spec.run_name
+    plan = RunPlan(
+        run_name=spec.run_name,
+        condition=spec.condition_label,
+        seed=spec.seed,
+        overrides=dict(spec.condition_overrides),
+        config=spec.config,
+        run_dir=run_dir,
+        work_dir=run_dir / "work",
+        devices=devices,
+    )
+    return plan, []
+
+
+def build_plan(config: Any, *, name: str | None = None, root: Path | None = None) -> CampaignPlan:
+    """Validates the campaign and expands its runs; raises CampaignError listing every problem."""
+    from retrain_ray.config.matrix import expand_runs
+
+    cname = campaign_name(config, name)
+    problems = _check_name(cname)
+    campaign_dir = (Path(root) if root else default_root(config)).resolve() / cname
+    specs = expand_runs(config, run_dir=lambda run_name: campaign_dir / "runs" / run_name / "work")
+    runs: list[RunPlan] = []
+    for spec in specs:
+        plan, errs = _run_plan(spec, campaign_dir)
+        problems += errs
+        if plan is not None:
+            runs.append(plan)
+    names = [r.run_name for r in runs]
+    dupes = sorted({n for n in names if names.count(n) > 1})
+    if dupes:
+        problems.append(f"run names repeat: {dupes}; make [[campaign.conditions]] or [campaign].seeds unique")
+    if not specs:
+        problems.append("the campaign has no runs: [campaign].seeds or [[campaign.conditions]] is empty")
+    schedule, errs = _schedule(config, len(runs))
+    problems += errs
+    if problems:
+        raise CampaignError(problems)
+    return CampaignPlan(
+        name=cname,
+        campaign_dir=campaign_dir,
+        runs=runs,
+        schedule=schedule,
+        conditions=list(dict.fromkeys(r.condition for r in runs)),
+        seeds=list(dict.fromkeys(r.seed for r in runs)),
+        max_steps=int(config.campaign.max_steps),
+    )

@@ -1,0 +1,64 @@
+"""Live campaign status: a condition x seed matrix read from the manifest and the Arrow logs.
+
+Cells: "step/max" (running or pending), "step ✓" (completed), "step ✗" (failed), "step stale"
+(not finished, no new row for `stale_after_s`), "—" (no row yet). Unlike the original (hazard
+13.6) failed runs are counted, from the manifest's run status.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from retrain_ray.campaign.manifest import read_manifest
+from retrain_ray.campaign.results import read_history
+
+STALE_AFTER_S = 300.0
+
+
+def _last_row_time(run_dir: Path) -> float:
+    files = list(run_dir.glob("metrics*.arrows"))
+    return max((f.stat().st_mtime for f in files), default=0.0)
+
+
+def run_state(entry: dict[str, Any], run_dir: Path, now: float, stale_after_s: float) -> dict[str, Any]:
+    hist = read_history(run_dir)
+    step = int(hist["step"].max()) if len(hist) else None
+    status = entry["status"]
+    if status == "running" and step is not None and now - _last_row_time(run_dir) > stale_after_s:
+        status = "stale"
+    last = hist.iloc[-1] if len(hist) else None
+    return {
+        "run_name": entry["run_name"], "condition": entry["condition"], "seed": entry["seed"],
+        "status": status, "step": step, "max_steps": entry.get("max_steps"), "attempts": entry.get("attempts", 0),
+        "mean_reward": None if last is None else float(last.get("mean_reward", float("nan"))),
+        "correct_rate": None if last is None else float(last.get("correct_rate", float("nan"))),
+    }
+
+
+def cell(state: dict[str, Any]) -> str:
+    step, status = state["step"], state["status"]
+    if step is None:
+        return "✗" if status == "failed" else "—"
+    shown = step + 1
+    return {"completed": f"{shown} ✓", "failed": f"{shown} ✗", "stale": f"{shown} stale"}.get(
+        status, f"{shown}/{state['max_steps']}")
+
+
+def campaign_status(campaign_dir: Path, *, stale_after_s: float = STALE_AFTER_S) -> dict[str, Any]:
+    manifest = read_manifest(campaign_dir)
+    now = time.time()
+    runs = [run_state(e, campaign_dir / "runs" / e["run_name"], now, stale_after_s) for e in manifest["runs"]]
+    counts = {s: sum(r["status"] == s for r in runs) for s in ("pending", "running", "stale", "completed", "failed")}
+    matrix = {c: {str(r["seed"]): cell(r) for r in runs if r["condition"] == c} for c in manifest["conditions"]}
+    return {"campaign": manifest["name"], "dir": str(campaign_dir), "status": manifest.get("status", ""),
+            "counts": counts, "seeds": manifest["seeds"], "matrix": matrix, "runs": runs}
+
+
+def find_campaigns(root: Path) -> list[Path]:
+    """`root` itself if it is a campaign directory, else its direct children that are."""
+    root = Path(root)
+    if (root / "manifest.json").is_file():
+        return [root]
+    return sorted(p for p in root.iterdir() if (p / "manifest.json").is_file()) if root.is_dir() else []

@@ -1,0 +1,91 @@
+"""Tune callback (in the driver) that keeps the manifest current and prints run transitions.
+
+Attempts count trial starts (first start, each retry, each campaign resume). A run is "failed"
+only when Tune gives up on it (max_failures exhausted); a retried run is "running" with its last
+error kept. It also enforces `trial_start_timeout_s`: if runs are pending and none has started
+or reported for that long, the campaign stops with an error instead of waiting forever.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from ray.tune import Callback
+
+from retrain_ray.campaign.manifest import Manifest
+
+
+def _run_name(trial: Any) -> str:
+    return trial.config["run_name"]
+
+
+def _result_summary(result: dict[str, Any]) -> dict[str, Any]:
+    skip = {"run_done", "run_status", "config", "trial_id", "experiment_tag", "date", "hostname", "node_ip"}
+    return {k: v for k, v in result.items() if isinstance(v, (int, float, str)) and k not in skip
+            and not k.startswith(("time_", "timestamp", "pid", "training_iteration", "iterations_"))}
+
+
+class ManifestCallback(Callback):
+    def __init__(self, manifest: Manifest, *, progress: bool, start_timeout_s: float) -> None:
+        self.manifest = manifest
+        self.progress = progress
+        self.start_timeout_s = start_timeout_s
+        self._last_activity = time.monotonic()
+
+    def setup(self, **info: Any) -> None:
+        """Re-reads the manifest: after `Tuner.restore` this callback is an unpickled copy."""
+        self.manifest = Manifest.load(self.manifest.path.parent)
+        self._last_activity = time.monotonic()
+
+    def _say(self, text: str) -> None:
+        if self.progress:
+            print(f"[campaign] {text}", flush=True)
+
+    def on_trial_start(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+        name = _run_name(trial)
+        attempts = self.manifest.run(name)["attempts"] + 1
+        self.manifest.update_run(name, status="running", attempts=attempts)
+        self._last_activity = time.monotonic()
+        self._say(f"{name}: started (attempt {attempts})")
+
+    def on_trial_result(self, iteration: int, trials: list, trial: Any, result: dict, **info: Any) -> None:
+        self._last_activity = time.monotonic()
+        self.manifest.update_run(_run_name(trial), result=_result_summary(result))
+
+    def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+        name = _run_name(trial)
+        last = trial.last_result or {}
+        self.manifest.update_run(name, status="completed", result=_result_summary(last))
+        self._say(f"{name}: completed at step {last.get('step', '?')}")
+
+    def on_trial_recover(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+        name = _run_name(trial)
+        self.manifest.update_run(name, error=_error_text(trial))
+        self._say(f"{name}: failed, retrying from its last checkpoint")
+
+    def on_trial_error(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+        name = _run_name(trial)
+        self.manifest.update_run(name, status="failed", error=_error_text(trial))
+        self._say(f"{name}: FAILED ({self.manifest.run(name)['error'].splitlines()[-1:]})")
+
+    def on_step_end(self, iteration: int, trials: list, **info: Any) -> None:
+        states = [t.status for t in trials]
+        if "RUNNING" in states or "PENDING" not in states:
+            self._last_activity = time.monotonic()
+            return
+        if time.monotonic() - self._last_activity > self.start_timeout_s:
+            raise TimeoutError(
+                f"no run could start for {self.start_timeout_s:.0f} s (Ray cannot place the pending "
+                "runs' resources); raise [campaign].trial_start_timeout_s or free resources"
+            )
+
+
+def _error_text(trial: Any) -> str:
+    path = getattr(trial, "error_file", None)
+    try:
+        text = open(path).read() if path else ""
+    except OSError:
+        text = ""
+    lines = [ln for ln in text.strip().splitlines() if ln.strip()]
+    return "\n".join(lines[-3:]) if lines else "unknown error (see the Tune trial logs)"

@@ -1,0 +1,119 @@
+"""One Tune trial = one run: the function trainable the campaign hands to `tune.Tuner`.
+
+At trial start it waits for its stagger slot, then calls the runner (`train_run`) with observers
+that forward rows to the recorder actor, export gauges and report each checkpoint to Tune
+(`tune.report(metrics, checkpoint=...)`). On a retry (Tune's FailureConfig) or after a campaign
+restore, `tune.get_checkpoint()` gives the last reported checkpoint and the run continues after it.
+A run that ends with status "failed" raises, so Tune retries it from that checkpoint.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import ray
+from ray import tune
+
+from retrain_ray.actors.recorder import RecorderClient, recorder_name
+from retrain_ray.campaign.control import ControlPlane
+from retrain_ray.campaign.gauges import RunGauges
+from retrain_ray.campaign.plan import RunPlan
+from retrain_ray.campaign.stagger import wait_for_start_slot
+
+DEFAULT_RUNNER = "retrain_ray.run.train:train_run"
+REPORTED = ("mean_reward", "correct_rate", "loss", "tokens_per_second", "step_time_s", "running_correct_rate")
+
+
+class RunFailed(RuntimeError):
+    """A run ended with status "failed"; raised so Tune retries it from its last checkpoint."""
+
+
+@dataclass(frozen=True)
+class TrialContext:
+    """Everything a trial needs besides its run name. Frozen and picklable (goes via the object store)."""
+
+    campaign: str
+    namespace: str
+    runs: Mapping[str, RunPlan]
+    control: ControlPlane
+    runner: str | Callable[..., Any] = DEFAULT_RUNNER
+    timeout_s: float = 600.0
+
+
+class TuneReporter:
+    """RunObserver: remembers the last row and reports it to Tune with each checkpoint."""
+
+    def __init__(self) -> None:
+        self.last: dict[str, Any] = {}
+
+    def on_step(self, row: Mapping[str, Any]) -> None:
+        self.last = {k: row[k] for k in ("step", *REPORTED) if isinstance(row.get(k), (int, float))}
+
+    def on_generations(self, rows: list[Mapping[str, Any]]) -> None:
+        pass
+
+    def on_eval(self, row: Mapping[str, Any]) -> None:
+        pass
+
+    def on_checkpoint(self, step: int, directory: Path) -> None:
+        metrics = {**self.last, "step": step, "run_done": False}
+        tune.report(metrics, checkpoint=tune.Checkpoint.from_directory(str(directory)))
+
+    def close(self) -> None:
+        pass
+
+
+def resolve_runner(runner: str | Callable[..., Any]) -> Callable[..., Any]:
+    if callable(runner):
+        return runner
+    module, _, attr = runner.partition(":")
+    return getattr(importlib.import_module(module), attr)
+
+
+def _observers(ctx: TrialContext, plan: RunPlan, reporter: TuneReporter) -> list[Any]:
+    handle = ray.get_actor(recorder_name(ctx.campaign), namespace=ctx.namespace)
+    return [
+        RecorderClient(handle, plan.run_name, timeout_s=ctx.timeout_s),
+        reporter,
+        RunGauges(ctx.campaign, plan.run_name, plan.condition),
+    ]
+
+
+def _run(ctx: TrialContext, plan: RunPlan, resume_from: Path | None) -> Any:
+    from retrain_ray.campaign.split import split_policy
+
+    reporter = TuneReporter()
+    runner = resolve_runner(ctx.runner)
+    with split_policy(ctx, plan) as policy:
+        outcome = runner(
+            plan.config,
+            run_name=plan.run_name,
+            run_dir=plan.work_dir,
+            observers=_observers(ctx, plan, reporter),
+            advisor=ctx.control.advisor_for(plan.run_name),
+            throttle=ctx.control.throttle_for(plan.run_name),
+            resume_from=resume_from,
+            policy=policy,
+        )
+    return outcome, reporter
+
+
+def run_trial(config: dict[str, Any], context: TrialContext) -> None:
+    """Tune function trainable: `config` holds only `run_name`; the rest comes in `context`."""
+    plan = context.runs[config["run_name"]]
+    wait_for_start_slot(context.campaign, context.namespace, timeout_s=context.timeout_s)
+    checkpoint = tune.get_checkpoint()
+    if checkpoint is None:
+        outcome, reporter = _run(context, plan, None)
+    else:
+        with checkpoint.as_directory() as resume_dir:
+            outcome, reporter = _run(context, plan, Path(resume_dir))
+    if outcome.status == "failed":
+        raise RunFailed(f"run {plan.run_name} failed at step {outcome.last_step}: {outcome.error}")
+    final = {k: v for k, v in outcome.metrics.items() if isinstance(v, (int, float))}
+    tune.report({**reporter.last, **final, "step": outcome.last_step, "run_done": True,
+                 "run_status": outcome.status})

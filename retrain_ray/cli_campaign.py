@@ -1,0 +1,158 @@
+"""CLI verbs for campaigns: `retrain-ray FILE` (campaign), `resume DIR`, `results DIR`, `status [DIR]`.
+
+Each is a function `*_main(argv) -> exit code`, wired into `retrain_ray.cli` by the CLI owner.
+Exit codes: 0 all runs completed, 1 some run failed, 2 bad input (config, directory).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+_EPILOG = "Set RAY_ADDRESS (or --address) to use a running cluster; without it a local Ray is started."
+
+
+def _print_table(df, title: str) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=title)
+    for col in df.columns:
+        table.add_column(str(col))
+    for _, row in df.iterrows():
+        table.add_row(*[f"{v:.4g}" if isinstance(v, float) else str(v) for v in row])
+    Console().print(table)
+
+
+def _finish(results) -> int:
+    summary = results.summary(by="condition", metrics=("mean_reward", "correct_rate"))
+    _print_table(summary, f"campaign {results.manifest['name']} ({results.campaign_dir})")
+    for run, err in results.errors.items():
+        print(f"FAILED {run}: {err.splitlines()[-1] if err else ''}", file=sys.stderr)
+    print(f"results: {results.campaign_dir}")
+    return 1 if results.errors else 0
+
+
+def _run(make_campaign, address: str | None) -> int:
+    from retrain_ray.campaign.plan import CampaignError
+
+    try:
+        campaign = make_campaign()
+    except (CampaignError, FileNotFoundError) as exc:
+        print(exc, file=sys.stderr)
+        return 2
+    except Exception as exc:  # ConfigError and friends: report without a traceback
+        if type(exc).__name__ != "ConfigError":
+            raise
+        print(exc, file=sys.stderr)
+        return 2
+    try:
+        return _finish(campaign.run(address=address))
+    except CampaignError as exc:
+        print(exc, file=sys.stderr)
+        return 2
+
+
+def campaign_main(argv: list[str]) -> int:
+    """`retrain-ray CAMPAIGN.toml [--name N] [--root DIR] [--address A] [overrides...]`."""
+    parser = argparse.ArgumentParser(prog="retrain-ray", description="Run a campaign on Ray.", epilog=_EPILOG)
+    parser.add_argument("config")
+    parser.add_argument("--name", default=None, help="campaign name (a named campaign resumes when re-run)")
+    parser.add_argument("--root", default=None, help="parent directory of the campaign directory")
+    parser.add_argument("--address", default=None)
+    args, rest = parser.parse_known_args(argv)
+
+    def make():
+        from retrain_ray.campaign import Campaign
+        from retrain_ray.config import parse_overrides
+
+        overrides = parse_overrides(rest) if rest else None
+        return Campaign.from_toml(args.config, overrides, name=args.name, root=args.root)
+
+    return _run(make, args.address)
+
+
+def resume_main(argv: list[str]) -> int:
+    """`retrain-ray resume CAMPAIGN_DIR`: finishes an interrupted campaign."""
+    parser = argparse.ArgumentParser(prog="retrain-ray resume", epilog=_EPILOG)
+    parser.add_argument("campaign_dir")
+    parser.add_argument("--address", default=None)
+    args = parser.parse_args(argv)
+
+    def make():
+        from retrain_ray.campaign import Campaign
+
+        return Campaign.from_dir(args.campaign_dir)
+
+    return _run(make, args.address)
+
+
+def results_main(argv: list[str]) -> int:
+    """`retrain-ray results DIR [--json|--csv]`: one row per run, and the per-condition summary."""
+    parser = argparse.ArgumentParser(prog="retrain-ray results")
+    parser.add_argument("campaign_dir")
+    fmt = parser.add_mutually_exclusive_group()
+    fmt.add_argument("--json", action="store_true")
+    fmt.add_argument("--csv", action="store_true")
+    args = parser.parse_args(argv)
+    from retrain_ray.campaign import CampaignResults
+
+    try:
+        res = CampaignResults.from_dir(args.campaign_dir)
+    except FileNotFoundError as exc:
+        print(exc, file=sys.stderr)
+        return 2
+    df = res.get_dataframe()
+    if args.json:
+        print(json.dumps({"runs": json.loads(df.to_json(orient="records")),
+                          "summary": json.loads(res.summary().to_json(orient="records")),
+                          "errors": res.errors}, indent=2))
+    elif args.csv:
+        print(df.to_csv(index=False), end="")
+    else:
+        _print_table(df, f"runs of {res.manifest['name']}")
+        _print_table(res.summary(), "by condition (mean, std, 95% CI of last values across seeds)")
+    return 0
+
+
+def status_main(argv: list[str]) -> int:
+    """`retrain-ray status [DIR=logs] [--json]`: the condition x seed matrix of each campaign."""
+    parser = argparse.ArgumentParser(prog="retrain-ray status")
+    parser.add_argument("root", nargs="?", default="logs")
+    parser.add_argument("--json", action="store_true")
+    parser.add_argument("--stale-after", type=float, default=300.0, help="seconds without a row = stale")
+    args = parser.parse_args(argv)
+    from retrain_ray.campaign.status import campaign_status, find_campaigns
+
+    found = find_campaigns(Path(args.root))
+    if not found:
+        print(f"no campaign (a directory with manifest.json) in {args.root}", file=sys.stderr)
+        return 2
+    statuses = [campaign_status(d, stale_after_s=args.stale_after) for d in found]
+    if args.json:
+        print(json.dumps({"root": args.root, "campaigns": statuses}, indent=2, default=str))
+        return 0
+    for st in statuses:
+        _print_status(st)
+    return 0
+
+
+def _print_status(st: dict) -> None:
+    import pandas as pd
+
+    c = st["counts"]
+    print(f"{st['campaign']} [{st['status']}]  running {c['running']}, stale {c['stale']}, done {c['completed']}, "
+          f"failed {c['failed']}, pending {c['pending']}  ({st['dir']})")
+    rows = [{"condition": cond, **{f"s{s}": cells.get(str(s), "") for s in st["seeds"]}}
+            for cond, cells in st["matrix"].items()]
+    _print_table(pd.DataFrame(rows), st["campaign"])
+
+
+if __name__ == "__main__":
+    verbs = {"resume": resume_main, "results": results_main, "status": status_main}
+    argv = sys.argv[1:]
+    if argv and argv[0] in verbs:
+        sys.exit(verbs[argv[0]](argv[1:]))
+    sys.exit(campaign_main(argv))
