@@ -1,0 +1,80 @@
+"""RL algorithm core: group advantages, token-credit transforms, batch transforms, SEPA, planning
+detection, preflight, and the local policy loss. Pure functions on lists of floats, except `loss`.
+
+Entry point: `compute_group_advantages(...)`; validate names at config time with `resolve_modes(...)`.
+`policy_loss` / `aggregate_microbatches` live in `retrain_ray.algorithms.loss` (imports torch).
+"""
+
+from retrain_ray.algorithms.api import compute_group_advantages
+from retrain_ray.algorithms.batch import batch_normalize, cap_advantages
+from retrain_ray.algorithms.credit import (
+    entropy_mask,
+    gtpo_weighting,
+    hicra,
+    mask_threshold,
+    sepa_amp,
+    sepa_amp_c,
+    sepa_pool,
+)
+from retrain_ray.algorithms.episode import grpo, maxrl, reinforce_pp
+from retrain_ray.algorithms.modes import ResolvedModes, resolve_modes
+from retrain_ray.algorithms.planning import (
+    DEFAULT_STRATEGIC_GRAMS,
+    RegexPlanningDetector,
+    parse_strategic_grams,
+    planning_mask,
+)
+from retrain_ray.algorithms.preflight import preflight
+from retrain_ray.algorithms.recipes import AlgorithmSpec
+from retrain_ray.algorithms.registry import TransformSpec
+from retrain_ray.algorithms.sepa import SEPAController
+from retrain_ray.algorithms.stats import split_stats
+from retrain_ray.algorithms.ties import TieStats, is_uniform_group, reward_tie_stats
+from retrain_ray.algorithms.types import (
+    MAX_SURPRISAL,
+    AdvantageContext,
+    AlgorithmContext,
+    EntropyStats,
+    GroupAdvantages,
+    SplitStats,
+    TransformContext,
+    UncertaintyInput,
+)
+
+__all__ = [
+    "DEFAULT_STRATEGIC_GRAMS",
+    "MAX_SURPRISAL",
+    "AdvantageContext",
+    "AlgorithmContext",
+    "AlgorithmSpec",
+    "EntropyStats",
+    "GroupAdvantages",
+    "RegexPlanningDetector",
+    "ResolvedModes",
+    "SEPAController",
+    "SplitStats",
+    "TieStats",
+    "TransformContext",
+    "TransformSpec",
+    "UncertaintyInput",
+    "batch_normalize",
+    "cap_advantages",
+    "compute_group_advantages",
+    "entropy_mask",
+    "grpo",
+    "gtpo_weighting",
+    "hicra",
+    "is_uniform_group",
+    "mask_threshold",
+    "maxrl",
+    "parse_strategic_grams",
+    "planning_mask",
+    "preflight",
+    "reinforce_pp",
+    "resolve_modes",
+    "reward_tie_stats",
+    "sepa_amp",
+    "sepa_amp_c",
+    "sepa_pool",
+    "split_stats",
+]

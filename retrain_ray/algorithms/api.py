@@ -1,0 +1,74 @@
+"""The one entry point of the advantage pipeline: `compute_group_advantages` (spec 2.1).
+
+With `algorithm_mode` set, the full-algorithm recipe runs and `advantage_mode` / `transform_mode` are
+ignored; otherwise the composable pipeline runs `advantage_mode` then `transform_mode`. The transform
+parameters seen by the pipeline are `{uncertainty_kind, **transform_params}`.
+Extensions over the original signature (keyword-only, optional): `advantage_params`,
+`algorithm_params`, `token_distributions` (full per-token distributions for `shannon_entropy`), `step`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from retrain_ray.algorithms.modes import resolve_modes
+from retrain_ray.algorithms.pipeline import GroupInput, Knobs, check_group, run_pipeline
+from retrain_ray.algorithms.types import AlgorithmContext, GroupAdvantages
+
+
+def _rows(values: Sequence[Sequence[Any]] | None, cast: type) -> list[list[Any]] | None:
+    return None if values is None else [[cast(v) for v in row] for row in values]
+
+
+def compute_group_advantages(
+    rewards: Sequence[float],
+    logprobs: Sequence[Sequence[float]],
+    planning_mask: Sequence[Sequence[int]] | None,
+    *,
+    advantage_mode: str,
+    transform_mode: str,
+    sepa_lambda: float = 0.0,
+    gtpo_beta: float = 0.1,
+    hicra_alpha: float = 0.2,
+    uncertainty_kind: str = "surprisal",
+    transform_params: Mapping[str, Any] | None = None,
+    algorithm_mode: str = "",
+    entropies: Sequence[Sequence[float]] | None = None,
+    advantage_params: Mapping[str, Any] | None = None,
+    algorithm_params: Mapping[str, Any] | None = None,
+    token_distributions: Sequence[Sequence[Sequence[float]]] | None = None,
+    step: int = 0,
+) -> GroupAdvantages:
+    """Token advantages of one prompt group (one list per completion, shaped like `logprobs`).
+
+    `planning_mask=None` means no planning tokens. Example:
+    `compute_group_advantages([1, 0], [[-0.1], [-2.0]], None, advantage_mode="grpo",
+    transform_mode="none").token_advantages == [[0.5], [-0.5]]`.
+    """
+    modes = resolve_modes(advantage_mode, transform_mode, algorithm_mode, uncertainty_kind, transform_params)
+    logprobs_G_T = _rows(logprobs, float) or []
+    masks = _rows(planning_mask, int) if planning_mask is not None else [[0] * len(lp) for lp in logprobs_G_T]
+    group = GroupInput(
+        [float(r) for r in rewards], logprobs_G_T, masks or [], _rows(entropies, float),
+        None if token_distributions is None else [[list(d) for d in row] for row in token_distributions],
+    )
+    check_group(group)
+    t_params = dict(transform_params or {})
+    if modes.algorithm is not None:
+        params = {
+            **dict(algorithm_params or {}),
+            "uncertainty_kind": modes.uncertainty_kind,
+            "advantage_params": dict((algorithm_params or {}).get("advantage_params") or advantage_params or {}),
+            "transform_params": dict((algorithm_params or {}).get("transform_params") or t_params),
+        }
+        ctx = AlgorithmContext(
+            group.rewards_G, group.logprobs_G_T, group.masks_G_T, params, step, sepa_lambda, gtpo_beta,
+            hicra_alpha, group.distributions_G, group.entropies_G_T,
+        )
+        return modes.algorithm.compute(ctx)
+    knobs = Knobs(
+        sepa_lambda, gtpo_beta, hicra_alpha, {"uncertainty_kind": modes.uncertainty_kind, **t_params},
+        dict(advantage_params or {}), step,
+    )
+    return run_pipeline(modes.advantage, modes.transform, modes.uncertainty, group, knobs)

@@ -1,0 +1,59 @@
+"""Trainer-side batch transforms applied after all groups (spec 2.8), in this order:
+
+1. `batch_normalize` (REINFORCE++, `[training].batch_advantage_norm`): over every nonzero token
+   advantage of the batch, a -> (a - mean) / (std + 1e-8) with the population std; zeros (prompt
+   padding, masked tokens) stay 0. With std < 1e-8 values are only centred.
+2. `cap_advantages` (`[training].adv_clip_max > 0`): clamp nonzero values to [-cap, cap].
+Both return `(new_advantages_D, metrics)` and never modify their input.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+NORM_EPS = 1e-8
+
+
+def batch_normalize(advantages_D: Sequence[Sequence[float]]) -> tuple[list[list[float]], dict[str, float]]:
+    """Standardise nonzero advantages over the batch; metrics `batch_adv_count/mean/std` (pre-norm)."""
+    values = [float(a) for row in advantages_D for a in row if a != 0.0]
+    rows = [[float(a) for a in row] for row in advantages_D]
+    if not values:
+        return rows, {"batch_adv_count": 0.0, "batch_adv_mean": 0.0, "batch_adv_std": 0.0}
+    mean = sum(values) / len(values)
+    std = math.sqrt(sum((v - mean) ** 2 for v in values) / len(values))
+    metrics = {"batch_adv_count": float(len(values)), "batch_adv_mean": mean, "batch_adv_std": std}
+    if std < NORM_EPS:
+        return [[a - mean if a != 0.0 else 0.0 for a in row] for row in rows], metrics
+    return [[(a - mean) / (std + NORM_EPS) if a != 0.0 else 0.0 for a in row] for row in rows], metrics
+
+
+def cap_advantages(
+    advantages_D: Sequence[Sequence[float]], cap: float
+) -> tuple[list[list[float]], dict[str, float]]:
+    """Clamp nonzero advantages to [-cap, cap].
+
+    Metrics: `adv_cap_fraction` = capped / nonzero, `adv_cap_magnitude` = mean |a| of the capped values
+    before capping (0 when nothing was capped).
+    """
+    if not cap > 0:
+        raise ValueError(f"cap_advantages: cap must be > 0 (got {cap}); set [training].adv_clip_max > 0 or skip the cap.")
+    rows: list[list[float]] = []
+    nonzero = 0
+    capped: list[float] = []
+    for row in advantages_D:
+        out = []
+        for a in row:
+            a = float(a)
+            if a != 0.0:
+                nonzero += 1
+                if abs(a) > cap:
+                    capped.append(abs(a))
+                    a = math.copysign(cap, a)
+            out.append(a)
+        rows.append(out)
+    return rows, {
+        "adv_cap_fraction": len(capped) / nonzero if nonzero else 0.0,
+        "adv_cap_magnitude": sum(capped) / len(capped) if capped else 0.0,
+    }

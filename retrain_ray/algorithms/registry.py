@@ -1,0 +1,189 @@
+"""Typed registries of advantage modes, token transforms and uncertainty kinds (spec 2.2-2.5).
+
+Each mode is a small frozen spec resolved once by name (built-in, alias, or dotted-path plugin) and
+cached; the pipeline then reads the spec's fields instead of branching on names. The delight family
+(`delight`, `delight_sepa`, `hard_delight`) is recognised and rejected with a clear error: retrain-ray
+does not implement it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+from retrain_ray.algorithms import credit, episode, uncertainty
+from retrain_ray.algorithms.plugins import is_dotted_path, load_callable, load_object, positional_arity
+from retrain_ray.algorithms.types import AdvantageContext, UncertaintyInput
+
+EntropyTransform = Callable[[Sequence[float], Sequence[int], float], list[float]]
+PostProcess = Callable[
+    [list[list[float]], list[list[float]], Mapping[str, Any]], tuple[list[list[float]], dict[str, float]]
+]
+
+
+@dataclass(frozen=True)
+class AdvantageSpec:
+    """An episode-level mode: rewards_G (+ params) -> one advantage per completion."""
+
+    name: str
+    compute: Callable[[list[float], Mapping[str, Any]], list[float]]
+
+
+@dataclass(frozen=True)
+class UncertaintySpec:
+    """A per-token uncertainty kind."""
+
+    name: str
+    compute: Callable[[UncertaintyInput], list[float]]
+    needs_entropy: bool = False
+
+
+@dataclass(frozen=True)
+class TransformSpec:
+    """A token-level transform, described by the table of spec 2.5."""
+
+    name: str
+    use_gtpo: bool = False
+    entropy_transform: EntropyTransform | None = None
+    apply_hicra: bool = False
+    post_process: PostProcess | None = None
+    compute_context: Callable[..., Any] | None = None
+    needs_planning: bool = False
+    uses_sepa_controller: bool = False
+
+    @property
+    def token_varying(self) -> bool:
+        """Whether advantages may differ between tokens of one completion."""
+        return self.use_gtpo or self.compute_context is not None
+
+
+def mask_rho(params: Mapping[str, Any]) -> float:
+    """The entropy-mask keep fraction: `surprisal_mask_rho`, else `entropy_mask_rho`, else 0 (off)."""
+    for key in ("surprisal_mask_rho", "entropy_mask_rho"):
+        if params.get(key):
+            return float(params[key])
+    return 0.0
+
+
+def surprisal_mask_post(
+    advs_G_T: list[list[float]], raw_u_G_T: list[list[float]], params: Mapping[str, Any]
+) -> tuple[list[list[float]], dict[str, float]]:
+    """`entropy_mask` post-process: a no-op (no metrics) while rho <= 0."""
+    rho = mask_rho(params)
+    if rho <= 0:
+        return advs_G_T, {}
+    return credit.entropy_mask(advs_G_T, raw_u_G_T, rho)
+
+
+T = TypeVar("T")
+
+
+class Registry(Generic[T]):
+    """Name -> spec, with aliases, known-but-unsupported names, and cached dotted-path plugins."""
+
+    def __init__(
+        self,
+        kind: str,
+        builtins: Mapping[str, T],
+        plugin: Callable[[str], T],
+        unsupported: Mapping[str, str] | None = None,
+        aliases: Mapping[str, str] | None = None,
+    ) -> None:
+        self.kind = kind
+        self._builtins = dict(builtins)
+        self._plugin = plugin
+        self._unsupported = dict(unsupported or {})
+        self._aliases = dict(aliases or {})
+        self._cache: dict[str, T] = {}
+
+    def names(self) -> list[str]:
+        return sorted(self._builtins)
+
+    def resolve(self, name: str) -> T:
+        key = self._aliases.get(name.strip().lower(), name.strip())
+        if key in self._builtins:
+            return self._builtins[key]
+        if key in self._unsupported:
+            raise ValueError(f"{self.kind}={name!r} is not supported by retrain-ray: {self._unsupported[key]}")
+        if not is_dotted_path(key):
+            raise ValueError(
+                f"{self.kind}={name!r} is not known. Use one of {self.names()}, "
+                "or a plugin path 'package.module:function'."
+            )
+        if key not in self._cache:
+            self._cache[key] = self._plugin(key)
+        return self._cache[key]
+
+
+def _advantage_plugin(path: str) -> AdvantageSpec:
+    fn = load_callable(path, "advantage_mode")
+    arity, first = positional_arity(fn)
+    if first == "ctx":
+        return AdvantageSpec(path, lambda r, p: fn(AdvantageContext(list(r), p)))
+    if arity == 1:
+        return AdvantageSpec(path, lambda r, p: fn(r))
+    return AdvantageSpec(path, lambda r, p: fn(r, p))
+
+
+def _transform_plugin(path: str) -> TransformSpec:
+    obj = load_object(path, "transform_mode")
+    if isinstance(obj, TransformSpec):
+        return obj
+    if not callable(obj):
+        raise ValueError(f"transform_mode={path!r} must be a TransformSpec or a function of a TransformContext.")
+    return TransformSpec(
+        name=path,
+        compute_context=obj,
+        needs_planning=bool(getattr(obj, "needs_planning", False)),
+        uses_sepa_controller=bool(getattr(obj, "uses_sepa_controller", False)),
+    )
+
+
+def _uncertainty_plugin(path: str) -> UncertaintySpec:
+    fn = load_callable(path, "uncertainty_kind")
+    return UncertaintySpec(path, fn, needs_entropy=bool(getattr(fn, "needs_entropy", False)))
+
+
+_DELIGHT = "the delight gating family is not implemented; use gtpo, gtpo_sepa or a plugin transform."
+
+ADVANTAGES: Registry[AdvantageSpec] = Registry(
+    "advantage_mode",
+    {
+        "grpo": AdvantageSpec("grpo", episode.grpo),
+        "maxrl": AdvantageSpec("maxrl", episode.maxrl),
+        "reinforce_pp": AdvantageSpec("reinforce_pp", episode.reinforce_pp),
+    },
+    _advantage_plugin,
+)
+
+TRANSFORMS: Registry[TransformSpec] = Registry(
+    "transform_mode",
+    {
+        "none": TransformSpec("none"),
+        "gtpo": TransformSpec("gtpo", use_gtpo=True),
+        "entropy_mask": TransformSpec("entropy_mask", use_gtpo=True, post_process=surprisal_mask_post),
+        "gtpo_hicra": TransformSpec("gtpo_hicra", use_gtpo=True, apply_hicra=True, needs_planning=True),
+        **{
+            name: TransformSpec(name, use_gtpo=True, entropy_transform=fn, needs_planning=True, uses_sepa_controller=True)
+            for name, fn in (
+                ("gtpo_sepa", credit.sepa_pool),
+                ("gtpo_sepa_amp", credit.sepa_amp),
+                ("gtpo_sepa_amp_c", credit.sepa_amp_c),
+            )
+        },
+    },
+    _transform_plugin,
+    unsupported={"delight": _DELIGHT, "delight_sepa": _DELIGHT, "hard_delight": _DELIGHT},
+)
+
+UNCERTAINTIES: Registry[UncertaintySpec] = Registry(
+    "uncertainty_kind",
+    {
+        name: UncertaintySpec(name, fn, needs_entropy=(name == "shannon_entropy"))
+        for name, fn in uncertainty.BUILTINS.items()
+    },
+    _uncertainty_plugin,
+    unsupported=uncertainty.UNSUPPORTED,
+    aliases=uncertainty.ALIASES,
+)
