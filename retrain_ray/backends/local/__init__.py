@@ -1,0 +1,26 @@
+"""Local PyTorch training backend (LoRA or full fine-tuning) and policy builders."""
+
+from retrain_ray.backends.local.backend import LocalBackend, LossSettings, OptimizerSettings
+from retrain_ray.backends.local.finetune import DEFAULT_TARGET_MODULES, LoraSettings
+from retrain_ray.backends.local.policy import (
+    PolicySettings,
+    build_local_policy,
+    build_shared_policy,
+    build_split_engine,
+    load_trainable_model,
+    settings_from_config,
+)
+
+__all__ = [
+    "DEFAULT_TARGET_MODULES",
+    "LocalBackend",
+    "LoraSettings",
+    "LossSettings",
+    "OptimizerSettings",
+    "PolicySettings",
+    "build_local_policy",
+    "build_shared_policy",
+    "build_split_engine",
+    "load_trainable_model",
+    "settings_from_config",
+]

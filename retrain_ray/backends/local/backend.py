@@ -1,0 +1,189 @@
+"""Local PyTorch training backend: one AdamW update per RL step on a LoRA or fully trainable model.
+
+Per step (spec 1.7 / 3.1): rows are split into micro-batches of `micro_batch_size` (0 = one forward);
+each micro-batch's loss sum is divided by the *whole batch's* action-token count before backward, so
+accumulation gives the global token-mean (every action token weighs the same) and the same gradient
+as one big forward. Then, if `grad_clip_norm > 0`, the gradient norm is clipped (the original ignored
+`grad_clip_norm` locally: hazard 13.7); the pre-clip norm is reported as `grad_norm` either way. `lr`
+and `weight_decay` are written into every param group at each step.
+
+Scoring uses the sampler's temperature and top-p (`scoring.py`), so the first on-policy update has
+ratio 1 (hazard 13.8). Forward passes run under bf16 autocast on CUDA, fp32 on CPU. Split-mode
+pipelining (the original returned the previous step's loss) is not done here: every step is
+synchronous, and `reports_sync_loss` is true.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from retrain_ray.backends.local import checkpoint as ckpt
+from retrain_ray.backends.local.batching import count_action_tokens, microbatches
+from retrain_ray.backends.local.loss import resolve_policy_loss
+from retrain_ray.backends.local.scoring import scored_logprobs
+from retrain_ray.backends.types import BackendCapabilities, TrainBatch, TrainStepResult
+from retrain_ray.engines.types import WeightUpdate
+from retrain_ray.engines.weights import export_trainable, trainable_parameters
+
+
+@dataclass(frozen=True)
+class LossSettings:
+    """Policy-loss knobs passed to `policy_loss` (names as [training] keys, spec 7)."""
+
+    mode: str = "standard"
+    clip_eps: float = 0.0
+    clip_eps_high: float = 0.0
+    clip_ratio_c: float = 0.0
+    kl_cov_percent: float = 0.2
+    kl_cov_coef: float = 1.0
+    clip_cov_ratio: float = 2e-4
+    clip_cov_min: float = 1.0
+    clip_cov_max: float = 5.0
+
+
+@dataclass(frozen=True)
+class OptimizerSettings:
+    beta1: float = 0.9
+    beta2: float = 0.95
+    eps: float = 1e-8
+    grad_clip_norm: float = 0.0
+
+
+class LocalBackend:
+    """TrainBackend on an in-process model (already wrapped for LoRA or marked for full fine-tuning)."""
+
+    capabilities = BackendCapabilities(
+        reports_sync_loss=True,
+        preserves_token_advantages=True,
+        supports_checkpoint_resume=True,
+        resume_runtime_dependent=False,
+        checkpoint_resume_mode="exact",
+    )
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        *,
+        top_p: float = 1.0,
+        micro_batch_size: int = 0,
+        loss: LossSettings | None = None,
+        optimizer: OptimizerSettings | None = None,
+        shares_model_with_engine: bool = False,
+        seed: int = 0,
+    ) -> None:
+        if not trainable_parameters(model):
+            raise ValueError("LocalBackend: the model has no trainable parameters (apply LoRA or finetune='full')")
+        self.model = model
+        self.device = next(model.parameters()).device
+        self.top_p = top_p
+        self.micro_batch_size = micro_batch_size
+        self.loss = loss or LossSettings()
+        self.optim = optimizer or OptimizerSettings()
+        self.shares_model_with_engine = shares_model_with_engine
+        self._params = list(trainable_parameters(model).values())
+        self.optimizer = torch.optim.AdamW(
+            self._params, lr=0.0, betas=(self.optim.beta1, self.optim.beta2), eps=self.optim.eps, weight_decay=0.0
+        )
+        self._loss_fn = resolve_policy_loss()
+        self._loss_generator = torch.Generator(device=self.device)
+        self._loss_generator.manual_seed(seed)
+        self._version = 0
+
+    @classmethod
+    def from_config(cls, cfg: Any, device: str | torch.device, *, cache_dir: Path | None = None) -> LocalBackend:
+        """A backend with its own model, from a RetrainConfig (see `policy.build_local_policy`)."""
+        from retrain_ray.backends.local.policy import load_trainable_model, settings_from_config
+
+        settings = settings_from_config(cfg)
+        model, _ = load_trainable_model(cfg.model.model, settings, device=device, cache_dir=cache_dir)
+        return cls(model, **settings.backend_kwargs())
+
+    @property
+    def version(self) -> int:
+        return self._version
+
+    def train_step(self, batch: TrainBatch, *, lr: float, weight_decay: float) -> TrainStepResult:
+        """One policy-gradient update over the batch; loss and policy metrics are token-weighted."""
+        started = time.perf_counter()
+        total = max(count_action_tokens(batch), 1)
+        sums = {"loss": 0.0, "clip": 0.0, "cov": 0.0, "kl": 0.0, "tokens": 0, "mb": 0}
+        self._begin_update()
+        loss_kwargs = {k: v for k, v in asdict(self.loss).items()}
+        for mb in microbatches(batch, self.micro_batch_size, self.device):
+            new_lp_B_S = scored_logprobs(self.model, mb, batch.temperature, self.top_p)
+            out = self._loss_fn(
+                new_lp_B_S, mb.old_logprobs_B_S, mb.advantages_B_S, mb.action_mask_B_S,
+                generator=self._loss_generator, **loss_kwargs,
+            )
+            (out.loss_sum / total).backward()
+            sums["loss"] += float(out.loss_sum.detach())
+            sums["clip"] += float(out.clip_fraction_sum)
+            sums["cov"] += float(out.cov_fraction_sum)
+            sums["kl"] += float(out.abs_kl_sum)
+            sums["tokens"] += int(out.num_action_tokens)
+            sums["mb"] += 1
+        grad_norm = self._finish_update(lr, weight_decay)
+        metrics = {
+            "clip_fraction": sums["clip"] / total,
+            "policy/cov_fraction": sums["cov"] / total,
+            "policy/abs_kl": sums["kl"] / total,
+            "grad_norm": grad_norm,
+            "local_action_tokens": float(sums["tokens"]),
+            "local_microbatches": float(sums["mb"]),
+            "local_train_step_s": time.perf_counter() - started,
+        }
+        return TrainStepResult(loss=sums["loss"] / total, metrics=metrics)
+
+    def sft_step(self, batch: TrainBatch, *, lr: float, weight_decay: float) -> TrainStepResult:
+        """Mean cross-entropy (T = 1, no top-p) over next tokens whose advantage is nonzero."""
+        total = max(count_action_tokens(batch), 1)
+        loss_sum = 0.0
+        self._begin_update()
+        for mb in microbatches(batch, self.micro_batch_size, self.device):
+            logp_B_S = scored_logprobs(self.model, mb, 1.0, 1.0)
+            nll = -(logp_B_S * mb.action_mask_B_S.to(logp_B_S.dtype)).sum()
+            (nll / total).backward()
+            loss_sum += float(nll.detach())
+        grad_norm = self._finish_update(lr, weight_decay)
+        return TrainStepResult(loss=loss_sum / total, metrics={"grad_norm": grad_norm})
+
+    def _begin_update(self) -> None:
+        self.model.train()
+        self.optimizer.zero_grad(set_to_none=True)
+
+    def _finish_update(self, lr: float, weight_decay: float) -> float:
+        """Clips (if configured), steps AdamW with this step's lr / wd; returns the pre-clip grad norm."""
+        grads = [p.grad for p in self._params if p.grad is not None]
+        if self.optim.grad_clip_norm > 0:
+            norm = torch.nn.utils.clip_grad_norm_(self._params, self.optim.grad_clip_norm)
+        else:
+            norm = torch.nn.utils.get_total_norm(grads) if grads else torch.tensor(0.0)
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+            group["weight_decay"] = weight_decay
+        self.optimizer.step()
+        self._version += 1
+        return float(norm)
+
+    def export_weights(self) -> WeightUpdate:
+        """Empty tensors when the engine shares this model (only the version moves), else CPU copies."""
+        if self.shares_model_with_engine:
+            return WeightUpdate(version=self._version)
+        return WeightUpdate(version=self._version, tensors=export_trainable(self.model))
+
+    def save_checkpoint(self, directory: Path) -> None:
+        directory = Path(directory)
+        if not directory.is_dir():
+            raise FileNotFoundError(f"checkpoint directory {directory} does not exist (the caller creates it)")
+        ckpt.save_weights(self.model, directory)
+        ckpt.save_optimizer(self.optimizer, self._version, directory)
+
+    def load_checkpoint(self, directory: Path) -> None:
+        directory = Path(directory)
+        ckpt.load_weights(self.model, directory)
+        self._version = ckpt.load_optimizer(self.optimizer, directory)

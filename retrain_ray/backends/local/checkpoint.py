@@ -1,0 +1,63 @@
+"""Checkpoint files of the local backend: trainable weights plus optimizer state, restored exactly.
+
+Layout inside the (existing) checkpoint directory:
+* LoRA: `adapter/` written by PEFT `save_pretrained` (loadable by any PEFT user);
+* full fine-tuning: `model.safetensors` with the trainable parameters (tied weights stored once);
+* `optimizer.pt`: AdamW `state_dict()` (moments and step counts) and the update count (version).
+
+Unlike the original (which restored only the adapter: resume mode "adapter_only"), the optimizer
+moments come back too, so a resumed run continues with the same update it would have made.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from peft import PeftModel, load_peft_weights, set_peft_model_state_dict
+from safetensors.torch import load_file, save_file
+
+from retrain_ray.engines.weights import export_trainable, install_weights
+
+ADAPTER_DIR = "adapter"
+FULL_WEIGHTS_FILE = "model.safetensors"
+OPTIMIZER_FILE = "optimizer.pt"
+
+
+def save_weights(model: torch.nn.Module, directory: Path) -> None:
+    if isinstance(model, PeftModel):
+        model.save_pretrained(directory / ADAPTER_DIR)
+    else:
+        tensors = {k: v.contiguous() for k, v in export_trainable(model).items()}
+        save_file(tensors, str(directory / FULL_WEIGHTS_FILE))
+
+
+def load_weights(model: torch.nn.Module, directory: Path) -> None:
+    device = next(model.parameters()).device
+    if isinstance(model, PeftModel):
+        adapter = directory / ADAPTER_DIR
+        if not (adapter / "adapter_config.json").is_file():
+            raise FileNotFoundError(f"{adapter} holds no PEFT adapter: is {directory} a LoRA checkpoint?")
+        result = set_peft_model_state_dict(model, load_peft_weights(str(adapter), device=str(device)))
+        unexpected = list(getattr(result, "unexpected_keys", []) or [])
+        if unexpected:
+            raise KeyError(f"adapter in {adapter} has unexpected keys, e.g. {unexpected[:3]}")
+        return
+    path = directory / FULL_WEIGHTS_FILE
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} is missing: is {directory} a full fine-tuning checkpoint?")
+    install_weights(model, load_file(str(path)))
+
+
+def save_optimizer(optimizer: torch.optim.Optimizer, version: int, directory: Path) -> None:
+    torch.save({"optimizer": optimizer.state_dict(), "version": version}, directory / OPTIMIZER_FILE)
+
+
+def load_optimizer(optimizer: torch.optim.Optimizer, directory: Path) -> int:
+    """Restores the optimizer state; returns the saved version (update count)."""
+    path = directory / OPTIMIZER_FILE
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} is missing: the checkpoint has no optimizer state")
+    payload = torch.load(path, map_location="cpu", weights_only=True)
+    optimizer.load_state_dict(payload["optimizer"])
+    return int(payload["version"])

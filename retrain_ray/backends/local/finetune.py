@@ -1,0 +1,75 @@
+"""What gets trained: PEFT LoRA adapters (default) or every weight (`finetune="full"`).
+
+LoRA follows the original local backend (spec 1.7): `r = rank`, `alpha = alpha if alpha > 0 else
+2 * rank`, `dropout`, target modules q,k,v,o,gate,up,down_proj by default. Departure: the requested
+target modules are filtered to those present in the model (so the same default works on models that
+lack, e.g., gate_proj), and asking for modules of which none exist is an error naming them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+from peft import LoraConfig, get_peft_model
+
+DEFAULT_TARGET_MODULES: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+
+@dataclass(frozen=True)
+class LoraSettings:
+    """LoRA shape. Picklable, so a split-mode sampler actor can rebuild the same adapter layout."""
+
+    rank: int = 32
+    alpha: float = 0.0
+    dropout: float = 0.0
+    target_modules: tuple[str, ...] = DEFAULT_TARGET_MODULES
+
+    @property
+    def effective_alpha(self) -> float:
+        return self.alpha if self.alpha > 0 else 2.0 * self.rank
+
+
+def present_target_modules(model: torch.nn.Module, requested: tuple[str, ...]) -> list[str]:
+    """The requested module names that occur (as the last name component of a Linear) in `model`."""
+    names = {name.rsplit(".", 1)[-1] for name, mod in model.named_modules() if isinstance(mod, torch.nn.Linear)}
+    present = [m for m in requested if m in names]
+    if not present:
+        raise ValueError(
+            f"LoRA target modules {list(requested)} match no Linear layer of the model (it has e.g. "
+            f"{sorted(names)[:8]}): set backend option lora_target_modules to names that exist"
+        )
+    return present
+
+
+def apply_lora(model: torch.nn.Module, lora: LoraSettings) -> torch.nn.Module:
+    if lora.rank <= 0:
+        raise ValueError(f"model.lora_rank must be > 0 for LoRA fine-tuning, got {lora.rank}")
+    config = LoraConfig(
+        r=lora.rank,
+        lora_alpha=lora.effective_alpha,
+        lora_dropout=lora.dropout,
+        target_modules=present_target_modules(model, lora.target_modules),
+        task_type="CAUSAL_LM",
+    )
+    return get_peft_model(model, config)
+
+
+def apply_full(model: torch.nn.Module, lora: LoraSettings) -> torch.nn.Module:
+    for p in model.parameters():
+        p.requires_grad_(True)
+    return model
+
+
+FINETUNE_MODES: dict[str, Callable[[torch.nn.Module, LoraSettings], torch.nn.Module]] = {
+    "lora": apply_lora,
+    "full": apply_full,
+}
+
+
+def prepare_trainable(model: torch.nn.Module, finetune: str, lora: LoraSettings) -> torch.nn.Module:
+    """Wraps/marks the model for the finetune mode; returns the model to train and sample with."""
+    if finetune not in FINETUNE_MODES:
+        raise ValueError(f"finetune={finetune!r} is not one of {sorted(FINETUNE_MODES)}")
+    return FINETUNE_MODES[finetune](model, lora)

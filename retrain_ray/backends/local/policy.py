@@ -1,0 +1,123 @@
+"""Building the policy of one run: a trainable model, its sampler, and (for split mode) a remote copy.
+
+* Single process (CPU, or one GPU): `build_shared_policy` returns an engine and a backend holding ONE
+  model object; the engine samples with the very PEFT model the backend trains, so a weight sync is
+  only a version bump (`export_weights()` carries no tensors).
+* Split mode (2+ GPUs, sampler in another actor): `build_split_engine` builds the same model layout
+  (same base weights, same LoRA settings) on the sampler's device; it then receives `WeightUpdate`
+  tensors from `LocalBackend.export_weights()` (built with `shares_model_with_engine=False`).
+
+`settings_from_config` is the only place that reads a RetrainConfig here; the rest takes plain values.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from transformers import PreTrainedTokenizerBase
+
+from retrain_ray.backends.local.backend import LocalBackend, LossSettings, OptimizerSettings
+from retrain_ray.backends.local.finetune import DEFAULT_TARGET_MODULES, LoraSettings, prepare_trainable
+from retrain_ray.engines.pytorch import PyTorchEngine
+from retrain_ray.models.loading import load_model_and_tokenizer
+
+
+@dataclass(frozen=True)
+class PolicySettings:
+    """Everything needed to build the same trainable model twice, plus the backend's knobs. Picklable."""
+
+    finetune: str = "lora"
+    lora: LoraSettings = field(default_factory=LoraSettings)
+    top_p: float = 1.0
+    micro_batch_size: int = 0
+    loss: LossSettings = field(default_factory=LossSettings)
+    optimizer: OptimizerSettings = field(default_factory=OptimizerSettings)
+    seed: int = 0
+    dtype: str = "auto"
+
+    def backend_kwargs(self) -> dict[str, Any]:
+        return {"top_p": self.top_p, "micro_batch_size": self.micro_batch_size, "loss": self.loss,
+                "optimizer": self.optimizer, "seed": self.seed}
+
+
+def _target_modules(option: str) -> tuple[str, ...]:
+    names = tuple(n.strip() for n in option.split(",") if n.strip())
+    return names or DEFAULT_TARGET_MODULES
+
+
+def settings_from_config(cfg: Any) -> PolicySettings:
+    """Reads [model], [lora], [optimizer], [training] and [backend.options] of a RetrainConfig."""
+    t, o = cfg.training, cfg.optimizer
+    options = dict(cfg.backend.options)
+    micro = t.micro_batch_size or int(options.get("train_microbatch_size", 0))
+    return PolicySettings(
+        finetune=cfg.model.finetune,
+        lora=LoraSettings(rank=cfg.model.lora_rank, alpha=float(cfg.lora.alpha), dropout=cfg.lora.dropout,
+                          target_modules=_target_modules(str(options.get("lora_target_modules", "")))),
+        top_p=t.top_p,
+        micro_batch_size=micro,
+        loss=LossSettings(
+            mode=t.policy_loss_mode, clip_eps=t.clip_eps, clip_eps_high=t.clip_eps_high,
+            clip_ratio_c=t.clip_ratio_c, kl_cov_percent=t.kl_cov_percent, kl_cov_coef=t.kl_cov_coef,
+            clip_cov_ratio=t.clip_cov_ratio, clip_cov_min=t.clip_cov_min, clip_cov_max=t.clip_cov_max,
+        ),
+        optimizer=OptimizerSettings(beta1=o.beta1, beta2=o.beta2, eps=o.eps, grad_clip_norm=o.grad_clip_norm),
+        seed=max(int(t.seed), 0),
+        dtype=cfg.inference.dtype,
+    )
+
+
+def load_trainable_model(
+    name_or_path: str | Path, settings: PolicySettings, *, device: str | torch.device,
+    cache_dir: Path | None = None,
+) -> tuple[torch.nn.Module, PreTrainedTokenizerBase]:
+    """Base model (offline) with LoRA applied or all weights trainable, on `device`."""
+    model, tokenizer = load_model_and_tokenizer(name_or_path, cache_dir=cache_dir, dtype=settings.dtype, device="cpu")
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(settings.seed)  # LoRA init depends on the seed only, not on the caller's RNG
+        model = prepare_trainable(model, settings.finetune, settings.lora)
+    return model.to(torch.device(device)), tokenizer
+
+
+def eos_ids(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase) -> list[int]:
+    """EOS ids of the tokenizer and of the model's generation config (chat models often have two)."""
+    ids = {tokenizer.eos_token_id}
+    gen = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    ids.update(gen if isinstance(gen, list) else [gen])
+    return sorted(i for i in ids if i is not None)
+
+
+def build_shared_policy(
+    name_or_path: str | Path, settings: PolicySettings, *, device: str | torch.device,
+    cache_dir: Path | None = None,
+) -> tuple[PyTorchEngine, LocalBackend, PreTrainedTokenizerBase]:
+    """(engine, backend, tokenizer) sharing one model object in this process."""
+    model, tokenizer = load_trainable_model(name_or_path, settings, device=device, cache_dir=cache_dir)
+    backend = LocalBackend(model, shares_model_with_engine=True, **settings.backend_kwargs())
+    engine = PyTorchEngine(
+        model, eos_token_id=eos_ids(model, tokenizer), pad_token_id=tokenizer.pad_token_id,
+        seed=settings.seed, shares_model_with_trainer=True,
+    )
+    return engine, backend, tokenizer
+
+
+def build_split_engine(
+    name_or_path: str | Path, settings: PolicySettings, *, device: str | torch.device,
+    cache_dir: Path | None = None,
+) -> tuple[PyTorchEngine, PreTrainedTokenizerBase]:
+    """A sampler with its own copy of the model layout; feed it `WeightUpdate`s with tensors."""
+    model, tokenizer = load_trainable_model(name_or_path, settings, device=device, cache_dir=cache_dir)
+    engine = PyTorchEngine(
+        model, eos_token_id=eos_ids(model, tokenizer), pad_token_id=tokenizer.pad_token_id, seed=settings.seed,
+    )
+    return engine, tokenizer
+
+
+def build_local_policy(
+    cfg: Any, *, device: str | torch.device, cache_dir: Path | None = None
+) -> tuple[PyTorchEngine, LocalBackend, PreTrainedTokenizerBase]:
+    """Single-process policy from a RetrainConfig: (engine, backend, tokenizer) sharing one model."""
+    return build_shared_policy(cfg.model.model, settings_from_config(cfg), device=device, cache_dir=cache_dir)

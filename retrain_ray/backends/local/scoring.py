@@ -1,0 +1,27 @@
+"""Trainer-side log-probabilities of the sampled tokens, under the sampler's own distribution.
+
+`scored_logprobs` runs one forward pass over a micro-batch and scores every next token with
+`retrain_ray.engines.distribution.token_logprobs` at the batch's temperature and the sampler's top_p:
+the same function the sampler used. So on the first on-policy update new == old log-probs and the
+importance ratio is 1 (fixes hazard 13.8 of the original, whose trainer used the T=1 softmax).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from retrain_ray.backends.local.batching import MicroBatch
+from retrain_ray.engines.distribution import token_logprobs
+from retrain_ray.engines.pytorch import autocast_for
+
+
+def scored_logprobs(model: torch.nn.Module, mb: MicroBatch, temperature: float, top_p: float) -> torch.Tensor:
+    """new_logprobs_B_S (S = T - 1), with gradient."""
+    ids_B_T = mb.input_ids_B_T
+    positions_B_T = torch.arange(ids_B_T.shape[1], device=ids_B_T.device).expand_as(ids_B_T)
+    with autocast_for(ids_B_T.device):
+        logits_B_T_V = model(input_ids=ids_B_T, attention_mask=mb.attention_mask_B_T, position_ids=positions_B_T).logits
+    logits_B_S_V = logits_B_T_V[:, :-1, :].float()
+    b, s, v = logits_B_S_V.shape
+    flat_N = token_logprobs(logits_B_S_V.reshape(b * s, v), mb.targets_B_S.reshape(b * s), temperature, top_p)
+    return flat_N.view(b, s)
