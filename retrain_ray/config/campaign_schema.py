@@ -1,0 +1,125 @@
+"""[campaign] and [squeeze] (spec 5.1, 5.4): not TrainConfig sections, present only when the file
+has them.
+
+A condition holds `advantage_mode`, `transform_mode` and overrides keyed by the original's
+TrainConfig *field* names (`lr`, `bp_enabled`, `transform_params`), or by a section name holding a
+table (`training = {lr = 1e-5}`). Whether each override value is valid is checked by applying it to
+the base config (`validate.py`), so every condition is validated before any run starts.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import Field, field_validator, model_serializer, model_validator
+
+from retrain_ray.config.base import Bool, Float, Int, IntList, Section, StrList
+from retrain_ray.config.errors import did_you_mean
+from retrain_ray.config.fields import FIELD_INDEX, TRAIN_SECTIONS
+from retrain_ray.config.sections_core import SEED_MAX
+
+DEFAULT_SEEDS = [42, 101, 202, 303, 404, 505, 606, 707]
+DEFAULT_CONDITIONS: list[tuple[str, str]] = [
+    ("grpo", "none"),
+    ("maxrl", "none"),
+    ("maxrl", "gtpo"),
+    ("maxrl", "gtpo_hicra"),
+    ("maxrl", "gtpo_sepa"),
+]
+
+
+class CampaignCondition(Section):
+    advantage_mode: str = Field(min_length=1)
+    transform_mode: str = Field(min_length=1)
+    overrides: dict[str, Any] = Field(default_factory=dict)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _collect_overrides(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        fixed = {"advantage_mode", "transform_mode"}
+        overrides = dict(data.get("overrides", {}))
+        overrides.update({k: v for k, v in data.items() if k not in fixed | {"overrides"}})
+        return {**{k: data[k] for k in fixed if k in data}, "overrides": overrides}
+
+    @field_validator("overrides")
+    @classmethod
+    def _known_names(cls, v: dict[str, Any]) -> dict[str, Any]:
+        for key, value in v.items():
+            if key in FIELD_INDEX:
+                continue
+            if key in TRAIN_SECTIONS and isinstance(value, dict):
+                continue
+            hint = did_you_mean(key, [*FIELD_INDEX, *TRAIN_SECTIONS])
+            raise ValueError(
+                f"unknown override {key!r}: conditions take TrainConfig field names (lr, bp_enabled, "
+                f"transform_params, ...) or a section table (training = {{lr = 1e-5}}) {hint}".rstrip()
+            )
+        return v
+
+    @model_serializer(mode="plain")
+    def _flat(self) -> dict[str, Any]:
+        return {"advantage_mode": self.advantage_mode, "transform_mode": self.transform_mode,
+                **self.overrides}
+
+    @property
+    def label(self) -> str:
+        """`{adv}+{tx}`, plus `~k=v,...` over the sorted overrides (spec 5.1)."""
+        base = f"{self.advantage_mode}+{self.transform_mode}"
+        if not self.overrides:
+            return base
+        return base + "~" + ",".join(f"{k}={v}" for k, v in sorted(self.overrides.items()))
+
+
+def _default_conditions() -> list[CampaignCondition]:
+    return [CampaignCondition(advantage_mode=a, transform_mode=t) for a, t in DEFAULT_CONDITIONS]
+
+
+class CampaignSection(Section):
+    seeds: IntList = Field(default_factory=lambda: list(DEFAULT_SEEDS), min_length=1)
+    max_steps: Int = Field(500, gt=0)
+    """Steps of every run. Defaults to 500 and REPLACES [training].max_steps (spec hazard 13.4)."""
+    parallel: Bool = False
+    max_workers: Int = Field(0, ge=0)
+    stagger_seconds: Float = Field(0.0, ge=0.0)
+    summary_script: str = ""
+    summary_args: StrList = Field(default_factory=list)
+    conditions: list[CampaignCondition] = Field(default_factory=_default_conditions, min_length=1)
+    # ours
+    name: str = ""
+    max_failures: Int = Field(2, ge=0)
+    cpus_per_run: Float = Field(1.0, gt=0.0)
+    trial_start_timeout_s: Float = Field(600.0, gt=0.0)
+
+    @field_validator("seeds")
+    @classmethod
+    def _seeds(cls, v: list[int]) -> list[int]:
+        bad = [s for s in v if not -1 <= s <= SEED_MAX]
+        if bad:
+            raise ValueError(f"seeds must be in [-1, {SEED_MAX}], got {bad}")
+        dupes = sorted({s for s in v if v.count(s) > 1})
+        if dupes:
+            raise ValueError(f"duplicate seeds {dupes} would give runs the same name")
+        return v
+
+    @field_validator("conditions")
+    @classmethod
+    def _unique_labels(cls, v: list[CampaignCondition]) -> list[CampaignCondition]:
+        labels = [c.label for c in v]
+        dupes = sorted({x for x in labels if labels.count(x) > 1})
+        if dupes:
+            raise ValueError(f"duplicate condition labels {dupes} would give runs the same name")
+        return v
+
+
+class SqueezeSection(Section):
+    """LoRA-Squeeze settings (spec 5.4): accepted and parsed; 0 / "" mean "infer" or "off"."""
+
+    adapter_path: str = ""
+    source_rank: Int = Field(0, ge=0)
+    target_ranks: IntList = Field(default_factory=list)
+    min_variance_retention: Float = Field(0.95, gt=0.0, le=1.0)
+    output_path: str = ""
+    compress_to: Int = Field(0, ge=0)
+    device: str = "cpu"

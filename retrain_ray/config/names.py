@@ -1,0 +1,75 @@
+"""Names the configuration accepts for modes, kinds and backends (spec sections 2 and 7).
+
+These sets describe what a TOML file may say; the algorithm registries resolve the names at run time.
+A dotted path (`pkg.module.name` or `pkg.module:name`) is always accepted as a plugin.
+"""
+
+from __future__ import annotations
+
+import re
+
+ADVANTAGE_MODES = frozenset({"grpo", "maxrl", "reinforce_pp"})
+TRANSFORM_MODES = frozenset(
+    {
+        "none", "gtpo", "entropy_mask", "gtpo_hicra", "gtpo_sepa", "gtpo_sepa_amp", "gtpo_sepa_amp_c",
+        "delight", "delight_sepa", "hard_delight",
+    }
+)
+ALGORITHM_MODES = frozenset(
+    {
+        "", "grpo_none", "maxrl_none", "maxrl_gtpo", "maxrl_gtpo_hicra", "maxrl_gtpo_sepa",
+        "reinforce_pp_none", "reinforce_pp_gtpo", "reinforce_pp_gtpo_sepa", "reinforce_pp_delight",
+        "reinforce_pp_delight_sepa", "discover_entropic", "ttt_discover_entropic",
+    }
+)
+UNCERTAINTY_ALIASES: dict[str, str] = {
+    "surprisal": "surprisal", "token_surprisal": "surprisal", "neg_logprob": "surprisal",
+    "negative_logprob": "surprisal", "nll": "surprisal",
+    "predictive_variance": "predictive_variance", "pred_var": "predictive_variance",
+    "bernoulli_variance": "predictive_variance",
+    "shannon_entropy": "shannon_entropy", "shannon": "shannon_entropy", "entropy": "shannon_entropy",
+    "token_entropy": "shannon_entropy",
+}
+UNCERTAINTY_PARAM_KEYS = ("uncertainty_kind", "uncertainty_metric", "token_uncertainty")
+POLICY_LOSS_MODES = frozenset({"standard", "kl_cov", "clip_cov"})
+SUPPORTED_BACKENDS = frozenset({"local", "tinker"})
+ORIGINAL_ONLY_BACKENDS = frozenset({"unsloth", "prime_rl"})
+INFERENCE_ENGINES = frozenset({"pytorch", "max", "vllm", "sglang", "trtllm", "mlx", "openai"})
+PLANNING_DETECTORS = frozenset({"regex", "semantic"})
+REWARD_TYPES = frozenset({"match", "math", "judge", "custom"})
+DATA_SOURCES = frozenset({"math", "builtin", "file"})
+ENVIRONMENT_PROVIDERS = frozenset({"", "verifiers", "openenv"})
+TL_GRPO_BRANCH_MODES = frozenset({"action_space", "llm"})
+CHECKPOINT_ARTIFACTS = frozenset({"auto", "off", "wandb"})
+ECHO_TARGET_RETENTION = frozenset({"all", "bounded"})
+SEPA_SCHEDULES = frozenset({"linear", "auto"})
+
+_DOTTED = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)+([:.][A-Za-z_]\w*)?$")
+_DEVICES = re.compile(r"^(cpu|gpu:\d+(,\s*gpu:\d+)*)$")
+
+
+def is_dotted_path(name: str) -> bool:
+    """True for a plugin reference like `my_pkg.transforms:scaled` or `my_pkg.transforms.scaled`."""
+    return bool(_DOTTED.match(name))
+
+
+def is_known_or_dotted(name: str, known: frozenset[str]) -> bool:
+    return name in known or is_dotted_path(name)
+
+
+def canonical_uncertainty(kind: str) -> str:
+    """The canonical kind for an alias; plugins (dotted paths) and unknown names pass through."""
+    return UNCERTAINTY_ALIASES.get(kind, kind)
+
+
+def valid_devices(devices: str) -> bool:
+    """`cpu`, `gpu:N`, or a comma list `gpu:0,gpu:1` (split mode)."""
+    return bool(_DEVICES.match(devices.strip()))
+
+
+def gpu_count(devices: str) -> int:
+    """GPUs a run needs for a `backend.devices` string: cpu -> 0, gpu:0 -> 1, gpu:0,gpu:1 -> 2."""
+    text = devices.strip()
+    if text == "cpu":
+        return 0
+    return len([d for d in text.split(",") if d.strip()])

@@ -1,0 +1,180 @@
+"""Section models around the trainer: [inference], [backpressure], [planning], [data], [environment],
+[reward], [resume], [logging], [echo], [optimizer_batch], [plugins] (spec section 7).
+
+Keys that are ours, not the original's, are marked "ours". `[resume] from` is a Python keyword: the
+attribute is `from_`, the TOML key (and the dump alias) is `from`.
+"""
+
+from __future__ import annotations
+
+import json
+
+from pydantic import ConfigDict, Field, field_validator
+
+from retrain_ray.config.base import Bool, Float, Int, Section, StrList
+from retrain_ray.config.names import (
+    CHECKPOINT_ARTIFACTS,
+    DATA_SOURCES,
+    ECHO_TARGET_RETENTION,
+    ENVIRONMENT_PROVIDERS,
+    INFERENCE_ENGINES,
+    PLANNING_DETECTORS,
+    REWARD_TYPES,
+)
+from retrain_ray.config.sections_core import _choice
+
+
+class InferenceSection(Section):
+    engine: str = "pytorch"
+    url: str = ""
+    attention_kernel: str = "default"
+    dtype: str = "auto"
+    kv_cache_dtype: str = "auto"
+    prefix_caching: Bool = True
+    max_concurrent: Int = Field(4, gt=0)  # ours: shared endpoint throttle capacity
+    one_step_off: Bool = False  # ours
+
+    @field_validator("engine")
+    @classmethod
+    def _engine(cls, v: str) -> str:
+        return _choice(v, INFERENCE_ENGINES, "inference engine")
+
+
+class BackpressureSection(Section):
+    enabled: Bool = False
+    warmup_steps: Int = Field(10, ge=0)
+    ema_decay: Float = Field(0.9, ge=0.0, lt=1.0)
+    throttle_margin: Float = Field(0.85, gt=0.0, le=1.0)
+    increase_margin: Float = Field(0.5, gt=0.0, le=1.0)
+    min_batch_size: Int = Field(1, ge=1)
+    max_batch_size: Int = Field(64, ge=1)
+    peak_gflops: Float = Field(0.0, ge=0.0)
+    peak_bw_gb_s: Float = Field(0.0, ge=0.0)
+    pooled: Bool = True  # ours
+    error_cut: Float = Field(0.5, gt=0.0)  # ours
+
+
+class PlanningSection(Section):
+    detector: str = "regex"
+    model: str = "all-MiniLM-L6-v2"
+    threshold: Float = 0.02
+
+    @field_validator("detector")
+    @classmethod
+    def _detector(cls, v: str) -> str:
+        return _choice(v, PLANNING_DETECTORS, "planning detector")
+
+
+class DataSection(Section):
+    source: str = "math"
+    task: str = "first_digit"  # ours (the rest of this section too)
+    level: Int = Field(1, ge=1)
+    path: str = ""
+    prompt_column: str = "prompt"
+    reference_column: str = "reference"
+    eval_path: str = ""
+    num_examples: Int = Field(512, gt=0)
+    num_eval_examples: Int = Field(64, ge=0)
+
+    @field_validator("source")
+    @classmethod
+    def _source(cls, v: str) -> str:
+        return _choice(v, DATA_SOURCES, "data source")
+
+
+class EnvironmentSection(Section):
+    provider: str = ""
+    id: str = ""
+    args: str = ""
+    """A JSON object as text; a TOML table here is JSON-dumped on load (as the original does)."""
+    max_turns: Int = -1
+    auto_install: Bool = False
+    rollout_env_workers: Int = Field(1, ge=1)
+    rollout_buffer_size: Int = Field(0, ge=0)
+
+    @field_validator("provider")
+    @classmethod
+    def _provider(cls, v: str) -> str:
+        return _choice(v, ENVIRONMENT_PROVIDERS, "environment provider", dotted=False)
+
+    @field_validator("args", mode="before")
+    @classmethod
+    def _args(cls, v: object) -> object:
+        if isinstance(v, dict):
+            return json.dumps(v, sort_keys=True)
+        if isinstance(v, str) and v.strip():
+            try:
+                parsed = json.loads(v)
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"args is not valid JSON ({exc.msg})") from None
+            if not isinstance(parsed, dict):
+                raise ValueError("args must be a JSON object (a TOML table)")
+        return v
+
+
+class RewardSection(Section):
+    type: str = "match"
+    judge_model: str = ""
+    custom_module: str = ""
+    custom_function: str = "score"
+
+    @field_validator("type")
+    @classmethod
+    def _type(cls, v: str) -> str:
+        return _choice(v, REWARD_TYPES, "reward type")
+
+
+class ResumeSection(Section):
+    model_config = ConfigDict(frozen=True, extra="forbid", validate_by_name=True, validate_by_alias=True,
+                              serialize_by_alias=True)
+
+    from_: str = Field("", alias="from")
+
+
+class LoggingSection(Section):
+    log_dir: str = "logs/train"
+    wandb_project: str = ""
+    wandb_run_name: str = ""
+    wandb_entity: str = ""
+    wandb_group: str = ""
+    wandb_tags: str = ""
+    checkpoint_artifacts: str = "auto"
+    log_generations: Bool = True
+    generation_log_samples_per_prompt: Int = Field(1, ge=0)
+    generation_top_surprisal_limit: Int = Field(0, ge=0)
+    strategic_grams: str = ""
+
+    @field_validator("checkpoint_artifacts")
+    @classmethod
+    def _artifacts(cls, v: str) -> str:
+        return _choice(v, CHECKPOINT_ARTIFACTS, "checkpoint_artifacts", dotted=False)
+
+
+class EchoSection(Section):
+    enabled: Bool = False
+    weight: Float = Field(0.05, ge=0.0, le=1.0)
+    loss_fn: str = "cross_entropy"
+    target_retention: str = "bounded"
+    max_tokens_per_step: Int = Field(2048, ge=0)
+    max_token_ratio: Float = Field(0.5, ge=0.0)
+    entropy_floor: Float = Field(0.01, ge=0.0)
+    min_prompt_overlap: Float = Field(0.5, ge=0.0, le=1.0)
+    require_live_observation_bridge: Bool = False
+
+    @field_validator("target_retention")
+    @classmethod
+    def _retention(cls, v: str) -> str:
+        return _choice(v, ECHO_TARGET_RETENTION, "echo target_retention", dotted=False)
+
+
+class OptimizerBatchSection(Section):
+    capture: Bool = False
+    replay_path: str = ""
+    expected_logical_sha256: str = ""
+    expected_manifest_sha256: str = ""
+    allow_config_differences: StrList = Field(default_factory=list)
+
+
+class PluginsSection(Section):
+    search_paths: StrList = Field(default_factory=lambda: ["plugins"])
+    strict: Bool = True

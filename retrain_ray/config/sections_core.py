@@ -1,0 +1,195 @@
+"""Section models for what is trained and how: [training], [algorithm], [optimizer], [lora], [gtpo],
+[hicra], [sepa], [model], [backend] (spec section 7, same keys and defaults as the original).
+
+Single-key bounds live here as field constraints; rules that tie several keys together live in
+`validate.py`. Keys that are ours, not the original's, are marked "ours".
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, field_validator
+
+from retrain_ray.config.base import Bool, Float, Int, Section, Table
+from retrain_ray.config.names import (
+    ADVANTAGE_MODES,
+    ALGORITHM_MODES,
+    SEPA_SCHEDULES,
+    TL_GRPO_BRANCH_MODES,
+    TRANSFORM_MODES,
+    UNCERTAINTY_ALIASES,
+    canonical_uncertainty,
+    is_known_or_dotted,
+    valid_devices,
+)
+
+SEED_MAX = 2**32 - 1
+
+
+def _choice(value: str, known: frozenset[str], what: str, dotted: bool = True) -> str:
+    ok = is_known_or_dotted(value, known) if dotted else value in known
+    if not ok:
+        names = ", ".join(sorted(n for n in known if n)) + (", or a dotted plugin path" if dotted else "")
+        raise ValueError(f"unknown {what} {value!r}; use one of {names}")
+    return value
+
+
+class TrainingSection(Section):
+    seed: Int = Field(-1, ge=-1, le=SEED_MAX)
+    max_steps: Int = Field(500, gt=0)
+    batch_size: Int = Field(8, gt=0)
+    group_size: Int = Field(16, gt=0)
+    max_tokens: Int = Field(10240, gt=0)
+    temperature: Float = Field(0.7, ge=0.0)
+    top_p: Float = Field(0.95, gt=0.0, le=1.0)
+    lr: Float = Field(4e-5, gt=0.0)
+    weight_decay: Float = 0.0
+    clip_eps: Float = Field(0.0, ge=0.0)
+    clip_eps_high: Float = Field(0.0, ge=0.0)
+    clip_ratio_c: Float = Field(0.0, ge=0.0)
+    policy_loss_mode: Literal["standard", "kl_cov", "clip_cov"] = "standard"
+    kl_cov_percent: Float = Field(0.2, ge=0.0, le=100.0)
+    kl_cov_coef: Float = Field(1.0, ge=0.0)
+    clip_cov_ratio: Float = Field(0.0002, ge=0.0, le=1.0)
+    clip_cov_min: Float = 1.0
+    clip_cov_max: Float = 5.0
+    adv_clip_max: Float = Field(0.0, ge=0.0)
+    batch_advantage_norm: Bool = False
+    max_examples: Int = Field(0, ge=0)
+    save_every: Int = Field(20, ge=0)
+    trainer: str = "retrain"
+    trainer_command: str = ""
+    tl_grpo: Bool = False
+    tl_grpo_branch_mode: str = "action_space"
+    tl_grpo_branch_size: Int = Field(4, ge=2)
+    tl_grpo_lookahead_steps: Int = Field(2, ge=0)
+    tl_grpo_ema_decay: Float = Field(0.9, gt=0.0, lt=1.0)
+    tl_grpo_ema_init: Float = 0.5
+    sft_warmup_steps: Int = Field(0, ge=0)
+    sft_data_path: str = ""
+    sft_data_sha256: str = ""
+    sft_data_rows: Int = Field(0, ge=0)
+    sft_audit_path: str = ""
+    sft_audit_sha256: str = ""
+    sft_token_audit_path: str = ""
+    sft_token_audit_sha256: str = ""
+    sft_batch_size: Int = Field(0, ge=0)
+    sft_max_tokens: Int = Field(0, ge=0)
+    sft_lr: Float = Field(0.0, ge=0.0)
+    sft_loss_fn: str = "auto"
+    sft_batch_order: str = "shuffle"
+    sft_length_bucket_size: Int = Field(0, ge=0)
+    sft_reshuffle_each_epoch: Bool = False
+    # ours
+    eval_every: Int = Field(0, ge=0)
+    eval_examples: Int = Field(64, gt=0)
+    log_every: Int = Field(1, gt=0)
+    micro_batch_size: Int = Field(0, ge=0)
+    gradient_accumulation_steps: Int = Field(1, ge=1)
+    keep_last_checkpoints: Int = Field(3, ge=0)
+
+    @field_validator("tl_grpo_branch_mode")
+    @classmethod
+    def _branch_mode(cls, v: str) -> str:
+        return _choice(v, TL_GRPO_BRANCH_MODES, "tl_grpo_branch_mode", dotted=False)
+
+    @property
+    def rows_per_step(self) -> int:
+        """Datums of one full step: batch_size prompts x group_size completions."""
+        return self.batch_size * self.group_size
+
+
+class AlgorithmSection(Section):
+    algorithm_mode: str = ""
+    advantage_mode: str = "maxrl"
+    transform_mode: str = "gtpo_sepa"
+    uncertainty_kind: str = "surprisal"
+    surprisal_mask_rho: Float = Field(0.0, ge=0.0, le=1.0)
+    entropy_mask_rho: Float = Field(0.0, ge=0.0, le=1.0)
+    params: Table = Field(default_factory=dict)
+    advantage_params: Table = Field(default_factory=dict)
+    transform_params: Table = Field(default_factory=dict)
+
+    @field_validator("algorithm_mode")
+    @classmethod
+    def _algorithm(cls, v: str) -> str:
+        return _choice(v, ALGORITHM_MODES, "algorithm_mode")
+
+    @field_validator("advantage_mode")
+    @classmethod
+    def _advantage(cls, v: str) -> str:
+        return _choice(v, ADVANTAGE_MODES, "advantage_mode")
+
+    @field_validator("transform_mode")
+    @classmethod
+    def _transform(cls, v: str) -> str:
+        return _choice(v, TRANSFORM_MODES, "transform_mode")
+
+    @field_validator("uncertainty_kind")
+    @classmethod
+    def _uncertainty(cls, v: str) -> str:
+        if v == "varentropy":
+            raise ValueError("uncertainty kind 'varentropy' is an alias without an implementation")
+        _choice(v, frozenset(UNCERTAINTY_ALIASES), "uncertainty_kind")
+        return canonical_uncertainty(v)
+
+
+class OptimizerSection(Section):
+    beta1: Float = Field(0.9, ge=0.0, lt=1.0)
+    beta2: Float = Field(0.95, ge=0.0, lt=1.0)
+    eps: Float = Field(1e-8, gt=0.0)
+    grad_clip_norm: Float = Field(0.0, ge=0.0)
+
+
+class LoraSection(Section):
+    alpha: Int = Field(0, ge=0)
+    dropout: Float = Field(0.0, ge=0.0, lt=1.0)
+
+
+class GtpoSection(Section):
+    beta: Float = Field(0.1, ge=0.0)
+
+
+class HicraSection(Section):
+    alpha: Float = Field(0.2, ge=0.0)
+
+
+class SepaSection(Section):
+    steps: Int = Field(500, ge=0)
+    schedule: str = "linear"
+    delay_steps: Int = Field(50, ge=0)
+    correct_rate_gate: Float = Field(0.1, ge=0.0, le=1.0)
+
+    @field_validator("schedule")
+    @classmethod
+    def _schedule(cls, v: str) -> str:
+        return _choice(v, SEPA_SCHEDULES, "sepa schedule", dotted=False)
+
+
+class ModelSection(Section):
+    model: str = "Qwen/Qwen3-4B-Instruct-2507"
+    """A hub id, a local directory, `builtin:<name>` (e.g. builtin:tiny) or `smollm2:135m`."""
+    revision: str = ""
+    local_files_only: Bool = False
+    base_url: str = ""
+    lora_rank: Int = Field(32, gt=0)
+    finetune: Literal["lora", "full"] = "lora"  # ours
+
+
+class BackendSection(Section):
+    backend: str = "local"
+    devices: str = "gpu:0"
+    adapter_path: str = "/tmp/retrain_adapter"
+    throttle_dir: str = ""
+    max_concurrent: Int = Field(4, gt=0)
+    options: Table = Field(default_factory=dict)
+    lease_ttl_s: Float = Field(30.0, gt=0.0)  # ours
+    acquire_timeout_s: Float = Field(600.0, gt=0.0)  # ours
+
+    @field_validator("devices")
+    @classmethod
+    def _devices(cls, v: str) -> str:
+        if not valid_devices(v):
+            raise ValueError("devices must be `cpu`, `gpu:N`, or a comma list like `gpu:0,gpu:1`")
+        return v.replace(" ", "")

@@ -1,0 +1,210 @@
+"""Rules that tie several keys together (spec 7, "Validation rules worth keeping"), plus ours.
+
+Each rule is a small function `cfg -> list[ConfigIssue]` registered in `RULES`; `collect_issues`
+runs all of them so every problem is reported at once. Single-key bounds are field constraints in
+the section models. Warnings (spec 7) are rules of the same shape returning text, in `WARNINGS`.
+
+Departures from the original: `unsloth` and `prime_rl` backends are rejected with a hint (retrain-ray
+does not ship them); `micro_batch_size` / `gradient_accumulation_steps` consistency is ours.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from retrain_ray.config.backend_options import check_options
+from retrain_ray.config.errors import ConfigIssue
+from retrain_ray.config.names import (
+    ORIGINAL_ONLY_BACKENDS,
+    SUPPORTED_BACKENDS,
+    UNCERTAINTY_PARAM_KEYS,
+    canonical_uncertainty,
+    is_dotted_path,
+)
+
+if TYPE_CHECKING:
+    from retrain_ray.config.schema import RetrainConfig
+
+Rule = Callable[["RetrainConfig"], list[ConfigIssue]]
+
+
+def _backend(cfg: RetrainConfig) -> list[ConfigIssue]:
+    name = cfg.backend.backend
+    if name in SUPPORTED_BACKENDS or is_dotted_path(name):
+        return []
+    why = "is a backend of the original retrain that retrain-ray does not ship" \
+        if name in ORIGINAL_ONLY_BACKENDS else "is not a known backend"
+    return [ConfigIssue("backend.backend", name, f"{name!r} {why}",
+                        "use \"local\" (PyTorch on this machine/cluster), \"tinker\", or a dotted plugin path")]
+
+
+def _backend_options(cfg: RetrainConfig) -> list[ConfigIssue]:
+    return check_options(cfg.backend.backend, cfg.backend.options)
+
+
+def _clipping(cfg: RetrainConfig) -> list[ConfigIssue]:
+    t, issues = cfg.training, []
+    if t.clip_eps_high > 0 and t.clip_eps <= 0:
+        issues.append(ConfigIssue("training.clip_eps_high", t.clip_eps_high, "needs training.clip_eps > 0",
+                                  "set clip_eps (e.g. 0.2) or clip_eps_high = 0"))
+    if t.clip_cov_min >= t.clip_cov_max:
+        issues.append(ConfigIssue("training.clip_cov_min", t.clip_cov_min,
+                                  f"must be below clip_cov_max ({t.clip_cov_max})", "lower clip_cov_min"))
+    if t.policy_loss_mode != "standard" and cfg.backend.backend != "local":
+        issues.append(ConfigIssue("training.policy_loss_mode", t.policy_loss_mode,
+                                  "non-standard policy losses need backend = \"local\"",
+                                  "use policy_loss_mode = \"standard\" or the local backend"))
+    return issues
+
+
+def _micro_batches(cfg: RetrainConfig) -> list[ConfigIssue]:
+    t = cfg.training
+    if t.micro_batch_size > 0 and t.gradient_accumulation_steps > 1:
+        if t.micro_batch_size * t.gradient_accumulation_steps != t.rows_per_step:
+            return [ConfigIssue(
+                "training.gradient_accumulation_steps", t.gradient_accumulation_steps,
+                f"inconsistent with micro_batch_size={t.micro_batch_size}: "
+                f"{t.micro_batch_size} x {t.gradient_accumulation_steps} != batch_size x group_size "
+                f"= {t.rows_per_step}", "set only one of the two (the other to its default 0 / 1)")]
+    return []
+
+
+def _uncertainty(cfg: RetrainConfig) -> list[ConfigIssue]:
+    a, issues = cfg.algorithm, []
+    given = {k: a.transform_params[k] for k in UNCERTAINTY_PARAM_KEYS if k in a.transform_params}
+    kinds = {canonical_uncertainty(str(v)) for v in given.values()}
+    if len(kinds) > 1 or (kinds and a.uncertainty_kind != "surprisal" and a.uncertainty_kind not in kinds):
+        issues.append(ConfigIssue("algorithm.transform_params", given,
+                                  f"conflicts with algorithm.uncertainty_kind = {a.uncertainty_kind!r}",
+                                  "name the uncertainty kind in one place only"))
+    kind = effective_uncertainty_kind(cfg)
+    if kind == "shannon_entropy" and (cfg.inference.engine != "pytorch" or cfg.backend.backend == "tinker"):
+        issues.append(ConfigIssue("algorithm.uncertainty_kind", kind,
+                                  "shannon_entropy needs inference.engine = \"pytorch\" and a non-tinker backend",
+                                  "use surprisal or predictive_variance"))
+    return issues
+
+
+def effective_uncertainty_kind(cfg: RetrainConfig) -> str:
+    """The kind in force: a transform_params override replaces the default `surprisal` (spec 7)."""
+    for key in UNCERTAINTY_PARAM_KEYS:
+        if key in cfg.algorithm.transform_params:
+            return canonical_uncertainty(str(cfg.algorithm.transform_params[key]))
+    return cfg.algorithm.uncertainty_kind
+
+
+def _environment(cfg: RetrainConfig) -> list[ConfigIssue]:
+    e, issues = cfg.environment, []
+    if e.provider and not e.id:
+        issues.append(ConfigIssue("environment.id", e.id, f"provider {e.provider!r} needs an environment id",
+                                  "set [environment] id"))
+    if e.provider == "openenv" and e.id and not e.id.startswith(("http://", "https://", "ws://", "wss://")):
+        issues.append(ConfigIssue("environment.id", e.id, "an openenv id must be an http(s) or ws(s) URL",
+                                  "write the environment's URL"))
+    return issues
+
+
+def _checkpoint_artifacts(cfg: RetrainConfig) -> list[ConfigIssue]:
+    lg, issues = cfg.logging, []
+    if lg.checkpoint_artifacts == "wandb":
+        if not lg.wandb_project:
+            issues.append(ConfigIssue("logging.checkpoint_artifacts", "wandb", "needs logging.wandb_project",
+                                      "set wandb_project or checkpoint_artifacts = \"auto\""))
+        if cfg.training.save_every <= 0:
+            issues.append(ConfigIssue("logging.checkpoint_artifacts", "wandb", "needs training.save_every > 0",
+                                      "set save_every (e.g. 20)"))
+    return issues
+
+
+def _echo(cfg: RetrainConfig) -> list[ConfigIssue]:
+    e, issues = cfg.echo, []
+    if e.enabled and e.weight <= 0:
+        issues.append(ConfigIssue("echo.weight", e.weight, "must be > 0 when echo is enabled",
+                                  "set weight (default 0.05) or enabled = false"))
+    if e.target_retention == "all" and e.entropy_floor != 0:
+        issues.append(ConfigIssue("echo.entropy_floor", e.entropy_floor, "must be 0 with target_retention = \"all\"",
+                                  "set entropy_floor = 0 or target_retention = \"bounded\""))
+    return issues
+
+
+def _optimizer_batch(cfg: RetrainConfig) -> list[ConfigIssue]:
+    ob = cfg.optimizer_batch
+    if not (ob.capture or ob.replay_path):
+        return []
+    needs = {
+        "backend.backend": (cfg.backend.backend == "local", "local"),
+        "backend.devices": ("," not in cfg.backend.devices, "a single device"),
+        "training.max_steps": (cfg.training.max_steps == 1, 1),
+        "training.save_every": (cfg.training.save_every == 0, 0),
+        "backpressure.enabled": (not cfg.backpressure.enabled, False),
+        "resume.from": (bool(cfg.resume.from_), "a run directory"),
+    }
+    return [ConfigIssue(loc, None, f"optimizer-batch capture/replay needs {loc} = {want!r}",
+                        f"set {loc} or turn off [optimizer_batch]")
+            for loc, (ok, want) in needs.items() if not ok]
+
+
+def _data_and_reward(cfg: RetrainConfig) -> list[ConfigIssue]:
+    issues = []
+    if cfg.data.source == "file" and not cfg.data.path:
+        issues.append(ConfigIssue("data.path", "", "data.source = \"file\" needs a path",
+                                  "set [data] path to a JSONL or Parquet file"))
+    if cfg.reward.type == "custom" and not cfg.reward.custom_module:
+        issues.append(ConfigIssue("reward.custom_module", "", "reward.type = \"custom\" needs a module",
+                                  "set custom_module (and custom_function, default \"score\")"))
+    if cfg.backpressure.min_batch_size > cfg.backpressure.max_batch_size:
+        issues.append(ConfigIssue("backpressure.min_batch_size", cfg.backpressure.min_batch_size,
+                                  f"exceeds max_batch_size ({cfg.backpressure.max_batch_size})",
+                                  "lower min_batch_size or raise max_batch_size"))
+    return issues
+
+
+def _conditions(cfg: RetrainConfig) -> list[ConfigIssue]:
+    if cfg.campaign is None:
+        return []
+    from retrain_ray.config.errors import ConfigError
+    from retrain_ray.config.overrides import apply_condition
+
+    base, issues = cfg.model_copy(update={"campaign": None, "squeeze": None}), []
+    for i, condition in enumerate(cfg.campaign.conditions):
+        try:
+            apply_condition(base, condition)
+        except ConfigError as exc:
+            issues += [ConfigIssue(f"campaign.conditions[{i}] ({condition.label}): {x.location}", x.value,
+                                   x.message, x.hint) for x in exc.issues]
+    return issues
+
+
+RULES: tuple[Rule, ...] = (
+    _backend, _backend_options, _clipping, _micro_batches, _uncertainty, _environment,
+    _checkpoint_artifacts, _echo, _optimizer_batch, _data_and_reward, _conditions,
+)
+
+
+def collect_issues(cfg: RetrainConfig) -> list[ConfigIssue]:
+    """Every cross-key problem of a config (empty when valid)."""
+    return [issue for rule in RULES for issue in rule(cfg)]
+
+
+def _warnings(cfg: RetrainConfig) -> list[str]:
+    from retrain_ray.config.sections_core import BackendSection
+
+    out = []
+    default_adapter = BackendSection.model_fields["adapter_path"].default
+    if cfg.backend.adapter_path.startswith("/tmp") and cfg.backend.adapter_path != default_adapter:
+        out.append(f"backend.adapter_path = {cfg.backend.adapter_path!r} is under /tmp and may be wiped")
+    if cfg.training.temperature > 2:
+        out.append(f"training.temperature = {cfg.training.temperature} is above 2: samples will be near random")
+    if cfg.training.save_every == 0:
+        out.append("training.save_every = 0: no checkpoints, a failed run cannot resume")
+    if cfg.training.weight_decay < 0:
+        out.append(f"training.weight_decay = {cfg.training.weight_decay} is negative")
+    if cfg.training.clip_eps > 0 and cfg.backend.backend not in ("local", "tinker"):
+        out.append(f"training.clip_eps is set but backend {cfg.backend.backend!r} may ignore it")
+    return out
+
+
+def collect_warnings(cfg: RetrainConfig) -> list[str]:
+    """Spec 7 warnings: the config is valid but probably not what was meant."""
+    return _warnings(cfg)
