@@ -1,0 +1,49 @@
+"""End-of-run files: Parquet compaction of a stream, and `run_meta.json`; both written atomically
+(temporary file in the same directory, then `os.replace`), so readers see the old file or the new."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+
+from retrain_ray.logs.stream import read_stream
+
+
+def _atomic_target(path: Path) -> Path:
+    handle, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(handle)
+    return Path(tmp)
+
+
+def compact_to_parquet(run_dir: str | Path, name: str, key: Sequence[str] | None = ("step",)) -> Path:
+    """Write `<run_dir>/<name>.parquet` from the de-duplicated segments of stream `name`."""
+    run_dir = Path(run_dir)
+    table = read_stream(run_dir, name, key=key)
+    target = run_dir / f"{name}.parquet"
+    tmp = _atomic_target(target)
+    try:
+        pq.write_table(table, tmp)
+        os.replace(tmp, target)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return target
+
+
+def write_run_meta(run_dir: str | Path, meta: Mapping[str, Any]) -> Path:
+    """Write `<run_dir>/run_meta.json` (indent 2; non-JSON values as strings)."""
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    target = run_dir / "run_meta.json"
+    tmp = _atomic_target(target)
+    try:
+        tmp.write_text(json.dumps(dict(meta), indent=2, sort_keys=True, default=str) + "\n")
+        os.replace(tmp, target)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return target

@@ -1,0 +1,140 @@
+"""RunObserver implementations (retrain_ray/run/types.py): Arrow files, console, fan-out, null.
+
+`ArrowRunObserver` writes `metrics.arrows`, `generations.arrows` and `eval.arrows` in the run
+directory (new segments on resume) and compacts each to Parquet on `close()`. `MultiObserver`
+calls every observer even when one raises, then re-raises the first error.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from retrain_ray.logs.compact import compact_to_parquet
+from retrain_ray.logs.schemas import EVAL_SCHEMA, GENERATIONS_SCHEMA, METRICS_SCHEMA, row_to_record
+from retrain_ray.logs.stream import ArrowStreamWriter, segment_paths
+from retrain_ray.run.types import MetricsRow
+
+STREAMS: dict[str, pa.Schema] = {"metrics": METRICS_SCHEMA, "generations": GENERATIONS_SCHEMA, "eval": EVAL_SCHEMA}
+
+
+class NullObserver:
+    """Discards everything."""
+
+    def on_step(self, row: MetricsRow) -> None: ...
+
+    def on_generations(self, rows: list[MetricsRow]) -> None: ...
+
+    def on_eval(self, row: MetricsRow) -> None: ...
+
+    def on_checkpoint(self, step: int, directory: Path) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class ArrowRunObserver:
+    """Writes a run's metrics, generations and eval rows to Arrow streams; Parquet on close."""
+
+    def __init__(self, run_dir: str | Path, run_name: str, *, fsync: bool = False) -> None:
+        self.run_dir = Path(run_dir)
+        self.run_name = run_name
+        self.writers = {name: ArrowStreamWriter(self.run_dir / f"{name}.arrows", schema, fsync=fsync)
+                        for name, schema in STREAMS.items()}
+
+    def _record(self, row: MetricsRow, name: str) -> dict[str, Any]:
+        return row_to_record({"run": self.run_name, **row}, STREAMS[name])
+
+    def on_step(self, row: MetricsRow) -> None:
+        stamped = {"wall_time": dt.datetime.now(dt.timezone.utc), **row}
+        self.writers["metrics"].write_rows([self._record(stamped, "metrics")])
+
+    def on_generations(self, rows: list[MetricsRow]) -> None:
+        self.writers["generations"].write_rows([self._record(row, "generations") for row in rows])
+
+    def on_eval(self, row: MetricsRow) -> None:
+        self.writers["eval"].write_rows([self._record(row, "eval")])
+
+    def on_checkpoint(self, step: int, directory: Path) -> None:
+        """Nothing to do: every row is already on disk when its call returns."""
+
+    def close(self) -> None:
+        for name, writer in self.writers.items():
+            writer.close()
+            if segment_paths(self.run_dir, name):
+                compact_to_parquet(self.run_dir, name)
+
+
+class ConsoleObserver:
+    """Prints one compact line every `log_every` steps (and every eval) with rich."""
+
+    def __init__(self, log_every: int = 1, console: Any = None, run_name: str = "") -> None:
+        from rich.console import Console
+
+        if log_every < 1:
+            raise ValueError(f"ConsoleObserver log_every must be >= 1, got {log_every}")
+        self.log_every = log_every
+        self.console = console or Console()
+        self.prefix = f"[bold]{run_name}[/bold] " if run_name else ""
+
+    def on_step(self, row: MetricsRow) -> None:
+        step = int(row.get("step", 0))
+        if step % self.log_every:
+            return
+        phase = row.get("phase", "rl")
+        self.console.print(
+            f"{self.prefix}{phase} step {step:>5} | reward {_fmt(row.get('mean_reward'), '.3f')} | "
+            f"correct {_fmt(row.get('correct_rate'), '.2f')} | {_fmt(row.get('tokens_per_second'), ',.0f')} tok/s | "
+            f"loss {_fmt(row.get('loss'), '.4f')}"
+        )
+
+    def on_generations(self, rows: list[MetricsRow]) -> None: ...
+
+    def on_eval(self, row: MetricsRow) -> None:
+        self.console.print(
+            f"{self.prefix}eval step {int(row.get('step', 0)):>5} | reward {_fmt(row.get('eval_mean_reward'), '.3f')} | "
+            f"correct {_fmt(row.get('eval_correct_rate'), '.2f')} | n={row.get('num_examples', '-')}"
+        )
+
+    def on_checkpoint(self, step: int, directory: Path) -> None: ...
+
+    def close(self) -> None: ...
+
+
+def _fmt(value: Any, spec: str) -> str:
+    return "-" if value is None else format(value, spec)
+
+
+class MultiObserver:
+    """Fans every call out to all observers; one failing does not stop the others."""
+
+    def __init__(self, *observers: Any) -> None:
+        self.observers = list(observers)
+
+    def _each(self, call: Callable[[Any], None]) -> None:
+        errors = []
+        for observer in self.observers:
+            try:
+                call(observer)
+            except Exception as exc:
+                errors.append(exc)
+        if errors:
+            raise errors[0]
+
+    def on_step(self, row: MetricsRow) -> None:
+        self._each(lambda o: o.on_step(row))
+
+    def on_generations(self, rows: list[MetricsRow]) -> None:
+        self._each(lambda o: o.on_generations(rows))
+
+    def on_eval(self, row: MetricsRow) -> None:
+        self._each(lambda o: o.on_eval(row))
+
+    def on_checkpoint(self, step: int, directory: Path) -> None:
+        self._each(lambda o: o.on_checkpoint(step, directory))
+
+    def close(self) -> None:
+        self._each(lambda o: o.close())
