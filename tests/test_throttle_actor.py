@@ -1,0 +1,226 @@
+"""ThrottleActor and its clients on a real local Ray: capacity, crash reclaim, FIFO, timeout, resize.
+
+Clients run in separate worker processes (Ray actors we create and kill ourselves). TTLs are 1 s.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+import uuid
+
+import pytest
+import ray
+
+from retrain_ray.actors.throttle import get_throttle, start_throttle
+from retrain_ray.throttle import NoThrottle, Throttle, ThrottleClient, ThrottleTimeout
+
+TTL_S = 1.0
+
+
+def _throttle(capacity: int, ttl_s: float = TTL_S):
+    campaign = f"test-{uuid.uuid4().hex[:8]}"
+    return start_throttle(campaign, "tinker", capacity, namespace="throttle-tests", lease_ttl_s=ttl_s)
+
+
+def _stats(handle):
+    return ray.get(handle.stats.remote(), timeout=30)
+
+
+def _wait_until(predicate, what: str, timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
+        time.sleep(0.05)
+
+
+@ray.remote(num_cpus=0, max_concurrency=16)
+class ThreadedHolders:
+    """A worker process whose concurrent calls (threads) hold slots with the sync client."""
+
+    def __init__(self, handle) -> None:
+        self.handle = handle
+
+    def pid(self) -> int:
+        return os.getpid()
+
+    def hammer(self, holder: str, rounds: int, hold_s: float) -> int:
+        client = ThrottleClient(self.handle, holder, timeout_s=120, lease_ttl_s=TTL_S)
+        for _ in range(rounds):
+            with client.hold():
+                time.sleep(hold_s)
+        return rounds
+
+    def hold_for(self, holder: str, hold_s: float) -> int:
+        client = ThrottleClient(self.handle, holder, timeout_s=120, lease_ttl_s=TTL_S)
+        with client.hold():
+            time.sleep(hold_s)
+        return client.lost_leases
+
+
+@ray.remote(num_cpus=0, max_concurrency=16)
+class AsyncHolders:
+    """A worker process whose concurrent coroutines hold slots with the async client."""
+
+    def __init__(self, handle) -> None:
+        self.handle = handle
+
+    async def hammer(self, holder: str, rounds: int, hold_s: float) -> int:
+        client = ThrottleClient(self.handle, holder, timeout_s=120, lease_ttl_s=TTL_S)
+        for _ in range(rounds):
+            async with client.hold_async():
+                await asyncio.sleep(hold_s)
+        return rounds
+
+
+def test_32_clients_in_4_processes_never_exceed_capacity(ray_4cpu_4gpu):
+    handle = _throttle(capacity=3)
+    procs = [ThreadedHolders.remote(handle), ThreadedHolders.remote(handle)]
+    procs += [AsyncHolders.remote(handle), AsyncHolders.remote(handle)]
+    rounds = 4
+    refs = [
+        proc.hammer.remote(f"run-{p}-{i}", rounds, 0.02) for p, proc in enumerate(procs) for i in range(8)
+    ]
+    assert sum(ray.get(refs, timeout=240)) == 32 * rounds
+    stats = _stats(handle)
+    print(stats)
+    assert stats.peak_in_flight == 3  # saturated, and never above capacity
+    assert (stats.granted, stats.released, stats.expired, stats.in_flight) == (128, 128, 0, 0)
+    assert stats.wait_p99_s > 0.0
+    for proc in procs:
+        ray.kill(proc)
+
+
+def test_killed_holder_loses_its_lease_within_ttl_and_a_waiter_proceeds(ray_4cpu_4gpu):
+    handle = _throttle(capacity=1)
+    victim = ThreadedHolders.remote(handle)
+    victim_ref = victim.hold_for.remote("victim", 600.0)
+    _wait_until(lambda: _stats(handle).in_flight == 1, "the victim's lease")
+    waiter_ref = handle.acquire.remote("waiter", 60.0)
+    _wait_until(lambda: _stats(handle).waiting == 1, "the waiter to queue")
+    killed_at = time.monotonic()  # same machine: the actor's monotonic clock is this one
+    ray.kill(victim)
+    lease = ray.get(waiter_ref, timeout=60)
+    latency_s = lease.granted_at - killed_at
+    print(f"reclaim latency {latency_s:.2f} s (TTL {TTL_S} s, reaper period {TTL_S / 4} s)")
+    stats = _stats(handle)
+    assert lease.holder == "waiter" and stats.expired == 1 and stats.in_flight == 1
+    assert latency_s <= TTL_S + TTL_S / 4 + 2.0  # TTL + one reaper period, plus slack for a loaded box
+    with pytest.raises(ray.exceptions.RayActorError):
+        ray.get(victim_ref, timeout=30)
+
+
+def test_renewal_keeps_a_lease_alive_past_its_ttl(ray_4cpu_4gpu):
+    handle = _throttle(capacity=1)
+    proc = ThreadedHolders.remote(handle)
+    assert ray.get(proc.hold_for.remote("long-call", 2.5 * TTL_S), timeout=60) == 0
+    stats = _stats(handle)
+    assert (stats.expired, stats.released) == (0, 1)
+    ray.kill(proc)
+
+
+def test_waiters_are_served_in_arrival_order(ray_4cpu_4gpu):
+    handle = _throttle(capacity=1)
+    current = ray.get(handle.acquire.remote("first", 10.0), timeout=30)
+    refs = {}
+    for i in range(5):
+        refs[f"w{i}"] = handle.acquire.remote(f"w{i}", 60.0)
+        _wait_until(lambda i=i: _stats(handle).waiting == i + 1, f"waiter w{i} to queue")
+    order = []
+    pending = list(refs.values())
+    while pending:
+        ray.get(handle.release.remote(current.lease_id), timeout=30)
+        ready, pending = ray.wait(pending, num_returns=1, timeout=30)
+        current = ray.get(ready[0])
+        order.append(current.holder)
+    assert order == ["w0", "w1", "w2", "w3", "w4"]
+
+
+def test_timeout_raises_the_documented_error_and_leaves_no_ghost_waiter(ray_4cpu_4gpu):
+    handle = _throttle(capacity=1)
+    held = ray.get(handle.acquire.remote("holder", 10.0), timeout=30)
+    with pytest.raises(ThrottleTimeout) as info:
+        with ThrottleClient(handle, "late", timeout_s=0.3).hold():
+            pass
+    err = info.value
+    assert (err.endpoint, err.capacity) == ("tinker", 1) and err.waited_s >= 0.3
+    assert "max_concurrent" in str(err) and "acquire_timeout_s" in str(err)
+    assert _stats(handle).waiting == 0
+    ray.get(handle.release.remote(held.lease_id), timeout=30)
+    lease = ray.get(handle.acquire.remote("next", 5.0), timeout=30)
+    assert lease.holder == "next"
+
+
+def test_resize_up_and_down_with_queued_waiters(ray_4cpu_4gpu):
+    handle = _throttle(capacity=2)
+    held = [ray.get(handle.acquire.remote(f"h{i}", 10.0), timeout=30) for i in range(2)]
+    pending = [handle.acquire.remote(f"w{i}", 60.0) for i in range(6)]
+    _wait_until(lambda: _stats(handle).waiting == 6, "6 queued waiters")
+    ray.get(handle.resize.remote(4), timeout=30)
+    ready, pending = ray.wait(pending, num_returns=2, timeout=30)
+    held += ray.get(ready)
+    assert _stats(handle).in_flight == 4 and _stats(handle).waiting == 4
+    ray.get(handle.resize.remote(1), timeout=30)  # shrink: nobody is revoked
+    assert _stats(handle).in_flight == 4
+    for lease in held[:3]:
+        ray.get(handle.release.remote(lease.lease_id), timeout=30)
+    stats = _stats(handle)
+    assert (stats.capacity, stats.in_flight, stats.waiting) == (1, 1, 4)  # 1 holder = capacity: no grant
+    ray.get(handle.release.remote(held[3].lease_id), timeout=30)
+    ready, pending = ray.wait(pending, num_returns=1, timeout=30)
+    assert len(ready) == 1 and _stats(handle).in_flight == 1 and _stats(handle).peak_in_flight == 4
+    with pytest.raises(ValueError, match="max_concurrent"):
+        ray.get(handle.resize.remote(0), timeout=30)
+
+
+def test_sync_hold_releases_on_exception(ray_4cpu_4gpu):
+    handle = _throttle(capacity=1)
+    client = ThrottleClient(handle, "run-sync", timeout_s=10, lease_ttl_s=TTL_S)
+    assert isinstance(client, Throttle)
+    with pytest.raises(RuntimeError, match="endpoint failed"):
+        with client.hold() as lease:
+            assert lease.holder == "run-sync" and _stats(handle).in_flight == 1
+            raise RuntimeError("endpoint failed")
+    stats = _stats(handle)
+    assert (stats.in_flight, stats.released, stats.expired) == (0, 1, 0)
+
+
+def test_async_hold_releases_on_exception(ray_4cpu_4gpu):
+    handle = _throttle(capacity=1)
+    client = ThrottleClient(handle, "run-async", timeout_s=10, lease_ttl_s=TTL_S)
+
+    async def body() -> None:
+        async with client.hold_async() as lease:
+            assert lease.holder == "run-async"
+            raise RuntimeError("endpoint failed")
+
+    with pytest.raises(RuntimeError, match="endpoint failed"):
+        asyncio.run(body())
+    stats = _stats(handle)
+    assert (stats.in_flight, stats.released, stats.expired) == (0, 1, 0)
+
+
+def test_named_actor_is_found_and_reused(ray_4cpu_4gpu):
+    campaign = f"test-{uuid.uuid4().hex[:8]}"
+    first = start_throttle(campaign, "judge", 2, namespace="throttle-tests", lease_ttl_s=TTL_S)
+    again = start_throttle(campaign, "judge", 7, namespace="throttle-tests", lease_ttl_s=TTL_S)
+    found = get_throttle(campaign, "judge", "throttle-tests")
+    assert first._actor_id == again._actor_id == found._actor_id
+    assert _stats(found).capacity == 2  # an existing actor is returned unchanged
+    with pytest.raises(LookupError, match="start_throttle"):
+        get_throttle(campaign, "other-endpoint", "throttle-tests")
+
+
+def test_no_throttle_has_the_same_interface():
+    throttle = NoThrottle()
+    assert isinstance(throttle, Throttle)
+    with throttle.hold() as lease:
+        assert lease is None
+
+    async def body():
+        async with throttle.hold_async() as lease:
+            return lease
+
+    assert asyncio.run(body()) is None
