@@ -25,17 +25,6 @@ import ray
 RECORDER_KINDS = ("metrics", "generations", "eval")
 
 
-def segment_path(run_dir: Path, kind: str) -> Path:
-    """The first unused segment file of `kind` in `run_dir` (`kind.arrows`, `kind.1.arrows`, ...)."""
-    first = run_dir / f"{kind}.arrows"
-    if not first.exists():
-        return first
-    i = 1
-    while (run_dir / f"{kind}.{i}.arrows").exists():
-        i += 1
-    return run_dir / f"{kind}.{i}.arrows"
-
-
 def _schema(kind: str) -> Any:
     from retrain_ray.logs import EVAL_SCHEMA, GENERATIONS_SCHEMA, METRICS_SCHEMA
 
@@ -66,7 +55,7 @@ class RecorderCore:
 
             run_dir = self.campaign_dir / "runs" / run
             run_dir.mkdir(parents=True, exist_ok=True)
-            self._writers[key] = ArrowStreamWriter(segment_path(run_dir, kind), _schema(kind))
+            self._writers[key] = ArrowStreamWriter(run_dir / f"{kind}.arrows", _schema(kind))  # a new segment
         return self._writers[key]
 
     def append(self, run: str, kind: str, rows: list[Mapping[str, Any]]) -> int:

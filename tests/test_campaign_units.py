@@ -1,0 +1,110 @@
+"""Unit tests of the campaign's plain parts: placement, stagger clock, manifest, statistics, status cells."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from retrain_ray.actors.placement import check_fits, parse_devices, placement_for
+from retrain_ray.campaign.manifest import REDACTED, Manifest, redact
+from retrain_ray.campaign.results import ci95_halfwidth, t95
+from retrain_ray.campaign.stagger import StaggerClock
+from retrain_ray.campaign.status import cell
+
+
+@pytest.mark.parametrize("devices,gpus", [("cpu", 0), ("gpu:0", 1), ("gpu:0,gpu:1", 2), ("cuda:0, cuda:1", 2)])
+def test_parse_devices(devices, gpus):
+    assert parse_devices(devices) == gpus
+
+
+@pytest.mark.parametrize("devices", ["", "tpu:0", "cpu,gpu:0"])
+def test_parse_devices_rejects_with_the_fix(devices):
+    with pytest.raises(ValueError, match="backend.devices"):
+        parse_devices(devices)
+
+
+def test_bundles_per_mode():
+    cpu, _ = placement_for("cpu", cpus_per_run=1.0, cluster_gpus=4)
+    gpu, _ = placement_for("gpu:0", cpus_per_run=2.0, cluster_gpus=4)
+    split, _ = placement_for("gpu:0,gpu:1", cpus_per_run=1.0, cluster_gpus=4)
+    assert (cpu.mode, cpu.bundle_dicts) == ("cpu", [{"CPU": 1.0}])
+    assert (gpu.mode, gpu.bundle_dicts) == ("gpu", [{"CPU": 2.0, "GPU": 1.0}])
+    assert split.bundle_dicts == [{"CPU": 1.0}, {"GPU": 1.0}, {"GPU": 1.0}]
+    assert (split.strategy, split.num_gpus) == ("STRICT_PACK", 2)
+
+
+def test_no_gpu_in_cluster_falls_back_to_cpu_with_warning():
+    placement, warning = placement_for("gpu:0,gpu:1", cpus_per_run=1.0, cluster_gpus=0)
+    assert placement.mode == "cpu"
+    assert "running on CPU" in warning and "backend.devices" in warning
+
+
+def test_split_needs_both_gpus_on_one_node():
+    split, _ = placement_for("gpu:0,gpu:1", cpus_per_run=1.0, cluster_gpus=2)
+    two_one_gpu_nodes = [{"CPU": 4, "GPU": 1}, {"CPU": 4, "GPU": 1}]
+    problem = check_fits(split, two_one_gpu_nodes)
+    assert "GPU: need 2 on one node, largest node has 1" in problem
+    assert check_fits(split, [{"CPU": 1, "GPU": 2}]) == ""
+
+
+def test_stagger_clock_exact():
+    clock = StaggerClock(5.0)
+    assert clock.reserve(100.0) == 0.0
+    assert clock.reserve(101.0) == 4.0  # slot 105
+    assert clock.reserve(101.0) == 9.0  # slot 110
+    assert clock.reserve(120.0) == 0.0  # idle long enough
+
+
+@given(st.floats(0.0, 10.0), st.lists(st.floats(0.0, 50.0), min_size=1, max_size=20))
+def test_stagger_slots_are_spaced(stagger, gaps):
+    clock, now, slots = StaggerClock(stagger), 0.0, []
+    for g in gaps:
+        now += g
+        slots.append(now + clock.reserve(now))
+    assert all(b - a >= stagger - 1e-9 for a, b in zip(slots, slots[1:]))
+
+
+def test_redact_hides_secrets_and_keeps_the_rest():
+    cfg = {"model": {"base_url": "http://x", "api_key": "sk-123"}, "logging": {"wandb_token": ""},
+           "x": [{"hf_token": "abc"}], "training": {"lr": 0.1}}
+    out = redact(cfg)
+    assert out["model"] == {"base_url": "http://x", "api_key": REDACTED}
+    assert out["logging"]["wandb_token"] == ""
+    assert out["x"][0]["hf_token"] == REDACTED
+    assert out["training"]["lr"] == 0.1
+
+
+def test_manifest_is_rewritten_on_every_change(tmp_path):
+    m = Manifest.create(tmp_path, {"name": "c"}, [{"run_name": "a"}, {"run_name": "b"}])
+    m.update_run("a", status="running", attempts=1)
+    on_disk = json.loads((tmp_path / "manifest.json").read_text())
+    assert on_disk["runs"][0]["status"] == "running" and on_disk["runs"][1]["status"] == "pending"
+    m.update_run("a", status="failed")
+    m.update_run("b", status="completed")
+    m.finish()
+    on_disk = json.loads((tmp_path / "manifest.json").read_text())
+    assert on_disk["status"] == "partial" and on_disk["counts"]["failed"] == 1
+    with pytest.raises(ValueError, match="run status"):
+        m.update_run("a", status="weird")
+
+
+def test_ci95_hand_computed():
+    # values 1, 2, 3: mean 2, sample std 1, t(2) = 4.303 -> 4.303 / sqrt(3)
+    assert ci95_halfwidth([1.0, 2.0, 3.0]) == pytest.approx(4.303 / math.sqrt(3))
+    assert math.isnan(ci95_halfwidth([1.0]))
+    assert t95(1) == 12.706 and t95(1000) == 1.96
+
+
+@pytest.mark.parametrize("state,text", [
+    ({"step": 9, "status": "completed", "max_steps": 10}, "10 ✓"),
+    ({"step": 3, "status": "failed", "max_steps": 10}, "4 ✗"),
+    ({"step": 3, "status": "running", "max_steps": 10}, "4/10"),
+    ({"step": 3, "status": "stale", "max_steps": 10}, "4 stale"),
+    ({"step": None, "status": "pending", "max_steps": 10}, "—"),
+])
+def test_status_cells(state, text):
+    assert cell(state) == text
