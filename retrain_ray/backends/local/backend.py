@@ -7,7 +7,8 @@ as one big forward. Then, if `grad_clip_norm > 0`, the gradient norm is clipped 
 `grad_clip_norm` locally: hazard 13.7); the pre-clip norm is reported as `grad_norm` either way. `lr`
 and `weight_decay` are written into every param group at each step.
 
-Scoring uses the sampler's temperature and top-p (`scoring.py`), so the first on-policy update has
+The loss is `retrain_ray.algorithms.loss.policy_loss` (standard / kl_cov / clip_cov; sums over a
+micro-batch's action tokens). Scoring uses the sampler's temperature and top-p (`scoring.py`), so the first on-policy update has
 ratio 1 (hazard 13.8). Forward passes run under bf16 autocast on CUDA, fp32 on CPU. Split-mode
 pipelining (the original returned the previous step's loss) is not done here: every step is
 synchronous, and `reports_sync_loss` is true.
@@ -22,9 +23,9 @@ from typing import Any
 
 import torch
 
+from retrain_ray.algorithms.loss import policy_loss
 from retrain_ray.backends.local import checkpoint as ckpt
 from retrain_ray.backends.local.batching import count_action_tokens, microbatches
-from retrain_ray.backends.local.loss import resolve_policy_loss
 from retrain_ray.backends.local.scoring import scored_logprobs
 from retrain_ray.backends.types import BackendCapabilities, TrainBatch, TrainStepResult
 from retrain_ray.engines.types import WeightUpdate
@@ -89,7 +90,6 @@ class LocalBackend:
         self.optimizer = torch.optim.AdamW(
             self._params, lr=0.0, betas=(self.optim.beta1, self.optim.beta2), eps=self.optim.eps, weight_decay=0.0
         )
-        self._loss_fn = resolve_policy_loss()
         self._loss_generator = torch.Generator(device=self.device)
         self._loss_generator.manual_seed(seed)
         self._version = 0
@@ -113,10 +113,10 @@ class LocalBackend:
         total = max(count_action_tokens(batch), 1)
         sums = {"loss": 0.0, "clip": 0.0, "cov": 0.0, "kl": 0.0, "tokens": 0, "mb": 0}
         self._begin_update()
-        loss_kwargs = {k: v for k, v in asdict(self.loss).items()}
+        loss_kwargs = asdict(self.loss)
         for mb in microbatches(batch, self.micro_batch_size, self.device):
             new_lp_B_S = scored_logprobs(self.model, mb, batch.temperature, self.top_p)
-            out = self._loss_fn(
+            out = policy_loss(
                 new_lp_B_S, mb.old_logprobs_B_S, mb.advantages_B_S, mb.action_mask_B_S,
                 generator=self._loss_generator, **loss_kwargs,
             )
