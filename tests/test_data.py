@@ -17,6 +17,7 @@ from retrain_ray.data import (
     DataUnavailableError,
     Example,
     load_examples,
+    load_examples_from_config,
     load_file_examples,
     load_task,
     next_batch,
@@ -145,3 +146,13 @@ def test_next_batch_covers_examples_evenly(n: int, start: int, batch_size: int) 
     assert idx == start + batch_size
     counts = [sum(e.prompt == str(i) for e in batch) for i in range(n)]
     assert max(counts) - min(counts) <= 1
+
+
+def test_load_examples_from_real_config(tmp_path) -> None:
+    from retrain_ray.config import load_config
+
+    toml = tmp_path / "retrain.toml"
+    toml.write_text('[data]\nsource = "builtin"\ntask = "last_digit"\nlevel = 2\nnum_examples = 20\n'
+                    'num_eval_examples = 4\n[training]\nseed = 5\n')
+    data = load_examples_from_config(load_config(toml))
+    assert data == load_task("last_digit", level=2, seed=5, num_train=20, num_eval=4)

@@ -2,7 +2,7 @@
 
 from retrain_ray.data.builtin import TASKS
 from retrain_ray.data.files import load_file_examples
-from retrain_ray.data.loading import SOURCES, load_examples, next_batch
+from retrain_ray.data.loading import SOURCES, load_examples, load_examples_from_config, next_batch
 from retrain_ray.data.math_dataset import MATH_SUBJECTS, DataUnavailableError, load_math_examples
 from retrain_ray.data.splits import get_task, load_task
 from retrain_ray.data.types import Example, TaskData, TaskSpec
@@ -17,6 +17,7 @@ __all__ = [
     "TaskSpec",
     "get_task",
     "load_examples",
+    "load_examples_from_config",
     "load_file_examples",
     "load_math_examples",
     "load_task",

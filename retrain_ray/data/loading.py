@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from retrain_ray.data.files import load_file_examples
 from retrain_ray.data.math_dataset import load_math_examples
@@ -91,3 +92,18 @@ def next_batch(examples: list[Example], example_idx: int, batch_size: int) -> tu
         raise ValueError("next_batch needs at least one example")
     batch = [examples[(example_idx + i) % len(examples)] for i in range(batch_size)]
     return batch, example_idx + batch_size
+
+
+def load_examples_from_config(cfg: Any) -> TaskData:
+    """Load from a `RetrainConfig`: the `[data]` section plus `training.max_examples` and `training.seed`.
+
+    A seed of -1 (the original's "unseeded") generates built-in tasks with seed 0, so every run of a
+    campaign that leaves the seed unset trains on the same examples.
+    """
+    data = cfg.data
+    return load_examples(
+        data.source, task=data.task, level=data.level, path=data.path, prompt_column=data.prompt_column,
+        reference_column=data.reference_column, eval_path=data.eval_path, num_examples=data.num_examples,
+        num_eval_examples=data.num_eval_examples, max_examples=cfg.training.max_examples,
+        seed=max(cfg.training.seed, 0),
+    )
