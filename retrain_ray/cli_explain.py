@@ -1,0 +1,165 @@
+"""`retrain-ray explain FILE [--json] [--median-step-time S] [--flags...]`: a dry run of a config.
+
+Validates the file (all problems on stderr, exit 2, no traceback), then describes what would run:
+for a single run the model, backend and its capabilities, condition, datums per step and in total,
+and the resources one run takes; for a campaign also the run matrix (conditions x seeds) and the
+capacity estimate of the original's capacity-planning page:
+
+    concurrency per step  = batch_size * group_size
+    total campaign steps  = conditions * seeds * max_steps
+    estimated wall time   = total_steps * median_step_time / effective_parallelism
+    effective_parallelism = min(max_workers or num_runs, num_runs) if parallel else 1
+
+Capabilities are a plain table here (no torch import, so explain starts in under a second); a test
+checks it against the backends' own `capabilities`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from retrain_ray.config import (
+    ConfigError,
+    RetrainConfig,
+    expand_runs,
+    load_config_with_warnings,
+    parse_overrides,
+)
+from retrain_ray.config.names import gpu_count
+from retrain_ray.config.validate import effective_uncertainty_kind
+
+CAPABILITIES: dict[str, dict[str, Any]] = {
+    "local": {"reports_sync_loss": True, "preserves_token_advantages": True,
+              "supports_checkpoint_resume": True, "resume_runtime_dependent": False,
+              "checkpoint_resume_mode": "exact"},
+    "tinker": {"reports_sync_loss": True, "preserves_token_advantages": True,
+               "supports_checkpoint_resume": True, "resume_runtime_dependent": True,
+               "checkpoint_resume_mode": "exact"},
+    "plugin": {"reports_sync_loss": True, "preserves_token_advantages": False,
+               "supports_checkpoint_resume": True, "resume_runtime_dependent": False,
+               "checkpoint_resume_mode": "adapter_only"},
+}
+
+
+def resources_per_run(cfg: RetrainConfig) -> dict[str, Any]:
+    """CPUs, GPUs and placement of one run, from `backend.devices` (tinker needs no local GPU)."""
+    gpus = 0 if cfg.backend.backend == "tinker" else gpu_count(cfg.backend.devices)
+    placement = {0: "cpu", 1: "single"}.get(gpus, "split")
+    cpus = cfg.campaign.cpus_per_run if cfg.campaign is not None else 1.0
+    return {"cpus": cpus, "gpus": gpus, "placement": placement}
+
+
+def describe_run(cfg: RetrainConfig) -> dict[str, Any]:
+    t, a = cfg.training, cfg.algorithm
+    condition = a.algorithm_mode or f"{a.advantage_mode}+{a.transform_mode}"
+    max_steps = cfg.campaign.max_steps if cfg.campaign is not None else t.max_steps
+    return {
+        "model": cfg.model.model,
+        "finetune": cfg.model.finetune,
+        "lora": {"rank": cfg.model.lora_rank, "alpha": cfg.lora.alpha or 2 * cfg.model.lora_rank}
+        if cfg.model.finetune == "lora" else None,
+        "backend": cfg.backend.backend,
+        "devices": cfg.backend.devices,
+        "capabilities": CAPABILITIES.get(cfg.backend.backend, CAPABILITIES["plugin"]),
+        "condition": condition,
+        "uncertainty_kind": effective_uncertainty_kind(cfg),
+        "datums_per_step": t.rows_per_step,
+        "max_steps": max_steps,
+        "total_datums": t.rows_per_step * max_steps,
+        "sft_warmup_steps": t.sft_warmup_steps,
+        "resources_per_run": resources_per_run(cfg),
+    }
+
+
+def capacity(cfg: RetrainConfig, num_conditions: int, num_runs: int, median_step_time: float) -> dict[str, Any]:
+    c = cfg.campaign
+    assert c is not None
+    total_steps = num_conditions * len(c.seeds) * c.max_steps
+    parallelism = min(c.max_workers or num_runs, num_runs) if c.parallel else 1
+    return {
+        "concurrency_per_step": cfg.training.rows_per_step,
+        "total_campaign_steps": total_steps,
+        "median_step_time_s": median_step_time,
+        "effective_parallelism": parallelism,
+        "estimated_wall_time_s": total_steps * median_step_time / parallelism,
+    }
+
+
+def describe(cfg: RetrainConfig, median_step_time: float) -> dict[str, Any]:
+    """Everything explain shows, as one JSON-able dict."""
+    out: dict[str, Any] = {"kind": "campaign" if cfg.campaign is not None else "run", "run": describe_run(cfg)}
+    if cfg.campaign is None:
+        return out
+    runs = expand_runs(cfg)
+    labels = [c.label for c in cfg.campaign.conditions]
+    out["campaign"] = {
+        "conditions": labels,
+        "seeds": list(cfg.campaign.seeds),
+        "max_steps": cfg.campaign.max_steps,
+        "total_runs": len(runs),
+        "parallel": cfg.campaign.parallel,
+        "max_workers": cfg.campaign.max_workers,
+        "matrix": {label: {str(r.seed): r.run_name for r in runs if r.condition_label == label}
+                   for label in labels},
+        "capacity": capacity(cfg, len(labels), len(runs), median_step_time),
+    }
+    return out
+
+
+def _print_rich(info: dict[str, Any], warnings: list[str]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    run = info["run"]
+    table = Table(title="run", show_header=False)
+    for key, value in run.items():
+        table.add_row(key, json.dumps(value) if isinstance(value, (dict, list)) else str(value))
+    console.print(table)
+    if "campaign" in info:
+        camp = info["campaign"]
+        matrix = Table(title=f"run matrix: {len(camp['conditions'])} conditions x {len(camp['seeds'])} seeds "
+                             f"= {camp['total_runs']} runs, max_steps {camp['max_steps']}")
+        matrix.add_column("condition", overflow="fold")
+        for seed in camp["seeds"]:
+            matrix.add_column(f"seed {seed}", overflow="fold")
+        for label, cells in camp["matrix"].items():
+            matrix.add_row(label, *cells.values())
+        console.print(matrix)
+        cap = Table(title="capacity estimate", show_header=False)
+        for key, value in camp["capacity"].items():
+            cap.add_row(key, f"{value:.1f}" if isinstance(value, float) else str(value))
+        console.print(cap)
+    for w in warnings:
+        console.print(f"[yellow]warning:[/yellow] {w}")
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="retrain-ray explain", description="Dry run: validate and describe a config.")
+    p.add_argument("file", help="TOML config (run or campaign)")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--median-step-time", type=float, default=10.0, help="seconds per step for the estimate")
+    return p
+
+
+def explain_main(argv: list[str] | None = None) -> int:
+    """Entry point; returns the exit code (0 ok, 2 bad config or arguments)."""
+    args, rest = _parser().parse_known_args(argv)
+    try:
+        cfg, warnings = load_config_with_warnings(args.file, parse_overrides(rest) if rest else None)
+        info = describe(cfg, args.median_step_time)
+    except ConfigError as exc:
+        print(str(exc), file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps({**info, "warnings": warnings}, indent=2))
+    else:
+        _print_rich(info, warnings)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(explain_main(sys.argv[1:]))
