@@ -1,0 +1,182 @@
+"""BackPressureActor: the campaign's central back-pressure controller, hosted in Ray (DESIGN decision 4).
+
+A thin async wrapper: per run it hosts a `LocalAdvisor` (USL controller with the original's semantics
+and the trainer's application rules, so the returned Decision's `recommended_batch_size` is the batch
+size for the run's next step); per shared resource a `PooledController` (see backpressure/pooled.py).
+When a throttle actor is registered for a resource, every change of the pooled capacity is pushed to
+it with `throttle.resize.remote(capacity)` (pooled mode only). Every observation and its decision go
+to `backpressure.arrows` (Arrow IPC stream, flushed per row), and `ray.util.metrics` gauges export
+p*, sigma, kappa, throughput and utilization per run and per pool.
+
+One actor per campaign, named "<campaign>/backpressure" in the caller's namespace, `num_cpus=0`, high
+`max_concurrency`, created with `get_if_exists=True` and not detached. `RemoteAdvisor` is the client
+each run gets: it implements BackPressureAdvisor with a timeout; on timeout it logs a warning and holds.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from pathlib import Path
+from typing import Any
+
+import ray
+
+from retrain_ray.backpressure.advisor import LocalAdvisor
+from retrain_ray.backpressure.arrow_log import DecisionLog, free_log_path
+from retrain_ray.backpressure.pooled import PooledController, PooledDecision
+from retrain_ray.backpressure.settings import BackPressureSettings
+from retrain_ray.backpressure.types import Decision, StepObservation, default_decision
+
+__all__ = ["BackPressureActor", "RemoteAdvisor", "backpressure_name", "start_backpressure_actor"]
+
+log = logging.getLogger(__name__)
+
+MAX_CONCURRENCY = 1000
+POOL_RUN_TAG = "__pool__"
+
+
+def backpressure_name(campaign: str) -> str:
+    return f"{campaign}/backpressure"
+
+
+class _Gauges:
+    def __init__(self, campaign: str) -> None:
+        from ray.util.metrics import Gauge
+
+        keys = ("campaign", "run", "resource")
+        self.campaign = campaign
+        self.g = {n: Gauge(f"retrain_bp_{n}", description=f"back pressure {n}", tag_keys=keys)
+                  for n in ("p_star", "sigma", "kappa", "throughput", "utilization", "capacity")}
+
+    def run(self, run_id: str, resource: str, d: Decision) -> None:
+        tags = {"campaign": self.campaign, "run": run_id, "resource": resource}
+        for name, v in (("p_star", d.p_star), ("sigma", d.sigma), ("kappa", d.kappa),
+                        ("throughput", d.throughput), ("utilization", d.utilization)):
+            self.g[name].set(float(v), tags=tags)
+
+    def pool(self, pd: PooledDecision, throughput: float) -> None:
+        tags = {"campaign": self.campaign, "run": POOL_RUN_TAG, "resource": pd.resource}
+        for name, v in (("p_star", pd.p_star), ("sigma", pd.sigma), ("kappa", pd.kappa),
+                        ("throughput", throughput), ("capacity", pd.capacity)):
+            self.g[name].set(float(v), tags=tags)
+
+
+@ray.remote(num_cpus=0, max_concurrency=MAX_CONCURRENCY)
+class BackPressureActor:
+    """Receives every run's step observations; per-run and pooled USL fits; logs and gauges."""
+
+    def __init__(self, campaign: str, settings: BackPressureSettings, log_path: str | None = None) -> None:
+        self._campaign = campaign
+        self._settings = settings
+        self._runs: dict[str, LocalAdvisor] = {}
+        self._last: dict[str, Decision] = {}
+        self._pools: dict[str, PooledController] = {}
+        self._throttles: dict[str, Any] = {}
+        self._log = DecisionLog(free_log_path(Path(log_path))) if log_path else None
+        self._gauges = _Gauges(campaign)
+
+    def _advisor(self, run_id: str) -> LocalAdvisor:
+        if run_id not in self._runs:
+            s = self._settings
+            self._runs[run_id] = LocalAdvisor(s.controller(), s.enabled, s.min_batch_size, s.max_batch_size)
+        return self._runs[run_id]
+
+    def _pooled(self, obs: StepObservation) -> PooledDecision | None:
+        if not (self._settings.pooled and obs.resource):
+            return None
+        pool = self._pools.get(obs.resource)
+        if pool is None:
+            pool = self._pools[obs.resource] = self._settings.pooled_controller(obs.resource)
+        pd = pool.observe(obs)
+        throttle = self._throttles.get(obs.resource)
+        if pd.changed and throttle is not None:
+            throttle.resize.remote(pd.capacity)  # fire and forget: the next change supersedes it
+        self._gauges.pool(pd, sum(v.tokens_per_s for v in pool.runs.values()))
+        return pd
+
+    async def observe(self, obs: StepObservation) -> Decision:
+        d = self._advisor(obs.run_id).advise(obs)
+        pd = self._pooled(obs)
+        if pd is not None:
+            d = dataclasses.replace(d, pooled_p_star=pd.p_star, capacity=pd.capacity)
+        self._last[obs.run_id] = d
+        if self._log is not None:
+            self._log.write(obs, d, pd)
+        self._gauges.run(obs.run_id, obs.resource, d)
+        return d
+
+    async def initial_batch_size(self, run_id: str, batch_size: int, start_step: int = 0) -> int:
+        return self._advisor(run_id).initial_batch_size(batch_size, start_step)
+
+    async def state(self, run_id: str) -> dict[str, Any]:
+        """The run's controller state (JSON-safe), for its checkpoint."""
+        return self._advisor(run_id).state_dict()
+
+    async def load_state(self, run_id: str, state: dict[str, Any]) -> None:
+        self._advisor(run_id).load_state_dict(state)
+
+    async def set_throttle(self, resource: str, throttle: Any) -> int | None:
+        """Register the throttle of `resource`; pushes the current pooled capacity, if any."""
+        self._throttles[resource] = throttle
+        pool = self._pools.get(resource)
+        if pool is not None and self._settings.pooled:
+            throttle.resize.remote(pool.capacity)
+            return pool.capacity
+        return None
+
+    async def snapshot(self) -> dict[str, Any]:
+        return {
+            "campaign": self._campaign,
+            "runs": {r: d.to_metrics() for r, d in self._last.items()},
+            "pools": {r: dataclasses.asdict(p.decision()) for r, p in self._pools.items()},
+            "log_path": str(self._log.path) if self._log else None,
+        }
+
+    async def close(self) -> None:
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+
+
+def start_backpressure_actor(campaign: str, namespace: str, settings: BackPressureSettings,
+                             log_path: str | Path | None = None) -> Any:
+    """Create (or get, if it exists) the campaign's back-pressure actor; `log_path` is a directory."""
+    return BackPressureActor.options(
+        name=backpressure_name(campaign), namespace=namespace, get_if_exists=True
+    ).remote(campaign, settings, str(log_path) if log_path is not None else None)
+
+
+class RemoteAdvisor:
+    """BackPressureAdvisor over the campaign actor. Picklable (holds only the handle and names)."""
+
+    def __init__(self, actor_handle: Any, run_id: str, resource: str = "", timeout_s: float = 30.0) -> None:
+        self.actor, self.run_id, self.resource = actor_handle, run_id, resource
+        self.timeout_s = float(timeout_s)
+
+    def _get(self, ref: Any) -> Any:
+        return ray.get(ref, timeout=self.timeout_s)
+
+    def initial_batch_size(self, batch_size: int, start_step: int = 0) -> int:
+        try:
+            return int(self._get(self.actor.initial_batch_size.remote(self.run_id, batch_size, start_step)))
+        except ray.exceptions.GetTimeoutError:
+            log.warning("back-pressure actor did not answer in %.0f s; starting at batch size %d",
+                        self.timeout_s, batch_size)
+            return int(batch_size)
+
+    def advise(self, obs: StepObservation) -> Decision:
+        if obs.run_id != self.run_id or obs.resource != self.resource:
+            obs = dataclasses.replace(obs, run_id=self.run_id, resource=self.resource)
+        try:
+            return self._get(self.actor.observe.remote(obs))
+        except ray.exceptions.GetTimeoutError:
+            log.warning("back-pressure actor did not answer in %.0f s (run %s, step %d): holding "
+                        "batch size %d", self.timeout_s, self.run_id, obs.step, obs.batch_size)
+            return default_decision(obs.batch_size, obs.group_size)
+
+    def state_dict(self) -> dict[str, Any]:
+        return self._get(self.actor.state.remote(self.run_id))
+
+    def load_state_dict(self, d: dict[str, Any]) -> None:
+        self._get(self.actor.load_state.remote(self.run_id, d))
