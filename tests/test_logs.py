@@ -212,3 +212,13 @@ def test_write_run_meta_atomic_json(tmp_path) -> None:
     path = write_run_meta(tmp_path / "run", {"seed": 3, "dir": tmp_path})
     assert json.loads(path.read_text()) == {"dir": str(tmp_path), "seed": 3}
     assert [p.name for p in (tmp_path / "run").iterdir()] == ["run_meta.json"]
+
+
+def test_segments_with_a_widened_schema_read_as_one_table(tmp_path) -> None:
+    _write_steps(tmp_path / "metrics.arrows", [0, 1]).close()
+    wider = SCHEMA.append(pa.field("kl", pa.float64()))
+    with ArrowStreamWriter(tmp_path / "metrics.arrows", wider) as writer:
+        writer.write_rows([{"step": 1, "loss": 5.0, "kl": 0.1}, {"step": 2, "loss": 6.0, "kl": 0.2}])
+    table = read_stream(tmp_path)
+    assert table.to_pylist() == [{"step": 0, "loss": 1.0, "kl": None}, {"step": 1, "loss": 5.0, "kl": 0.1},
+                                 {"step": 2, "loss": 6.0, "kl": 0.2}]

@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -119,6 +120,18 @@ def _read_segment(path: Path) -> list[pa.RecordBatch]:
     return batches
 
 
+def _concat_with_positions(batches: list[pa.RecordBatch]) -> pa.Table:
+    """One table of all batches plus each row's batch ordinal and global row number."""
+    try:
+        table = pa.Table.from_batches(batches)
+    except pa.ArrowInvalid:  # segments written with different schema versions
+        table = pa.concat_tables([pa.Table.from_batches([b]) for b in batches], promote_options="default")
+    table = table.combine_chunks()
+    ordinals = np.repeat(np.arange(len(batches), dtype=np.int64), [b.num_rows for b in batches])
+    table = table.append_column(_BATCH, pa.array(ordinals))
+    return table.append_column(_ROW, pa.array(np.arange(table.num_rows, dtype=np.int64)))
+
+
 def _dedupe_last_batch_wins(table: pa.Table, key: Sequence[str]) -> pa.Table:
     columns = {name: table[name].to_pylist() for name in key}
     batch_of = table[_BATCH].to_pylist()
@@ -140,17 +153,10 @@ def read_stream(path_or_run_dir: str | Path, name: str = "metrics", key: Sequenc
     segments = segment_paths(directory, name)
     if not segments:
         raise FileNotFoundError(f"no {name}{SUFFIX} stream in {directory}; is this a run directory?")
-    ordinal, tables = 0, []
-    for segment in segments:
-        for batch in _read_segment(segment):
-            table = pa.Table.from_batches([batch])
-            table = table.append_column(_BATCH, pa.array([ordinal] * batch.num_rows, pa.int64()))
-            tables.append(table)
-            ordinal += 1
-    if not tables:
+    batches = [batch for segment in segments for batch in _read_segment(segment)]
+    if not batches:
         return _empty(segments[0])
-    table = pa.concat_tables(tables, promote_options="default")
-    table = table.append_column(_ROW, pa.array(range(table.num_rows), pa.int64()))
+    table = _concat_with_positions(batches)
     if key:
         table = _dedupe_last_batch_wins(table, key)
         table = table.take(pc.sort_indices(table, [(k, "ascending") for k in key] + [(_ROW, "ascending")]))
