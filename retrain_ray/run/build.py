@@ -26,29 +26,15 @@ def resolve_device(devices: str) -> str:
 
 
 def build_task(cfg):
-    from retrain_ray.data import load_examples
+    from retrain_ray.data.loading import load_examples_from_config
 
-    d = cfg.data
-    return load_examples(
-        d.source,
-        task=d.task,
-        level=d.level,
-        path=d.path,
-        prompt_column=d.prompt_column,
-        reference_column=d.reference_column,
-        eval_path=d.eval_path,
-        num_examples=d.num_examples,
-        num_eval_examples=d.num_eval_examples,
-        max_examples=cfg.training.max_examples,
-        seed=max(cfg.training.seed, 0),
-    )
+    return load_examples_from_config(cfg)
 
 
 def build_reward(cfg):
-    from retrain_ray.rewards import build_reward as _build
+    from retrain_ray.rewards import build_reward_from_config
 
-    r = cfg.reward
-    return _build(r.type, custom_module=r.custom_module, custom_function=r.custom_function)
+    return build_reward_from_config(cfg)
 
 
 def build_sepa(cfg, uses_sepa: bool):

@@ -246,8 +246,11 @@ class RunLoop:
         rows = select_generation_samples(
             step=step,
             run=self.run_name,
-            groups=[(g.example.prompt, g.texts_G, g.rewards_G, [len(s.token_ids) for s in g.samples_G]) for g in groups],
-            per_prompt=self.cfg.logging.generation_log_samples_per_prompt,
+            prompts_P=[g.example.prompt for g in groups],
+            completions_P_G=[g.texts_G for g in groups],
+            rewards_P_G=[g.rewards_G for g in groups],
+            num_tokens_P_G=[[len(s.token_ids) for s in g.samples_G] for g in groups],
+            samples_per_prompt=self.cfg.logging.generation_log_samples_per_prompt,
         )
         self.parts.observer.on_generations(rows)
 
