@@ -62,6 +62,8 @@ def test_hicra_exact_values():
     assert hicra([-1, -1], [0, 1], alpha=0.2) == approx([-1.0, -0.8])
     with pytest.raises(ValueError, match="planning mask"):
         hicra([1, 1], [0])
+    with pytest.raises(ValueError, match="hicra.alpha"):
+        hicra([-1.0], [1], alpha=1.5)
 
 
 def test_sepa_exact_values():

@@ -4,6 +4,8 @@
   h >= 0 and beta < 1 no weight is clamped, so mean(w) = 1 (up to the 1e-8 guard) and each completion's
   token-mean stays A with its sign. Surprisal is capped at 50 first.
 * `hicra(t, mask, alpha)`: planning tokens get t + alpha |t| (boosts positive credit, softens blame).
+  Departure: alpha must lie in [0, 1] (above 1 it would flip negative credit to positive; the
+  original did not check).
 * `sepa_pool / sepa_amp / sepa_amp_c`: move the *execution* tokens' (mask 0) uncertainty towards
   (pool) or away from (amp; amp_c clamps at 0) their mean by lambda in [0, 1]; planning tokens untouched.
 * `entropy_mask(advs, u, rho)`: keep only tokens whose uncertainty is in the top rho fraction of the
@@ -42,6 +44,8 @@ def _check_lengths(name: str, values: Sequence[float], mask: Sequence[int]) -> N
 def hicra(token_advs_T: Sequence[float], mask_T: Sequence[int], alpha: float = 0.2) -> list[float]:
     """Amplify credit on planning tokens by alpha |t|."""
     _check_lengths("hicra", token_advs_T, mask_T)
+    if not 0.0 <= alpha <= 1.0:
+        raise ValueError(f"hicra.alpha must be in [0, 1] (got {alpha}); above 1 it flips the sign of negative credit.")
     return [t + alpha * abs(t) if m else float(t) for t, m in zip(token_advs_T, mask_T, strict=True)]
 
 
