@@ -126,8 +126,8 @@ def test_planning_grams_override():
     assert parse_strategic_grams("") == list(RegexPlanningDetector().grams)
     assert parse_strategic_grams('["hmm so"]') == ["hmm so"]
     assert parse_strategic_grams("hmm so, ok then") == ["hmm so", "ok then"]
-    detector = RegexPlanningDetector(parse_strategic_grams("hmm so"))
-    assert detector.planning_mask(["hmm", "so", "let", "me", "think"]) == [1, 1, 0, 0, 0]
+    detector = RegexPlanningDetector.from_grams_text("hmm so")
+    assert detector(["hmm", "so", "let", "me", "think"]) == [1, 1, 0, 0, 0]
     with pytest.raises(ValueError, match="strategic_grams"):
         parse_strategic_grams("[1, 2]")
 

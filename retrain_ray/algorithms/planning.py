@@ -72,6 +72,14 @@ class RegexPlanningDetector:
         self._pattern = re.compile(rf"\b(?:{alternation})\b", re.IGNORECASE)
         self.window = max(MIN_WINDOW, max(len(g.split()) for g in self.grams))
 
+    @classmethod
+    def from_grams_text(cls, text: str) -> RegexPlanningDetector:
+        """Build from `[logging].strategic_grams` (JSON array, CSV, or empty for the defaults)."""
+        return cls(parse_strategic_grams(text))
+
+    def __call__(self, tokens: Sequence[str]) -> list[int]:
+        return self.planning_mask(tokens)
+
     def planning_mask(self, tokens: Sequence[str]) -> list[int]:
         fragments = [clean_token(t) for t in tokens]
         mask = [0] * len(fragments)
