@@ -1,0 +1,63 @@
+"""Remote training API backend (Tinker) on the official `tinker` SDK, plus a local stand-in for tests.
+
+`build_tinker_policy(cfg, throttle)` returns (engine, backend, tokenizer) for a run whose
+`[backend] backend = "tinker"`: one `TinkerSession` (training client, sampling client, throttle,
+retries) shared by `TinkerEngine` (sampling) and `TinkerBackend` (training, checkpoints).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from retrain_ray.backends.tinker.backend import LOSS_STEPS, TINKER_CAPABILITIES, TinkerBackend, loss_variant
+from retrain_ray.backends.tinker.engine import TinkerEngine
+from retrain_ray.backends.tinker.loss import ClipSettings, dual_clip_loss_and_grads
+from retrain_ray.backends.tinker.options import TINKER_OPTION_DEFAULTS, TinkerOptions, parse_tinker_options
+from retrain_ray.backends.tinker.session import HoldsSlots, NullThrottle, TinkerSession, make_service_client
+
+__all__ = [
+    "LOSS_STEPS",
+    "TINKER_CAPABILITIES",
+    "TINKER_OPTION_DEFAULTS",
+    "ClipSettings",
+    "HoldsSlots",
+    "NullThrottle",
+    "TinkerBackend",
+    "TinkerEngine",
+    "TinkerOptions",
+    "TinkerSession",
+    "build_tinker_policy",
+    "dual_clip_loss_and_grads",
+    "loss_variant",
+    "make_service_client",
+    "parse_tinker_options",
+]
+
+
+def build_tinker_policy(
+    cfg: Any, throttle: HoldsSlots | None = None, *, service_client: Any = None, **standin_kwargs: Any
+) -> tuple[TinkerEngine, TinkerBackend, Any]:
+    """(engine, backend, tokenizer) from a RetrainConfig; `service_client` overrides the SDK's (tests)."""
+    options = parse_tinker_options(cfg.backend.options)
+    service = service_client or make_service_client(options, cfg.model.base_url, **standin_kwargs)
+    session = TinkerSession(
+        service, base_model=cfg.model.model, rank=cfg.model.lora_rank, throttle=throttle, options=options
+    )
+    t, o = cfg.training, cfg.optimizer
+    backend = TinkerBackend(
+        session,
+        clip=ClipSettings(t.clip_eps, t.clip_eps_high, t.clip_ratio_c),
+        beta1=o.beta1, beta2=o.beta2, eps=o.eps, grad_clip_norm=o.grad_clip_norm,
+    )
+    tokenizer = session.call("get_tokenizer", lambda: _Ready(session.training_client.get_tokenizer()))
+    return TinkerEngine(session), backend, tokenizer
+
+
+class _Ready:
+    """Wraps a value that a synchronous SDK method returned, so `session.call` can treat it as a future."""
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+    def result(self, timeout: float | None = None) -> Any:
+        return self.value

@@ -1,0 +1,80 @@
+"""The custom PPO dual-clip loss of the tinker backend (spec 3.3), computed locally on logprobs.
+
+Per token, with ratio r = exp(new_lp - old_lp) and advantage A:
+    surr1 = -A r;  surr2 = -A clamp(r, 1 - eps_lo, 1 + eps_hi);  L = max(surr1, surr2)
+    dual clip (clip_ratio_c = c > 0): where A < 0, L = min(-A c, L)
+    tokens with A == 0 are not in the loss.
+
+Departure from the original: the original averaged L per datum, then over datums (SEQUENCE-mean,
+hazard 13.9), so a token of a short completion weighed more than one of a long completion, unlike
+the local backend. Here the loss is the TOKEN-mean over every action token of the batch,
+`sum(L * mask) / max(sum(mask), 1)`, the same normalisation as the local backend, so a campaign that
+compares backends compares the same objective.
+
+The service cannot take this loss directly. The backend does a `forward` to get new_lp, evaluates
+this loss and its gradient g_t = dLoss/dnew_lp_t locally, then sends a second `forward_backward` with
+loss "importance_sampling", `logprobs = new_lp` (so r = 1) and `advantages = -g_t`: that loss is
+-sum r_t A_t, whose gradient at r = 1 is sum g_t d(new_lp_t), the gradient of this loss.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class ClipSettings:
+    clip_eps: float = 0.0
+    clip_eps_high: float = 0.0
+    clip_ratio_c: float = 0.0
+
+    @property
+    def eps_high(self) -> float:
+        return self.clip_eps_high or self.clip_eps
+
+
+def dual_clip_token_losses(
+    new_lp_T: torch.Tensor, old_lp_T: torch.Tensor, adv_T: torch.Tensor, clip: ClipSettings
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(per-token loss L_T, clipped_T bool) for one flat run of tokens."""
+    ratio_T = torch.exp(new_lp_T - old_lp_T)
+    surr1_T = -adv_T * ratio_T
+    surr2_T = -adv_T * ratio_T.clamp(1.0 - clip.clip_eps, 1.0 + clip.eps_high)
+    loss_T = torch.maximum(surr1_T, surr2_T)
+    if clip.clip_ratio_c > 0:
+        loss_T = torch.where(adv_T < 0, torch.minimum(-adv_T * clip.clip_ratio_c, loss_T), loss_T)
+    clipped_T = (ratio_T < 1.0 - clip.clip_eps) | (ratio_T > 1.0 + clip.eps_high)
+    return loss_T, clipped_T
+
+
+def dual_clip_loss_and_grads(
+    new_lp_D: list[list[float]], old_lp_D: list[list[float]], adv_D: list[list[float]], clip: ClipSettings
+) -> tuple[float, list[list[float]], dict[str, float]]:
+    """Token-mean loss, dLoss/dnew_lp per datum and token, and the ppo_* metrics."""
+    lengths = [len(row) for row in new_lp_D]
+    new_T = torch.tensor([x for row in new_lp_D for x in row], dtype=torch.float64, requires_grad=True)
+    old_T = torch.tensor([x for row in old_lp_D for x in row], dtype=torch.float64)
+    adv_T = torch.tensor([x for row in adv_D for x in row], dtype=torch.float64)
+    mask_T = (adv_T != 0).double()
+    loss_T, clipped_T = dual_clip_token_losses(new_T, old_T, adv_T, clip)
+    denom = mask_T.sum().clamp_min(1.0)
+    loss = (loss_T * mask_T).sum() / denom
+    loss.backward()
+    grads = new_T.grad.tolist() if new_T.grad is not None else [0.0] * len(new_T)
+    grads_D, start = [], 0
+    for n in lengths:
+        grads_D.append(grads[start:start + n])
+        start += n
+    with torch.no_grad():
+        ratio_T = torch.exp(new_T - old_T)
+        acted = mask_T > 0
+        metrics = {
+            "ppo_clip_fraction": float((clipped_T.double() * mask_T).sum() / denom),
+            "ppo_mean_ratio": float(ratio_T[acted].mean()) if acted.any() else 1.0,
+            "ppo_max_ratio": float(ratio_T[acted].max()) if acted.any() else 1.0,
+            "ppo_kl_approx": float(((ratio_T - 1 - (new_T - old_T)) * mask_T).sum() / denom),
+        }
+    metrics["clip_fraction"] = metrics["ppo_clip_fraction"]
+    return float(loss.detach()), grads_D, metrics
