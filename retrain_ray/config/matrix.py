@@ -13,7 +13,8 @@ hazard 13.1) with the condition applied, then:
   `run_dir`, else `<base log_dir>/<run_name>` and `<base adapter_path>/<run_name>`.
 * with `logging.wandb_project` set: wandb group = label, run name = run name, tags = `label,seed<seed>`.
 
-A run's config has no [campaign] or [squeeze]: it describes one run.
+A run's config has no [campaign] or [squeeze]: it describes one run. A plain (non-campaign) config
+expands to one run whose config is unchanged unless `run_dir` is given.
 """
 
 from __future__ import annotations
@@ -77,7 +78,7 @@ def expand_runs(cfg: RetrainConfig, run_dir: RunDirFn | None = None) -> list[Run
         label = f"{cfg.algorithm.advantage_mode}+{cfg.algorithm.transform_mode}"
         seed = cfg.training.seed
         name = run_name(label, seed)
-        one = _finish(cfg, name, label, seed, cfg.training.max_steps, run_dir)
+        one = cfg if run_dir is None else _finish(cfg, name, label, seed, cfg.training.max_steps, run_dir)
         return [RunSpec(name, label, seed, {}, one)]
     base = cfg.model_copy(update={"campaign": None, "squeeze": None})
     runs = []

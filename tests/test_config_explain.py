@@ -1,0 +1,65 @@
+"""`retrain-ray explain` through a subprocess, as a user runs it."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _explain(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "retrain_ray.cli_explain", *args], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120,
+                          env={"PATH": "/usr/bin:/bin", "COLUMNS": "200", "HF_HUB_OFFLINE": "1"})
+
+
+def test_campaign_matrix_and_capacity_text():
+    out = _explain("configs/ablation.toml")
+    assert out.returncode == 0, out.stderr
+    for label in ["grpo+none", "maxrl+none", "maxrl+gtpo", "maxrl+gtpo_hicra", "maxrl+gtpo_sepa"]:
+        assert f"{label}_s42" in out.stdout
+    assert "5 conditions x 3 seeds = 15 runs" in out.stdout
+    assert "estimated_wall_time_s" in out.stdout and "7500.0" in out.stdout  # 3000 steps * 10 s / 4
+
+
+def test_campaign_json_capacity_formulas():
+    out = _explain("configs/smoke-campaign.toml", "--json", "--median-step-time", "2")
+    assert out.returncode == 0, out.stderr
+    info = json.loads(out.stdout)
+    camp = info["campaign"]
+    assert camp["total_runs"] == 10 and camp["conditions"][0] == "grpo+none"
+    assert camp["matrix"]["maxrl+gtpo_sepa"] == {"1": "maxrl+gtpo_sepa_s1", "2": "maxrl+gtpo_sepa_s2"}
+    assert camp["capacity"] == {"concurrency_per_step": 32, "total_campaign_steps": 400,
+                                "median_step_time_s": 2.0, "effective_parallelism": 2,
+                                "estimated_wall_time_s": 400.0}
+    assert info["run"]["resources_per_run"] == {"cpus": 1.0, "gpus": 0, "placement": "cpu"}
+
+
+def test_single_run_split_and_tinker():
+    split = json.loads(_explain("configs/original-local-split.toml", "--json").stdout)["run"]
+    assert split["resources_per_run"]["gpus"] == 2 and split["resources_per_run"]["placement"] == "split"
+    assert split["datums_per_step"] == 32 and split["total_datums"] == 3200
+    tinker = json.loads(_explain("configs/original-tinker.toml", "--json", "--max-steps", "10").stdout)["run"]
+    assert tinker["capabilities"]["resume_runtime_dependent"] is True
+    assert tinker["capabilities"]["checkpoint_resume_mode"] == "exact"
+    assert tinker["resources_per_run"]["gpus"] == 0 and tinker["total_datums"] == 320
+
+
+def test_bad_file_exits_2_without_traceback():
+    out = _explain("tests/bad_configs/batch_size_zero.toml")
+    assert out.returncode == 2
+    assert "training.batch_size" in out.stderr and "Traceback" not in out.stderr
+    missing = _explain("configs/does-not-exist.toml")
+    assert missing.returncode == 2 and "Traceback" not in missing.stderr
+
+
+def test_capability_table_matches_local_backend():
+    import dataclasses
+
+    from retrain_ray.backends.local.backend import LocalBackend
+    from retrain_ray.cli_explain import CAPABILITIES
+
+    assert dataclasses.asdict(LocalBackend.capabilities) == CAPABILITIES["local"]
