@@ -1,0 +1,273 @@
+"""Benchmark: the Ray throttle actor against the original's flock slot-file semaphore, same run.
+
+Measures, with capacity 4 (the default [backend].max_concurrent) and 1, 8 and 32 clients spread over
+up to 4 processes (threads inside each):
+* acquire/release pairs per second with an empty body (pure overhead),
+* with a 5 ms body (contention): pairs/s, client-side wait percentiles, and fairness of grants per
+  client (min/max ratio and Jain's index, 1.0 = perfectly even),
+* how fast a slot comes back when its holder is SIGKILLed, and when it hangs (SIGSTOP).
+The baseline is built here exactly as spec section 6 describes `TinkerThrottle`: N slot files, try each
+with flock(LOCK_EX|LOCK_NB), else block on slot 0. Run: `.venv/bin/python benchmarks/throttle.py`.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import multiprocessing as mp
+import os
+import signal
+import tempfile
+import threading
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+import numpy as np
+import ray
+
+from retrain_ray.actors.throttle import start_throttle
+from retrain_ray.throttle import ThrottleClient
+
+CAPACITY = 4
+DURATION_S = 2.0
+CLIENTS = (1, 8, 32)
+BODIES_S = (0.0, 0.005)
+RAY_TTL_S = 1.0
+HANG_TIMEOUT_S = 3.0
+
+
+class FlockSemaphore:
+    """The original's throttle (spec 6): slot files, non-blocking tries, then block on slot 0."""
+
+    def __init__(self, lock_dir: str, max_concurrent: int) -> None:
+        self.paths = [Path(lock_dir) / f"slot_{i}.lock" for i in range(max_concurrent)]
+        Path(lock_dir).mkdir(parents=True, exist_ok=True)
+        for path in self.paths:
+            path.touch()
+
+    @contextmanager
+    def hold(self):
+        fd = self._acquire()
+        try:
+            yield fd
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            os.close(fd)
+
+    def _acquire(self) -> int:
+        for path in self.paths:
+            fd = os.open(path, os.O_RDWR)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return fd
+            except BlockingIOError:
+                os.close(fd)
+        fd = os.open(self.paths[0], os.O_RDWR)
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        return fd
+
+
+def client_loop(hold, start_at: float, duration_s: float, body_s: float) -> tuple[int, list[float]]:
+    """Hold/release in a loop from `start_at` (wall clock) for `duration_s`; count and waits."""
+    time.sleep(max(0.0, start_at - time.time()))
+    end = time.monotonic() + duration_s
+    count, waits_s = 0, []
+    while time.monotonic() < end:
+        asked = time.monotonic()
+        with hold():
+            waits_s.append(time.monotonic() - asked)
+            if body_s:
+                time.sleep(body_s)
+        count += 1
+    return count, waits_s
+
+
+@ray.remote(num_cpus=0)
+class RayClients:
+    """One client process; each concurrent call is one client thread."""
+
+    def __init__(self, handle) -> None:
+        self.handle = handle
+
+    def pid(self) -> int:
+        return os.getpid()
+
+    def loop(self, holder: str, start_at: float, duration_s: float, body_s: float):
+        client = ThrottleClient(self.handle, holder, timeout_s=120, lease_ttl_s=RAY_TTL_S)
+        return client_loop(client.hold, start_at, duration_s, body_s)
+
+    def hold_forever(self, holder: str) -> None:
+        with ThrottleClient(self.handle, holder, timeout_s=120, lease_ttl_s=RAY_TTL_S).hold():
+            time.sleep(600)
+
+
+def _flock_process(lock_dir, n_threads, start_at, duration_s, body_s, results) -> None:
+    sem = FlockSemaphore(lock_dir, CAPACITY)
+    out = []
+    threads = [
+        threading.Thread(target=lambda: out.append(client_loop(sem.hold, start_at, duration_s, body_s)))
+        for _ in range(n_threads)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    results.put(out)
+
+
+def _layout(n_clients: int) -> list[int]:
+    """Threads per process: up to 4 processes."""
+    n_procs = min(4, n_clients)
+    return [n_clients // n_procs + (i < n_clients % n_procs) for i in range(n_procs)]
+
+
+def run_ray(n_clients: int, body_s: float, campaign: str) -> list[tuple[int, list[float]]]:
+    handle = start_throttle(campaign, "bench", CAPACITY, namespace="bench", lease_ttl_s=RAY_TTL_S)
+    procs = [RayClients.options(max_concurrency=k).remote(handle) for k in _layout(n_clients)]
+    ray.get([proc.pid.remote() for proc in procs], timeout=120)
+    start_at = time.time() + 0.5
+    refs = [
+        proc.loop.remote(f"c{p}-{t}", start_at, DURATION_S, body_s)
+        for p, (proc, k) in enumerate(zip(procs, _layout(n_clients), strict=True))
+        for t in range(k)
+    ]
+    results = ray.get(refs, timeout=120)
+    peak = ray.get(handle.stats.remote(), timeout=30).peak_in_flight
+    assert peak <= CAPACITY, f"throttle exceeded capacity: {peak}"
+    for proc in procs:
+        ray.kill(proc)
+    ray.kill(handle)
+    return results
+
+
+def run_flock(n_clients: int, body_s: float) -> list[tuple[int, list[float]]]:
+    ctx = mp.get_context("fork")
+    results = ctx.Queue()
+    with tempfile.TemporaryDirectory() as lock_dir:
+        start_at = time.time() + 0.5
+        procs = [
+            ctx.Process(target=_flock_process, args=(lock_dir, k, start_at, DURATION_S, body_s, results))
+            for k in _layout(n_clients)
+        ]
+        for proc in procs:
+            proc.start()
+        out = [item for _ in procs for item in results.get(timeout=120)]
+        for proc in procs:
+            proc.join(timeout=30)
+    return out
+
+
+def summarize(results: list[tuple[int, list[float]]]) -> dict[str, float]:
+    counts = np.array([count for count, _ in results], dtype=float)
+    waits_ms = np.concatenate([np.array(w) for _, w in results]) * 1e3
+    return {
+        "pairs_s": counts.sum() / DURATION_S,
+        "p50_ms": float(np.percentile(waits_ms, 50)),
+        "p90_ms": float(np.percentile(waits_ms, 90)),
+        "p99_ms": float(np.percentile(waits_ms, 99)),
+        "min_max": float(counts.min() / counts.max()) if counts.max() else 0.0,
+        "jain": float(counts.sum() ** 2 / (len(counts) * (counts**2).sum())),
+    }
+
+
+def _flock_holder(lock_dir: str, ready) -> None:
+    with FlockSemaphore(lock_dir, 1).hold():
+        ready.set()
+        time.sleep(600)
+
+
+def flock_reclaim_s(sig: int) -> float:
+    """Seconds until a waiter gets the slot after its holder gets `sig` (inf: not within the timeout)."""
+    ctx = mp.get_context("fork")
+    with tempfile.TemporaryDirectory() as lock_dir:
+        ready = ctx.Event()
+        holder = ctx.Process(target=_flock_holder, args=(lock_dir, ready))
+        holder.start()
+        assert ready.wait(30), "flock holder did not start"
+        got = []
+        waiter = threading.Thread(target=lambda: got.append(_flock_acquire_time(lock_dir)), daemon=True)
+        waiter.start()
+        time.sleep(0.2)
+        signalled = time.monotonic()
+        os.kill(holder.pid, sig)
+        waiter.join(timeout=HANG_TIMEOUT_S)
+        os.kill(holder.pid, signal.SIGKILL)  # our own child: end it in every case
+        holder.join(timeout=30)
+        waiter.join(timeout=30)
+    return got[0] - signalled if got and got[0] - signalled < HANG_TIMEOUT_S else float("inf")
+
+
+def _flock_acquire_time(lock_dir: str) -> float:
+    with FlockSemaphore(lock_dir, 1).hold():
+        return time.monotonic()
+
+
+def ray_reclaim_s(sig: int | None, campaign: str) -> float:
+    """Seconds until a waiter gets the slot after its holder is ray.kill-ed (None) or gets `sig`."""
+    handle = start_throttle(campaign, "reclaim", 1, namespace="bench", lease_ttl_s=RAY_TTL_S)
+    holder = RayClients.remote(handle)
+    pid = ray.get(holder.pid.remote(), timeout=120)
+    holder.hold_forever.remote("victim")
+    _wait_for(lambda: ray.get(handle.stats.remote(), timeout=30).in_flight == 1)
+    waiter = handle.acquire.remote("waiter", 60.0)
+    _wait_for(lambda: ray.get(handle.stats.remote(), timeout=30).waiting == 1)
+    signalled = time.monotonic()  # same machine: the actor's monotonic clock is this one
+    if sig is None:
+        ray.kill(holder)
+    else:
+        os.kill(pid, sig)  # the worker process of an actor this benchmark created
+    lease = ray.get(waiter, timeout=60)
+    if sig is not None:
+        os.kill(pid, signal.SIGCONT)
+        ray.kill(holder)
+    ray.kill(handle)
+    return lease.granted_at - signalled
+
+
+def _wait_for(predicate, timeout_s: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise TimeoutError("benchmark setup did not reach its state in time")
+        time.sleep(0.02)
+
+
+def _row(label: str, ray_s: dict, flock_s: dict) -> str:
+    return (
+        f"| {label} | {ray_s['pairs_s']:.0f} | {flock_s['pairs_s']:.0f} | "
+        f"{ray_s['pairs_s'] / flock_s['pairs_s']:.3f} | "
+        f"{ray_s['p50_ms']:.1f} / {ray_s['p90_ms']:.1f} / {ray_s['p99_ms']:.1f} | "
+        f"{flock_s['p50_ms']:.2f} / {flock_s['p90_ms']:.1f} / {flock_s['p99_ms']:.1f} | "
+        f"{ray_s['min_max']:.2f} / {ray_s['jain']:.3f} | {flock_s['min_max']:.2f} / {flock_s['jain']:.3f} |"
+    )
+
+
+def main() -> None:
+    started = time.monotonic()
+    cases = [(n, body) for body in BODIES_S for n in CLIENTS]
+    flock = {case: summarize(run_flock(*case)) for case in cases}  # before Ray: fork a clean process
+    flock_kill, flock_hang = flock_reclaim_s(signal.SIGKILL), flock_reclaim_s(signal.SIGSTOP)
+    ray.init(address="local", num_cpus=4, include_dashboard=False, object_store_memory=300 * 2**20,
+             log_to_driver=False, namespace="bench")
+    ours = {case: summarize(run_ray(*case, campaign=f"bench-{i}")) for i, case in enumerate(cases)}
+    ray_kill = [ray_reclaim_s(None, f"kill-{i}") for i in range(3)]
+    ray_hang = ray_reclaim_s(signal.SIGSTOP, "hang")
+    ray.shutdown()
+    print(f"capacity {CAPACITY}, {DURATION_S:.0f} s per case, clients in up to 4 processes, "
+          f"{os.cpu_count()} cores; Ray lease TTL {RAY_TTL_S} s, reaper period {RAY_TTL_S / 4} s\n")
+    print("| clients, body | Ray pairs/s | flock pairs/s | Ray/flock | Ray wait p50/p90/p99 ms | "
+          "flock wait p50/p90/p99 ms | Ray fairness min/max, Jain | flock fairness min/max, Jain |")
+    print("|---|---|---|---|---|---|---|---|")
+    for n, body in cases:
+        print(_row(f"{n}, {body * 1e3:.0f} ms", ours[n, body], flock[n, body]))
+    print(f"\nslot back after holder SIGKILL: Ray {np.mean(ray_kill):.2f} s (max {max(ray_kill):.2f}, "
+          f"TTL + reaper bound {RAY_TTL_S * 1.25:.2f}), flock {flock_kill * 1e3:.1f} ms "
+          f"(Ray/flock {np.mean(ray_kill) / flock_kill:.0f}x)")
+    hang = "never (still blocked)" if flock_hang == float("inf") else f"{flock_hang:.2f} s"
+    print(f"slot back after holder SIGSTOP (hung): Ray {ray_hang:.2f} s, flock {hang} "
+          f"after {HANG_TIMEOUT_S:.0f} s")
+    print(f"\ntotal {time.monotonic() - started:.0f} s")
+
+
+if __name__ == "__main__":
+    main()
