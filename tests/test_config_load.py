@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-import tomllib
 from pathlib import Path
 
 import pytest
+import tomllib
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from pydantic import ValidationError
 
 from retrain_ray.config import (
     ConfigError,
@@ -44,7 +45,7 @@ def test_defaults_match_the_original():
 
 def test_model_is_frozen():
     cfg = RetrainConfig()
-    with pytest.raises(Exception):
+    with pytest.raises(ValidationError, match="frozen"):
         cfg.training.batch_size = 3  # type: ignore[misc]
 
 
