@@ -185,3 +185,11 @@ def test_toml_round_trip_property(batch_size, lr, log_dir, params, seeds):
     cfg = RetrainConfig.model_validate(raw)
     again, _ = build_config(tomllib.loads(dump_toml(cfg)))
     assert again == cfg
+
+
+def test_tinker_options_follow_the_tinker_backend_schema():
+    cfg = RetrainConfig.model_validate({"backend": {"backend": "tinker", "options": {"client": "standin"}}})
+    assert cfg.backend.options == {"client": "standin"}
+    with pytest.raises(ConfigError) as info:
+        RetrainConfig.model_validate({"backend": {"backend": "tinker", "options": {"client": "nope"}}})
+    assert info.value.locations == ["backend.options"] and "standin" in str(info.value)

@@ -1,7 +1,9 @@
 """Per-backend schemas of `[backend.options]` (spec 1.6 / 7): known keys, their defaults and types.
 
-Unknown keys are an error with a did-you-mean hint; the remote training API (tinker) takes no
-options at all, as in the original. A dotted-path plugin backend gets its options unchecked.
+Unknown keys are an error with a did-you-mean hint. The original's tinker schema is empty; ours is
+owned by the tinker backend (`retrain_ray.backends.tinker.options`: client, retries, timeouts), so
+its keys and value checks are taken from there, imported only when a tinker config has options.
+A dotted-path plugin backend gets its options unchecked.
 The local schema keeps the original's names so its files load; our local backend reads the ones it
 implements through `resolved_options` and ignores the CUDA-only ones on CPU.
 """
@@ -44,7 +46,30 @@ LOCAL_OPTIONS: dict[str, Any] = {
     "cudnn_causal_conv1d_shim": False,
     "trust_remote_code": False,
 }
-SCHEMAS: dict[str, dict[str, Any]] = {"local": LOCAL_OPTIONS, "tinker": {}}
+SCHEMAS: dict[str, dict[str, Any]] = {"local": LOCAL_OPTIONS}
+
+
+def _tinker_schema() -> dict[str, Any]:
+    from retrain_ray.backends.tinker.options import TINKER_OPTION_DEFAULTS
+
+    return dict(TINKER_OPTION_DEFAULTS)
+
+
+def _tinker_values(options: dict[str, Any]) -> list[ConfigIssue]:
+    from retrain_ray.backends.tinker.options import parse_tinker_options
+
+    try:
+        parse_tinker_options(options)
+    except (ValueError, TypeError) as exc:
+        return [ConfigIssue("backend.options", options, str(exc), "see the tinker backend's option list")]
+    return []
+
+
+def schema_for(backend: str, options: dict[str, Any]) -> dict[str, Any] | None:
+    """Known options and defaults of a built-in backend; None for plugins (unchecked)."""
+    if backend == "tinker":
+        return _tinker_schema() if options else {}
+    return SCHEMAS.get(backend)
 
 
 def _type_ok(value: Any, default: Any) -> bool:
@@ -59,7 +84,7 @@ def _type_ok(value: Any, default: Any) -> bool:
 
 def check_options(backend: str, options: dict[str, Any]) -> list[ConfigIssue]:
     """Issues for unknown or mistyped `[backend.options]` keys of a built-in backend."""
-    schema = SCHEMAS.get(backend)
+    schema = schema_for(backend, options)
     if schema is None:
         return []
     issues = []
@@ -74,9 +99,11 @@ def check_options(backend: str, options: dict[str, Any]) -> list[ConfigIssue]:
         elif not _type_ok(value, schema[key]):
             kind = type(schema[key]).__name__
             issues.append(ConfigIssue(loc, value, f"expected a {kind}", f"default is {schema[key]!r}"))
+    if backend == "tinker" and options and not issues:
+        issues += _tinker_values(options)
     return issues
 
 
 def resolved_options(backend: str, options: dict[str, Any]) -> dict[str, Any]:
     """The backend's options with schema defaults filled in."""
-    return {**SCHEMAS.get(backend, {}), **options}
+    return {**(schema_for(backend, options) or {}), **options}
