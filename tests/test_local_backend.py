@@ -1,0 +1,190 @@
+"""Local backend: on-policy ratio 1, weight sync (shared and split), clipping, micro-batching, checkpoints."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from retrain_ray.backends.local import (
+    LocalBackend,
+    LoraSettings,
+    LossSettings,
+    OptimizerSettings,
+    PolicySettings,
+    build_shared_policy,
+    build_split_engine,
+)
+from retrain_ray.backends.local.batching import microbatches
+from retrain_ray.backends.local.scoring import scored_logprobs
+from retrain_ray.backends.types import TrainBackend, TrainBatch
+from retrain_ray.engines import SamplingParams
+from retrain_ray.models import encode_prompt
+
+T, TOP_P = 0.7, 0.9
+PARAMS = SamplingParams(max_tokens=8, temperature=T, top_p=TOP_P)
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory):
+    return tmp_path_factory.mktemp("models")
+
+
+def _policy(cache, finetune="full", **kw):
+    settings = PolicySettings(finetune=finetune, lora=LoraSettings(rank=4, alpha=32), top_p=TOP_P, **kw)
+    return build_shared_policy("builtin:tiny", settings, device="cpu", cache_dir=cache)
+
+
+def _batch(engine, tok, seed=0) -> TrainBatch:
+    prompts = [encode_prompt(tok, p) for p in ["123", "45", "6789"]]
+    groups = engine.generate(prompts, 4, PARAMS)
+    gen = torch.Generator().manual_seed(seed)
+    tokens, logprobs, advs, lens = [], [], [], []
+    for prompt, group in zip(prompts, groups, strict=True):
+        for r in group:
+            a = float(torch.randn(1, generator=gen))
+            tokens.append(prompt + list(r.token_ids))
+            logprobs.append([0.0] * len(prompt) + list(r.logprobs))
+            advs.append([0.0] * len(prompt) + [a] * len(r.token_ids))
+            lens.append(len(prompt))
+    return TrainBatch(tokens, logprobs, advs, lens, temperature=T)
+
+
+def _trainer_logprobs(backend, batch):
+    with torch.no_grad():
+        return [scored_logprobs(backend.model, mb, batch.temperature, backend.top_p) for mb in microbatches(batch, 0, backend.device)]
+
+
+@pytest.mark.parametrize("finetune", ["lora", "full"])
+def test_first_on_policy_update_has_ratio_one(cache, finetune):
+    engine, backend, tok = _policy(cache, finetune, loss=LossSettings(clip_eps=0.2))
+    assert isinstance(backend, TrainBackend)
+    assert backend.capabilities.checkpoint_resume_mode == "exact"
+    batch = _batch(engine, tok)
+    before = {n: p.detach().clone() for n, p in backend.model.named_parameters() if p.requires_grad}
+    result = backend.train_step(batch, lr=1e-2, weight_decay=0.0)
+    assert result.metrics["policy/abs_kl"] < 1e-5
+    assert result.metrics["clip_fraction"] == 0.0
+    assert result.metrics["local_action_tokens"] == sum(len(a) - lp for a, lp in zip(batch.advantages_D, batch.prompt_lens_D, strict=True))
+    assert backend.version == 1
+    after = {n: p.detach() for n, p in backend.model.named_parameters() if p.requires_grad}
+    assert any(not torch.equal(before[n], after[n]) for n in after)
+    if finetune == "lora":
+        assert all("lora_" in n for n in after)
+
+
+def test_shared_engine_samples_new_weights(cache):
+    engine, backend, tok = _policy(cache)
+    batch = _batch(engine, tok)
+    backend.train_step(batch, lr=1e-2, weight_decay=0.0)
+    update = backend.export_weights()
+    assert update.tensors == {} and update.version == 1
+    engine.load_weights(update)
+    assert engine.weights_version == 1
+    fresh = _batch(engine, tok, seed=1)
+    ratio_one = backend.train_step(fresh, lr=1e-2, weight_decay=0.0)
+    assert ratio_one.metrics["policy/abs_kl"] < 1e-5
+
+
+def test_split_engine_receives_tensors_and_matches_trainer(cache):
+    settings = PolicySettings(finetune="lora", lora=LoraSettings(rank=4, alpha=32), top_p=TOP_P)
+    engine, backend, tok = build_shared_policy("builtin:tiny", settings, device="cpu", cache_dir=cache)
+    backend.shares_model_with_engine = False
+    split, _ = build_split_engine("builtin:tiny", settings, device="cpu", cache_dir=cache)
+    backend.train_step(_batch(engine, tok), lr=5e-2, weight_decay=0.0)
+    update = backend.export_weights()
+    assert update.version == 1 and update.tensors
+    assert all(t.device.type == "cpu" for t in update.tensors.values())
+    split.load_weights(update)
+    assert split.weights_version == 1
+    batch = _batch(split, tok, seed=2)
+    new_lp = _trainer_logprobs(backend, batch)[0]
+    for i, (row, n) in enumerate(zip(batch.logprobs_D, batch.prompt_lens_D, strict=True)):
+        sampled = torch.tensor(row[n:])
+        torch.testing.assert_close(new_lp[i, n - 1 : len(row) - 1], sampled, atol=1e-5, rtol=0)
+    wrong = PolicySettings(finetune="lora", lora=LoraSettings(rank=4, target_modules=("q_proj",)), top_p=TOP_P)
+    other, _ = build_split_engine("builtin:tiny", wrong, device="cpu", cache_dir=cache)
+    with pytest.raises(KeyError, match="unknown"):
+        other.load_weights(update)
+
+
+def test_grad_clipping_limits_norm(cache):
+    engine, backend, tok = _policy(cache, optimizer=OptimizerSettings(grad_clip_norm=1e-3))
+    result = backend.train_step(_batch(engine, tok), lr=1e-3, weight_decay=0.0)
+    assert result.metrics["grad_norm"] > 1e-3
+    clipped = torch.nn.utils.get_total_norm([p.grad for p in backend.model.parameters() if p.grad is not None])
+    assert float(clipped) <= 1e-3 * (1 + 1e-4)
+
+
+def test_microbatch_accumulation_equals_whole_batch(cache):
+    engine, whole, tok = _policy(cache)
+    batch = _batch(engine, tok)
+    _, micro, _ = _policy(cache, micro_batch_size=5)
+    r_whole = whole.train_step(batch, lr=0.0, weight_decay=0.0)
+    r_micro = micro.train_step(batch, lr=0.0, weight_decay=0.0)
+    assert r_micro.metrics["local_microbatches"] == 3
+    assert r_micro.loss == pytest.approx(r_whole.loss, abs=1e-6)
+    for (name, a), b in zip(whole.model.named_parameters(), micro.model.parameters(), strict=True):
+        torch.testing.assert_close(a.grad, b.grad, atol=1e-5, rtol=0, msg=name)
+
+
+def _optimizer_tensors(backend: LocalBackend) -> list[torch.Tensor]:
+    return [t.clone() for s in backend.optimizer.state.values() for t in s.values()]
+
+
+@pytest.mark.parametrize("finetune", ["lora", "full"])
+def test_checkpoint_restores_weights_and_moments_exactly(cache, tmp_path, finetune):
+    engine, backend, tok = _policy(cache, finetune)
+    batches = [_batch(engine, tok, seed=s) for s in range(3)]
+    for b in batches[:2]:
+        backend.train_step(b, lr=1e-2, weight_decay=0.01)
+    backend.save_checkpoint(tmp_path)
+    saved_w = {n: p.detach().clone() for n, p in backend.model.named_parameters() if p.requires_grad}
+    saved_opt = _optimizer_tensors(backend)
+    expected = backend.train_step(batches[2], lr=1e-2, weight_decay=0.01)
+    _, resumed, _ = _policy(cache, finetune)
+    resumed.load_checkpoint(tmp_path)
+    assert resumed.version == 2
+    for n, p in resumed.model.named_parameters():
+        if p.requires_grad:
+            assert torch.equal(p.detach(), saved_w[n]), n
+    for a, b in zip(_optimizer_tensors(resumed), saved_opt, strict=True):
+        assert torch.equal(a, b)
+    again = resumed.train_step(batches[2], lr=1e-2, weight_decay=0.01)
+    assert again.loss == expected.loss
+    for (n, a), b in zip(backend.model.named_parameters(), resumed.model.parameters(), strict=True):
+        assert torch.equal(a, b), n
+
+
+def test_sft_step_lowers_cross_entropy(cache):
+    engine, backend, tok = _policy(cache)
+    prompt = encode_prompt(tok, "Q:")
+    target = encode_prompt(tok, "42") + [tok.eos_token_id]
+    row = prompt + target
+    batch = TrainBatch([row] * 4, [[0.0] * len(row)] * 4, [[0.0] * len(prompt) + [1.0] * len(target)] * 4, [len(prompt)] * 4)
+    losses = [backend.sft_step(batch, lr=1e-2, weight_decay=0.0).loss for _ in range(15)]
+    assert losses[-1] < 0.5 * losses[0]
+
+
+def test_empty_model_and_bad_finetune_rejected(cache):
+    model = torch.nn.Linear(2, 2)
+    for p in model.parameters():
+        p.requires_grad_(False)
+    with pytest.raises(ValueError, match="no trainable"):
+        LocalBackend(model)
+    with pytest.raises(ValueError, match="finetune"):
+        _policy(cache, "qlora")
+    with pytest.raises(ValueError, match="match no Linear"):
+        build_shared_policy(
+            "builtin:tiny", PolicySettings(lora=LoraSettings(rank=2, target_modules=("c_attn",))),
+            device="cpu", cache_dir=cache,
+        )
+
+
+@pytest.mark.gpu
+def test_bf16_autocast_step_on_gpu(cache):
+    settings = PolicySettings(finetune="lora", lora=LoraSettings(rank=4), top_p=TOP_P)
+    engine, backend, tok = build_shared_policy("builtin:tiny", settings, device="cuda", cache_dir=cache)
+    batch = _batch(engine, tok)
+    result = backend.train_step(batch, lr=1e-2, weight_decay=0.0)
+    assert torch.isfinite(torch.tensor(result.loss))
+    assert result.metrics["policy/abs_kl"] < 2e-2  # bf16 logits: close to, not exactly, on-policy
