@@ -1,0 +1,134 @@
+"""The shared inference endpoint on Ray Serve: an OpenAI-compatible HTTP front for `CompletionServer`.
+
+Routes (under the application's route prefix `/<name>`):
+    POST /v1/completions          token ids in, token ids + per-token logprobs out (see core.py)
+    POST /v1/load_lora_adapter    safetensors bytes with metadata (see adapters.py)
+    POST /v1/unload_lora_adapter  {"lora_name": ...}
+    GET  /v1/models               base model and adapters with their weights versions
+    GET  /v1/stats                requests in flight now, their peak, total; `?reset=true` resets peak
+Generation runs in a worker thread, so requests overlap and the in-flight counter sees real
+concurrency. `request_delay_s` adds a fixed wait inside the in-flight window: a simulated slow
+endpoint for tests and benchmarks, 0 otherwise. The endpoint listens on loopback addresses only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import httpx
+from fastapi import FastAPI, HTTPException, Request
+from ray import serve
+
+LOOPBACK = frozenset({"127.0.0.1", "localhost", "::1"})
+READY_TIMEOUT_S = 120.0
+
+api = FastAPI(title="retrain-ray inference endpoint")
+
+
+def _bad_request(err: Exception) -> HTTPException:
+    return HTTPException(status_code=404 if isinstance(err, KeyError) else 400, detail=str(err).strip("'\""))
+
+
+@serve.deployment(max_ongoing_requests=64)
+@serve.ingress(api)
+class InferenceServer:
+    """A Serve replica holding one `CompletionServer` over a model on CPU or GPU."""
+
+    def __init__(self, model: str, model_name: str, device: str, request_delay_s: float, cache_dir: str | None) -> None:
+        import torch
+
+        from retrain_ray.models import load_model_and_tokenizer
+        from retrain_ray.serve.core import CompletionServer
+
+        torch.set_num_threads(1)
+        net, tokenizer = load_model_and_tokenizer(model, cache_dir=cache_dir, device=device)
+        self.core = CompletionServer(net, tokenizer, model_name=model_name)
+        self.delay_s = float(request_delay_s)
+
+    @api.post("/v1/completions")
+    async def completions(self, body: dict[str, Any]) -> dict[str, Any]:
+        self.core.in_flight.enter()
+        try:
+            if self.delay_s > 0:
+                await asyncio.sleep(self.delay_s)
+            return await asyncio.to_thread(self.core.complete, body)
+        except (KeyError, ValueError) as err:
+            raise _bad_request(err) from err
+        finally:
+            self.core.in_flight.leave()
+
+    @api.post("/v1/load_lora_adapter")
+    async def load_lora_adapter(self, request: Request) -> dict[str, Any]:
+        payload = await request.body()
+        try:
+            return await asyncio.to_thread(self.core.load_adapter, payload)
+        except (KeyError, ValueError) as err:
+            raise _bad_request(err) from err
+
+    @api.post("/v1/unload_lora_adapter")
+    async def unload_lora_adapter(self, body: dict[str, Any]) -> dict[str, Any]:
+        try:
+            return self.core.unload_adapter(str(body.get("lora_name", "")))
+        except KeyError as err:
+            raise _bad_request(err) from err
+
+    @api.get("/v1/models")
+    async def models(self) -> dict[str, Any]:
+        return self.core.models()
+
+    @api.get("/v1/stats")
+    async def stats(self, reset: bool = False) -> dict[str, int]:
+        return self.core.in_flight.snapshot(reset_peak=reset)
+
+
+def _wait_ready(url: str, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    last: Exception | None = None
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(f"{url}/v1/models", timeout=5.0).status_code == 200:
+                return
+        except httpx.HTTPError as err:
+            last = err
+        time.sleep(0.25)
+    raise TimeoutError(f"inference endpoint {url} did not answer /v1/models within {timeout_s:.0f} s (last: {last!r})")
+
+
+def start_inference_endpoint(
+    model: str,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    name: str = "retrain-inference",
+    model_name: str | None = None,
+    num_cpus: float = 0.0,
+    num_gpus: float = 0.0,
+    request_delay_s: float = 0.0,
+    cache_dir: str | None = None,
+) -> str:
+    """Deploys the endpoint on the running Ray (Serve on `host:port`) and returns its base URL.
+
+    Requests name the base model as `model_name` (default: `model`). With `num_gpus > 0` the replica
+    gets a GPU and runs the model there (bf16 autocast); otherwise on CPU.
+    """
+    if host not in LOOPBACK:
+        raise ValueError(f"host {host!r}: the inference endpoint listens on loopback only ({sorted(LOOPBACK)})")
+    serve.start(http_options={"host": host, "port": port})
+    device = "cuda" if num_gpus > 0 else "cpu"
+    app = InferenceServer.options(ray_actor_options={"num_cpus": num_cpus, "num_gpus": num_gpus}).bind(
+        model, model_name or model, device, request_delay_s, cache_dir
+    )
+    serve.run(app, name=name, route_prefix=f"/{name}")
+    url = f"http://{host}:{port}/{name}"
+    _wait_ready(url, READY_TIMEOUT_S)
+    return url
+
+
+def stop_inference_endpoint(name: str | None = None) -> None:
+    """Deletes one endpoint (by name), or shuts Serve down entirely when no name is given."""
+    if name is None:
+        serve.shutdown()
+    else:
+        serve.delete(name)

@@ -1,0 +1,154 @@
+"""The endpoint's model side, without Ray or HTTP: completions, adapters, in-flight counters.
+
+Completions follow the OpenAI `/v1/completions` shape with token ids in and out: `prompt` is a list
+of token ids, `n` samples are drawn in one batch by the PyTorch engine, and each choice carries
+`token_ids` plus `logprobs.tokens` ("token_id:<id>", vLLM's `return_tokens_as_token_ids` form) and
+`logprobs.token_logprobs` (log-probabilities under the tempered, top-p renormalised distribution the
+token was drawn from). A request's `seed` seeds that request's generator, so the same seed, weights
+version and prompt give the same tokens and logprobs as `PyTorchEngine(model, seed=seed)`.
+
+Adapters: every uploaded name gets its own copy of the base model (PEFT-wrapped for LoRA, plain for
+full weights of tiny models), with strict name/shape checks on install; `model` = adapter name picks
+it, the base model name (or "") picks the base model (version 0). This costs one model copy per
+adapter name: right for tiny and small models, not for large ones (vLLM does it properly).
+"""
+
+from __future__ import annotations
+
+import copy
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from retrain_ray.engines.pytorch import PyTorchEngine
+from retrain_ray.engines.types import SamplingParams
+from retrain_ray.engines.weights import install_weights
+from retrain_ray.serve.adapters import AdapterSpec, decode_adapter
+
+
+@dataclass
+class _Slot:
+    model: torch.nn.Module
+    version: int
+    spec: AdapterSpec | None
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+class InFlight:
+    """Requests inside the handler now, their peak, and the total (thread-safe)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.now = self.peak = self.total = 0
+
+    def enter(self) -> None:
+        with self._lock:
+            self.now += 1
+            self.total += 1
+            self.peak = max(self.peak, self.now)
+
+    def leave(self) -> None:
+        with self._lock:
+            self.now -= 1
+
+    def snapshot(self, reset_peak: bool = False) -> dict[str, int]:
+        with self._lock:
+            out = {"in_flight": self.now, "peak_in_flight": self.peak, "requests_total": self.total}
+            if reset_peak:
+                self.peak, self.total = self.now, 0
+            return out
+
+
+def _request_params(body: dict[str, Any]) -> tuple[list[int], int, SamplingParams, int]:
+    prompt = body.get("prompt")
+    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], list):
+        prompt = prompt[0]
+    if not isinstance(prompt, list) or not prompt or not all(isinstance(t, int) for t in prompt):
+        raise ValueError("'prompt' must be a non-empty list of token ids (this endpoint takes no text prompts)")
+    params = SamplingParams(
+        max_tokens=int(body.get("max_tokens", 16)),
+        temperature=float(body.get("temperature", 1.0)),
+        top_p=float(body.get("top_p", 1.0)),
+    )
+    return prompt, int(body.get("n", 1)), params, int(body.get("seed", 0))
+
+
+class CompletionServer:
+    """Holds the base model and the uploaded adapters; serves completions from any of them."""
+
+    def __init__(self, model: torch.nn.Module, tokenizer: Any, *, model_name: str) -> None:
+        self.base = model.eval()
+        self.tokenizer = tokenizer
+        self.model_name = model_name
+        self.slots: dict[str, _Slot] = {model_name: _Slot(self.base, 0, None)}
+        self.in_flight = InFlight()
+        self._slots_lock = threading.Lock()
+
+    def _slot(self, name: str) -> _Slot:
+        slot = self.slots.get(name or self.model_name)
+        if slot is None:
+            raise KeyError(f"model {name!r} is not loaded here; loaded: {sorted(self.slots)}")
+        return slot
+
+    def complete(self, body: dict[str, Any]) -> dict[str, Any]:
+        prompt, n, params, seed = _request_params(body)
+        slot = self._slot(str(body.get("model", "")))
+        tok = self.tokenizer
+        with slot.lock:
+            engine = PyTorchEngine(slot.model, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id, seed=seed)
+            results = engine.generate([prompt], n, params)[0]
+            version = slot.version
+        choices = [
+            {
+                "index": i, "text": tok.decode(list(r.token_ids)), "token_ids": list(r.token_ids),
+                "logprobs": {"tokens": [f"token_id:{t}" for t in r.token_ids], "token_logprobs": list(r.logprobs)},
+                "finish_reason": r.finish_reason,
+            }
+            for i, r in enumerate(results)
+        ]
+        completion_tokens = sum(len(r.token_ids) for r in results)
+        return {
+            "id": f"cmpl-{uuid.uuid4().hex}", "object": "text_completion", "created": int(time.time()),
+            "model": body.get("model") or self.model_name, "weights_version": version, "choices": choices,
+            "usage": {"prompt_tokens": len(prompt), "completion_tokens": completion_tokens,
+                      "total_tokens": len(prompt) + completion_tokens},
+        }
+
+    def load_adapter(self, payload: bytes) -> dict[str, Any]:
+        spec, tensors = decode_adapter(payload)
+        if spec.lora_name == self.model_name:
+            raise ValueError(f"adapter name {spec.lora_name!r} is the base model's name; pick another")
+        with self._slots_lock:
+            slot = self.slots.get(spec.lora_name)
+            if slot is None or slot.spec is None or slot.spec.finetune != spec.finetune or slot.spec.lora != spec.lora:
+                slot = _Slot(self._fresh_model(spec), 0, spec)
+                self.slots[spec.lora_name] = slot
+        with slot.lock:
+            install_weights(slot.model, tensors)
+            slot.version = spec.version
+        return {"lora_name": spec.lora_name, "version": spec.version}
+
+    def _fresh_model(self, spec: AdapterSpec) -> torch.nn.Module:
+        from retrain_ray.backends.local.finetune import prepare_trainable
+
+        model = prepare_trainable(copy.deepcopy(self.base), spec.finetune, spec.lora)
+        return model.eval()
+
+    def unload_adapter(self, name: str) -> dict[str, Any]:
+        with self._slots_lock:
+            if name == self.model_name or name not in self.slots:
+                raise KeyError(f"no adapter named {name!r} is loaded; loaded: {sorted(self.slots)}")
+            del self.slots[name]
+        return {"lora_name": name, "unloaded": True}
+
+    def models(self) -> dict[str, Any]:
+        data = [
+            {"id": name, "object": "model", "owned_by": "retrain-ray", "version": slot.version,
+             "parent": None if slot.spec is None else self.model_name}
+            for name, slot in sorted(self.slots.items())
+        ]
+        return {"object": "list", "data": data}
