@@ -19,7 +19,9 @@ follows a capacity change (its observations straddle two capacities) or when run
 Capacity: during the first `warmup_rounds` rounds the capacity sweeps 1, 2, 4, ... up to the number of
 active runs (each value held two rounds) so the fit sees N vary; afterwards
     capacity = clamp(round(p* · throttle_margin / per_request_concurrency), min_capacity, max_capacity)
-with per_request_concurrency the mean p_r of the active runs (items per request). With kappa ~ 0 (no
+with per_request_concurrency the items in flight per granted slot measured in the last fitted round,
+N / min(capacity, active runs): smaller than p_r when slots also cover client overheads or runs spend
+time outside the endpoint (falls back to the mean p_r before any fitted round). With kappa ~ 0 (no
 retrograde seen) the target is max_capacity. Endpoint errors/timeouts in a round cut the capacity
 multiplicatively (`error_cut`, AIMD): a ceiling drops to max(min_capacity, floor(capacity·error_cut))
 and then rises by one per error-free round, and the capacity is min(target, ceiling).
@@ -83,6 +85,7 @@ class PooledController:
         self.errors_in_round = 0
         self.discard_next = False
         self.members: frozenset[str] = frozenset()
+        self.items_per_slot = 0.0
         self.sigma, self.kappa, self.lam, self.p_star = 0.0, 0.0, 0.0, 1.0
         self.capacity = self.max_capacity
         self.ceiling = self.max_capacity
@@ -119,6 +122,7 @@ class PooledController:
         joined_or_left, self.members = frozenset(active) != self.members, frozenset(active)
         if not self.discard_next and not joined_or_left and x > EPS:
             self.window.add(n_items, x)
+            self.items_per_slot = n_items / max(1, min(self.capacity, len(active)))
             fit = self.window.fit()
             if fit is not None:
                 self.sigma, self.kappa, self.lam, self.p_star = fit.sigma, fit.kappa, fit.lam, fit.p_star
@@ -155,8 +159,8 @@ class PooledController:
         if self.kappa <= EPS or self.window.n_valid < 3:
             target = self.max_capacity
         else:
-            per_request = sum(v.p for v in active.values()) / max(1, len(active))
-            target = round(self.p_star * self.throttle_margin / per_request)
+            per_slot = self.items_per_slot or sum(v.p for v in active.values()) / max(1, len(active))
+            target = round(self.p_star * self.throttle_margin / per_slot)
         return max(self.min_capacity, min(self.max_capacity, self.ceiling, int(target)))
 
     def decision(self, changed: bool = False) -> PooledDecision:
@@ -168,10 +172,11 @@ class PooledController:
     def state_dict(self) -> dict[str, Any]:
         return {
             "window": self.window.state_dict(), "round": self.round, "capacity": self.capacity,
-            "ceiling": self.ceiling, "fit": [self.sigma, self.kappa, self.lam, self.p_star],
+            "ceiling": self.ceiling, "items_per_slot": self.items_per_slot, "fit": [self.sigma, self.kappa, self.lam, self.p_star],
         }
 
     def load_state_dict(self, d: dict[str, Any]) -> None:
         self.window.load_state_dict(d["window"])
         self.round, self.capacity, self.ceiling = int(d["round"]), int(d["capacity"]), int(d["ceiling"])
+        self.items_per_slot = float(d["items_per_slot"])
         self.sigma, self.kappa, self.lam, self.p_star = (float(v) for v in d["fit"])
