@@ -9,7 +9,6 @@ arrays of tables (`[[campaign.conditions]]`). None values are left out (TOML has
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 from typing import Any
@@ -19,8 +18,24 @@ from retrain_ray.config.schema import RetrainConfig
 _BARE = set("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-")
 
 
+_ESCAPES = {'"': '\\"', "\\": "\\\\", "\b": "\\b", "\t": "\\t", "\n": "\\n", "\f": "\\f", "\r": "\\r"}
+
+
+def _string(text: str) -> str:
+    """A TOML basic string: quotes, backslashes and every control character (incl. DEL) escaped."""
+    out = []
+    for ch in text:
+        if ch in _ESCAPES:
+            out.append(_ESCAPES[ch])
+        elif ord(ch) < 0x20 or ord(ch) == 0x7F:
+            out.append(f"\\u{ord(ch):04x}")
+        else:
+            out.append(ch)
+    return '"' + "".join(out) + '"'
+
+
 def _key(k: str) -> str:
-    return k if k and set(k) <= _BARE else json.dumps(k)
+    return k if k and set(k) <= _BARE else _string(k)
 
 
 def toml_value(value: Any) -> str:
@@ -36,7 +51,7 @@ def toml_value(value: Any) -> str:
             return "inf" if value > 0 else "-inf"
         return repr(value)
     if isinstance(value, str):
-        return json.dumps(value, ensure_ascii=False)
+        return _string(value)
     if isinstance(value, (list, tuple)):
         return "[" + ", ".join(toml_value(v) for v in value if v is not None) + "]"
     if isinstance(value, dict):
