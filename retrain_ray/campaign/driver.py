@@ -161,6 +161,7 @@ def _run_entry(r: RunPlan) -> dict[str, Any]:
 
 
 def _connect(address: str | None) -> None:
+    os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
     if ray.is_initialized():
         return
     target = address or os.environ.get("RAY_ADDRESS") or "local"

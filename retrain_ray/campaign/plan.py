@@ -129,6 +129,8 @@ def build_plan(config: Any, *, name: str | None = None, root: Path | None = None
     """Validates the campaign and expands its runs; raises CampaignError listing every problem."""
     from retrain_ray.config.matrix import expand_runs
 
+    if getattr(config, "campaign", None) is None:
+        raise CampaignError(["the config has no [campaign] section; add one (spec 5.1) or use `retrain-ray train`"])
     cname = campaign_name(config, name)
     problems = _check_name(cname)
     campaign_dir = (Path(root) if root else default_root(config)).resolve() / cname

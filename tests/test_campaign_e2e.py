@@ -1,0 +1,175 @@
+"""End-to-end campaigns on the session Ray (4 CPUs, 4 fake GPUs): real Tune, real train_run, tiny model."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from ray import cloudpickle
+
+from retrain_ray.campaign import Campaign
+from retrain_ray.cli_campaign import results_main, status_main
+from retrain_ray.logs import read_stream
+
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+TOML = """
+[model]
+model = "builtin:tiny"
+finetune = "full"
+[backend]
+devices = "{devices}"
+[data]
+source = "builtin"
+task = "first_digit"
+[training]
+batch_size = 2
+group_size = 4
+max_tokens = 4
+lr = 3e-3
+save_every = 2
+sft_warmup_steps = {sft}
+[algorithm]
+advantage_mode = "grpo"
+transform_mode = "none"
+[logging]
+log_dir = "{root}/logs/x"
+[campaign]
+name = "{name}"
+seeds = {seeds}
+max_steps = {steps}
+parallel = true
+max_workers = {workers}
+stagger_seconds = {stagger}
+max_failures = 2
+[[campaign.conditions]]
+advantage_mode = "grpo"
+transform_mode = "none"
+{extra}"""
+MAXRL = """[[campaign.conditions]]
+advantage_mode = "maxrl"
+transform_mode = "none"
+"""
+
+
+def write_toml(tmp_path: Path, *, name: str, steps: int = 6, sft: int = 6, seeds: str = "[1]", workers: int = 2,
+               stagger: float = 0.0, devices: str = "cpu", two_conditions: bool = True) -> Path:
+    path = tmp_path / f"{name.replace('/', '_')}.toml"
+    path.write_text(TOML.format(root=tmp_path, name=name, steps=steps, sft=sft, seeds=seeds, workers=workers,
+                                stagger=stagger, devices=devices,
+                                extra=MAXRL if two_conditions else ""))
+    return path
+
+
+@pytest.mark.slow
+def test_cpu_campaign_runs_records_and_resumes_as_noop(ray_4cpu_4gpu, tmp_path, capsys):
+    toml = write_toml(tmp_path, name="e2e")
+    results = Campaign.from_toml(toml, root=tmp_path / "campaigns").run(progress=False)
+    cdir = tmp_path / "campaigns" / "e2e"
+    manifest = json.loads((cdir / "manifest.json").read_text())
+    assert manifest["status"] == "done"
+    assert [(r["status"], r["attempts"]) for r in manifest["runs"]] == [("completed", 1)] * 2
+    assert manifest["packages"]["ray"].startswith("2.60")
+    df = results.get_dataframe()
+    assert list(df["run_name"]) == ["grpo+none_s1", "maxrl+none_s1"]
+    for run in df["run_name"]:
+        assert list(results.history(run)["step"]) == list(range(6))  # every step once, in order
+    assert set(results.summary()["condition"]) == {"grpo+none", "maxrl+none"}
+    assert results.get_best_result("loss", mode="min").run_name in set(df["run_name"])
+    assert results.errors == {}
+
+    again = Campaign.from_toml(toml, root=tmp_path / "campaigns").run(progress=False)  # finished: not rerun
+    manifest = json.loads((cdir / "manifest.json").read_text())
+    assert [r["attempts"] for r in manifest["runs"]] == [1, 1] and len(manifest["sessions"]) == 2
+    assert list(again.history("grpo+none_s1")["step"]) == list(range(6))
+
+    capsys.readouterr()
+    assert status_main([str(cdir), "--json"]) == 0
+    status = json.loads(capsys.readouterr().out)["campaigns"][0]
+    assert status["matrix"] == {"grpo+none": {"1": "6 ✓"}, "maxrl+none": {"1": "6 ✓"}}
+    assert status["counts"]["completed"] == 2 and status["counts"]["failed"] == 0
+    assert results_main([str(cdir), "--csv"]) == 0
+    assert capsys.readouterr().out.splitlines()[0].startswith("run_name,condition,seed,status,attempts")
+
+
+def crash_once_runner(config, **kwargs):
+    """train_run whose trial process dies (os._exit) at step 4 of its first attempt."""
+    from retrain_ray.run.train import train_run
+
+    marker = Path(kwargs["run_dir"]).parent / "crashed_once"
+
+    class Crash:
+        def on_step(self, row):
+            if row["step"] == 4 and not marker.exists():
+                marker.write_text("x")
+                os._exit(1)
+
+        def on_generations(self, rows): ...
+        def on_eval(self, row): ...
+        def on_checkpoint(self, step, directory): ...
+        def close(self): ...
+
+    kwargs["observers"] = [*kwargs["observers"], Crash()]
+    return train_run(config, **kwargs)
+
+
+@pytest.mark.slow
+def test_killed_run_is_retried_from_its_checkpoint_and_logs_each_step_once(ray_4cpu_4gpu, tmp_path):
+    toml = write_toml(tmp_path, name="retry", steps=7, sft=7, two_conditions=False)
+    results = Campaign.from_toml(toml, root=tmp_path, runner=crash_once_runner).run(progress=False)
+    runs = {r["run_name"]: r for r in results.runs}
+    assert all(r["status"] == "completed" and r["attempts"] == 2 for r in runs.values())
+    for name in runs:
+        assert list(results.history(name)["step"]) == list(range(7))
+        raw = read_stream(tmp_path / "retry" / "runs" / name, key=None).to_pandas()
+        assert set(raw["step"]) == set(range(7))
+        # the retry started after the last checkpoint (step index 3), not from scratch
+        assert (raw["step"] < 4).sum() == 4
+
+
+def recording_runner(config, *, run_name, run_dir, observers, **_):
+    """Stands in for training in scheduling tests: holds its placement for 1 s and logs what it got."""
+    import ray
+
+    from retrain_ray.run.types import RunOutcome
+
+    start = time.time()
+    time.sleep(1.0)
+    row = {"run": run_name, "step": 0, "phase": "rl", "condition": "c", "mean_reward": 0.0}
+    for obs in observers:
+        obs.on_step(row)
+        obs.close()
+    record = {"run": run_name, "start": start, "end": time.time(), "gpus": [str(g) for g in ray.get_gpu_ids()],
+              "cuda": os.environ.get("CUDA_VISIBLE_DEVICES", "")}
+    Path(run_dir).mkdir(parents=True, exist_ok=True)
+    (Path(run_dir) / "record.json").write_text(json.dumps(record))
+    return RunOutcome(run_name, "completed", 0)
+
+
+@pytest.mark.slow
+def test_gpu_runs_get_distinct_gpus_bounded_concurrency_and_staggered_starts(ray_4cpu_4gpu, tmp_path):
+    toml = write_toml(tmp_path, name="sched", seeds="[1, 2]", workers=2, stagger=1.0, devices="gpu:0")
+    results = Campaign.from_toml(toml, root=tmp_path, runner=recording_runner).run(progress=False)
+    assert all(r["status"] == "completed" and r["placement"] == "gpu" for r in results.runs)
+    recs = [json.loads((tmp_path / "sched" / "runs" / r["run_name"] / "work" / "record.json").read_text())
+            for r in results.runs]
+    assert all(len(r["gpus"]) == 1 and r["cuda"] == r["gpus"][0] for r in recs)
+    for a in recs:
+        overlapping = [b for b in recs if b["start"] < a["end"] and a["start"] < b["end"]]
+        assert len(overlapping) <= 2  # max_workers
+        assert len({b["gpus"][0] for b in overlapping}) == len(overlapping)  # distinct GPUs at once
+    starts = sorted(r["start"] for r in recs)
+    assert all(b - a >= 0.9 for a, b in zip(starts, starts[1:], strict=False))  # stagger_seconds = 1.0
+
+
+def test_bad_campaign_reports_every_problem_before_ray(tmp_path):
+    from retrain_ray.campaign import CampaignError
+    from retrain_ray.config import load_config
+
+    cfg = load_config(write_toml(tmp_path, name="bad/name"))
+    with pytest.raises(CampaignError, match="plain directory name"):
+        Campaign(cfg)
