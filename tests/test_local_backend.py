@@ -188,3 +188,21 @@ def test_bf16_autocast_step_on_gpu(cache):
     result = backend.train_step(batch, lr=1e-2, weight_decay=0.0)
     assert torch.isfinite(torch.tensor(result.loss))
     assert result.metrics["policy/abs_kl"] < 2e-2  # bf16 logits: close to, not exactly, on-policy
+
+
+def test_policy_from_config(cache):
+    from retrain_ray.backends.local import build_local_policy, settings_from_config
+    from retrain_ray.config import RetrainConfig
+
+    cfg = RetrainConfig.model_validate({
+        "model": {"model": "builtin:tiny", "lora_rank": 4, "finetune": "lora"},
+        "training": {"micro_batch_size": 4, "top_p": 0.8, "clip_eps": 0.2},
+        "optimizer": {"grad_clip_norm": 1.0},
+        "backend": {"options": {"lora_target_modules": "q_proj,v_proj"}},
+    })
+    settings = settings_from_config(cfg)
+    assert settings.lora.effective_alpha == 8.0 and settings.lora.target_modules == ("q_proj", "v_proj")
+    engine, backend, tok = build_local_policy(cfg, device="cpu", cache_dir=cache)
+    assert backend.shares_model_with_engine and engine.model is backend.model
+    assert (backend.micro_batch_size, backend.top_p, backend.optim.grad_clip_norm) == (4, 0.8, 1.0)
+    assert all(("q_proj" in n or "v_proj" in n) for n, p in backend.model.named_parameters() if p.requires_grad)
