@@ -9,9 +9,11 @@ Routes (under the application's route prefix `/<name>`):
 Generation runs in a worker thread, so requests overlap and the in-flight counter sees real
 concurrency. `request_delay_s` adds a fixed wait inside the in-flight window: a simulated slow
 endpoint for tests and benchmarks, 0 otherwise. The endpoint listens on loopback addresses only.
+
+No `from __future__ import annotations` here: Serve's ingress loses the module globals FastAPI needs
+to resolve string annotations, and `Request` parameters then turn into query fields.
 """
 
-from __future__ import annotations
 
 import asyncio
 import time
@@ -48,13 +50,14 @@ class InferenceServer:
         self.delay_s = float(request_delay_s)
 
     @api.post("/v1/completions")
-    async def completions(self, body: dict[str, Any]) -> dict[str, Any]:
+    async def completions(self, request: Request) -> dict[str, Any]:
         self.core.in_flight.enter()
         try:
+            body = await request.json()
             if self.delay_s > 0:
                 await asyncio.sleep(self.delay_s)
             return await asyncio.to_thread(self.core.complete, body)
-        except (KeyError, ValueError) as err:
+        except (KeyError, ValueError, TypeError) as err:
             raise _bad_request(err) from err
         finally:
             self.core.in_flight.leave()
@@ -68,7 +71,8 @@ class InferenceServer:
             raise _bad_request(err) from err
 
     @api.post("/v1/unload_lora_adapter")
-    async def unload_lora_adapter(self, body: dict[str, Any]) -> dict[str, Any]:
+    async def unload_lora_adapter(self, request: Request) -> dict[str, Any]:
+        body = await request.json()
         try:
             return self.core.unload_adapter(str(body.get("lora_name", "")))
         except KeyError as err:

@@ -1,0 +1,142 @@
+"""The OpenAI-compatible endpoint on Ray Serve and the OpenAI client engine against it (127.0.0.1):
+logprobs match the in-process engine, adapter uploads change outputs and version, and a throttle of
+capacity 2 in front of the endpoint bounds the requests in flight measured at the server."""
+
+from __future__ import annotations
+
+import socket
+import threading
+
+import httpx
+import pytest
+import torch
+
+from retrain_ray.engines.openai import OpenAIEngine
+from retrain_ray.engines.pytorch import PyTorchEngine
+from retrain_ray.engines.types import SamplingParams, WeightUpdate
+from retrain_ray.engines.weights import export_trainable
+from retrain_ray.serve.adapters import AdapterSpec
+
+MODEL = "builtin:tiny"
+PARAMS = SamplingParams(max_tokens=6, temperature=0.9, top_p=0.95)
+DELAY_S = 0.3  # simulated slow endpoint, so overlapping requests really overlap
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def endpoint(ray_4cpu_4gpu, tmp_path_factory):
+    from retrain_ray.serve import start_inference_endpoint, stop_inference_endpoint
+
+    url = start_inference_endpoint(MODEL, port=_free_port(), name="test-endpoint", request_delay_s=DELAY_S)
+    yield url
+    stop_inference_endpoint()
+
+
+def _local(model, tokenizer, seed: int) -> PyTorchEngine:
+    return PyTorchEngine(model, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id, seed=seed)
+
+
+def _lora_model(seed: int):
+    from retrain_ray.backends.local.finetune import LoraSettings, prepare_trainable
+    from retrain_ray.models import load_model_and_tokenizer
+
+    model, tokenizer = load_model_and_tokenizer(MODEL)
+    lora = LoraSettings(rank=4, alpha=32.0, target_modules=("q_proj", "v_proj"))
+    torch.manual_seed(seed)
+    model = prepare_trainable(model, "lora", lora)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, 0.5)  # nonzero B: the adapter really changes the outputs
+    return model.eval(), tokenizer, lora
+
+
+def test_logprobs_match_the_in_process_engine_for_the_same_seed(endpoint):
+    from retrain_ray.models import load_model_and_tokenizer
+
+    client = OpenAIEngine(endpoint, model_name=MODEL, seed=1234)
+    prompts = [[1, 20, 21, 22], [1, 30]]
+    remote = client.generate(prompts, 3, PARAMS)
+    model, tokenizer = load_model_and_tokenizer(MODEL)
+    for i, prompt in enumerate(prompts):
+        local = _local(model.eval(), tokenizer, seed=1234 + i).generate([prompt], 3, PARAMS)[0]
+        assert [r.token_ids for r in remote[i]] == [r.token_ids for r in local]
+        for r, lr in zip(remote[i], local, strict=True):
+            assert r.logprobs == pytest.approx(lr.logprobs, abs=1e-5)
+            assert r.finish_reason == lr.finish_reason
+
+
+def test_adapter_upload_changes_outputs_and_version(endpoint):
+    model, tokenizer, lora = _lora_model(seed=7)
+    spec = AdapterSpec("run-adapter", 0, "lora", lora)
+    client = OpenAIEngine(endpoint, model_name=MODEL, adapter_name="run-adapter", adapter_spec=spec, seed=99)
+    prompt = [[1, 40, 41]]
+    base = client.complete(prompt[0], 4, PARAMS, seed=5)
+    client.load_weights(WeightUpdate(version=3, tensors=export_trainable(model)))
+    assert client.weights_version == 3
+    adapted = client.complete(prompt[0], 4, PARAMS, seed=5)
+    assert [r.logprobs for r in adapted] != [r.logprobs for r in base]
+    local = _local(model, tokenizer, seed=5).generate(prompt, 4, PARAMS)[0]
+    assert [r.token_ids for r in adapted] == [r.token_ids for r in local]
+    assert adapted[0].logprobs == pytest.approx(local[0].logprobs, abs=1e-5)
+    models = {m["id"]: m["version"] for m in httpx.get(f"{endpoint}/v1/models").json()["data"]}
+    assert models == {MODEL: 0, "run-adapter": 3}
+    httpx.post(f"{endpoint}/v1/unload_lora_adapter", json={"lora_name": "run-adapter"}).raise_for_status()
+    with pytest.raises(httpx.HTTPStatusError, match="404"):  # not transient: raised at once, not retried
+        client.complete(prompt[0], 1, PARAMS, seed=5)
+    assert client.counters.retries == 0
+
+
+def test_bad_uploads_and_prompts_are_clear_errors(endpoint):
+    r = httpx.post(f"{endpoint}/v1/completions", json={"model": MODEL, "prompt": "text", "max_tokens": 2})
+    assert r.status_code == 400 and "token ids" in r.text
+    r = httpx.post(f"{endpoint}/v1/load_lora_adapter", content=b"nope")
+    assert r.status_code == 400
+
+
+def _hammer(endpoint: str, throttle, clients: int = 6, rounds: int = 2) -> dict:
+    httpx.get(f"{endpoint}/v1/stats", params={"reset": "true"}).raise_for_status()
+    errors: list[BaseException] = []
+
+    def one_run(k: int) -> None:
+        try:
+            engine = OpenAIEngine(endpoint, model_name=MODEL, throttle=throttle, seed=k, max_parallel_requests=2)
+            for _ in range(rounds):
+                engine.generate([[1, 10 + k], [1, 20 + k]], 2, SamplingParams(max_tokens=3))
+        except BaseException as err:  # surfaced below
+            errors.append(err)
+
+    threads = [threading.Thread(target=one_run, args=(k,)) for k in range(clients)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert not errors, errors
+    return httpx.get(f"{endpoint}/v1/stats").json()
+
+
+def test_six_clients_with_a_throttle_of_two_never_exceed_two_in_flight(endpoint):
+    from retrain_ray.actors.throttle import start_throttle
+    from retrain_ray.throttle import ThrottleClient
+
+    actor = start_throttle("serve-test", "inference", 2, namespace="retrain-ray-tests", lease_ttl_s=30.0)
+    throttle = ThrottleClient(actor, "shared", timeout_s=120.0)
+    stats = _hammer(endpoint, throttle)
+    print(f"with throttle(2): {stats}")
+    assert stats["requests_total"] == 6 * 2 * 2
+    assert stats["peak_in_flight"] == 2  # bounded by the throttle, and the bound is reached
+    control = _hammer(endpoint, None)  # same load, no throttle: the counter does see more
+    print(f"without throttle: {control}")
+    assert control["peak_in_flight"] > 2
+
+
+def test_endpoint_refuses_non_loopback_hosts():
+    from retrain_ray.serve import start_inference_endpoint
+
+    with pytest.raises(ValueError, match="loopback"):
+        start_inference_endpoint(MODEL, host="0.0.0.0", port=1)
