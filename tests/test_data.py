@@ -28,7 +28,7 @@ from retrain_ray.rewards import build_reward, extract_boxed
 def _recompute(name: str, prompt: str) -> str:
     """Independent recomputation of a built-in task's answer from its prompt text."""
     if name in ("first_digit", "last_digit", "copy_digit"):
-        digits = re.search(r"(\d+)\n", prompt).group(1)
+        digits = re.search(r"(\d+)(\n|$)", prompt).group(1)
         return {"first_digit": digits[0], "last_digit": digits[-1], "copy_digit": digits}[name]
     if name in ("add", "multiply"):
         a, op, b = re.fullmatch(r"(\d+)([+*])(\d+)=", prompt).groups()
@@ -58,7 +58,9 @@ def test_builtin_task_references_are_correct_and_splits_disjoint(name: str, leve
 def test_first_digit_prompt_format_is_short() -> None:
     data = load_task("first_digit", seed=0, num_train=512, num_eval=64)
     assert all(len(e.prompt) <= 24 for e in data.train + data.eval)
-    assert re.fullmatch(r"Digits: \d{3}\nFirst digit:", data.train[0].prompt)
+    assert re.fullmatch(r"\d{3}", data.train[0].prompt)
+    harder = load_task("first_digit", level=2, seed=0, num_train=8, num_eval=8)
+    assert re.fullmatch(r"Digits: \d{5}\nFirst digit:", harder.train[0].prompt)
     assert data.format_answer("4") == "\\boxed{4}"
     assert len({e.prompt for e in data.train}) == 512
 
