@@ -1,59 +1,87 @@
 """The campaign's control plane: handles of its shared control actors, handed to every trial.
 
-The driver starts the throttle (one per shared endpoint) and the back-pressure actor when the
-config needs them, and packs their handles here; a trial turns them into per-run clients
-(`ThrottleClient`, `RemoteAdvisor`). With neither, runs get no throttle and their own local advisor.
+The driver starts one throttle per shared endpoint the config uses (the remote training API when
+`[backend] backend = "tinker"`, capacity `[backend].max_concurrent`; a shared inference server when
+`[inference] engine` is an HTTP engine, capacity `[inference].max_concurrent`) and the back-pressure
+actor when `[backpressure].enabled`. The back-pressure actor gets each throttle, so its pooled fit can
+set the endpoint's capacity near the pooled p*. A trial turns the handles into per-run clients.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
+
+HTTP_ENGINES = ("openai", "vllm", "sglang")
+
+
+def shared_endpoint(config: Any) -> str:
+    """The shared endpoint a run of this config calls: "tinker", "inference", or "" (none)."""
+    if config.backend.backend == "tinker":
+        return "tinker"
+    if config.inference.engine in HTTP_ENGINES:
+        return "inference"
+    return ""
+
+
+def endpoint_capacity(config: Any, endpoint: str) -> int:
+    return config.backend.max_concurrent if endpoint == "tinker" else config.inference.max_concurrent
 
 
 @dataclass(frozen=True)
 class ControlPlane:
-    """Actor handles (picklable) of the campaign's control actors; None where not started."""
+    """Actor handles (picklable) of the campaign's control actors; empty where not started."""
 
-    throttle: Any | None = None
+    throttles: dict[str, Any] = field(default_factory=dict)
     backpressure: Any | None = None
     endpoint: str = ""
     timeout_s: float = 600.0
     lease_ttl_s: float = 30.0
 
     def throttle_for(self, run_name: str) -> Any | None:
-        if self.throttle is None:
+        handle = self.throttles.get(self.endpoint)
+        if handle is None:
             return None
         from retrain_ray.throttle.client import ThrottleClient
 
-        return ThrottleClient(self.throttle, run_name, timeout_s=self.timeout_s)
+        return ThrottleClient(handle, run_name, timeout_s=self.timeout_s, lease_ttl_s=self.lease_ttl_s)
 
     def advisor_for(self, run_name: str) -> Any | None:
         if self.backpressure is None:
             return None
         from retrain_ray.actors.backpressure import RemoteAdvisor
 
-        return RemoteAdvisor(self.backpressure, run_name, self.endpoint or "local", timeout_s=self.timeout_s)
+        return RemoteAdvisor(self.backpressure, run_name, self.endpoint, timeout_s=self.timeout_s)
 
 
-def start_control_plane(config: Any, campaign: str, *, namespace: str) -> ControlPlane:
-    """Starts the control actors the config asks for: a throttle for a shared remote endpoint
-    (backend tinker), a back-pressure actor when `[backpressure].enabled`."""
-    throttle = backpressure = None
-    endpoint = ""
-    if config.backend.backend == "tinker":
+def start_control_plane(config: Any, campaign: str, *, namespace: str, campaign_dir: Path | None = None) -> ControlPlane:
+    """Starts the throttle of the shared endpoint (if any) and the back-pressure actor (if enabled)."""
+    endpoint = shared_endpoint(config)
+    throttles: dict[str, Any] = {}
+    if endpoint:
         from retrain_ray.actors.throttle import start_throttle
 
-        endpoint = "tinker"
-        throttle = start_throttle(
-            campaign, endpoint, config.backend.max_concurrent, namespace=namespace,
+        throttles[endpoint] = start_throttle(
+            campaign, endpoint, endpoint_capacity(config, endpoint), namespace=namespace,
             lease_ttl_s=config.backend.lease_ttl_s,
         )
-    if config.backpressure.enabled:
-        from retrain_ray.actors.backpressure import start_backpressure_actor
-
-        backpressure = start_backpressure_actor(campaign, namespace, config.backpressure)
+    backpressure = _start_backpressure(config, campaign, namespace, campaign_dir, throttles) \
+        if config.backpressure.enabled else None
     return ControlPlane(
-        throttle=throttle, backpressure=backpressure, endpoint=endpoint,
+        throttles=throttles, backpressure=backpressure, endpoint=endpoint,
         timeout_s=config.backend.acquire_timeout_s, lease_ttl_s=config.backend.lease_ttl_s,
     )
+
+
+def _start_backpressure(config: Any, campaign: str, namespace: str, campaign_dir: Path | None,
+                        throttles: dict[str, Any]) -> Any:
+    import ray
+
+    from retrain_ray.actors.backpressure import start_backpressure_actor
+    from retrain_ray.backpressure.settings import BackPressureSettings
+
+    actor = start_backpressure_actor(campaign, namespace, BackPressureSettings.from_config(config), campaign_dir)
+    for resource, handle in throttles.items():
+        ray.get(actor.set_throttle.remote(resource, handle), timeout=60)
+    return actor

@@ -128,7 +128,7 @@ class Campaign:
         actors: dict[str, Any] = {"recorder": start_recorder(p.name, p.campaign_dir, namespace=namespace)}
         if p.schedule.stagger_seconds > 0:
             actors["gate"] = start_gate(p.name, p.schedule.stagger_seconds, namespace=namespace)
-        actors["control"] = start_control_plane(self.config, p.name, namespace=namespace)
+        actors["control"] = start_control_plane(self.config, p.name, namespace=namespace, campaign_dir=p.campaign_dir)
         return actors
 
     def _tuner(self, manifest: Manifest, namespace: str, control: Any, progress: bool, resuming: bool) -> Any:

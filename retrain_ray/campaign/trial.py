@@ -98,6 +98,7 @@ def _run(ctx: TrialContext, plan: RunPlan, resume_from: Path | None) -> Any:
             throttle=ctx.control.throttle_for(plan.run_name),
             resume_from=resume_from,
             policy=policy,
+            local_logs=False,
         )
     return outcome, reporter
 

@@ -65,26 +65,41 @@ def build_advisor(cfg):
     return LocalAdvisor.from_config(cfg) if cfg.backpressure.enabled else NoOpAdvisor()
 
 
-def build_local_policy(cfg, device: str, cache_dir: Path | None = None):
-    """(engine, backend, tokenizer) sharing one model in this process."""
-    from retrain_ray.backends.local import build_local_policy as _build
+def build_policy(cfg, *, throttle=None, run_name: str = "run", cache_dir: Path | None = None):
+    """(engine, backend, tokenizer) for this config.
 
-    return _build(cfg, device=device, cache_dir=cache_dir)
+    Remote engines take the throttle themselves and hold one slot per request (holding a slot around
+    a whole `generate` would make a run wait for a second slot while it holds one):
+      * `[backend] backend = "tinker"`: the remote training API's sampler and trainer;
+      * `[inference] engine` = openai / vllm / sglang: an HTTP sampler + the local trainer;
+      * otherwise the PyTorch engine and the local trainer share one model in this process.
+    """
+    device = resolve_device(cfg.backend.devices)
+    if cfg.backend.backend == "tinker":
+        from retrain_ray.backends.tinker import build_tinker_policy
+
+        return build_tinker_policy(cfg, throttle)
+    if cfg.inference.engine in ("openai", "vllm", "sglang"):
+        from retrain_ray.engines.openai import build_openai_policy
+
+        return build_openai_policy(cfg, throttle, adapter_name=run_name, device=device, cache_dir=cache_dir)
+    from retrain_ray.backends.local import build_local_policy
+
+    return build_local_policy(cfg, device=device, cache_dir=cache_dir)
 
 
 def build_components(
     cfg,
     observer: RunObserver,
     *,
-    policy: tuple[Any, Any, Any] | None = None,
+    policy: tuple[Any, Any, Any],
     advisor: Any | None = None,
-    hold_endpoint=None,
 ) -> RunComponents:
     from retrain_ray.algorithms import resolve_modes
 
     alg = cfg.algorithm
     modes = resolve_modes(alg.advantage_mode, alg.transform_mode, alg.algorithm_mode, alg.uncertainty_kind)
-    engine, backend, tokenizer = policy or build_local_policy(cfg, resolve_device(cfg.backend.devices))
+    engine, backend, tokenizer = policy
     task = build_task(cfg)
     return RunComponents(
         engine=engine,
@@ -99,5 +114,4 @@ def build_components(
         needs_planning=modes.needs_planning,
         advisor=advisor or build_advisor(cfg),
         observer=observer,
-        hold_endpoint=hold_endpoint,
     )

@@ -106,14 +106,14 @@ def assign_credit(groups: list[Group], settings: CreditSettings, sepa_lambda: fl
     prompt_lens_D: list[int] = []
     stats_rows: list[dict[str, float]] = []
     extras: dict[str, list[float]] = {}
-    for group, uniform in zip(groups, ties.uniform_G):
+    for group, uniform in zip(groups, ties.uniform_G, strict=True):
         if uniform and not settings.batch_advantage_norm:
             continue
         result = _group_advantages(group, settings, sepa_lambda)
         stats_rows.append(result.stats.as_metrics())
         for key, value in result.extra_metrics.items():
             extras.setdefault(key, []).append(float(value))
-        for sample, token_advs in zip(group.samples_G, result.token_advantages):
+        for sample, token_advs in zip(group.samples_G, result.token_advantages, strict=True):
             n_prompt = len(group.prompt_ids)
             tokens_D.append(list(group.prompt_ids) + list(sample.token_ids))
             logprobs_D.append([0.0] * n_prompt + list(sample.logprobs))

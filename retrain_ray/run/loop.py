@@ -17,7 +17,6 @@ import resource
 import sys
 import time
 from collections.abc import Callable
-from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,7 +27,13 @@ from retrain_ray.data import next_batch
 from retrain_ray.engines.types import SamplingEngine, SamplingParams, WeightUpdate
 from retrain_ray.run.checkpoint import CheckpointManager
 from retrain_ray.run.credit import CreditSettings, assign_credit
-from retrain_ray.run.rollout import CORRECT_THRESHOLD, decode_groups, rollout_metrics, sample_groups, score_groups
+from retrain_ray.run.rollout import (
+    CORRECT_THRESHOLD,
+    decode_groups,
+    rollout_metrics,
+    sample_groups,
+    score_groups,
+)
 from retrain_ray.run.state import TrainerState, capture_rng_state
 from retrain_ray.run.timing import timed
 from retrain_ray.run.types import RunObserver, RunOutcome
@@ -52,7 +57,6 @@ class RunComponents:
     needs_planning: bool
     advisor: Any
     observer: RunObserver
-    hold_endpoint: Callable[[], AbstractContextManager] | None = None
 
 
 class RunLoop:
@@ -142,7 +146,7 @@ class RunLoop:
         examples, state.example_idx = next_batch(self.parts.train_examples, state.example_idx, state.current_batch_size)
         prompt_ids = [self.encode(ex.prompt) for ex in examples]
         return sample_groups(
-            self.parts.engine, prompt_ids, examples, state.current_group_size, self.sampling, self.parts.hold_endpoint
+            self.parts.engine, prompt_ids, examples, state.current_group_size, self.sampling
         )
 
     def encode(self, prompt: str) -> list[int]:
@@ -159,8 +163,8 @@ class RunLoop:
         sepa.observe_correct_rate(metrics["correct_rate"])
         if sepa.enabled() and self.cfg.sepa.schedule == "auto":
             for g in groups:
-                for sample, mask in zip(g.samples_G, g.planning_masks_G):
-                    sepa.update_auto_state([-lp for lp, m in zip(sample.logprobs, mask) if not m])
+                for sample, mask in zip(g.samples_G, g.planning_masks_G, strict=True):
+                    sepa.update_auto_state([-lp for lp, m in zip(sample.logprobs, mask, strict=True) if not m])
 
     # ---- SFT warm start ---------------------------------------------------------------------
     def sft_step(self, step: int, state: TrainerState) -> dict[str, Any]:

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from contextlib import AbstractContextManager, nullcontext
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from retrain_ray.data.types import Example
@@ -30,14 +29,12 @@ def sample_groups(
     examples_P: Sequence[Example],
     group_size: int,
     params: SamplingParams,
-    hold_endpoint: Callable[[], AbstractContextManager] | None = None,
 ) -> list[Group]:
-    """Generates `group_size` completions per prompt in one engine call (under the throttle, if any)."""
-    with (hold_endpoint or nullcontext)():
-        results_P_G = engine.generate(prompt_ids_P, group_size, params)
+    """Generates `group_size` completions per prompt in one engine call."""
+    results_P_G = engine.generate(prompt_ids_P, group_size, params)
     return [
         Group(example=ex, prompt_ids=ids, samples_G=list(res_G), texts_G=[], rewards_G=[], planning_masks_G=[])
-        for ex, ids, res_G in zip(examples_P, prompt_ids_P, results_P_G)
+        for ex, ids, res_G in zip(examples_P, prompt_ids_P, results_P_G, strict=True)
     ]
 
 

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from retrain_ray.run.build import build_components
+from retrain_ray.run.build import build_components, build_policy
 from retrain_ray.run.checkpoint import load_state, resolve_resume_dir
 from retrain_ray.run.loop import RunLoop
 from retrain_ray.run.state import TrainerState, restore_rng_state, seed_everything
@@ -21,10 +21,11 @@ def _condition_label(cfg) -> str:
     return alg.algorithm_mode or f"{alg.advantage_mode}+{alg.transform_mode}"
 
 
-def _fanout(run_dir: Path, run_name: str, observers: Sequence[RunObserver], resumed: bool) -> RunObserver:
+def _fanout(run_dir: Path, run_name: str, observers: Sequence[RunObserver], local_logs: bool) -> RunObserver:
     from retrain_ray.logs import ArrowRunObserver, MultiObserver
 
-    return MultiObserver(ArrowRunObserver(run_dir, run_name), *observers)
+    local = [ArrowRunObserver(run_dir, run_name)] if local_logs else []
+    return MultiObserver(*local, *observers)
 
 
 def _restore(loop: RunLoop, checkpoint: Path) -> TrainerState:
@@ -51,13 +52,16 @@ def train_run(
     throttle: Any | None = None,
     resume_from: Path | None = None,
     policy: tuple[Any, Any, Any] | None = None,
+    local_logs: bool = True,
 ) -> RunOutcome:
     """Trains one run to `training.max_steps`, writing logs and checkpoints under `run_dir`.
 
     `resume_from` is a run directory or a checkpoint directory: the run continues after its last
     complete checkpoint, and the metrics log keeps each step once. `policy` = (engine, backend,
-    tokenizer) lets a caller supply remote proxies (split placement); by default both are built in
-    this process around one model.
+    tokenizer) lets a caller supply remote proxies (split placement); by default it is built from the
+    config (`build_policy`), and `throttle` guards the calls of remote engines. `local_logs=False`
+    skips the Arrow files in `run_dir` when an observer already records the rows elsewhere (the
+    campaign's recorder actor).
     """
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -67,10 +71,10 @@ def train_run(
 
     write_run_meta(run_dir, {"run_name": run_name, "condition": _condition_label(config), "seed": config.training.seed,
                              "config": config.model_dump(mode="json")})
-    observer = _fanout(run_dir, run_name, observers, resumed=checkpoint is not None)
-    hold = throttle.hold if throttle is not None else None
+    observer = _fanout(run_dir, run_name, observers, local_logs)
     try:
-        parts = build_components(config, observer, policy=policy, advisor=advisor, hold_endpoint=hold)
+        policy = policy or build_policy(config, throttle=throttle, run_name=run_name)
+        parts = build_components(config, observer, policy=policy, advisor=advisor)
         loop = RunLoop(config, parts, run_name=run_name, run_dir=run_dir, condition=_condition_label(config))
         state = _restore(loop, checkpoint) if checkpoint else _fresh_state(config, parts)
         return loop.run(state)
