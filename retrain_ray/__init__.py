@@ -1,2 +1,36 @@
-"""retrain-ray: Ray-distributed campaign orchestrator for RLVR runs on language models."""
+"""retrain-ray: Ray-distributed campaign orchestrator for RLVR runs on language models.
+
+Public API (imported lazily, so `import retrain_ray` stays cheap):
+
+    from retrain_ray import Campaign, load_config
+    results = Campaign.from_toml("configs/smoke-campaign.toml").run()
+    results.summary(by="condition")
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
 __version__ = "0.1.0"
+
+_EXPORTS = {
+    "Campaign": "retrain_ray.campaign",
+    "CampaignError": "retrain_ray.campaign",
+    "CampaignResults": "retrain_ray.campaign",
+    "RetrainConfig": "retrain_ray.config",
+    "ConfigError": "retrain_ray.config",
+    "load_config": "retrain_ray.config",
+    "train_run": "retrain_ray.run.train",
+    "RunOutcome": "retrain_ray.run.types",
+    "compute_group_advantages": "retrain_ray.algorithms",
+    "USLController": "retrain_ray.backpressure",
+}
+
+__all__ = ["__version__", *_EXPORTS]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(_EXPORTS[name]), name)
+    raise AttributeError(f"module 'retrain_ray' has no attribute {name!r}")

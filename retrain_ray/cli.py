@@ -74,6 +74,14 @@ def train_main(argv: list[str]) -> int:
     if args.resume:
         rest = [*rest, "--resume", args.resume]
     cfg, _ = _load(args.config, rest)
+    from retrain_ray.run.preflight import PreflightError, check_run
+
+    try:
+        check_run(cfg)
+    except PreflightError as exc:
+        err.print(f"[bold red]preflight failed[/] for {args.config}:", highlight=False)
+        err.print(str(exc), highlight=False, markup=False)
+        return 2
     run_dir = Path(cfg.logging.log_dir)
     _prepare_run_dir(run_dir, resume=args.resume, overwrite=args.overwrite)
     from retrain_ray.progress import ProgressObserver

@@ -10,6 +10,7 @@ from typing import Any
 from retrain_ray.run.build import build_components, build_policy
 from retrain_ray.run.checkpoint import load_state, resolve_resume_dir
 from retrain_ray.run.loop import RunLoop
+from retrain_ray.run.preflight import check_run
 from retrain_ray.run.state import TrainerState, restore_rng_state, seed_everything
 from retrain_ray.run.types import RunObserver, RunOutcome
 
@@ -63,6 +64,7 @@ def train_run(
     skips the Arrow files in `run_dir` when an observer already records the rows elsewhere (the
     campaign's recorder actor).
     """
+    check_run(config)
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     checkpoint = resolve_resume_dir(resume_from) if resume_from else None

@@ -1,0 +1,86 @@
+"""The `retrain-ray` console script as a user runs it: exit codes, error text, no tracebacks."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+CLI = [sys.executable, "-m", "retrain_ray.cli"]
+
+
+def run_cli(*args: str, cwd: Path = ROOT, timeout: float = 240) -> subprocess.CompletedProcess:
+    env = {**os.environ, "RAY_AUTH_MODE": "disabled", "HF_HUB_OFFLINE": "1"}
+    return subprocess.run([*CLI, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def test_help_lists_every_command():
+    out = run_cli("--help")
+    assert out.returncode == 0
+    for verb in ("train", "campaign", "resume", "explain", "results", "status"):
+        assert f"retrain-ray {verb}" in out.stdout
+
+
+def test_three_mistakes_reported_at_once_with_exit_2_and_no_traceback(tmp_path):
+    bad = tmp_path / "bad.toml"
+    bad.write_text(
+        '[training]\nbatch_size = 0\nlearning_rate = 1e-5\n\n[algorthm]\nadvantage_mode = "grpo"\n'
+    )
+    out = run_cli("train", str(bad))
+    assert out.returncode == 2
+    assert "Traceback" not in out.stderr
+    for key in ("training.batch_size", "training.learning_rate", "algorthm"):
+        assert key in out.stderr, out.stderr
+    assert "did you mean" in out.stderr.lower()
+    assert str(bad) in out.stderr
+
+
+def test_unknown_override_flag_gets_a_suggestion():
+    out = run_cli("train", "configs/smoke.toml", "--max-step", "3")
+    assert out.returncode == 2
+    assert "--max-steps" in out.stderr
+    assert "Traceback" not in out.stderr
+
+
+def test_explain_original_campaign_prints_matrix_and_capacity():
+    out = run_cli("explain", "configs/ablation.toml", "--json")
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout)
+    text = json.dumps(data)
+    for label in ("grpo+none", "maxrl+none", "maxrl+gtpo", "maxrl+gtpo_hicra", "maxrl+gtpo_sepa"):
+        assert label in text
+    assert "wall" in text.lower()
+
+
+def test_preflight_rejects_entropy_without_an_engine_that_gives_it(tmp_path):
+    cfg = tmp_path / "entropy.toml"
+    smoke = (ROOT / "configs" / "smoke.toml").read_text()
+    cfg.write_text(smoke.replace('transform_mode = "none"', 'transform_mode = "gtpo"\nuncertainty_kind = "shannon_entropy"')
+                   + '\n[inference]\nengine = "openai"\nurl = "http://127.0.0.1:9"\n')
+    out = run_cli("train", str(cfg), "--log-dir", str(tmp_path / "run"))
+    assert out.returncode == 2, out.stderr
+    assert "shannon_entropy" in out.stderr
+    assert not (tmp_path / "run").exists(), "nothing may be written when preflight fails"
+
+
+@pytest.mark.slow
+def test_train_smoke_run_then_refuses_to_overwrite_without_a_flag(tmp_path):
+    run_dir = tmp_path / "run"
+    args = ("train", "configs/smoke.toml", "--log-dir", str(run_dir), "--max-steps", "4",
+            "--sft-warmup-steps", "2", "--save-every", "2", "--quiet")
+    first = run_cli(*args)
+    assert first.returncode == 0, first.stderr
+    assert "completed after step 3" in first.stdout
+    assert (run_dir / "metrics.parquet").is_file()
+    again = run_cli(*args)
+    assert again.returncode == 2
+    assert "--resume" in again.stderr and "--overwrite" in again.stderr
+    resumed = run_cli("train", "configs/smoke.toml", "--log-dir", str(run_dir), "--max-steps", "6",
+                      "--sft-warmup-steps", "2", "--save-every", "2", "--quiet", "--resume", str(run_dir))
+    assert resumed.returncode == 0, resumed.stderr
+    assert "completed after step 5" in resumed.stdout
