@@ -17,9 +17,9 @@ import argparse
 import logging
 import sys
 import time
-import tomllib
 from pathlib import Path
 
+import tomllib
 from rich.console import Console
 
 from retrain_ray import __version__
