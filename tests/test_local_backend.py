@@ -127,6 +127,18 @@ def test_microbatch_accumulation_equals_whole_batch(cache):
         torch.testing.assert_close(a.grad, b.grad, atol=1e-5, rtol=0, msg=name)
 
 
+def test_gradient_accumulation_steps_split_the_batch_into_that_many_microbatches(cache):
+    engine, whole, tok = _policy(cache)
+    batch = _batch(engine, tok)
+    _, accum, _ = _policy(cache, accumulation_steps=4)
+    r_whole = whole.train_step(batch, lr=0.0, weight_decay=0.0)
+    r_accum = accum.train_step(batch, lr=0.0, weight_decay=0.0)
+    assert r_accum.metrics["local_microbatches"] == 4
+    assert r_accum.loss == pytest.approx(r_whole.loss, abs=1e-6)
+    for a, b in zip(whole.model.parameters(), accum.model.parameters(), strict=True):
+        torch.testing.assert_close(a.grad, b.grad, atol=1e-5, rtol=0)
+
+
 def _optimizer_tensors(backend: LocalBackend) -> list[torch.Tensor]:
     return [t.clone() for s in backend.optimizer.state.values() for t in s.values()]
 

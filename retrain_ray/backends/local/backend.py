@@ -72,6 +72,7 @@ class LocalBackend:
         *,
         top_p: float = 1.0,
         micro_batch_size: int = 0,
+        accumulation_steps: int = 1,
         loss: LossSettings | None = None,
         optimizer: OptimizerSettings | None = None,
         shares_model_with_engine: bool = False,
@@ -83,6 +84,7 @@ class LocalBackend:
         self.device = next(model.parameters()).device
         self.top_p = top_p
         self.micro_batch_size = micro_batch_size
+        self.accumulation_steps = max(int(accumulation_steps), 1)
         self.loss = loss or LossSettings()
         self.optim = optimizer or OptimizerSettings()
         self.shares_model_with_engine = shares_model_with_engine
@@ -114,7 +116,7 @@ class LocalBackend:
         sums = {"loss": 0.0, "clip": 0.0, "cov": 0.0, "kl": 0.0, "tokens": 0, "mb": 0}
         self._begin_update()
         loss_kwargs = asdict(self.loss)
-        for mb in microbatches(batch, self.micro_batch_size, self.device):
+        for mb in microbatches(batch, self._rows_per_microbatch(batch), self.device):
             new_lp_B_S = scored_logprobs(self.model, mb, batch.temperature, self.top_p)
             out = policy_loss(
                 new_lp_B_S, mb.old_logprobs_B_S, mb.advantages_B_S, mb.action_mask_B_S,
@@ -144,13 +146,19 @@ class LocalBackend:
         total = max(count_action_tokens(batch), 1)
         loss_sum = 0.0
         self._begin_update()
-        for mb in microbatches(batch, self.micro_batch_size, self.device):
+        for mb in microbatches(batch, self._rows_per_microbatch(batch), self.device):
             logp_B_S = scored_logprobs(self.model, mb, 1.0, 1.0)
             nll = -(logp_B_S * mb.action_mask_B_S.to(logp_B_S.dtype)).sum()
             (nll / total).backward()
             loss_sum += float(nll.detach())
         grad_norm = self._finish_update(lr, weight_decay)
         return TrainStepResult(loss=loss_sum / total, metrics={"grad_norm": grad_norm})
+
+    def _rows_per_microbatch(self, batch: TrainBatch) -> int:
+        """`micro_batch_size` rows, or the batch split into `accumulation_steps` parts (0 = one forward)."""
+        if self.micro_batch_size > 0 or self.accumulation_steps <= 1:
+            return self.micro_batch_size
+        return -(-len(batch.tokens_D) // self.accumulation_steps)
 
     def _begin_update(self) -> None:
         self.model.train()

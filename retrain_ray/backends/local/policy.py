@@ -33,13 +33,15 @@ class PolicySettings:
     lora: LoraSettings = field(default_factory=LoraSettings)
     top_p: float = 1.0
     micro_batch_size: int = 0
+    accumulation_steps: int = 1
     loss: LossSettings = field(default_factory=LossSettings)
     optimizer: OptimizerSettings = field(default_factory=OptimizerSettings)
     seed: int = 0
     dtype: str = "auto"
 
     def backend_kwargs(self) -> dict[str, Any]:
-        return {"top_p": self.top_p, "micro_batch_size": self.micro_batch_size, "loss": self.loss,
+        return {"top_p": self.top_p, "micro_batch_size": self.micro_batch_size,
+                "accumulation_steps": self.accumulation_steps, "loss": self.loss,
                 "optimizer": self.optimizer, "seed": self.seed}
 
 
@@ -59,6 +61,7 @@ def settings_from_config(cfg: Any) -> PolicySettings:
                           target_modules=_target_modules(str(options.get("lora_target_modules", "")))),
         top_p=t.top_p,
         micro_batch_size=micro,
+        accumulation_steps=t.gradient_accumulation_steps,
         loss=LossSettings(
             mode=t.policy_loss_mode, clip_eps=t.clip_eps, clip_eps_high=t.clip_eps_high,
             clip_ratio_c=t.clip_ratio_c, kl_cov_percent=t.kl_cov_percent, kl_cov_coef=t.kl_cov_coef,
