@@ -1,0 +1,212 @@
+"""Issue 5 acceptance: six campaign runs share one real inference endpoint (Ray Serve on 127.0.0.1)
+through the campaign's throttle of capacity `[inference] max_concurrent = 2`.
+
+One campaign proves three things at once (a Serve start and six trial processes are the expensive
+part, so they are paid once):
+  * the endpoint's own in-flight counter never saw more than 2 completions at once, while the same
+    client load without the throttle (measured directly, in the same test) exceeds 2;
+  * a run killed (SIGKILL of its trial process) while it holds a lease stalls nobody for good: the
+    throttle reclaims the lease after its TTL (`expired` >= 1 in its stats), Tune retries the run
+    from its checkpoint, and the campaign completes;
+  * every run trained through the endpoint (rows written, adapters uploaded under the run's name).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+import ray
+from ray import cloudpickle
+
+from retrain_ray.campaign import Campaign
+from retrain_ray.engines.openai import OpenAIEngine
+from retrain_ray.engines.types import SamplingParams
+
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+MODEL = "builtin:tiny"
+DELAY_S = 0.15  # simulated slow endpoint: requests of different runs really overlap
+LEASE_TTL_S = 3.0
+SEEDS = [1, 2, 3, 4, 5, 6]
+KILL_WAIT_S = 120.0
+
+TOML = """
+[model]
+model = "{model}"
+finetune = "full"
+[backend]
+devices = "cpu"
+lease_ttl_s = {ttl}
+acquire_timeout_s = 120
+[inference]
+engine = "openai"
+url = "{url}"
+max_concurrent = 2
+[data]
+source = "builtin"
+task = "first_digit"
+[training]
+batch_size = 2
+group_size = 2
+max_tokens = 3
+lr = 3e-3
+save_every = 2
+sft_warmup_steps = 1
+[logging]
+log_dir = "{root}/logs"
+[campaign]
+name = "{name}"
+seeds = {seeds}
+max_steps = {steps}
+parallel = true
+max_workers = 6
+cpus_per_run = 0.5
+max_failures = 2
+trial_start_timeout_s = 240
+[[campaign.conditions]]
+advantage_mode = "grpo"
+transform_mode = "none"
+"""
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def endpoint(ray_4cpu_4gpu):
+    from retrain_ray.serve import start_inference_endpoint, stop_inference_endpoint
+
+    url = start_inference_endpoint(MODEL, port=_free_port(), name="campaign-endpoint", request_delay_s=DELAY_S)
+    yield url
+    stop_inference_endpoint()
+
+
+def _stats(url: str, reset: bool = False) -> dict:
+    response = httpx.get(f"{url}/v1/stats", params={"reset": "true"} if reset else None, timeout=30)
+    response.raise_for_status()
+    return response.json()
+
+
+def pid_recording_runner(config, **kwargs):
+    """train_run that first writes its trial process's pid (so the test can SIGKILL it)."""
+    from retrain_ray.run.train import train_run
+
+    run_dir = Path(kwargs["run_dir"])
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / f"pid.{os.getpid()}").write_text(str(os.getpid()))
+    return train_run(config, **kwargs)
+
+
+def _unthrottled_peak(url: str, clients: int = 6) -> dict:
+    """Control: the campaign's load shape (6 runs x 2 parallel requests) with no throttle."""
+    _stats(url, reset=True)
+    errors: list[BaseException] = []
+
+    def one_run(k: int) -> None:
+        try:
+            engine = OpenAIEngine(url, model_name=MODEL, seed=k, max_parallel_requests=2)
+            engine.generate([[1, 10 + k], [1, 20 + k]], 2, SamplingParams(max_tokens=3))
+        except BaseException as err:  # surfaced below
+            errors.append(err)
+
+    threads = [threading.Thread(target=one_run, args=(k,)) for k in range(clients)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert not errors, errors
+    return _stats(url)
+
+
+class LeaseKiller(threading.Thread):
+    """Waits until some run holds a throttle lease, then SIGKILLs that run's trial process."""
+
+    def __init__(self, campaign: str, runs_dir: Path) -> None:
+        super().__init__(daemon=True)
+        self.campaign, self.runs_dir = campaign, runs_dir
+        self.killed: dict = {}
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            self._hunt()
+        except BaseException as err:  # reported by the test
+            self.error = err
+
+    def _throttle(self, deadline: float):
+        from retrain_ray.actors.throttle import get_throttle
+
+        while time.monotonic() < deadline:
+            try:
+                return get_throttle(self.campaign, "inference", ray.get_runtime_context().namespace)
+            except LookupError:
+                time.sleep(0.2)
+        raise TimeoutError("the campaign's inference throttle never started")
+
+    def _hunt(self) -> None:
+        deadline = time.monotonic() + KILL_WAIT_S
+        throttle = self._throttle(deadline)
+        while time.monotonic() < deadline:
+            for lease in ray.get(throttle.leases.remote(), timeout=30):
+                pids = list((self.runs_dir / lease.holder / "work").glob("pid.*"))
+                if len(pids) == 1:
+                    pid = int(pids[0].read_text())
+                    os.kill(pid, signal.SIGKILL)
+                    self.killed = {"run": lease.holder, "pid": pid, "lease": lease.lease_id, "at": time.time()}
+                    return
+            time.sleep(0.05)
+        raise TimeoutError(f"no run held a lease with a recorded pid within {KILL_WAIT_S:.0f} s")
+
+
+@pytest.mark.slow
+def test_six_runs_share_an_endpoint_through_a_throttle_of_two_and_survive_a_killed_holder(endpoint, tmp_path):
+    control = _unthrottled_peak(endpoint)
+    print(f"without throttle (6 clients x 2 parallel requests): {control}")
+    assert control["peak_in_flight"] > 2  # the endpoint's counter sees overlap when nothing limits it
+
+    name = "shared-endpoint"
+    toml = tmp_path / "c.toml"
+    toml.write_text(TOML.format(model=MODEL, url=endpoint, ttl=LEASE_TTL_S, root=tmp_path, name=name,
+                                seeds=SEEDS, steps=4))
+    _stats(endpoint, reset=True)
+    killer = LeaseKiller(name, tmp_path / name / "runs")
+    killer.start()
+    started = time.monotonic()
+    results = Campaign.from_toml(toml, root=tmp_path, runner=pid_recording_runner).run(progress=False)
+    elapsed = time.monotonic() - started
+    killer.join(timeout=5)
+    stats = _stats(endpoint)
+    throttle_stats = _throttle_stats(name)
+    print(f"campaign {elapsed:.1f} s; endpoint with throttle(2): {stats}; killed {killer.killed}; "
+          f"throttle {throttle_stats}")
+
+    assert killer.error is None, killer.error
+    assert stats["peak_in_flight"] <= 2 and stats["requests_total"] > 0
+    runs = {r["run_name"]: r for r in results.runs}
+    assert len(runs) == 6 and all(r["status"] == "completed" for r in runs.values()), runs
+    assert runs[killer.killed["run"]]["attempts"] == 2  # Tune retried the killed run
+    assert throttle_stats["expired"] >= 1  # the killed holder's lease was reclaimed
+    assert throttle_stats["in_flight"] == 0 and throttle_stats["peak_in_flight"] <= 2
+    models = {m["id"] for m in httpx.get(f"{endpoint}/v1/models", timeout=30).json()["data"]}
+    assert set(runs) <= models  # each run uploaded its weights under its own adapter name
+
+
+def _throttle_stats(campaign: str) -> dict:
+    """The stats of the campaign's inference throttle (the actor outlives `run()`: the driver owns it)."""
+    import dataclasses
+
+    from retrain_ray.actors.throttle import get_throttle
+
+    handle = get_throttle(campaign, "inference", ray.get_runtime_context().namespace)
+    return dataclasses.asdict(ray.get(handle.stats.remote(), timeout=30))
