@@ -1,0 +1,47 @@
+"""Preflight refuses, before any model loads, what the run could not carry out as configured."""
+
+from __future__ import annotations
+
+import pytest
+
+from retrain_ray.config import ConfigError, RetrainConfig, apply_overrides, parse_overrides
+from retrain_ray.run.preflight import PreflightError, check_run
+
+
+def _cfg(**overrides) -> RetrainConfig:
+    argv = [f"--{key}={str(value).lower() if isinstance(value, bool) else value}" for key, value in overrides.items()]
+    return apply_overrides(RetrainConfig(), parse_overrides(argv))
+
+
+def test_default_configuration_passes():
+    check_run(RetrainConfig())
+
+
+@pytest.mark.parametrize(
+    ("overrides", "key"),
+    [
+        ({"echo.enabled": True}, "echo.enabled"),
+        ({"training.tl_grpo": True}, "training.tl_grpo"),
+        ({"training.sft_data_path": "sft.jsonl"}, "training.sft_data_path"),
+        ({"planning.detector": "semantic"}, "planning.detector"),
+    ],
+)
+def test_unimplemented_original_features_are_errors_naming_the_key(overrides, key):
+    with pytest.raises(PreflightError) as info:
+        check_run(_cfg(**overrides))
+    assert key in str(info.value)
+
+
+def test_entropy_needs_an_engine_that_returns_it():
+    """Caught as early as the config (spec 7); the PyTorch engine on the local backend passes preflight."""
+    with pytest.raises(ConfigError, match="shannon_entropy"):
+        _cfg(**{"algorithm.uncertainty_kind": "shannon_entropy", "algorithm.transform_mode": "gtpo",
+                "inference.engine": "openai", "inference.url": "http://127.0.0.1:9"})
+    check_run(_cfg(**{"algorithm.uncertainty_kind": "shannon_entropy", "algorithm.transform_mode": "gtpo"}))
+
+
+def test_every_problem_is_reported_together():
+    cfg = _cfg(**{"echo.enabled": True, "training.tl_grpo": True})
+    with pytest.raises(PreflightError) as info:
+        check_run(cfg)
+    assert len(info.value.problems) == 2
