@@ -20,7 +20,7 @@ $(VENV)/.installed: pyproject.toml constraints/cpu.txt
 setup: $(VENV)/.installed
 
 demo: setup
-	$(VENV)/bin/retrain-ray train configs/smoke.toml
+	$(VENV)/bin/retrain-ray train configs/smoke.toml --overwrite
 
 demo-campaign: setup
 	$(VENV)/bin/retrain-ray configs/smoke-campaign.toml
