@@ -47,7 +47,7 @@ def apply_trainer_rules(d: Decision, obs: StepObservation, *, enabled: bool, war
     if enabled and obs.step + 1 < warmup_steps:
         sweep = warmup_batch_sizes(min_bs, max_bs)
         next_bs = sweep[(obs.step + 1) % len(sweep)]
-    return dataclasses.replace(d, recommended_batch_size=next_bs)
+    return dataclasses.replace(d, recommended_batch_size=next_bs, warmup=enabled and in_warmup)
 
 
 def initial_batch_size(batch_size: int, *, enabled: bool, warmup_steps: int, min_bs: int,

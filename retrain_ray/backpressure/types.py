@@ -48,6 +48,8 @@ class Decision:
     """What back pressure recommends after a step. Frozen and picklable.
 
     `pooled_p_star` and `capacity` are set only by the pooled fit (campaign actor, shared resource).
+    `warmup` is the trainer's sweep flag (spec 1.4: enabled and step < warmup_steps), set by
+    `apply_trainer_rules`; it is the original's `bp_warmup` metric.
     """
 
     action: str
@@ -62,10 +64,12 @@ class Decision:
     recommended_group_size: int
     pooled_p_star: float | None = None
     capacity: int | None = None
+    warmup: bool = False
 
     def to_metrics(self) -> dict[str, Any]:
         """The original's `bp_*` metric names (spec 8), plus `bp_lambda` and the pooled keys."""
         row: dict[str, Any] = {
+            "bp_warmup": bool(self.warmup),
             "bp_action": self.action,
             "bp_regime": self.regime,
             "bp_p_star": float(self.p_star),
