@@ -2,37 +2,65 @@
 
 Both actors sit in the trial's STRICT_PACK placement group (bundle 1: inference, bundle 2: trainer)
 with `num_cpus=0, num_gpus=1`, named `<campaign>/<run>/inference` and `.../trainer`. After each
-optimizer step the trainer's exported weights (adapter tensors for LoRA, CPU tensors) travel through
-the object store tagged with their version; the inference actor installs them and confirms the
-version before it samples (`generate` refuses a stale version).
+optimizer step the trainer's exported weights (adapter tensors for LoRA, all trainable tensors for
+full fine-tuning; CPU tensors) travel through the object store tagged with their version; the
+inference actor installs them and confirms the version, and `generate` refuses any other version
+than the one the driver expects (it never samples from weights it was not told about).
 
 `EngineProxy` and `BackendProxy` implement the SamplingEngine and TrainBackend protocols over the
 actor handles (every `ray.get` has a timeout), for `train_run(policy=...)`.
 
-Known limit: tested only through the placement logic on fake GPUs; the actors themselves need CUDA.
+One-step-off pipelining (`[inference] one_step_off = true`, the original's split-mode behaviour):
+`BackendProxy.train_step` submits step t's update and returns step t-1's result, so the sampler
+draws step t+1's completions (from the weights after update t-1) while the trainer computes update
+t. `version` counts submitted updates, so the loop's row has `staleness = 1` for pipelined steps;
+`reports_sync_loss` is false: a row's loss is the previous update's, the first pipelined step's
+loss is NaN, and the last update's loss is in no row. SFT steps, checkpoints and weight exports
+that need the newest weights first wait for the update in flight.
+
+On a machine without CUDA (fake GPUs in tests) the actors still get distinct GPU ids from Ray and
+run torch on the CPU.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import ray
 
+from retrain_ray.backends.types import TrainStepResult
 from retrain_ray.engines.types import SamplingParams, WeightUpdate
 
 
-def _build(config: Any) -> tuple[Any, Any, Any]:
-    from retrain_ray.run.build import build_local_policy
+def _device() -> str:
+    import torch
 
-    return build_local_policy(config, "cuda:0")
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def _placement_info(role: str) -> dict[str, Any]:
+    import os
+
+    ctx = ray.get_runtime_context()
+    return {"role": role, "node_id": ctx.get_node_id(), "pid": os.getpid(),
+            "gpu_ids": [str(g) for g in ctx.get_accelerator_ids().get("GPU", [])]}
 
 
 @ray.remote(num_cpus=0, num_gpus=1)
 class InferenceActor:
+    """Hosts the run's sampler (its own copy of the model layout, fed with WeightUpdates)."""
+
     def __init__(self, config: Any) -> None:
-        self._engine, _, self._tokenizer = _build(config)
+        from retrain_ray.backends.local import build_split_engine, settings_from_config
+
+        self._engine, self._tokenizer = build_split_engine(config.model.model, settings_from_config(config),
+                                                           device=_device())
+
+    def placement(self) -> dict[str, Any]:
+        return _placement_info("inference")
 
     def tokenizer(self) -> Any:
         return self._tokenizer
@@ -54,8 +82,15 @@ class InferenceActor:
 
 @ray.remote(num_cpus=0, num_gpus=1)
 class TrainerActor:
+    """Hosts the run's LocalBackend (its own model; exports weights with tensors)."""
+
     def __init__(self, config: Any) -> None:
-        _, self._backend, _ = _build(config)
+        from retrain_ray.backends.local import LocalBackend
+
+        self._backend = LocalBackend.from_config(config, _device())
+
+    def placement(self) -> dict[str, Any]:
+        return _placement_info("trainer")
 
     def call(self, method: str, *args: Any, **kwargs: Any) -> Any:
         return getattr(self._backend, method)(*args, **kwargs)
@@ -63,9 +98,15 @@ class TrainerActor:
     def get(self, attribute: str) -> Any:
         return getattr(self._backend, attribute)
 
+    @ray.method(num_returns=2)
+    def train_and_export(self, batch: Any, lr: float, weight_decay: float) -> tuple[Any, WeightUpdate]:
+        """One update, then its weights: the export is ready the moment the update is."""
+        result = self._backend.train_step(batch, lr=lr, weight_decay=weight_decay)
+        return result, self._backend.export_weights()
+
 
 class EngineProxy:
-    """SamplingEngine over an InferenceActor."""
+    """SamplingEngine over an InferenceActor; remembers the version the actor last confirmed."""
 
     def __init__(self, actor: Any, timeout_s: float) -> None:
         self._actor, self._timeout_s = actor, timeout_s
@@ -80,33 +121,68 @@ class EngineProxy:
         return ray.get(ref, timeout=self._timeout_s)
 
     def load_weights(self, update: WeightUpdate) -> None:
+        if update.version == self._version:
+            return  # the actor confirmed these very weights already (versions count one trainer's updates)
         self._version = ray.get(self._actor.load_weights.remote(update), timeout=self._timeout_s)
 
 
 class BackendProxy:
-    """TrainBackend over a TrainerActor."""
+    """TrainBackend over a TrainerActor, synchronous or one-step-off pipelined (see module doc)."""
 
-    def __init__(self, actor: Any, timeout_s: float) -> None:
-        self._actor, self._timeout_s = actor, timeout_s
-        self.capabilities = self._get("capabilities")
+    def __init__(self, actor: Any, timeout_s: float, *, one_step_off: bool = False) -> None:
+        self._actor, self._timeout_s, self.one_step_off = actor, timeout_s, one_step_off
+        caps = self._get("capabilities")
+        self.capabilities = dataclasses.replace(caps, reports_sync_loss=False) if one_step_off else caps
+        self._done_version = self._get("version")
+        self._pending: tuple[Any, Any] | None = None  # (result ref, weights ref) of the update in flight
+        self._last_update: Any = None  # weights ref of the newest finished update
+        self._unreported: Any = None  # result of a finished update no train_step has returned yet
 
     def _get(self, attribute: str) -> Any:
         return ray.get(self._actor.get.remote(attribute), timeout=self._timeout_s)
 
     def _call(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        self._drain()
         return ray.get(self._actor.call.remote(method, *args, **kwargs), timeout=self._timeout_s)
+
+    def _drain(self) -> None:
+        """Waits for the update in flight (if any) and keeps its result until a train_step returns it."""
+        if self._pending is None:
+            return
+        result_ref, weights_ref = self._pending
+        self._pending = None
+        self._unreported = ray.get(result_ref, timeout=self._timeout_s)
+        self._done_version += 1
+        self._last_update = weights_ref
 
     @property
     def version(self) -> int:
-        return self._get("version")
+        """Updates submitted so far (equals the trainer's version once the one in flight is done)."""
+        return self._done_version + (1 if self._pending is not None else 0)
 
     def train_step(self, batch: Any, *, lr: float, weight_decay: float) -> Any:
-        return self._call("train_step", batch, lr=lr, weight_decay=weight_decay)
+        if not self.one_step_off:
+            result = self._call("train_step", batch, lr=lr, weight_decay=weight_decay)
+            self._done_version += 1
+            return result
+        self._drain()
+        previous, self._unreported = self._unreported, None
+        self._pending = tuple(self._actor.train_and_export.remote(batch, lr, weight_decay))
+        if previous is None:  # the first pipelined update: no earlier update to report yet
+            return TrainStepResult(loss=float("nan"), metrics={})
+        return previous
 
     def sft_step(self, batch: Any, *, lr: float, weight_decay: float) -> Any:
-        return self._call("sft_step", batch, lr=lr, weight_decay=weight_decay)
+        result = self._call("sft_step", batch, lr=lr, weight_decay=weight_decay)
+        self._done_version += 1
+        return result
 
     def export_weights(self) -> WeightUpdate:
+        """The newest *finished* update's weights; with one update in flight, that is version - 1."""
+        if self._pending is not None and self._last_update is not None:
+            update = ray.get(self._last_update, timeout=self._timeout_s)
+            if update.version == self._done_version:
+                return update
         return self._call("export_weights")
 
     def save_checkpoint(self, directory: Path) -> None:
@@ -114,6 +190,7 @@ class BackendProxy:
 
     def load_checkpoint(self, directory: Path) -> None:
         self._call("load_checkpoint", directory)
+        self._done_version = self._get("version")
 
 
 @dataclass
@@ -121,10 +198,17 @@ class SplitActors:
     inference: Any
     trainer: Any
     timeout_s: float
+    one_step_off: bool = False
 
     def policy(self) -> tuple[Any, Any, Any]:
         tokenizer = ray.get(self.inference.tokenizer.remote(), timeout=self.timeout_s)
-        return EngineProxy(self.inference, self.timeout_s), BackendProxy(self.trainer, self.timeout_s), tokenizer
+        backend = BackendProxy(self.trainer, self.timeout_s, one_step_off=self.one_step_off)
+        return EngineProxy(self.inference, self.timeout_s), backend, tokenizer
+
+    def placements(self) -> list[dict[str, Any]]:
+        """Where each actor runs: role, node id, pid and the GPU ids Ray gave it."""
+        refs = [self.inference.placement.remote(), self.trainer.placement.remote()]
+        return ray.get(refs, timeout=self.timeout_s)
 
 
 def start_split_actors(config: Any, *, name: str, namespace: str, timeout_s: float) -> SplitActors:
@@ -142,7 +226,7 @@ def start_split_actors(config: Any, *, name: str, namespace: str, timeout_s: flo
 
     inference = InferenceActor.options(name=f"{name}/inference", **pinned(1)).remote(config)
     trainer = TrainerActor.options(name=f"{name}/trainer", **pinned(2)).remote(config)
-    return SplitActors(inference, trainer, timeout_s)
+    return SplitActors(inference, trainer, timeout_s, one_step_off=bool(config.inference.one_step_off))
 
 
 def stop_split_actors(actors: SplitActors) -> None:

@@ -2,15 +2,28 @@
 
 For the cpu and gpu placements the run builds its own engine and backend in the trial process, so
 `split_policy` yields None. For split placement it starts the two actors pinned to bundles 1 and 2
-of the trial's placement group, yields remote proxies `(engine, backend, tokenizer)` for
-`train_run(policy=...)`, and kills the actors when the run ends.
+of the trial's placement group, writes where they landed (node, pid, GPU ids Ray gave each) to
+`<work_dir>/placement.json` (one entry per attempt), yields remote proxies `(engine, backend,
+tokenizer)` for `train_run(policy=...)`, and kills the actors when the run ends.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
+
+PLACEMENT_FILE = "placement.json"
+
+
+def _record_placement(work_dir: Path, actors: Any) -> None:
+    work_dir.mkdir(parents=True, exist_ok=True)
+    path = work_dir / PLACEMENT_FILE
+    attempts = json.loads(path.read_text()) if path.is_file() else []
+    attempts.append(actors.placements())
+    path.write_text(json.dumps(attempts, indent=2))
 
 
 @contextmanager
@@ -23,6 +36,7 @@ def split_policy(ctx: Any, plan: Any) -> Iterator[tuple[Any, Any, Any] | None]:
     actors = start_split_actors(plan.config, name=f"{ctx.campaign}/{plan.run_name}",
                                 namespace=ctx.namespace, timeout_s=ctx.timeout_s)
     try:
+        _record_placement(Path(plan.work_dir), actors)
         yield actors.policy()
     finally:
         stop_split_actors(actors)
