@@ -7,6 +7,7 @@ Fake GPUs schedule exactly like real ones; torch runs on the CPU inside the acto
 from __future__ import annotations
 
 import json
+
 import pandas as pd
 import pytest
 

@@ -1,0 +1,149 @@
+"""Simulated multi-node scenarios (ray.cluster_utils.Cluster), run in their own process by
+tests/test_campaign_nodes.py, because a Cluster cannot share the test session's Ray.
+
+    python tests/cluster_scenarios.py OUT_DIR   -> prints one JSON line with what happened
+
+Cluster: a head with no CPUs and no GPUs (driver, recorder) and two worker nodes with 2 CPUs and
+2 fake GPUs each; a short health check so a removed node is noticed in about 1.5 s.
+
+1. split packing: two split placements ([{CPU}, {GPU:1}, {GPU:1}], STRICT_PACK) are reserved;
+   each lands whole on one node, and they take different nodes.
+2. node removal: a one-run CPU campaign (steps slowed down) starts on a worker; once Tune has a
+   checkpoint of it, that worker is removed; Tune retries the run on the other worker.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+import time
+from pathlib import Path
+
+import ray
+from ray import cloudpickle
+from ray.cluster_utils import Cluster
+
+HEALTH = {"health_check_period_ms": 500, "health_check_failure_threshold": 3}
+TOML = """
+[model]
+model = "builtin:tiny"
+finetune = "full"
+[backend]
+devices = "cpu"
+[data]
+source = "builtin"
+task = "first_digit"
+[training]
+batch_size = 2
+group_size = 4
+max_tokens = 4
+lr = 3e-3
+save_every = 2
+sft_warmup_steps = 8
+[logging]
+log_dir = "{root}/logs/x"
+[campaign]
+name = "nodes"
+seeds = [1]
+max_steps = 8
+max_failures = 2
+trial_start_timeout_s = 120
+[[campaign.conditions]]
+advantage_mode = "grpo"
+transform_mode = "none"
+"""
+
+
+def split_packing() -> dict:
+    from ray.util.placement_group import placement_group, placement_group_table, remove_placement_group
+
+    from retrain_ray.actors.placement import placement_for
+
+    split, _ = placement_for("gpu:0,gpu:1", cpus_per_run=1.0, cluster_gpus=4.0)
+    groups = [placement_group(split.bundle_dicts, strategy=split.strategy) for _ in range(2)]
+    ray.get([g.ready() for g in groups], timeout=60)
+    nodes = [sorted(set(placement_group_table(g)["bundles_to_node_id"].values())) for g in groups]
+    for g in groups:
+        remove_placement_group(g)
+    return {"strategy": split.strategy, "bundles": split.bundle_dicts, "nodes_per_group": nodes}
+
+
+def node_logging_runner(config, **kwargs):
+    """train_run that records which node each attempt ran on and sleeps 0.4 s after every step."""
+    from retrain_ray.run.train import train_run
+
+    class SlowSteps:
+        def on_step(self, row):
+            time.sleep(0.4)
+
+        def on_generations(self, rows): ...
+        def on_eval(self, row): ...
+        def on_checkpoint(self, step, directory): ...
+        def close(self): ...
+
+    work = Path(kwargs["run_dir"])
+    work.mkdir(parents=True, exist_ok=True)
+    with open(work / "nodes.txt", "a") as fh:
+        fh.write(ray.get_runtime_context().get_node_id() + "\n")
+    kwargs["observers"] = [*kwargs["observers"], SlowSteps()]
+    return train_run(config, **kwargs)
+
+
+def _remove_running_node(cluster: Cluster, cdir: Path, removed: dict, timeout_s: float = 180.0) -> None:
+    """Waits for the run's first checkpoint in the manifest, then removes the node it runs on."""
+    deadline = time.monotonic() + timeout_s
+    nodes_file = cdir / "runs" / "grpo+none_s1" / "work" / "nodes.txt"
+    while time.monotonic() < deadline:
+        try:
+            run = json.loads((cdir / "manifest.json").read_text())["runs"][0]
+        except (OSError, json.JSONDecodeError, KeyError, IndexError):
+            run = {}
+        if run.get("result", {}).get("step", -1) >= 1 and nodes_file.is_file():
+            node_id = nodes_file.read_text().split()[0]
+            for node in list(cluster.worker_nodes):
+                if node.node_id == node_id:
+                    cluster.remove_node(node, allow_graceful=False)
+                    removed.update(node_id=node_id, at_step=run["result"]["step"])
+                    return
+        time.sleep(0.2)
+    removed["error"] = "timed out waiting for the run's first checkpoint"
+
+
+def node_removal(cluster: Cluster, root: Path) -> dict:
+    from retrain_ray.campaign import Campaign
+
+    toml = root / "nodes.toml"
+    toml.write_text(TOML.format(root=root))
+    campaign = Campaign.from_toml(toml, root=root, runner=node_logging_runner)
+    removed: dict = {}
+    watcher = threading.Thread(target=_remove_running_node, args=(cluster, campaign.campaign_dir, removed), daemon=True)
+    watcher.start()
+    results = campaign.run(progress=False)
+    watcher.join(timeout=10)
+    run = results.runs[0]
+    nodes = (campaign.campaign_dir / "runs" / run["run_name"] / "work" / "nodes.txt").read_text().split()
+    return {"removed": removed, "attempt_nodes": nodes, "status": run["status"], "attempts": run["attempts"],
+            "steps": [int(s) for s in results.history(run["run_name"])["step"]],
+            "errors": results.errors}
+
+
+def main(out_dir: str) -> None:
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    root = Path(out_dir)
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "num_gpus": 0, "_system_config": HEALTH,
+                                                            "include_dashboard": False})
+    workers = [cluster.add_node(num_cpus=2, num_gpus=2) for _ in range(2)]
+    ray.init(address=cluster.address, namespace="retrain-ray", log_to_driver=False)
+    try:
+        cluster.wait_for_nodes(timeout=60)
+        report = {"workers": [w.node_id for w in workers], "head": cluster.head_node.node_id,
+                  "split": split_packing(), "removal": node_removal(cluster, root)}
+    finally:
+        ray.shutdown()
+        cluster.shutdown()
+    print(json.dumps(report), flush=True)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
