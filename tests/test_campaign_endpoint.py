@@ -9,13 +9,19 @@ part, so they are paid once):
     throttle reclaims the lease after its TTL (`expired` >= 1 in its stats), Tune retries the run
     from its checkpoint, and the campaign completes;
   * every run trained through the endpoint (rows written, adapters uploaded under the run's name).
+
+A second test checks the dashboard gauges (retrain_run_* of a run, retrain_throttle_* of a throttle)
+on Ray's metrics endpoint: the session Ray has no metrics export port, so a subprocess starts its own
+local Ray with `_metrics_export_port` and polls http://127.0.0.1:<port>/metrics (about 10 s to appear).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
+import subprocess
 import sys
 import threading
 import time
@@ -210,3 +216,58 @@ def _throttle_stats(campaign: str) -> dict:
 
     handle = get_throttle(campaign, "inference", ray.get_runtime_context().namespace)
     return dataclasses.asdict(ray.get(handle.stats.remote(), timeout=30))
+
+
+GAUGE_SCRIPT = r"""
+import json, socket, sys, time, urllib.request
+import ray
+with socket.socket() as s:
+    s.bind(("127.0.0.1", 0)); port = s.getsockname()[1]
+ray.init(address="local", num_cpus=1, include_dashboard=False, _metrics_export_port=port,
+         object_store_memory=80 * 2**20, log_to_driver=False, namespace="gauges")
+from retrain_ray.actors.throttle import start_throttle
+
+@ray.remote(num_cpus=0)
+class Run:
+    def __init__(self):
+        from retrain_ray.campaign.gauges import RunGauges
+        self.gauges = RunGauges("gc", "grpo+none_s1", "grpo+none")
+    def step(self):
+        self.gauges.on_step({"step": 3, "mean_reward": 0.5, "correct_rate": 0.25,
+                             "tokens_per_second": 100.0, "step_time_s": 0.1})
+
+started = time.monotonic()
+throttle = start_throttle("gc", "inference", 3, namespace="gauges", lease_ttl_s=2.0)
+ray.get(throttle.acquire.remote("holder", 10.0), timeout=60)
+run = Run.remote()
+want = {"ray_retrain_run_mean_reward": 0.5, "ray_retrain_run_step": 3.0,
+        "ray_retrain_throttle_capacity": 3.0, "ray_retrain_throttle_in_flight": 0.0,
+        "ray_retrain_throttle_expired_leases": 1.0}
+seen = {}
+while time.monotonic() - started < float(sys.argv[1]) and seen != want:
+    ray.get(run.step.remote(), timeout=30)
+    time.sleep(1)
+    try:
+        text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    except OSError:
+        continue
+    for line in text.splitlines():
+        name = line.split("{", 1)[0]
+        if name in want and 'campaign="gc"' in line:
+            seen[name] = float(line.rsplit(" ", 1)[1])
+print(json.dumps({"seen": seen, "waited_s": time.monotonic() - started}))
+ray.shutdown()
+"""
+
+
+@pytest.mark.slow
+def test_run_and_throttle_gauges_are_exported_on_the_metrics_port():
+    out = subprocess.run([sys.executable, "-c", GAUGE_SCRIPT, "40"], capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "RAY_AUTH_MODE": "disabled"})
+    assert out.returncode == 0, out.stderr[-2000:]
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    print(f"gauges: {result}")
+    # the holder never renews its 2 s lease: the reaper takes it back and the gauges show it
+    assert result["seen"] == {"ray_retrain_run_mean_reward": 0.5, "ray_retrain_run_step": 3.0,
+                              "ray_retrain_throttle_capacity": 3.0, "ray_retrain_throttle_in_flight": 0.0,
+                              "ray_retrain_throttle_expired_leases": 1.0}
