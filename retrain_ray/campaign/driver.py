@@ -38,7 +38,10 @@ TUNE_DIR = "tune"
 RESUME_CONFIG = ".resume_config.json"
 # Tune writes its experiment state (which names each run's latest checkpoint) into a staging dir and
 # copies it to `<campaign>/tune` only every `SyncConfig.sync_period` (default 300 s): with the default
-# a driver killed in its first 5 minutes restarts every unfinished run from scratch.
+# a driver killed in its first 5 minutes restarts every unfinished run from scratch. Tune keeps every
+# reported checkpoint: with `num_to_keep`, a checkpoint deleted after the last synced state named it
+# made the restore fail ("checkpoint does not exist on storage anymore"; seen in
+# tests/test_campaign_resume.py). The cost is one copy of each run checkpoint under `<campaign>/tune`.
 STATE_SYNC_S = 2
 
 
@@ -164,7 +167,7 @@ class Campaign:
             run_config=tune.RunConfig(
                 name=TUNE_DIR, storage_path=str(p.campaign_dir), verbose=0, callbacks=[callback],
                 failure_config=tune.FailureConfig(max_failures=p.schedule.max_failures),
-                checkpoint_config=tune.CheckpointConfig(num_to_keep=2),
+                checkpoint_config=tune.CheckpointConfig(num_to_keep=None),  # see STATE_SYNC_S
                 sync_config=tune.SyncConfig(sync_period=STATE_SYNC_S),
             ),
         )
