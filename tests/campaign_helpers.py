@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -92,6 +93,10 @@ def kill_owned(session_id: int, ray_tmp: Path | None = None, timeout_s: float = 
                 pass
         time.sleep(0.2)
     raise TimeoutError(f"processes of session {session_id} still alive after {timeout_s} s")
+
+
+def remove_temp_dir(path: Path) -> None:
+    shutil.rmtree(path, ignore_errors=True)
 
 
 def start(cmd: list[str], *, env: dict[str, str], log: Path, cwd: Path = REPO) -> subprocess.Popen:

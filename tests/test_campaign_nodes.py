@@ -14,7 +14,7 @@ import signal
 import subprocess
 
 import pytest
-from campaign_helpers import PYTHON, isolated_env, kill_owned, short_temp_dir, start
+from campaign_helpers import PYTHON, isolated_env, kill_owned, remove_temp_dir, short_temp_dir, start
 
 
 @pytest.fixture(scope="module")
@@ -30,6 +30,7 @@ def scenarios(tmp_path_factory):
         raise
     finally:
         kill_owned(proc.pid, ray_tmp)
+        remove_temp_dir(ray_tmp)
     text = log.read_text()
     lines = [ln for ln in text.splitlines() if ln.startswith("{")]
     assert proc.returncode == 0 and lines, text[-4000:]

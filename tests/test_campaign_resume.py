@@ -7,7 +7,6 @@ that session (and of that Ray temp dir) are killed. The resumed driver must leav
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 
@@ -19,6 +18,7 @@ from campaign_helpers import (
     kill_owned,
     owned_pids,
     read_manifest,
+    remove_temp_dir,
     short_temp_dir,
     start,
     wait_for,
@@ -88,15 +88,13 @@ def _segment_steps(path) -> list[int]:
 
 
 def _run_to_end(cmd, env, log, timeout_s):
+    """Runs a driver to its end; on a timeout kills its whole session. Returns (rc, session id)."""
     proc = start(cmd, env=env, log=log)
     try:
-        rc = proc.wait(timeout=timeout_s)
+        return proc.wait(timeout=timeout_s), proc.pid
     except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        raise
-    finally:
         kill_owned(proc.pid, None)
-    return rc, proc.pid
+        raise
 
 
 @pytest.mark.slow
@@ -114,6 +112,7 @@ def test_killed_driver_resumes_without_rerunning_finished_runs(tmp_path):
         driver.wait(timeout=30)
     finally:
         kill_owned(driver.pid, ray_tmp)
+        remove_temp_dir(ray_tmp)
     assert owned_pids(driver.pid, ray_tmp) == []
     before = read_manifest(cdir)
     assert before["status"] == "running" and {r["run_name"]: r["status"] for r in before["runs"]}[SECOND] == "running"
@@ -121,11 +120,15 @@ def test_killed_driver_resumes_without_rerunning_finished_runs(tmp_path):
     resume_tmp = short_temp_dir("rrr")
     rc, pid = _run_to_end([PYTHON, "-m", "retrain_ray.cli", "resume", str(cdir)],
                           isolated_env(resume_tmp), tmp_path / "driver2.log", timeout_s=240)
-    log = (tmp_path / "driver2.log").read_text()
-    assert rc == 0, log[-3000:]
-    assert f"results: {cdir}" in log
-    # the resumed driver shut its own Ray down on exit: nothing of its session or temp dir is left
-    assert wait_for(lambda: owned_pids(pid, resume_tmp) == [], timeout_s=30, what="the driver's Ray to exit")
+    try:
+        log = (tmp_path / "driver2.log").read_text()
+        assert rc == 0, log[-3000:]
+        assert f"results: {cdir}" in log
+        # the resumed driver shut its own Ray down on exit: nothing of its session or temp dir is left
+        assert wait_for(lambda: owned_pids(pid, resume_tmp) == [], timeout_s=30, what="the driver's Ray to exit")
+    finally:
+        kill_owned(pid, resume_tmp)
+        remove_temp_dir(resume_tmp)
 
     manifest = read_manifest(cdir)
     assert manifest["status"] == "done" and len(manifest["sessions"]) == 2
