@@ -88,6 +88,9 @@ class TrainingSection(Section):
     micro_batch_size: Int = Field(0, ge=0)
     gradient_accumulation_steps: Int = Field(1, ge=1)
     keep_last_checkpoints: Int = Field(3, ge=0)
+    # Warm start "until sampled accuracy reaches X": after each SFT step, sample the eval prompts at the
+    # run's temperature and switch to RL once the correct rate reaches this (0 = run all SFT steps).
+    sft_target_correct_rate: Float = Field(0.0, ge=0.0, le=1.0)
 
     @field_validator("tl_grpo_branch_mode")
     @classmethod

@@ -84,7 +84,7 @@ class RunLoop:
         max_steps = self.cfg.training.max_steps
         for step in range(state.next_step, max_steps):
             started = time.perf_counter()
-            if step < self.cfg.training.sft_warmup_steps and self.parts.format_answer is not None:
+            if self.in_warm_start(step, state):
                 row = self.sft_step(step, state)
             else:
                 row = self.rl_step(step, state)
@@ -167,6 +167,14 @@ class RunLoop:
                     sepa.update_auto_state([-lp for lp, m in zip(sample.logprobs, mask, strict=True) if not m])
 
     # ---- SFT warm start ---------------------------------------------------------------------
+    def in_warm_start(self, step: int, state: TrainerState) -> bool:
+        """The first `sft_warmup_steps` steps are supervised, unless the target accuracy came first."""
+        return (
+            step < self.cfg.training.sft_warmup_steps
+            and self.parts.format_answer is not None
+            and not state.sft_finished
+        )
+
     def sft_step(self, step: int, state: TrainerState) -> dict[str, Any]:
         t = self.cfg.training
         size = t.sft_batch_size or t.batch_size * t.group_size
@@ -175,8 +183,10 @@ class RunLoop:
         metrics: dict[str, float] = {}
         with timed(metrics, "step_time_s"):
             result = self.parts.backend.sft_step(batch, lr=t.sft_lr or t.lr, weight_decay=t.weight_decay)
+        probe = self.probe_warm_start(state)
         return {
             **self.identity(step, phase="sft"),
+            **probe,
             "loss": result.loss,
             "num_datums": float(len(examples)),
             "tokens_per_step": float(batch.num_tokens),
@@ -184,6 +194,22 @@ class RunLoop:
             "tokens_per_second": batch.num_tokens / max(metrics["step_time_s"], 1e-9),
             **{k: float(v) for k, v in result.metrics.items()},
         }
+
+    def probe_warm_start(self, state: TrainerState) -> dict[str, float]:
+        """With `sft_target_correct_rate` set: samples held-out prompts as RL would (run temperature,
+        group_size each) and ends the warm start once their correct rate reaches the target."""
+        target = self.cfg.training.sft_target_correct_rate
+        examples = self.parts.eval_examples[: self.cfg.training.batch_size]
+        if target <= 0 or not examples:
+            return {}
+        self.sync_weights()
+        groups = sample_groups(self.parts.engine, [self.encode(e.prompt) for e in examples], examples,
+                               self.cfg.training.group_size, self.sampling)
+        decode_groups(groups, self.parts.tokenizer, False, None)
+        score_groups(groups, self.parts.reward)
+        correct = rollout_metrics(groups, self.cfg.training.max_tokens)["correct_rate"]
+        state.sft_finished = correct >= target
+        return {"sft_probe_correct_rate": correct}
 
     def sft_batch(self, examples) -> TrainBatch:
         tok = self.parts.tokenizer

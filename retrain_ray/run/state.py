@@ -35,6 +35,7 @@ class TrainerState:
     rng: dict[str, str] = field(default_factory=dict)
     weights_version: int = 0
     wall_time_s: float = 0.0
+    sft_finished: bool = False
 
     @property
     def next_step(self) -> int:
