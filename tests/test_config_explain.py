@@ -25,8 +25,24 @@ def test_campaign_matrix_and_capacity_text():
     assert "estimated_wall_time_s" in out.stdout and "7500.0" in out.stdout  # 3000 steps * 10 s / 4
 
 
-def test_campaign_json_capacity_formulas():
-    out = _explain("configs/smoke-campaign.toml", "--json", "--median-step-time", "2")
+CAPACITY_CAMPAIGN = """
+[backend]
+devices = "cpu"
+[training]
+batch_size = 4
+group_size = 8
+[campaign]
+seeds = [1, 2]
+max_steps = 40
+parallel = true
+max_workers = 2
+"""
+
+
+def test_campaign_json_capacity_formulas(tmp_path):
+    path = tmp_path / "campaign.toml"
+    path.write_text(CAPACITY_CAMPAIGN)
+    out = _explain(str(path), "--json", "--median-step-time", "2")
     assert out.returncode == 0, out.stderr
     info = json.loads(out.stdout)
     camp = info["campaign"]

@@ -129,8 +129,10 @@ def test_wandb_names_per_run():
         == ("grpo+none", "grpo+none_s1", "grpo+none,seed1")
 
 
-def test_single_run_expands_to_one():
-    runs = expand_runs(load_config(ROOT / "configs" / "smoke.toml"))
+def test_single_run_expands_to_one(tmp_path):
+    path = tmp_path / "run.toml"
+    path.write_text('[algorithm]\nadvantage_mode = "grpo"\ntransform_mode = "none"\n[logging]\nlog_dir = "logs/smoke"\n')
+    runs = expand_runs(load_config(path))
     assert len(runs) == 1 and runs[0].run_name == "grpo+none_s-1"
     assert runs[0].config.logging.log_dir == "logs/smoke"
     placed = expand_runs(runs[0].config, run_dir=lambda name: Path("/r") / name)[0].config
