@@ -39,18 +39,45 @@ def test_round_closes_when_every_active_run_reported():
 
 
 def test_sweep_then_exact_fit_and_capacity_near_p_star():
-    ctl = PooledController("ep", warmup_rounds=8, max_capacity=16)
+    ctl = PooledController("ep", max_capacity=16)
     runs = ["a", "b", "c", "d"]
-    caps = []
+    caps, warm = [], []
     for step in range(14):
         d = _round(ctl, runs, 8, step)
         caps.append(d.capacity)
-    assert caps[:8] == [1, 2, 2, 4, 4, 1, 1, 2]  # round 0 runs at max; sweep 1,1,2,2,4,4 cyclic
+        warm.append(d.warmup)
+    # each rung held until one round at it is fitted: a straddling round, then a fitted one
+    assert caps[:8] == [1, 1, 2, 2, 4, 4, 2, 2]
+    assert warm[:7] == [True] * 6 + [False]
+    assert [p for p, _ in ctl.window.points][:3] == pytest.approx([8, 16, 32])  # capacity 1 is fitted too
     assert d.sigma == pytest.approx(SIGMA, abs=1e-9)
     assert d.kappa == pytest.approx(KAPPA, rel=1e-9)
     assert d.p_star == pytest.approx(usl_optimal_p(SIGMA, KAPPA), rel=1e-9)
     assert d.lam == pytest.approx(LAM * 10, rel=1e-9)  # tokens/s: 10 tokens per item
     assert not d.warmup and d.capacity == round(0.85 * usl_optimal_p(SIGMA, KAPPA) / 8) == 2
+
+
+def test_sweep_stops_once_retrograde_is_seen():
+    """8 runs of 16 items: X(64) is 27% below X(16), so capacity 8 (N = 128) is never tried; with 8
+    items, X(32) is only 1.6% below X(16) (< sweep_drop), so the sweep goes on to the top rung."""
+    runs = [f"r{i}" for i in range(8)]
+    ctl = PooledController("ep", max_capacity=16, sweep_drop=0.05)
+    caps = [_round(ctl, runs, 16, step).capacity for step in range(10)]
+    assert caps == [1, 1, 2, 2, 4, 4, 1, 1, 1, 1]
+    assert not ctl.decision().warmup and len(ctl.sweep_x) == 3
+    assert ctl.sweep_x[2] < 0.95 * max(ctl.sweep_x[:2])
+    assert ctl.p_star == pytest.approx(usl_optimal_p(SIGMA, KAPPA), rel=1e-9)
+    assert ctl.capacity == round(0.85 * usl_optimal_p(SIGMA, KAPPA) / 16) == 1
+    flat = PooledController("ep", max_capacity=16, sweep_drop=0.05)
+    caps = [_round(flat, runs, 8, step).capacity for step in range(10)]
+    assert caps == [1, 1, 2, 2, 4, 4, 8, 8, 2, 2]
+
+
+def test_warmup_rounds_caps_the_sweep():
+    ctl = PooledController("ep", max_capacity=16, warmup_rounds=3)
+    caps = [_round(ctl, [f"r{i}" for i in range(8)], 8, step).capacity for step in range(4)]
+    assert caps[:2] == [1, 1] and not ctl.decision().warmup and len(ctl.sweep_x) == 1
+    assert caps[3] == 16  # kappa not identified from one rung: max_capacity
 
 
 def test_error_cut_then_additive_recovery():
@@ -89,11 +116,15 @@ def test_state_round_trip():
         _round(a, ["x", "y"], 4, step)
     b = PooledController("ep", warmup_rounds=4)
     b.load_state_dict(a.state_dict())
-    assert b.decision() == a.decision()
+    assert b.decision() == a.decision() and b.sweep_x == a.sweep_x
+    c = PooledController("ep")
+    c.load_state_dict(PooledController("ep").state_dict())
+    assert c.decision().warmup
 
 
 @pytest.mark.parametrize("kwargs", [{"error_cut": 0.0}, {"error_cut": 1.0}, {"min_capacity": 0},
-                                    {"min_capacity": 4, "max_capacity": 2}, {"throttle_margin": 0.0}])
+                                    {"min_capacity": 4, "max_capacity": 2}, {"throttle_margin": 0.0},
+                                    {"sweep_drop": 0.0}, {"sweep_drop": 1.0}])
 def test_invalid_parameters_raise(kwargs):
     with pytest.raises(ValueError):
         PooledController("ep", **kwargs)

@@ -16,8 +16,16 @@ with p_r = batch_size·group_size and sample_time the time the request spent at 
 the throttle granted it (sample_time <= 0 counts as the whole step). A round is not fitted when it
 follows a capacity change (its observations straddle two capacities) or when runs joined or left.
 
-Capacity: during the first `warmup_rounds` rounds the capacity sweeps 1, 2, 4, ... up to the number of
-active runs (each value held two rounds) so the fit sees N vary; afterwards
+Capacity: warmup is a sweep over the ladder 1, 2, 4, ... up to min(active runs, max_capacity)
+(appended), so the fit sees N vary. Each rung is held until one round at it is fitted (in steady
+conditions two rounds: the round after the change straddles two capacities and is discarded, the
+next is fitted). The sweep ends when the ladder is exhausted, when retrograde is seen (at least 3
+fitted rungs and the last rung's X is more than `sweep_drop` below the best rung's: kappa is then
+identified and higher rungs only cost throughput), or after `warmup_rounds` rounds at the latest.
+Departure from the first version (fixed schedule 1,1,2,2,4,4,... indexed by round, cyclic): that
+schedule never fitted capacity 1 (its first round straddled the change), wrapped around when the
+ladder was shorter than warmup_rounds, and always swept to the top rung even past the peak.
+Afterwards
     capacity = clamp(round(p* · throttle_margin / per_request_concurrency), min_capacity, max_capacity)
 with per_request_concurrency the items in flight per granted slot measured in the last fitted round,
 N / min(capacity, active runs): smaller than p_r when slots also cover client overheads or runs spend
@@ -64,8 +72,9 @@ class PooledController:
     """Round-based pooled USL fit and capacity recommendation for one shared resource."""
 
     def __init__(self, resource: str, *, throttle_margin: float = 0.85, min_capacity: int = 1,
-                 max_capacity: int = 64, error_cut: float = 0.5, warmup_rounds: int = 8,
-                 window: int = 100, stale_rounds: int = 3, max_reports_per_round: int = 3) -> None:
+                 max_capacity: int = 64, error_cut: float = 0.5, warmup_rounds: int = 16,
+                 window: int = 100, stale_rounds: int = 3, max_reports_per_round: int = 3,
+                 sweep_drop: float = 0.05) -> None:
         if not 0.0 < error_cut < 1.0:
             raise ValueError(f"backpressure.error_cut must be in (0, 1), got {error_cut!r}")
         if min_capacity < 1 or max_capacity < min_capacity:
@@ -73,11 +82,16 @@ class PooledController:
                              f"got {min_capacity!r}..{max_capacity!r}")
         if not 0.0 < throttle_margin <= 1.0:
             raise ValueError(f"backpressure.throttle_margin must be in (0, 1], got {throttle_margin!r}")
+        if not 0.0 < sweep_drop < 1.0:
+            raise ValueError(f"backpressure.sweep_drop must be in (0, 1), got {sweep_drop!r}")
         self.resource = resource
         self.throttle_margin, self.error_cut = float(throttle_margin), float(error_cut)
         self.min_capacity, self.max_capacity = int(min_capacity), int(max_capacity)
         self.warmup_rounds, self.stale_rounds = int(warmup_rounds), int(stale_rounds)
         self.max_reports_per_round = int(max_reports_per_round)
+        self.sweep_drop = float(sweep_drop)
+        self.warming = self.warmup_rounds > 0
+        self.sweep_x: list[float] = []  # campaign X of each fitted sweep rung, in ladder order
         self.window = USLWindow(window)
         self.runs: dict[str, _RunView] = {}
         self.reports: dict[str, int] = {}
@@ -126,7 +140,10 @@ class PooledController:
             fit = self.window.fit()
             if fit is not None:
                 self.sigma, self.kappa, self.lam, self.p_star = fit.sigma, fit.kappa, fit.lam, fit.p_star
+            if self.warming:
+                self._sweep_step(x, len(active))
         self.round += 1
+        self.warming = self.warming and self.round < self.warmup_rounds
         self._update_ceiling()
         new_cap = self._target(active)
         changed = new_cap != self.capacity
@@ -143,19 +160,26 @@ class PooledController:
         self.errors_in_round = 0
 
     def sweep(self, n_active: int) -> list[int]:
-        """Warmup capacities: 1, 2, 4, ... up to n_active (appended), each held two rounds."""
+        """Warmup ladder: 1, 2, 4, ... (from min_capacity) up to min(n_active, max_capacity), appended."""
         top = max(self.min_capacity, min(self.max_capacity, n_active))
         caps, c = [], self.min_capacity
         while c < top:
             caps.append(c)
             c *= 2
         caps.append(top)
-        return [c for c in caps for _ in range(2)]
+        return caps
+
+    def _sweep_step(self, x: float, n_active: int) -> None:
+        """A fitted warmup round: record its X, move to the next rung; stop at the top or past the peak."""
+        self.sweep_x.append(x)
+        retrograde = len(self.sweep_x) >= 3 and x < (1.0 - self.sweep_drop) * max(self.sweep_x)
+        if retrograde or len(self.sweep_x) >= len(self.sweep(n_active)):
+            self.warming = False
 
     def _target(self, active: dict[str, _RunView]) -> int:
-        if self.round < self.warmup_rounds:
-            sweep = self.sweep(len(active))
-            return min(self.ceiling, sweep[self.round % len(sweep)])
+        if self.warming:
+            ladder = self.sweep(len(active))
+            return min(self.ceiling, ladder[min(len(self.sweep_x), len(ladder) - 1)])
         if self.kappa <= EPS or self.window.n_valid < 3:
             target = self.max_capacity
         else:
@@ -167,12 +191,14 @@ class PooledController:
         return PooledDecision(
             resource=self.resource, rounds=self.round, p_star=self.p_star, sigma=self.sigma,
             kappa=self.kappa, lam=self.lam, capacity=self.capacity,
-            warmup=self.round < self.warmup_rounds, changed=changed)
+            warmup=self.warming, changed=changed)
 
     def state_dict(self) -> dict[str, Any]:
         return {
             "window": self.window.state_dict(), "round": self.round, "capacity": self.capacity,
-            "ceiling": self.ceiling, "items_per_slot": self.items_per_slot, "fit": [self.sigma, self.kappa, self.lam, self.p_star],
+            "ceiling": self.ceiling, "items_per_slot": self.items_per_slot,
+            "fit": [self.sigma, self.kappa, self.lam, self.p_star],
+            "warming": self.warming, "sweep_x": list(self.sweep_x),
         }
 
     def load_state_dict(self, d: dict[str, Any]) -> None:
@@ -180,3 +206,5 @@ class PooledController:
         self.round, self.capacity, self.ceiling = int(d["round"]), int(d["capacity"]), int(d["ceiling"])
         self.items_per_slot = float(d["items_per_slot"])
         self.sigma, self.kappa, self.lam, self.p_star = (float(v) for v in d["fit"])
+        self.warming = bool(d.get("warming", self.round < self.warmup_rounds))  # older states: by round
+        self.sweep_x = [float(v) for v in d.get("sweep_x", [])]

@@ -31,7 +31,8 @@ class BackPressureSettings:
     error_cut: float = 0.5
     min_capacity: int = 1
     max_capacity: int = 64
-    pooled_warmup_rounds: int = 8
+    pooled_warmup_rounds: int = 16
+    pooled_sweep_drop: float = 0.05
 
     @classmethod
     def from_config(cls, cfg: Any, **overrides: Any) -> BackPressureSettings:
@@ -53,5 +54,5 @@ class BackPressureSettings:
         return PooledController(
             resource, throttle_margin=self.throttle_margin, min_capacity=self.min_capacity,
             max_capacity=self.max_capacity, error_cut=self.error_cut,
-            warmup_rounds=self.pooled_warmup_rounds,
+            warmup_rounds=self.pooled_warmup_rounds, sweep_drop=self.pooled_sweep_drop,
         )
