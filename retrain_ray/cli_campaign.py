@@ -14,6 +14,7 @@ from pathlib import Path
 _EPILOG = "Set RAY_ADDRESS (or --address) to use a running cluster; without it a local Ray is started."
 
 
+
 def _print_table(df, title: str) -> None:
     from rich.console import Console
     from rich.table import Table
@@ -23,12 +24,34 @@ def _print_table(df, title: str) -> None:
         table.add_column(str(col))
     for _, row in df.iterrows():
         table.add_row(*[f"{v:.4g}" if isinstance(v, float) else str(v) for v in row])
-    Console().print(table)
+    # Off a terminal (ray job logs, CI, a pipe) rich would squeeze the table into 80 columns.
+    Console(width=None if sys.stdout.isatty() else 200).print(table)
+
+
+def _learning_table(results):
+    """Per condition: mean reward at the first and the last logged RL step (mean over seeds, 95% CI)."""
+    import pandas as pd
+
+    from retrain_ray.campaign.results import ci95_halfwidth
+
+    df = results.get_dataframe()
+    rows = []
+    for condition, group in df.groupby("condition", sort=False):
+        first = [float(v) for v in group.get("first_mean_reward", pd.Series(dtype=float)).dropna()]
+        last = [float(v) for v in group.get("last_mean_reward", pd.Series(dtype=float)).dropna()]
+        rows.append({
+            "condition": condition,
+            "runs": len(group),
+            "failed": int((group["status"] == "failed").sum()),
+            "reward first": sum(first) / len(first) if first else float("nan"),
+            "reward last": sum(last) / len(last) if last else float("nan"),
+            "last ci95": ci95_halfwidth(last),
+        })
+    return pd.DataFrame(rows)
 
 
 def _finish(results) -> int:
-    summary = results.summary(by="condition", metrics=("mean_reward", "correct_rate"))
-    _print_table(summary, f"campaign {results.manifest['name']} ({results.campaign_dir})")
+    _print_table(_learning_table(results), f"campaign {results.manifest['name']} ({results.campaign_dir})")
     for run, err in results.errors.items():
         print(f"FAILED {run}: {err.splitlines()[-1] if err else ''}", file=sys.stderr)
     print(f"results: {results.campaign_dir}")

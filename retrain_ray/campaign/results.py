@@ -98,12 +98,13 @@ class CampaignResults:
         for m in SUMMARY_METRICS:
             if m in hist and len(hist):
                 col = hist[m].dropna()
+                row[f"first_{m}"] = float(col.iloc[0]) if len(col) else float("nan")
                 row[f"last_{m}"] = float(col.iloc[-1]) if len(col) else float("nan")
                 row[f"best_{m}"] = float(col.min() if m in ("loss", "step_time_s") else col.max()) if len(col) else float("nan")
         return row
 
     def get_dataframe(self) -> pd.DataFrame:
-        """One row per run: condition, seed, overrides, status, attempts, last_* and best_* metrics."""
+        """One row per run: condition, seed, overrides, status, attempts, first_*, last_* and best_* metrics."""
         return pd.DataFrame([self._run_row(r) for r in self.runs])
 
     def summary(self, by: str = "condition", metrics: tuple[str, ...] | None = None) -> pd.DataFrame:
