@@ -24,6 +24,7 @@ from pathlib import Path
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+from transformers.utils import logging as hf_logging
 
 from retrain_ray.models.tiny import BUILTIN_PREFIX, build_tiny_model, parse_builtin_name
 
@@ -122,6 +123,7 @@ def load_model_and_tokenizer(
     device: str | torch.device = "cpu",
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     """Loads a causal LM and its tokenizer offline; the tokenizer pads on the left."""
+    hf_logging.disable_progress_bar()  # its bars interleave with the run's own progress bar
     path = resolve_model_path(name_or_path, cache_dir)
     dev = torch.device(device)
     model = AutoModelForCausalLM.from_pretrained(path, dtype=resolve_dtype(dtype, dev), local_files_only=True)
