@@ -108,3 +108,15 @@ def test_ci95_hand_computed():
 ])
 def test_status_cells(state, text):
     assert cell(state) == text
+
+
+def test_status_finds_campaigns_under_their_log_dir(tmp_path):
+    from retrain_ray.campaign.status import find_campaigns
+
+    for path in ("logs/smoke/campaign_a", "logs/other/campaign_b", "logs/direct"):
+        (tmp_path / path).mkdir(parents=True)
+        (tmp_path / path / "manifest.json").write_text("{}")
+    (tmp_path / "logs/smoke/campaign_a/runs/r1").mkdir(parents=True)
+    found = [p.relative_to(tmp_path / "logs").as_posix() for p in find_campaigns(tmp_path / "logs")]
+    assert found == ["direct", "other/campaign_b", "smoke/campaign_a"]
+    assert find_campaigns(tmp_path / "logs/smoke/campaign_a") == [tmp_path / "logs/smoke/campaign_a"]

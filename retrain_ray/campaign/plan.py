@@ -4,8 +4,8 @@ Built and validated before Ray starts (STYLE habit 12): every problem is collect
 once in a `CampaignError`.
 
 Campaign directory (departure from the original's cwd-relative `logs/campaign_<UTC>`, hazard 13.3):
-`<root>/<name>` where `root` is the `root=` argument, else the parent of `[logging].log_dir` (so
-`logs/smoke` gives `logs`), else `logs`; and `name` is `[campaign].name`, else
+`<root>/<name>` where `root` is the `root=` argument, else `[logging].log_dir` (so `logs/smoke`
+gives `logs/smoke/campaign_<UTC>`); and `name` is `[campaign].name`, else
 `campaign_<UTC %Y%m%d_%H%M%S>`. A named campaign therefore lives in a stable directory, and
 re-running the same command resumes it. Run `r` lives in `<campaign_dir>/runs/<r>/`: the recorder
 writes its Arrow logs there, and the run's own working directory (checkpoints, local logs) is
@@ -68,8 +68,7 @@ class CampaignPlan:
 
 
 def default_root(config: Any) -> Path:
-    parent = Path(config.logging.log_dir).parent
-    return parent if str(parent) not in ("", ".") else Path("logs")
+    return Path(config.logging.log_dir or "logs")
 
 
 def campaign_name(config: Any, name: str | None) -> str:

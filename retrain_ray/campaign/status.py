@@ -57,8 +57,12 @@ def campaign_status(campaign_dir: Path, *, stale_after_s: float = STALE_AFTER_S)
 
 
 def find_campaigns(root: Path) -> list[Path]:
-    """`root` itself if it is a campaign directory, else its direct children that are."""
+    """`root` itself if it is a campaign directory, else the campaign directories up to two levels
+    below it (campaigns live in `<log_dir>/<name>`, so `status logs` finds `logs/smoke/campaign_*`)."""
     root = Path(root)
     if (root / "manifest.json").is_file():
         return [root]
-    return sorted(p for p in root.iterdir() if (p / "manifest.json").is_file()) if root.is_dir() else []
+    if not root.is_dir():
+        return []
+    found = {m.parent for pattern in ("*/manifest.json", "*/*/manifest.json") for m in root.glob(pattern)}
+    return sorted(p for p in found if p.parent.name != "runs")
