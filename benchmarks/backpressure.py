@@ -2,13 +2,22 @@
 
 Several runs share one SimulatedEndpoint with a known USL curve (sigma, kappa, lam in items/s; peak at
 N* items in flight). Each run is a thread looping: throttle slot -> serve(batch*group items) ->
-release -> local "training" sleep -> back-pressure observation. Modes, all measured in this process:
-  fixed c    : throttle capacity c (1..runs), batch size fixed            (best and worst c reported)
+release -> local "training" sleep -> back-pressure observation. Modes, all measured in this process, each for the same window of `--seconds`:
+  fixed c    : throttle capacity c, batch size fixed (c in 1, 2, 3, 4 and the number of runs: the
+               endpoint peaks at 1-2 requests in flight, so best and worst c are both in that set)
   per-run    : no throttle, each run's own USL controller sets its batch size (the original's design)
   pooled     : the campaign actor's pooled fit sets the throttle capacity; batch size fixed
-Campaign throughput = tokens served / wall time, warmup included. Also: fit cost per observation.
+Two throughputs per mode, the same rule for every mode (fixed capacities included):
+  whole window : tokens of all steps / wall time from start until the last run's last step ended
+                 (warmup and convergence included);
+  steady state : tokens of the steps that *completed* in the second half of the window, [W/2, W],
+                 divided by W/2 (every warmup is over by then: the pooled sweep takes ~1-3 s, the
+                 per-run warmup 10 steps; the pooled capacity may still move between neighbours,
+                 which the notes column shows). A step's completion time is taken when it reports
+                 its observation, by a recording wrapper around every mode's advisor.
+Also: fit cost per observation.
 
-    .venv/bin/python benchmarks/backpressure.py [--seconds 6] [--runs 4 8]
+    .venv/bin/python benchmarks/backpressure.py [--seconds 20] [--runs 4 8]
 """
 
 from __future__ import annotations
@@ -39,6 +48,35 @@ TRAIN_S_PER_ITEM = 0.0005
 NS = "retrain-ray-bench"
 
 
+class _Recording:
+    """Wraps a run's advisor: logs (time, tokens, pooled capacity) of every completed step."""
+
+    def __init__(self, inner) -> None:
+        self.inner, self.steps = inner, []
+
+    def initial_batch_size(self, batch_size: int, start_step: int = 0) -> int:
+        if hasattr(self.inner, "initial_batch_size"):
+            return self.inner.initial_batch_size(batch_size, start_step)
+        return batch_size
+
+    def advise(self, obs: StepObservation):
+        done = time.monotonic()
+        d = self.inner.advise(obs)
+        self.steps.append((done, obs.total_tokens, getattr(d, "capacity", None)))
+        return d
+
+
+def _throughputs(recs: list[_Recording], t0: float, seconds: float, wall: float) -> dict:
+    steps = [s for r in recs for s in r.steps]
+    half = t0 + seconds / 2
+    steady = sum(tok for t, tok, _ in steps if half <= t <= t0 + seconds)
+    caps = sorted((t, c) for t, _, c in steps if c is not None)
+    changes = [t for (_, before), (t, after) in zip(caps, caps[1:], strict=False) if after != before]
+    return {"tokens_per_s": sum(tok for _, tok, _ in steps) / wall, "steady_tokens_per_s": steady / (seconds / 2),
+            "cap_changes": len(changes), "last_change_s": changes[-1] - t0 if changes else 0.0,
+            "caps_second_half": sorted({c for t, c in caps if t >= half})}
+
+
 def _campaign(endpoint, throttle, mode: str, n_runs: int, seconds: float, capacity: int | None) -> dict:
     tag = f"bench-{mode}-{n_runs}-{capacity}-{random.randrange(1 << 30)}"
     ray.get(throttle.resize.remote(capacity or n_runs), timeout=30)
@@ -49,7 +87,7 @@ def _campaign(endpoint, throttle, mode: str, n_runs: int, seconds: float, capaci
         ray.get(bp.set_throttle.remote("ep", throttle), timeout=30)
     use_throttle = mode != "per-run"
     ray.get(endpoint.reset_stats.remote(), timeout=60)
-    deadline = time.monotonic() + seconds
+    recs = [None] * n_runs
 
     def one(i: int) -> dict:
         run_id = f"r{i}"
@@ -59,11 +97,13 @@ def _campaign(endpoint, throttle, mode: str, n_runs: int, seconds: float, capaci
             advisor = LocalAdvisor(USLController(max_batch_size=MAX_BS), True, 1, MAX_BS)
         else:
             advisor = NoOpAdvisor()
+        advisor = recs[i] = _Recording(advisor)
         hold = ThrottleClient(throttle, run_id, timeout_s=120.0) if use_throttle else NoThrottle()
         return simulated_run(endpoint, advisor, hold, run_id=run_id, resource="ep", batch_size=BATCH,
                              group_size=GROUP, deadline=deadline, train_s_per_item=TRAIN_S_PER_ITEM)
 
     t0 = time.monotonic()
+    deadline = t0 + seconds
     with ThreadPoolExecutor(n_runs) as pool:
         results = list(pool.map(one, range(n_runs)))
     wall = time.monotonic() - t0
@@ -71,8 +111,7 @@ def _campaign(endpoint, throttle, mode: str, n_runs: int, seconds: float, capaci
     snap = ray.get(bp.snapshot.remote(), timeout=60) if bp is not None else None
     if bp is not None:
         ray.kill(bp)
-    tokens = sum(r["tokens"] for r in results)
-    return {"mode": mode, "capacity": capacity, "tokens_per_s": tokens / wall,
+    return {"mode": mode, "capacity": capacity, **_throughputs(recs, t0, seconds, wall),
             "peak_in_flight": stats["peak_in_flight"], "pooled": snap["pools"]["ep"] if snap else None,
             "last_bs": [r["batch_sizes"][-1] for r in results]}
 
@@ -94,36 +133,54 @@ def fit_cost_us(n: int = 20000) -> tuple[float, float]:
     return per_run, (time.perf_counter() - t0) / n * 1e6
 
 
+def _ratio(a: float, b: float) -> str:
+    return f"{a / b:.2f}" if b > 0 else "-"
+
+
+def _table(n_runs: int, rows: list[dict], per_run: dict, pooled: dict) -> None:
+    best_w = max(rows, key=lambda r: r["tokens_per_s"])
+    best_s = max(rows, key=lambda r: r["steady_tokens_per_s"])
+    print(f"\n{n_runs} runs (best fixed: c={best_w['capacity']} whole window, c={best_s['capacity']} steady)")
+    print("| mode | whole tok/s | vs best fixed | vs per-run | steady tok/s | vs best fixed | vs per-run | notes |")
+    print("|---|---|---|---|---|---|---|---|")
+    pool = pooled["pooled"]
+    notes = {"per-run": f"last batch sizes {per_run['last_bs']}",
+             "pooled": f"final c={pool['capacity']}, c in second half {pooled['caps_second_half']}, "
+                       f"{pooled['cap_changes']} capacity changes (last at {pooled['last_change_s']:.1f} s, "
+                       f"{pool['rounds']} rounds), pooled p* {pool['p_star']:.1f} items"}
+    for r in rows + [per_run, pooled]:
+        name = f"fixed c={r['capacity']}" if r["mode"] == "fixed" else r["mode"]
+        note = notes.get(r["mode"], f"peak in flight {r['peak_in_flight']} items")
+        print(f"| {name} | {r['tokens_per_s']:.0f} | {_ratio(r['tokens_per_s'], best_w['tokens_per_s'])} | "
+              f"{_ratio(r['tokens_per_s'], per_run['tokens_per_s'])} | {r['steady_tokens_per_s']:.0f} | "
+              f"{_ratio(r['steady_tokens_per_s'], best_s['steady_tokens_per_s'])} | "
+              f"{_ratio(r['steady_tokens_per_s'], per_run['steady_tokens_per_s'])} | {note} |")
+    worst = min(rows, key=lambda r: r["steady_tokens_per_s"])
+    print(f"worst fixed (steady): c={worst['capacity']}, "
+          f"{_ratio(worst['steady_tokens_per_s'], best_s['steady_tokens_per_s'])} of best")
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--seconds", type=float, default=6.0)
+    ap.add_argument("--seconds", type=float, default=20.0)
     ap.add_argument("--runs", type=int, nargs="+", default=[4, 8])
     args = ap.parse_args(argv)
+    t_start = time.monotonic()
     ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False, namespace=NS,
              object_store_memory=200 * 2**20)
     print(f"endpoint USL sigma={SIGMA} kappa={KAPPA} lam={LAM} items/s, N*={usl_optimal_p(SIGMA, KAPPA):.1f}"
-          f" items; request = {BATCH}x{GROUP} items; {args.seconds:.0f} s per mode")
+          f" items; request = {BATCH}x{GROUP} items; {args.seconds:.0f} s per mode, steady = last half")
     endpoint = SimulatedEndpoint.remote(SIGMA, KAPPA, LAM)
     throttle = start_throttle("bench", "ep", 1, namespace=NS, lease_ttl_s=30.0)
     for n_runs in args.runs:
-        caps = [c for c in (1, 2, 3, 4, 6, 8) if c <= n_runs]
+        caps = sorted({c for c in (1, 2, 3, 4) if c <= n_runs} | {n_runs})
         rows = [_campaign(endpoint, throttle, "fixed", n_runs, args.seconds, c) for c in caps]
-        best = max(rows, key=lambda r: r["tokens_per_s"])
-        worst = min(rows, key=lambda r: r["tokens_per_s"])
         per_run = _campaign(endpoint, throttle, "per-run", n_runs, args.seconds, None)
         pooled = _campaign(endpoint, throttle, "pooled", n_runs, args.seconds, None)
-        print(f"\n{n_runs} runs | tokens/s | vs best fixed | vs per-run | notes")
-        for r in rows:
-            print(f"  fixed c={r['capacity']:<3d} | {r['tokens_per_s']:8.0f} | "
-                  f"{r['tokens_per_s'] / best['tokens_per_s']:.2f} | | peak in flight {r['peak_in_flight']}")
-        for r, note in ((per_run, f"last batch sizes {per_run['last_bs']}"),
-                        (pooled, "capacity {capacity}, pooled p* {p_star:.1f}".format(**pooled["pooled"]))):
-            print(f"  {r['mode']:<9s} | {r['tokens_per_s']:8.0f} | {r['tokens_per_s'] / best['tokens_per_s']:.2f}"
-                  f" | {r['tokens_per_s'] / per_run['tokens_per_s']:.2f} | {note}")
-        print(f"  best fixed c={best['capacity']}, worst fixed c={worst['capacity']} "
-              f"({worst['tokens_per_s'] / best['tokens_per_s']:.2f} of best)")
+        _table(n_runs, rows, per_run, pooled)
     per_run_us, pooled_us = fit_cost_us()
     print(f"\nfit cost: per-run observe+recommend {per_run_us:.1f} us, pooled observe {pooled_us:.1f} us")
+    print(f"total wall time {time.monotonic() - t_start:.0f} s")
     ray.shutdown()
 
 
