@@ -77,7 +77,7 @@ def test_warmup_rounds_caps_the_sweep():
     ctl = PooledController("ep", max_capacity=16, warmup_rounds=3)
     caps = [_round(ctl, [f"r{i}" for i in range(8)], 8, step).capacity for step in range(4)]
     assert caps[:2] == [1, 1] and not ctl.decision().warmup and len(ctl.sweep_x) == 1
-    assert caps[3] == 16  # kappa not identified from one rung: max_capacity
+    assert caps[3] == 8  # kappa not identified from one rung: the active runs (no more is known safe)
 
 
 def test_error_cut_then_additive_recovery():

@@ -30,7 +30,9 @@ Afterwards
 with per_request_concurrency the items in flight per granted slot measured in the last fitted round,
 N / min(capacity, active runs): smaller than p_r when slots also cover client overheads or runs spend
 time outside the endpoint (falls back to the mean p_r before any fitted round). With kappa ~ 0 (no
-retrograde seen) the target is max_capacity. Endpoint errors/timeouts in a round cut the capacity
+retrograde seen) the target is the number of active runs: the highest capacity the sweep measured,
+so runs that join later are not admitted past what has been observed (their arrival restarts the
+round and the ladder extends to them). Endpoint errors/timeouts in a round cut the capacity
 multiplicatively (`error_cut`, AIMD): a ceiling drops to max(min_capacity, floor(capacity·error_cut))
 and then rises by one per error-free round, and the capacity is min(target, ceiling).
 """
@@ -181,7 +183,7 @@ class PooledController:
             ladder = self.sweep(len(active))
             return min(self.ceiling, ladder[min(len(self.sweep_x), len(ladder) - 1)])
         if self.kappa <= EPS or self.window.n_valid < 3:
-            target = self.max_capacity
+            target = len(active)  # the highest capacity measured without retrograde: no more is known safe
         else:
             per_slot = self.items_per_slot or sum(v.p for v in active.values()) / max(1, len(active))
             target = round(self.p_star * self.throttle_margin / per_slot)
