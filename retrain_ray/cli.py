@@ -95,7 +95,7 @@ def train_main(argv: list[str]) -> int:
         except FileNotFoundError as exc:
             err.print(f"[bold red]error:[/] {exc}", highlight=False)
             return 2
-    progress = None if args.quiet else ProgressObserver(cfg.training.max_steps, first)
+    progress = None if args.quiet else ProgressObserver(cfg.training.max_steps, first, log_every=cfg.training.log_every)
     started = time.perf_counter()
     outcome = train_run(
         cfg,

@@ -1,4 +1,5 @@
-"""A rich progress bar for a run in a terminal: step, reward, correct rate, tokens/s, ETA."""
+"""Run progress: a rich progress bar in a terminal (step, reward, correct rate, tokens/s, ETA); off a
+terminal (job logs, CI, pipes) one plain line every `training.log_every` steps instead."""
 
 from __future__ import annotations
 
@@ -6,17 +7,33 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
 
 
 class ProgressObserver:
     """RunObserver that drives a progress bar and keeps the reward history for the summary."""
 
-    def __init__(self, total_steps: int, first_step: int = 0, *, console: Console | None = None) -> None:
+    def __init__(self, total_steps: int, first_step: int = 0, *, log_every: int = 1,
+                 console: Console | None = None) -> None:
+        from retrain_ray.logs import ConsoleObserver
+
         self.console = console or Console(stderr=True)
         self.rewards: list[tuple[int, float, float]] = []
         self.sft_steps = 0
         self.evals: list[dict[str, Any]] = []
+        self._lines = None if self.console.is_terminal else ConsoleObserver(log_every, console=self.console)
+        self._progress: Progress | None = None
+        if self._lines is None:
+            self._start_bar(total_steps, first_step)
+
+    def _start_bar(self, total_steps: int, first_step: int) -> None:
         self._progress = Progress(
             TextColumn("[bold]step"),
             MofNCompleteColumn(),
@@ -40,7 +57,10 @@ class ProgressObserver:
             reward, correct = float(row["mean_reward"]), float(row["correct_rate"])
             self.rewards.append((step, reward, correct))
             status = f"reward {reward:.3f}  correct {correct:.2f}  {row['tokens_per_second']:.0f} tok/s"
-        self._progress.update(self._task, completed=step + 1, status=status)
+        if self._lines is not None:
+            self._lines.on_step(row)
+        else:
+            self._progress.update(self._task, completed=step + 1, status=status)
 
     def on_generations(self, rows) -> None:
         pass
@@ -55,7 +75,8 @@ class ProgressObserver:
         pass
 
     def close(self) -> None:
-        self._progress.stop()
+        if self._progress is not None:
+            self._progress.stop()
 
     def reward_trend(self, window: int = 5) -> tuple[float, float] | None:
         """Mean reward over the first and the last `window` RL steps."""
