@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -83,6 +84,20 @@ def solve_sums(sums: list[float]) -> USLFit | None:
     return USLFit(sigma=sigma, kappa=kappa, lam=1.0 / abc, p_star=usl_optimal_p(sigma, kappa))
 
 
+def _sums(points: Iterable[tuple[float, float]]) -> list[float]:
+    out = [0.0] * 8
+    for p, x in points:
+        if x >= EPS:
+            for i, t in enumerate(_terms(p, x)):
+                out[i] += t
+    return out
+
+
+def fit_points(points: Iterable[tuple[float, float]]) -> USLFit | None:
+    """The same least-squares fit over an explicit set of (p, X) points (X < eps skipped)."""
+    return solve_sums(_sums(points))
+
+
 class USLWindow:
     """Sliding window of (p, X) observations with the fit's incremental sums."""
 
@@ -107,12 +122,7 @@ class USLWindow:
 
     def rescan(self) -> list[float]:
         """The sums recomputed from scratch over the window (for checks; O(window))."""
-        out = [0.0] * 8
-        for p, x in self.points:
-            if x >= EPS:
-                for i, t in enumerate(_terms(p, x)):
-                    out[i] += t
-        return out
+        return _sums(self.points)
 
     def fit(self) -> USLFit | None:
         return solve_sums(self.sums)

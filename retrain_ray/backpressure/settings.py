@@ -33,6 +33,8 @@ class BackPressureSettings:
     max_capacity: int = 64
     pooled_warmup_rounds: int = 16
     pooled_sweep_drop: float = 0.05
+    pooled_probe_every: int = 16
+    pooled_keep_rounds: int = 8
 
     @classmethod
     def from_config(cls, cfg: Any, **overrides: Any) -> BackPressureSettings:
@@ -55,4 +57,5 @@ class BackPressureSettings:
             resource, throttle_margin=self.throttle_margin, min_capacity=self.min_capacity,
             max_capacity=self.max_capacity, error_cut=self.error_cut,
             warmup_rounds=self.pooled_warmup_rounds, sweep_drop=self.pooled_sweep_drop,
+            probe_every=self.pooled_probe_every, keep_rounds=self.pooled_keep_rounds,
         )
