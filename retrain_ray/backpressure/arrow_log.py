@@ -22,7 +22,8 @@ BP_SCHEMA = pa.schema([
     ("throughput", pa.float64()), ("ema_throughput", pa.float64()), ("sigma", pa.float64()),
     ("kappa", pa.float64()), ("lambda", pa.float64()), ("p_star", pa.float64()),
     ("regime", pa.string()), ("action", pa.string()), ("recommended_batch_size", pa.int64()),
-    ("pooled_p_star", pa.float64()), ("capacity", pa.int64()),
+    ("pooled_p_star", pa.float64()), ("pooled_sigma", pa.float64()), ("pooled_kappa", pa.float64()),
+    ("capacity", pa.int64()), ("pooled_phase", pa.string()),
 ])
 
 
@@ -45,7 +46,9 @@ def _row(obs: StepObservation, d: Decision, pooled: PooledDecision | None) -> di
         "endpoint_errors": obs.endpoint_errors, "throughput": x, "ema_throughput": d.throughput,
         "sigma": d.sigma, "kappa": d.kappa, "lambda": d.lam, "p_star": d.p_star, "regime": d.regime,
         "action": d.action, "recommended_batch_size": d.recommended_batch_size,
-        "pooled_p_star": pooled.p_star if pooled else None, "capacity": pooled.capacity if pooled else None,
+        "pooled_p_star": pooled.p_star if pooled else None, "pooled_sigma": pooled.sigma if pooled else None,
+        "pooled_kappa": pooled.kappa if pooled else None, "capacity": pooled.capacity if pooled else None,
+        "pooled_phase": pooled.phase if pooled else None,
     }
     return {k: [v] for k, v in values.items()}
 
