@@ -14,7 +14,8 @@ What is asserted:
     changes only on a throttle/increase decision (the trainer rule; whether the fit issues one on a
     CPU is timing-dependent, so it is not required);
   * the pooled fit pushed its capacity to the throttle: the throttle's capacity is no longer the
-    configured `[backend] max_concurrent = 8` (the pooled warmup sweeps 1, 2 for two runs).
+    configured `[backend] max_concurrent = 8` (the pooled warmup sweeps 1, 2 for two runs), and the
+    pooled controller's upper bound is that configured limit.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import dataclasses
 import pytest
 import ray
 
+from retrain_ray.actors.backpressure import backpressure_name
 from retrain_ray.actors.throttle import get_throttle
 from retrain_ray.backpressure.arrow_log import read_decision_log
 from retrain_ray.campaign import Campaign
@@ -138,4 +140,7 @@ def test_pooled_capacity_reaches_the_shared_endpoint_throttle(campaign):
     stats = dataclasses.asdict(ray.get(handle.stats.remote(), timeout=30))
     print(f"tinker throttle after the campaign: {stats}")
     assert stats["capacity"] != CAPACITY and 1 <= stats["capacity"] <= 2  # pooled warmup for two runs
+    bp = ray.get_actor(backpressure_name(name), namespace=ray.get_runtime_context().namespace)
+    settings = ray.get(bp.snapshot.remote(), timeout=30)["settings"]
+    assert settings["max_capacity"] == CAPACITY  # bounded by [backend] max_concurrent, not the default 64
     assert stats["granted"] > 0 and stats["in_flight"] == 0

@@ -131,6 +131,7 @@ class BackPressureActor:
             "runs": {r: d.to_metrics() for r, d in self._last.items()},
             "pools": {r: dataclasses.asdict(p.decision()) for r, p in self._pools.items()},
             "log_path": str(self._log.path) if self._log else None,
+            "settings": dataclasses.asdict(self._settings),
         }
 
     async def close(self) -> None:

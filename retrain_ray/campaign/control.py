@@ -81,7 +81,11 @@ def _start_backpressure(config: Any, campaign: str, namespace: str, campaign_dir
     from retrain_ray.actors.backpressure import start_backpressure_actor
     from retrain_ray.backpressure.settings import BackPressureSettings
 
-    actor = start_backpressure_actor(campaign, namespace, BackPressureSettings.from_config(config), campaign_dir)
+    # the pooled capacity never exceeds the limit the user configured for the endpoint
+    endpoint = next(iter(throttles), "")  # a campaign shares at most one endpoint
+    bounds = {"max_capacity": endpoint_capacity(config, endpoint)} if endpoint else {}
+    settings = BackPressureSettings.from_config(config, **bounds)
+    actor = start_backpressure_actor(campaign, namespace, settings, campaign_dir)
     for resource, handle in throttles.items():
         ray.get(actor.set_throttle.remote(resource, handle), timeout=60)
     return actor
