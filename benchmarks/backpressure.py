@@ -17,7 +17,10 @@ Two throughputs per mode, the same rule for every mode (fixed capacities include
                  its observation, by a recording wrapper around every mode's advisor.
 Also: fit cost per observation.
 
-    .venv/bin/python benchmarks/backpressure.py [--seconds 20] [--runs 4 8]
+Repetitions (`--repeat`) rotate the order of the modes, and the summary gives the min / median / max
+of each ratio over them; `--background-load K` runs K busy processes throughout (a loaded machine).
+
+    .venv/bin/python benchmarks/backpressure.py [--seconds 20] [--runs 4 8] [--repeat 3] [--background-load 1]
 """
 
 from __future__ import annotations
@@ -25,6 +28,8 @@ from __future__ import annotations
 import argparse
 import os
 import random
+import statistics
+import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -33,7 +38,7 @@ os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 import ray  # noqa: E402
 
 from retrain_ray.actors.backpressure import RemoteAdvisor, start_backpressure_actor  # noqa: E402
-from retrain_ray.actors.simulated_endpoint import SimulatedEndpoint, simulated_run  # noqa: E402
+from retrain_ray.actors.simulated_endpoint import RecordingAdvisor, SimulatedEndpoint, simulated_run  # noqa: E402
 from retrain_ray.actors.throttle import start_throttle  # noqa: E402
 from retrain_ray.backpressure.advisor import LocalAdvisor  # noqa: E402
 from retrain_ray.backpressure.pooled import PooledController  # noqa: E402
@@ -48,25 +53,7 @@ TRAIN_S_PER_ITEM = 0.0005
 NS = "retrain-ray-bench"
 
 
-class _Recording:
-    """Wraps a run's advisor: logs (time, tokens, pooled capacity) of every completed step."""
-
-    def __init__(self, inner) -> None:
-        self.inner, self.steps = inner, []
-
-    def initial_batch_size(self, batch_size: int, start_step: int = 0) -> int:
-        if hasattr(self.inner, "initial_batch_size"):
-            return self.inner.initial_batch_size(batch_size, start_step)
-        return batch_size
-
-    def advise(self, obs: StepObservation):
-        done = time.monotonic()
-        d = self.inner.advise(obs)
-        self.steps.append((done, obs.total_tokens, getattr(d, "capacity", None)))
-        return d
-
-
-def _throughputs(recs: list[_Recording], t0: float, seconds: float, wall: float) -> dict:
+def _throughputs(recs: list[RecordingAdvisor], t0: float, seconds: float, wall: float) -> dict:
     steps = [s for r in recs for s in r.steps]
     half = t0 + seconds / 2
     steady = sum(tok for t, tok, _ in steps if half <= t <= t0 + seconds)
@@ -97,7 +84,7 @@ def _campaign(endpoint, throttle, mode: str, n_runs: int, seconds: float, capaci
             advisor = LocalAdvisor(USLController(max_batch_size=MAX_BS), True, 1, MAX_BS)
         else:
             advisor = NoOpAdvisor()
-        advisor = recs[i] = _Recording(advisor)
+        advisor = recs[i] = RecordingAdvisor(advisor)
         hold = ThrottleClient(throttle, run_id, timeout_s=120.0) if use_throttle else NoThrottle()
         return simulated_run(endpoint, advisor, hold, run_id=run_id, resource="ep", batch_size=BATCH,
                              group_size=GROUP, deadline=deadline, train_s_per_item=TRAIN_S_PER_ITEM)
@@ -160,24 +147,72 @@ def _table(n_runs: int, rows: list[dict], per_run: dict, pooled: dict) -> None:
           f"{_ratio(worst['steady_tokens_per_s'], best_s['steady_tokens_per_s'])} of best")
 
 
+def _measure(endpoint, throttle, n_runs: int, seconds: float, rep: int) -> tuple[list, dict, dict]:
+    """Every mode once, in an order rotated by `rep` so no mode always runs first or last."""
+    caps = sorted({c for c in (1, 2, 3, 4) if c <= n_runs} | {n_runs})
+    modes = [("fixed", c) for c in caps] + [("per-run", None), ("pooled", None)]
+    k = rep % len(modes)
+    out = {m: _campaign(endpoint, throttle, m[0], n_runs, seconds, m[1]) for m in modes[k:] + modes[:k]}
+    return [out[m] for m in modes[:-2]], out[modes[-2]], out[modes[-1]]
+
+
+def _ratios(rows: list[dict], per_run: dict, pooled: dict) -> dict[str, float]:
+    best_w = max(r["tokens_per_s"] for r in rows)
+    best_s = max(r["steady_tokens_per_s"] for r in rows)
+    return {"best_w": pooled["tokens_per_s"] / best_w, "best_s": pooled["steady_tokens_per_s"] / best_s,
+            "per_run_w": pooled["tokens_per_s"] / per_run["tokens_per_s"],
+            "per_run_s": pooled["steady_tokens_per_s"] / per_run["steady_tokens_per_s"],
+            "worst_s": min(r["steady_tokens_per_s"] for r in rows) / best_s}
+
+
+def _summary(ratios: dict[int, list[dict[str, float]]]) -> None:
+    print("\nSummary over repetitions, pooled throughput as a ratio (min / median / max)")
+    print("| runs | reps | vs best fixed, whole | vs best fixed, steady | vs per-run, whole | vs per-run, steady "
+          "| worst fixed vs best, steady |")
+    print("|---|---|---|---|---|---|---|")
+    for n_runs, reps in ratios.items():
+        cells = []
+        for key in ("best_w", "best_s", "per_run_w", "per_run_s", "worst_s"):
+            v = sorted(r[key] for r in reps)
+            cells.append(f"{v[0]:.2f} / {statistics.median(v):.2f} / {v[-1]:.2f}")
+        print(f"| {n_runs} | {len(reps)} | " + " | ".join(cells) + " |")
+
+
+def _start_background_load(n: int) -> list[subprocess.Popen]:
+    """`n` busy-looping processes (to measure the controller on a loaded machine); stopped by pid."""
+    return [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(n)]
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seconds", type=float, default=20.0)
     ap.add_argument("--runs", type=int, nargs="+", default=[4, 8])
+    ap.add_argument("--repeat", type=int, default=1, help="repetitions of every mode (order rotated)")
+    ap.add_argument("--background-load", type=int, default=0, metavar="K",
+                    help="run K busy-looping processes during the measurement")
     args = ap.parse_args(argv)
     t_start = time.monotonic()
     ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False, namespace=NS,
              object_store_memory=200 * 2**20)
     print(f"endpoint USL sigma={SIGMA} kappa={KAPPA} lam={LAM} items/s, N*={usl_optimal_p(SIGMA, KAPPA):.1f}"
-          f" items; request = {BATCH}x{GROUP} items; {args.seconds:.0f} s per mode, steady = last half")
+          f" items; request = {BATCH}x{GROUP} items; {args.seconds:.0f} s per mode, steady = last half; "
+          f"{args.repeat} repetition(s), {args.background_load} busy background process(es)")
     endpoint = SimulatedEndpoint.remote(SIGMA, KAPPA, LAM)
     throttle = start_throttle("bench", "ep", 1, namespace=NS, lease_ttl_s=30.0)
-    for n_runs in args.runs:
-        caps = sorted({c for c in (1, 2, 3, 4) if c <= n_runs} | {n_runs})
-        rows = [_campaign(endpoint, throttle, "fixed", n_runs, args.seconds, c) for c in caps]
-        per_run = _campaign(endpoint, throttle, "per-run", n_runs, args.seconds, None)
-        pooled = _campaign(endpoint, throttle, "pooled", n_runs, args.seconds, None)
-        _table(n_runs, rows, per_run, pooled)
+    load = _start_background_load(args.background_load)
+    ratios: dict[int, list[dict[str, float]]] = {n: [] for n in args.runs}
+    try:
+        for rep in range(args.repeat):
+            for n_runs in args.runs:
+                rows, per_run, pooled = _measure(endpoint, throttle, n_runs, args.seconds, rep)
+                print(f"\nrepetition {rep + 1} of {args.repeat}, load average {os.getloadavg()[0]:.1f}", end="")
+                _table(n_runs, rows, per_run, pooled)
+                ratios[n_runs].append(_ratios(rows, per_run, pooled))
+    finally:
+        for proc in load:
+            proc.kill()
+            proc.wait(timeout=30)
+    _summary(ratios)
     per_run_us, pooled_us = fit_cost_us()
     print(f"\nfit cost: per-run observe+recommend {per_run_us:.1f} us, pooled observe {pooled_us:.1f} us")
     print(f"total wall time {time.monotonic() - t_start:.0f} s")

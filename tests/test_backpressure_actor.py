@@ -11,7 +11,7 @@ import pytest
 import ray
 
 from retrain_ray.actors.backpressure import RemoteAdvisor, start_backpressure_actor
-from retrain_ray.actors.simulated_endpoint import SimulatedEndpoint, simulated_run
+from retrain_ray.actors.simulated_endpoint import RecordingAdvisor, SimulatedEndpoint, simulated_run
 from retrain_ray.actors.throttle import start_throttle
 from retrain_ray.backpressure.arrow_log import read_decision_log
 from retrain_ray.backpressure.settings import BackPressureSettings
@@ -79,27 +79,29 @@ def test_closed_loop_pooled_capacity_settles_near_known_optimum(ray_4cpu_4gpu):
     """3 runs share an endpoint with N* = 22.1 items; requests are 16 items, so the best capacity is 1
     or 2 slots (X(16) and X(32) are within 1% of each other), while no limit (3 slots, N = 48) is 17%
     worse. Tolerance on p*: a factor of 2, because the fitted N counts client-side overheads (Ray calls,
-    throttle hand-over) as time in flight on a loaded 2-core machine; the capacity, the decision that
-    matters, must be exactly in {1, 2}."""
+    throttle hand-over) as time in flight on a loaded 2-core machine. The decision that matters is the
+    capacity: after warmup, nearly every step must run at 1 or 2 (the rest are probes of 3)."""
     sigma, kappa, lam = 0.02, 0.002, 60.0
     campaign = f"loop-{uuid.uuid4().hex[:6]}"
     endpoint = SimulatedEndpoint.remote(sigma, kappa, lam)
     throttle = start_throttle(campaign, "ep", 3, namespace=NS, lease_ttl_s=30.0)
     bp = start_backpressure_actor(campaign, NS, BackPressureSettings(pooled_warmup_rounds=6, max_capacity=3))
     ray.get(bp.set_throttle.remote("ep", throttle), timeout=30)
-    deadline = time.monotonic() + 10.0
+    start = time.monotonic()
+    advisors = [RecordingAdvisor(RemoteAdvisor(bp, f"r{i}", "ep")) for i in range(3)]
 
     def one(i: int) -> dict:
-        return simulated_run(endpoint, RemoteAdvisor(bp, f"r{i}", "ep"),
-                             ThrottleClient(throttle, f"r{i}", timeout_s=60.0), run_id=f"r{i}",
-                             resource="ep", batch_size=4, group_size=4, deadline=deadline)
+        return simulated_run(endpoint, advisors[i], ThrottleClient(throttle, f"r{i}", timeout_s=60.0),
+                             run_id=f"r{i}", resource="ep", batch_size=4, group_size=4,
+                             deadline=start + 10.0)
 
     with ThreadPoolExecutor(3) as pool:
         results = list(pool.map(one, range(3)))
     assert all(r["steps"] >= 10 for r in results)
     pooled = ray.get(bp.snapshot.remote(), timeout=30)["pools"]["ep"]
     assert not pooled["warmup"]
-    assert pooled["capacity"] in (1, 2), pooled
+    late = [cap for a in advisors for t, _, cap in a.steps if t >= start + 5.0]
+    assert sum(cap in (1, 2) for cap in late) >= 0.8 * len(late), (late, pooled)
     assert 0.5 * usl_optimal_p(sigma, kappa) <= pooled["p_star"] <= 2.0 * usl_optimal_p(sigma, kappa), pooled
     stats = ray.get(throttle.stats.remote(), timeout=30)
     assert stats.capacity == pooled["capacity"]  # the pooled capacity reached the throttle

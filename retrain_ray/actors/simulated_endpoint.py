@@ -20,7 +20,7 @@ from typing import Any
 
 import ray
 
-__all__ = ["SimulatedEndpoint"]
+__all__ = ["RecordingAdvisor", "SimulatedEndpoint", "simulated_run"]
 
 
 @ray.remote(num_cpus=0, max_concurrency=1000)
@@ -73,6 +73,25 @@ class SimulatedEndpoint:
     def reset_stats(self) -> None:
         self._peak, self._served, self._requests, self._errors = self.in_flight, 0, 0, 0
         self._since = time.monotonic()
+
+
+class RecordingAdvisor:
+    """Wraps a run's advisor and logs (completion time, tokens, pooled capacity) of every step."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.steps: list[tuple[float, int, int | None]] = []
+
+    def initial_batch_size(self, batch_size: int, start_step: int = 0) -> int:
+        if hasattr(self.inner, "initial_batch_size"):
+            return self.inner.initial_batch_size(batch_size, start_step)
+        return batch_size
+
+    def advise(self, obs: Any) -> Any:
+        done = time.monotonic()
+        d = self.inner.advise(obs)
+        self.steps.append((done, obs.total_tokens, getattr(d, "capacity", None)))
+        return d
 
 
 def simulated_run(endpoint: Any, advisor: Any, throttle: Any, *, run_id: str, resource: str,
