@@ -44,7 +44,7 @@ class TrainBatch:
         n = len(self.tokens_D)
         if not (len(self.logprobs_D) == len(self.advantages_D) == len(self.prompt_lens_D) == n):
             raise ValueError("TrainBatch: tokens, logprobs, advantages and prompt_lens differ in length")
-        for i, (t, lp, a) in enumerate(zip(self.tokens_D, self.logprobs_D, self.advantages_D)):
+        for i, (t, lp, a) in enumerate(zip(self.tokens_D, self.logprobs_D, self.advantages_D, strict=True)):
             if not (len(t) == len(lp) == len(a)):
                 raise ValueError(f"TrainBatch: row {i} has mismatched token/logprob/advantage lengths")
 
