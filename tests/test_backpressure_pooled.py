@@ -226,3 +226,24 @@ def test_probes_back_off_while_the_neighbour_stays_clearly_worse():
     gaps = [b - a for a, b in zip(starts, starts[1:], strict=False)]
     assert gaps[0] < gaps[1] < gaps[2] == gaps[3] and gaps[2] >= 3 * gaps[0], gaps  # then capped
     assert ctl.probe_interval == 32 and {decisions[i].capacity for i in starts} == {2}
+
+
+def test_one_lucky_round_does_not_become_the_yardstick():
+    """The sweep's only round at capacity 4 is measured 60% high (noise),
+    so 4 looks best and the sweep goes on to 8. Capacity 4 is then measured again before it is
+    trusted; the true X(64) is 27% below X(16), so the controller settles at 1 or 2."""
+    runs = [f"r{i}" for i in range(8)]
+    ctl = PooledController("ep", max_capacity=16)
+    caps = []
+    for step in range(20):
+        c = min(ctl.capacity, len(runs))
+        boost = 1.6 if c == 4 and ctl.levels(8).count(4) == 0 else 1.0  # until its first round is in
+        for r in runs:
+            step_time = 16 * len(runs) / (LAM * usl_capacity(c * 16, SIGMA, KAPPA) * boost)
+            ctl.observe(StepObservation(r, step, 16, 1, total_tokens=160, step_time_s=step_time,
+                                        sample_time_s=step_time * c / len(runs)))
+        caps.append(ctl.capacity)
+    assert caps[:8] == [1, 1, 2, 2, 4, 4, 8, 8]  # X(4) looked best: no retrograde seen yet
+    assert caps[8:10] == [4, 4]  # the lucky best is measured again
+    assert ctl.levels(8).count(4) == 2
+    assert len(set(caps[-4:])) == 1 and caps[-1] in (1, 2)  # settled where X is within 2% of the peak

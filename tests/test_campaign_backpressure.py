@@ -102,6 +102,7 @@ def test_campaign_completes_and_logs_every_decision(campaign):
         p_S = list(rows.sort_values("step")["p"] / 8)
         assert p_S[:WARMUP] == SWEEP  # the batch each step really used (skipped steps too)
         assert rows["capacity"].notna().all() and rows["pooled_p_star"].notna().all()
+        assert set(rows["pooled_phase"]) <= {"sweep", "probe", "steady"} and "sweep" in set(rows["pooled_phase"])
 
 
 def test_rows_carry_bp_columns_and_follow_the_trainer_rules(campaign):

@@ -37,6 +37,10 @@ class CapacityLevels:
     def __len__(self) -> int:
         return len(self.levels)
 
+    def count(self, capacity: int) -> int:
+        """Rounds kept for `capacity` (0 if never measured)."""
+        return len(self.levels.get(capacity, ()))
+
     def mean_x(self, capacity: int) -> float:
         pts = self.levels[capacity]
         return sum(x for _, x in pts) / len(pts)

@@ -14,7 +14,8 @@ observation by Little's law, steady state assumed:
     N = Σ_r p_r · sample_time_r / step_time_r                    (mean items in flight at the endpoint)
 with p_r = batch_size·group_size and sample_time the time the request spent at the endpoint after
 the throttle granted it (sample_time <= 0 counts as the whole step). A round is not fitted when it
-follows a capacity change (its observations straddle two capacities) or when runs joined or left.
+follows a capacity change (its observations straddle two capacities), when runs joined or left, or
+when it was closed before every active run reported (the missing runs' views are from older rounds).
 
 Measurements per capacity (levels.py). A fitted round is filed under the capacity in force,
 min(capacity, active runs), in a table per number of active runs (X at a capacity depends on how
@@ -36,12 +37,18 @@ Capacity, each round:
    more than `sweep_drop` worse doubles the interval (up to 8 x probe_every); any other resets it.
 3. Otherwise the model proposes and the measurements decide. The model's capacity is
        round(p* · throttle_margin / items_per_slot)
-   (items_per_slot: mean N per granted slot over the levels; none when kappa ~ 0, i.e. no retrograde
-   identified). If that capacity was never measured it is tried. Else
-   while its mean X is within `sweep_drop` of the best level's (a deadband: no flapping between
-   near-equal levels); else the model's capacity if it is within `sweep_drop` of the best; else the
-   best measured capacity. So a noisy or degenerate fit can cost one round at a bad capacity, never
-   a steady state there.
+   (items_per_slot: mean N per granted slot over the levels). "Good" below means a mean X within
+   `sweep_drop` of the best level's.
+   - If the best level was measured in fewer than TRUSTED_ROUNDS rounds, it is measured again first
+     (one lucky round at a sweep rung must not become the yardstick; this happens once per level).
+   - The current capacity is kept if it is good and the unrounded model value is within
+     MODEL_DEADBAND of it (a p* near a rounding boundary does not flap the throttle).
+   - Else the model's capacity, if it was measured in fewer than TRUSTED_ROUNDS rounds (measure it)
+     or is good.
+   - Else the current capacity if good (a deadband between near-equal levels), else the best.
+   - With kappa ~ 0 (no retrograde identified) there is no model: the current capacity if good,
+     else the best measured.
+   So a noisy or degenerate fit can cost a round or two at a bad capacity, never a steady state.
 Endpoint errors/timeouts in a round cut the capacity multiplicatively (`error_cut`, AIMD): a ceiling
 drops to max(min_capacity, floor(capacity·error_cut)) and then rises by one per error-free round, and
 the capacity is min(target, ceiling).
@@ -61,6 +68,9 @@ from retrain_ray.backpressure.types import StepObservation
 # a p* near a rounding boundary does not flap the throttle between two neighbours.
 MODEL_DEADBAND = 0.75
 MAX_PROBE_BACKOFF = 8
+# Rounds a capacity needs before its measured throughput may veto the model's choice of it: one
+# round (a sweep rung) is too noisy to rule a capacity out for good.
+TRUSTED_ROUNDS = 2
 
 
 @dataclass(frozen=True)
@@ -160,8 +170,9 @@ class PooledController:
         n_items = sum(v.p * v.busy_frac for v in active.values())
         x = sum(v.tokens_per_s for v in active.values())
         joined_or_left, self.members = frozenset(active) != self.members, frozenset(active)
+        everyone_reported = all(r in self.reports for r in active)  # else some views are stale
         levels = self.levels(len(active))
-        if not self.discard_next and not joined_or_left and x > EPS:
+        if everyone_reported and not self.discard_next and not joined_or_left and x > EPS:
             self._record(levels, min(self.capacity, len(active)), n_items, x)
         self._refit(levels)
         self.round += 1
@@ -254,16 +265,22 @@ class PooledController:
         best = levels.best()
         if best is None:
             return self._highest(n_active)  # nothing measured (no warmup): no limit beyond the runs
+        if levels.count(best) < TRUSTED_ROUNDS:
+            return best  # the best so far was one round (a sweep rung): measure it again before trusting it
+
+        def good(c: int) -> bool:
+            return levels.within(c, self.sweep_drop)
+
         current = min(self.capacity, n_active)
         raw = self._model_capacity(levels)
         if raw is None:  # no retrograde identified: measurements alone
-            return current if levels.within(current, self.sweep_drop) else best
-        if abs(current - raw) <= MODEL_DEADBAND and levels.within(current, self.sweep_drop):
+            return current if good(current) else best
+        if abs(current - raw) <= MODEL_DEADBAND and good(current):
             return current
         model = self._bounded(round(raw), n_active)
-        if model not in levels or levels.within(model, self.sweep_drop):
-            return model  # unmeasured: measure it; measured and good: follow the model
-        return current if levels.within(current, self.sweep_drop) else best
+        if levels.count(model) < TRUSTED_ROUNDS or good(model):
+            return model  # barely measured: measure it again; measured and good: follow the model
+        return current if good(current) else best
 
     def _model_capacity(self, levels: CapacityLevels) -> float | None:
         """p* · margin / items per slot, unrounded; None without an identified retrograde."""
