@@ -247,3 +247,23 @@ def test_one_lucky_round_does_not_become_the_yardstick():
     assert caps[8:10] == [4, 4]  # the lucky best is measured again
     assert ctl.levels(8).count(4) == 2
     assert len(set(caps[-4:])) == 1 and caps[-1] in (1, 2)  # settled where X is within 2% of the peak
+
+
+def test_the_sweep_never_resumes_when_the_best_level_later_looks_worse():
+    """After the sweep (1, 2, 4: retrograde at 4), capacities 1 and 2 are measured 25% slower for a
+    while (the machine got busy). X(4) then looks within sweep_drop of the best, which must not
+    restart the climb to capacity 8."""
+    runs = [f"r{i}" for i in range(8)]
+    ctl = PooledController("ep", max_capacity=16, probe_every=2, warmup_rounds=64)  # probes refresh 2
+    caps, warm = [], []
+    for step in range(40):
+        c = min(ctl.capacity, len(runs))
+        slow = 0.75 if step >= 8 and c in (1, 2) else 1.0
+        for r in runs:
+            step_time = 16 * len(runs) / (LAM * usl_capacity(c * 16, SIGMA, KAPPA) * slow)
+            ctl.observe(StepObservation(r, step, 16, 1, total_tokens=160, step_time_s=step_time,
+                                        sample_time_s=step_time * c / len(runs)))
+        caps.append(ctl.capacity)
+        warm.append(ctl.decision().warmup)
+    assert caps[:6] == [1, 1, 2, 2, 4, 4]
+    assert 8 not in caps and not any(warm[6:]) and ctl.swept == {8}

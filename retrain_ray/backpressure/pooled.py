@@ -30,7 +30,9 @@ Capacity, each round:
    fitted round per rung (in steady conditions two rounds: the first straddles the change). It
    stops at the top, when retrograde is seen (at least 3 rungs and the highest more than
    `sweep_drop` below the best: higher rungs would only cost throughput), or once the table holds
-   `warmup_rounds` fitted rounds.
+   `warmup_rounds` fitted rounds. Once over it never resumes for that number of runs, even if later
+   means make the highest rung look good again (a loaded moment that lowers the best level's mean
+   once sent the capacity to all 8 runs, 0.5 of the best).
 2. Probe: every `probe_every` fitted rounds after the sweep, one fitted round at a neighbour of the
    current capacity, alternately above and below, so every level near the operating point stays
    measured as conditions change and the fit keeps seeing N vary. A probe that finds its neighbour
@@ -117,6 +119,7 @@ class PooledController:
         self.max_reports_per_round, self.keep_rounds = int(max_reports_per_round), int(keep_rounds)
         self.sweep_drop, self.probe_every = float(sweep_drop), int(probe_every)
         self.tables: dict[int, CapacityLevels] = {}  # per number of active runs
+        self.swept: set[int] = set()  # numbers of active runs whose sweep is over (it never resumes)
         self.runs: dict[str, _RunView] = {}
         self.reports: dict[str, int] = {}
         self.round = 0
@@ -220,8 +223,10 @@ class PooledController:
         return max(self.min_capacity, min(self.max_capacity, n_active))
 
     def _target(self, levels: CapacityLevels, n_active: int) -> int:
-        rung = self._next_rung(levels, n_active)
+        rung = None if n_active in self.swept else self._next_rung(levels, n_active)
         self.warming = rung is not None and levels.rounds < self.warmup_rounds
+        if not self.warming:
+            self.swept.add(n_active)
         if self.warming:
             target = rung
         else:
@@ -301,6 +306,7 @@ class PooledController:
     def state_dict(self) -> dict[str, Any]:
         return {
             "tables": {str(n): t.state_dict() for n, t in self.tables.items()}, "round": self.round,
+            "swept": sorted(self.swept),
             "capacity": self.capacity, "ceiling": self.ceiling,
             "fit": [self.sigma, self.kappa, self.lam, self.p_star], "warming": self.warming,
             "probe": self.probe, "probe_from": self.probe_from, "probe_up": self.probe_up,
@@ -309,6 +315,7 @@ class PooledController:
 
     def load_state_dict(self, d: dict[str, Any]) -> None:
         self.tables = {int(n): CapacityLevels.from_state(t) for n, t in d["tables"].items()}
+        self.swept = {int(n) for n in d["swept"]}
         self.round, self.capacity, self.ceiling = int(d["round"]), int(d["capacity"]), int(d["ceiling"])
         self.sigma, self.kappa, self.lam, self.p_star = (float(v) for v in d["fit"])
         self.fit = None  # refitted from the tables when the next round closes
