@@ -225,19 +225,21 @@ class PooledController:
     def _target(self, levels: CapacityLevels, n_active: int) -> int:
         rung = None if n_active in self.swept else self._next_rung(levels, n_active)
         self.warming = rung is not None and levels.rounds < self.warmup_rounds
-        if not self.warming:
-            self.swept.add(n_active)
-        if self.warming:
-            target = rung
-        else:
-            if self.probe is not None and self._bounded(self.probe, n_active) != self.probe:
-                self.probe = None  # an error cut (or runs leaving) put the probed capacity out of bounds
-            if self.probe is None and self.rounds_since_probe >= self.probe_interval:
-                self.rounds_since_probe = 0
-                self.probe_from = min(self.capacity, n_active)
-                self.probe = self._neighbour(n_active)
-            target = self.probe if self.probe is not None else self._choose(levels, n_active)
-        return self._bounded(target, n_active)
+        if rung is not None and self.warming:
+            return self._bounded(rung, n_active)
+        self.swept.add(n_active)
+        probe = self._probe(n_active)
+        return self._bounded(probe if probe is not None else self._choose(levels, n_active), n_active)
+
+    def _probe(self, n_active: int) -> int | None:
+        """The probe in progress, a new one when it is due, else None."""
+        if self.probe is not None and self._bounded(self.probe, n_active) != self.probe:
+            self.probe = None  # an error cut (or runs leaving) put the probed capacity out of bounds
+        if self.probe is None and self.rounds_since_probe >= self.probe_interval:
+            self.rounds_since_probe = 0
+            self.probe_from = min(self.capacity, n_active)
+            self.probe = self._neighbour(n_active)
+        return self.probe
 
     def _next_rung(self, levels: CapacityLevels, n_active: int) -> int | None:
         """The sweep's next capacity; None once it is over (top reached, or retrograde seen)."""
