@@ -113,3 +113,31 @@ def test_one_step_off_samples_one_update_behind(split_campaign):
     assert list(rl["staleness"]) == [0.0, 0.0, 1.0, 1.0]
     assert not rl["backend_reports_sync_loss"].any()
     assert rl["loss"].isna().tolist() == [True, False, False, False]  # a row's loss is the previous update's
+
+
+def test_split_sampler_rng_is_captured_and_restored_through_the_proxy(ray_4cpu_4gpu, tmp_path):
+    """Checkpoints take the sampler's generator state from `engine.generator`; in split mode that is
+    the InferenceActor's, reached through EngineProxy. Restoring it must replay the same samples."""
+    import ray
+    import torch
+
+    from retrain_ray.actors.run_actors import EngineProxy, InferenceActor
+    from retrain_ray.config import load_config
+    from retrain_ray.engines.types import SamplingParams
+    from retrain_ray.models.loading import encode_prompt
+    from retrain_ray.run.state import capture_rng_state, engine_generators, restore_rng_state
+
+    (tmp_path / "run.toml").write_text(TOML.split("[campaign]")[0].format(root=tmp_path))
+    actor = InferenceActor.remote(load_config(tmp_path / "run.toml"))
+    try:
+        proxy = EngineProxy(actor, timeout_s=120)
+        prompts = [encode_prompt(ray.get(actor.tokenizer.remote(), timeout=120), "3 + 4 = ")]
+        params = SamplingParams(max_tokens=8, temperature=1.0)
+        before = proxy.generator.get_state()
+        saved = capture_rng_state(engine_generators(proxy))
+        first = [s.token_ids for s in proxy.generate(prompts, 8, params)[0]]
+        assert not torch.equal(proxy.generator.get_state(), before)  # sampling advanced it
+        restore_rng_state(saved, engine_generators(proxy))
+        assert [s.token_ids for s in proxy.generate(prompts, 8, params)[0]] == first
+    finally:
+        ray.kill(actor)

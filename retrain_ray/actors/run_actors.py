@@ -72,6 +72,12 @@ class InferenceActor:
         self._engine.load_weights(update)
         return self._engine.weights_version
 
+    def rng_state(self) -> Any:
+        return self._engine.generator.get_state()
+
+    def set_rng_state(self, state: Any) -> None:
+        self._engine.generator.set_state(state)
+
     def generate(self, prompt_ids_P: list[list[int]], num_samples: int, params: SamplingParams,
                  expect_version: int) -> list:
         if self._engine.weights_version != expect_version:
@@ -105,12 +111,27 @@ class TrainerActor:
         return result, self._backend.export_weights()
 
 
+class RemoteGenerator:
+    """The InferenceActor's sampling generator, as far as checkpoints need it: get/set its state."""
+
+    def __init__(self, actor: Any, timeout_s: float) -> None:
+        self._actor, self._timeout_s = actor, timeout_s
+
+    def get_state(self) -> Any:
+        return ray.get(self._actor.rng_state.remote(), timeout=self._timeout_s)
+
+    def set_state(self, state: Any) -> None:
+        ray.get(self._actor.set_rng_state.remote(state), timeout=self._timeout_s)
+
+
 class EngineProxy:
     """SamplingEngine over an InferenceActor; remembers the version the actor last confirmed."""
 
     def __init__(self, actor: Any, timeout_s: float) -> None:
         self._actor, self._timeout_s = actor, timeout_s
         self._version = ray.get(actor.weights_version.remote(), timeout=timeout_s)
+        # checkpoints capture and restore it like a local engine's, so split runs resume exactly
+        self.generator = RemoteGenerator(actor, timeout_s)
 
     @property
     def weights_version(self) -> int:

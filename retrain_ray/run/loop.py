@@ -34,7 +34,7 @@ from retrain_ray.run.rollout import (
     sample_groups,
     score_groups,
 )
-from retrain_ray.run.state import TrainerState, capture_rng_state
+from retrain_ray.run.state import TrainerState, capture_rng_state, engine_generators
 from retrain_ray.run.timing import timed
 from retrain_ray.run.types import RunObserver, RunOutcome
 
@@ -335,15 +335,10 @@ class RunLoop:
             state.sepa = self.parts.sepa.state_dict()
         state.backpressure = self.parts.advisor.state_dict()
         state.weights_version = self.parts.backend.version
-        state.rng = capture_rng_state(_engine_generators(self.parts.engine))
+        state.rng = capture_rng_state(engine_generators(self.parts.engine))
         path = self.checkpoints.save(name, state, self.parts.backend.save_checkpoint)
         self.parts.observer.on_checkpoint(state.step, path)
         return path
-
-
-def _engine_generators(engine) -> dict:
-    gen = getattr(engine, "generator", None)
-    return {"engine": gen} if gen is not None else {}
 
 
 def _max_rss_mb() -> float:

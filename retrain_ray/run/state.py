@@ -55,6 +55,12 @@ class TrainerState:
         return cls(**{k: v for k, v in data.items() if k in known})
 
 
+def engine_generators(engine: Any) -> dict[str, Any]:
+    """The sampler's own generator, by name, when the engine has one (local engines, split proxies)."""
+    gen = getattr(engine, "generator", None)
+    return {"engine": gen} if gen is not None else {}
+
+
 def capture_rng_state(extra_generators: dict[str, torch.Generator] | None = None) -> dict[str, str]:
     """Python, NumPy, torch (and CUDA) RNG states, plus named generators, as base64 text."""
     states: dict[str, Any] = {

@@ -11,7 +11,7 @@ from retrain_ray.run.build import build_components, build_policy
 from retrain_ray.run.checkpoint import load_state, resolve_resume_dir
 from retrain_ray.run.loop import RunLoop
 from retrain_ray.run.preflight import check_run
-from retrain_ray.run.state import TrainerState, restore_rng_state, seed_everything
+from retrain_ray.run.state import TrainerState, engine_generators, restore_rng_state, seed_everything
 from retrain_ray.run.types import RunObserver, RunOutcome
 
 log = logging.getLogger(__name__)
@@ -37,8 +37,7 @@ def _restore(loop: RunLoop, checkpoint: Path) -> TrainerState:
         parts.sepa.load_state_dict(state.sepa)
     if state.backpressure:
         parts.advisor.load_state_dict(state.backpressure)
-    gen = getattr(parts.engine, "generator", None)
-    restore_rng_state(state.rng, {"engine": gen} if gen is not None else {})
+    restore_rng_state(state.rng, engine_generators(parts.engine))
     log.info("resuming %s after step %d from %s", loop.run_name, state.step, checkpoint)
     return state
 
