@@ -14,7 +14,6 @@ from pathlib import Path
 _EPILOG = "Set RAY_ADDRESS (or --address) to use a running cluster; without it a local Ray is started."
 
 
-
 def _print_table(df, title: str) -> None:
     from rich.console import Console
     from rich.table import Table

@@ -337,8 +337,8 @@ def _check(throttle_margin: float, min_capacity: int, max_capacity: int, error_c
     if not 0.0 < throttle_margin <= 1.0:
         raise ValueError(f"backpressure.throttle_margin must be in (0, 1], got {throttle_margin!r}")
     if not 0.0 < sweep_drop < 1.0:
-        raise ValueError(f"backpressure.pooled_sweep_drop must be in (0, 1), got {sweep_drop!r}")
+        raise ValueError(f"pooled sweep_drop (BackPressureSettings.pooled_sweep_drop) must be in (0, 1), got {sweep_drop!r}")
     if probe_every < 1:
-        raise ValueError(f"backpressure.pooled_probe_every must be >= 1 round, got {probe_every!r}")
+        raise ValueError(f"pooled probe_every (BackPressureSettings.pooled_probe_every) must be >= 1 round, got {probe_every!r}")
     if keep_rounds < 1:
-        raise ValueError(f"backpressure.pooled_keep_rounds must be >= 1, got {keep_rounds!r}")
+        raise ValueError(f"pooled keep_rounds (BackPressureSettings.pooled_keep_rounds) must be >= 1, got {keep_rounds!r}")
