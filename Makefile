@@ -9,7 +9,7 @@ export RAY_AUTH_MODE ?= disabled
 export HF_HUB_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 
-.PHONY: setup demo demo-campaign test test-fast bench lint smollm2 clean
+.PHONY: setup demo demo-campaign test test-extended test-fast bench lint smollm2 clean
 
 $(VENV)/.installed: pyproject.toml constraints/cpu.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -27,6 +27,9 @@ demo-campaign: setup
 
 test: setup
 	$(PY) -m pytest -q
+
+test-extended: setup
+	$(PY) -m pytest -q -m extended || test $$? -eq 5  # 5: none selected
 
 test-fast: setup
 	$(PY) -m pytest -q -m "not slow"

@@ -24,13 +24,32 @@ def _cuda_available() -> bool:
         return False
 
 
+def pytest_addoption(parser):
+    parser.addoption(
+        "--extended",
+        action="store_true",
+        help="also run the tests marked `extended` (long campaigns, fault loops); `make test-extended`",
+    )
+
+
 def pytest_collection_modifyitems(config, items):
+    _deselect_extended(config, items)
     if _cuda_available():
         return
     skip_gpu = pytest.mark.skip(reason="needs a CUDA device")
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip_gpu)
+
+
+def _deselect_extended(config, items):
+    """The default suite stays under 15 minutes; `extended` tests run with --extended (CI runs both)."""
+    if config.getoption("--extended") or config.getoption("-m"):
+        return
+    extended = [item for item in items if "extended" in item.keywords]
+    if extended:
+        config.hook.pytest_deselected(items=extended)
+        items[:] = [item for item in items if "extended" not in item.keywords]
 
 
 @pytest.fixture(scope="session", autouse=True)
