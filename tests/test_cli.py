@@ -84,3 +84,20 @@ def test_train_smoke_run_then_refuses_to_overwrite_without_a_flag(tmp_path):
                       "--sft-warmup-steps", "2", "--save-every", "2", "--quiet", "--resume", str(run_dir))
     assert resumed.returncode == 0, resumed.stderr
     assert "completed after step 5" in resumed.stdout
+
+
+def test_train_help_lists_the_override_flags_it_accepts(capsys):
+    from retrain_ray.cli import main
+    from retrain_ray.config import parse_overrides
+
+    with pytest.raises(SystemExit) as exit_:
+        main(["train", "--help"])
+    assert exit_.value.code == 0
+    text = capsys.readouterr().out
+    flags = {tok.rstrip(",") for tok in text.split() if tok.startswith("--") and tok[2:3].isalpha()}
+    for flag in ("--max-steps", "--bp-enabled", "--optim-beta1", "--transform-param", "--resume-from"):
+        assert flag in flags
+    listed = [f for f in flags if f not in ("--help", "--resume", "--overwrite", "--quiet", "--flag",
+                                            "--section.key=value", "--flag=VALUE")]
+    for flag in listed:  # every flag the help lists is one the parser accepts
+        parse_overrides([flag, "k=1" if flag.endswith(("-opt", "-param")) else "1"])

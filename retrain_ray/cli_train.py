@@ -1,0 +1,131 @@
+"""`retrain-ray train FILE`: one run in this process, with a progress bar and a summary.
+
+`--help` lists every override flag (`--max-steps 40`, `--bp-enabled`, `--section.key=value`, ...):
+they are the original's TrainConfig field names, parsed by `retrain_ray.config.overrides`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+from rich.console import Console
+
+err = Console(stderr=True)
+
+
+def _load(path: str, overrides: list[str]):
+    from retrain_ray.config import ConfigError, apply_overrides, load_config, parse_overrides
+
+    try:
+        cfg = load_config(path)
+        parsed = parse_overrides(overrides)
+        return apply_overrides(cfg, parsed), parsed
+    except ConfigError as exc:
+        err.print(f"[bold red]configuration error[/] in {path}:", highlight=False)
+        err.print(str(exc), highlight=False, markup=False)
+        raise SystemExit(2) from None
+    except FileNotFoundError as exc:
+        err.print(f"[bold red]error:[/] {exc}", highlight=False)
+        raise SystemExit(2) from None
+
+
+def override_flags_help() -> str:
+    """Every override flag, grouped by the TOML section it sets (the text after `train --help`)."""
+    from retrain_ray.config.fields import FIELD_INDEX
+    from retrain_ray.config.overrides import ALIASES, TABLE_FLAGS
+
+    by_section: dict[str, list[str]] = {}
+    for field, (section, key) in FIELD_INDEX.items():
+        flag = f"--{field.replace('_', '-')}"
+        by_section.setdefault(section, []).append(flag if field == key else f"{flag} ({key})")
+    lines = ["override flags (the original's field names; `--flag VALUE` or `--flag=VALUE`, "
+             "a bare boolean flag means true):"]
+    for section, flags in by_section.items():
+        lines.append(f"  [{section}] " + ", ".join(flags))
+    tables = ", ".join(f"--{f.replace('_', '-')} k=v ([{s}] {k})" for f, (s, k) in TABLE_FLAGS.items())
+    lines.append(f"  repeatable tables: {tables}")
+    lines.append("  aliases: " + ", ".join(f"--{a} ([{s}] {k})" for a, (s, k) in ALIASES.items()))
+    lines.append("  any key: --section.key=value (also [campaign] and [squeeze])")
+    return "\n".join(lines)
+
+
+def _train_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="retrain-ray train", description="Train one run.",
+                                epilog=override_flags_help(), formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("config", help="TOML file")
+    p.add_argument("--resume", metavar="DIR", help="continue the run in DIR after its last checkpoint")
+    p.add_argument("--overwrite", action="store_true", help="replace an earlier run in the same log_dir")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    return p
+
+
+def _prepare_run_dir(run_dir: Path, *, resume: str | None, overwrite: bool) -> None:
+    """Refuses to mix two runs in one directory: resume it, overwrite it, or pick another."""
+    if resume or not run_dir.exists() or not any(run_dir.glob("metrics*.arrows")):
+        return
+    if not overwrite:
+        err.print(
+            f"[bold red]error:[/] {run_dir} already holds a run. Continue it with --resume {run_dir}, "
+            "replace it with --overwrite, or choose another directory with --log-dir DIR.",
+            highlight=False,
+        )
+        raise SystemExit(2)
+    import shutil
+
+    shutil.rmtree(run_dir)
+
+
+def train_main(argv: list[str]) -> int:
+    args, rest = _train_parser().parse_known_args(argv)
+    if args.resume:
+        rest = [*rest, "--resume", args.resume]
+    cfg, _ = _load(args.config, rest)
+    from retrain_ray.run.preflight import PreflightError, check_run
+
+    try:
+        check_run(cfg)
+    except PreflightError as exc:
+        err.print(f"[bold red]preflight failed[/] for {args.config}:", highlight=False)
+        err.print(str(exc), highlight=False, markup=False)
+        return 2
+    run_dir = Path(cfg.logging.log_dir)
+    _prepare_run_dir(run_dir, resume=args.resume, overwrite=args.overwrite)
+    from retrain_ray.progress import ProgressObserver
+    from retrain_ray.run.checkpoint import load_state, resolve_resume_dir
+    from retrain_ray.run.train import train_run
+
+    first = 0
+    if args.resume:
+        try:
+            first = load_state(resolve_resume_dir(Path(args.resume))).next_step
+        except FileNotFoundError as exc:
+            err.print(f"[bold red]error:[/] {exc}", highlight=False)
+            return 2
+    progress = None if args.quiet else ProgressObserver(cfg.training.max_steps, first, log_every=cfg.training.log_every)
+    started = time.perf_counter()
+    outcome = train_run(
+        cfg,
+        run_name=run_dir.name,
+        run_dir=run_dir,
+        observers=[progress] if progress else [],
+        resume_from=Path(args.resume) if args.resume else None,
+    )
+    _print_summary(outcome, progress, run_dir, time.perf_counter() - started)
+    return 0 if outcome.status == "completed" else 1
+
+
+def _print_summary(outcome, progress, run_dir: Path, seconds: float) -> None:
+    out = Console()
+    out.print(f"[bold]run {outcome.run_name}[/]: {outcome.status} after step {outcome.last_step} in {seconds:.1f} s")
+    trend = progress.reward_trend() if progress else None
+    if trend:
+        out.print(f"  mean reward: first steps {trend[0]:.3f} -> last steps {trend[1]:.3f}")
+    for key in ("correct_rate", "running_correct_rate", "tokens_per_second"):
+        if key in outcome.metrics:
+            out.print(f"  {key}: {outcome.metrics[key]:.3f}")
+    out.print(f"  logs: {run_dir}/metrics.arrows (Arrow IPC stream), {run_dir}/metrics.parquet")
+    out.print(f"  checkpoint: {outcome.checkpoint_dir}")
+
+
