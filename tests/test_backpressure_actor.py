@@ -75,40 +75,34 @@ def test_remote_advisor_times_out_and_holds(ray_4cpu_4gpu):
     assert (d.action, d.recommended_batch_size, d.recommended_group_size) == ("hold", 7, 2)
 
 
-def test_closed_loop_pooled_capacity_settles_near_known_optimum(ray_4cpu_4gpu):
-    """3 runs share an endpoint with N* = 22.1 items; requests are 16 items, so the best capacity is 1
-    or 2 slots (X(16) and X(32) are within 1% of each other), while no limit (3 slots, N = 48) is 17%
-    worse. Tolerance on p*: a factor of 2, because the fitted N counts client-side overheads (Ray calls,
-    throttle hand-over) as time in flight on a loaded 2-core machine. The decision that matters is the
-    capacity: after warmup, nearly every step must run at 1 or 2 (the rest are probes of 3).
-    lambda = 20 items/s makes a request take about 90 ms, so Ray and throttle overheads (several ms,
-    more on a loaded CI machine) do not flatten the curve: with lambda = 60 (30 ms requests) a loaded
-    run once measured capacity 3 as good as 1-2, and the fit found no retrograde term."""
-    sigma, kappa, lam = 0.02, 0.002, 20.0
+def test_closed_loop_wiring_runs_advisor_actor_and_throttle_together(ray_4cpu_4gpu):
+    """3 runs share a simulated endpoint through the throttle and the back-pressure actor on real Ray.
+    This checks the wiring only: every step gets a pooled decision, the pooled capacity reaches the
+    throttle, the throttle never grants more than its capacity. What the controller decides is tested
+    on simulated time (test_backpressure_simulated.py), where a loaded machine cannot move it."""
     campaign = f"loop-{uuid.uuid4().hex[:6]}"
-    endpoint = SimulatedEndpoint.remote(sigma, kappa, lam)
+    endpoint = SimulatedEndpoint.remote(0.02, 0.002, 20.0)
     throttle = start_throttle(campaign, "ep", 3, namespace=NS, lease_ttl_s=30.0)
     bp = start_backpressure_actor(campaign, NS, BackPressureSettings(pooled_warmup_rounds=6, max_capacity=3))
     ray.get(bp.set_throttle.remote("ep", throttle), timeout=30)
-    ray.get([endpoint.stats.remote(), throttle.stats.remote()], timeout=60)  # started: the clock is for the loop
+    ray.get([endpoint.stats.remote(), throttle.stats.remote()], timeout=60)
     start = time.monotonic()
     advisors = [RecordingAdvisor(RemoteAdvisor(bp, f"r{i}", "ep")) for i in range(3)]
 
     def one(i: int) -> dict:
         return simulated_run(endpoint, advisors[i], ThrottleClient(throttle, f"r{i}", timeout_s=60.0),
                              run_id=f"r{i}", resource="ep", batch_size=4, group_size=4,
-                             deadline=start + 10.0)
+                             deadline=start + 6.0)
 
     with ThreadPoolExecutor(3) as pool:
         results = list(pool.map(one, range(3)))
-    assert all(r["steps"] >= 10 for r in results)
+    assert all(r["steps"] >= 1 for r in results)
+    assert all(1 <= cap <= 3 for a in advisors for _, _, cap in a.steps)
     pooled = ray.get(bp.snapshot.remote(), timeout=30)["pools"]["ep"]
-    assert not pooled["warmup"]
-    late = [cap for a in advisors for t, _, cap in a.steps if t >= start + 5.0]
-    assert sum(cap in (1, 2) for cap in late) >= 0.8 * len(late), (late, pooled)
-    assert 0.5 * usl_optimal_p(sigma, kappa) <= pooled["p_star"] <= 2.0 * usl_optimal_p(sigma, kappa), pooled
+    assert pooled["rounds"] >= 1
     stats = ray.get(throttle.stats.remote(), timeout=30)
     assert stats.capacity == pooled["capacity"]  # the pooled capacity reached the throttle
+    assert ray.get(endpoint.stats.remote(), timeout=30)["peak_in_flight"] <= 3 * 16
     for h in (bp, throttle, endpoint):
         ray.kill(h)
 
