@@ -20,7 +20,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -30,6 +29,7 @@ from pathlib import Path
 import httpx
 import pytest
 import ray
+from campaign_helpers import free_port
 from ray import cloudpickle
 
 from retrain_ray.campaign import Campaign
@@ -83,17 +83,11 @@ transform_mode = "none"
 """
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def endpoint(ray_4cpu_4gpu):
     from retrain_ray.serve import start_inference_endpoint, stop_inference_endpoint
 
-    url = start_inference_endpoint(MODEL, port=_free_port(), name="campaign-endpoint", request_delay_s=DELAY_S)
+    url = start_inference_endpoint(MODEL, port=free_port(), name="campaign-endpoint", request_delay_s=DELAY_S)
     yield url
     stop_inference_endpoint()
 

@@ -4,12 +4,12 @@ capacity 2 in front of the endpoint bounds the requests in flight measured at th
 
 from __future__ import annotations
 
-import socket
 import threading
 
 import httpx
 import pytest
 import torch
+from campaign_helpers import free_port
 
 from retrain_ray.engines.openai import OpenAIEngine
 from retrain_ray.engines.pytorch import PyTorchEngine
@@ -22,17 +22,11 @@ PARAMS = SamplingParams(max_tokens=6, temperature=0.9, top_p=0.95)
 DELAY_S = 0.3  # simulated slow endpoint, so overlapping requests really overlap
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def endpoint(ray_4cpu_4gpu, tmp_path_factory):
     from retrain_ray.serve import start_inference_endpoint, stop_inference_endpoint
 
-    url = start_inference_endpoint(MODEL, port=_free_port(), name="test-endpoint", request_delay_s=DELAY_S)
+    url = start_inference_endpoint(MODEL, port=free_port(), name="test-endpoint", request_delay_s=DELAY_S)
     yield url
     stop_inference_endpoint()
 
