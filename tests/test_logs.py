@@ -31,7 +31,7 @@ from retrain_ray.logs import (
     top_indices_by_reward,
     write_run_meta,
 )
-from retrain_ray.run.types import RunObserver
+from retrain_ray.logs.types import RunObserver
 
 SCHEMA = pa.schema([("step", pa.int64()), ("loss", pa.float64())])
 

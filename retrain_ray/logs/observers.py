@@ -1,4 +1,4 @@
-"""RunObserver implementations (retrain_ray/run/types.py): Arrow files, console, fan-out, null.
+"""RunObserver implementations (retrain_ray/logs/types.py): Arrow files, console, fan-out, null.
 
 `ArrowRunObserver` writes `metrics.arrows`, `generations.arrows` and `eval.arrows` in the run
 directory (new segments on resume) and compacts each to Parquet on `close()`. `MultiObserver`
@@ -17,7 +17,7 @@ import pyarrow as pa
 from retrain_ray.logs.compact import compact_to_parquet
 from retrain_ray.logs.schemas import EVAL_SCHEMA, GENERATIONS_SCHEMA, METRICS_SCHEMA, row_to_record
 from retrain_ray.logs.stream import ArrowStreamWriter, segment_paths
-from retrain_ray.run.types import MetricsRow
+from retrain_ray.logs.types import MetricsRow
 
 STREAMS: dict[str, pa.Schema] = {"metrics": METRICS_SCHEMA, "generations": GENERATIONS_SCHEMA, "eval": EVAL_SCHEMA}
 

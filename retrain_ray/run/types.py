@@ -7,32 +7,15 @@ Protocols. Rows are plain dicts of str -> (int | float | str | bool) so they pic
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import Any, Literal
 
-MetricsRow = Mapping[str, Any]
+from retrain_ray.logs.types import MetricsRow, RunObserver
+
+__all__ = ["MetricsRow", "RunObserver", "RunOutcome", "RunStatus"]
+
 RunStatus = Literal["completed", "failed", "stopped"]
-
-
-@runtime_checkable
-class RunObserver(Protocol):
-    """Receives everything a run produces. Implementations: Arrow files, console, Tune, Ray actor."""
-
-    def on_step(self, row: MetricsRow) -> None:
-        """One metrics row per trained step (RL or SFT warm start), keyed by `step`."""
-        ...
-
-    def on_generations(self, rows: list[MetricsRow]) -> None: ...
-
-    def on_eval(self, row: MetricsRow) -> None: ...
-
-    def on_checkpoint(self, step: int, directory: Path) -> None:
-        """Called after a checkpoint directory is complete (atomically renamed into place)."""
-        ...
-
-    def close(self) -> None: ...
 
 
 @dataclass(frozen=True)
