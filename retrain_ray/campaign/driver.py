@@ -26,12 +26,13 @@ from ray import tune
 from retrain_ray.actors.placement import alive_node_resources, check_fits, placement_for
 from retrain_ray.actors.recorder import start_recorder
 from retrain_ray.campaign.control import start_control_plane
-from retrain_ray.campaign.manifest import Manifest, redact, write_json_atomic
+from retrain_ray.campaign.manifest import Manifest, read_manifest, write_json_atomic
 from retrain_ray.campaign.plan import CampaignError, CampaignPlan, RunPlan, build_plan
 from retrain_ray.campaign.results import CampaignResults
 from retrain_ray.campaign.stagger import start_gate
 from retrain_ray.campaign.tracking import ManifestCallback
 from retrain_ray.campaign.trial import DEFAULT_RUNNER, TrialContext, run_trial
+from retrain_ray.secrets import has_redactions, redact, restore_secrets
 
 __all__ = ["Campaign", "CampaignError"]
 TUNE_DIR = "tune"
@@ -59,7 +60,7 @@ class Campaign:
     def from_toml(cls, path: str | Path, overrides: dict[str, Any] | None = None, **kwargs: Any) -> Campaign:
         from retrain_ray.config import load_config
 
-        return cls(load_config(path, overrides), source=str(path), **kwargs)
+        return cls(load_config(path, overrides), source=str(Path(path).resolve()), **kwargs)
 
     @classmethod
     def from_dir(cls, campaign_dir: str | Path, **kwargs: Any) -> Campaign:
@@ -70,8 +71,12 @@ class Campaign:
         snapshot = campaign_dir / RESUME_CONFIG
         if not snapshot.is_file():
             raise CampaignError([f"{snapshot} not found: {campaign_dir} is not a resumable campaign directory"])
-        config = RetrainConfig.model_validate(json.loads(snapshot.read_text()))
-        return cls(config, name=campaign_dir.name, root=campaign_dir.parent, **kwargs)
+        config_json = json.loads(snapshot.read_text())
+        source = read_manifest(campaign_dir).get("campaign_toml", "")
+        if has_redactions(config_json):
+            config_json = _with_secrets(config_json, source, snapshot)
+        config = RetrainConfig.model_validate(config_json)
+        return cls(config, name=campaign_dir.name, root=campaign_dir.parent, source=source, **kwargs)
 
     @property
     def campaign_dir(self) -> Path:
@@ -125,8 +130,8 @@ class Campaign:
             cdir.mkdir(parents=True, exist_ok=True)
             manifest = Manifest.create(cdir, self._header(), [_run_entry(r) for r in self.plan.runs])
             resuming = False
-        config_json = self.config.model_dump(mode="json")
-        write_json_atomic(cdir / RESUME_CONFIG, config_json)
+        # secrets redacted: `from_dir` takes them back from the campaign's TOML file on resume
+        write_json_atomic(cdir / RESUME_CONFIG, redact(self.config.model_dump(mode="json")))
         os.chmod(cdir / RESUME_CONFIG, 0o600)
         manifest.start_session()
         return manifest, resuming
@@ -171,6 +176,26 @@ class Campaign:
                 sync_config=tune.SyncConfig(sync_period=STATE_SYNC_S),
             ),
         )
+
+
+def _with_secrets(config_json: dict[str, Any], source: str, snapshot: Path) -> dict[str, Any]:
+    """The snapshot with its redacted secrets read back from the campaign's TOML file."""
+    from retrain_ray.config import ConfigError, load_config
+
+    fresh: dict[str, Any] = {}
+    if source and Path(source).is_file():
+        try:
+            fresh = load_config(source).model_dump(mode="json")
+        except ConfigError:
+            fresh = {}
+    restored, missing = restore_secrets(config_json, fresh)
+    if missing:
+        raise CampaignError([
+            f"{snapshot} stores {', '.join(missing)} redacted, and the campaign's TOML file "
+            f"({source or 'unknown'}) no longer gives the same value: restore that file (same URLs and keys) "
+            "and run `retrain-ray resume` again"
+        ])
+    return restored
 
 
 def _run_entry(r: RunPlan) -> dict[str, Any]:

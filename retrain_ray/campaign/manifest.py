@@ -10,32 +10,17 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import socket
 import time
-from collections.abc import Mapping
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from retrain_ray.secrets import REDACTED, redact  # noqa: F401  (re-exported)
+
 MANIFEST = "manifest.json"
 RUN_STATES = ("pending", "running", "completed", "failed")
-_SECRET_KEY = re.compile(r"(api[_-]?key|token|secret|password|passwd|credential|auth)", re.IGNORECASE)
 _PACKAGES = ("retrain-ray", "ray", "torch", "transformers", "peft", "pyarrow", "pydantic")
-REDACTED = "***redacted***"
-
-
-def redact(value: Any) -> Any:
-    """A copy of a JSON-like value with every secret-looking key's non-empty value replaced."""
-    if isinstance(value, Mapping):
-        out = {}
-        for k, v in value.items():
-            secret = isinstance(k, str) and _SECRET_KEY.search(k) and v not in ("", None, 0, False)
-            out[k] = REDACTED if secret and not isinstance(v, (Mapping, list)) else redact(v)
-        return out
-    if isinstance(value, list):
-        return [redact(v) for v in value]
-    return value
 
 
 def package_versions() -> dict[str, str]:

@@ -26,9 +26,18 @@ class ConfigIssue:
 
     def render(self, source: str = "") -> str:
         where = f"{source}: " if source else ""
-        shown = "" if self.value is _MISSING else f" = {self.value!r}"
+        shown = "" if self.value is _MISSING else f" = {_shown(self.location, self.value)}"
         fix = f" Fix: {self.hint}" if self.hint else ""
         return f"{where}{self.location}{shown}: {self.message.rstrip('.')}.{fix}"
+
+
+def _shown(location: str, value: Any) -> str:
+    """The value as an error may print it: never a secret, never a URL's credentials."""
+    from retrain_ray.secrets import REDACTED, is_secret_name, redact
+
+    if is_secret_name(location.rsplit(".", 1)[-1]) and isinstance(value, str):
+        return REDACTED
+    return repr(redact(value))
 
 
 class ConfigError(Exception):

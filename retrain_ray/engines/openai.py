@@ -31,6 +31,7 @@ import httpx
 
 from retrain_ray.backends.tinker.retry import RetryCounters, RetryPolicy, call_with_retry
 from retrain_ray.engines.types import SampleResult, SamplingParams, WeightUpdate
+from retrain_ray.secrets import scrub
 from retrain_ray.serve.adapters import AdapterSpec, encode_adapter
 
 log = logging.getLogger(__name__)
@@ -90,6 +91,7 @@ class OpenAIEngine:
         if adapter_upload == "path" and adapter_dir is None:
             raise ValueError("adapter_upload='path' needs adapter_dir, a folder the server can read")
         self.url = url.rstrip("/")
+        self.shown_url = scrub(self.url)  # for messages: no credentials
         self.model_name, self.adapter_name = model_name, adapter_name or f"{model_name}-adapter"
         self.adapter_spec = adapter_spec or AdapterSpec(self.adapter_name, 0)
         self.throttle = throttle if throttle is not None else _NoThrottle()
@@ -123,11 +125,11 @@ class OpenAIEngine:
             "temperature": params.temperature, "top_p": params.top_p, "logprobs": 1, "seed": seed,
             "return_tokens_as_token_ids": True,
         }
-        out = self._request("POST", "/v1/completions", f"completion from {self.url}", json=body)
+        out = self._request("POST", "/v1/completions", f"completion from {self.shown_url}", json=body)
         served = out.get("weights_version")
         if served is not None and int(served) != self._version:
             raise RuntimeError(
-                f"{self.url} answered for {self._served!r} with weights version {served}, expected "
+                f"{self.shown_url} answered for {self._served!r} with weights version {served}, expected "
                 f"{self._version}: another client overwrote the adapter; give each run its own adapter name"
             )
         return [parse_choice(c) for c in sorted(out["choices"], key=lambda c: c.get("index", 0))]
@@ -150,7 +152,7 @@ class OpenAIEngine:
             )
         spec = AdapterSpec(self.adapter_name, update.version, self.adapter_spec.finetune, self.adapter_spec.lora)
         if self.adapter_upload == "tensors":
-            self._request("POST", "/v1/load_lora_adapter", f"adapter upload to {self.url}",
+            self._request("POST", "/v1/load_lora_adapter", f"adapter upload to {self.shown_url}",
                           content=encode_adapter(spec, update.tensors),
                           headers={"content-type": "application/octet-stream"})
         else:
@@ -172,7 +174,7 @@ class OpenAIEngine:
         }))
         with contextlib.suppress(httpx.HTTPStatusError):  # the first upload has nothing to unload
             self._request("POST", "/v1/unload_lora_adapter", "adapter unload", json={"lora_name": spec.lora_name})
-        self._request("POST", "/v1/load_lora_adapter", f"adapter load to {self.url}",
+        self._request("POST", "/v1/load_lora_adapter", f"adapter load to {self.shown_url}",
                       json={"lora_name": spec.lora_name, "lora_path": str(folder)})
 
     def close(self) -> None:

@@ -69,9 +69,10 @@ def train_run(
     checkpoint = resolve_resume_dir(resume_from) if resume_from else None
     seed_everything(config.training.seed)
     from retrain_ray.logs import write_run_meta
+    from retrain_ray.secrets import redact
 
     write_run_meta(run_dir, {"run_name": run_name, "condition": _condition_label(config), "seed": config.training.seed,
-                             "config": config.model_dump(mode="json")})
+                             "config": redact(config.model_dump(mode="json"))})
     observer = _fanout(run_dir, run_name, observers, local_logs)
     try:
         policy = policy or build_policy(config, throttle=throttle, run_name=run_name)
