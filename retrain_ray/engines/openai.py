@@ -29,8 +29,8 @@ from typing import Any
 
 import httpx
 
-from retrain_ray.backends.tinker.retry import RetryCounters, RetryPolicy, call_with_retry
 from retrain_ray.engines.types import SampleResult, SamplingParams, WeightUpdate
+from retrain_ray.retry import RetryCounters, RetryPolicy, call_with_retry
 from retrain_ray.secrets import scrub
 from retrain_ray.serve.adapters import AdapterSpec, encode_adapter
 

@@ -19,9 +19,9 @@ import logging
 import time
 from typing import Any
 
-from retrain_ray.backends.tinker.retry import is_transient
 from retrain_ray.backends.tinker.session import TinkerSession
 from retrain_ray.engines.types import SampleResult, SamplingParams, WeightUpdate
+from retrain_ray.retry import is_transient
 
 log = logging.getLogger(__name__)
 

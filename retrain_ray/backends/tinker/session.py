@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator
 from typing import Any, Protocol, TypeVar
 
 from retrain_ray.backends.tinker.options import TinkerOptions
-from retrain_ray.backends.tinker.retry import RetryCounters, RetryPolicy, call_with_retry
+from retrain_ray.retry import RetryCounters, RetryPolicy, call_with_retry
 
 T = TypeVar("T")
 
