@@ -23,6 +23,13 @@ VERBS: dict[str, tuple[str, str, str]] = {
     "explain": ("cli_explain", "explain_main", "explain FILE [--json]   dry run: matrix, resources, capacity"),
     "results": ("cli_campaign", "results_main", "results DIR [--json|--csv]   per-run and per-condition table"),
     "status": ("cli_campaign", "status_main", "status [DIR] [--json]   runs and campaigns"),
+    "diff": ("cli_inspect", "diff_main", "diff RUN_A RUN_B | CAMPAIGN_DIR COND_A COND_B [--json]   compare"),
+    "resume-check": ("cli_inspect", "resume_check_main", "resume-check RUN_DIR [--config FILE] [--json]"),
+    "trace": ("cli_inspect", "trace_main", "trace FILE [--json]   the preflight probe and its issues"),
+    "backends": ("cli_catalog", "backends_main", "backends [--json]   backend catalog: capabilities, options"),
+    "plugins": ("cli_catalog", "plugins_main", "plugins [FILE] [--json]   built-in names, discovered plugins"),
+    "doctor": ("cli_doctor", "doctor_main", "doctor [--json] [--address A]   check this install and machine"),
+    "init": ("cli_init", "init_main", "init [--template NAME] [--output PATH] [--list]   write a starter TOML"),
 }
 
 

@@ -1,0 +1,231 @@
+"""`retrain-ray backends [--json]` and `retrain-ray plugins [--json] [FILE]`: what this install offers.
+
+`backends` is the catalog of training backends (spec 11, seed 002): for each, the packages it needs
+(and whether they import here), its capability flags, its `[backend.options]` schema, and the hook
+names a dotted-path plugin backend may define. `plugins` lists the built-in names of every pluggable
+component and the plugin modules found on `[plugins] search_paths` (default `plugins/`); with a
+config FILE it also checks that every dotted path the file names imports.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import importlib
+import importlib.util
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from retrain_ray.backends.types import BackendCapabilities
+from retrain_ray.config import names
+
+PLUGIN_HOOKS = {
+    "capabilities": ["retrain_backend_capabilities", "RETRAIN_BACKEND_CAPABILITIES"],
+    "option_schema": ["retrain_backend_option_schema", "RETRAIN_BACKEND_OPTION_SCHEMA"],
+}
+PLUGIN_DEFAULT_CAPABILITIES = BackendCapabilities(preserves_token_advantages=False,
+                                                  checkpoint_resume_mode="adapter_only")
+"""What a dotted-path backend that declares nothing is assumed to carry (seed 002: conservative)."""
+
+_DEPENDENCIES: dict[str, list[tuple[str, str]]] = {
+    "local": [("torch", "pip install retrain-ray"), ("transformers", "pip install retrain-ray"),
+              ("peft", "pip install retrain-ray")],
+    "tinker": [("tinker", 'pip install "retrain-ray[tinker]"')],
+}
+_DESCRIPTIONS = {
+    "local": "PyTorch/PEFT on this machine or a Ray worker: CPU, one GPU, or split sampler/trainer GPUs",
+    "tinker": "remote training API (Tinker); sampling and updates run on the service",
+}
+NOT_SHIPPED = {
+    "prime_rl": "an external PRIME-RL trainer and inference stack; not shipped (docs/configuration.md): "
+                "use backend = \"local\" with [inference] engine = \"vllm\", or a dotted-path plugin backend",
+    "unsloth": "the original's Unsloth-patched local backend; not shipped: use backend = \"local\"",
+}
+
+
+def builtin_capabilities(name: str) -> BackendCapabilities:
+    """The capability flags a built-in backend class declares (the same object preflight reads)."""
+    if name == "tinker":
+        from retrain_ray.backends.tinker.backend import TINKER_CAPABILITIES
+
+        return TINKER_CAPABILITIES
+    from retrain_ray.backends.local.backend import LocalBackend
+
+    return LocalBackend.capabilities
+
+
+def option_schema(name: str) -> dict[str, dict[str, Any]]:
+    """`[backend.options]` of a built-in backend: key -> {type, default}."""
+    from retrain_ray.config.backend_options import schema_for
+
+    schema = schema_for(name, {"_": True}) or {}
+    return {key: {"type": type(default).__name__, "default": default} for key, default in sorted(schema.items())}
+
+
+def importable(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def backend_catalog() -> dict[str, Any]:
+    """Everything `backends --json` prints."""
+    backends: dict[str, Any] = {}
+    for name in sorted(names.SUPPORTED_BACKENDS):
+        backends[name] = {
+            "source": "builtin",
+            "description": _DESCRIPTIONS[name],
+            "dependencies": [{"module": m, "install": hint, "available": importable(m)}
+                             for m, hint in _DEPENDENCIES[name]],
+            "capabilities": dataclasses.asdict(builtin_capabilities(name)),
+            "option_schema": option_schema(name),
+        }
+    return {
+        "backends": backends,
+        "not_shipped": NOT_SHIPPED,
+        "plugin": {"source": "plugin/default", "reference": "a dotted path, e.g. my_pkg.backends:MyBackend",
+                   "default_capabilities": dataclasses.asdict(PLUGIN_DEFAULT_CAPABILITIES),
+                   "hooks": PLUGIN_HOOKS},
+    }
+
+
+def _print_backends(catalog: dict[str, Any]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    flags = list(BackendCapabilities.__dataclass_fields__)
+    table = Table(title="training backends")
+    for col in ("backend", "source", *flags, "dependencies", "options"):
+        table.add_column(col, overflow="fold")
+    rows = [(n, b["source"], b["capabilities"], b["dependencies"], len(b["option_schema"]))
+            for n, b in catalog["backends"].items()]
+    rows.append(("<dotted path>", "plugin/default", catalog["plugin"]["default_capabilities"], [], "unchecked"))
+    for name, source, caps, deps, options in rows:
+        dep_text = ", ".join(f"{d['module']} {'ok' if d['available'] else 'MISSING: ' + d['install']}" for d in deps)
+        table.add_row(name, source, *[str(caps[f]) for f in flags], dep_text, str(options))
+    console = Console(width=None if sys.stdout.isatty() else 200)
+    console.print(table)
+    for name, why in catalog["not_shipped"].items():
+        console.print(f"{name}: {why}", highlight=False, markup=False)
+    hooks = "; ".join(" / ".join(v) for v in catalog["plugin"]["hooks"].values())
+    console.print(f"plugin backend hooks (on the class or its module): {hooks}", highlight=False, markup=False)
+
+
+def backends_main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="retrain-ray backends", description="Catalog of training backends.")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args(argv)
+    catalog = backend_catalog()
+    if args.json:
+        print(json.dumps(catalog, indent=2))
+    else:
+        _print_backends(catalog)
+    return 0
+
+
+BUILTIN_COMPONENTS: dict[str, tuple[str, frozenset[str]]] = {
+    "advantage_mode": ("algorithm.advantage_mode", names.ADVANTAGE_MODES),
+    "transform_mode": ("algorithm.transform_mode", names.TRANSFORM_MODES),
+    "algorithm_mode": ("algorithm.algorithm_mode", names.ALGORITHM_MODES - {""}),
+    "uncertainty_kind": ("algorithm.uncertainty_kind", frozenset(names.UNCERTAINTY_ALIASES.values())),
+    "backend": ("backend.backend", names.SUPPORTED_BACKENDS),
+    "inference_engine": ("inference.engine", names.INFERENCE_ENGINES),
+    "reward": ("reward.type", names.REWARD_TYPES),
+    "data_source": ("data.source", names.DATA_SOURCES),
+    "planning_detector": ("planning.detector", names.PLANNING_DETECTORS),
+}
+"""component -> (config key, built-in names). Each key also takes a dotted plugin path."""
+
+
+def discover_plugin_modules(search_paths: list[str], base: Path) -> list[dict[str, str]]:
+    """Python modules and packages directly inside each search path (relative paths from `base`)."""
+    found = []
+    for entry in search_paths:
+        root = Path(entry) if Path(entry).is_absolute() else base / entry
+        if not root.is_dir():
+            continue
+        for path in sorted(root.iterdir()):
+            is_pkg = path.is_dir() and (path / "__init__.py").is_file()
+            if is_pkg or (path.suffix == ".py" and path.stem != "__init__"):
+                found.append({"module": path.stem, "path": str(path), "search_path": entry})
+    return found
+
+
+def check_reference(ref: str, search_paths: list[str], base: Path) -> str:
+    """"" if the dotted path `pkg.mod:name` / `pkg.mod.name` imports and resolves, else why not."""
+    module, _, attr = ref.partition(":") if ":" in ref else ref.rpartition(".")
+    extra = [str(Path(p) if Path(p).is_absolute() else base / p) for p in search_paths]
+    saved = list(sys.path)
+    sys.path[:0] = [p for p in extra if p not in sys.path]
+    try:
+        obj = importlib.import_module(module)
+        if not hasattr(obj, attr):
+            return f"module {module!r} has no attribute {attr!r}"
+        return ""
+    except Exception as exc:  # a plugin may fail to import in any way; report it, do not crash
+        return f"import {module!r} failed: {type(exc).__name__}: {exc}"
+    finally:
+        sys.path[:] = saved
+
+
+def _config_references(cfg: Any) -> dict[str, str]:
+    refs = {}
+    for key, _ in BUILTIN_COMPONENTS.values():
+        section, _, field = key.partition(".")
+        value = getattr(getattr(cfg, section), field)
+        if isinstance(value, str) and names.is_dotted_path(value):
+            refs[key] = value
+    return refs
+
+
+def plugins_report(config: str | None) -> dict[str, Any]:
+    search_paths, base, refs = ["plugins"], Path.cwd(), {}
+    if config:
+        from retrain_ray.config import load_config
+
+        cfg = load_config(config)
+        search_paths, refs = list(cfg.plugins.search_paths), _config_references(cfg)
+        base = Path(config).resolve().parent
+    return {
+        "builtin": {comp: {"key": key, "names": sorted(known)} for comp, (key, known) in BUILTIN_COMPONENTS.items()},
+        "search_paths": search_paths,
+        "discovered": discover_plugin_modules(search_paths, base),
+        "references": {key: {"path": ref, "error": check_reference(ref, search_paths, base)}
+                       for key, ref in refs.items()},
+    }
+
+
+def plugins_main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="retrain-ray plugins",
+                                     description="Built-in components and discovered plugins.")
+    parser.add_argument("config", nargs="?", help="TOML file: also check the dotted paths it names")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args(argv)
+    from retrain_ray.config import ConfigError
+
+    try:
+        report = plugins_report(args.config)
+    except (ConfigError, FileNotFoundError) as exc:
+        print(exc, file=sys.stderr)
+        return 2
+    broken = {k: r for k, r in report["references"].items() if r["error"]}
+    if args.json:
+        print(json.dumps(report, indent=2))
+    else:
+        _print_plugins(report)
+    return 1 if broken else 0
+
+
+def _print_plugins(report: dict[str, Any]) -> None:
+    for comp, info in report["builtin"].items():
+        print(f"{comp} ({info['key']}): {', '.join(info['names'])}, or a dotted path")
+    print(f"search paths: {', '.join(report['search_paths'])}")
+    for mod in report["discovered"]:
+        print(f"  plugin module {mod['module']}  ({mod['path']})")
+    if not report["discovered"]:
+        print("  no plugin modules found")
+    for key, ref in report["references"].items():
+        print(f"{key} = {ref['path']}: {'ok' if not ref['error'] else 'ERROR ' + ref['error']}")

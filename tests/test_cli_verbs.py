@@ -1,0 +1,144 @@
+"""The original's inspection verbs (spec 11) on real files: one short LoRA run made by `retrain-ray train`
+is shared by the module (about 25 s); each verb runs through `retrain_ray.cli.main(argv)`."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from retrain_ray.cli import main
+from retrain_ray.config import load_config
+
+ROOT = Path(__file__).resolve().parents[1]
+SMOKE = str(ROOT / "configs" / "smoke.toml")
+
+
+def cli_json(capsys, *argv: str) -> tuple[int, dict]:
+    capsys.readouterr()
+    code = main([*argv, "--json"])
+    return code, json.loads(capsys.readouterr().out)
+
+
+@pytest.fixture(scope="module")
+def lora_run(tmp_path_factory) -> Path:
+    run_dir = tmp_path_factory.mktemp("verbs") / "run"
+    code = main(["train", SMOKE, "--log-dir", str(run_dir), "--max-steps", "4", "--sft-warmup-steps", "2",
+                 "--save-every", "2", "--finetune", "lora", "--lora-rank", "8", "--batch-size", "2",
+                 "--group-size", "4", "--max-tokens", "4", "--quiet"])
+    assert code == 0
+    return run_dir
+
+
+def test_backends_json_reports_the_backends_own_capabilities_and_option_schemas(capsys):
+    from retrain_ray.backends.local.backend import LocalBackend
+    from retrain_ray.backends.tinker.backend import TINKER_CAPABILITIES
+
+    code, catalog = cli_json(capsys, "backends")
+    assert code == 0
+    local, tinker = catalog["backends"]["local"], catalog["backends"]["tinker"]
+    assert local["capabilities"] == LocalBackend.capabilities.__dict__
+    assert tinker["capabilities"]["resume_runtime_dependent"] is TINKER_CAPABILITIES.resume_runtime_dependent is True
+    assert local["option_schema"]["gradient_checkpointing"] == {"type": "bool", "default": True}
+    assert tinker["option_schema"]["max_attempts"]["type"] == "int"
+    for dep in local["dependencies"] + tinker["dependencies"]:
+        assert dep["available"] == (importlib.util.find_spec(dep["module"]) is not None)
+    plugin = catalog["plugin"]
+    assert plugin["default_capabilities"]["preserves_token_advantages"] is False
+    assert "retrain_backend_capabilities" in plugin["hooks"]["capabilities"]
+    assert "RETRAIN_BACKEND_OPTION_SCHEMA" in plugin["hooks"]["option_schema"]
+    assert "prime_rl" in catalog["not_shipped"]
+
+
+def test_init_writes_loadable_templates_and_never_overwrites(tmp_path, capsys):
+    for template in ("default", "quickstart", "experiment", "campaign"):
+        path = tmp_path / f"{template}.toml"
+        assert main(["init", "--template", template, "--output", str(path)]) == 0
+        cfg = load_config(path)
+        assert (cfg.campaign is not None) == (template == "campaign")
+    before = (tmp_path / "default.toml").read_text()
+    assert main(["init", "--template", "campaign", "--output", str(tmp_path / "default.toml")]) == 2
+    assert "already exists" in capsys.readouterr().err
+    assert (tmp_path / "default.toml").read_text() == before
+
+
+def test_plugins_lists_discovered_modules_and_checks_the_paths_a_config_names(tmp_path, capsys):
+    plugins = tmp_path / "plugins"
+    plugins.mkdir()
+    (plugins / "myrewards.py").write_text("def score(response, reference):\n    return float(response == reference)\n")
+    good = tmp_path / "good.toml"
+    good.write_text('[reward]\ntype = "myrewards.score"\n')
+    code, report = cli_json(capsys, "plugins", str(good))
+    assert code == 0
+    assert [m["module"] for m in report["discovered"]] == ["myrewards"]
+    assert report["references"] == {"reward.type": {"path": "myrewards.score", "error": ""}}
+    assert "maxrl" in report["builtin"]["advantage_mode"]["names"]
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[reward]\ntype = "myrewards.nope"\n')
+    code, report = cli_json(capsys, "plugins", str(bad))
+    assert code == 1
+    assert "no attribute 'nope'" in report["references"]["reward.type"]["error"]
+
+
+def test_doctor_probes_imports_and_reports_an_unreachable_cluster(capsys):
+    code, report = cli_json(capsys, "doctor", "--address", "")
+    assert code == 0 and report["ok"]
+    assert report["required"]["torch"]["ok"] and report["required"]["ray"]["version"].startswith("2.60")
+    assert report["optional"]["tinker"]["ok"] == (importlib.util.find_spec("tinker") is not None)
+    assert report["backends"]["local"]["capabilities"]["preserves_token_advantages"] is True
+    code, report = cli_json(capsys, "doctor", "--address", "127.0.0.1:9", "--timeout", "3")
+    assert code == 1 and not report["ray_cluster"]["ok"] and report["ray_cluster"]["error"]
+
+
+def test_trace_shows_the_probe_and_every_issue(tmp_path, capsys):
+    code, report = cli_json(capsys, "trace", SMOKE, "--transform-mode", "gtpo")
+    assert code == 0 and report["issues"] == []
+    assert report["flow"]["token_varying"] is True
+    from retrain_ray.algorithms.preflight import PROBE_GROUPS
+
+    for probe, group in zip(report["probes"], PROBE_GROUPS, strict=True):
+        assert [len(r) for r in probe["token_advantages"]] == [len(r) for r in group["logprobs"]]
+        assert probe["max_spread"] > 0  # gtpo weighs tokens by surprisal
+    code, report = cli_json(capsys, "trace", SMOKE, "--echo-enabled", "true")
+    assert code == 1
+    assert any("echo.enabled" in issue for issue in report["issues"])
+    assert len(report["probes"]) == 2  # the probe still runs and is shown
+
+
+def test_resume_check_on_a_finished_a_resumable_and_a_damaged_run(lora_run, tmp_path, capsys):
+    code, report = cli_json(capsys, "resume-check", str(lora_run))
+    assert code == 0 and report["complete"] and report["resumable"]
+    assert report["payload"] == "LoRA adapter" and report["max_steps"] == 4
+
+    partial = tmp_path / "partial"
+    shutil.copytree(lora_run, partial)
+    shutil.rmtree(partial / "checkpoints" / "final")
+    code, report = cli_json(capsys, "resume-check", str(partial))
+    assert code == 0 and report["resumable"] and not report["complete"]
+    assert report["next_step"] == 2 and report["checkpoint"].endswith("checkpoint_step_2")
+
+    adapter = partial / "checkpoints" / "checkpoint_step_2" / "adapter" / "adapter_model.safetensors"
+    adapter.write_bytes(adapter.read_bytes()[:-8])
+    code, report = cli_json(capsys, "resume-check", str(partial))
+    assert code == 1 and not report["resumable"]
+    assert "checksum" in report["checkpoints"][0]["problem"]
+    assert "no complete checkpoint" in report["problems"][0]
+
+
+def test_diff_of_two_runs_reads_their_logs(lora_run, tmp_path, capsys):
+    from retrain_ray.campaign.results import read_history
+
+    other = tmp_path / "other"
+    shutil.copytree(lora_run, other)
+    code, result = cli_json(capsys, "diff", str(lora_run), str(other))
+    assert code == 0
+    hist = read_history(lora_run)
+    assert len(hist) >= 2 and result["a"]["steps"] == hist["step"].max() + 1
+    assert result["a"]["final"]["loss"] == pytest.approx(float(hist["loss"].iloc[-1]))
+    assert result["a"]["wall_time_s"] == pytest.approx(float(hist["step_time_s"].sum()))
+    assert result["delta"]["final"]["loss"] == 0.0
+    assert main(["diff", str(lora_run), str(tmp_path / "missing")]) == 2
+    assert "holds no metrics" in capsys.readouterr().err
