@@ -105,13 +105,21 @@ def train_main(argv: list[str]) -> int:
             return 2
     progress = None if args.quiet else ProgressObserver(cfg.training.max_steps, first, log_every=cfg.training.log_every)
     started = time.perf_counter()
-    outcome = train_run(
-        cfg,
-        run_name=run_dir.name,
-        run_dir=run_dir,
-        observers=[progress] if progress else [],
-        resume_from=Path(args.resume) if args.resume else None,
-    )
+    from retrain_ray.finite import NonFiniteError
+    from retrain_ray.rewards.custom import RewardTimeoutError
+
+    try:
+        outcome = train_run(
+            cfg,
+            run_name=run_dir.name,
+            run_dir=run_dir,
+            observers=[progress] if progress else [],
+            resume_from=Path(args.resume) if args.resume else None,
+        )
+    except (NonFiniteError, RewardTimeoutError) as exc:  # the run's own fault: a clear message, no traceback
+        err.print(f"[bold red]run failed[/] ({args.config}, run directory {run_dir}):", highlight=False)
+        err.print(str(exc), highlight=False, markup=False)
+        return 1
     _print_summary(outcome, progress, run_dir, time.perf_counter() - started)
     return 0 if outcome.status == "completed" else 1
 

@@ -4,7 +4,10 @@ As the original: `importlib.import_module(custom_module).<custom_function>` (def
 coroutines awaited, `float()` of the result. Additions: `module:function` shorthand, failures to
 import or find the function are reported at build time naming the module, and a batch's
 coroutines run concurrently on one event loop (a helper thread when the caller is itself inside
-a running loop, e.g. a Ray async actor), waited on for at most `timeout_s`.
+a running loop, e.g. a Ray async actor), waited on for at most `timeout_s`. Synchronous calls are
+bounded too: the batch runs on a daemon thread, and a batch still running after `timeout_s` raises
+`RewardTimeoutError` naming the function (the thread cannot be stopped; the run fails and its
+process ends, which ends the thread).
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import asyncio
 import concurrent.futures
 import importlib
 import inspect
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -44,6 +48,33 @@ def resolve_function(module_name: str, function_name: str) -> Callable[..., Any]
     return fn
 
 
+class RewardTimeoutError(TimeoutError):
+    """A custom reward took longer than its timeout for one batch."""
+
+
+def _call_bounded(fn: Callable[[str, str], Any], pairs: list[tuple[str, str]], timeout_s: float, label: str) -> list[Any]:
+    """`[fn(c, r) for c, r in pairs]` on a daemon thread, waited on for at most `timeout_s`."""
+    box: dict[str, Any] = {}
+
+    def work() -> None:
+        try:
+            box["results"] = [fn(c, r) for c, r in pairs]
+        except BaseException as exc:  # re-raised in the caller's thread
+            box["error"] = exc
+
+    thread = threading.Thread(target=work, name=f"reward-{label}", daemon=True)
+    thread.start()
+    thread.join(timeout_s)
+    if thread.is_alive():
+        raise RewardTimeoutError(
+            f"custom reward {label} did not return within {timeout_s:g} s for a batch of {len(pairs)} completions; "
+            "make it faster, or return a coroutine and it will be awaited with the same limit"
+        )
+    if "error" in box:
+        raise box["error"]
+    return box["results"]
+
+
 async def _gather(awaitables: list[Any]) -> list[Any]:
     return list(await asyncio.gather(*awaitables))
 
@@ -70,7 +101,8 @@ class CustomReward:
 
     def score_batch(self, completions: list[str], references: list[str]) -> list[float]:
         check_batch(completions, references)
-        results = [self.fn(c, r) for c, r in zip(completions, references, strict=True)]
+        pairs = list(zip(completions, references, strict=True))
+        results = _call_bounded(self.fn, pairs, self.timeout_s, self.label)
         pending = [i for i, value in enumerate(results) if inspect.isawaitable(value)]
         if pending:
             awaited = _run_coroutines([results[i] for i in pending], self.timeout_s)

@@ -24,6 +24,7 @@ import shutil
 from collections.abc import Callable
 from pathlib import Path
 
+from retrain_ray.finite import NonFiniteError, nonfinite_tensors
 from retrain_ray.run.state import TrainerState
 
 log = logging.getLogger(__name__)
@@ -70,6 +71,9 @@ def verify_checkpoint(directory: Path) -> str:
             return f"{directory / name} is missing"
         if actual[name] != digest:
             return f"{directory / name} does not match its checksum"
+    bad = nonfinite_tensors(directory)
+    if bad:
+        return f"{directory} holds non-finite weights ({', '.join(bad)})"
     return ""
 
 
@@ -89,6 +93,11 @@ class CheckpointManager:
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir()
         write_payload(tmp)
+        bad = nonfinite_tensors(tmp)
+        if bad:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise NonFiniteError(f"refusing to save checkpoint {final}: non-finite weights ({', '.join(bad)}); "
+                                 f"the run diverged before step {state.step}; the last good checkpoint is kept")
         state.checkpoint_name = name
         state.checkpoint_path = str(final)
         (tmp / STATE_FILE).write_text(state.to_json())
@@ -124,13 +133,13 @@ class CheckpointManager:
         return None
 
     def _prune(self) -> None:
+        for stale in self.root.glob(".tmp-*"):  # left by a save that was killed
+            if stale.is_dir() and not stale.name.endswith(f"-{os.getpid()}"):
+                shutil.rmtree(stale, ignore_errors=True)
         if self.keep_last <= 0:
             return
         for old in self.step_checkpoints()[: -self.keep_last]:
             shutil.rmtree(old, ignore_errors=True)
-        for stale in self.root.glob(".tmp-*"):
-            if stale.is_dir() and not stale.name.endswith(f"-{os.getpid()}"):
-                shutil.rmtree(stale, ignore_errors=True)
 
 
 def load_state(checkpoint_dir: Path) -> TrainerState:

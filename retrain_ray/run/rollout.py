@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from retrain_ray.data.types import Example
 from retrain_ray.engines.types import SampleResult, SamplingEngine, SamplingParams
+from retrain_ray.finite import check_rewards
 
 CORRECT_THRESHOLD = 0.5
 
@@ -56,10 +57,11 @@ def decode_groups(groups: list[Group], tokenizer, needs_planning: bool, detect_p
 
 
 def score_groups(groups: list[Group], reward) -> None:
-    """Scores every completion of the step in one batch call."""
+    """Scores every completion of the step in one batch call; a non-finite reward is an error."""
     completions = [t for g in groups for t in g.texts_G]
     references = [g.example.reference for g in groups for _ in g.texts_G]
-    scores = reward.score_batch(completions, references)
+    scores = [float(r) for r in reward.score_batch(completions, references)]
+    check_rewards(scores, completions, getattr(reward, "label", None) or getattr(reward, "name", type(reward).__name__))
     cursor = 0
     for g in groups:
         n = len(g.texts_G)

@@ -16,6 +16,7 @@ synchronous, and `reports_sync_loss` is true.
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -30,6 +31,7 @@ from retrain_ray.backends.local.scoring import scored_logprobs
 from retrain_ray.backends.types import BackendCapabilities, TrainBatch, TrainStepResult
 from retrain_ray.engines.types import WeightUpdate
 from retrain_ray.engines.weights import export_trainable, trainable_parameters
+from retrain_ray.finite import NonFiniteError
 
 
 @dataclass(frozen=True)
@@ -171,6 +173,12 @@ class LocalBackend:
             norm = torch.nn.utils.clip_grad_norm_(self._params, self.optim.grad_clip_norm)
         else:
             norm = torch.nn.utils.get_total_norm(grads) if grads else torch.tensor(0.0)
+        if not math.isfinite(float(norm)):
+            self.optimizer.zero_grad(set_to_none=True)
+            raise NonFiniteError(
+                f"gradient norm is {float(norm)} at update {self._version + 1}: the optimizer step was skipped and "
+                "the weights are unchanged; check the rewards, advantages and lr"
+            )
         for group in self.optimizer.param_groups:
             group["lr"] = lr
             group["weight_decay"] = weight_decay
