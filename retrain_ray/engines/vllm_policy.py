@@ -1,0 +1,81 @@
+"""The policy of a run with `[inference] engine = "vllm-embedded"`: a local trainer plus vLLM.
+
+The trainer holds its own model (`shares_model_with_engine=False`, so `export_weights()` carries
+tensors) and vLLM holds another copy, fed with each version's tensors. Placements:
+
+* CPU: both in the trial process (vLLM's CPU build).
+* one GPU: both on the card; vLLM takes `gpu_memory_utilization` (default 0.3, or the value in
+  `[inference.engine_args]`) and sleeps during every optimizer step (`SleepDuringUpdates`), which
+  frees its KV cache and offloads its weights so the trainer has the memory.
+* split: the InferenceActor builds the engine with `build_vllm_engine` on its own GPU.
+
+`[inference] dtype` "auto" means the trainer's precision (float32 weights on CPU, bfloat16 on GPU), so
+the sampler's log-probabilities are the trainer's.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from retrain_ray.engines.vllm_embedded import VLLMEngine, VLLMSettings
+
+ONE_GPU_MEMORY_SHARE = 0.3
+
+
+def vllm_settings_from_config(cfg: Any, *, device: str, cache_dir: Path | None = None,
+                              max_loras: int = 1) -> VLLMSettings:
+    """[model], [lora] and [inference] of a RetrainConfig -> how to start vLLM for it."""
+    from retrain_ray.backends.local import settings_from_config
+    from retrain_ray.models.loading import resolve_model_path
+
+    policy = settings_from_config(cfg)
+    inf = cfg.inference
+    on_gpu = device.startswith("cuda")
+    dtype = inf.dtype if inf.dtype != "auto" else ("bfloat16" if on_gpu else "float32")
+    extra = dict(inf.engine_args)
+    return VLLMSettings(
+        model_path=str(resolve_model_path(cfg.model.model, cache_dir)), finetune=policy.finetune,
+        lora=policy.lora, dtype=dtype, kv_cache_dtype=inf.kv_cache_dtype, prefix_caching=bool(inf.prefix_caching),
+        attention_kernel=inf.attention_kernel, seed=policy.seed, max_loras=max_loras, sleep_mode=on_gpu,
+        gpu_memory_utilization=extra.pop("gpu_memory_utilization", ONE_GPU_MEMORY_SHARE) if on_gpu else None,
+        extra_args=extra,
+    )
+
+
+class SleepDuringUpdates:
+    """A TrainBackend that puts the engine to sleep for each update (one GPU shared with vLLM)."""
+
+    def __init__(self, backend: Any, engine: VLLMEngine) -> None:
+        self._backend, self._engine = backend, engine
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._backend, name)
+
+    def train_step(self, batch: Any, *, lr: float, weight_decay: float) -> Any:
+        self._engine.sleep()
+        return self._backend.train_step(batch, lr=lr, weight_decay=weight_decay)
+
+    def sft_step(self, batch: Any, *, lr: float, weight_decay: float) -> Any:
+        self._engine.sleep()
+        return self._backend.sft_step(batch, lr=lr, weight_decay=weight_decay)
+
+
+def build_vllm_engine(cfg: Any, *, device: str, cache_dir: Path | None = None, name: str = "run") -> VLLMEngine:
+    return VLLMEngine.start(vllm_settings_from_config(cfg, device=device, cache_dir=cache_dir), name=name)
+
+
+def build_vllm_policy(cfg: Any, *, device: str | torch.device, cache_dir: Path | None = None) -> tuple[Any, Any, Any]:
+    """(engine, backend, tokenizer): the local trainer on `device` and vLLM beside it."""
+    from retrain_ray.backends.local import LocalBackend, load_trainable_model, settings_from_config
+
+    device = str(device)
+    settings = settings_from_config(cfg)
+    model, tokenizer = load_trainable_model(cfg.model.model, settings, device=device, cache_dir=cache_dir)
+    backend = LocalBackend(model, shares_model_with_engine=False, **settings.backend_kwargs())
+    engine = build_vllm_engine(cfg, device=device, cache_dir=cache_dir)
+    if device.startswith("cuda"):
+        return engine, SleepDuringUpdates(backend, engine), tokenizer
+    return engine, backend, tokenizer
