@@ -29,22 +29,30 @@ VERBS: dict[str, tuple[str, str, str]] = {
     "backends": ("cli_catalog", "backends_main", "backends [--json]   backend catalog: capabilities, options"),
     "plugins": ("cli_catalog", "plugins_main", "plugins [FILE] [--json]   built-in names, discovered plugins"),
     "doctor": ("cli_doctor", "doctor_main", "doctor [--json] [--address A]   check this install and machine"),
+    "squeeze": ("cli_squeeze", "squeeze_main", "squeeze RUN_DIR|ADAPTER|FILE [--json]   LoRA rank analysis, compression"),
     "init": ("cli_init", "init_main", "init [--template NAME] [--output PATH] [--list]   write a starter TOML"),
 }
 
 
 def usage() -> str:
-    lines = ["usage:", "    retrain-ray FILE [--flags]   train one run, or a campaign if FILE has [campaign]"]
+    lines = ["usage:", "    retrain-ray FILE [--flags]   train one run; a campaign if FILE has [campaign]; "
+             "squeeze if FILE has [squeeze] adapter_path"]
     lines += [f"    retrain-ray {line}" for _, _, line in VERBS.values()]
     return "\n".join(lines)
 
 
-def _has_campaign(path: str) -> bool:
+def _verb_for_file(path: str) -> str:
+    """By content, as the original: [campaign] -> campaign, [squeeze] with an adapter_path -> squeeze,
+    else train (a file that does not parse goes to train, which reports the error)."""
     try:
         with open(path, "rb") as fh:
-            return "campaign" in tomllib.load(fh)
+            data = tomllib.load(fh)
     except (OSError, tomllib.TOMLDecodeError):
-        return False
+        return "train"
+    if "campaign" in data:
+        return "campaign"
+    squeeze = data.get("squeeze")
+    return "squeeze" if isinstance(squeeze, dict) and squeeze.get("adapter_path") else "train"
 
 
 def _dispatch(command: str, argv: list[str]) -> int:
@@ -64,8 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     if argv[0] in VERBS:
         return _dispatch(argv[0], argv[1:])
     if argv[0].endswith(".toml") or Path(argv[0]).is_file():
-        command = "campaign" if _has_campaign(argv[0]) else "train"
-        return _dispatch(command, argv)
+        return _dispatch(_verb_for_file(argv[0]), argv)
     print(f"error: unknown command or file {argv[0]!r}; commands: {', '.join(VERBS)}", file=sys.stderr)
     return 2
 

@@ -121,7 +121,27 @@ def train_main(argv: list[str]) -> int:
         err.print(str(exc), highlight=False, markup=False)
         return 1
     _print_summary(outcome, progress, run_dir, time.perf_counter() - started)
-    return 0 if outcome.status == "completed" else 1
+    if outcome.status != "completed":
+        return 1
+    return _squeeze_after(cfg, run_dir) if cfg.squeeze is not None else 0
+
+
+def _squeeze_after(cfg, run_dir: Path) -> int:
+    """`[squeeze]` in a run's file: squeeze its adapter (or `adapter_path`) into `<run_dir>/squeeze`."""
+    import dataclasses
+
+    from retrain_ray.squeeze import SqueezeError, SqueezeSettings, squeeze_adapter
+
+    settings = SqueezeSettings.from_section(cfg.squeeze)
+    settings = dataclasses.replace(settings, output_path=settings.output_path or str(run_dir / "squeeze"))
+    try:
+        report = squeeze_adapter(Path(settings.adapter_path or run_dir), settings)
+    except SqueezeError as exc:
+        err.print(f"[bold red]squeeze failed:[/] {exc}", highlight=False)
+        return 1
+    Console().print(f"  squeeze: recommended rank {report.recommended_rank}, rank-{report.compressed_rank} "
+                    f"adapter {report.output_path}", highlight=False)
+    return 0
 
 
 def _print_summary(outcome, progress, run_dir: Path, seconds: float) -> None:

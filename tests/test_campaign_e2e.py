@@ -20,7 +20,8 @@ cloudpickle.register_pickle_by_value(sys.modules[__name__])
 TOML = """
 [model]
 model = "builtin:tiny"
-finetune = "full"
+finetune = "{finetune}"
+lora_rank = 4
 [backend]
 devices = "{devices}"
 [data]
@@ -46,6 +47,7 @@ parallel = true
 max_workers = {workers}
 stagger_seconds = {stagger}
 max_failures = 2
+{campaign_extra}
 [[campaign.conditions]]
 advantage_mode = "grpo"
 transform_mode = "none"
@@ -57,17 +59,31 @@ transform_mode = "none"
 
 
 def write_toml(tmp_path: Path, *, name: str, steps: int = 6, sft: int = 6, seeds: str = "[1]", workers: int = 2,
-               stagger: float = 0.0, devices: str = "cpu", two_conditions: bool = True) -> Path:
+               stagger: float = 0.0, devices: str = "cpu", two_conditions: bool = True, finetune: str = "full",
+               campaign_extra: str = "", tail: str = "") -> Path:
     path = tmp_path / f"{name.replace('/', '_')}.toml"
     path.write_text(TOML.format(root=tmp_path, name=name, steps=steps, sft=sft, seeds=seeds, workers=workers,
-                                stagger=stagger, devices=devices,
-                                extra=MAXRL if two_conditions else ""))
+                                stagger=stagger, devices=devices, finetune=finetune, campaign_extra=campaign_extra,
+                                extra=MAXRL if two_conditions else "") + tail)
     return path
+
+
+SUMMARY_SCRIPT = """import json, sys
+from pathlib import Path
+manifest = json.loads((Path(sys.argv[1]) / "manifest.json").read_text())
+(Path(sys.argv[1]) / "summary.json").write_text(json.dumps({"argv": sys.argv[1:], "runs": len(manifest["runs"])}))
+print("summary done")
+"""
 
 
 @pytest.mark.slow
 def test_cpu_campaign_runs_records_and_resumes_as_noop(ray_4cpu_4gpu, tmp_path, capsys):
-    toml = write_toml(tmp_path, name="e2e")
+    """Also: LoRA runs, then the [squeeze] and summary_script steps after the campaign, and diff."""
+    script = tmp_path / "summarize.py"
+    script.write_text(SUMMARY_SCRIPT)
+    toml = write_toml(tmp_path, name="e2e", finetune="lora",
+                      campaign_extra=f'summary_script = "{script}"\nsummary_args = ["--fast", "x y"]',
+                      tail="[squeeze]\nmin_variance_retention = 0.9\n")
     results = Campaign.from_toml(toml, root=tmp_path / "campaigns").run(progress=False)
     cdir = tmp_path / "campaigns" / "e2e"
     manifest = json.loads((cdir / "manifest.json").read_text())
@@ -94,6 +110,38 @@ def test_cpu_campaign_runs_records_and_resumes_as_noop(ray_4cpu_4gpu, tmp_path, 
     assert status["counts"]["completed"] == 2 and status["counts"]["failed"] == 0
     assert results_main([str(cdir), "--csv"]) == 0
     assert capsys.readouterr().out.splitlines()[0].startswith("run_name,condition,seed,status,attempts")
+    _check_afterwards(cdir, script)
+    _check_diff(cdir, results, capsys)
+
+
+def _check_afterwards(cdir: Path, script: Path) -> None:
+    manifest = json.loads((cdir / "manifest.json").read_text())
+    assert manifest["summary"]["returncode"] == 0 and manifest["summary"]["script"] == str(script)
+    assert json.loads((cdir / "summary.json").read_text()) == {"argv": [str(cdir), "--fast", "x y"], "runs": 2}
+    assert "summary done" in (cdir / "summary.log").read_text()
+    squeeze = manifest["squeeze"]
+    assert squeeze["run"] == "grpo+none_s1" and 1 <= squeeze["recommended_rank"] <= 4
+    report = json.loads((cdir / "squeeze" / "squeeze.json").read_text())
+    assert report["recommended_rank"] == squeeze["recommended_rank"] and report["min_variance_retention"] == 0.9
+    assert report["adapter"].startswith(manifest["runs"][0]["checkpoint"]) and report["source_rank"] == 4
+    assert (cdir / "squeeze" / f"adapter_r{squeeze['recommended_rank']}" / "adapter_config.json").is_file()
+
+
+def _check_diff(cdir: Path, results, capsys) -> None:
+    from retrain_ray.cli import main
+
+    capsys.readouterr()
+    assert main(["diff", str(cdir), "grpo+none", "maxrl+none", "--json"]) == 0
+    diff = json.loads(capsys.readouterr().out)
+    df = results.get_dataframe().set_index("condition")
+    assert diff["a"]["final"]["loss"] == pytest.approx(df.loc["grpo+none", "last_loss"])
+    assert diff["b"]["final"]["loss"] == pytest.approx(df.loc["maxrl+none", "last_loss"])
+    assert diff["delta"]["final"]["loss"] == pytest.approx(diff["b"]["final"]["loss"] - diff["a"]["final"]["loss"])
+    runs = [str(cdir / "runs" / n) for n in ("grpo+none_s1", "maxrl+none_s1")]
+    assert main(["diff", *runs, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["a"]["steps"] == 6
+    assert main(["diff", str(cdir), "grpo+none", "nope"]) == 2
+    assert "conditions: grpo+none, maxrl+none" in capsys.readouterr().err
 
 
 def crash_once_runner(config, **kwargs):

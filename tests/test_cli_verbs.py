@@ -28,7 +28,7 @@ def lora_run(tmp_path_factory) -> Path:
     run_dir = tmp_path_factory.mktemp("verbs") / "run"
     code = main(["train", SMOKE, "--log-dir", str(run_dir), "--max-steps", "4", "--sft-warmup-steps", "2",
                  "--save-every", "2", "--finetune", "lora", "--lora-rank", "8", "--batch-size", "2",
-                 "--group-size", "4", "--max-tokens", "4", "--quiet"])
+                 "--group-size", "4", "--max-tokens", "4", "--quiet", "--squeeze.compress_to=4"])
     assert code == 0
     return run_dir
 
@@ -142,3 +142,21 @@ def test_diff_of_two_runs_reads_their_logs(lora_run, tmp_path, capsys):
     assert result["delta"]["final"]["loss"] == 0.0
     assert main(["diff", str(lora_run), str(tmp_path / "missing")]) == 2
     assert "holds no metrics" in capsys.readouterr().err
+
+
+def test_squeeze_of_a_real_run_writes_an_adapter_peft_loads(lora_run, capsys):
+    from peft import PeftModel
+
+    from retrain_ray.models.loading import load_model_and_tokenizer
+
+    after_train = json.loads((lora_run / "squeeze" / "squeeze.json").read_text())  # [squeeze] in the run's config
+    assert after_train["compressed_rank"] == 4 and (lora_run / "squeeze" / "adapter_r4").is_dir()
+    code, report = cli_json(capsys, "squeeze", str(lora_run), "--compress-to", "2")
+    assert code == 0
+    assert report["adapter"].endswith("checkpoints/final/adapter") and report["source_rank"] == 8
+    assert report["target_ranks"] == [1, 2, 4, 8] and report["mean_retention"]["8"] == pytest.approx(1.0)
+    assert json.loads((lora_run / "squeeze" / "squeeze.json").read_text())["compressed_rank"] == 2
+    base, _ = load_model_and_tokenizer("builtin:tiny-h256-l2", device="cpu")
+    model = PeftModel.from_pretrained(base, str(lora_run / "squeeze" / "adapter_r2"))
+    ranks = {m.r["default"] for m in model.modules() if hasattr(m, "lora_A") and "default" in m.r}
+    assert ranks == {2}

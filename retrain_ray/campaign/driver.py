@@ -25,6 +25,7 @@ from ray import tune
 
 from retrain_ray.actors.placement import alive_node_resources, check_fits, placement_for
 from retrain_ray.actors.recorder import start_recorder
+from retrain_ray.campaign.afterwards import run_afterwards
 from retrain_ray.campaign.control import start_control_plane
 from retrain_ray.campaign.manifest import Manifest, read_manifest, write_json_atomic
 from retrain_ray.campaign.plan import CampaignError, CampaignPlan, RunPlan, build_plan
@@ -114,6 +115,7 @@ class Campaign:
                     ray.kill(handle)
         Manifest.load(self.campaign_dir).finish()
         _compact(self.plan)
+        run_afterwards(self.campaign_dir, self.config, progress=progress)
         if progress:
             print(f"[campaign] results: {self.campaign_dir}", flush=True)
         return CampaignResults.from_dir(self.campaign_dir)

@@ -56,7 +56,9 @@ class ManifestCallback(Callback):
     def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
         name = _run_name(trial)
         last = trial.last_result or {}
-        self.manifest.update_run(name, status="completed", result=_result_summary(last))
+        checkpoint = getattr(trial, "checkpoint", None)  # the run's last reported checkpoint (for squeeze)
+        self.manifest.update_run(name, status="completed", result=_result_summary(last),
+                                 checkpoint=checkpoint.path if checkpoint is not None else "")
         self._say(f"{name}: completed at step {last.get('step', '?')}")
 
     def on_trial_recover(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:

@@ -176,9 +176,31 @@ def _conditions(cfg: RetrainConfig) -> list[ConfigIssue]:
     return issues
 
 
+def _squeeze(cfg: RetrainConfig) -> list[ConfigIssue]:
+    """[squeeze] acts on an adapter it names, else on the LoRA adapter this file's run(s) train."""
+    sq = cfg.squeeze
+    if sq is None:
+        return []
+    if sq.adapter_path and cfg.campaign is not None:
+        return [ConfigIssue("squeeze.adapter_path", sq.adapter_path, "a campaign squeezes its first completed run",
+                            "remove adapter_path, or squeeze that adapter with `retrain-ray squeeze PATH`")]
+    if not sq.adapter_path and (cfg.model.finetune != "lora" or cfg.backend.backend != "local"):
+        return [ConfigIssue("squeeze", "[squeeze]", "squeeze analyses a local LoRA adapter, but this file trains "
+                            f"finetune = {cfg.model.finetune!r} on backend {cfg.backend.backend!r}",
+                            "set [model] finetune = \"lora\" with backend = \"local\", or remove [squeeze]")]
+    rank, issues = cfg.model.lora_rank, []
+    if not sq.adapter_path and sq.compress_to > rank:
+        issues.append(ConfigIssue("squeeze.compress_to", sq.compress_to, f"exceeds model.lora_rank ({rank})",
+                                  f"use 1..{rank}, or 0 for the recommended rank"))
+    if not sq.adapter_path and any(not 1 <= k <= rank for k in sq.target_ranks):
+        issues.append(ConfigIssue("squeeze.target_ranks", sq.target_ranks, f"each must lie in 1..{rank}",
+                                  "model.lora_rank is the largest rank there is"))
+    return issues
+
+
 RULES: tuple[Rule, ...] = (
     _backend, _backend_options, _clipping, _micro_batches, _uncertainty, _environment,
-    _checkpoint_artifacts, _echo, _optimizer_batch, _data_and_reward, _conditions,
+    _checkpoint_artifacts, _echo, _optimizer_batch, _data_and_reward, _conditions, _squeeze,
 )
 
 

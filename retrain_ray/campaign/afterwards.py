@@ -1,0 +1,78 @@
+"""What runs after a campaign's last run (spec 5.2): the auto-squeeze, then the summary script.
+
+* `[squeeze]`: LoRA-Squeeze of the first completed run (manifest order), from the last checkpoint
+  it reported to Tune (the manifest's `checkpoint`); the report and the compressed
+  adapter go to `<campaign>/squeeze/`, and the manifest records `squeeze: {run, recommended_rank, ...}`.
+* `[campaign] summary_script`: `python SCRIPT <campaign_dir> *summary_args`, in the current directory
+  (as the original), output in `<campaign>/summary.log`; the manifest records
+  `summary: {script, args, returncode}`.
+
+Neither can lose results: a failure is recorded in the manifest and printed, and the campaign's own
+exit status stays that of its runs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from retrain_ray.campaign.manifest import Manifest
+
+SUMMARY_LOG = "summary.log"
+SUMMARY_TIMEOUT_S = 3600.0
+
+
+def run_afterwards(campaign_dir: Path, config: Any, *, progress: bool = True) -> None:
+    """Runs the configured post-campaign steps and records each in the manifest."""
+    if config.squeeze is not None:
+        _record(campaign_dir, "squeeze", squeeze_first_completed(campaign_dir, config.squeeze), progress)
+    campaign = config.campaign
+    if campaign is not None and campaign.summary_script:
+        _record(campaign_dir, "summary",
+                run_summary_script(campaign_dir, campaign.summary_script, list(campaign.summary_args)), progress)
+
+
+def squeeze_first_completed(campaign_dir: Path, section: Any) -> dict[str, Any]:
+    from retrain_ray.squeeze import SqueezeError, SqueezeSettings, squeeze_adapter
+
+    runs = Manifest.load(campaign_dir).data["runs"]
+    first = next((r for r in runs if r.get("status") == "completed"), None)
+    if first is None:
+        return {"error": "no completed run to squeeze"}
+    settings = SqueezeSettings.from_section(section)
+    settings = dataclasses.replace(settings, output_path=settings.output_path or str(campaign_dir / "squeeze"))
+    try:
+        report = squeeze_adapter(Path(first.get("checkpoint") or first["run_dir"]), settings)
+    except SqueezeError as exc:
+        return {"run": first["run_name"], "error": str(exc)}
+    return {"run": first["run_name"], "recommended_rank": report.recommended_rank,
+            "compressed_rank": report.compressed_rank, "adapter": report.output_path,
+            "report": str(Path(settings.output_path) / "squeeze.json")}
+
+
+def run_summary_script(campaign_dir: Path, script: str, args: list[str]) -> dict[str, Any]:
+    record: dict[str, Any] = {"script": script, "args": args, "log": str(campaign_dir / SUMMARY_LOG)}
+    if not Path(script).is_file():
+        return {**record, "returncode": None, "error": f"summary_script {script} not found (relative to {Path.cwd()})"}
+    with open(campaign_dir / SUMMARY_LOG, "w") as log:
+        try:
+            done = subprocess.run([sys.executable, script, str(campaign_dir), *args], stdout=log,
+                                  stderr=subprocess.STDOUT, timeout=SUMMARY_TIMEOUT_S, check=False)
+        except subprocess.TimeoutExpired:
+            return {**record, "returncode": None, "error": f"still running after {SUMMARY_TIMEOUT_S:.0f} s; stopped"}
+    return {**record, "returncode": done.returncode}
+
+
+def _record(campaign_dir: Path, key: str, result: dict[str, Any], progress: bool) -> None:
+    manifest = Manifest.load(campaign_dir)
+    manifest.data[key] = result
+    manifest.save()
+    failed = "error" in result or result.get("returncode") not in (None, 0)
+    if failed:
+        why = result.get("error") or f"exit code {result['returncode']} (see {result.get('log')})"
+        print(f"[campaign] warning: {key} failed: {why}", file=sys.stderr, flush=True)
+    elif progress:
+        print(f"[campaign] {key}: {result}", flush=True)
