@@ -40,7 +40,8 @@ _DESCRIPTIONS = {
 }
 NOT_SHIPPED = {
     "prime_rl": "an external PRIME-RL trainer and inference stack; not shipped (docs/configuration.md): "
-                "use backend = \"local\" with [inference] engine = \"vllm\", or a dotted-path plugin backend",
+                "use backend = \"local\" with [inference] engine = \"vllm\" or \"vllm-embedded\", "
+                "or a dotted-path plugin backend",
     "unsloth": "the original's Unsloth-patched local backend; not shipped: use backend = \"local\"",
 }
 

@@ -160,3 +160,12 @@ def test_squeeze_of_a_real_run_writes_an_adapter_peft_loads(lora_run, capsys):
     model = PeftModel.from_pretrained(base, str(lora_run / "squeeze" / "adapter_r2"))
     ranks = {m.r["default"] for m in model.modules() if hasattr(m, "lora_A") and "default" in m.r}
     assert ranks == {2}
+
+
+def test_prime_rl_is_refused_at_load_with_what_to_use_instead(tmp_path, capsys):
+    cfg = tmp_path / "prime.toml"
+    cfg.write_text('[backend]\nbackend = "prime_rl"\nadapter_path = "/out"\n[inference]\nurl = "http://localhost:8000"\n')
+    assert main(["explain", str(cfg)]) == 2
+    err = capsys.readouterr().err
+    assert "backend.backend" in err and "prime_rl" in err
+    assert 'engine = "vllm"' in err and "plugin backend" in err

@@ -29,10 +29,21 @@ if TYPE_CHECKING:
 Rule = Callable[["RetrainConfig"], list[ConfigIssue]]
 
 
+PRIME_RL_REFUSAL = (
+    "the prime_rl backend drives an external PRIME-RL trainer and inference stack, which retrain-ray does "
+    "not ship (it needs Python 3.12, CUDA builds of torch and vLLM, and packages outside PyPI; see "
+    "docs/configuration.md)",
+    "use backend = \"local\" with [inference] engine = \"vllm\" (a vLLM server at url, as PRIME-RL's "
+    "inference) or \"vllm-embedded\", backend = \"tinker\", or wrap PRIME-RL in a dotted-path plugin backend",
+)
+
+
 def _backend(cfg: RetrainConfig) -> list[ConfigIssue]:
     name = cfg.backend.backend
     if name in SUPPORTED_BACKENDS or is_dotted_path(name):
         return []
+    if name == "prime_rl":
+        return [ConfigIssue("backend.backend", name, *PRIME_RL_REFUSAL)]
     why = "is a backend of the original retrain that retrain-ray does not ship" \
         if name in ORIGINAL_ONLY_BACKENDS else "is not a known backend"
     return [ConfigIssue("backend.backend", name, f"{name!r} {why}",
