@@ -207,3 +207,19 @@ def test_disabled_and_skipped_decisions_are_not_applied():
     d = adv.advise(StepObservation("r", 4, 60, 1, 0, 1.0, skipped=True))
     assert d.recommended_batch_size == 60
     assert NoOpAdvisor().advise(StepObservation("r", 0, 5, 3, 10, 1.0)).to_metrics()["bp_p_star"] == 1.0
+
+
+def test_labels_before_the_first_fit_say_no_model():
+    """docs/backpressure.md: with every step at p = 16 the fit is singular (det = 0 exactly), so no model
+    exists; the original would label these steps memory_bound (1000 / 16 = 62.5 > 1.1) with utilization
+    1000 from its placeholder lambda 1.0. Here: optimal, utilization 1.0, hold, lambda 0."""
+    ctl = USLController(warmup_steps=0)
+    for _ in range(5):
+        ctl.observe(step_time_s=1.0, batch_size=2, group_size=8, total_tokens=1000)
+        d = ctl.recommend()
+        assert (d.regime, d.action, d.utilization, d.lam) == ("optimal", "hold", 1.0, 0.0)
+        assert (d.sigma, d.kappa, d.p_star, d.throughput) == (0.0, 0.0, 1.0, 1000.0)
+    ctl.observe(step_time_s=1.0, batch_size=4, group_size=8, total_tokens=1900)
+    assert ctl.recommend().lam == 0.0  # two distinct p cannot fix three parameters
+    ctl.observe(step_time_s=1.0, batch_size=6, group_size=8, total_tokens=2600)  # a third p: now it fits
+    assert ctl.recommend().lam > 0.0

@@ -17,6 +17,9 @@ Departures from the original, deliberate:
   peak_gflops·1e9 FLOP/s; > 0.7 of peak is "compute_bound", below "memory_bound". `peak_bw_gb_s` is
   accepted and kept for the record but unused (it was only an enable flag in the original). With the
   defaults (all 0) the branch is off, as in the original.
+- Before the first fit lambda is 0, not the original's placeholder 1.0: the regime stays "optimal",
+  utilization 1.0 and the action "hold" until a model exists (the original derives labels, and can
+  throttle, from lambda = 1; docs/backpressure.md).
 - `state_dict()`/`load_state_dict()` carry the whole window, sums, EMA and counters (JSON-safe),
   so a resumed run decides exactly as an uninterrupted one.
 """
