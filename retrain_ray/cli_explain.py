@@ -150,6 +150,13 @@ def _print_rich(info: dict[str, Any], warnings: list[str]) -> None:
         console.print(f"[yellow]warning:[/yellow] {w}")
 
 
+def _model_problems(cfg: RetrainConfig) -> list[str]:
+    from retrain_ray.run.preflight import model_problems
+
+    configs = [r.config for r in expand_runs(cfg)] if cfg.campaign is not None else [cfg]
+    return model_problems(configs)
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="retrain-ray explain", description="Dry run: validate and describe a config.")
     p.add_argument("file", help="TOML config (run or campaign)")
@@ -166,6 +173,10 @@ def explain_main(argv: list[str] | None = None) -> int:
         info = describe(cfg, args.median_step_time)
     except ConfigError as exc:
         print(str(exc), file=sys.stderr)
+        return 2
+    problems = _model_problems(cfg)
+    if problems:
+        print(f"{args.file}: the runs could not start:\n" + "\n".join(f"  - {p}" for p in problems), file=sys.stderr)
         return 2
     if args.json:
         print(json.dumps({**info, "warnings": warnings}, indent=2))

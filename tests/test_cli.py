@@ -14,8 +14,11 @@ ROOT = Path(__file__).resolve().parents[1]
 CLI = [sys.executable, "-m", "retrain_ray.cli"]
 
 
-def run_cli(*args: str, cwd: Path = ROOT, timeout: float = 240) -> subprocess.CompletedProcess:
+def run_cli(*args: str, cwd: Path = ROOT, timeout: float = 240,
+            hf_home: Path | None = None) -> subprocess.CompletedProcess:
     env = {**os.environ, "RAY_AUTH_MODE": "disabled", "HF_HUB_OFFLINE": "1"}
+    if hf_home is not None:
+        env["HF_HOME"] = str(hf_home)
     return subprocess.run([*CLI, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
 
 
@@ -47,8 +50,10 @@ def test_unknown_override_flag_gets_a_suggestion():
     assert "Traceback" not in out.stderr
 
 
-def test_explain_original_campaign_prints_matrix_and_capacity():
-    out = run_cli("explain", "configs/ablation.toml", "--json")
+def test_explain_original_campaign_prints_matrix_and_capacity(tmp_path):
+    from hf_cache import stub_original_model
+
+    out = run_cli("explain", "configs/ablation.toml", "--json", hf_home=stub_original_model(tmp_path))
     assert out.returncode == 0, out.stderr
     data = json.loads(out.stdout)
     text = json.dumps(data)

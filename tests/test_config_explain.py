@@ -5,15 +5,28 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
+from hf_cache import ORIGINAL_MODEL, stub_original_model
+
 ROOT = Path(__file__).resolve().parents[1]
+# The example configs name the original's Hub model; explain checks that it is in the HF cache.
+_HF_HOME = stub_original_model(Path(tempfile.mkdtemp(prefix="explain-hf-")))
 
 
-def _explain(*args: str) -> subprocess.CompletedProcess[str]:
+def _explain(*args: str, hf_home: Path = _HF_HOME) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "retrain_ray.cli_explain", *args], cwd=ROOT,
                           capture_output=True, text=True, timeout=120,
-                          env={"PATH": "/usr/bin:/bin", "COLUMNS": "200", "HF_HUB_OFFLINE": "1"})
+                          env={"PATH": "/usr/bin:/bin", "COLUMNS": "200", "HF_HUB_OFFLINE": "1",
+                               "HF_HOME": str(hf_home)})
+
+
+def test_uncached_hub_model_exits_2_naming_it_and_the_download(tmp_path):
+    out = _explain("configs/ablation.toml", hf_home=tmp_path)
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    err = " ".join(out.stderr.split())
+    assert f"huggingface-cli download {ORIGINAL_MODEL}" in err and str(tmp_path / "hub") in err
 
 
 def test_campaign_matrix_and_capacity_text():

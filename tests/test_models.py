@@ -84,9 +84,16 @@ def test_bad_builtin_name_is_a_clear_error(name, tmp_path):
         resolve_model_path(name, tmp_path)
 
 
-def test_missing_local_dir_says_no_download(tmp_path):
-    with pytest.raises(FileNotFoundError, match="never downloaded"):
+def test_uncached_hub_id_offline_says_how_to_download(tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(FileNotFoundError, match="huggingface-cli download Qwen/Qwen3-4B-Instruct-2507"):
         resolve_model_path("Qwen/Qwen3-4B-Instruct-2507", tmp_path)
+
+
+def test_path_that_is_neither_folder_nor_hub_id(tmp_path):
+    with pytest.raises(FileNotFoundError, match="neither a built-in name"):
+        resolve_model_path(str(tmp_path / "no" / "such" / "model"), tmp_path)
 
 
 def test_bad_dtype(tmp_path):

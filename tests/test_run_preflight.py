@@ -9,12 +9,18 @@ from retrain_ray.run.preflight import PreflightError, check_run
 
 
 def _cfg(**overrides) -> RetrainConfig:
+    """The defaults on the built-in model (the default Hub model is not cached here), plus overrides."""
+    overrides = {"model.model": "builtin:tiny", **overrides}
     argv = [f"--{key}={str(value).lower() if isinstance(value, bool) else value}" for key, value in overrides.items()]
     return apply_overrides(RetrainConfig(), parse_overrides(argv))
 
 
 def test_default_configuration_passes():
-    check_run(RetrainConfig())
+    """The defaults with a model that is here (the default Hub model is not cached in tests)."""
+    cfg = RetrainConfig()
+    check_run(cfg.model_copy(update={"model": cfg.model.model_copy(update={"model": "builtin:tiny"})}))
+    with pytest.raises(PreflightError, match="huggingface-cli download Qwen/Qwen3-4B-Instruct-2507"):
+        check_run(cfg)
 
 
 @pytest.mark.parametrize(

@@ -59,7 +59,8 @@ class InferenceActor:
             from retrain_ray.models.loading import load_tokenizer
 
             self._engine = build_vllm_engine(config, device=_device())
-            self._tokenizer = load_tokenizer(config.model.model)
+            m = config.model
+            self._tokenizer = load_tokenizer(m.model, revision=m.revision, local_files_only=m.local_files_only)
             return
         from retrain_ray.backends.local import build_split_engine, settings_from_config
 

@@ -148,6 +148,10 @@ def build_plan(config: Any, *, name: str | None = None, root: Path | None = None
         problems.append("the campaign has no runs: [campaign].seeds or [[campaign.conditions]] is empty")
     schedule, errs = _schedule(config, len(runs))
     problems += errs
+    if not problems:  # the model check may ask the Hub: only for an otherwise valid campaign
+        from retrain_ray.run.preflight import model_problems
+
+        problems += model_problems([r.config for r in runs])
     if problems:
         raise CampaignError(problems)
     return CampaignPlan(

@@ -37,7 +37,9 @@ def vllm_settings_from_config(cfg: Any, *, device: str, cache_dir: Path | None =
     dtype = inf.dtype if inf.dtype != "auto" else ("bfloat16" if on_gpu else "float32")
     extra = dict(inf.engine_args)
     return VLLMSettings(
-        model_path=str(resolve_model_path(cfg.model.model, cache_dir)), finetune=policy.finetune,
+        model_path=str(resolve_model_path(cfg.model.model, cache_dir, revision=policy.revision,
+                                          local_files_only=policy.local_files_only)),
+        finetune=policy.finetune,
         lora=policy.lora, dtype=dtype, kv_cache_dtype=inf.kv_cache_dtype, prefix_caching=bool(inf.prefix_caching),
         attention_kernel=inf.attention_kernel, seed=policy.seed, max_loras=max_loras, sleep_mode=on_gpu,
         gpu_memory_utilization=extra.pop("gpu_memory_utilization", ONE_GPU_MEMORY_SHARE) if on_gpu else None,

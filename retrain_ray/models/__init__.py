@@ -1,25 +1,32 @@
-"""Models: the offline tiny default, loading of local and packaged models, prompt encoding."""
+"""Models: the offline tiny default, loading of local, packaged and Hub models, prompt encoding.
 
-from retrain_ray.models.loading import (
-    SMOLLM2_NAME,
-    default_cache_dir,
-    encode_prompt,
-    load_model_and_tokenizer,
-    resolve_model_path,
-    smollm2_gguf_path,
-)
-from retrain_ray.models.tiny import build_tiny_model, parse_builtin_name, state_dict_sha256
-from retrain_ray.models.tokenizer import build_char_tokenizer
+Names are imported lazily (PEP 562) so that `retrain_ray.models.hub`, which `explain` and the
+campaign's pre-Ray checks use, can be imported without torch and transformers.
+"""
 
-__all__ = [
-    "SMOLLM2_NAME",
-    "build_char_tokenizer",
-    "build_tiny_model",
-    "default_cache_dir",
-    "encode_prompt",
-    "load_model_and_tokenizer",
-    "parse_builtin_name",
-    "resolve_model_path",
-    "smollm2_gguf_path",
-    "state_dict_sha256",
-]
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_EXPORTS = {
+    "SMOLLM2_NAME": "loading",
+    "default_cache_dir": "loading",
+    "encode_prompt": "loading",
+    "load_model_and_tokenizer": "loading",
+    "load_tokenizer": "loading",
+    "resolve_model_path": "loading",
+    "smollm2_gguf_path": "loading",
+    "build_tiny_model": "tiny",
+    "parse_builtin_name": "tiny",
+    "state_dict_sha256": "tiny",
+    "build_char_tokenizer": "tokenizer",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'retrain_ray.models' has no attribute {name!r}")
+    return getattr(importlib.import_module(f"retrain_ray.models.{_EXPORTS[name]}"), name)

@@ -1,4 +1,4 @@
-"""Resolving model names to local folders and loading them, with no network access ever.
+"""Resolving model names to local folders and loading them.
 
 Accepted names:
 * "builtin:tiny" (and "builtin:tiny-h256-l4", ...): built once into `cache_dir` and reused.
@@ -7,10 +7,13 @@ Accepted names:
   plain model folder (the quantizer is cleared first, or `save_pretrained` refuses), so later loads are
   ordinary fast `from_pretrained` calls.
 * any local Hugging Face model directory.
+* a Hugging Face Hub id ("org/name"), resolved through the HF cache (models/hub.py): found in the cache,
+  else downloaded when the network is allowed; `revision` picks the branch, tag or commit.
 
 Cache entries are built in a temporary sibling directory and renamed into place, so a crash never
 leaves a half-written model and two processes racing to build the same entry both end up with a
-complete one. Every `from_pretrained` call passes `local_files_only=True`.
+complete one. Every `from_pretrained` call reads a resolved local folder (`local_files_only=True`), so
+the only download is the Hub snapshot's; `trust_remote_code` is passed only when the caller asks.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 from transformers.utils import logging as hf_logging
 
+from retrain_ray.models.hub import looks_like_hub_id, resolve_hub_model
 from retrain_ray.models.tiny import BUILTIN_PREFIX, build_tiny_model, parse_builtin_name
 
 SMOLLM2_NAME = "smollm2:135m"
@@ -83,8 +87,9 @@ def _convert_smollm2(target: Path) -> None:
     tokenizer.save_pretrained(target)
 
 
-def resolve_model_path(name_or_path: str | Path, cache_dir: str | Path | None = None) -> Path:
-    """A local model folder for `name_or_path`, building or converting it into `cache_dir` if needed."""
+def resolve_model_path(name_or_path: str | Path, cache_dir: str | Path | None = None, *, revision: str = "",
+                       local_files_only: bool = False) -> Path:
+    """A local model folder for `name_or_path`, building it into `cache_dir` or fetching it from the Hub."""
     cache = Path(cache_dir) if cache_dir is not None else default_cache_dir()
     name = str(name_or_path)
     if name.startswith(BUILTIN_PREFIX):
@@ -96,12 +101,14 @@ def resolve_model_path(name_or_path: str | Path, cache_dir: str | Path | None = 
     if name == SMOLLM2_NAME:
         return _build_atomically(cache / "smollm2-135m-instruct", _convert_smollm2)
     path = Path(name).expanduser()
-    if not (path / "config.json").is_file():
-        raise FileNotFoundError(
-            f"model {name!r} is neither a built-in name ('builtin:tiny', '{SMOLLM2_NAME}') nor a local model "
-            "folder with a config.json; models are never downloaded: pass a local directory"
-        )
-    return path
+    if (path / "config.json").is_file():
+        return path
+    if looks_like_hub_id(name):
+        return resolve_hub_model(name, revision, local_files_only=local_files_only)
+    raise FileNotFoundError(
+        f"model {name!r} is neither a built-in name ('builtin:tiny', '{SMOLLM2_NAME}'), a local model "
+        "folder with a config.json, nor a Hugging Face Hub id ('org/name')"
+    )
 
 
 def resolve_dtype(dtype: str | torch.dtype, device: torch.device) -> torch.dtype:
@@ -121,18 +128,26 @@ def load_model_and_tokenizer(
     cache_dir: str | Path | None = None,
     dtype: str | torch.dtype = "auto",
     device: str | torch.device = "cpu",
+    revision: str = "",
+    local_files_only: bool = False,
+    trust_remote_code: bool = False,
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
-    """Loads a causal LM and its tokenizer offline; the tokenizer pads on the left."""
+    """Loads a causal LM and its tokenizer from a resolved local folder; the tokenizer pads on the left."""
     hf_logging.disable_progress_bar()  # its bars interleave with the run's own progress bar
-    path = resolve_model_path(name_or_path, cache_dir)
+    path = resolve_model_path(name_or_path, cache_dir, revision=revision, local_files_only=local_files_only)
     dev = torch.device(device)
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=resolve_dtype(dtype, dev), local_files_only=True)
-    return model.to(dev), load_tokenizer(path)
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=resolve_dtype(dtype, dev), local_files_only=True,
+                                                 trust_remote_code=trust_remote_code)
+    return model.to(dev), load_tokenizer(path, trust_remote_code=trust_remote_code)
 
 
-def load_tokenizer(name_or_path: str | Path, cache_dir: str | Path | None = None) -> PreTrainedTokenizerBase:
-    """The model's tokenizer, offline, padding on the left (EOS as pad when it has none)."""
-    tokenizer = AutoTokenizer.from_pretrained(resolve_model_path(name_or_path, cache_dir), local_files_only=True)
+def load_tokenizer(
+    name_or_path: str | Path, cache_dir: str | Path | None = None, *, revision: str = "",
+    local_files_only: bool = False, trust_remote_code: bool = False,
+) -> PreTrainedTokenizerBase:
+    """The model's tokenizer, padding on the left (EOS as pad when it has none)."""
+    path = resolve_model_path(name_or_path, cache_dir, revision=revision, local_files_only=local_files_only)
+    tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True, trust_remote_code=trust_remote_code)
     tokenizer.padding_side = "left"
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token

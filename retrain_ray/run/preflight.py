@@ -6,7 +6,10 @@ configured backend and engine can carry (token-varying advantages, per-token ent
 
 from __future__ import annotations
 
-from retrain_ray.backends.types import BackendCapabilities
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # explain imports this module: keep torch out of it
+    from retrain_ray.backends.types import BackendCapabilities
 
 
 class PreflightError(ValueError):
@@ -51,6 +54,17 @@ def unsupported_features(cfg) -> list[str]:
     return [f"{key}: {fix}" for active, key, fix in checks if active]
 
 
+def model_problems(configs) -> list[str]:
+    """Why a run's model cannot be loaded here (not cached and not downloadable, no such folder), checked
+    once per distinct model before anything starts. Only the local backend loads the model itself."""
+    from retrain_ray.models.hub import model_problem
+
+    wanted = {(c.model.model, c.model.revision, bool(c.model.local_files_only))
+              for c in configs if c.backend.backend == "local"}
+    found = (model_problem(name, rev, local_files_only=lfo) for name, rev, lfo in sorted(wanted))
+    return [f"model.model: {p}" for p in found if p]
+
+
 def check_run(cfg) -> None:
     """Raises PreflightError listing every problem; returns quietly when the run can start."""
     from retrain_ray.algorithms import preflight
@@ -67,6 +81,6 @@ def check_run(cfg) -> None:
         advantage_params=alg.advantage_params,
         algorithm_params=alg.params,
     )
-    problems = unsupported_features(cfg) + problems
+    problems = unsupported_features(cfg) + model_problems([cfg]) + problems
     if problems:
         raise PreflightError(problems)

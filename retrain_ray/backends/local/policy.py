@@ -38,6 +38,9 @@ class PolicySettings:
     optimizer: OptimizerSettings = field(default_factory=OptimizerSettings)
     seed: int = 0
     dtype: str = "auto"
+    revision: str = ""  # [model] revision of a Hub id
+    local_files_only: bool = False  # [model] local_files_only: never download
+    trust_remote_code: bool = False  # [backend.options] trust_remote_code: run the repo's own modelling code
 
     def backend_kwargs(self) -> dict[str, Any]:
         return {"top_p": self.top_p, "micro_batch_size": self.micro_batch_size,
@@ -70,6 +73,9 @@ def settings_from_config(cfg: Any) -> PolicySettings:
         optimizer=OptimizerSettings(beta1=o.beta1, beta2=o.beta2, eps=o.eps, grad_clip_norm=o.grad_clip_norm),
         seed=max(int(t.seed), 0),
         dtype=cfg.inference.dtype,
+        revision=cfg.model.revision,
+        local_files_only=bool(cfg.model.local_files_only),
+        trust_remote_code=bool(options.get("trust_remote_code", False)),
     )
 
 
@@ -77,8 +83,11 @@ def load_trainable_model(
     name_or_path: str | Path, settings: PolicySettings, *, device: str | torch.device,
     cache_dir: Path | None = None,
 ) -> tuple[torch.nn.Module, PreTrainedTokenizerBase]:
-    """Base model (offline) with LoRA applied or all weights trainable, on `device`."""
-    model, tokenizer = load_model_and_tokenizer(name_or_path, cache_dir=cache_dir, dtype=settings.dtype, device="cpu")
+    """Base model with LoRA applied or all weights trainable, on `device`."""
+    model, tokenizer = load_model_and_tokenizer(
+        name_or_path, cache_dir=cache_dir, dtype=settings.dtype, device="cpu", revision=settings.revision,
+        local_files_only=settings.local_files_only, trust_remote_code=settings.trust_remote_code,
+    )
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(settings.seed)  # LoRA init depends on the seed only, not on the caller's RNG
         model = prepare_trainable(model, settings.finetune, settings.lora)
