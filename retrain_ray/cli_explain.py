@@ -104,6 +104,8 @@ def capacity(cfg: RetrainConfig, num_conditions: int, num_runs: int, median_step
 def describe(cfg: RetrainConfig, median_step_time: float) -> dict[str, Any]:
     """Everything explain shows, as one JSON-able dict."""
     out: dict[str, Any] = {"kind": "campaign" if cfg.campaign is not None else "run", "run": describe_run(cfg)}
+    if cfg.squeeze is not None:
+        out["squeeze"] = cfg.squeeze.model_dump(mode="json")
     if cfg.campaign is None:
         return out
     runs = expand_runs(cfg)
@@ -146,6 +148,9 @@ def _print_rich(info: dict[str, Any], warnings: list[str]) -> None:
         for key, value in camp["capacity"].items():
             cap.add_row(key, f"{value:.1f}" if isinstance(value, float) else str(value))
         console.print(cap)
+    if "squeeze" in info:
+        console.print("squeeze after training: " + ", ".join(f"{k}={v!r}" for k, v in info["squeeze"].items()),
+                      highlight=False, markup=False)
     for w in warnings:
         console.print(f"[yellow]warning:[/yellow] {w}")
 

@@ -186,7 +186,7 @@ def test_after_campaign_steps_record_failures_without_raising(tmp_path, capsys):
     assert "not found" in Manifest.load(cdir).data["summary"]["error"]
 
 
-def test_squeeze_section_that_cannot_act_is_refused_at_load(tmp_path):
+def test_squeeze_section_that_cannot_act_is_refused_at_load(tmp_path, capsys):
     from retrain_ray.config import ConfigError, load_config
 
     full = tmp_path / "full.toml"
@@ -197,6 +197,10 @@ def test_squeeze_section_that_cannot_act_is_refused_at_load(tmp_path):
     too_big.write_text('[model]\nfinetune = "lora"\nlora_rank = 8\n[squeeze]\ncompress_to = 16\n')
     with pytest.raises(ConfigError, match="squeeze.compress_to"):
         load_config(too_big)
+    ok = tmp_path / "ok.toml"
+    ok.write_text('[model]\nfinetune = "lora"\nlora_rank = 8\n[squeeze]\ncompress_to = 4\n')
+    assert main(["explain", str(ok), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["squeeze"]["compress_to"] == 4
     named = tmp_path / "named.toml"
     named.write_text('[model]\nfinetune = "full"\n[squeeze]\nadapter_path = "x/adapter"\n')
     assert load_config(named).squeeze.adapter_path == "x/adapter"  # squeezes that adapter, not this run's
