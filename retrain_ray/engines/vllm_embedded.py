@@ -138,10 +138,18 @@ def _hf_name(name: str) -> str:
 def _push_full_weights(worker: Any, tensors: dict[str, torch.Tensor]) -> None:
     """Runs inside the vLLM worker: the trainer's tensors (checkpoint names) into the model, in place.
 
-    `reload_weights` re-runs the layers' weight loaders (fusing q/k/v, gate/up) on the live model.
+    `reload_weights` re-runs the layers' weight loaders (fusing q/k/v, gate/up) on the live model. A
+    tied LM head gets no weights of its own, so its post-load step (on CPU: a prepacked copy of the
+    weight for the logits GEMM) is not re-run and would keep unembedding with the old embedding: redo
+    it for every vocabulary embedding (they keep their weight, so this is idempotent).
     """
+    from vllm.model_executor.layers.vocab_parallel_embedding import VocabParallelEmbedding
+
     worker.model_runner.reload_weights(weights_iterator=[(_hf_name(n), t) for n, t in tensors.items()],
                                        is_checkpoint_format=True)
+    for module in worker.model_runner.get_model().modules():
+        if isinstance(module, VocabParallelEmbedding) and hasattr(module, "quant_method"):
+            module.quant_method.process_weights_after_loading(module)
 
 
 @dataclass
