@@ -94,7 +94,8 @@ def train_main(argv: list[str]) -> int:
     _prepare_run_dir(run_dir, resume=args.resume, overwrite=args.overwrite)
     from retrain_ray.progress import ProgressObserver
     from retrain_ray.run.checkpoint import load_state, resolve_resume_dir
-    from retrain_ray.run.train import train_run
+    from retrain_ray.run.train import condition_of, train_run
+    from retrain_ray.trackers import RunIdentity, build_trackers
 
     first = 0
     if args.resume:
@@ -104,6 +105,7 @@ def train_main(argv: list[str]) -> int:
             err.print(f"[bold red]error:[/] {exc}", highlight=False)
             return 2
     progress = None if args.quiet else ProgressObserver(cfg.training.max_steps, first, log_every=cfg.training.log_every)
+    trackers = build_trackers(cfg, RunIdentity(run_dir.name, condition_of(cfg), cfg.training.seed), run_dir)
     started = time.perf_counter()
     from retrain_ray.finite import NonFiniteError
     from retrain_ray.rewards.custom import RewardTimeoutError
@@ -113,7 +115,7 @@ def train_main(argv: list[str]) -> int:
             cfg,
             run_name=run_dir.name,
             run_dir=run_dir,
-            observers=[progress] if progress else [],
+            observers=([progress] if progress else []) + trackers,
             resume_from=Path(args.resume) if args.resume else None,
         )
     except (NonFiniteError, RewardTimeoutError) as exc:  # the run's own fault: a clear message, no traceback

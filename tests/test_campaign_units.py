@@ -70,12 +70,12 @@ def test_stagger_slots_are_spaced(stagger, gaps):
 
 def test_redact_hides_secrets_and_keeps_the_rest():
     cfg = {"model": {"base_url": "http://x", "api_key": "sk-123"}, "logging": {"wandb_token": ""},
-           "x": [{"hf_token": "abc"}], "training": {"lr": 0.1}}
+           "x": [{"hf_token": "abc"}], "training": {"lr": 0.1, "max_tokens": 10, "sft_max_tokens": 5}}
     out = redact(cfg)
     assert out["model"] == {"base_url": "http://x", "api_key": REDACTED}
     assert out["logging"]["wandb_token"] == ""
     assert out["x"][0]["hf_token"] == REDACTED
-    assert out["training"]["lr"] == 0.1
+    assert out["training"] == {"lr": 0.1, "max_tokens": 10, "sft_max_tokens": 5}
 
 
 def test_manifest_is_rewritten_on_every_change(tmp_path):

@@ -126,7 +126,7 @@ def test_wandb_names_per_run():
     cfg = RetrainConfig(logging={"wandb_project": "p"}, campaign=CampaignSection(seeds=[1]))
     run = expand_runs(cfg)[0]
     assert (run.config.logging.wandb_group, run.config.logging.wandb_run_name, run.config.logging.wandb_tags) \
-        == ("grpo+none", "grpo+none_s1", "grpo+none,seed1")
+        == ("", "grpo+none_s1", "grpo+none,seed1")
 
 
 def test_single_run_expands_to_one(tmp_path):

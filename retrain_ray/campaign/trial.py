@@ -75,11 +75,16 @@ def resolve_runner(runner: str | Callable[..., Any]) -> Callable[..., Any]:
 
 
 def _observers(ctx: TrialContext, plan: RunPlan, reporter: TuneReporter) -> list[Any]:
+    """Recorder, Tune reports, gauges and the experiment trackers the run's config asks for."""
+    from retrain_ray.trackers import RunIdentity, build_trackers
+
     handle = ray.get_actor(recorder_name(ctx.campaign), namespace=ctx.namespace)
+    identity = RunIdentity(plan.run_name, plan.condition, plan.seed, campaign=ctx.campaign)
     return [
         RecorderClient(handle, plan.run_name, timeout_s=ctx.timeout_s),
         reporter,
         RunGauges(ctx.campaign, plan.run_name, plan.condition),
+        *build_trackers(plan.config, identity, plan.work_dir),
     ]
 
 

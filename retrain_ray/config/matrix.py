@@ -11,7 +11,9 @@ hazard 13.1) with the condition applied, then:
 * its own `logging.log_dir` and `backend.adapter_path` (hazard 13.2: the original shared one adapter
   directory across runs): `run_dir(run_name)` and `run_dir(run_name)/adapter` when the caller passes
   `run_dir`, else `<base log_dir>/<run_name>` and `<base adapter_path>/<run_name>`.
-* with `logging.wandb_project` set: wandb group = label, run name = run name, tags = `label,seed<seed>`.
+* with `logging.wandb_project` set: wandb run name = run name, tags = `label,seed<seed>`. The W&B group
+  stays as the base config sets it; empty, the tracker uses the campaign name (the original set the
+  group to the label; here the condition is the W&B job_type, so a campaign is one group).
 
 A run's config has no [campaign] or [squeeze]: it describes one run. A plain (non-campaign) config
 expands to one run whose config is unchanged unless `run_dir` is given.
@@ -61,7 +63,7 @@ def _finish(cfg: RetrainConfig, name: str, label: str, seed: int, max_steps: int
         log_dir, adapter = Path(cfg.logging.log_dir) / name, Path(cfg.backend.adapter_path) / name
     logging = {"log_dir": str(log_dir)}
     if cfg.logging.wandb_project:
-        logging.update(wandb_group=label, wandb_run_name=name, wandb_tags=f"{label},seed{seed}")
+        logging.update(wandb_run_name=name, wandb_tags=f"{label},seed{seed}")
     updated = cfg.model_copy(update={
         "training": cfg.training.model_copy(update={"seed": seed, "max_steps": max_steps}),
         "backend": cfg.backend.model_copy(update={"adapter_path": str(adapter)}),

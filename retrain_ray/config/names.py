@@ -43,6 +43,7 @@ DATA_SOURCES = frozenset({"math", "builtin", "file"})
 ENVIRONMENT_PROVIDERS = frozenset({"", "verifiers", "openenv"})
 TL_GRPO_BRANCH_MODES = frozenset({"action_space", "llm"})
 CHECKPOINT_ARTIFACTS = frozenset({"auto", "off", "wandb"})
+WANDB_MODES = frozenset({"online", "offline", "disabled"})
 ECHO_TARGET_RETENTION = frozenset({"all", "bounded"})
 SEPA_SCHEDULES = frozenset({"linear", "auto"})
 

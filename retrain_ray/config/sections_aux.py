@@ -20,6 +20,7 @@ from retrain_ray.config.names import (
     INFERENCE_ENGINES,
     PLANNING_DETECTORS,
     REWARD_TYPES,
+    WANDB_MODES,
 )
 from retrain_ray.config.sections_core import _choice
 
@@ -140,7 +141,11 @@ class LoggingSection(Section):
     wandb_entity: str = ""
     wandb_group: str = ""
     wandb_tags: str = ""
+    wandb_mode: str = ""
     checkpoint_artifacts: str = "auto"
+    mlflow_tracking_uri: str = ""
+    mlflow_experiment: str = ""
+    tensorboard: Bool = False
     log_generations: Bool = True
     generation_log_samples_per_prompt: Int = Field(1, ge=0)
     generation_top_surprisal_limit: Int = Field(0, ge=0)
@@ -150,6 +155,11 @@ class LoggingSection(Section):
     @classmethod
     def _artifacts(cls, v: str) -> str:
         return _choice(v, CHECKPOINT_ARTIFACTS, "checkpoint_artifacts", dotted=False)
+
+    @field_validator("wandb_mode")
+    @classmethod
+    def _wandb_mode(cls, v: str) -> str:
+        return v if v == "" else _choice(v, WANDB_MODES, "wandb_mode", dotted=False)
 
 
 class EchoSection(Section):

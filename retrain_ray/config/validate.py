@@ -128,6 +128,14 @@ def _checkpoint_artifacts(cfg: RetrainConfig) -> list[ConfigIssue]:
     return issues
 
 
+def _trackers_installed(cfg: RetrainConfig) -> list[ConfigIssue]:
+    from retrain_ray.trackers.requirements import missing_trackers
+
+    return [ConfigIssue(m.key, m.value, f"asks for {m.module}, which is not installed",
+                        f"pip install 'retrain-ray[{m.extra}]' (or unset {m.key})")
+            for m in missing_trackers(cfg.logging)]
+
+
 def _echo(cfg: RetrainConfig) -> list[ConfigIssue]:
     e, issues = cfg.echo, []
     if e.enabled and e.weight <= 0:
@@ -211,7 +219,7 @@ def _squeeze(cfg: RetrainConfig) -> list[ConfigIssue]:
 
 RULES: tuple[Rule, ...] = (
     _backend, _backend_options, _clipping, _micro_batches, _uncertainty, _environment,
-    _checkpoint_artifacts, _echo, _optimizer_batch, _data_and_reward, _conditions, _squeeze,
+    _checkpoint_artifacts, _trackers_installed, _echo, _optimizer_batch, _data_and_reward, _conditions, _squeeze,
 )
 
 

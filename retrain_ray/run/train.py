@@ -17,7 +17,8 @@ from retrain_ray.run.types import RunObserver, RunOutcome
 log = logging.getLogger(__name__)
 
 
-def _condition_label(cfg) -> str:
+def condition_of(cfg) -> str:
+    """The condition label of a single run (a campaign passes its own, with its overrides)."""
     alg = cfg.algorithm
     return alg.algorithm_mode or f"{alg.advantage_mode}+{alg.transform_mode}"
 
@@ -71,13 +72,13 @@ def train_run(
     from retrain_ray.logs import write_run_meta
     from retrain_ray.secrets import redact
 
-    write_run_meta(run_dir, {"run_name": run_name, "condition": _condition_label(config), "seed": config.training.seed,
+    write_run_meta(run_dir, {"run_name": run_name, "condition": condition_of(config), "seed": config.training.seed,
                              "config": redact(config.model_dump(mode="json"))})
     observer = _fanout(run_dir, run_name, observers, local_logs)
     try:
         policy = policy or build_policy(config, throttle=throttle, run_name=run_name)
         parts = build_components(config, observer, policy=policy, advisor=advisor)
-        loop = RunLoop(config, parts, run_name=run_name, run_dir=run_dir, condition=_condition_label(config))
+        loop = RunLoop(config, parts, run_name=run_name, run_dir=run_dir, condition=condition_of(config))
         state = _restore(loop, checkpoint) if checkpoint else _fresh_state(config, parts)
         return loop.run(state)
     finally:

@@ -1,0 +1,49 @@
+"""The trackers a run's config asks for, ready to pass to `train_run(observers=...)`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from retrain_ray.run.types import RunObserver
+from retrain_ray.trackers.identity import RunIdentity
+from retrain_ray.trackers.requirements import missing_trackers
+
+
+def build_trackers(cfg: Any, identity: RunIdentity, run_dir: Path) -> list[RunObserver]:
+    """W&B / MLflow / TensorBoard observers for `cfg.logging` (none asked for: an empty list).
+
+    A missing package raises here too (config validation already refuses it where the config is
+    loaded; this catches a worker node whose environment differs from the driver's).
+    """
+    missing = missing_trackers(cfg.logging)
+    if missing:
+        wanted = ", ".join(f"{m.key} needs `pip install 'retrain-ray[{m.extra}]'`" for m in missing)
+        raise ImportError(f"tracker not installed on this node: {wanted}")
+    lg = cfg.logging
+    config = _config_record(cfg) if (lg.wandb_project or lg.mlflow_tracking_uri) else {}
+    trackers: list[RunObserver] = []
+    try:
+        if lg.wandb_project:
+            from retrain_ray.trackers.wandb_tracker import WandbTracker
+
+            trackers.append(WandbTracker(cfg, identity, run_dir, config))
+        if lg.mlflow_tracking_uri:
+            from retrain_ray.trackers.mlflow_tracker import MlflowTracker
+
+            trackers.append(MlflowTracker(cfg, identity, config))
+        if lg.tensorboard:
+            from retrain_ray.trackers.tensorboard_tracker import TensorBoardTracker
+
+            trackers.append(TensorBoardTracker(identity, run_dir))
+    except BaseException:
+        for started in trackers:  # one tracker failed to start: close the ones already open
+            started.close()
+        raise
+    return trackers
+
+def _config_record(cfg: Any) -> dict[str, Any]:
+    """The run's whole config with secrets redacted (what the manifest stores)."""
+    from retrain_ray.secrets import redact
+
+    return redact(cfg.model_dump(mode="json"))

@@ -1,0 +1,83 @@
+"""MLflow: one MLflow run per run in the campaign's experiment, metrics under `train/*` and `eval/*`.
+
+Keys (`[logging]`): `mlflow_tracking_uri` turns it on (`file:///abs/dir`, `http://host:5000`,
+`databricks`, ...); `mlflow_experiment` (default: the campaign name, else "retrain-ray"). The
+MlflowClient logs to an explicit run id, so nothing depends on MLflow's process-global active run.
+A retried or resumed run finds its MLflow run again by the `retrain_ray.key` tag.
+
+A `file:` URI is MLflow's file store, which MLflow 3 keeps in maintenance mode and refuses unless
+`MLFLOW_ALLOW_FILE_STORE=true`: naming one in the config is that opt-in (set here for this process,
+so it also holds inside Ray workers whose environment was fixed at cluster start).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from retrain_ray.trackers.identity import RunIdentity, metric_values
+
+KEY_TAG = "retrain_ray.key"
+
+
+class MlflowTracker:
+    def __init__(self, cfg: Any, identity: RunIdentity, config: Mapping[str, Any]) -> None:
+        from mlflow import MlflowClient
+
+        lg = cfg.logging
+        if lg.mlflow_tracking_uri.startswith("file:"):
+            os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
+        self.client = MlflowClient(tracking_uri=lg.mlflow_tracking_uri)
+        experiment = lg.mlflow_experiment or identity.campaign or "retrain-ray"
+        experiment_id = self._experiment_id(experiment)
+        self.run_id = self._find_run(experiment_id, identity) or self._create_run(experiment_id, identity, config)
+
+    def _experiment_id(self, name: str) -> str:
+        found = self.client.get_experiment_by_name(name)
+        if found is not None:
+            return found.experiment_id
+        try:
+            return self.client.create_experiment(name)
+        except Exception:  # another run of the campaign created it first
+            found = self.client.get_experiment_by_name(name)
+            if found is None:
+                raise
+            return found.experiment_id
+
+    def _find_run(self, experiment_id: str, identity: RunIdentity) -> str | None:
+        runs = self.client.search_runs([experiment_id], filter_string=f"tags.`{KEY_TAG}` = '{identity.key}'",
+                                       max_results=1)
+        if not runs:
+            return None
+        self.client.update_run(runs[0].info.run_id, status="RUNNING")
+        return runs[0].info.run_id
+
+    def _create_run(self, experiment_id: str, identity: RunIdentity, config: Mapping[str, Any]) -> str:
+        tags = {**identity.tags, KEY_TAG: identity.key}
+        run = self.client.create_run(experiment_id, run_name=identity.run_name, tags=tags)
+        self.client.log_dict(run.info.run_id, dict(config), "config.json")
+        return run.info.run_id
+
+    def _log(self, row: Mapping[str, Any], prefix: str) -> None:
+        from mlflow.entities import Metric
+
+        now_ms = int(time.time() * 1000)
+        step = int(row["step"])
+        metrics = [Metric(k, v, now_ms, step) for k, v in metric_values(row, prefix).items()]
+        self.client.log_batch(self.run_id, metrics=metrics)
+
+    def on_step(self, row: Mapping[str, Any]) -> None:
+        self._log(row, "train")
+
+    def on_generations(self, rows: list[Mapping[str, Any]]) -> None: ...
+
+    def on_eval(self, row: Mapping[str, Any]) -> None:
+        self._log(row, "eval")
+
+    def on_checkpoint(self, step: int, directory: Any) -> None:
+        self.client.set_tag(self.run_id, "retrain_ray.last_checkpoint", f"{step}:{directory}")
+
+    def close(self) -> None:
+        self.client.set_terminated(self.run_id)
