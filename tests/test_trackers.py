@@ -33,6 +33,12 @@ RUN = {
 }
 
 
+@pytest.fixture(autouse=True)
+def _read_mlflow_file_store(monkeypatch):
+    """The test reads the file store back with its own MlflowClient: MLflow 3 wants the opt-in."""
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+
+
 def tracked_config(tmp_path: Path, **logging) -> RetrainConfig:
     all_three = {"wandb_project": "rr-test", "wandb_mode": "offline", "checkpoint_artifacts": "auto",
                  "mlflow_tracking_uri": (tmp_path / "mlruns").as_uri(), "tensorboard": True}
