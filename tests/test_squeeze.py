@@ -198,7 +198,7 @@ def test_squeeze_section_that_cannot_act_is_refused_at_load(tmp_path, capsys):
     with pytest.raises(ConfigError, match="squeeze.compress_to"):
         load_config(too_big)
     ok = tmp_path / "ok.toml"
-    ok.write_text('[model]\nfinetune = "lora"\nlora_rank = 8\n[squeeze]\ncompress_to = 4\n')
+    ok.write_text('[model]\nmodel = "builtin:tiny"\nfinetune = "lora"\nlora_rank = 8\n[squeeze]\ncompress_to = 4\n')
     assert main(["explain", str(ok), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["squeeze"]["compress_to"] == 4
     named = tmp_path / "named.toml"
