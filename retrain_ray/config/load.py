@@ -8,10 +8,14 @@ so one file with several mistakes reports all of them. Warnings (spec 7) come ba
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Any
 
-import tomllib
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # Python 3.10: the same parser, from PyPI
+    import tomli as tomllib
 from pydantic import ValidationError
 
 from retrain_ray.config.errors import ConfigError, ConfigIssue, did_you_mean, no_value
