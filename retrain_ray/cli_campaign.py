@@ -140,25 +140,40 @@ def results_main(argv: list[str]) -> int:
 
 
 def status_main(argv: list[str]) -> int:
-    """`retrain-ray status [DIR=logs] [--json]`: the condition x seed matrix of each campaign."""
+    """`retrain-ray status [DIR=logs] [--json] [--all|--active]`: the condition x seed matrix of each campaign."""
     parser = argparse.ArgumentParser(prog="retrain-ray status")
     parser.add_argument("root", nargs="?", default="logs")
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--stale-after", type=float, default=300.0, help="seconds without a row = stale")
+    view = parser.add_mutually_exclusive_group()
+    view.add_argument("--all", dest="view", action="store_const", const="all",
+                      help="also campaigns idle for more than 24 h")
+    view.add_argument("--active", dest="view", action="store_const", const="active",
+                      help="only campaigns with a running run")
     args = parser.parse_args(argv)
-    from retrain_ray.campaign.status import campaign_status, find_campaigns
+    from retrain_ray.campaign.status import campaign_status, find_campaigns, visible
 
     found = find_campaigns(Path(args.root))
     if not found:
         print(f"no campaign (a directory with manifest.json) in {args.root}", file=sys.stderr)
         return 2
     statuses = [campaign_status(d, stale_after_s=args.stale_after) for d in found]
+    shown = [st for st in statuses if visible(st, args.view or "default")]
+    if len(shown) < len(statuses) and not args.json:
+        print(f"({len(statuses) - len(shown)} campaign(s) hidden: {'not running' if args.view else 'idle > 24 h'}; "
+              "--all shows them)")
+    statuses = shown
     if args.json:
         print(json.dumps({"root": args.root, "campaigns": statuses}, indent=2, default=str))
         return 0
     for st in statuses:
         _print_status(st)
     return 0
+
+
+def top_main(argv: list[str]) -> int:
+    """`retrain-ray top [DIR]`: `status --active` (the original's top is status --watch --active)."""
+    return status_main([*argv, "--active"])
 
 
 def _print_status(st: dict) -> None:

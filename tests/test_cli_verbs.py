@@ -169,3 +169,36 @@ def test_prime_rl_is_refused_at_load_with_what_to_use_instead(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "backend.backend" in err and "prime_rl" in err
     assert 'engine = "vllm"' in err and "plugin backend" in err
+
+
+def test_status_views_and_top_filter_campaigns_as_the_original(tmp_path, capsys):
+    import os
+    import time
+
+    from retrain_ray.campaign.manifest import Manifest
+
+    def campaign(name: str, run_status: str, age_s: float = 0.0) -> None:
+        cdir = tmp_path / name
+        cdir.mkdir()
+        manifest = Manifest.create(cdir, {"name": name, "conditions": ["grpo+none"], "seeds": [1]},
+                                   [{"run_name": "grpo+none_s1", "condition": "grpo+none", "seed": 1, "max_steps": 4}])
+        manifest.update_run("grpo+none_s1", status=run_status)
+        old = time.time() - age_s
+        os.utime(cdir / "manifest.json", (old, old))
+
+    campaign("live", "running")
+    campaign("recent", "completed", age_s=3600)
+    campaign("old", "completed", age_s=3 * 24 * 3600)
+
+    def names(*argv: str) -> list[str]:
+        code, out = cli_json(capsys, "status", str(tmp_path), *argv)
+        assert code == 0
+        return sorted(c["campaign"] for c in out["campaigns"])
+
+    assert names() == ["live", "recent"]  # idle for more than 24 h and not running: hidden
+    assert names("--all") == ["live", "old", "recent"]
+    assert names("--active") == ["live"]
+    capsys.readouterr()
+    assert main(["top", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "live" in out and "recent" not in out and "2 campaign(s) hidden" in out

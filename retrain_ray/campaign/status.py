@@ -66,3 +66,28 @@ def find_campaigns(root: Path) -> list[Path]:
         return []
     found = {m.parent for pattern in ("*/manifest.json", "*/*/manifest.json") for m in root.glob(pattern)}
     return sorted(p for p in found if p.parent.name != "runs")
+
+
+HIDE_IDLE_AFTER_S = 24 * 3600.0
+VIEWS = ("default", "active", "all")
+
+
+def idle_seconds(campaign_dir: Path, now: float) -> float:
+    """Seconds since the campaign last wrote anything: its manifest or any run's metrics."""
+    files = [campaign_dir / "manifest.json", *campaign_dir.glob("runs/*/metrics*.arrows")]
+    newest = max((f.stat().st_mtime for f in files if f.exists()), default=0.0)
+    return max(0.0, now - newest)
+
+
+def visible(status: dict[str, Any], view: str, *, now: float | None = None) -> bool:
+    """Whether `status` (from `campaign_status`) shows in a view, as the original's status (spec 5.3):
+    `all` shows every campaign; `active` only those with a running run; the default view hides
+    campaigns with no running run that have been idle for more than 24 h."""
+    if view not in VIEWS:
+        raise ValueError(f"view {view!r}: expected one of {VIEWS}")
+    running = status["counts"]["running"] > 0
+    if view == "all" or running:
+        return True
+    if view == "active":
+        return False
+    return idle_seconds(Path(status["dir"]), time.time() if now is None else now) <= HIDE_IDLE_AFTER_S
