@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from retrain_ray.actors.placement import check_fits, parse_devices, placement_for
+from retrain_ray.actors.placement import check_fits, decide_placement, parse_devices, placement_for
 from retrain_ray.campaign.manifest import REDACTED, Manifest, redact
 from retrain_ray.campaign.results import ci95_halfwidth, t95
 from retrain_ray.campaign.stagger import StaggerClock
@@ -37,10 +37,43 @@ def test_bundles_per_mode():
     assert (split.strategy, split.num_gpus) == ("STRICT_PACK", 2)
 
 
-def test_no_gpu_in_cluster_falls_back_to_cpu_with_warning():
-    placement, warning = placement_for("gpu:0,gpu:1", cpus_per_run=1.0, cluster_gpus=0)
+def test_cpu_fallback_only_when_asked():
+    placement, warning = placement_for("gpu:0,gpu:1", cpus_per_run=1.0, cluster_gpus=0, cpu_fallback=True)
     assert placement.mode == "cpu"
-    assert "running on CPU" in warning and "backend.devices" in warning
+    assert "running on CPU" in warning and "cpu_fallback" in warning
+    placement, warning = placement_for("gpu:0,gpu:1", cpus_per_run=1.0, cluster_gpus=0)
+    assert (placement.mode, placement.num_gpus, warning) == ("split", 2, "")
+
+
+CPU_HEAD = [{"CPU": 4.0}]
+ZERO_CPU_HEAD = [{"CPU": 0.0, "memory": 1e9}]
+
+
+def test_gpu_run_on_a_cluster_without_gpus_waits_for_the_autoscaler():
+    d = decide_placement("gpu:0", cpus_per_run=1.0, nodes=CPU_HEAD, cpu_fallback=False, can_scale=True)
+    assert (d.placement.mode, d.placement.bundle_dicts) == ("gpu", [{"CPU": 1.0, "GPU": 1.0}])
+    assert not d.problem and not d.warning
+    assert "GPU: need 1 on one node, largest node has 0" in d.wait and "autoscaler" in d.wait
+
+
+def test_head_with_no_cpus_does_not_abort_a_scalable_cluster():
+    for devices in ("cpu", "gpu:0", "gpu:0,gpu:1"):
+        d = decide_placement(devices, cpus_per_run=1.0, nodes=ZERO_CPU_HEAD, cpu_fallback=False, can_scale=True)
+        assert d.wait and not d.problem, devices
+
+
+def test_gpu_run_on_a_ray_nothing_can_scale_is_an_error_naming_the_fixes():
+    d = decide_placement("gpu:0", cpus_per_run=1.0, nodes=CPU_HEAD, cpu_fallback=False, can_scale=False)
+    assert d.placement.mode == "gpu" and not d.wait
+    assert "GPU: need 1" in d.problem and "cpu_fallback = true" in d.problem and "backend.devices" in d.problem
+    asked = decide_placement("gpu:0", cpus_per_run=1.0, nodes=CPU_HEAD, cpu_fallback=True, can_scale=False)
+    assert (asked.placement.mode, asked.problem) == ("cpu", "") and "running on CPU" in asked.warning
+
+
+def test_fitting_gpu_run_needs_no_wait():
+    d = decide_placement("gpu:0", cpus_per_run=1.0, nodes=[{"CPU": 0.0}, {"CPU": 4.0, "GPU": 1.0}],
+                         cpu_fallback=True, can_scale=True)
+    assert (d.placement.mode, d.wait, d.problem, d.warning) == ("gpu", "", "", "")
 
 
 def test_split_needs_both_gpus_on_one_node():

@@ -10,9 +10,12 @@ A run asks for devices with `[backend].devices` (spec 7): "cpu", "gpu:0" (one GP
 
 Departure from the original: the original runs every run on the devices named in the config, on one
 machine. Here the names only say *how many* GPUs a run needs; Ray picks which ones (the trial sees
-its own GPU as device 0 through CUDA_VISIBLE_DEVICES). As in the original, a machine without any GPU
-falls back to CPU (with a warning); a cluster that has GPUs but no node able to hold a run's bundles
-is an error before any trial starts.
+its own GPU as device 0 through CUDA_VISIBLE_DEVICES). A GPU run is never silently turned into a CPU
+run: `decide_placement` keeps its GPU bundles, and when no alive node can hold them, either the runs wait
+for the autoscaler (a cluster this driver connected to: Tune's pending placement groups are the
+autoscaler's demand; the wait is bounded by `[campaign] trial_start_timeout_s`), or, on a Ray this
+driver started itself (nothing can scale it), it is an error before any trial starts. The original's
+fallback to CPU on a machine without GPUs happens only with `[campaign] cpu_fallback = true`.
 """
 
 from __future__ import annotations
@@ -80,13 +83,14 @@ def mode_for_gpus(num_gpus: int) -> PlacementMode:
     return "gpu" if num_gpus == 1 else "split"
 
 
-def placement_for(devices: str, *, cpus_per_run: float, cluster_gpus: float) -> tuple[Placement, str]:
-    """The placement of a run and a warning ("" if none). No GPU in the cluster -> CPU fallback."""
+def placement_for(devices: str, *, cpus_per_run: float, cluster_gpus: float,
+                  cpu_fallback: bool = False) -> tuple[Placement, str]:
+    """The placement of a run and a warning ("" if none). CPU instead of GPUs only with `cpu_fallback`."""
     wanted = parse_devices(devices)
-    if wanted > 0 and cluster_gpus <= 0:
+    if wanted > 0 and cluster_gpus <= 0 and cpu_fallback:
         warning = (
             f"backend.devices = {devices!r} asks for {wanted} GPU(s) but the Ray cluster has none: "
-            "running on CPU (set backend.devices = 'cpu' to silence this)"
+            "running on CPU as [campaign] cpu_fallback = true asks (set backend.devices = 'cpu' to silence this)"
         )
         return PLACEMENTS["cpu"](cpus_per_run), warning
     return PLACEMENTS[mode_for_gpus(wanted)](cpus_per_run), ""
@@ -100,18 +104,54 @@ def _fits_on_node(bundles: Sequence[Bundle], node: Mapping[str, float]) -> bool:
     return all(node.get(k, 0.0) >= v for k, v in need.items())
 
 
-def check_fits(placement: Placement, nodes: Sequence[Mapping[str, float]]) -> str:
-    """'' if some node can hold the run (all bundles, as STRICT_PACK needs), else an error message."""
+def _shortfall(placement: Placement, nodes: Sequence[Mapping[str, float]]) -> str:
+    """'' if some node can hold the run (all bundles, as STRICT_PACK needs), else what is missing."""
     bundles = placement.bundle_dicts
     if any(_fits_on_node(bundles, n) for n in nodes):
         return ""
     need = {k: sum(b.get(k, 0.0) for b in bundles) for k in {k for b in bundles for k in b}}
     best = {k: max((n.get(k, 0.0) for n in nodes), default=0.0) for k in need}
-    missing = ", ".join(f"{k}: need {need[k]:g} on one node, largest node has {best[k]:g}" for k in sorted(need))
+    return ", ".join(f"{k}: need {need[k]:g} on one node, largest node has {best[k]:g}" for k in sorted(need))
+
+
+def check_fits(placement: Placement, nodes: Sequence[Mapping[str, float]]) -> str:
+    """'' if some node can hold the run (all bundles, as STRICT_PACK needs), else an error message."""
+    missing = _shortfall(placement, nodes)
+    if not missing:
+        return ""
     return (
         f"no node of the Ray cluster can hold a {placement.mode!r} run ({missing}); "
         "add a bigger node, lower [campaign].cpus_per_run, or change [backend].devices"
     )
+
+
+@dataclass(frozen=True)
+class PlacementDecision:
+    """What `_place` does with one run: its placement, and at most one of a warning, a wait, an error."""
+
+    placement: Placement
+    warning: str = ""  # rewritten to CPU (only with cpu_fallback)
+    wait: str = ""  # no node fits now: the autoscaler is asked (through Tune's placement group)
+    problem: str = ""  # no node fits and nothing can add one
+
+
+def decide_placement(devices: str, *, cpus_per_run: float, nodes: Sequence[Mapping[str, float]],
+                     cpu_fallback: bool, can_scale: bool) -> PlacementDecision:
+    """The placement of one run on a cluster whose alive nodes are `nodes` (pure: no Ray calls)."""
+    cluster_gpus = sum(n.get("GPU", 0.0) for n in nodes)
+    placement, warning = placement_for(devices, cpus_per_run=cpus_per_run, cluster_gpus=cluster_gpus,
+                                       cpu_fallback=cpu_fallback)
+    missing = _shortfall(placement, nodes)
+    if not missing:
+        return PlacementDecision(placement, warning=warning)
+    if can_scale:
+        return PlacementDecision(placement, warning=warning, wait=f"no alive node can hold a {placement.mode!r} "
+                                 f"run yet ({missing}): waiting for the cluster's autoscaler")
+    fix = ""
+    if placement.num_gpus and cluster_gpus <= 0:
+        fix = ("; this Ray has no GPU and nothing can add one: set backend.devices = 'cpu', set [campaign] "
+               "cpu_fallback = true to run GPU runs on CPU, or pass the address of a GPU cluster")
+    return PlacementDecision(placement, warning=warning, problem=check_fits(placement, nodes) + fix)
 
 
 def alive_node_resources() -> list[dict[str, float]]:

@@ -23,7 +23,7 @@ from typing import Any
 import ray
 from ray import tune
 
-from retrain_ray.actors.placement import alive_node_resources, check_fits, placement_for
+from retrain_ray.actors.placement import alive_node_resources, decide_placement
 from retrain_ray.actors.recorder import start_recorder
 from retrain_ray.campaign.afterwards import run_afterwards
 from retrain_ray.campaign.control import start_control_plane
@@ -91,13 +91,13 @@ class Campaign:
         """
         started = _connect(address)
         try:
-            return self._run(progress)
+            return self._run(progress, can_scale=not started)
         finally:
             if started:
                 ray.shutdown()
 
-    def _run(self, progress: bool) -> CampaignResults:
-        self.plan = _place(self.plan)
+    def _run(self, progress: bool, *, can_scale: bool) -> CampaignResults:
+        self.plan = _place(self.plan, cpu_fallback=bool(self.config.campaign.cpu_fallback), can_scale=can_scale)
         manifest, resuming = self._open_dir()
         if progress:
             verb = "resuming" if resuming else "starting"
@@ -224,24 +224,29 @@ def _connect(address: str | None) -> bool:
     return target == "local"
 
 
-def _place(plan: CampaignPlan) -> CampaignPlan:
-    """Gives each run its placement for the connected cluster; errors name the missing resource."""
+def _place(plan: CampaignPlan, *, cpu_fallback: bool, can_scale: bool) -> CampaignPlan:
+    """Gives each run its placement for the connected cluster; errors name the missing resource.
+
+    `can_scale`: the cluster may grow (this driver connected to it rather than starting it), so runs
+    that fit no alive node wait for the autoscaler, bounded by `trial_start_timeout_s`.
+    """
     nodes = alive_node_resources()
-    cluster_gpus = float(ray.cluster_resources().get("GPU", 0.0))
-    runs, problems, warnings = [], [], set()
+    runs, problems, notes = [], [], set()
     for r in plan.runs:
-        placement, warning = placement_for(r.devices, cpus_per_run=plan.schedule.cpus_per_run,
-                                           cluster_gpus=cluster_gpus)
+        d = decide_placement(r.devices, cpus_per_run=plan.schedule.cpus_per_run, nodes=nodes,
+                             cpu_fallback=cpu_fallback, can_scale=can_scale)
         config = r.config
-        if warning:
-            warnings.add(warning)
+        if d.warning:
+            notes.add(f"warning: {d.warning}")
             config = config.model_copy(update={"backend": config.backend.model_copy(update={"devices": "cpu"})})
-        problem = check_fits(placement, nodes)
-        if problem:
-            problems.append(f"run {r.run_name}: {problem}")
-        runs.append(dataclasses.replace(r, placement=placement, config=config))
-    for w in sorted(warnings):
-        print(f"[campaign] warning: {w}", flush=True)
+        if d.wait:
+            notes.add(f"{d.wait}; runs wait up to [campaign].trial_start_timeout_s = "
+                      f"{plan.schedule.trial_start_timeout_s:g} s")
+        if d.problem:
+            problems.append(f"run {r.run_name}: {d.problem}")
+        runs.append(dataclasses.replace(r, placement=d.placement, config=config))
+    for note in sorted(notes):
+        print(f"[campaign] {note}", flush=True)
     if problems:
         raise CampaignError(problems)
     return dataclasses.replace(plan, runs=runs)

@@ -91,6 +91,9 @@ class CampaignSection(Section):
     max_failures: Int = Field(2, ge=0)
     cpus_per_run: Float = Field(1.0, gt=0.0)
     trial_start_timeout_s: Float = Field(600.0, gt=0.0)
+    # GPU runs on a cluster without GPUs: false (default) waits for the autoscaler (or is an error on a
+    # Ray this driver started); true runs them on CPU instead, with a warning.
+    cpu_fallback: Bool = False
 
     @field_validator("seeds")
     @classmethod
