@@ -24,13 +24,13 @@ def _settings(finetune: str):
     from retrain_ray.models.loading import resolve_model_path
 
     return VLLMSettings(str(resolve_model_path(MODEL)), finetune=finetune, lora=LoraSettings(rank=8),
-                        dtype="float32", extra_args={"max_model_len": 128})
+                        dtype="float32", max_loras=2, extra_args={"max_model_len": 128})
 
 
-def _trainable(finetune: str):
+def _trainable(finetune: str, seed: int = 0):
     from retrain_ray.backends.local import LoraSettings, PolicySettings, load_trainable_model
 
-    model, _ = load_trainable_model(MODEL, PolicySettings(finetune=finetune, lora=LoraSettings(rank=8)),
+    model, _ = load_trainable_model(MODEL, PolicySettings(finetune=finetune, lora=LoraSettings(rank=8), seed=seed),
                                     device="cpu")
     return model.eval()
 
@@ -142,6 +142,25 @@ def test_seeded_samples_are_reproducible_per_call(lora_engine):
     a.generator.set_state(1)  # a checkpoint restores the seed cursor: call 1 is drawn again
     assert [[s.token_ids for s in g] for g in a.generate(PROMPTS, 4, params)] == \
         [[s.token_ids for s in g] for g in second_a]
+
+
+def test_two_runs_share_one_engine_each_with_its_own_adapter(lora_engine):
+    """A shared engine serves two runs' adapters at once; each samples from its own weights and version."""
+    from retrain_ray.engines import SamplingParams, WeightUpdate
+    from retrain_ray.engines.vllm_embedded import VLLMEngine
+    from retrain_ray.engines.weights import export_trainable
+
+    params = SamplingParams(max_tokens=8, temperature=1.0)
+    runs = {name: VLLMEngine(lora_engine.core, name=name, owns_core=False) for name in ("run-a", "run-b")}
+    models = {name: _trainable("lora", seed=i) for i, name in enumerate(runs)}
+    for i, (name, model) in enumerate(models.items()):
+        _perturb(model, "lora_B", 0.5, seed=10 + i)
+        runs[name].load_weights(WeightUpdate(3 + i, export_trainable(model)))
+    assert (runs["run-a"].weights_version, runs["run-b"].weights_version) == (3, 4)
+    for name, engine in runs.items():
+        assert _worst_logprob_gap(models[name], PROMPTS, engine.generate(PROMPTS, 2, params), params) < 1e-4
+    with pytest.raises(RuntimeError, match="'run-a', expected 4"):
+        lora_engine.core.generate("run-a", PROMPTS, 1, params, expect_version=4)
 
 
 @pytest.mark.extended
