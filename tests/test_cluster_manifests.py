@@ -237,6 +237,8 @@ def test_the_files_the_dockerfile_copies_build_the_package(tmp_path):
     names = zipfile.ZipFile(wheel).namelist()
     assert "retrain_ray/cli.py" in names and "retrain_ray/trackers/wandb_tracker.py" in names
     assert any(n.endswith("entry_points.txt") for n in names)
+    shipped = {Path(n).name for n in names if n.startswith("retrain_ray/configs/")}
+    assert shipped >= {p.name for p in (ROOT / "configs").glob("*.toml")} != set()  # the example configs
     meta = next(n for n in names if n.endswith("METADATA"))
     extras = re.findall(r"^Provides-Extra: (\S+)$", zipfile.ZipFile(wheel).read(meta).decode(), re.M)
     assert {"gpu", "wandb", "mlflow", "tensorboard"} <= set(extras)
