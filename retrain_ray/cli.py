@@ -38,9 +38,12 @@ VERBS: dict[str, tuple[str, str, str]] = {
 }
 
 
+DEFAULT_FILE = "retrain.toml"
+
+
 def usage() -> str:
-    lines = ["usage:", "    retrain-ray FILE [--flags]   train one run; a campaign if FILE has [campaign]; "
-             "squeeze if FILE has [squeeze] adapter_path"]
+    lines = ["usage:", "    retrain-ray [FILE] [--flags]   train one run (FILE defaults to ./retrain.toml); "
+             "a campaign if FILE has [campaign]; squeeze if it has [squeeze] adapter_path"]
     lines += [f"    retrain-ray {line}" for _, _, line in VERBS.values()]
     return "\n".join(lines)
 
@@ -67,8 +70,12 @@ def _dispatch(command: str, argv: list[str]) -> int:
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    if not argv and Path(DEFAULT_FILE).is_file():  # as the original: no argument means ./retrain.toml
+        return _dispatch(_verb_for_file(DEFAULT_FILE), [DEFAULT_FILE])
     if not argv or argv[0] in ("-h", "--help", "help"):
         print(__doc__.splitlines()[0].split(":")[0] + "\n\n" + usage())
+        if not argv:
+            print(f"\nno {DEFAULT_FILE} here: `retrain-ray init` writes a starter one")
         return 0
     if argv[0] in ("-V", "--version"):
         print(f"retrain-ray {__version__}")

@@ -202,3 +202,14 @@ def test_status_views_and_top_filter_campaigns_as_the_original(tmp_path, capsys)
     assert main(["top", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert "live" in out and "recent" not in out and "2 campaign(s) hidden" in out
+
+
+def test_no_argument_runs_retrain_toml_of_the_current_directory(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert main([]) == 0
+    assert "retrain-ray init" in capsys.readouterr().out  # no file: usage and the hint
+    (tmp_path / "retrain.toml").write_text("[training]\nbatch_size = 0\n")
+    with pytest.raises(SystemExit) as exit_:  # the file was loaded, and refused
+        main([])
+    assert exit_.value.code == 2
+    assert "training.batch_size" in capsys.readouterr().err
