@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import threading
 import time
 import uuid
 
@@ -15,6 +16,7 @@ import ray
 
 from retrain_ray.actors.throttle import get_throttle, start_throttle
 from retrain_ray.throttle import NoThrottle, Throttle, ThrottleClient, ThrottleTimeout
+from retrain_ray.throttle.client import lease_keeper
 
 TTL_S = 1.0
 
@@ -58,6 +60,20 @@ class ThreadedHolders:
         with client.hold():
             time.sleep(hold_s)
         return client.lost_leases
+
+    def hold_many_for(self, holder: str, count: int, hold_s: float) -> tuple[int, int]:
+        """Hold `count` slots in one call; return (leases granted, threads alive while held)."""
+        client = ThrottleClient(self.handle, holder, timeout_s=120, lease_ttl_s=TTL_S)
+        with client.hold_many(count) as leases:
+            time.sleep(hold_s)
+            threads = threading.active_count()
+        return len(leases), threads
+
+    def keeper_state(self) -> tuple[int, int, int]:
+        """(renew_many calls so far, leases kept, keeper threads alive) of this process."""
+        keeper = lease_keeper(self.handle)
+        alive = sum(t.name == "throttle-lease-keeper" for t in threading.enumerate())
+        return keeper.renew_calls, keeper.held, alive
 
 
 @ray.remote(num_cpus=0, max_concurrency=16)
@@ -118,6 +134,47 @@ def test_renewal_keeps_a_lease_alive_past_its_ttl(ray_4cpu_4gpu):
     assert ray.get(proc.hold_for.remote("long-call", 2.5 * TTL_S), timeout=60) == 0
     stats = _stats(handle)
     assert (stats.expired, stats.released) == (0, 1)
+    ray.kill(proc)
+
+
+def test_one_process_renews_all_its_leases_in_one_call_per_period(ray_4cpu_4gpu):
+    """8 concurrent holds in one process past 2.5 TTLs: one keeper thread, one renewal call per period."""
+    handle = _throttle(capacity=8)
+    proc = ThreadedHolders.remote(handle)
+    hold_s = 2.5 * TTL_S
+    lost = ray.get([proc.hold_for.remote(f"run-{i}", hold_s) for i in range(8)], timeout=120)
+    calls, kept, _ = ray.get(proc.keeper_state.remote(), timeout=30)
+    stats = _stats(handle)
+    assert lost == [0] * 8 and (stats.expired, stats.released, stats.in_flight) == (0, 8, 0)
+    periods = hold_s / (TTL_S / 3)  # one renew_many per TTL/3 covers all 8 holds
+    assert 1 <= calls <= periods + 2, f"{calls} renewal calls for 8 holds over {periods:.1f} periods"
+    assert kept == 0
+    _wait_until(lambda: ray.get(proc.keeper_state.remote(), timeout=30)[2] == 0, "the idle keeper to exit")
+    ray.kill(proc)
+
+
+def test_hold_many_takes_slots_in_one_call_all_or_nothing_fifo(ray_4cpu_4gpu):
+    handle = _throttle(capacity=4)
+    first = ray.get(handle.acquire.remote("first", 10.0), timeout=30)
+    batch = handle.acquire_many.remote("engine", 4, 60.0)  # needs all 4: waits for `first`
+    _wait_until(lambda: _stats(handle).waiting == 1, "the batch to queue")
+    late = handle.acquire.remote("late", 60.0)  # a free slot exists, but the batch came first
+    _wait_until(lambda: _stats(handle).waiting == 2, "the single request to queue")
+    assert _stats(handle).in_flight == 1
+    ray.get(handle.release.remote(first.lease_id), timeout=30)
+    leases = ray.get(batch, timeout=30)
+    assert [lease.holder for lease in leases] == ["engine"] * 4 and len({x.lease_id for x in leases}) == 4
+    assert ray.wait([late], timeout=0.3)[0] == []  # capacity 4 is taken by the batch
+    assert ray.get(handle.release_many.remote([x.lease_id for x in leases]), timeout=30) == []
+    late_lease = ray.get(late, timeout=30)
+    assert late_lease.holder == "late"
+    ray.get(handle.release.remote(late_lease.lease_id), timeout=30)
+    with pytest.raises(ValueError, match="max_concurrent"):
+        ray.get(handle.acquire_many.remote("too-big", 5, 1.0), timeout=30)
+    proc = ThreadedHolders.remote(handle)
+    granted, _ = ray.get(proc.hold_many_for.remote("engine-2", 3, 2 * TTL_S), timeout=60)
+    stats = _stats(handle)
+    assert granted == 3 and (stats.expired, stats.in_flight, stats.granted, stats.released) == (0, 0, 9, 9)
     ray.kill(proc)
 
 

@@ -110,11 +110,48 @@ def test_cancel_leaves_queue_or_hands_back_an_unpopped_grant(clock):
     held = sem.try_acquire("h")
     t0 = sem.enqueue("w0")
     t1 = sem.enqueue("w1")
-    assert sem.cancel(t0) is None and sem.waiting == 1
+    assert sem.cancel(t0) == [] and sem.waiting == 1
     sem.release(held.lease_id)
-    lease = sem.cancel(t1)
-    assert lease is not None and lease.holder == "w1" and sem.pop_grants() == []
+    (lease,) = sem.cancel(t1)
+    assert lease.holder == "w1" and sem.pop_grants() == []
     assert sem.in_flight == 1
+
+
+def test_batch_is_all_or_nothing_and_keeps_its_fifo_place(clock):
+    sem = LeasedSemaphore(3, lease_ttl_s=10.0, clock=clock)
+    a = sem.try_acquire("a")
+    assert sem.try_acquire_many("engine", 3) is None  # only 2 free: nothing is granted
+    batch = sem.enqueue("engine", 3)
+    single = sem.enqueue("single")
+    assert sem.pop_grants() == [] and sem.in_flight == 1  # the single waits behind the batch
+    clock.now = 101.0
+    sem.release(a.lease_id)
+    grants = sem.pop_grants()
+    assert [ticket for ticket, _ in grants] == [batch] * 3 and sem.in_flight == 3
+    assert {lease.holder for _, lease in grants} == {"engine"} and sem.waiting == 1
+    assert sem.release_many([lease.lease_id for _, lease in grants] + ["nope"]) == ["nope"]
+    ((ticket, lease),) = sem.pop_grants()
+    assert ticket == single and lease.holder == "single"
+    assert sem.renew_many([lease.lease_id, "gone"]) == ["gone"]
+    assert len(sem.try_acquire_many("e2", 2)) == 2 and sem.in_flight == 3
+
+
+def test_cancelling_a_blocked_batch_lets_the_queue_move(clock):
+    sem = LeasedSemaphore(2, clock=clock)
+    sem.try_acquire("h")
+    batch = sem.enqueue("engine", 2)
+    single = sem.enqueue("single")
+    assert sem.cancel(batch) == []
+    assert [ticket for ticket, _ in sem.pop_grants()] == [single]
+
+
+@pytest.mark.parametrize("count", [0, -2, 1.0, True, 4])
+def test_bad_batch_size_names_the_fix(count):
+    sem = LeasedSemaphore(3)
+    with pytest.raises(ValueError, match="slots"):
+        sem.try_acquire_many("h", count)
+    with pytest.raises(ValueError, match="slots"):
+        sem.enqueue("h", count)
 
 
 @pytest.mark.parametrize("bad", [0, -1, 1.5, True, "4"])
@@ -181,8 +218,7 @@ def test_invariants_under_random_events(capacity, events):
             sem.resize(arg)
         elif op == "cancel" and queued:
             ticket = queued.pop(arg % len(queued))
-            lease = sem.cancel(ticket)
-            held += [lease.lease_id] if lease else []
+            held += [lease.lease_id for lease in sem.cancel(ticket)]
         grants = sem.pop_grants()
         granted_tickets = [ticket for ticket, _ in grants]
         assert granted_tickets == queued[: len(granted_tickets)]  # FIFO
@@ -199,3 +235,49 @@ def test_invariants_under_random_events(capacity, events):
 
 def _live(sem: LeasedSemaphore):
     return sem.leases()
+
+
+batch_ops = st.lists(
+    st.one_of(
+        st.tuples(st.just("acquire"), st.integers(1, 4)),
+        st.tuples(st.just("enqueue"), st.integers(1, 4)),
+        st.tuples(st.just("release"), st.integers(0, 20)),
+        st.tuples(st.just("resize"), st.integers(4, 6)),
+        st.tuples(st.just("cancel"), st.integers(0, 20)),
+    ),
+    max_size=60,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(events=batch_ops)
+def test_batches_never_exceed_capacity_and_are_served_whole_in_fifo_order(events):
+    sem = LeasedSemaphore(4, lease_ttl_s=5.0, clock=FakeClock())
+    held: list[str] = []
+    queued: list[tuple[int, int]] = []  # (ticket, count)
+    for op, arg in events:
+        before = sem.in_flight
+        if op == "acquire":
+            fits = not queued and sem.in_flight + arg <= sem.capacity
+            leases = sem.try_acquire_many("h", arg)
+            assert (leases is not None) == fits
+            held += [lease.lease_id for lease in leases or ()]
+        elif op == "enqueue":
+            queued.append((sem.enqueue("w", arg), arg))
+        elif op == "release" and held:
+            assert sem.release_many([held.pop(arg % len(held))]) == []
+        elif op == "resize":
+            sem.resize(arg)
+        elif op == "cancel" and queued:
+            ticket, _ = queued.pop(arg % len(queued))
+            held += [lease.lease_id for lease in sem.cancel(ticket)]
+        grants = sem.pop_grants()
+        tickets = [ticket for ticket, _ in grants]
+        expected = []
+        while queued and len(expected) < len(tickets):
+            ticket, count = queued.pop(0)
+            expected += [ticket] * count
+        assert tickets == expected  # whole batches, in arrival order
+        held += [lease.lease_id for _, lease in grants]
+        assert sem.in_flight <= (sem.capacity if grants else max(before, sem.capacity))  # shrinks revoke nothing
+        assert not queued or sem.in_flight + queued[0][1] > sem.capacity  # the head cannot fit

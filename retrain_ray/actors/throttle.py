@@ -5,7 +5,9 @@ there). `acquire` grants at once when a slot is free and nobody is queued; other
 semaphore's FIFO queue and awaits an asyncio future that is resolved exactly when the semaphore
 grants that ticket (no polling). A background reaper runs every `lease_ttl_s / 4`, takes back leases
 whose holders stopped renewing (crashed, killed, hung) and hands their slots to the oldest waiters,
-so a dead holder's slot returns within TTL + one reaper period.
+so a dead holder's slot returns within TTL + one reaper period. `acquire_many` takes several slots in
+one call (all or nothing, FIFO); `renew_many` and `release_many` let one process renew or release all
+of its leases in one call (the client's per-process lease keeper renews this way).
 
 The actor is named `<campaign>/throttle/<endpoint>` in the caller's namespace, created with
 `get_if_exists=True`, `num_cpus=0` and a high `max_concurrency` (each waiter is a pending coroutine),
@@ -68,21 +70,30 @@ class ThrottleActor:
     def __init__(self, campaign: str, endpoint: str, capacity: int, lease_ttl_s: float) -> None:
         self._endpoint = endpoint
         self._sem = LeasedSemaphore(capacity, lease_ttl_s)
-        self._futures: dict[int, asyncio.Future[Lease]] = {}
+        self._futures: dict[int, asyncio.Future[list[Lease]]] = {}
         self._reaper: asyncio.Task[None] | None = None
         self._gauges = _Gauges(campaign, endpoint)
         self._gauges.update(self._sem.stats())
 
     async def acquire(self, holder: str, timeout_s: float) -> Lease:
         """Wait (FIFO) for a slot, at most `timeout_s` seconds; raise ThrottleTimeout after that."""
+        (lease,) = await self.acquire_many(holder, 1, timeout_s)
+        return lease
+
+    async def acquire_many(self, holder: str, count: int, timeout_s: float) -> list[Lease]:
+        """Wait (FIFO) for `count` slots at once, at most `timeout_s` s; raise ThrottleTimeout after that.
+
+        All or nothing: the leases are granted together when `count` slots are free and every earlier
+        request has been served. `count` above the capacity is refused with a ValueError.
+        """
         self._ensure_reaper()
-        lease = self._sem.try_acquire(holder)
-        if lease is not None:
-            return lease
+        leases = self._sem.try_acquire_many(holder, count)
+        if leases is not None:
+            return leases
         if not timeout_s > 0:
             raise ValueError(f"acquire timeout_s must be > 0, got {timeout_s!r} ([backend].acquire_timeout_s)")
         started = time.monotonic()
-        ticket = self._sem.enqueue(holder)
+        ticket = self._sem.enqueue(holder, count)
         future = asyncio.get_running_loop().create_future()
         self._futures[ticket] = future
         self._wake()
@@ -99,10 +110,20 @@ class ThrottleActor:
         """Extend a lease by its TTL. Raises UnknownLease if it was released or reclaimed."""
         return self._sem.renew(lease_id)
 
+    async def renew_many(self, lease_ids: list[str]) -> list[str]:
+        """Extend every held lease of `lease_ids` by its TTL; return the ids not held (lost)."""
+        return self._sem.renew_many(lease_ids)
+
     async def release(self, lease_id: str) -> None:
         """Give a slot back; the oldest waiter gets it. Raises UnknownLease if it is not held."""
         self._sem.release(lease_id)
         self._wake()
+
+    async def release_many(self, lease_ids: list[str]) -> list[str]:
+        """Give slots back in one call; return the ids that were not held (reclaimed or released)."""
+        unknown = self._sem.release_many(lease_ids)
+        self._wake()
+        return unknown
 
     async def resize(self, capacity: int) -> None:
         """Change capacity now: growing wakes waiters, shrinking waits for holders to release."""
@@ -121,22 +142,25 @@ class ThrottleActor:
         """Resolve the futures of every ticket the semaphore granted; hand back orphaned grants."""
         grants = self._sem.pop_grants()
         while grants:
+            by_ticket: dict[int, list[Lease]] = {}
             for ticket, lease in grants:
+                by_ticket.setdefault(ticket, []).append(lease)
+            for ticket, leases in by_ticket.items():
                 future = self._futures.pop(ticket, None)
                 if future is None or future.done():
-                    self._sem.release(lease.lease_id)  # its waiter is gone: next in line
+                    self._sem.release_many([lease.lease_id for lease in leases])  # waiter gone: next in line
                 else:
-                    future.set_result(lease)
+                    future.set_result(leases)
             grants = self._sem.pop_grants()
 
-    def _abandon(self, ticket: int, future: asyncio.Future[Lease]) -> None:
+    def _abandon(self, ticket: int, future: asyncio.Future[list[Lease]]) -> None:
         """Take a waiter that gave up out of the queue (or release what it was just granted)."""
         self._futures.pop(ticket, None)
         future.cancel()
-        lease = self._sem.cancel(ticket)
-        if lease is not None:
-            self._sem.release(lease.lease_id)
-            self._wake()
+        leases = self._sem.cancel(ticket)
+        if leases:
+            self._sem.release_many([lease.lease_id for lease in leases])
+        self._wake()  # a cancelled batch at the head may have blocked smaller requests
 
     def _ensure_reaper(self) -> None:
         if self._reaper is None or self._reaper.done():

@@ -6,6 +6,9 @@ done. `reclaim_expired(now)` takes back every lease not renewed in time, so a ho
 hung cannot keep a slot for ever. Callers that find no free slot join a FIFO queue (`enqueue`) and are
 granted strictly in arrival order as slots free up; `try_acquire` never overtakes a queued waiter.
 Grants made to queued waiters are collected in an outbox that the host drains with `pop_grants()`.
+A caller may ask for several slots at once (`try_acquire_many`, `enqueue(holder, count)`): the request
+is all-or-nothing and keeps its FIFO place, so a batch is granted when `count` slots are free and no
+earlier waiter is still queued (an engine sending `count` requests at once takes them in one call).
 
 Departures from the original (spec section 6, `TinkerThrottle`, N `flock`ed slot files):
 * fairness: waiters are served FIFO instead of all blocking on slot 0 while slots 1..N-1 sit idle;
@@ -72,7 +75,7 @@ class LeasedSemaphore:
         self._ttl_s = check_ttl(lease_ttl_s)
         self._clock = clock
         self._leases: dict[str, Lease] = {}
-        self._waiters: OrderedDict[int, tuple[str, float]] = OrderedDict()  # ticket -> (holder, since)
+        self._waiters: OrderedDict[int, tuple[str, int, float]] = OrderedDict()  # ticket -> (holder, count, since)
         self._outbox: list[tuple[int, Lease]] = []
         self._next_id = 0
         self._granted = self._released = self._expired = self._peak = 0
@@ -100,32 +103,41 @@ class LeasedSemaphore:
 
     def try_acquire(self, holder: str) -> Lease | None:
         """Grant a lease at once if a slot is free and nobody is queued, else return None."""
-        _check_holder(holder)
-        if self._waiters or len(self._leases) >= self._capacity:
-            return None
-        return self._grant(holder, waited_s=0.0)
+        leases = self.try_acquire_many(holder, 1)
+        return leases[0] if leases else None
 
-    def enqueue(self, holder: str) -> int:
-        """Join the FIFO queue; return a ticket. Its grant appears in `pop_grants()`."""
+    def try_acquire_many(self, holder: str, count: int) -> list[Lease] | None:
+        """Grant `count` leases at once if that many slots are free and nobody is queued, else None."""
         _check_holder(holder)
+        self._check_count(count)
+        if self._waiters or len(self._leases) + count > self._capacity:
+            return None
+        return [self._grant(holder, waited_s=0.0) for _ in range(count)]
+
+    def enqueue(self, holder: str, count: int = 1) -> int:
+        """Join the FIFO queue for `count` slots; return a ticket. Its grants appear in `pop_grants()`."""
+        _check_holder(holder)
+        self._check_count(count)
         ticket = self._next_id
         self._next_id += 1
-        self._waiters[ticket] = (holder, self._clock())
+        self._waiters[ticket] = (holder, count, self._clock())
         self._grant_waiters()
         return ticket
 
-    def cancel(self, ticket: int) -> Lease | None:
-        """Leave the queue. If the ticket was granted but not yet popped, return that lease (now yours)."""
+    def cancel(self, ticket: int) -> list[Lease]:
+        """Leave the queue. If the ticket was granted but not yet popped, return its leases (now yours)."""
         if self._waiters.pop(ticket, None) is not None:
-            return None
-        for i, (granted_ticket, lease) in enumerate(self._outbox):
-            if granted_ticket == ticket:
-                del self._outbox[i]
-                return lease
-        return None
+            self._grant_waiters()  # a batch at the head may have blocked smaller requests behind it
+            return []
+        mine = [lease for granted_ticket, lease in self._outbox if granted_ticket == ticket]
+        self._outbox = [(t, lease) for t, lease in self._outbox if t != ticket]
+        return mine
 
     def pop_grants(self) -> list[tuple[int, Lease]]:
-        """Drain the grants made to queued tickets since the last call, in grant (= FIFO) order."""
+        """Drain the grants made to queued tickets since the last call, in grant (= FIFO) order.
+
+        A ticket that asked for `count` slots appears `count` times, consecutively.
+        """
         grants, self._outbox = self._outbox, []
         return grants
 
@@ -144,6 +156,27 @@ class LeasedSemaphore:
             raise UnknownLease(lease_id)
         self._released += 1
         self._grant_waiters()
+
+    def renew_many(self, lease_ids: list[str]) -> list[str]:
+        """Renew every held lease of `lease_ids`; return the ids that are not held (released or reclaimed)."""
+        unknown = []
+        for lease_id in lease_ids:
+            try:
+                self.renew(lease_id)
+            except UnknownLease:
+                unknown.append(lease_id)
+        return unknown
+
+    def release_many(self, lease_ids: list[str]) -> list[str]:
+        """Release every held lease of `lease_ids`; return the ids that were not held."""
+        unknown = []
+        for lease_id in lease_ids:
+            if self._leases.pop(lease_id, None) is None:
+                unknown.append(lease_id)
+            else:
+                self._released += 1
+        self._grant_waiters()
+        return unknown
 
     def reclaim_expired(self, now: float | None = None) -> list[Lease]:
         """Take back every lease whose expiry is at or before `now`; grant the freed slots to waiters."""
@@ -186,9 +219,23 @@ class LeasedSemaphore:
         return lease
 
     def _grant_waiters(self) -> None:
-        while self._waiters and len(self._leases) < self._capacity:
-            ticket, (holder, since) = self._waiters.popitem(last=False)
-            self._outbox.append((ticket, self._grant(holder, waited_s=self._clock() - since)))
+        """Grant the head of the queue while its whole request fits (strict FIFO: nobody overtakes it)."""
+        while self._waiters:
+            ticket, (holder, count, since) = next(iter(self._waiters.items()))
+            if len(self._leases) + count > self._capacity:
+                return
+            del self._waiters[ticket]
+            waited_s = self._clock() - since
+            self._outbox.extend((ticket, self._grant(holder, waited_s)) for _ in range(count))
+
+    def _check_count(self, count: object) -> None:
+        if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+            raise ValueError(f"a throttle request asks for an integer >= 1 of slots, got {count!r}")
+        if count > self._capacity:
+            raise ValueError(
+                f"a throttle request for {count} slots at once can never be granted: the capacity is "
+                f"{self._capacity}; fix: send at most [backend].max_concurrent requests at once, or raise it"
+            )
 
 
 def _check_holder(holder: object) -> None:

@@ -50,8 +50,15 @@ class ThrottleStats:
 
 @runtime_checkable
 class Throttle(Protocol):
-    """What the run loop asks of a throttle: hold a slot around every call to a shared endpoint."""
+    """What the run loop asks of a throttle: hold a slot around every call to a shared endpoint.
+
+    `hold_many(n)` holds n slots at once, for n requests sent together.
+    """
 
     def hold(self) -> AbstractContextManager[Lease | None]: ...
 
     def hold_async(self) -> AbstractAsyncContextManager[Lease | None]: ...
+
+    def hold_many(self, count: int) -> AbstractContextManager[list[Lease] | list[None]]: ...
+
+    def hold_many_async(self, count: int) -> AbstractAsyncContextManager[list[Lease] | list[None]]: ...
