@@ -7,11 +7,18 @@ up to 4 processes (threads inside each):
   client (min/max ratio and Jain's index, 1.0 = perfectly even),
 * how fast a slot comes back when its holder is SIGKILLed, and when it hangs (SIGSTOP).
 The baseline is built here exactly as spec section 6 describes `TinkerThrottle`: N slot files, try each
-with flock(LOCK_EX|LOCK_NB), else block on slot 0. Run: `.venv/bin/python benchmarks/throttle.py`.
+with flock(LOCK_EX|LOCK_NB), else block on slot 0.
+
+Then the scale section: 32 clients with an empty body at capacity 4 and 32, grants/s of the current
+client (per-process batched channel and lease keeper) against the previous one, rebuilt here as it was
+(one acquire and one release RPC per hold, a renewal thread per hold), interleaved over `--reps`
+repetitions, with grants per client (max/min) and the slot-back time after a SIGKILL against TTL + 1 s.
+Run: `.venv/bin/python benchmarks/throttle.py [--reps 3]`.
 """
 
 from __future__ import annotations
 
+import argparse
 import fcntl
 import multiprocessing as mp
 import os
@@ -27,6 +34,7 @@ import ray
 
 from retrain_ray.actors.throttle import start_throttle
 from retrain_ray.throttle import ThrottleClient
+from retrain_ray.throttle.client import RPC_TIMEOUT_S
 
 CAPACITY = 4
 DURATION_S = 2.0
@@ -83,6 +91,30 @@ def client_loop(hold, start_at: float, duration_s: float, body_s: float) -> tupl
     return count, waits_s
 
 
+class PerRequestClient:
+    """The previous ThrottleClient.hold(): an acquire and a release RPC per hold, a renewal thread per hold."""
+
+    def __init__(self, handle, holder: str) -> None:
+        self.handle, self.holder = handle, holder
+
+    @contextmanager
+    def hold(self):
+        lease = ray.get(self.handle.acquire.remote(self.holder, 120.0), timeout=120 + RPC_TIMEOUT_S)
+        stop = threading.Event()
+        renewer = threading.Thread(target=self._renew_until, args=(lease, stop), daemon=True)
+        renewer.start()
+        try:
+            yield lease
+        finally:
+            stop.set()
+            renewer.join(timeout=RPC_TIMEOUT_S)
+            ray.get(self.handle.release.remote(lease.lease_id), timeout=RPC_TIMEOUT_S)
+
+    def _renew_until(self, lease, stop: threading.Event) -> None:
+        while not stop.wait(min(lease.ttl_s, RAY_TTL_S) / 3):
+            ray.get(self.handle.renew.remote(lease.lease_id), timeout=RPC_TIMEOUT_S)
+
+
 @ray.remote(num_cpus=0)
 class RayClients:
     """One client process; each concurrent call is one client thread."""
@@ -93,9 +125,20 @@ class RayClients:
     def pid(self) -> int:
         return os.getpid()
 
-    def loop(self, handle, holder: str, start_at: float, duration_s: float, body_s: float):
-        client = ThrottleClient(handle, holder, timeout_s=120, lease_ttl_s=RAY_TTL_S)
-        return client_loop(client.hold, start_at, duration_s, body_s)
+    def loop(self, handle, holder: str, start_at: float, duration_s: float, body_s: float,
+             client: str = "current"):
+        if client == "current":
+            hold = ThrottleClient(handle, holder, timeout_s=120, lease_ttl_s=RAY_TTL_S).hold
+        else:
+            hold = PerRequestClient(handle, holder).hold
+        return client_loop(hold, start_at, duration_s, body_s)
+
+    def calls(self) -> tuple[int, int]:
+        """(submit, poll) calls this process's channel made so far."""
+        from retrain_ray.throttle.client import _channels
+
+        found = [link for (pid, _), link in _channels.items() if pid == os.getpid()]
+        return sum(link.submit_calls for link in found), sum(link.poll_calls for link in found)
 
     def hold_forever(self, holder: str) -> None:
         with ThrottleClient(self.handle, holder, timeout_s=120, lease_ttl_s=RAY_TTL_S).hold():
@@ -122,18 +165,19 @@ def _layout(n_clients: int) -> list[int]:
     return [n_clients // n_procs + (i < n_clients % n_procs) for i in range(n_procs)]
 
 
-def run_ray(procs: list, n_clients: int, body_s: float, campaign: str) -> list[tuple[int, list[float]]]:
+def run_ray(procs: list, n_clients: int, body_s: float, campaign: str, capacity: int = CAPACITY,
+            client: str = "current") -> list[tuple[int, list[float]]]:
     """`procs`: 4 client processes (actors) reused across cases, each with room for 8 client threads."""
-    handle = start_throttle(campaign, "bench", CAPACITY, namespace="bench", lease_ttl_s=RAY_TTL_S)
+    handle = start_throttle(campaign, "bench", capacity, namespace="bench", lease_ttl_s=RAY_TTL_S)
     start_at = time.time() + 0.5
     refs = [
-        proc.loop.remote(handle, f"c{p}-{t}", start_at, DURATION_S, body_s)
+        proc.loop.remote(handle, f"c{p}-{t}", start_at, DURATION_S, body_s, client)
         for p, (proc, k) in enumerate(zip(procs, _layout(n_clients), strict=False))
         for t in range(k)
     ]
     results = ray.get(refs, timeout=120)
     stats = ray.get(handle.stats.remote(), timeout=30)
-    assert stats.peak_in_flight <= CAPACITY, f"throttle exceeded capacity: {stats.peak_in_flight}"
+    assert stats.peak_in_flight <= capacity, f"throttle exceeded capacity: {stats.peak_in_flight}"
     EXPIRED_IN_RUNS.append(stats.expired)  # leases lost while held: renewals late on a starved machine
     ray.kill(handle)
     return results
@@ -241,7 +285,45 @@ def _row(label: str, ray_s: dict, flock_s: dict) -> str:
     )
 
 
+SCALE_CLIENTS = 32
+SCALE_CAPACITIES = (4, 32)
+
+
+def run_scale(procs: list, reps: int) -> dict[tuple[int, str], list[dict[str, float]]]:
+    """32 clients, empty body: previous and current client interleaved, `reps` times per capacity."""
+    out: dict[tuple[int, str], list[dict[str, float]]] = {}
+    for rep in range(reps):
+        for capacity in SCALE_CAPACITIES:
+            order = ("previous", "current") if rep % 2 == 0 else ("current", "previous")
+            for client in order:
+                results = run_ray(procs, SCALE_CLIENTS, 0.0, f"scale-{rep}-{capacity}-{client}", capacity, client)
+                out.setdefault((capacity, client), []).append(summarize(results))
+    return out
+
+
+def _spread(values: list[float], fmt: str = "{:.0f}") -> str:
+    return " / ".join(fmt.format(v) for v in (min(values), float(np.median(values)), max(values)))
+
+
+def print_scale(scale: dict, reps: int) -> None:
+    print(f"\nscale: {SCALE_CLIENTS} clients (8 threads in each of 4 processes), empty body, "
+          f"{DURATION_S:.0f} s per case, {reps} repetitions interleaved; min / median / max")
+    print("| capacity | previous client grants/s | current grants/s | current/previous (median) | "
+          "current grants per client max/min (worst) | current wait p50/p99 ms (median) |")
+    print("|---|---|---|---|---|---|")
+    for capacity in SCALE_CAPACITIES:
+        prev, cur = scale[capacity, "previous"], scale[capacity, "current"]
+        prev_rate, cur_rate = [r["pairs_s"] for r in prev], [r["pairs_s"] for r in cur]
+        spread = max(1 / r["min_max"] if r["min_max"] else float("inf") for r in cur)
+        print(f"| {capacity} | {_spread(prev_rate)} | {_spread(cur_rate)} | "
+              f"{np.median(cur_rate) / np.median(prev_rate):.2f} | {spread:.2f} | "
+              f"{np.median([r['p50_ms'] for r in cur]):.1f} / {np.median([r['p99_ms'] for r in cur]):.1f} |")
+
+
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--reps", type=int, default=3, help="repetitions of the scale section")
+    args = parser.parse_args()
     started, load_start = time.monotonic(), os.getloadavg()[0]
     cases = [(n, body) for body in BODIES_S for n in CLIENTS]
     flock = {case: summarize(run_flock(*case)) for case in cases}  # before Ray: fork a clean process
@@ -251,6 +333,7 @@ def main() -> None:
     procs = [RayClients.options(max_concurrency=max(CLIENTS) // 4).remote(None) for _ in range(4)]
     ray.get([proc.pid.remote() for proc in procs], timeout=120)
     ours = {case: summarize(run_ray(procs, *case, campaign=f"bench-{i}")) for i, case in enumerate(cases)}
+    scale = run_scale(procs, args.reps)
     ray_kill = [ray_reclaim_s(None, f"kill-{i}") for i in range(3)]
     ray_hang = ray_reclaim_s(signal.SIGSTOP, "hang")
     ray.shutdown()
@@ -270,6 +353,9 @@ def main() -> None:
     print(f"slot back after holder SIGSTOP (hung): Ray {ray_hang:.2f} s, flock {hang} "
           f"after {HANG_TIMEOUT_S:.0f} s")
     print(f"leases reclaimed during the throughput cases (late renewals): {sum(EXPIRED_IN_RUNS)}")
+    print_scale(scale, args.reps)
+    print(f"dead holder's slot back within TTL + 1 s ({RAY_TTL_S + 1:.1f} s): "
+          f"{'yes' if max(ray_kill) <= RAY_TTL_S + 1 else 'NO'} (worst {max(ray_kill):.2f} s)")
     print(f"\ntotal {time.monotonic() - started:.0f} s")
 
 

@@ -178,6 +178,25 @@ def test_hold_many_takes_slots_in_one_call_all_or_nothing_fifo(ray_4cpu_4gpu):
     ray.kill(proc)
 
 
+def test_a_session_batches_requests_and_a_silent_session_loses_its_slots(ray_4cpu_4gpu):
+    """submit/poll carry many requests per call; a session that stops polling is dropped after the TTL."""
+    handle = _throttle(capacity=2)
+    requests = [(0, "a", 1, 60.0), (1, "b", 1, 60.0), (2, "c", 1, 60.0), (3, "d", 5, 60.0)]
+    assert ray.get(handle.submit.remote("proc-1", [], requests), timeout=30) == []
+    outcomes = dict(ray.get(handle.poll.remote("proc-1", 5.0), timeout=30))
+    assert sorted(outcomes) == [0, 1, 3] and isinstance(outcomes[3], ValueError)  # 5 > capacity 2
+    assert [lease.holder for lease in outcomes[0] + outcomes[1]] == ["a", "b"]
+    unknown = ray.get(handle.submit.remote("proc-1", [outcomes[0][0].lease_id, "nope"], []), timeout=30)
+    assert unknown == ["nope"]
+    ((request_id, leases),) = ray.get(handle.poll.remote("proc-1", 5.0), timeout=30)
+    assert request_id == 2 and leases[0].holder == "c"
+    ray.get(handle.submit.remote("proc-1", [], [(4, "e", 1, 60.0)]), timeout=30)  # queued, never polled
+    # proc-1 goes silent holding b and c with e queued: leases expire, the session is dropped.
+    waiter = handle.acquire_many.remote("survivor", 2, 60.0)
+    assert [lease.holder for lease in ray.get(waiter, timeout=30)] == ["survivor"] * 2
+    assert _stats(handle).waiting == 0
+
+
 def test_waiters_are_served_in_arrival_order(ray_4cpu_4gpu):
     handle = _throttle(capacity=1)
     current = ray.get(handle.acquire.remote("first", 10.0), timeout=30)

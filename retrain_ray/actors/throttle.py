@@ -9,6 +9,13 @@ so a dead holder's slot returns within TTL + one reaper period. `acquire_many` t
 one call (all or nothing, FIFO); `renew_many` and `release_many` let one process renew or release all
 of its leases in one call (the client's per-process lease keeper renews this way).
 
+Sessions batch the traffic of one client process: `submit(session, releases, requests)` releases
+leases and queues any number of requests in one call and returns at once; `poll(session, max_wait_s)`
+waits until some of that session's requests are granted or timed out and returns all of them. So one
+round trip carries many grants, and a process with 32 holders makes two calls where it made 64. A
+session that stops polling for longer than the lease TTL (its process died) loses its queued requests
+and the slots granted to it, so they return within TTL + one reaper period like any dead holder's.
+
 The actor is named `<campaign>/throttle/<endpoint>` in the caller's namespace, created with
 `get_if_exists=True`, `num_cpus=0` and a high `max_concurrency` (each waiter is a pending coroutine),
 and is not detached: it lives as long as the campaign driver that created it (DESIGN decision 2).
@@ -18,8 +25,10 @@ It exports `ray.util.metrics` gauges tagged with campaign and endpoint, refreshe
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
+from dataclasses import dataclass, field
 from typing import Any
 
 import ray
@@ -63,6 +72,25 @@ class _Gauges:
             gauge.set(value)
 
 
+Request = tuple[int, str, int, float]  # (request id, holder, count, timeout_s) of one client process
+Outcome = tuple[int, "list[Lease] | BaseException"]  # (request id, leases granted, or why not)
+
+
+@dataclass
+class _Session:
+    """Queued requests and undelivered outcomes of one client process."""
+
+    last_seen: float
+    tickets: dict[int, tuple[int, float, float]] = field(default_factory=dict)  # ticket -> (request, since, deadline)
+    ready: list[Outcome] = field(default_factory=list)
+    event: asyncio.Event = field(default_factory=asyncio.Event)
+    polling: int = 0
+
+    def deliver(self, outcome: Outcome) -> None:
+        self.ready.append(outcome)
+        self.event.set()
+
+
 @ray.remote(num_cpus=0, max_concurrency=MAX_CONCURRENCY)
 class ThrottleActor:
     """Leased, fair, resizable counting semaphore for one endpoint of one campaign."""
@@ -71,6 +99,8 @@ class ThrottleActor:
         self._endpoint = endpoint
         self._sem = LeasedSemaphore(capacity, lease_ttl_s)
         self._futures: dict[int, asyncio.Future[list[Lease]]] = {}
+        self._sessions: dict[str, _Session] = {}
+        self._ticket_session: dict[int, str] = {}
         self._reaper: asyncio.Task[None] | None = None
         self._gauges = _Gauges(campaign, endpoint)
         self._gauges.update(self._sem.stats())
@@ -105,6 +135,43 @@ class ThrottleActor:
         if future.cancelled():
             raise ThrottleTimeout(self._endpoint, self._sem.capacity, time.monotonic() - started)
         return future.result()
+
+    async def submit(self, session: str, releases: list[str], requests: list[Request]) -> list[str]:
+        """One client process's batch: release `releases`, then queue `requests` in order.
+
+        Returns the release ids that were not held. Outcomes of the requests come from `poll`.
+        """
+        self._ensure_reaper()
+        unknown = self._sem.release_many(releases) if releases else []
+        state = self._session(session)
+        now = state.last_seen = time.monotonic()
+        loop = asyncio.get_running_loop()
+        for request_id, holder, count, timeout_s in requests:
+            try:
+                ticket = self._sem.enqueue(holder, count)
+            except ValueError as err:
+                state.deliver((request_id, err))
+                continue
+            state.tickets[ticket] = (request_id, now, now + timeout_s)
+            self._ticket_session[ticket] = session
+            loop.call_later(max(timeout_s, 0.0), self._expire_request, session, ticket)
+        self._wake()
+        return unknown
+
+    async def poll(self, session: str, max_wait_s: float) -> list[Outcome]:
+        """Wait up to `max_wait_s` for outcomes of `session`'s requests; return (and forget) all of them."""
+        state = self._session(session)
+        state.polling += 1
+        try:
+            if not state.ready:
+                state.event.clear()
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(state.event.wait(), timeout=max_wait_s)
+        finally:
+            state.polling -= 1
+            state.last_seen = time.monotonic()
+        ready, state.ready = state.ready, []
+        return ready
 
     async def renew(self, lease_id: str) -> Lease:
         """Extend a lease by its TTL. Raises UnknownLease if it was released or reclaimed."""
@@ -146,6 +213,11 @@ class ThrottleActor:
             for ticket, lease in grants:
                 by_ticket.setdefault(ticket, []).append(lease)
             for ticket, leases in by_ticket.items():
+                session = self._ticket_session.pop(ticket, None)
+                if session is not None:
+                    request_id, _, _ = self._sessions[session].tickets.pop(ticket)
+                    self._sessions[session].deliver((request_id, leases))
+                    continue
                 future = self._futures.pop(ticket, None)
                 if future is None or future.done():
                     self._sem.release_many([lease.lease_id for lease in leases])  # waiter gone: next in line
@@ -162,6 +234,41 @@ class ThrottleActor:
             self._sem.release_many([lease.lease_id for lease in leases])
         self._wake()  # a cancelled batch at the head may have blocked smaller requests
 
+    def _session(self, session: str) -> _Session:
+        state = self._sessions.get(session)
+        if state is None:
+            state = self._sessions[session] = _Session(last_seen=time.monotonic())
+        return state
+
+    def _expire_request(self, session: str, ticket: int) -> None:
+        """A request's timeout passed: if it is still queued, answer it with a ThrottleTimeout."""
+        if self._ticket_session.get(ticket) != session:
+            return  # granted (or its session dropped) in time
+        del self._ticket_session[ticket]
+        state = self._sessions[session]
+        request_id, since, _ = state.tickets.pop(ticket)
+        self._sem.release_many([lease.lease_id for lease in self._sem.cancel(ticket)])
+        state.deliver((request_id, ThrottleTimeout(self._endpoint, self._sem.capacity, time.monotonic() - since)))
+        self._wake()
+
+    def _drop_dead_sessions(self) -> None:
+        """Forget sessions that stopped polling for a TTL: cancel their requests, free their grants."""
+        stale = time.monotonic() - self._sem.lease_ttl_s
+        for name, state in list(self._sessions.items()):
+            if state.polling or state.last_seen > stale:
+                continue
+            for ticket in state.tickets:
+                self._ticket_session.pop(ticket, None)
+                self._sem.cancel(ticket)
+            undelivered = [lease for _, leases in state.ready if isinstance(leases, list) for lease in leases]
+            self._sem.release_many([lease.lease_id for lease in undelivered])
+            del self._sessions[name]
+            if state.tickets or undelivered:
+                log.warning("throttle %s dropped session %s (no poll within the lease TTL): %d queued "
+                            "requests, %d undelivered leases", self._endpoint, name, len(state.tickets),
+                            len(undelivered))
+        self._wake()
+
     def _ensure_reaper(self) -> None:
         if self._reaper is None or self._reaper.done():
             self._reaper = asyncio.get_running_loop().create_task(self._reap_forever())
@@ -175,6 +282,7 @@ class ThrottleActor:
                     log.warning("throttle %s reclaimed lease %s of %s (not renewed within its TTL)",
                                 self._endpoint, lease.lease_id, lease.holder)
                 self._wake()
+                self._drop_dead_sessions()
                 self._gauges.update(self._sem.stats())
             except Exception:  # keep reaping; a failed gauge export must not stop reclaiming
                 log.exception("throttle %s reaper tick failed", self._endpoint)

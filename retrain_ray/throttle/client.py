@@ -2,7 +2,10 @@
 
 `ThrottleClient.hold()` (sync) and `hold_async()` (async) acquire a lease and release it on exit,
 exceptions included; `hold_many(n)` / `hold_many_async(n)` take n slots in one call (an engine sending
-n requests at once). While held, leases are renewed by the process's `LeaseKeeper`: one thread per
+n requests at once). All clients of one process talk to the actor through the process's `Channel`:
+a sender thread ships every pending acquire and release in one `submit` call (one in flight at a
+time, so batches grow with load), and a poller thread collects every grant in one `poll` call. A
+hold waits for its grant and, on exit, for the acknowledgement of the batch that carried its release. While held, leases are renewed by the process's `LeaseKeeper`: one thread per
 process and throttle actor that renews *every* lease the process holds in one `renew_many` call every
 TTL/3 (TTL the smallest of the held leases' and their clients' `lease_ttl_s`), so holding costs no
 thread, task or RPC per hold. A lease lost while held (the actor reclaimed it, e.g. after a long stall
@@ -15,23 +18,27 @@ original (spec section 6, `NoOpThrottle`). Every remote call waits with a timeou
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
+import itertools
 import logging
 import math
+import os
 import threading
+import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
 import ray
 
-from retrain_ray.throttle.errors import ThrottleTimeout, UnknownLease
 from retrain_ray.throttle.types import Lease
 
-__all__ = ["LeaseKeeper", "NoThrottle", "ThrottleClient", "lease_keeper"]
+__all__ = ["Channel", "LeaseKeeper", "NoThrottle", "ThrottleClient", "channel", "lease_keeper"]
 
 log = logging.getLogger(__name__)
 
 RPC_TIMEOUT_S = 30.0  # renew/release answer time, and slack on top of the acquire timeout
+POLL_S = 5.0  # longest a poll waits on the actor before asking again
 
 
 def _unwrap(err: BaseException) -> BaseException:
@@ -122,6 +129,124 @@ def lease_keeper(actor_handle: Any) -> LeaseKeeper:
         return keeper
 
 
+class Channel:
+    """This process's batched link to one throttle actor: a sender and a poller thread, run on demand."""
+
+    def __init__(self, actor_handle: Any) -> None:
+        self._actor = actor_handle
+        self._session = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        self._ids = itertools.count()
+        self._cond = threading.Condition()
+        self._requests: list[tuple[int, str, int, float]] = []
+        self._releases: list[tuple[list[str], concurrent.futures.Future]] = []
+        self._waiting: dict[int, concurrent.futures.Future] = {}
+        self._threads: dict[str, threading.Thread] = {}
+        self.submit_calls = self.poll_calls = 0
+
+    def acquire(self, holder: str, count: int, timeout_s: float) -> concurrent.futures.Future:
+        """Queue a request for `count` slots; the future resolves to its leases or its error."""
+        future: concurrent.futures.Future = concurrent.futures.Future()
+        with self._cond:
+            request_id = next(self._ids)
+            self._waiting[request_id] = future
+            self._requests.append((request_id, holder, count, timeout_s))
+            self._start("sender", self._send_forever)
+            self._start("poller", self._poll_forever)
+            self._cond.notify_all()
+        return future
+
+    def forget(self, future: concurrent.futures.Future) -> None:
+        """The caller stopped waiting: a grant that still arrives for it is released."""
+        with self._cond:
+            for request_id, waiting in list(self._waiting.items()):
+                if waiting is future:
+                    del self._waiting[request_id]
+
+    def release(self, lease_ids: list[str]) -> concurrent.futures.Future:
+        """Queue a release; the future resolves to the ids the actor did not hold, once it got them."""
+        future: concurrent.futures.Future = concurrent.futures.Future()
+        with self._cond:
+            self._releases.append((lease_ids, future))
+            self._start("sender", self._send_forever)
+            self._cond.notify_all()
+        return future
+
+    def _start(self, role: str, target: Callable[[], None]) -> None:
+        thread = self._threads.get(role)
+        if thread is None or not thread.is_alive():
+            self._threads[role] = threading.Thread(target=target, name=f"throttle-{role}", daemon=True)
+            self._threads[role].start()
+
+    def _send_forever(self) -> None:
+        while True:
+            with self._cond:
+                while not (self._requests or self._releases):
+                    self._cond.wait()
+                requests, self._requests = self._requests, []
+                releases, self._releases = self._releases, []
+            lease_ids = [lease_id for ids, _ in releases for lease_id in ids]
+            try:
+                unknown = set(ray.get(self._actor.submit.remote(self._session, lease_ids, requests),
+                                      timeout=RPC_TIMEOUT_S))
+                self.submit_calls += 1
+            except Exception as err:  # the actor is gone or stuck: fail these callers, keep serving
+                self._fail([request_id for request_id, *_ in requests], err)
+                for _, future in releases:
+                    future.set_exception(err)
+                continue
+            for ids, future in releases:
+                future.set_result([lease_id for lease_id in ids if lease_id in unknown])
+
+    def _poll_forever(self) -> None:
+        while True:
+            with self._cond:
+                while not self._waiting:
+                    self._cond.wait()
+            try:
+                outcomes = ray.get(self._actor.poll.remote(self._session, POLL_S), timeout=POLL_S + RPC_TIMEOUT_S)
+                self.poll_calls += 1
+            except ray.exceptions.GetTimeoutError:
+                continue
+            except Exception as err:  # the actor died: nobody will be granted
+                with self._cond:
+                    waiting = list(self._waiting)
+                self._fail(waiting, err)
+                continue
+            for request_id, outcome in outcomes:
+                self._resolve(request_id, outcome)
+
+    def _resolve(self, request_id: int, outcome: list[Lease] | BaseException) -> None:
+        with self._cond:
+            future = self._waiting.pop(request_id, None)
+        if future is not None and future.set_running_or_notify_cancel():
+            if isinstance(outcome, BaseException):
+                future.set_exception(outcome)
+            else:
+                future.set_result(outcome)
+        elif isinstance(outcome, list):  # its caller gave up: pass the slots on
+            self.release([lease.lease_id for lease in outcome])
+
+    def _fail(self, request_ids: list[int], err: BaseException) -> None:
+        for request_id in request_ids:
+            with self._cond:
+                future = self._waiting.pop(request_id, None)
+            if future is not None and future.set_running_or_notify_cancel():
+                future.set_exception(err)
+
+
+_channels: dict[tuple[int, str], Channel] = {}
+
+
+def channel(actor_handle: Any) -> Channel:
+    """This process's channel to the throttle actor behind `actor_handle`."""
+    key = (os.getpid(), actor_handle._actor_id.hex())
+    with _keepers_lock:
+        found = _channels.get(key)
+        if found is None:
+            found = _channels[key] = Channel(actor_handle)
+        return found
+
+
 class ThrottleClient:
     """Holds slots of one throttle actor on behalf of `holder` (a run id). Picklable: no live state."""
 
@@ -178,11 +303,6 @@ class ThrottleClient:
             keeper.discard(leases)
             await self._release_async(leases)
 
-    def _acquire_ref(self, count: int) -> Any:
-        if count == 1:
-            return self._actor.acquire.remote(self.holder, self.timeout_s)
-        return self._actor.acquire_many.remote(self.holder, count, self.timeout_s)
-
     def _no_answer(self) -> TimeoutError:
         return TimeoutError(
             f"throttle actor did not answer an acquire for {self.holder!r} within "
@@ -190,44 +310,37 @@ class ThrottleClient:
         )
 
     def _acquire(self, count: int) -> list[Lease]:
-        ref = self._acquire_ref(count)
+        link = channel(self._actor)
+        future = link.acquire(self.holder, count, self.timeout_s)
         try:
-            granted = ray.get(ref, timeout=self.timeout_s + RPC_TIMEOUT_S)
-        except ThrottleTimeout as err:
-            raise _unwrap(err) from None
-        except ray.exceptions.GetTimeoutError:
-            ray.cancel(ref)
+            return future.result(timeout=self.timeout_s + RPC_TIMEOUT_S)
+        except TimeoutError:  # ThrottleTimeout is one too: only an unresolved future means no answer
+            if future.done():
+                raise
+            link.forget(future)
             raise self._no_answer() from None
-        return [granted] if count == 1 else granted
 
     async def _acquire_async(self, count: int) -> list[Lease]:
-        ref = self._acquire_ref(count)
+        link = channel(self._actor)
+        future = link.acquire(self.holder, count, self.timeout_s)
         try:
-            granted = await asyncio.wait_for(ref, timeout=self.timeout_s + RPC_TIMEOUT_S)
-        except ThrottleTimeout as err:
-            raise _unwrap(err) from None
-        except asyncio.TimeoutError:
-            ray.cancel(ref)
+            return await asyncio.wait_for(asyncio.wrap_future(future), timeout=self.timeout_s + RPC_TIMEOUT_S)
+        except TimeoutError:
+            if future.done():
+                raise
+            link.forget(future)
             raise self._no_answer() from None
-        return [granted] if count == 1 else granted
-
-    def _release_ref(self, leases: list[Lease]) -> Any:
-        if len(leases) == 1:
-            return self._actor.release.remote(leases[0].lease_id)
-        return self._actor.release_many.remote([lease.lease_id for lease in leases])
+        except asyncio.CancelledError:
+            link.forget(future)
+            raise
 
     def _release(self, leases: list[Lease]) -> None:
-        try:
-            self._warn_unknown(ray.get(self._release_ref(leases), timeout=RPC_TIMEOUT_S), leases)
-        except UnknownLease:
-            self._warn_unknown([leases[0].lease_id], leases)
+        future = channel(self._actor).release([lease.lease_id for lease in leases])
+        self._warn_unknown(future.result(timeout=2 * RPC_TIMEOUT_S), leases)
 
     async def _release_async(self, leases: list[Lease]) -> None:
-        try:
-            unknown = await asyncio.wait_for(self._release_ref(leases), timeout=RPC_TIMEOUT_S)
-            self._warn_unknown(unknown, leases)
-        except UnknownLease:
-            self._warn_unknown([leases[0].lease_id], leases)
+        future = channel(self._actor).release([lease.lease_id for lease in leases])
+        self._warn_unknown(await asyncio.wait_for(asyncio.wrap_future(future), 2 * RPC_TIMEOUT_S), leases)
 
     def _warn_unknown(self, unknown: list[str] | None, leases: list[Lease]) -> None:
         for lease_id in unknown or ():
