@@ -1,0 +1,84 @@
+"""A GPU campaign on a local autoscaling cluster, run in its own process by tests/test_campaign_autoscale.py.
+
+    python tests/autoscale_scenario.py ROOT   (RAY_ADDRESS names the cluster) -> one JSON line
+
+The cluster (started by the test) has a head with no CPUs and no GPUs and one worker type with 2 CPUs
+and 2 fake GPUs that starts at zero nodes. Two `gpu:0` runs are submitted; each run records the node
+it ran on and the GPU ids Ray gave it.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import ray
+from ray import cloudpickle
+
+TOML = """
+[model]
+model = "builtin:tiny"
+finetune = "full"
+[backend]
+devices = "gpu:0"
+[data]
+source = "builtin"
+task = "first_digit"
+[training]
+batch_size = 2
+group_size = 2
+max_tokens = 4
+lr = 3e-3
+save_every = 2
+sft_warmup_steps = 0
+[logging]
+log_dir = "{root}/logs/x"
+[campaign]
+name = "autoscale"
+seeds = [1, 2]
+max_steps = 2
+parallel = true
+max_workers = 2
+max_failures = 0
+trial_start_timeout_s = 240
+[[campaign.conditions]]
+advantage_mode = "grpo"
+transform_mode = "none"
+"""
+
+
+def placement_logging_runner(config, **kwargs):
+    """train_run that first records the node and the GPU ids of this attempt."""
+    from retrain_ray.run.train import train_run
+
+    work = Path(kwargs["run_dir"])
+    work.mkdir(parents=True, exist_ok=True)
+    record = {"node": ray.get_runtime_context().get_node_id(), "gpu_ids": [str(g) for g in ray.get_gpu_ids()]}
+    (work / "where.json").write_text(json.dumps(record))
+    return train_run(config, **kwargs)
+
+
+def main(root: str) -> None:
+    from retrain_ray.campaign import Campaign
+
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    root_dir = Path(root)
+    toml = root_dir / "autoscale.toml"
+    toml.write_text(TOML.format(root=root_dir))
+    ray.init(namespace="retrain-ray", log_to_driver=False)  # RAY_ADDRESS: the autoscaling cluster
+    head = ray.get_runtime_context().get_node_id()
+    gpus_at_start = ray.cluster_resources().get("GPU", 0.0)
+    campaign = Campaign.from_toml(toml, root=root_dir, runner=placement_logging_runner)
+    results = campaign.run(progress=True)
+    runs = {}
+    for run in results.runs:
+        where = campaign.campaign_dir / "runs" / run["run_name"] / "work" / "where.json"
+        runs[run["run_name"]] = {"status": run["status"], **json.loads(where.read_text())}
+    nodes = [{"id": n["NodeID"], "gpus": n["Resources"].get("GPU", 0.0)} for n in ray.nodes() if n["Alive"]]
+    print(json.dumps({"head": head, "gpus_at_start": gpus_at_start, "runs": runs, "nodes": nodes,
+                      "errors": results.errors}), flush=True)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
