@@ -51,7 +51,7 @@ def _learning_table(results):
 
 def _finish(results) -> int:
     _print_table(_learning_table(results), f"campaign {results.manifest['name']} ({results.campaign_dir})")
-    for run, err in results.errors.items():
+    for run, err in results.error_by_run.items():
         print(f"FAILED {run}: {err.splitlines()[-1] if err else ''}", file=sys.stderr)
     print(f"results: {results.campaign_dir}")
     return 1 if results.errors else 0
@@ -130,7 +130,7 @@ def results_main(argv: list[str]) -> int:
     if args.json:
         print(json.dumps({"runs": json.loads(df.to_json(orient="records")),
                           "summary": json.loads(res.summary().to_json(orient="records")),
-                          "errors": res.errors}, indent=2))
+                          "errors": res.error_by_run}, indent=2))
     elif args.csv:
         print(df.to_csv(index=False), end="")
     else:

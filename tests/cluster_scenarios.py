@@ -125,7 +125,7 @@ def node_removal(cluster: Cluster, root: Path) -> dict:
     nodes = (campaign.campaign_dir / "runs" / run["run_name"] / "work" / "nodes.txt").read_text().split()
     return {"removed": removed, "attempt_nodes": nodes, "status": run["status"], "attempts": run["attempts"],
             "steps": [int(s) for s in results.history(run["run_name"])["step"]],
-            "errors": results.errors}
+            "errors": results.error_by_run}
 
 
 def main(out_dir: str) -> None:

@@ -96,7 +96,7 @@ def test_cpu_campaign_runs_records_and_resumes_as_noop(ray_4cpu_4gpu, tmp_path, 
         assert list(results.history(run)["step"]) == list(range(6))  # every step once, in order
     assert set(results.summary()["condition"]) == {"grpo+none", "maxrl+none"}
     assert results.get_best_result("loss", mode="min").run_name in set(df["run_name"])
-    assert results.errors == {}
+    assert results.errors == []
 
     again = Campaign.from_toml(toml, root=tmp_path / "campaigns").run(progress=False)  # finished: not rerun
     manifest = json.loads((cdir / "manifest.json").read_text())

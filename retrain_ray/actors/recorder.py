@@ -8,6 +8,10 @@ Each actor lifetime writes a new stream *segment* per run and kind (`metrics.arr
 all segments and de-duplicate on (run, step), last write wins, so a step re-run after a retry or a
 campaign resume appears exactly once.
 
+Every `parquet_every_s` seconds per run, and when a run closes, the recorder also rewrites
+`<run>/<kind>.parquet` (de-duplicated, with campaign/run/condition/seed columns) atomically, so
+pandas, polars and DuckDB can read a running campaign (retrain_ray/logs/parquet_export.py).
+
 `RecorderClient` is the run-side RunObserver: it buffers rows and sends them in batches without
 waiting (`append.remote`), and waits (with a timeout) for everything in flight at each checkpoint
 and at close, so every step up to a checkpoint is on disk before Tune records that checkpoint.
@@ -15,6 +19,7 @@ and at close, so every step up to a checkpoint is on disk before Tune records th
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -23,6 +28,8 @@ from typing import Any
 import ray
 
 RECORDER_KINDS = ("metrics", "generations", "eval")
+PARQUET_EVERY_S = 10.0
+log = logging.getLogger(__name__)
 
 
 def _schema(kind: str) -> Any:
@@ -43,9 +50,11 @@ def _to_record(kind: str, row: Mapping[str, Any]) -> dict[str, Any]:
 class RecorderCore:
     """Plain-Python state of the recorder: one open Arrow stream writer per (run, kind)."""
 
-    def __init__(self, campaign_dir: str | Path) -> None:
+    def __init__(self, campaign_dir: str | Path, *, parquet_every_s: float = PARQUET_EVERY_S) -> None:
         self.campaign_dir = Path(campaign_dir)
+        self.parquet_every_s = parquet_every_s
         self._writers: dict[tuple[str, str], Any] = {}
+        self._exported_at: dict[str, float] = {}
         self.rows_written: dict[str, int] = {}
 
     def _writer(self, run: str, kind: str) -> Any:
@@ -66,13 +75,39 @@ class RecorderCore:
         records = [_to_record(kind, {**r, "run": run}) for r in rows]
         self._writer(run, kind).write_rows(records)
         self.rows_written[run] = self.rows_written.get(run, 0) + len(records)
+        if time.monotonic() - self._exported_at.get(run, 0.0) >= self.parquet_every_s:
+            self.export_parquet(run)
         return len(records)
+
+    def export_parquet(self, run: str) -> None:
+        """Rewrites the run's Parquet copies (and the campaign's back-pressure one); never raises:
+        the Arrow streams stay the record, a failed copy is retried at the next export."""
+        from retrain_ray.logs.parquet_export import export_backpressure, export_run, run_identities
+
+        self._exported_at[run] = time.monotonic()
+        try:
+            identities = run_identities(self.campaign_dir)
+            campaign = self._campaign_name()
+            export_run(self.campaign_dir / "runs" / run, campaign, identities.get(run, {}))
+            export_backpressure(self.campaign_dir, campaign)
+        except Exception as exc:  # a copy only; the streams hold every row
+            log.warning("recorder: Parquet copy of run %s failed (%s); the Arrow streams are complete", run, exc)
+
+    def _campaign_name(self) -> str:
+        from retrain_ray.campaign.manifest import read_manifest
+
+        try:
+            return str(read_manifest(self.campaign_dir).get("name") or self.campaign_dir.name)
+        except (OSError, ValueError, KeyError):
+            return self.campaign_dir.name
 
     def close_run(self, run: str) -> None:
         for kind in RECORDER_KINDS:
             writer = self._writers.pop((run, kind), None)
             if writer is not None:
                 writer.close()
+        if run in self.rows_written:
+            self.export_parquet(run)
 
     def close(self) -> None:
         for run in {r for r, _ in list(self._writers)}:
@@ -182,4 +217,6 @@ class RecorderClient:
         self.flush()
 
     def close(self) -> None:
+        """Flushes, then lets the recorder close the run's segments and write its Parquet copies."""
         self.flush()
+        ray.get(self._handle.close_run.remote(self._run), timeout=self._timeout_s)

@@ -2,8 +2,8 @@
 
     results = Campaign.from_toml("configs/smoke-campaign.toml").run()
     print(results.summary(by="condition"))
-    for run, error in results.errors.items():   # failed runs are listed, never hidden
-        print(run, error)
+    for error in results.errors:                # RunError per failed run: listed, never hidden
+        print(error.run_name, error.message)
 
 `run()` validates everything first, connects to Ray (`address`, else `RAY_ADDRESS`, else a new
 local Ray), checks the placements against the cluster, starts the recorder (and the control actors
@@ -253,9 +253,7 @@ def _place(plan: CampaignPlan, *, cpu_fallback: bool, can_scale: bool) -> Campai
 
 
 def _compact(plan: CampaignPlan) -> None:
-    """Writes metrics.parquet next to each run's Arrow streams (de-duplicated)."""
-    from retrain_ray.logs import compact_to_parquet
+    """Rewrites the Parquet copies of every run's logs (de-duplicated, with campaign/condition/seed)."""
+    from retrain_ray.logs.parquet_export import export_campaign
 
-    for r in plan.runs:
-        if any(r.run_dir.glob("metrics*.arrows")):
-            compact_to_parquet(r.run_dir, "metrics")
+    export_campaign(plan.campaign_dir, plan.name)

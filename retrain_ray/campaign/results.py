@@ -1,11 +1,15 @@
-"""`CampaignResults`: a campaign's outcome read back from its directory (manifest + Arrow logs).
+"""`CampaignResults`: a campaign's outcome read back from its directory (manifest + logs).
+
+It follows Ray Tune's `ResultGrid`: `len(res)`, `res[i]`, `for r in res`, `res.errors` (a list of
+`RunError`), `res.get_best_result(metric, mode, scope)`, and each `RunResult` has `metrics`,
+`metrics_dataframe`, `checkpoint` and `path`. On top:
 
     res = CampaignResults.from_dir("logs/smoke-campaign")
-    res.get_dataframe()                 # one row per run: condition, seed, status, last_*/best_*
+    res.get_dataframe()                 # one row per run: condition, seed, status, first_/last_/best_*
     res.summary(by="condition")         # mean, std, 95% CI across seeds (Student t)
-    res.get_best_result("mean_reward", mode="max")
-    res.history("grpo+none_s1")         # every step of one run, once
-    res.errors                          # {run_name: error} of failed runs
+    res.history()                       # long format: campaign, run, condition, seed, step, metric, value
+    res.history("grpo+none_s1")         # every step of one run, once (wide)
+    res.plot("mean_reward")             # one line per condition, mean across seeds, 95% band
 
 Rows come from the recorder's Arrow streams, de-duplicated on (run, step) when read.
 """
@@ -13,6 +17,7 @@ Rows come from the recorder's Arrow streams, de-duplicated on (run, step) when r
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -22,6 +27,11 @@ import pandas as pd
 from retrain_ray.campaign.manifest import read_manifest
 
 SUMMARY_METRICS = ("mean_reward", "correct_rate", "loss", "tokens_per_second", "step_time_s")
+# Metrics `history()` and the plots know, with the direction that is better.
+LOWER_IS_BETTER = ("loss", "step_time_s", "sample_time_s", "train_time_s", "sync_time_s", "policy/abs_kl")
+HISTORY_METRICS = ("mean_reward", "correct_rate", "loss", "policy/abs_kl", "clip_fraction",
+                   "eval_correct_rate", "eval_mean_reward", "tokens_per_second", "step_time_s")
+IDENTITY = ("campaign", "run", "condition", "seed")
 # Two-sided 95% Student t quantiles for 1..30 degrees of freedom; 1.96 beyond.
 _T95 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145,
         2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048,
@@ -42,8 +52,19 @@ def ci95_halfwidth(values: list[float]) -> float:
     return t95(n - 1) * std / math.sqrt(n)
 
 
-@dataclass(frozen=True)
+class RunError(RuntimeError):
+    """A run Tune gave up on; `run_name` names it, the message is its last error lines."""
+
+    def __init__(self, run_name: str, message: str) -> None:
+        super().__init__(f"{run_name}: {message}")
+        self.run_name = run_name
+        self.message = message
+
+
+@dataclass
 class RunResult:
+    """One run's result, shaped like Tune's `Result` (metrics, metrics_dataframe, checkpoint, path, error)."""
+
     run_name: str
     condition: str
     seed: int
@@ -51,6 +72,22 @@ class RunResult:
     attempts: int
     metrics: dict[str, Any] = field(default_factory=dict)
     error: str = ""
+    path: Path | None = None
+    metrics_dataframe: pd.DataFrame = field(default_factory=pd.DataFrame, repr=False)
+
+    @property
+    def checkpoint(self) -> Any:
+        """The run's newest valid checkpoint as a `ray.tune.Checkpoint`, or None."""
+        if self.path is None:
+            return None
+        from retrain_ray.run.checkpoint import CheckpointManager
+
+        latest = CheckpointManager(self.path / "work").latest_valid()
+        if latest is None:
+            return None
+        from ray import tune
+
+        return tune.Checkpoint.from_directory(str(latest))
 
 
 def read_history(run_dir: Path) -> pd.DataFrame:
@@ -60,6 +97,14 @@ def read_history(run_dir: Path) -> pd.DataFrame:
     from retrain_ray.logs import read_stream
 
     return read_stream(run_dir, name="metrics").to_pandas()
+
+
+def read_eval_history(run_dir: Path) -> pd.DataFrame:
+    if not any(Path(run_dir).glob("eval*.arrows")):
+        return pd.DataFrame()
+    from retrain_ray.logs import read_stream
+
+    return read_stream(run_dir, name="eval").to_pandas()
 
 
 class CampaignResults:
@@ -77,22 +122,84 @@ class CampaignResults:
     def runs(self) -> list[dict[str, Any]]:
         return self.manifest["runs"]
 
-    def history(self, run_name: str) -> pd.DataFrame:
+    def __len__(self) -> int:
+        return len(self.runs)
+
+    def __getitem__(self, index: int) -> RunResult:
+        return self._result(self.runs[index])
+
+    def __iter__(self) -> Iterator[RunResult]:
+        return (self._result(entry) for entry in self.runs)
+
+    def _entry(self, run_name: str) -> dict[str, Any]:
+        entry = next((r for r in self.runs if r["run_name"] == run_name), None)
+        if entry is None:
+            raise KeyError(f"no run {run_name!r} in {self.campaign_dir}; runs: {[r['run_name'] for r in self.runs]}")
+        return entry
+
+    def _run_history(self, run_name: str) -> pd.DataFrame:
         if run_name not in self._history:
-            entry = next((r for r in self.runs if r["run_name"] == run_name), None)
-            if entry is None:
-                raise KeyError(f"no run {run_name!r} in {self.campaign_dir}; runs: {[r['run_name'] for r in self.runs]}")
+            self._entry(run_name)
             self._history[run_name] = read_history(self.campaign_dir / "runs" / run_name)
         return self._history[run_name]
 
+    def history(self, run_name: str | None = None, metrics: Sequence[str] = HISTORY_METRICS) -> pd.DataFrame:
+        """With `run_name`: that run's steps, one row per step (wide). Without: every run's steps in
+        long format, columns campaign, run, condition, seed, step, metric, value (eval rows included
+        as eval_mean_reward / eval_correct_rate), ready for seaborn, plotnine or `plot()`."""
+        if run_name is not None:
+            return self._run_history(run_name)
+        frames = [self._long_history(entry, metrics) for entry in self.runs]
+        frames = [f for f in frames if len(f)]
+        columns = [*IDENTITY, "step", "metric", "value"]
+        return pd.concat(frames, ignore_index=True)[columns] if frames else pd.DataFrame(columns=columns)
+
+    def _long_history(self, entry: dict[str, Any], metrics: Sequence[str]) -> pd.DataFrame:
+        hist = self._run_history(entry["run_name"])
+        evals = read_eval_history(self.campaign_dir / "runs" / entry["run_name"])
+        parts = []
+        for frame in (hist, evals):
+            present = [m for m in metrics if m in frame.columns]
+            if present and len(frame):
+                long = frame[["step", *present]].melt(id_vars="step", var_name="metric", value_name="value")
+                parts.append(long.dropna(subset=["value"]))
+        if not parts:
+            return pd.DataFrame()
+        out = pd.concat(parts, ignore_index=True)
+        out.insert(0, "seed", entry["seed"])
+        out.insert(0, "condition", entry["condition"])
+        out.insert(0, "run", entry["run_name"])
+        out.insert(0, "campaign", self.manifest.get("name", self.campaign_dir.name))
+        out["value"] = out["value"].astype(float)
+        return out
+
     @property
-    def errors(self) -> dict[str, str]:
+    def errors(self) -> list[RunError]:
+        """One `RunError` per failed run (as Tune's `ResultGrid.errors`); empty when all succeeded."""
+        return [RunError(name, message) for name, message in self.error_by_run.items()]
+
+    @property
+    def error_by_run(self) -> dict[str, str]:
         return {r["run_name"]: r.get("error") or "failed" for r in self.runs if r["status"] == "failed"}
+
+    def _result(self, entry: dict[str, Any]) -> RunResult:
+        row = self._run_row(entry)
+        last = {k.removeprefix("last_"): v for k, v in row.items() if k.startswith("last_")}
+        return RunResult(entry["run_name"], entry["condition"], entry["seed"], entry["status"],
+                         entry.get("attempts", 0), last, entry.get("error", "") or "",
+                         self.campaign_dir / "runs" / entry["run_name"], self._run_history(entry["run_name"]))
+
+    def plot(self, metric: str = "mean_reward", *, out: str | Path | None = None, **options: Any) -> Any:
+        """Curves of `metric` by step, one line per condition, 95% band across seeds
+        (`retrain_ray.campaign.plots.plot_metric`); writes PNG and SVG when `out` is given."""
+        from retrain_ray.campaign.plots import plot_metric
+
+        return plot_metric(self, metric, out=out, **options)
 
     def _run_row(self, entry: dict[str, Any]) -> dict[str, Any]:
         row = {k: entry.get(k) for k in ("run_name", "condition", "seed", "status", "attempts")}
         row.update({f"override.{k}": v for k, v in (entry.get("overrides") or {}).items()})
-        hist = self.history(entry["run_name"])
+        hist = self._run_history(entry["run_name"])
         row["steps_logged"] = len(hist)
         row["last_step"] = int(hist["step"].max()) if len(hist) else -1
         for m in SUMMARY_METRICS:
@@ -123,16 +230,36 @@ class CampaignResults:
             out.append(row)
         return pd.DataFrame(out)
 
-    def get_best_result(self, metric: str = "mean_reward", mode: Literal["max", "min"] = "max") -> RunResult:
-        """The run whose last value of `metric` is best (failed runs included if they logged it)."""
+    def get_best_result(self, metric: str = "mean_reward", mode: Literal["max", "min"] = "max",
+                        scope: Literal["last", "all", "avg", "last-5-avg", "last-10-avg"] = "last") -> RunResult:
+        """The run whose `metric` is best, as Tune's `ResultGrid.get_best_result`: `scope` "last"
+        compares each run's last value, "all" its best value over every step, "avg" its mean,
+        "last-N-avg" the mean of its last N values. Runs that never logged `metric` are skipped."""
         if mode not in ("max", "min"):
             raise ValueError(f"mode={mode!r}: expected 'max' or 'min'")
-        df = self.get_dataframe()
-        col = f"last_{metric}"
-        if col not in df or df[col].dropna().empty:
+        scores = {}
+        for entry in self.runs:
+            score = _score(self._run_history(entry["run_name"]), metric, mode, scope)
+            if score is not None:
+                scores[entry["run_name"]] = score
+        if not scores:
             raise ValueError(f"metric {metric!r} was not logged by any run of {self.campaign_dir}")
-        idx = df[col].idxmax() if mode == "max" else df[col].idxmin()
-        entry = self.runs[int(idx)]
-        last = {m: df.loc[idx, c] for c in df.columns if c.startswith("last_") for m in [c.removeprefix("last_")]}
-        return RunResult(entry["run_name"], entry["condition"], entry["seed"], entry["status"],
-                         entry.get("attempts", 0), last, entry.get("error", ""))
+        pick = max if mode == "max" else min
+        return self._result(self._entry(pick(scores, key=scores.__getitem__)))
+
+
+def _score(hist: pd.DataFrame, metric: str, mode: str, scope: str) -> float | None:
+    if metric not in hist.columns:
+        return None
+    values = hist[metric].dropna().astype(float)
+    if values.empty:
+        return None
+    if scope == "last":
+        return float(values.iloc[-1])
+    if scope == "all":
+        return float(values.max() if mode == "max" else values.min())
+    if scope == "avg":
+        return float(values.mean())
+    if scope.startswith("last-") and scope.endswith("-avg") and scope[5:-4].isdigit():
+        return float(values.iloc[-int(scope[5:-4]):].mean())
+    raise ValueError(f"scope={scope!r}: expected 'last', 'all', 'avg' or 'last-N-avg'")
