@@ -25,7 +25,7 @@ VERBS: dict[str, tuple[str, str, str]] = {
     "resume": ("cli_campaign", "resume_main", "resume DIR   finish an interrupted campaign"),
     "explain": ("cli_explain", "explain_main", "explain FILE [--json]   dry run: matrix, resources, capacity"),
     "results": ("cli_campaign", "results_main", "results DIR [--json|--csv]   per-run and per-condition table"),
-    "status": ("cli_campaign", "status_main", "status [DIR] [--json] [--all|--active]   runs and campaigns"),
+    "status": ("cli_campaign", "status_main", "status [DIR] [--json] [--all|--active] [--watch]   runs and campaigns"),
     "top": ("cli_campaign", "top_main", "top [DIR]   campaigns with running runs (status --active)"),
     "diff": ("cli_inspect", "diff_main", "diff RUN_A RUN_B | CAMPAIGN_DIR COND_A COND_B [--json]   compare"),
     "resume-check": ("cli_inspect", "resume_check_main", "resume-check RUN_DIR [--config FILE] [--json]"),
@@ -35,6 +35,7 @@ VERBS: dict[str, tuple[str, str, str]] = {
     "doctor": ("cli_doctor", "doctor_main", "doctor [--json] [--address A]   check this install and machine"),
     "squeeze": ("cli_squeeze", "squeeze_main", "squeeze RUN_DIR|ADAPTER|FILE [--json]   LoRA rank analysis, compression"),
     "init": ("cli_init", "init_main", "init [--template NAME] [--output PATH] [--list]   write a starter TOML"),
+    "plot": ("cli_plot", "plot_main", "plot DIR [--metric M] [--smooth N] [--html]   curves with seed bands"),
 }
 
 

@@ -1,0 +1,141 @@
+"""Metric curves of a campaign: one line per condition, the mean across seeds and a 95% band.
+
+    from retrain_ray.campaign import CampaignResults
+    CampaignResults.from_dir("logs/c").plot("mean_reward", smooth=5, out="logs/c/plots/mean_reward")
+    # -> mean_reward.png and mean_reward.svg
+
+The band is the 95% confidence interval of the mean across seeds at each step (Student t with
+n-1 degrees of freedom, n = the seeds that logged that step); with one seed there is no band.
+`smooth` is a trailing rolling mean over that many logged steps, applied to each run before
+averaging, so the band reflects the seed-to-seed spread of the smoothed curves. Needs matplotlib
+(`pip install retrain-ray[plot]`); it draws with the Agg backend, no display needed.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from retrain_ray.campaign.results import t95
+
+# Plot name -> the logged column it draws, and its axis label.
+PLOT_METRICS: dict[str, tuple[str, str]] = {
+    "mean_reward": ("mean_reward", "mean reward"),
+    "correct_rate": ("correct_rate", "correct rate"),
+    "loss": ("loss", "loss"),
+    "kl": ("policy/abs_kl", "KL (mean |log ratio|)"),
+    "clip_fraction": ("clip_fraction", "clip fraction"),
+    "eval_accuracy": ("eval_correct_rate", "eval accuracy (correct rate)"),
+    "eval_reward": ("eval_mean_reward", "eval mean reward"),
+    "tokens_per_second": ("tokens_per_second", "tokens / s"),
+    "step_time": ("step_time_s", "step time (s)"),
+}
+
+
+def resolve_metric(name: str) -> tuple[str, str]:
+    """(column, axis label) for a plot name or a logged column name."""
+    if name in PLOT_METRICS:
+        return PLOT_METRICS[name]
+    for column, label in PLOT_METRICS.values():
+        if name == column:
+            return column, label
+    return name, name
+
+
+def seed_bands(long: pd.DataFrame, column: str, *, smooth: int = 1) -> pd.DataFrame:
+    """Per condition and step: mean across seeds, 95% band (low, high) and n seeds.
+
+    `long` has the columns of `CampaignResults.history()`: run, condition, seed, step, metric, value.
+    """
+    rows = long[long["metric"] == column]
+    out = []
+    for condition, group in rows.groupby("condition", sort=False):
+        wide = group.pivot_table(index="step", columns="run", values="value", aggfunc="last").sort_index()
+        if smooth > 1:
+            wide = wide.apply(lambda s: s.dropna().rolling(smooth, min_periods=1).mean())
+        n = wide.notna().sum(axis=1)
+        mean, std = wide.mean(axis=1), wide.std(axis=1, ddof=1)
+        half = [t95(int(k) - 1) * s / math.sqrt(k) if k >= 2 else float("nan") for k, s in zip(n, std, strict=True)]
+        frame = pd.DataFrame({"condition": condition, "step": wide.index, "mean": mean.values,
+                              "low": mean.values - half, "high": mean.values + half, "n": n.values})
+        out.append(frame)
+    columns = ["condition", "step", "mean", "low", "high", "n"]
+    return pd.concat(out, ignore_index=True)[columns] if out else pd.DataFrame(columns=columns)
+
+
+def _pyplot() -> Any:
+    try:
+        import matplotlib
+    except ImportError as exc:
+        raise ImportError("plots need matplotlib: pip install 'retrain-ray[plot]' (or matplotlib)") from exc
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def draw(bands: pd.DataFrame, *, label: str, title: str, ax: Any = None) -> Any:
+    """Draws one line per condition with its band on `ax` (a new figure if None); returns the figure."""
+    plt = _pyplot()
+    if ax is None:
+        _, ax = plt.subplots(figsize=(8, 4.8), layout="constrained")
+    for i, (condition, frame) in enumerate(bands.groupby("condition", sort=False)):
+        color = f"C{i % 10}"
+        seeds = int(frame["n"].max())
+        ax.plot(frame["step"], frame["mean"], color=color, linewidth=2,
+                label=f"{condition} ({seeds} seed{'s' if seeds != 1 else ''})")
+        ax.fill_between(frame["step"], frame["low"], frame["high"], color=color, alpha=0.2, linewidth=0)
+    ax.set_xlabel("step")
+    ax.set_ylabel(label)
+    ax.set_title(title)
+    ax.grid(True, alpha=0.3)
+    if len(bands):
+        ax.legend(title="condition (mean, 95% band)", loc="best", fontsize="small")
+    return ax.figure
+
+
+def save(figure: Any, out: str | Path) -> list[Path]:
+    """Writes `<out>.png` and `<out>.svg` (a suffix on `out` is replaced); returns both paths."""
+    stem = Path(out)
+    stem = stem.with_suffix("") if stem.suffix in (".png", ".svg") else stem
+    stem.parent.mkdir(parents=True, exist_ok=True)
+    paths = [stem.with_name(stem.name + ".png"), stem.with_name(stem.name + ".svg")]
+    figure.savefig(paths[0], dpi=120)
+    figure.savefig(paths[1])
+    return paths
+
+
+def plot_metric(results: Any, metric: str = "mean_reward", *, out: str | Path | None = None, smooth: int = 1,
+                title: str | None = None, ax: Any = None) -> Any:
+    """Figure of `metric` by step for `results` (a CampaignResults); writes PNG+SVG if `out` is given."""
+    column, label = resolve_metric(metric)
+    long = results.history(metrics=(column,))
+    if long.empty:
+        known = ", ".join(PLOT_METRICS)
+        raise ValueError(f"metric {metric!r} (column {column!r}) was not logged by any run of "
+                         f"{results.campaign_dir}; choose one of: {known}, or another logged column")
+    name = results.manifest.get("name", Path(results.campaign_dir).name)
+    smoothing = f", smoothed over {smooth} steps" if smooth > 1 else ""
+    figure = draw(seed_bands(long, column, smooth=smooth), label=label, ax=ax,
+                  title=title or f"{name}: {label} by step (mean across seeds, 95% band{smoothing})")
+    if out is not None:
+        save(figure, out)
+    return figure
+
+
+def plot_metrics(results: Any, metrics: Sequence[str], out_dir: str | Path, *, smooth: int = 1) -> list[Path]:
+    """One PNG + SVG per metric in `out_dir`; metrics nobody logged are skipped. Returns the files."""
+    plt = _pyplot()
+    written: list[Path] = []
+    for metric in metrics:
+        try:
+            figure = plot_metric(results, metric, smooth=smooth)
+        except ValueError:
+            continue
+        written += save(figure, Path(out_dir) / metric)
+        plt.close(figure)
+    return written

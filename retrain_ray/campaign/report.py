@@ -1,0 +1,84 @@
+"""A self-contained HTML report of a campaign: metric curves, results table, run matrix.
+
+One file, no external assets (the plots are embedded as base64 PNG), so it opens anywhere and can
+be attached to a ticket or mailed.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from retrain_ray.campaign.plots import _pyplot, plot_metric
+from retrain_ray.campaign.status import campaign_status
+
+_CSS = """
+body { font-family: system-ui, sans-serif; margin: 24px; color: #222; max-width: 1300px; }
+h1 { font-size: 22px; } h2 { font-size: 18px; margin-top: 28px; border-bottom: 1px solid #ddd; }
+.plots { display: grid; grid-template-columns: repeat(auto-fill, minmax(560px, 1fr)); gap: 12px; }
+.plots img { width: 100%; border: 1px solid #eee; }
+table { border-collapse: collapse; font-size: 13px; margin: 8px 0; }
+th, td { border: 1px solid #ccc; padding: 3px 8px; text-align: right; }
+th { background: #f3f3f3; } td:first-child, th:first-child { text-align: left; }
+.muted { color: #666; font-size: 13px; }
+"""
+RUN_COLUMNS = ("run_name", "condition", "seed", "status", "attempts", "last_step", "last_mean_reward",
+               "last_correct_rate", "last_loss", "last_tokens_per_second")
+
+
+def _png_base64(figure: Any) -> str:
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png", dpi=110)
+    return base64.b64encode(buffer.getvalue()).decode("ascii")
+
+
+def _plots_html(results: Any, metrics: Sequence[str], smooth: int) -> str:
+    plt = _pyplot()
+    images = []
+    for metric in metrics:
+        try:
+            figure = plot_metric(results, metric, smooth=smooth)
+        except ValueError:
+            continue
+        images.append(f'<img alt="{html.escape(metric)} by step" src="data:image/png;base64,{_png_base64(figure)}">')
+        plt.close(figure)
+    return f'<div class="plots">{"".join(images)}</div>' if images else "<p>No metric was logged yet.</p>"
+
+
+def _table(df: pd.DataFrame) -> str:
+    return df.to_html(index=False, float_format=lambda v: f"{v:.4g}", na_rep="—", border=0, escape=True)
+
+
+def _matrix_html(status: dict[str, Any]) -> str:
+    rows = [{"condition": cond, **{f"seed {s}": cells.get(str(s), "") for s in status["seeds"]}}
+            for cond, cells in status["matrix"].items()]
+    counts = ", ".join(f"{k} {v}" for k, v in status["counts"].items())
+    return f'<p class="muted">{html.escape(counts)}</p>' + _table(pd.DataFrame(rows))
+
+
+def write_report(results: Any, path: str | Path, *, metrics: Sequence[str], smooth: int = 1) -> Path:
+    """Writes the HTML report of `results` (a CampaignResults) to `path`; returns it."""
+    name = results.manifest.get("name", Path(results.campaign_dir).name)
+    runs = results.get_dataframe()
+    runs = runs[[c for c in RUN_COLUMNS if c in runs.columns]]
+    body = [
+        f"<h1>Campaign {html.escape(str(name))}</h1>",
+        f'<p class="muted">{html.escape(str(results.campaign_dir))} · status '
+        f'{html.escape(str(results.manifest.get("status", "")))}</p>',
+        "<h2>Curves (mean across seeds, 95% band)</h2>", _plots_html(results, metrics, smooth),
+        "<h2>Results by condition (last values: mean, std, 95% CI across seeds)</h2>", _table(results.summary()),
+        "<h2>Run matrix (condition x seed)</h2>", _matrix_html(campaign_status(Path(results.campaign_dir))),
+        "<h2>Runs</h2>", _table(runs),
+    ]
+    page = (f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(str(name))}</title>"
+            f"<style>{_CSS}</style></head><body>{''.join(body)}</body></html>")
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(page, encoding="utf-8")
+    return path

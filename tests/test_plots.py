@@ -1,0 +1,80 @@
+"""Seed bands (exact values), PNG/SVG curves and the HTML report of a campaign written by our recorder."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from recorded_campaign import SEEDS, STEPS, reward, write_campaign
+
+from retrain_ray.campaign.plots import seed_bands
+from retrain_ray.campaign.results import CampaignResults
+from retrain_ray.cli import main
+
+pytest.importorskip("matplotlib")
+
+
+@pytest.fixture(scope="module")
+def campaign_dir(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("plots") / "bands"
+    directory.mkdir()
+    write_campaign(directory, parquet_every_s=3600.0)
+    return directory
+
+
+def test_seed_bands_exact(campaign_dir):
+    long = CampaignResults.from_dir(campaign_dir).history(metrics=("mean_reward",))
+    bands = seed_bands(long, "mean_reward")
+    row = bands[(bands["condition"] == "fast") & (bands["step"] == 3)].iloc[0]
+    values = [reward("fast", s, 3) for s in SEEDS]  # spread 0.01 between seeds: std 0.01
+    half = 4.303 * 0.01 / math.sqrt(3)
+    assert row["mean"] == pytest.approx(sum(values) / 3)
+    assert (row["low"], row["high"], row["n"]) == (pytest.approx(row["mean"] - half), pytest.approx(row["mean"] + half), 3)
+    assert len(bands) == 2 * STEPS
+    smoothed = seed_bands(long, "mean_reward", smooth=2)
+    row = smoothed[(smoothed["condition"] == "slow") & (smoothed["step"] == 5)].iloc[0]
+    assert row["mean"] == pytest.approx(sum(reward("slow", s, 4) + reward("slow", s, 5) for s in SEEDS) / 6)
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.lists(st.floats(-5, 5), min_size=1, max_size=6))
+def test_band_contains_mean_and_vanishes_for_one_seed(values):
+    import pandas as pd
+
+    long = pd.DataFrame({"run": [f"r{i}" for i in range(len(values))], "condition": "c", "seed": range(len(values)),
+                         "step": 0, "metric": "m", "value": values})
+    row = seed_bands(long, "m").iloc[0]
+    assert row["mean"] == pytest.approx(sum(values) / len(values))
+    if len(values) == 1:
+        assert math.isnan(row["low"]) and math.isnan(row["high"])
+    else:
+        assert row["low"] <= row["mean"] + 1e-12 <= row["high"] + 2e-12
+
+
+def test_plot_writes_png_and_svg_with_a_line_and_band_per_condition(campaign_dir, tmp_path):
+    results = CampaignResults.from_dir(campaign_dir)
+    figure = results.plot("mean_reward", out=tmp_path / "reward")
+    ax = figure.axes[0]
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["slow (3 seeds)", "fast (3 seeds)"]
+    assert ax.get_xlabel() == "step" and ax.get_ylabel() == "mean reward"
+    assert len(ax.collections) == 2  # one band per condition
+    fast = ax.lines[1].get_ydata()
+    assert fast[-1] > fast[0]  # reward rises
+    assert (tmp_path / "reward.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "<svg" in (tmp_path / "reward.svg").read_text()[:500]
+    with pytest.raises(ValueError, match="not logged"):
+        results.plot("never_logged")
+
+
+def test_cli_plot_and_html_report(campaign_dir, capsys):
+    assert main(["plot", str(campaign_dir), "--metric", "mean_reward", "--metric", "kl", "--html"]) == 0
+    printed = capsys.readouterr().out.split()
+    assert {p.rsplit("/", 1)[-1] for p in printed} >= {"mean_reward.png", "mean_reward.svg", "kl.svg", "report.html"}
+    page = (campaign_dir / "report.html").read_text()
+    assert page.count("data:image/png;base64,") >= 4  # reward, correct rate, loss, kl, eval, ...
+    assert "Run matrix" in page and "fast_s3" in page and "mean_reward_ci95" in page
+    assert "http://" not in page and "https://" not in page  # self-contained
+    assert main(["plot", str(campaign_dir), "--metric", "nothing"]) == 2
+    assert "choose from" in capsys.readouterr().err
