@@ -140,7 +140,7 @@ def results_main(argv: list[str]) -> int:
 
 
 def status_main(argv: list[str]) -> int:
-    """`retrain-ray status [DIR=logs] [--json] [--all|--active]`: the condition x seed matrix of each campaign."""
+    """`retrain-ray status [DIR=logs] [--json] [--all|--active] [--watch]`: the condition x seed matrix of each campaign."""
     parser = argparse.ArgumentParser(prog="retrain-ray status")
     parser.add_argument("root", nargs="?", default="logs")
     parser.add_argument("--json", action="store_true")
@@ -150,8 +150,16 @@ def status_main(argv: list[str]) -> int:
                       help="also campaigns idle for more than 24 h")
     view.add_argument("--active", dest="view", action="store_const", const="active",
                       help="only campaigns with a running run")
+    parser.add_argument("--watch", action="store_true", help="refresh in place until Ctrl-C")
+    parser.add_argument("--interval", type=float, default=2.0, help="seconds between --watch refreshes")
+    parser.add_argument("--count", type=int, default=None, help="stop --watch after N refreshes")
     args = parser.parse_args(argv)
     from retrain_ray.campaign.status import campaign_status, find_campaigns, visible
+
+    if args.watch:
+        from retrain_ray.campaign.live import watch
+
+        return watch(Path(args.root), interval_s=args.interval, count=args.count, stale_after_s=args.stale_after)
 
     found = find_campaigns(Path(args.root))
     if not found:
@@ -179,9 +187,9 @@ def top_main(argv: list[str]) -> int:
 def _print_status(st: dict) -> None:
     import pandas as pd
 
-    c = st["counts"]
-    print(f"{st['campaign']} [{st['status']}]  running {c['running']}, stale {c['stale']}, done {c['completed']}, "
-          f"failed {c['failed']}, pending {c['pending']}  ({st['dir']})")
+    from retrain_ray.campaign.live import summary_line
+
+    print(f"{summary_line(st)}  ({st['dir']})")
     rows = [{"condition": cond, **{f"s{s}": cells.get(str(s), "") for s in st["seeds"]}}
             for cond, cells in st["matrix"].items()]
     _print_table(pd.DataFrame(rows), st["campaign"])

@@ -91,7 +91,7 @@ def test_usl_controller_defaults_are_the_originals():
 def test_cli_verbs():
     from retrain_ray import cli
 
-    ours = {"train", "campaign", "resume", "explain", "results", "status"}
+    ours = {"train", "campaign", "resume", "explain", "results", "status", "plot"}
     originals = {"backends", "doctor", "init", "plugins", "resume-check", "status", "top", "explain", "diff",
                  "trace", "squeeze"}  # spec 11 (squeeze is routed by TOML content there)
     assert ours | originals <= set(cli.VERBS)

@@ -29,6 +29,7 @@ from retrain_ray.campaign.afterwards import run_afterwards
 from retrain_ray.campaign.control import start_control_plane
 from retrain_ray.campaign.manifest import Manifest, read_manifest, write_json_atomic
 from retrain_ray.campaign.plan import CampaignError, CampaignPlan, RunPlan, build_plan
+from retrain_ray.campaign.progress_line import CampaignProgress
 from retrain_ray.campaign.results import CampaignResults
 from retrain_ray.campaign.stagger import start_gate
 from retrain_ray.campaign.tracking import ManifestCallback
@@ -166,13 +167,15 @@ class Campaign:
                                         resources=lambda cfg: factories[cfg["run_name"]])
         if resuming:
             return tune.Tuner.restore(str(p.campaign_dir / TUNE_DIR), trainable, resume_errored=True)
-        callback = ManifestCallback(manifest, progress=progress, start_timeout_s=p.schedule.trial_start_timeout_s)
+        callbacks = [ManifestCallback(manifest, progress=progress, start_timeout_s=p.schedule.trial_start_timeout_s)]
+        if progress:
+            callbacks.append(CampaignProgress(p.campaign_dir))
         return tune.Tuner(
             trainable,
             param_space={"run_name": tune.grid_search([r.run_name for r in p.runs])},
             tune_config=tune.TuneConfig(max_concurrent_trials=p.schedule.max_concurrent, reuse_actors=False),
             run_config=tune.RunConfig(
-                name=TUNE_DIR, storage_path=str(p.campaign_dir), verbose=0, callbacks=[callback],
+                name=TUNE_DIR, storage_path=str(p.campaign_dir), verbose=0, callbacks=callbacks,
                 failure_config=tune.FailureConfig(max_failures=p.schedule.max_failures),
                 checkpoint_config=tune.CheckpointConfig(num_to_keep=None),  # see STATE_SYNC_S
                 sync_config=tune.SyncConfig(sync_period=STATE_SYNC_S),

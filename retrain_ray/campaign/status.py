@@ -7,14 +7,41 @@ Cells: "step/max" (running or pending), "step ✓" (completed), "step ✗" (fail
 
 from __future__ import annotations
 
+import statistics
 import time
 from pathlib import Path
 from typing import Any
+
+import pandas as pd
 
 from retrain_ray.campaign.manifest import read_manifest
 from retrain_ray.campaign.results import read_history
 
 STALE_AFTER_S = 300.0
+SPARK = "▁▂▃▄▅▆▇█"
+SPARK_POINTS = 24
+ETA_WINDOW = 10  # recent rows whose wall-clock spacing estimates the time per step
+
+
+def sparkline(values: list[float]) -> str:
+    """One block character per value, scaled between the values' min and max."""
+    values = [v for v in values if v == v]  # drop NaN
+    if not values:
+        return ""
+    low, high = min(values), max(values)
+    span = high - low
+    return "".join(SPARK[int((v - low) / span * (len(SPARK) - 1)) if span else 0] for v in values)
+
+
+def seconds_per_step(hist: pd.DataFrame) -> float | None:
+    """Median wall-clock time between the last `ETA_WINDOW` logged steps (None with < 2 rows)."""
+    if len(hist) < 2 or "wall_time" not in hist:
+        return None
+    recent = hist.tail(ETA_WINDOW + 1)
+    seconds = pd.to_datetime(recent["wall_time"]).diff().dt.total_seconds().dropna()
+    steps = recent["step"].astype(float).diff().dropna()
+    per_step = [s / k for s, k in zip(seconds, steps, strict=True) if k > 0]
+    return statistics.median(per_step) if per_step else None
 
 
 def _last_row_time(run_dir: Path) -> float:
@@ -29,12 +56,23 @@ def run_state(entry: dict[str, Any], run_dir: Path, now: float, stale_after_s: f
     if status == "running" and step is not None and now - _last_row_time(run_dir) > stale_after_s:
         status = "stale"
     last = hist.iloc[-1] if len(hist) else None
+    per_step = seconds_per_step(hist)
+    rewards = [float(v) for v in hist["mean_reward"].tail(SPARK_POINTS)] if "mean_reward" in hist else []
     return {
         "run_name": entry["run_name"], "condition": entry["condition"], "seed": entry["seed"],
         "status": status, "step": step, "max_steps": entry.get("max_steps"), "attempts": entry.get("attempts", 0),
         "mean_reward": None if last is None else float(last.get("mean_reward", float("nan"))),
         "correct_rate": None if last is None else float(last.get("correct_rate", float("nan"))),
+        "reward_sparkline": sparkline(rewards),
+        "seconds_per_step": per_step,
+        "eta_s": _run_eta(step, entry.get("max_steps"), per_step) if status in ("running", "stale") else None,
     }
+
+
+def _run_eta(step: int | None, max_steps: int | None, per_step: float | None) -> float | None:
+    if step is None or max_steps is None or per_step is None:
+        return None
+    return max(0, int(max_steps) - 1 - step) * per_step
 
 
 def cell(state: dict[str, Any]) -> str:
@@ -53,7 +91,20 @@ def campaign_status(campaign_dir: Path, *, stale_after_s: float = STALE_AFTER_S)
     counts = {s: sum(r["status"] == s for r in runs) for s in ("pending", "running", "stale", "completed", "failed")}
     matrix = {c: {str(r["seed"]): cell(r) for r in runs if r["condition"] == c} for c in manifest["conditions"]}
     return {"campaign": manifest["name"], "dir": str(campaign_dir), "status": manifest.get("status", ""),
-            "counts": counts, "seeds": manifest["seeds"], "matrix": matrix, "runs": runs}
+            "counts": counts, "seeds": manifest["seeds"], "matrix": matrix, "runs": runs,
+            "eta_s": campaign_eta(runs, manifest.get("max_concurrent"))}
+
+
+def campaign_eta(runs: list[dict[str, Any]], max_concurrent: int | None) -> float | None:
+    """Seconds until the last run ends: the longest running ETA, plus the pending runs' whole length
+    (max_steps x the running runs' mean time per step) spread over the concurrent slots."""
+    etas = [r["eta_s"] for r in runs if r.get("eta_s") is not None]
+    if not etas:
+        return None
+    per_step = statistics.mean(r["seconds_per_step"] for r in runs if r.get("seconds_per_step") is not None)
+    pending = [r for r in runs if r["status"] == "pending"]
+    slots = max(1, int(max_concurrent or len(etas)))
+    return max(etas) + sum(per_step * int(r.get("max_steps") or 0) for r in pending) / slots
 
 
 def find_campaigns(root: Path) -> list[Path]:

@@ -1,0 +1,90 @@
+"""`retrain-ray status DIR --watch`: the condition x seed matrix, refreshed in place (rich Live).
+
+Each cell shows the run's `step/max` (or `n ✓`, `n ✗`, `stale`), a sparkline of its last rewards and
+its ETA from the wall-clock spacing of its recent steps; the title carries the campaign's counts and
+ETA. The data comes from `campaign_status` (manifest + Arrow logs), so watching needs no Ray.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from retrain_ray.campaign.status import STALE_AFTER_S, campaign_status, cell, find_campaigns
+
+
+def format_duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "—"
+    seconds = int(round(seconds))
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    if hours:
+        return f"{hours}h{minutes:02d}m"
+    return f"{minutes}m{secs:02d}s" if minutes else f"{secs}s"
+
+
+def summary_line(st: dict[str, Any]) -> str:
+    c = st["counts"]
+    return (f"{st['campaign']} [{st['status']}]: done {c['completed']}/{len(st['runs'])}, running {c['running']}, "
+            f"stale {c['stale']}, failed {c['failed']}, pending {c['pending']}, ETA {format_duration(st['eta_s'])}")
+
+
+def _cell_text(state: dict[str, Any]) -> str:
+    parts = [cell(state)]
+    if state["reward_sparkline"]:
+        parts.append(f"{state['reward_sparkline']} {state['mean_reward']:.2f}")
+    if state["eta_s"] is not None:
+        parts.append(f"ETA {format_duration(state['eta_s'])}")
+    return "\n".join(parts)
+
+
+def status_table(st: dict[str, Any]) -> Any:
+    """A rich Table: one row per condition, one column per seed (cells: state, reward sparkline, ETA)."""
+    from rich.table import Table
+
+    table = Table(show_lines=True)
+    table.add_column("condition", style="bold")
+    for seed in st["seeds"]:
+        table.add_column(f"seed {seed}")
+    by_cell = {(r["condition"], str(r["seed"])): r for r in st["runs"]}
+    for condition in st["matrix"]:
+        cells = [_cell_text(by_cell[(condition, str(s))]) if (condition, str(s)) in by_cell else ""
+                 for s in st["seeds"]]
+        table.add_row(condition, *cells)
+    return table
+
+
+def render(root: Path, stale_after_s: float = STALE_AFTER_S) -> Any:
+    from rich.console import Group
+    from rich.text import Text
+
+    found = find_campaigns(root)
+    if not found:
+        return Text(f"no campaign (a directory with manifest.json) in {root} yet")
+    parts: list[Any] = []
+    for directory in found:
+        st = campaign_status(directory, stale_after_s=stale_after_s)
+        parts += [Text(summary_line(st), style="bold"), status_table(st)]
+    stamp = Text(time.strftime("%H:%M:%S") + "  (Ctrl-C to stop)", style="dim")
+    return Group(*parts, stamp)
+
+
+def watch(root: Path, *, interval_s: float = 2.0, count: int | None = None, console: Any = None,
+          stale_after_s: float = STALE_AFTER_S) -> int:
+    """Redraws the status every `interval_s` until Ctrl-C (or `count` refreshes); returns 0."""
+    from rich.live import Live
+
+    shown = 0
+    try:
+        with Live(render(root, stale_after_s), console=console, auto_refresh=False) as live:
+            while True:
+                shown += 1
+                if count is not None and shown >= count:
+                    break
+                time.sleep(interval_s)
+                live.update(render(root, stale_after_s), refresh=True)
+    except KeyboardInterrupt:
+        pass
+    return 0

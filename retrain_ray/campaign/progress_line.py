@@ -1,0 +1,76 @@
+"""One progress line for the whole campaign, printed by the driver (a Tune callback).
+
+On a terminal the line is redrawn in place every `tty_every_s`; off a terminal (`ray job logs`, CI,
+a pipe) a new line is printed every `log_every_s`, so job logs show progress without flooding. The
+line is `retrain-ray status`'s summary: runs done / running / failed / pending and the campaign ETA
+from the runs' recent step times (retrain_ray/campaign/status.py). Reading it never stops a campaign:
+a failure to read the logs skips that line.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+from pathlib import Path
+from typing import Any, TextIO
+
+from ray.tune import Callback
+
+log = logging.getLogger(__name__)
+TTY_EVERY_S = 2.0
+LOG_EVERY_S = 30.0
+
+
+class CampaignProgress(Callback):
+    def __init__(self, campaign_dir: Path, *, stream: TextIO | None = None, tty_every_s: float = TTY_EVERY_S,
+                 log_every_s: float = LOG_EVERY_S) -> None:
+        self.campaign_dir = Path(campaign_dir)
+        self.stream = stream
+        self.tty_every_s = tty_every_s
+        self.log_every_s = log_every_s
+        self._last = 0.0
+        self._drawn = False
+
+    def __getstate__(self) -> dict[str, Any]:  # Tune pickles callbacks with its experiment state
+        return {**self.__dict__, "stream": None}
+
+    def _out(self) -> TextIO:
+        return self.stream or sys.stdout
+
+    def _tty(self) -> bool:
+        isatty = getattr(self._out(), "isatty", None)
+        return bool(isatty and isatty())
+
+    def line(self) -> str:
+        from retrain_ray.campaign.live import summary_line
+        from retrain_ray.campaign.status import campaign_status
+
+        return "[campaign] " + summary_line(campaign_status(self.campaign_dir))
+
+    def on_step_end(self, iteration: int, trials: list, **info: Any) -> None:
+        every = self.tty_every_s if self._tty() else self.log_every_s
+        if time.monotonic() - self._last < every:
+            return
+        self._last = time.monotonic()
+        self.show()
+
+    def show(self) -> None:
+        try:
+            text = self.line()
+        except Exception as exc:  # progress is cosmetic; the campaign goes on
+            log.debug("campaign progress line skipped: %s", exc)
+            return
+        out = self._out()
+        if self._tty():
+            out.write("\r\x1b[2K" + text)
+            self._drawn = True
+        else:
+            out.write(text + "\n")
+        out.flush()
+
+    def on_experiment_end(self, trials: list, **info: Any) -> None:
+        self.show()
+        if self._drawn:
+            self._out().write("\n")
+            self._out().flush()

@@ -1,0 +1,90 @@
+"""Live status: sparklines, ETAs, `status --watch` redrawn in place, the driver's campaign progress line."""
+
+from __future__ import annotations
+
+import io
+
+import pandas as pd
+import pytest
+from recorded_campaign import SECONDS_PER_STEP, STEPS, T0, run_name, write_campaign
+from rich.console import Console
+
+from retrain_ray.campaign.live import format_duration, watch
+from retrain_ray.campaign.progress_line import CampaignProgress
+from retrain_ray.campaign.status import SPARK, campaign_status, seconds_per_step, sparkline
+from retrain_ray.cli import main
+
+MAX_STEPS = 20
+
+
+def test_sparkline_scales_between_min_and_max():
+    assert sparkline(list(range(8))) == SPARK
+    assert sparkline([3.0, 3.0]) == SPARK[0] * 2
+    assert sparkline([0.0, float("nan"), 1.0]) == SPARK[0] + SPARK[-1]
+    assert sparkline([]) == ""
+
+
+def test_seconds_per_step_uses_wall_clock_spacing_and_step_gaps():
+    wall = pd.to_datetime([T0, T0 + 4, T0 + 8, T0 + 10], unit="s", utc=True)
+    hist = pd.DataFrame({"step": [0, 2, 4, 5], "wall_time": wall})
+    assert seconds_per_step(hist) == pytest.approx(2.0)  # median of 2, 2, 2
+    assert seconds_per_step(hist.head(1)) is None
+    assert (format_duration(None), format_duration(42), format_duration(185), format_duration(3725)) == \
+        ("—", "42s", "3m05s", "1h02m")
+
+
+@pytest.fixture(scope="module")
+def running(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("live") / "watched"
+    directory.mkdir()
+    recorder = write_campaign(directory, close=False, max_steps=MAX_STEPS, parquet_every_s=3600.0,
+                              pending=run_name("slow", 3))
+    yield directory
+    recorder.close()
+
+
+def test_status_eta_from_recent_step_times(running):
+    st = campaign_status(running, stale_after_s=1e12)
+    run = next(r for r in st["runs"] if r["run_name"] == run_name("fast", 1))
+    assert run["eta_s"] == pytest.approx((MAX_STEPS - STEPS) * SECONDS_PER_STEP)
+    assert len(run["reward_sparkline"]) == STEPS and run["reward_sparkline"][-1] == SPARK[-1]
+    assert st["counts"]["pending"] == 1 and st["counts"]["running"] == 5
+    # the longest running ETA plus the pending run's whole length over 2 concurrent slots
+    assert st["eta_s"] == pytest.approx((MAX_STEPS - STEPS) * SECONDS_PER_STEP + MAX_STEPS * SECONDS_PER_STEP / 2)
+
+
+def test_watch_redraws_in_place(running):
+    out = io.StringIO()
+    console = Console(file=out, force_terminal=True, width=140, color_system=None)
+    assert watch(running, interval_s=0.01, count=3, console=console, stale_after_s=1e12) == 0
+    text = out.getvalue()
+    assert text.count("Ctrl-C to stop") == 4  # three frames, and rich Live's final redraw on exit
+    assert "\x1b[" in text  # cursor movement: frames overwrite each other
+    last = text.rsplit("running 5", 1)[-1]
+    assert "seed 1" in last and f"{STEPS}/{MAX_STEPS}" in last and "ETA 16s" in last and SPARK[-1] in last
+
+
+def test_cli_status_watch_with_a_bounded_count(running, capsys):
+    assert main(["status", str(running), "--watch", "--count", "1", "--stale-after", "1e12"]) == 0
+    assert "watched [pending]: done 0/6, running 5" in capsys.readouterr().out
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_campaign_progress_line_in_logs_and_on_a_terminal(running):
+    logs = io.StringIO()
+    progress = CampaignProgress(running, stream=logs, log_every_s=3600.0)
+    progress.on_step_end(0, [])
+    progress.on_step_end(1, [])  # within log_every_s: no second line
+    assert logs.getvalue().count("\n") == 1
+    assert logs.getvalue().startswith("[campaign] watched [pending]: done 0/6, running 5")
+    terminal = _Terminal()
+    progress = CampaignProgress(running, stream=terminal, tty_every_s=0.0)
+    progress.on_step_end(0, [])
+    progress.on_step_end(1, [])
+    progress.on_experiment_end([])
+    assert terminal.getvalue().count("\r\x1b[2K") == 3 and terminal.getvalue().endswith("\n")
+    assert terminal.getvalue().count("\n") == 1
