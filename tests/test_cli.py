@@ -25,7 +25,7 @@ def run_cli(*args: str, cwd: Path = ROOT, timeout: float = 240,
 def test_help_lists_every_command():
     out = run_cli("--help")
     assert out.returncode == 0
-    for verb in ("train", "campaign", "resume", "explain", "results", "status"):
+    for verb in ("train", "campaign", "resume", "explain", "results", "status", "plot"):
         assert f"retrain-ray {verb}" in out.stdout
 
 
