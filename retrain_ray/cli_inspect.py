@@ -59,7 +59,7 @@ def diff_main(argv: list[str]) -> int:
     parser.add_argument("paths", nargs="+")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
-    from retrain_ray.logs.compare import diff_conditions, diff_runs
+    from retrain_ray.campaign.compare import diff_conditions, diff_runs
 
     try:
         if len(args.paths) == 2:

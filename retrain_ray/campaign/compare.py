@@ -14,7 +14,7 @@ from typing import Any
 
 import pandas as pd
 
-from retrain_ray.campaign.results import read_history
+from retrain_ray.campaign.results import CampaignResults, read_history
 
 FINAL_METRICS = ("mean_reward", "correct_rate", "running_correct_rate", "loss")
 PERF_METRICS = ("tokens_per_second", "step_time_s")
@@ -90,8 +90,6 @@ def diff_runs(run_a: Path, run_b: Path) -> dict[str, Any]:
 
 def diff_conditions(campaign_dir: Path, cond_a: str, cond_b: str) -> dict[str, Any]:
     """Compares two conditions of a campaign over their seeds; KeyError naming the known labels."""
-    from retrain_ray.campaign import CampaignResults
-
     results = CampaignResults.from_dir(campaign_dir)
     labels = list(results.manifest["conditions"])
     sides = []
