@@ -91,16 +91,17 @@ def train_main(argv: list[str]) -> int:
         err.print(str(exc), highlight=False, markup=False)
         return 2
     run_dir = Path(cfg.logging.log_dir)
-    _prepare_run_dir(run_dir, resume=args.resume, overwrite=args.overwrite)
+    resume = cfg.resume.from_ or None  # `--resume DIR` or the file's `[resume] from`
+    _prepare_run_dir(run_dir, resume=resume, overwrite=args.overwrite)
     from retrain_ray.progress import ProgressObserver
     from retrain_ray.run.checkpoint import load_state, resolve_resume_dir
     from retrain_ray.run.train import condition_of, train_run
     from retrain_ray.trackers import RunIdentity, build_trackers
 
     first = 0
-    if args.resume:
+    if resume:
         try:
-            first = load_state(resolve_resume_dir(Path(args.resume))).next_step
+            first = load_state(resolve_resume_dir(Path(resume))).next_step
         except FileNotFoundError as exc:
             err.print(f"[bold red]error:[/] {exc}", highlight=False)
             return 2
@@ -116,7 +117,7 @@ def train_main(argv: list[str]) -> int:
             run_name=run_dir.name,
             run_dir=run_dir,
             observers=([progress] if progress else []) + trackers,
-            resume_from=Path(args.resume) if args.resume else None,
+            resume_from=Path(resume) if resume else None,
         )
     except (NonFiniteError, RewardTimeoutError) as exc:  # the run's own fault: a clear message, no traceback
         err.print(f"[bold red]run failed[/] ({args.config}, run directory {run_dir}):", highlight=False)
@@ -155,7 +156,12 @@ def _print_summary(outcome, progress, run_dir: Path, seconds: float) -> None:
     for key in ("correct_rate", "running_correct_rate", "tokens_per_second"):
         if key in outcome.metrics:
             out.print(f"  {key}: {outcome.metrics[key]:.3f}")
-    out.print(f"  logs: {run_dir}/metrics.arrows (Arrow IPC stream), {run_dir}/metrics.parquet")
-    out.print(f"  checkpoint: {outcome.checkpoint_dir}")
+    written = [p for p in (run_dir / "metrics.arrows", run_dir / "metrics.parquet") if p.exists()]
+    if written:
+        out.print(f"  logs: {', '.join(str(p) for p in written)}")
+    else:
+        out.print("  logs: no metrics rows (no step carried a nonzero advantage, so none was trained or logged)")
+    if outcome.checkpoint_dir is not None and Path(outcome.checkpoint_dir).exists():
+        out.print(f"  checkpoint: {outcome.checkpoint_dir}")
 
 

@@ -110,12 +110,18 @@ def test_legacy_prime_rl_key_gets_rewrite_hint(tmp_path: Path):
 def test_coercion_and_empty_strings(tmp_path: Path):
     path = tmp_path / "coerce.toml"
     path.write_text('[training]\nmax_steps = "40"\nlr = "1e-5"\n[model]\nmodel = ""\n'
-                    '[backpressure]\nenabled = "yes"\n[environment]\nprovider = "verifiers"\nid = "x"\n'
-                    '[environment.args]\nk = 1\n')
+                    '[backpressure]\nenabled = "yes"\n')
     cfg = load_config(path)
     assert cfg.training.max_steps == 40 and cfg.training.lr == 1e-5 and cfg.backpressure.enabled is True
     assert cfg.model.model == "Qwen/Qwen3-4B-Instruct-2507"
-    assert cfg.environment.args == '{"k": 1}'
+    # [environment] parses as the original's (a table of args becomes JSON text), then is refused whole
+    from retrain_ray.config.sections_aux import EnvironmentSection
+
+    assert EnvironmentSection.model_validate({"args": {"k": 1}}).args == '{"k": 1}'
+    path.write_text('[environment]\nprovider = "verifiers"\nid = "x"\n[environment.args]\nk = 1\n')
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    assert {"environment.provider", "environment.id", "environment.args"} <= set(info.value.locations)
 
 
 def test_uncertainty_alias_is_canonicalized_and_override_wins():

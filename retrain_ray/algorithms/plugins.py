@@ -2,12 +2,17 @@
 
 A mode name that is not a built-in and contains a dot or colon is imported once (the registry caches
 the result). Import problems become a `ValueError` that names the path and how to fix it.
+As the original, `[plugins] search_paths` (default ["plugins"]) are package prefixes tried first:
+`my_mod.fn` is looked up as `plugins.my_mod.fn`, then `my_mod.fn`; the working directory is put on
+`sys.path` so a ./plugins folder imports. `use_search_paths` sets them for the process.
 """
 
 from __future__ import annotations
 
 import importlib
 import inspect
+import os
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -26,16 +31,37 @@ def _split(path: str) -> tuple[str, str]:
     return module, attr
 
 
+_search_paths: tuple[str, ...] = ("plugins",)
+
+
+def use_search_paths(paths: list[str] | tuple[str, ...]) -> None:
+    """Set the package prefixes tried before a plugin's own module path (`[plugins] search_paths`)."""
+    global _search_paths
+    _search_paths = tuple(dict.fromkeys(p.strip().strip(".").replace("/", ".") for p in paths if p.strip()))
+    if os.getcwd() not in sys.path:
+        sys.path.append(os.getcwd())
+
+
+def _import(module_name: str, path: str, kind: str) -> Any:
+    candidates = [*(f"{prefix}.{module_name}" for prefix in _search_paths), module_name]
+    errors = []
+    for candidate in candidates:
+        try:
+            return importlib.import_module(candidate)
+        except ModuleNotFoundError as exc:
+            if exc.name is None or not candidate.startswith(exc.name):
+                raise ValueError(f"{kind}={path!r}: importing {candidate!r} failed: {exc}") from exc
+            errors.append(f"{candidate} ({exc})")
+    raise ValueError(
+        f"{kind}={path!r}: cannot import any of {candidates}. Put the module under a [plugins] search_paths "
+        "folder (default ./plugins) or make it importable (installed, or on PYTHONPATH)."
+    )
+
+
 def load_object(path: str, kind: str) -> Any:
     """Import the object named by `path`; `kind` (e.g. 'transform_mode') is used in error messages."""
     module_name, attr = _split(path)
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise ValueError(
-            f"{kind}={path!r}: cannot import module {module_name!r} ({exc}). Check the spelling, and that the "
-            "module is importable (installed, or on PYTHONPATH)."
-        ) from exc
+    module = _import(module_name, path, kind)
     try:
         return getattr(module, attr)
     except AttributeError as exc:

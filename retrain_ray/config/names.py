@@ -37,7 +37,7 @@ ORIGINAL_ONLY_BACKENDS = frozenset({"unsloth", "prime_rl"})
 # "vllm" (with or without url) is a client of a vLLM server, as in the original; "vllm-embedded" (ours)
 # runs vLLM inside the run (retrain_ray/engines/vllm_embedded.py).
 INFERENCE_ENGINES = frozenset({"pytorch", "max", "vllm", "vllm-embedded", "sglang", "trtllm", "mlx", "openai"})
-PLANNING_DETECTORS = frozenset({"regex", "semantic"})
+PLANNING_DETECTORS = frozenset({"regex", "semantic", "none"})
 REWARD_TYPES = frozenset({"match", "math", "judge", "custom"})
 DATA_SOURCES = frozenset({"math", "builtin", "file"})
 ENVIRONMENT_PROVIDERS = frozenset({"", "verifiers", "openenv"})

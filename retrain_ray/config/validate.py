@@ -22,6 +22,7 @@ from retrain_ray.config.names import (
     canonical_uncertainty,
     is_dotted_path,
 )
+from retrain_ray.config.unimplemented import refused_keys
 
 if TYPE_CHECKING:
     from retrain_ray.config.schema import RetrainConfig
@@ -51,7 +52,11 @@ def _backend(cfg: RetrainConfig) -> list[ConfigIssue]:
 
 
 def _backend_options(cfg: RetrainConfig) -> list[ConfigIssue]:
-    return check_options(cfg.backend.backend, cfg.backend.options)
+    issues = check_options(cfg.backend.backend, cfg.backend.options)
+    if cfg.backend.options.get("strict_deterministic") is True and cfg.training.seed < 0:
+        issues.append(ConfigIssue("backend.options.strict_deterministic", True, "needs training.seed >= 0",
+                                  "set [training] seed"))
+    return issues
 
 
 def _clipping(cfg: RetrainConfig) -> list[ConfigIssue]:
@@ -218,7 +223,7 @@ def _squeeze(cfg: RetrainConfig) -> list[ConfigIssue]:
 
 
 RULES: tuple[Rule, ...] = (
-    _backend, _backend_options, _clipping, _micro_batches, _uncertainty, _environment,
+    refused_keys, _backend, _backend_options, _clipping, _micro_batches, _uncertainty, _environment,
     _checkpoint_artifacts, _trackers_installed, _echo, _optimizer_batch, _data_and_reward, _conditions, _squeeze,
 )
 

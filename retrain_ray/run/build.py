@@ -26,12 +26,27 @@ def resolve_device(devices: str) -> str:
 
 
 def build_task(cfg):
+    from retrain_ray.algorithms.plugins import is_dotted_path
     from retrain_ray.data.loading import load_examples_from_config
+    from retrain_ray.data.types import TaskData
 
+    if is_dotted_path(cfg.data.source):
+        from retrain_ray.run.plugins import load_plugin_examples
+
+        examples = load_plugin_examples(cfg)
+        if not examples:
+            raise ValueError(f"[data] source {cfg.data.source!r} loaded no examples")
+        return TaskData(train=examples, eval=[])
     return load_examples_from_config(cfg)
 
 
 def build_reward(cfg):
+    from retrain_ray.algorithms.plugins import is_dotted_path
+
+    if is_dotted_path(cfg.reward.type):
+        from retrain_ray.run.plugins import create_reward
+
+        return create_reward(cfg)
     from retrain_ray.rewards import build_reward_from_config
 
     return build_reward_from_config(cfg)
@@ -50,8 +65,14 @@ def build_sepa(cfg, uses_sepa: bool):
 
 
 def build_planning(cfg, needs_planning: bool):
-    if not needs_planning:
+    """`[planning] detector`: "regex", "none" (no planning tokens) or a dotted plugin path."""
+    detector = cfg.planning.detector
+    if not needs_planning or detector in ("none", ""):
         return None
+    if detector != "regex":
+        from retrain_ray.run.plugins import create_detector
+
+        return create_detector(cfg)
     from retrain_ray.algorithms import RegexPlanningDetector
 
     return RegexPlanningDetector.from_grams_text(cfg.logging.strategic_grams)

@@ -41,6 +41,8 @@ class CreditSettings:
     algorithm_mode: str = ""
     uncertainty_kind: str = "surprisal"
     transform_params: dict[str, Any] = field(default_factory=dict)
+    advantage_params: dict[str, Any] = field(default_factory=dict)
+    algorithm_params: dict[str, Any] = field(default_factory=dict)
     gtpo_beta: float = 0.1
     hicra_alpha: float = 0.2
     batch_advantage_norm: bool = False
@@ -50,14 +52,19 @@ class CreditSettings:
     def from_config(cls, cfg) -> CreditSettings:
         alg = cfg.algorithm
         params = dict(alg.transform_params)
+        # The original has one field for the two spellings; a transform_params entry wins.
         if alg.surprisal_mask_rho:
             params.setdefault("surprisal_mask_rho", alg.surprisal_mask_rho)
+        if alg.entropy_mask_rho:
+            params.setdefault("entropy_mask_rho", alg.entropy_mask_rho)
         return cls(
             advantage_mode=alg.advantage_mode,
             transform_mode=alg.transform_mode,
             algorithm_mode=alg.algorithm_mode,
             uncertainty_kind=alg.uncertainty_kind,
             transform_params=params,
+            advantage_params=dict(alg.advantage_params),
+            algorithm_params=dict(alg.params),
             gtpo_beta=cfg.gtpo.beta,
             hicra_alpha=cfg.hicra.alpha,
             batch_advantage_norm=cfg.training.batch_advantage_norm,
@@ -89,6 +96,8 @@ def _group_advantages(group: Group, settings: CreditSettings, sepa_lambda: float
         hicra_alpha=settings.hicra_alpha,
         uncertainty_kind=settings.uncertainty_kind,
         transform_params=settings.transform_params,
+        advantage_params=settings.advantage_params,
+        algorithm_params=settings.algorithm_params,
         entropies=entropies,
     )
 

@@ -13,6 +13,7 @@ actors in split placement. Departures from the original, deliberately:
 from __future__ import annotations
 
 import logging
+import random
 import resource
 import sys
 import time
@@ -77,6 +78,7 @@ class RunLoop:
             compute_entropy=cfg.algorithm.uncertainty_kind == "shannon_entropy",
         )
         self._prompt_cache: dict[str, list[int]] = {}
+        self._sft_orders: dict[int, list[int]] = {}
 
     # ---- the run ---------------------------------------------------------------------------
     def run(self, state: TrainerState) -> RunOutcome:
@@ -178,7 +180,7 @@ class RunLoop:
     def sft_step(self, step: int, state: TrainerState) -> dict[str, Any]:
         t = self.cfg.training
         size = t.sft_batch_size or t.batch_size * t.group_size
-        examples, _ = next_batch(self.parts.train_examples, step * size, size)
+        examples = self.sft_examples(step, size)
         batch = self.sft_batch(examples)
         metrics: dict[str, float] = {}
         with timed(metrics, "step_time_s"):
@@ -211,16 +213,38 @@ class RunLoop:
         state.sft_finished = correct >= target
         return {"sft_probe_correct_rate": correct}
 
+    def sft_examples(self, step: int, size: int) -> list:
+        """Examples of warm-start step `step`: `sft_batch_order` "shuffle" walks a permutation seeded by
+        the run's seed (a new one each pass when `sft_reshuffle_each_epoch`), "sequential" the file order."""
+        t, train = self.cfg.training, self.parts.train_examples
+        positions = range(step * size, (step + 1) * size)
+        if t.sft_batch_order == "sequential":
+            return [train[p % len(train)] for p in positions]
+        picked = []
+        for p in positions:
+            epoch, index = divmod(p, len(train))
+            picked.append(train[self._sft_order(epoch if t.sft_reshuffle_each_epoch else 0)[index]])
+        return picked
+
+    def _sft_order(self, epoch: int) -> list[int]:
+        if epoch not in self._sft_orders:
+            order = list(range(len(self.parts.train_examples)))
+            random.Random(max(self.cfg.training.seed, 0) + epoch).shuffle(order)
+            self._sft_orders[epoch] = order
+        return self._sft_orders[epoch]
+
     def sft_batch(self, examples) -> TrainBatch:
+        """Prompt + formatted answer + EOS per example, cut to `sft_max_tokens` (else `max_tokens`)."""
         tok = self.parts.tokenizer
+        limit = self.cfg.training.sft_max_tokens or self.cfg.training.max_tokens
         tokens_D, adv_D, lens = [], [], []
         for ex in examples:
             prompt = self.encode(ex.prompt)
             target = tok.encode(self.parts.format_answer(ex.reference), add_special_tokens=False)
             target = target + [tok.eos_token_id]
-            tokens_D.append(prompt + target)
-            adv_D.append([0.0] * len(prompt) + [1.0] * len(target))
-            lens.append(len(prompt))
+            tokens_D.append((prompt + target)[:limit])
+            adv_D.append(([0.0] * len(prompt) + [1.0] * len(target))[:limit])
+            lens.append(min(len(prompt), limit))
         return TrainBatch(tokens_D, [[0.0] * len(t) for t in tokens_D], adv_D, lens)
 
     # ---- records ----------------------------------------------------------------------------

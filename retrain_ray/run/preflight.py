@@ -34,24 +34,19 @@ def engine_provides_entropy(cfg) -> bool:
     return cfg.inference.engine == "pytorch" and cfg.backend.backend != "tinker"
 
 
-def unsupported_features(cfg) -> list[str]:
-    """Keys of the original that load (so its files keep working) but that this trainer does not carry
-    out. Running anyway would silently train something else, so each one is an error with the fix."""
-    t = cfg.training
-    checks = [
-        (cfg.echo.enabled, "echo.enabled = true", "ECHO is not implemented; set echo.enabled = false"),
-        (bool(cfg.environment.provider), f"environment.provider = {cfg.environment.provider!r}",
-         "verifiers/openenv environments are not implemented; use [data] with a task or a JSONL/Parquet file"),
-        (t.tl_grpo, "training.tl_grpo = true", "TL-GRPO needs multi-turn environments; set it to false"),
-        (t.trainer != "retrain", f"training.trainer = {t.trainer!r}", "only the built-in trainer runs; remove the key"),
-        (bool(t.sft_data_path), "training.sft_data_path",
-         "the warm start builds its targets from the task's answers; remove sft_data_path"),
-        (cfg.optimizer_batch.capture or bool(cfg.optimizer_batch.replay_path), "optimizer_batch.capture/replay_path",
-         "optimizer-batch capture and replay are not implemented; remove [optimizer_batch]"),
-        (cfg.planning.detector == "semantic", "planning.detector = \"semantic\"",
-         "only the regex planning detector is implemented; use detector = \"regex\""),
-    ]
-    return [f"{key}: {fix}" for active, key, fix in checks if active]
+def plugin_problems(cfg) -> list[str]:
+    """Dotted data/reward/detector plugins that do not import (factories are called only by the run)."""
+    from retrain_ray.algorithms.plugins import is_dotted_path, load_callable
+
+    problems = []
+    for kind, path in (("[data] source", cfg.data.source), ("[reward] type", cfg.reward.type),
+                       ("[planning] detector", cfg.planning.detector)):
+        if is_dotted_path(path):
+            try:
+                load_callable(path, kind)
+            except ValueError as exc:
+                problems.append(f"preflight: {exc}")
+    return problems
 
 
 def model_problems(configs) -> list[str]:
@@ -68,7 +63,9 @@ def model_problems(configs) -> list[str]:
 def check_run(cfg) -> None:
     """Raises PreflightError listing every problem; returns quietly when the run can start."""
     from retrain_ray.algorithms import preflight
+    from retrain_ray.algorithms.plugins import use_search_paths
 
+    use_search_paths(cfg.plugins.search_paths)
     alg = cfg.algorithm
     problems = preflight(
         backend_capabilities(cfg).preserves_token_advantages,
@@ -81,6 +78,6 @@ def check_run(cfg) -> None:
         advantage_params=alg.advantage_params,
         algorithm_params=alg.params,
     )
-    problems = unsupported_features(cfg) + model_problems([cfg]) + problems
+    problems = plugin_problems(cfg) + model_problems([cfg]) + problems
     if problems:
         raise PreflightError(problems)

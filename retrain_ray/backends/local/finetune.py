@@ -25,6 +25,11 @@ class LoraSettings:
     alpha: float = 0.0
     dropout: float = 0.0
     target_modules: tuple[str, ...] = DEFAULT_TARGET_MODULES
+    layers_to_transform: tuple[int, ...] = ()
+    """Only these decoder layers get adapters (backend option lora_layers_to_transform); empty = all."""
+    layers_pattern: str = "layers"
+    freeze_a: bool = False
+    """Train only the B matrices (backend option lora_freeze_a): A keeps its random init."""
 
     @property
     def effective_alpha(self) -> float:
@@ -51,9 +56,16 @@ def apply_lora(model: torch.nn.Module, lora: LoraSettings) -> torch.nn.Module:
         lora_alpha=lora.effective_alpha,
         lora_dropout=lora.dropout,
         target_modules=present_target_modules(model, lora.target_modules),
+        layers_to_transform=list(lora.layers_to_transform) or None,
+        layers_pattern=lora.layers_pattern if lora.layers_to_transform else None,
         task_type="CAUSAL_LM",
     )
-    return get_peft_model(model, config)
+    model = get_peft_model(model, config)
+    if lora.freeze_a:
+        for name, param in model.named_parameters():
+            if ".lora_A." in name:
+                param.requires_grad_(False)
+    return model
 
 
 def apply_full(model: torch.nn.Module, lora: LoraSettings) -> torch.nn.Module:

@@ -41,6 +41,9 @@ class PolicySettings:
     revision: str = ""  # [model] revision of a Hub id
     local_files_only: bool = False  # [model] local_files_only: never download
     trust_remote_code: bool = False  # [backend.options] trust_remote_code: run the repo's own modelling code
+    gradient_checkpointing: bool = False
+    use_reentrant: bool = False
+    strict_deterministic: bool = False
 
     def backend_kwargs(self) -> dict[str, Any]:
         return {"top_p": self.top_p, "micro_batch_size": self.micro_batch_size,
@@ -53,15 +56,26 @@ def _target_modules(option: str) -> tuple[str, ...]:
     return names or DEFAULT_TARGET_MODULES
 
 
+def _layers(option: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in option.split(",") if p.strip())
+
+
 def settings_from_config(cfg: Any) -> PolicySettings:
     """Reads [model], [lora], [optimizer], [training] and [backend.options] of a RetrainConfig."""
+    from retrain_ray.config.backend_options import resolved_options
+
     t, o = cfg.training, cfg.optimizer
-    options = dict(cfg.backend.options)
-    micro = t.micro_batch_size or int(options.get("train_microbatch_size", 0))
+    options = resolved_options("local", dict(cfg.backend.options))
+    micro = t.micro_batch_size or int(options["train_microbatch_size"])
+    lora = LoraSettings(
+        rank=cfg.model.lora_rank, alpha=float(cfg.lora.alpha), dropout=cfg.lora.dropout,
+        target_modules=_target_modules(str(options["lora_target_modules"])),
+        layers_to_transform=_layers(str(options["lora_layers_to_transform"])),
+        layers_pattern=str(options["lora_layers_pattern"]), freeze_a=bool(options["lora_freeze_a"]),
+    )
     return PolicySettings(
         finetune=cfg.model.finetune,
-        lora=LoraSettings(rank=cfg.model.lora_rank, alpha=float(cfg.lora.alpha), dropout=cfg.lora.dropout,
-                          target_modules=_target_modules(str(options.get("lora_target_modules", "")))),
+        lora=lora,
         top_p=t.top_p,
         micro_batch_size=micro,
         accumulation_steps=t.gradient_accumulation_steps,
@@ -75,7 +89,11 @@ def settings_from_config(cfg: Any) -> PolicySettings:
         dtype=cfg.inference.dtype,
         revision=cfg.model.revision,
         local_files_only=bool(cfg.model.local_files_only),
-        trust_remote_code=bool(options.get("trust_remote_code", False)),
+        trust_remote_code=bool(options["trust_remote_code"]),
+        gradient_checkpointing=bool(options["gradient_checkpointing"]),
+        # "auto" is non-reentrant: it needs no input grads under LoRA and is what torch recommends
+        use_reentrant=str(options["gradient_checkpointing_use_reentrant"]).lower() == "true",
+        strict_deterministic=bool(options["strict_deterministic"]),
     )
 
 
@@ -84,10 +102,17 @@ def load_trainable_model(
     cache_dir: Path | None = None,
 ) -> tuple[torch.nn.Module, PreTrainedTokenizerBase]:
     """Base model with LoRA applied or all weights trainable, on `device`."""
+    if settings.strict_deterministic:
+        torch.use_deterministic_algorithms(True)  # process-wide, as the original's option
     model, tokenizer = load_model_and_tokenizer(
         name_or_path, cache_dir=cache_dir, dtype=settings.dtype, device="cpu", revision=settings.revision,
         local_files_only=settings.local_files_only, trust_remote_code=settings.trust_remote_code,
     )
+    if settings.gradient_checkpointing:
+        # before PEFT wraps the model; takes effect in train mode only, so sampling keeps its KV cache
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": settings.use_reentrant})
+        if settings.use_reentrant:
+            model.enable_input_require_grads()
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(settings.seed)  # LoRA init depends on the seed only, not on the caller's RNG
         model = prepare_trainable(model, settings.finetune, settings.lora)

@@ -1,0 +1,108 @@
+"""Keys of the original that retrain-ray accepts in a file but does not carry out: refused at load time.
+
+A key listed here may keep its default (so the original's files, which spell every key, still load);
+any other value is a `ConfigIssue` naming the key and why, instead of a run that silently trains
+something else than its file says. `REFUSED` maps (section, key) to the reason; a callable reason
+decides per value (a key that is implemented for some values only).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from retrain_ray.config.errors import ConfigIssue
+
+if TYPE_CHECKING:
+    from retrain_ray.config.schema import RetrainConfig
+
+_TL_GRPO = "TL-GRPO needs multi-turn environments, which retrain-ray does not implement"
+_SFT_FILE = ("the warm start builds its targets from the task's answers; SFT data files (and their "
+             "audits) are not read")
+_ECHO = "ECHO is not implemented"
+_ENV = "verifiers/openenv environments are not implemented; use [data] with a task, a file or a plugin"
+_OPT_BATCH = "optimizer-batch capture and replay are not implemented"
+
+REFUSED: dict[tuple[str, str], str] = {
+    ("training", "trainer"): "only the built-in RL trainer runs (the original's sft/command/ttt_discover runners "
+                             "are not implemented)",
+    ("training", "trainer_command"): "the command runner is not implemented",
+    ("training", "tl_grpo"): _TL_GRPO,
+    **{("training", k): _TL_GRPO for k in ("tl_grpo_branch_mode", "tl_grpo_branch_size", "tl_grpo_lookahead_steps",
+                                            "tl_grpo_ema_decay", "tl_grpo_ema_init")},
+    **{("training", k): _SFT_FILE for k in ("sft_data_path", "sft_data_sha256", "sft_data_rows", "sft_audit_path",
+                                            "sft_audit_sha256", "sft_token_audit_path", "sft_token_audit_sha256")},
+    ("training", "sft_length_bucket_size"): "length-bucketed SFT ordering is not implemented (sft_batch_order = "
+                                            "\"shuffle\" and \"sequential\" are)",
+    ("backend", "throttle_dir"): "the file-lock throttle is replaced by the campaign's throttle actor "
+                                 "(its capacity is [backend] max_concurrent)",
+    ("logging", "generation_top_surprisal_limit"): "per-token surprisal excerpts are not logged",
+    ("planning", "model"): "only the regex planning detector is implemented (this is the semantic detector's model)",
+    ("planning", "threshold"): "only the regex planning detector is implemented (this is the semantic "
+                               "detector's threshold)",
+    ("reward", "judge_model"): "the judge reward needs an LLM endpoint and is not implemented",
+    ("echo", "enabled"): _ECHO,
+    **{("echo", k): _ECHO for k in ("weight", "loss_fn", "target_retention", "max_tokens_per_step", "max_token_ratio",
+                                     "entropy_floor", "min_prompt_overlap", "require_live_observation_bridge")},
+    **{("environment", k): _ENV for k in ("provider", "id", "args", "max_turns", "auto_install",
+                                           "rollout_env_workers", "rollout_buffer_size")},
+    **{("optimizer_batch", k): _OPT_BATCH for k in ("capture", "replay_path", "expected_logical_sha256",
+                                                     "expected_manifest_sha256", "allow_config_differences")},
+    ("backpressure", "peak_gflops"): "the roofline hint needs FLOPs per token, which retrain-ray does not derive; "
+                                     "regimes come from the USL fit alone",
+    ("backpressure", "peak_bw_gb_s"): "the roofline hint is not implemented (the original used it only as an "
+                                      "on/off flag)",
+    ("plugins", "strict"): "plugin errors always stop the run (the original raises in both modes as well)",
+}
+
+ValueRule = Callable[[Any], str]
+
+
+def _detector(value: Any) -> str:
+    return "" if value in ("regex", "none", "") or "." in str(value) else \
+        "only the regex planning detector (or a dotted plugin path) is implemented"
+
+
+def _sft_loss(value: Any) -> str:
+    return "" if value in ("auto", "cross_entropy") else \
+        "the warm start trains with cross-entropy only (\"auto\" means cross_entropy here)"
+
+
+def _sft_order(value: Any) -> str:
+    return "" if value in ("shuffle", "sequential") else "length-aware SFT ordering is not implemented"
+
+
+def _reward(value: Any) -> str:
+    return "the judge reward needs an LLM endpoint, which is not available" if value == "judge" else ""
+
+
+BY_VALUE: dict[tuple[str, str], ValueRule] = {
+    ("planning", "detector"): _detector,
+    ("training", "sft_loss_fn"): _sft_loss,
+    ("training", "sft_batch_order"): _sft_order,
+    ("reward", "type"): _reward,
+}
+
+
+def _default(section: Any, key: str) -> Any:
+    for name, info in type(section).model_fields.items():
+        if (info.alias or name) == key:
+            return info.get_default(call_default_factory=True), getattr(section, name)
+    raise KeyError(key)
+
+
+def refused_keys(cfg: RetrainConfig) -> list[ConfigIssue]:
+    """An issue for every refused key set away from its default, and every refused value."""
+    issues = []
+    for (section_name, key), why in REFUSED.items():
+        default, value = _default(getattr(cfg, section_name), key)
+        if value != default:
+            issues.append(ConfigIssue(f"{section_name}.{key}", value, f"not implemented by retrain-ray: {why}",
+                                      f"remove the key (default {default!r})"))
+    for (section_name, key), rule in BY_VALUE.items():
+        _, value = _default(getattr(cfg, section_name), key)
+        why = rule(value)
+        if why:
+            issues.append(ConfigIssue(f"{section_name}.{key}", value, f"not implemented by retrain-ray: {why}",
+                                      "choose a supported value"))
+    return issues

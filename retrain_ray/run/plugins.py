@@ -1,0 +1,78 @@
+"""Component plugins as the original loads them: a dotted `[data] source`, `[reward] type` or
+`[planning] detector` names a factory that is called with the configuration, `factory(config)`.
+
+The factory receives `OriginalConfigView`, which answers the original's flat `TrainConfig` field names
+(`config.max_examples`, `config.seed`, `config.reward_custom_module`, ...) from our sectioned config,
+so a plugin written for the original runs unchanged. What the factory returns must follow the
+original's protocols: a data source has `load()` returning objects with `prompt` and `reference`; a
+reward has `score(response, reference) -> float`; a detector has `detect(token_strs) -> list[int]`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from retrain_ray.algorithms.plugins import load_callable, use_search_paths
+from retrain_ray.config.fields import FIELD_INDEX
+
+
+class OriginalConfigView:
+    """Read-only view of a RetrainConfig under the original's flat field names."""
+
+    def __init__(self, cfg: Any) -> None:
+        self._cfg = cfg
+
+    def __getattr__(self, name: str) -> Any:
+        if name not in FIELD_INDEX:
+            raise AttributeError(f"the original TrainConfig has no field {name!r}")
+        section, key = FIELD_INDEX[name]
+        return getattr(getattr(self._cfg, section), "from_" if key == "from" else key)
+
+
+def create_plugin(path: str, cfg: Any, kind: str) -> Any:
+    """`factory(config)` of the dotted `path`, looked up under `[plugins] search_paths`."""
+    use_search_paths(cfg.plugins.search_paths)
+    return load_callable(path, kind)(OriginalConfigView(cfg))
+
+
+def load_plugin_examples(cfg: Any) -> list:
+    """`factory(config).load()` of a dotted `[data] source`, as our Examples."""
+    from retrain_ray.data.types import Example
+
+    source = create_plugin(cfg.data.source, cfg, "[data] source")
+    rows = source.load()
+    examples = []
+    for i, row in enumerate(rows):
+        prompt, reference = getattr(row, "prompt", None), getattr(row, "reference", None)
+        if not isinstance(prompt, str) or reference is None:
+            raise ValueError(f"[data] source {cfg.data.source!r}: example {i} needs a string `prompt` and a "
+                             f"`reference` (got {type(row).__name__})")
+        examples.append(Example(prompt, str(reference)))
+    return examples
+
+
+class PluginReward:
+    """A reward object of the original's protocol (`score(response, reference)`), scored per pair."""
+
+    def __init__(self, scorer: Any, label: str) -> None:
+        if not callable(getattr(scorer, "score", None)):
+            raise ValueError(f"[reward] type {label!r}: the factory must return an object with "
+                             "score(response, reference) -> float")
+        self.scorer, self.name = scorer, label
+
+    def score_batch(self, completions: list[str], references: list[str]) -> list[float]:
+        return [float(self.scorer.score(c, r)) for c, r in zip(completions, references, strict=True)]
+
+
+def create_reward(cfg: Any) -> PluginReward:
+    return PluginReward(create_plugin(cfg.reward.type, cfg, "[reward] type"), cfg.reward.type)
+
+
+def create_detector(cfg: Any) -> Callable[[Sequence[str]], list[int]]:
+    detector = create_plugin(cfg.planning.detector, cfg, "[planning] detector")
+    detect = getattr(detector, "detect", None)
+    if not callable(detect):
+        raise ValueError(f"[planning] detector {cfg.planning.detector!r}: the factory must return an object "
+                         "with detect(token_strs) -> list[int]")
+    return lambda tokens: list(detect(list(tokens)))
