@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from retrain_ray.config import ConfigError, RetrainConfig, apply_overrides, parse_overrides
-from retrain_ray.run.preflight import check_run
+from retrain_ray.run.preflight import PreflightError, check_run
 
 
 def _cfg(**overrides) -> RetrainConfig:
