@@ -57,6 +57,7 @@ transform_mode = "none"
 """
 
 
+@pytest.mark.timeout(1500)  # 4 trials and an engine start on 2 shared cores
 def test_four_lora_runs_share_one_vllm_engine(ray_4cpu_4gpu, tmp_path):
     from retrain_ray.actors.shared_vllm import shared_engine_name
     from retrain_ray.actors.throttle import get_throttle
