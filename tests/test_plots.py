@@ -38,6 +38,16 @@ def test_seed_bands_exact(campaign_dir):
     assert row["mean"] == pytest.approx(sum(reward("slow", s, 4) + reward("slow", s, 5) for s in SEEDS) / 6)
 
 
+def test_a_skipped_step_keeps_the_seed_in_the_band():
+    import pandas as pd
+
+    long = pd.DataFrame({"run": ["a", "a", "b", "b", "b"], "condition": "c", "seed": [1, 1, 2, 2, 2],
+                         "step": [0, 2, 0, 1, 2], "metric": "m", "value": [1.0, 3.0, 2.0, 2.0, 2.0]})
+    bands = seed_bands(long, "m").set_index("step")
+    assert list(bands["n"]) == [2, 2, 2]  # run a skipped step 1: its step-0 value stands in
+    assert bands.loc[1, "mean"] == pytest.approx(1.5)
+
+
 @settings(max_examples=25, deadline=None)
 @given(st.lists(st.floats(-5, 5), min_size=1, max_size=6))
 def test_band_contains_mean_and_vanishes_for_one_seed(values):

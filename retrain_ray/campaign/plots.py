@@ -7,7 +7,8 @@
 The band is the 95% confidence interval of the mean across seeds at each step (Student t with
 n-1 degrees of freedom, n = the seeds that logged that step); with one seed there is no band.
 `smooth` is a trailing rolling mean over that many logged steps, applied to each run before
-averaging, so the band reflects the seed-to-seed spread of the smoothed curves. Needs matplotlib
+averaging, so the band reflects the seed-to-seed spread of the smoothed curves. A step a run skipped
+(no row: every group's rewards tied) carries that run's previous value, so gaps do not thin the band. Needs matplotlib
 (`pip install retrain-ray[plot]`); it draws with the Agg backend, no display needed.
 """
 
@@ -57,6 +58,7 @@ def seed_bands(long: pd.DataFrame, column: str, *, smooth: int = 1) -> pd.DataFr
         wide = group.pivot_table(index="step", columns="run", values="value", aggfunc="last").sort_index()
         if smooth > 1:
             wide = wide.apply(lambda s: s.dropna().rolling(smooth, min_periods=1).mean())
+        wide = wide.apply(_fill_gaps)
         n = wide.notna().sum(axis=1)
         mean, std = wide.mean(axis=1), wide.std(axis=1, ddof=1)
         half = [t95(int(k) - 1) * s / math.sqrt(k) if k >= 2 else float("nan") for k, s in zip(n, std, strict=True)]
@@ -65,6 +67,15 @@ def seed_bands(long: pd.DataFrame, column: str, *, smooth: int = 1) -> pd.DataFr
         out.append(frame)
     columns = ["condition", "step", "mean", "low", "high", "n"]
     return pd.concat(out, ignore_index=True)[columns] if out else pd.DataFrame(columns=columns)
+
+
+def _fill_gaps(run: pd.Series) -> pd.Series:
+    """Carries a run's last value over the steps it skipped (an all-tie step logs no row) between its
+    first and last logged step, so a gap does not drop that seed from the mean and widen the band."""
+    first, last = run.first_valid_index(), run.last_valid_index()
+    if first is None:
+        return run
+    return run.loc[first:last].ffill().reindex(run.index)
 
 
 def _pyplot() -> Any:
