@@ -99,9 +99,9 @@ class TrainerActor:
     """Hosts the run's LocalBackend (its own model; exports weights with tensors)."""
 
     def __init__(self, config: Any) -> None:
-        from retrain_ray.backends.local import LocalBackend
+        from retrain_ray.backends.local import build_local_backend  # defers torch
 
-        self._backend = LocalBackend.from_config(config, _device())
+        self._backend = build_local_backend(config, _device())
 
     def placement(self) -> dict[str, Any]:
         return _placement_info("trainer")

@@ -4,6 +4,7 @@ from retrain_ray.backends.local.backend import LocalBackend, LossSettings, Optim
 from retrain_ray.backends.local.finetune import DEFAULT_TARGET_MODULES, LoraSettings
 from retrain_ray.backends.local.policy import (
     PolicySettings,
+    build_local_backend,
     build_local_policy,
     build_shared_policy,
     build_split_engine,
@@ -18,6 +19,7 @@ __all__ = [
     "LossSettings",
     "OptimizerSettings",
     "PolicySettings",
+    "build_local_backend",
     "build_local_policy",
     "build_shared_policy",
     "build_split_engine",

@@ -20,7 +20,6 @@ import math
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
 
 import torch
 
@@ -97,15 +96,6 @@ class LocalBackend:
         self._loss_generator = torch.Generator(device=self.device)
         self._loss_generator.manual_seed(seed)
         self._version = 0
-
-    @classmethod
-    def from_config(cls, cfg: Any, device: str | torch.device, *, cache_dir: Path | None = None) -> LocalBackend:
-        """A backend with its own model, from a RetrainConfig (see `policy.build_local_policy`)."""
-        from retrain_ray.backends.local.policy import load_trainable_model, settings_from_config
-
-        settings = settings_from_config(cfg)
-        model, _ = load_trainable_model(cfg.model.model, settings, device=device, cache_dir=cache_dir)
-        return cls(model, **settings.backend_kwargs())
 
     @property
     def version(self) -> int:

@@ -158,3 +158,10 @@ def build_local_policy(
 ) -> tuple[PyTorchEngine, LocalBackend, PreTrainedTokenizerBase]:
     """Single-process policy from a RetrainConfig: (engine, backend, tokenizer) sharing one model."""
     return build_shared_policy(cfg.model.model, settings_from_config(cfg), device=device, cache_dir=cache_dir)
+
+
+def build_local_backend(cfg: Any, device: str | torch.device, *, cache_dir: Path | None = None) -> LocalBackend:
+    """A trainer with its own model, from a RetrainConfig (the split layout's learner side)."""
+    settings = settings_from_config(cfg)
+    model, _ = load_trainable_model(cfg.model.model, settings, device=device, cache_dir=cache_dir)
+    return LocalBackend(model, **settings.backend_kwargs())
