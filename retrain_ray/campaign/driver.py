@@ -44,7 +44,8 @@ RESUME_CONFIG = ".resume_config.json"
 # a driver killed in its first 5 minutes restarts every unfinished run from scratch. Tune keeps every
 # reported checkpoint: with `num_to_keep`, a checkpoint deleted after the last synced state named it
 # made the restore fail ("checkpoint does not exist on storage anymore"; seen in
-# tests/test_campaign_resume.py). The cost is one copy of each run checkpoint under `<campaign>/tune`.
+# tests/test_campaign_resume.py). The cost is one copy of each run checkpoint in Tune's storage
+# (`<campaign>/tune`, or `[campaign] storage`).
 STATE_SYNC_S = 2
 
 
@@ -56,7 +57,7 @@ class Campaign:
         self.config = config
         self.runner = runner
         self.source = source
-        self.plan: CampaignPlan = build_plan(config, name=name, root=Path(root) if root else None)
+        self.plan: CampaignPlan = build_plan(config, name=name, root=root or None)
 
     @classmethod
     def from_toml(cls, path: str | Path, overrides: dict[str, Any] | None = None, **kwargs: Any) -> Campaign:
@@ -128,7 +129,7 @@ class Campaign:
             known = {r["run_name"] for r in manifest.data["runs"]}
             if known != {r.run_name for r in self.plan.runs}:
                 raise CampaignError([f"{cdir} holds a campaign with other runs; choose another [campaign].name"])
-            resuming = tune.Tuner.can_restore(str(cdir / TUNE_DIR))
+            resuming = tune.Tuner.can_restore(self.plan.tune_path)
         else:
             cdir.mkdir(parents=True, exist_ok=True)
             manifest = Manifest.create(cdir, self._header(), [_run_entry(r) for r in self.plan.runs])
@@ -166,7 +167,7 @@ class Campaign:
         trainable = tune.with_resources(tune.with_parameters(run_trial, context=ctx),
                                         resources=lambda cfg: factories[cfg["run_name"]])
         if resuming:
-            return tune.Tuner.restore(str(p.campaign_dir / TUNE_DIR), trainable, resume_errored=True)
+            return tune.Tuner.restore(p.tune_path, trainable, resume_errored=True)
         callbacks = [ManifestCallback(manifest, progress=progress, start_timeout_s=p.schedule.trial_start_timeout_s)]
         if progress:
             callbacks.append(CampaignProgress(p.campaign_dir))
@@ -175,7 +176,7 @@ class Campaign:
             param_space={"run_name": tune.grid_search([r.run_name for r in p.runs])},
             tune_config=tune.TuneConfig(max_concurrent_trials=p.schedule.max_concurrent, reuse_actors=False),
             run_config=tune.RunConfig(
-                name=TUNE_DIR, storage_path=str(p.campaign_dir), verbose=0, callbacks=callbacks,
+                name=TUNE_DIR, storage_path=p.tune_storage, verbose=0, callbacks=callbacks,
                 failure_config=tune.FailureConfig(max_failures=p.schedule.max_failures),
                 checkpoint_config=tune.CheckpointConfig(num_to_keep=None),  # see STATE_SYNC_S
                 sync_config=tune.SyncConfig(sync_period=STATE_SYNC_S),

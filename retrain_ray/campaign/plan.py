@@ -65,6 +65,34 @@ class CampaignPlan:
     conditions: list[str] = field(default_factory=list)
     seeds: list[int] = field(default_factory=list)
     max_steps: int = 0
+    # Tune's storage_path: the campaign directory, or `[campaign] storage`/<name> (a filesystem URI)
+    tune_storage: str = ""
+
+    @property
+    def tune_path(self) -> str:
+        """Tune's experiment directory (local path or URI): checkpoints and experiment state."""
+        return f"{self.tune_storage or self.campaign_dir}/tune"
+
+
+def tune_storage(config: Any, name: str, campaign_dir: Path) -> tuple[str, list[str]]:
+    """Tune's storage_path for the campaign and the problems with `[campaign] storage`.
+
+    The campaign directory (manifest, the recorder's Arrow logs) always stays on the driver; only
+    Tune's copies of run checkpoints and its experiment state go to `storage`."""
+    uri = str(config.campaign.storage or "").rstrip("/")
+    if not uri:
+        return str(campaign_dir), []
+    if "://" not in uri:
+        return "", [f"[campaign].storage = {uri!r}: expected a filesystem URI like 's3://bucket/prefix', "
+                    "'gs://bucket/prefix' or 'file:///shared/dir' (leave it empty for the campaign directory)"]
+    import pyarrow.fs
+
+    try:
+        pyarrow.fs.FileSystem.from_uri(uri)
+    except (ValueError, OSError, ImportError) as exc:
+        return "", [f"[campaign].storage = {uri!r}: pyarrow cannot open it ({exc}); check the scheme, "
+                    "the bucket name and the credentials, or install the filesystem's pyarrow support"]
+    return f"{uri}/{name}", []
 
 
 def default_root(config: Any) -> Path:
@@ -124,7 +152,7 @@ def _run_plan(spec: Any, campaign_dir: Path) -> tuple[RunPlan | None, list[str]]
     return plan, []
 
 
-def build_plan(config: Any, *, name: str | None = None, root: Path | None = None) -> CampaignPlan:
+def build_plan(config: Any, *, name: str | None = None, root: str | Path | None = None) -> CampaignPlan:
     """Validates the campaign and expands its runs; raises CampaignError listing every problem."""
     from retrain_ray.config.matrix import expand_runs
 
@@ -132,6 +160,11 @@ def build_plan(config: Any, *, name: str | None = None, root: Path | None = None
         raise CampaignError(["the config has no [campaign] section; add one (spec 5.1) or use `retrain-ray train`"])
     cname = campaign_name(config, name)
     problems = _check_name(cname)
+    if root is not None and "://" in str(root):
+        problems.append(f"--root {root}: the campaign directory (manifest, Arrow logs) stays on the driver, so "
+                        "it must be a local path; send checkpoints to a bucket with [campaign].storage = "
+                        f"{str(root)!r} (flag --campaign.storage)")
+        root = None
     campaign_dir = (Path(root) if root else default_root(config)).resolve() / cname
     specs = expand_runs(config, run_dir=lambda run_name: campaign_dir / "runs" / run_name / "work")
     runs: list[RunPlan] = []
@@ -148,6 +181,8 @@ def build_plan(config: Any, *, name: str | None = None, root: Path | None = None
         problems.append("the campaign has no runs: [campaign].seeds or [[campaign.conditions]] is empty")
     schedule, errs = _schedule(config, len(runs))
     problems += errs
+    storage, errs = tune_storage(config, cname, campaign_dir)
+    problems += errs
     if not problems:  # the model check may ask the Hub: only for an otherwise valid campaign
         from retrain_ray.run.preflight import model_problems
 
@@ -162,4 +197,5 @@ def build_plan(config: Any, *, name: str | None = None, root: Path | None = None
         conditions=list(dict.fromkeys(r.condition for r in runs)),
         seeds=list(dict.fromkeys(r.seed for r in runs)),
         max_steps=int(config.campaign.max_steps),
+        tune_storage=storage,
     )

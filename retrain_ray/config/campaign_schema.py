@@ -94,6 +94,9 @@ class CampaignSection(Section):
     # GPU runs on a cluster without GPUs: false (default) waits for the autoscaler (or is an error on a
     # Ray this driver started); true runs them on CPU instead, with a warning.
     cpu_fallback: Bool = False
+    # Where Tune keeps run checkpoints and experiment state: "" (the campaign directory), or a pyarrow
+    # filesystem URI ("s3://bucket/prefix", "gs://...", "file:///shared/x") every node can reach.
+    storage: str = ""
 
     @field_validator("seeds")
     @classmethod
