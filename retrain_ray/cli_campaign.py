@@ -31,7 +31,7 @@ def _learning_table(results):
     """Per condition: mean reward at the first and the last logged RL step (mean over seeds, 95% CI)."""
     import pandas as pd
 
-    from retrain_ray.campaign.results import ci95_halfwidth
+    from retrain_ray.campaign.stats import ci95_halfwidth
 
     df = results.get_dataframe()
     rows = []

@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 
 from retrain_ray.actors.placement import check_fits, decide_placement, parse_devices, placement_for
 from retrain_ray.campaign.manifest import REDACTED, Manifest, redact
-from retrain_ray.campaign.results import ci95_halfwidth, t95
 from retrain_ray.campaign.stagger import StaggerClock
+from retrain_ray.campaign.stats import ci95_halfwidth, t95
 from retrain_ray.campaign.status import cell
 
 

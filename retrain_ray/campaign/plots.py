@@ -21,7 +21,7 @@ from typing import Any
 
 import pandas as pd
 
-from retrain_ray.campaign.results import t95
+from retrain_ray.campaign.stats import t95
 
 # Plot name -> the logged column it draws, and its axis label.
 PLOT_METRICS: dict[str, tuple[str, str]] = {
