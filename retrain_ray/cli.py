@@ -26,7 +26,7 @@ VERBS: dict[str, tuple[str, str, str]] = {
     "explain": ("cli_explain", "explain_main", "explain FILE [--json]   dry run: matrix, resources, capacity"),
     "results": ("cli_campaign", "results_main", "results DIR [--json|--csv]   per-run and per-condition table"),
     "status": ("cli_campaign", "status_main", "status [DIR] [--json] [--all|--active] [--watch]   runs and campaigns"),
-    "top": ("cli_campaign", "top_main", "top [DIR]   campaigns with running runs (status --active)"),
+    "top": ("cli_campaign", "top_main", "top [DIR]   live view of campaigns with running runs (status --watch --active)"),
     "diff": ("cli_inspect", "diff_main", "diff RUN_A RUN_B | CAMPAIGN_DIR COND_A COND_B [--json]   compare"),
     "resume-check": ("cli_inspect", "resume_check_main", "resume-check RUN_DIR [--config FILE] [--json]"),
     "trace": ("cli_inspect", "trace_main", "trace FILE [--json]   the preflight probe and its issues"),

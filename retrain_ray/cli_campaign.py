@@ -159,7 +159,8 @@ def status_main(argv: list[str]) -> int:
     if args.watch:
         from retrain_ray.campaign.live import watch
 
-        return watch(Path(args.root), interval_s=args.interval, count=args.count, stale_after_s=args.stale_after)
+        return watch(Path(args.root), interval_s=args.interval, count=args.count, stale_after_s=args.stale_after,
+                     view=args.view or "default")
 
     found = find_campaigns(Path(args.root))
     if not found:
@@ -180,8 +181,8 @@ def status_main(argv: list[str]) -> int:
 
 
 def top_main(argv: list[str]) -> int:
-    """`retrain-ray top [DIR]`: `status --active` (the original's top is status --watch --active)."""
-    return status_main([*argv, "--active"])
+    """`retrain-ray top [DIR] [--interval S] [--count N]`: `status --watch --active`, as the original."""
+    return status_main([*argv, "--watch", "--active"])
 
 
 def _print_status(st: dict) -> None:

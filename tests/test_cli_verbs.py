@@ -199,9 +199,12 @@ def test_status_views_and_top_filter_campaigns_as_the_original(tmp_path, capsys)
     assert names("--all") == ["live", "old", "recent"]
     assert names("--active") == ["live"]
     capsys.readouterr()
-    assert main(["top", str(tmp_path)]) == 0
+    assert main(["status", str(tmp_path), "--active"]) == 0
     out = capsys.readouterr().out
     assert "live" in out and "recent" not in out and "2 campaign(s) hidden" in out
+    assert main(["top", str(tmp_path), "--count", "1"]) == 0  # status --watch --active, one frame
+    out = capsys.readouterr().out
+    assert "live" in out and "recent" not in out and "old" not in out
 
 
 def test_no_argument_runs_retrain_toml_of_the_current_directory(tmp_path, monkeypatch, capsys):

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from retrain_ray.campaign.status import STALE_AFTER_S, campaign_status, cell, find_campaigns
+from retrain_ray.campaign.status import STALE_AFTER_S, campaign_status, cell, find_campaigns, visible
 
 
 def format_duration(seconds: float | None) -> str:
@@ -56,7 +56,7 @@ def status_table(st: dict[str, Any]) -> Any:
     return table
 
 
-def render(root: Path, stale_after_s: float = STALE_AFTER_S) -> Any:
+def render(root: Path, stale_after_s: float = STALE_AFTER_S, view: str = "default") -> Any:
     from rich.console import Group
     from rich.text import Text
 
@@ -66,25 +66,26 @@ def render(root: Path, stale_after_s: float = STALE_AFTER_S) -> Any:
     parts: list[Any] = []
     for directory in found:
         st = campaign_status(directory, stale_after_s=stale_after_s)
-        parts += [Text(summary_line(st), style="bold"), status_table(st)]
+        if visible(st, view):  # --all / --active / default (idle > 24 h hidden), as `status`
+            parts += [Text(summary_line(st), style="bold"), status_table(st)]
     stamp = Text(time.strftime("%H:%M:%S") + "  (Ctrl-C to stop)", style="dim")
     return Group(*parts, stamp)
 
 
 def watch(root: Path, *, interval_s: float = 2.0, count: int | None = None, console: Any = None,
-          stale_after_s: float = STALE_AFTER_S) -> int:
+          stale_after_s: float = STALE_AFTER_S, view: str = "default") -> int:
     """Redraws the status every `interval_s` until Ctrl-C (or `count` refreshes); returns 0."""
     from rich.live import Live
 
     shown = 0
     try:
-        with Live(render(root, stale_after_s), console=console, auto_refresh=False) as live:
+        with Live(render(root, stale_after_s, view), console=console, auto_refresh=False) as live:
             while True:
                 shown += 1
                 if count is not None and shown >= count:
                     break
                 time.sleep(interval_s)
-                live.update(render(root, stale_after_s), refresh=True)
+                live.update(render(root, stale_after_s, view), refresh=True)
     except KeyboardInterrupt:
         pass
     return 0
