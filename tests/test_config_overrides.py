@@ -137,3 +137,18 @@ def test_single_run_expands_to_one(tmp_path):
     assert runs[0].config.logging.log_dir == "logs/smoke"
     placed = expand_runs(runs[0].config, run_dir=lambda name: Path("/r") / name)[0].config
     assert placed.backend.adapter_path == "/r/grpo+none_s-1/adapter"
+
+
+def test_every_bad_condition_is_named_when_the_plan_expands_runs():
+    conditions = [{"advantage_mode": "grpo", "transform_mode": "none"},
+                  {"advantage_mode": "grpo", "transform_mode": "none", "backpressure": {"min_batch_size": 9,
+                                                                                       "max_batch_size": 2}},
+                  {"advantage_mode": "maxrl", "transform_mode": "gtpo", "backpressure": {"min_batch_size": 5,
+                                                                                       "max_batch_size": 1}}]
+    cfg = RetrainConfig(campaign=CampaignSection(seeds=[1], conditions=conditions))
+    with pytest.raises(ConfigError) as err:
+        expand_runs(cfg)
+    locations = [issue.location for issue in err.value.issues]
+    assert len(locations) == 2
+    assert locations[0].startswith("campaign.conditions[1] (") and "min_batch_size" in locations[0]
+    assert locations[1].startswith("campaign.conditions[2] (maxrl+gtpo") and "min_batch_size" in locations[1]

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from retrain_ray.config.campaign_schema import CampaignCondition
+from retrain_ray.config.errors import ConfigError, ConfigIssue
 from retrain_ray.config.overrides import apply_condition
 from retrain_ray.config.schema import RetrainConfig
 
@@ -74,6 +75,24 @@ def _finish(cfg: RetrainConfig, name: str, label: str, seed: int, max_steps: int
     return RetrainConfig.model_validate(updated.model_dump())  # re-run the cross-key rules
 
 
+def conditioned_configs(cfg: RetrainConfig) -> list[RetrainConfig]:
+    """The base config (no [campaign]/[squeeze]) under each condition; raises one ConfigError
+    naming every condition that does not validate, as `campaign.conditions[i] (label): key`."""
+    assert cfg.campaign is not None
+    base = cfg.model_copy(update={"campaign": None, "squeeze": None})
+    configs: list[RetrainConfig] = []
+    issues: list[ConfigIssue] = []
+    for i, condition in enumerate(cfg.campaign.conditions):
+        try:
+            configs.append(apply_condition(base, condition))
+        except ConfigError as exc:
+            issues += [ConfigIssue(f"campaign.conditions[{i}] ({condition.label}): {x.location}", x.value,
+                                   x.message, x.hint) for x in exc.issues]
+    if issues:
+        raise ConfigError(issues)
+    return configs
+
+
 def expand_runs(cfg: RetrainConfig, run_dir: RunDirFn | None = None) -> list[RunSpec]:
     """Every run of a campaign (or the single run of a plain config), conditions outer."""
     if cfg.campaign is None:
@@ -82,10 +101,8 @@ def expand_runs(cfg: RetrainConfig, run_dir: RunDirFn | None = None) -> list[Run
         name = run_name(label, seed)
         one = cfg if run_dir is None else _finish(cfg, name, label, seed, cfg.training.max_steps, run_dir)
         return [RunSpec(name, label, seed, {}, one)]
-    base = cfg.model_copy(update={"campaign": None, "squeeze": None})
     runs = []
-    for condition in cfg.campaign.conditions:
-        conditioned = apply_condition(base, condition)
+    for condition, conditioned in zip(cfg.campaign.conditions, conditioned_configs(cfg), strict=True):
         for seed in cfg.campaign.seeds:
             name = run_name(condition.label, seed)
             config = _finish(conditioned, name, condition.label, seed, cfg.campaign.max_steps, run_dir)

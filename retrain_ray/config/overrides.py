@@ -14,9 +14,10 @@ import copy
 import json
 from typing import Any
 
+from retrain_ray.config.build import build_config, section_keys
 from retrain_ray.config.errors import ConfigError, ConfigIssue, did_you_mean, no_value
 from retrain_ray.config.fields import FIELD_INDEX, TRAIN_SECTIONS
-from retrain_ray.config.load import build_config, section_keys
+from retrain_ray.config.rawdict import merge_overrides
 from retrain_ray.config.schema import RetrainConfig
 
 TABLE_FLAGS: dict[str, tuple[str, str]] = {
@@ -125,22 +126,6 @@ def parse_overrides(argv: list[str]) -> dict[str, Any]:
     if issues:
         raise ConfigError(issues, "command line")
     return out
-
-
-def merge_overrides(raw: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
-    """A copy of `raw` with overrides laid over it; table values (params, options) merge key-wise."""
-    merged = copy.deepcopy(raw)
-    for section, table in overrides.items():
-        target = merged.setdefault(section, {})
-        if not isinstance(table, dict) or not isinstance(target, dict):
-            merged[section] = copy.deepcopy(table)
-            continue
-        for key, value in table.items():
-            if isinstance(value, dict) and isinstance(target.get(key), dict):
-                target[key] = {**target[key], **value}
-            else:
-                target[key] = copy.deepcopy(value)
-    return merged
 
 
 def config_to_raw(cfg: RetrainConfig) -> dict[str, Any]:

@@ -185,22 +185,6 @@ def _data_and_reward(cfg: RetrainConfig) -> list[ConfigIssue]:
     return issues
 
 
-def _conditions(cfg: RetrainConfig) -> list[ConfigIssue]:
-    if cfg.campaign is None:
-        return []
-    from retrain_ray.config.errors import ConfigError
-    from retrain_ray.config.overrides import apply_condition
-
-    base, issues = cfg.model_copy(update={"campaign": None, "squeeze": None}), []
-    for i, condition in enumerate(cfg.campaign.conditions):
-        try:
-            apply_condition(base, condition)
-        except ConfigError as exc:
-            issues += [ConfigIssue(f"campaign.conditions[{i}] ({condition.label}): {x.location}", x.value,
-                                   x.message, x.hint) for x in exc.issues]
-    return issues
-
-
 def _squeeze(cfg: RetrainConfig) -> list[ConfigIssue]:
     """[squeeze] acts on an adapter it names, else on the LoRA adapter this file's run(s) train."""
     sq = cfg.squeeze
@@ -225,7 +209,7 @@ def _squeeze(cfg: RetrainConfig) -> list[ConfigIssue]:
 
 RULES: tuple[Rule, ...] = (
     refused_keys, _backend, _backend_options, _clipping, _micro_batches, _uncertainty, _environment,
-    _checkpoint_artifacts, _trackers_installed, _echo, _optimizer_batch, _data_and_reward, _conditions, _squeeze,
+    _checkpoint_artifacts, _trackers_installed, _echo, _optimizer_batch, _data_and_reward, _squeeze,
 )
 
 
