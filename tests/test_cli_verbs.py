@@ -102,9 +102,9 @@ def test_trace_shows_the_probe_and_every_issue(tmp_path, capsys):
     for probe, group in zip(report["probes"], PROBE_GROUPS, strict=True):
         assert [len(r) for r in probe["token_advantages"]] == [len(r) for r in group["logprobs"]]
         assert probe["max_spread"] > 0  # gtpo weighs tokens by surprisal
-    code, report = cli_json(capsys, "trace", SMOKE, "--echo-enabled", "true")
+    code, report = cli_json(capsys, "trace", SMOKE, "--reward-type", "nosuchmod.score")
     assert code == 1
-    assert any("echo.enabled" in issue for issue in report["issues"])
+    assert any("nosuchmod" in issue for issue in report["issues"])
     assert len(report["probes"]) == 2  # the probe still runs and is shown
 
 
