@@ -7,12 +7,27 @@ they are the original's TrainConfig field names, parsed by `retrain_ray.config.o
 from __future__ import annotations
 
 import argparse
+import os
 import time
 from pathlib import Path
 
 from rich.console import Console
 
 err = Console(stderr=True)
+
+
+def process_started_at() -> float:
+    """time.time() at which this process was created (Linux /proc), else when this module was imported."""
+    try:
+        fields = Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()
+        boot = next(int(line.split()[1]) for line in Path("/proc/stat").read_text().splitlines()
+                    if line.startswith("btime"))
+        return boot + int(fields[19]) / os.sysconf("SC_CLK_TCK")
+    except (OSError, StopIteration, ValueError, IndexError):
+        return _IMPORTED_AT
+
+
+_IMPORTED_AT = time.time()
 
 
 def _load(path: str, overrides: list[str]):
@@ -123,7 +138,8 @@ def train_main(argv: list[str]) -> int:
         err.print(f"[bold red]run failed[/] ({args.config}, run directory {run_dir}):", highlight=False)
         err.print(str(exc), highlight=False, markup=False)
         return 1
-    _print_summary(outcome, progress, run_dir, time.perf_counter() - started)
+    first_step_s = outcome.first_step_at - process_started_at() if outcome.first_step_at else None
+    _print_summary(outcome, progress, run_dir, time.perf_counter() - started, first_step_s)
     if outcome.status != "completed":
         return 1
     return _squeeze_after(cfg, run_dir) if cfg.squeeze is not None else 0
@@ -147,9 +163,11 @@ def _squeeze_after(cfg, run_dir: Path) -> int:
     return 0
 
 
-def _print_summary(outcome, progress, run_dir: Path, seconds: float) -> None:
+def _print_summary(outcome, progress, run_dir: Path, seconds: float, first_step_s: float | None) -> None:
     out = Console()
     out.print(f"[bold]run {outcome.run_name}[/]: {outcome.status} after step {outcome.last_step} in {seconds:.1f} s")
+    if first_step_s is not None:
+        out.print(f"  time to first step: {first_step_s:.2f} s from the command (imports, model, first step)")
     trend = progress.reward_trend() if progress else None
     if trend:
         out.print(f"  mean reward: first steps {trend[0]:.3f} -> last steps {trend[1]:.3f}")

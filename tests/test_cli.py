@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -81,6 +82,8 @@ def test_train_smoke_run_then_refuses_to_overwrite_without_a_flag(tmp_path):
     first = run_cli(*args)
     assert first.returncode == 0, first.stderr
     assert "completed after step 3" in first.stdout
+    first_step_s = float(re.search(r"time to first step: ([0-9.]+) s", first.stdout).group(1))
+    assert 0 < first_step_s < float(re.search(r"in ([0-9.]+) s", first.stdout).group(1)) + 5
     assert (run_dir / "metrics.parquet").is_file()
     again = run_cli(*args)
     assert again.returncode == 2

@@ -84,6 +84,7 @@ class RunLoop:
     def run(self, state: TrainerState) -> RunOutcome:
         last_row: dict[str, Any] = {}
         max_steps = self.cfg.training.max_steps
+        first_step_at = None
         for step in range(state.next_step, max_steps):
             started = time.perf_counter()
             if self.in_warm_start(step, state):
@@ -92,13 +93,15 @@ class RunLoop:
                 row = self.rl_step(step, state)
             state.step = step
             state.wall_time_s += time.perf_counter() - started
+            first_step_at = first_step_at or time.time()
             if row is not None:
                 self.parts.observer.on_step(row)
                 last_row = row
             self.maybe_evaluate(step)
             self.maybe_checkpoint(step, state)
         self.save_checkpoint("final", state)
-        return RunOutcome(self.run_name, "completed", max_steps - 1, dict(last_row), self.checkpoints.root / "final")
+        return RunOutcome(self.run_name, "completed", max_steps - 1, dict(last_row), self.checkpoints.root / "final",
+                          first_step_at=first_step_at)
 
     # ---- one RL step ------------------------------------------------------------------------
     def rl_step(self, step: int, state: TrainerState) -> dict[str, Any] | None:

@@ -28,3 +28,4 @@ class RunOutcome:
     metrics: dict[str, Any] = field(default_factory=dict)
     checkpoint_dir: Path | None = None
     error: str = ""
+    first_step_at: float | None = None  # time.time() when this process finished its first step (row or not)

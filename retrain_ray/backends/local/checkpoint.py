@@ -11,10 +11,10 @@ moments come back too, so a resumed run continues with the same update it would 
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import torch
-from peft import PeftModel, load_peft_weights, set_peft_model_state_dict
 from safetensors.torch import load_file, save_file
 
 from retrain_ray.engines.weights import export_trainable, install_weights
@@ -24,8 +24,14 @@ FULL_WEIGHTS_FILE = "model.safetensors"
 OPTIMIZER_FILE = "optimizer.pt"
 
 
+def _is_peft(model: torch.nn.Module) -> bool:
+    """A PEFT model exists only if peft was imported (to wrap it): a full fine-tune never imports peft."""
+    peft = sys.modules.get("peft")
+    return peft is not None and isinstance(model, peft.PeftModel)
+
+
 def save_weights(model: torch.nn.Module, directory: Path) -> None:
-    if isinstance(model, PeftModel):
+    if _is_peft(model):
         model.save_pretrained(directory / ADAPTER_DIR)
     else:
         tensors = {k: v.contiguous() for k, v in export_trainable(model).items()}
@@ -34,7 +40,9 @@ def save_weights(model: torch.nn.Module, directory: Path) -> None:
 
 def load_weights(model: torch.nn.Module, directory: Path) -> None:
     device = next(model.parameters()).device
-    if isinstance(model, PeftModel):
+    if _is_peft(model):
+        from peft import load_peft_weights, set_peft_model_state_dict
+
         adapter = directory / ADAPTER_DIR
         if not (adapter / "adapter_config.json").is_file():
             raise FileNotFoundError(f"{adapter} holds no PEFT adapter: is {directory} a LoRA checkpoint?")

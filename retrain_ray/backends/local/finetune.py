@@ -12,7 +12,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
-from peft import LoraConfig, get_peft_model
 
 DEFAULT_TARGET_MODULES: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
@@ -51,6 +50,8 @@ def present_target_modules(model: torch.nn.Module, requested: tuple[str, ...]) -
 def apply_lora(model: torch.nn.Module, lora: LoraSettings) -> torch.nn.Module:
     if lora.rank <= 0:
         raise ValueError(f"model.lora_rank must be > 0 for LoRA fine-tuning, got {lora.rank}")
+    from peft import LoraConfig, get_peft_model  # a second of imports that full fine-tuning never needs
+
     config = LoraConfig(
         r=lora.rank,
         lora_alpha=lora.effective_alpha,
