@@ -4,10 +4,11 @@
     cfg.training.batch_size, cfg.optimizer.grad_clip_norm, cfg.lora.alpha
 """
 
+from retrain_ray.config.build import build_config
 from retrain_ray.config.campaign_schema import CampaignCondition, CampaignSection, SqueezeSection
 from retrain_ray.config.errors import ConfigError, ConfigIssue
 from retrain_ray.config.fields import field_to_key, key_to_field
-from retrain_ray.config.load import build_config, load_config, load_config_with_warnings
+from retrain_ray.config.load import load_config, load_config_with_warnings
 from retrain_ray.config.matrix import RunSpec, condition_label, expand_runs
 from retrain_ray.config.overrides import apply_condition, apply_overrides, parse_overrides
 from retrain_ray.config.schema import RetrainConfig
