@@ -24,12 +24,12 @@ import ray
 from ray import tune
 
 from retrain_ray.actors.placement import alive_node_resources, decide_placement
-from retrain_ray.actors.recorder import start_recorder
 from retrain_ray.campaign.afterwards import run_afterwards
 from retrain_ray.campaign.control import start_control_plane
 from retrain_ray.campaign.manifest import Manifest, read_manifest, write_json_atomic
 from retrain_ray.campaign.plan import CampaignError, CampaignPlan, RunPlan, build_plan
 from retrain_ray.campaign.progress_line import CampaignProgress
+from retrain_ray.campaign.recorder import start_recorder
 from retrain_ray.campaign.results import CampaignResults
 from retrain_ray.campaign.stagger import start_gate
 from retrain_ray.campaign.tracking import ManifestCallback

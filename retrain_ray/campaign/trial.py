@@ -18,10 +18,10 @@ from typing import Any
 import ray
 from ray import tune
 
-from retrain_ray.actors.recorder import RecorderClient, recorder_name
 from retrain_ray.campaign.control import ControlPlane
 from retrain_ray.campaign.gauges import RunGauges
 from retrain_ray.campaign.plan import RunPlan
+from retrain_ray.campaign.recorder import RecorderClient, recorder_name
 from retrain_ray.campaign.stagger import wait_for_start_slot
 
 DEFAULT_RUNNER = "retrain_ray.run.train:train_run"

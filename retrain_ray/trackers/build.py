@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from retrain_ray.run.types import RunObserver
+from retrain_ray.logs.types import RunObserver
 from retrain_ray.trackers.identity import RunIdentity
 from retrain_ray.trackers.requirements import missing_trackers
 
