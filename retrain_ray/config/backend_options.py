@@ -1,8 +1,8 @@
 """Per-backend schemas of `[backend.options]` (spec 1.6 / 7): known keys, their defaults and types.
 
 Unknown keys are an error with a did-you-mean hint. The original's tinker schema is empty; ours is
-owned by the tinker backend (`retrain_ray.backends.tinker.options`: client, retries, timeouts), so
-its keys and value checks are taken from there, imported only when a tinker config has options.
+in `config/tinker_options.py` (client, retries, timeouts; the tinker backend parses them there), so
+its keys and value checks are taken from there.
 A dotted-path plugin backend gets its options unchecked.
 The local schema keeps the original's names so its files load; the local backend reads the ones it
 implements through `resolved_options`, and the others are refused unless set to what retrain-ray does.
@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from retrain_ray.config.errors import ConfigIssue, did_you_mean
+from retrain_ray.config.tinker_options import TINKER_OPTION_DEFAULTS, parse_tinker_options
 
 LOCAL_OPTIONS: dict[str, Any] = {
     # acted on by the local backend (backends/local/policy.py: settings_from_config)
@@ -83,14 +84,10 @@ SCHEMAS: dict[str, dict[str, Any]] = {"local": LOCAL_OPTIONS}
 
 
 def _tinker_schema() -> dict[str, Any]:
-    from retrain_ray.backends.tinker.options import TINKER_OPTION_DEFAULTS
-
     return dict(TINKER_OPTION_DEFAULTS)
 
 
 def _tinker_values(options: dict[str, Any]) -> list[ConfigIssue]:
-    from retrain_ray.backends.tinker.options import parse_tinker_options
-
     try:
         parse_tinker_options(options)
     except (ValueError, TypeError) as exc:

@@ -12,8 +12,8 @@ from typing import Any
 from retrain_ray.backends.tinker.backend import LOSS_STEPS, TINKER_CAPABILITIES, TinkerBackend, loss_variant
 from retrain_ray.backends.tinker.engine import TinkerEngine
 from retrain_ray.backends.tinker.loss import ClipSettings, dual_clip_loss_and_grads
-from retrain_ray.backends.tinker.options import TINKER_OPTION_DEFAULTS, TinkerOptions, parse_tinker_options
 from retrain_ray.backends.tinker.session import HoldsSlots, NullThrottle, TinkerSession, make_service_client
+from retrain_ray.config.tinker_options import TINKER_OPTION_DEFAULTS, TinkerOptions, parse_tinker_options
 
 __all__ = [
     "LOSS_STEPS",

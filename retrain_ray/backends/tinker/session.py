@@ -14,7 +14,7 @@ import contextlib
 from collections.abc import Callable, Iterator
 from typing import Any, Protocol, TypeVar
 
-from retrain_ray.backends.tinker.options import TinkerOptions
+from retrain_ray.config.tinker_options import TinkerOptions
 from retrain_ray.retry import RetryCounters, RetryPolicy, call_with_retry
 
 T = TypeVar("T")
