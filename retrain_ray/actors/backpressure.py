@@ -40,6 +40,9 @@ def backpressure_name(campaign: str) -> str:
     return f"{campaign}/backpressure"
 
 
+BP_GAUGES = ("p_star", "sigma", "kappa", "throughput", "utilization", "capacity")  # retrain_bp_<name>
+
+
 class _Gauges:
     def __init__(self, campaign: str) -> None:
         from ray.util.metrics import Gauge
@@ -47,7 +50,7 @@ class _Gauges:
         keys = ("campaign", "run", "resource")
         self.campaign = campaign
         self.g = {n: Gauge(f"retrain_bp_{n}", description=f"back pressure {n}", tag_keys=keys)
-                  for n in ("p_star", "sigma", "kappa", "throughput", "utilization", "capacity")}
+                  for n in BP_GAUGES}
 
     def run(self, run_id: str, resource: str, d: Decision) -> None:
         tags = {"campaign": self.campaign, "run": run_id, "resource": resource}

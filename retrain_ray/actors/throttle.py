@@ -52,6 +52,9 @@ def throttle_name(campaign: str, endpoint: str) -> str:
     return f"{campaign}/throttle/{endpoint}"
 
 
+THROTTLE_GAUGES = ("capacity", "in_flight", "waiting", "expired_leases")  # retrain_throttle_<name>
+
+
 class _Gauges:
     """Prometheus gauges of one throttle (exported as ray_retrain_throttle_* by Ray's metrics agent)."""
 
@@ -59,9 +62,8 @@ class _Gauges:
         from ray.util.metrics import Gauge
 
         tags = {"campaign": campaign, "endpoint": endpoint}
-        names = ("capacity", "in_flight", "waiting", "expired_leases")
         self._gauges = {}
-        for name in names:
+        for name in THROTTLE_GAUGES:
             gauge = Gauge(f"retrain_throttle_{name}", description=f"throttle {name}", tag_keys=tuple(tags))
             gauge.set_default_tags(tags)
             self._gauges[name] = gauge

@@ -174,7 +174,8 @@ class Campaign:
         return tune.Tuner(
             trainable,
             param_space={"run_name": tune.grid_search([r.run_name for r in p.runs])},
-            tune_config=tune.TuneConfig(max_concurrent_trials=p.schedule.max_concurrent, reuse_actors=False),
+            tune_config=tune.TuneConfig(max_concurrent_trials=p.schedule.max_concurrent, reuse_actors=False,
+                                        trial_name_creator=trial_name, trial_dirname_creator=trial_name),
             run_config=tune.RunConfig(
                 name=TUNE_DIR, storage_path=p.tune_storage, verbose=0, callbacks=callbacks,
                 failure_config=tune.FailureConfig(max_failures=p.schedule.max_failures),
@@ -202,6 +203,11 @@ def _with_secrets(config_json: dict[str, Any], source: str, snapshot: Path) -> d
             "and run `retrain-ray resume` again"
         ])
     return restored
+
+
+def trial_name(trial: Any) -> str:
+    """Tune trials (and their directories) are named after their runs, not `run_trial_<id>`."""
+    return str(trial.config["run_name"])
 
 
 def _run_entry(r: RunPlan) -> dict[str, Any]:

@@ -1,5 +1,9 @@
 """Live per-run gauges (`ray.util.metrics`): a RunObserver that exports the latest step's numbers.
 
+The definitions here (and the back-pressure and throttle actors' BP_GAUGES / THROTTLE_GAUGES) are
+what `retrain_ray.campaign.grafana` builds the Grafana dashboard from, so panel queries cannot drift
+from the exported names.
+
 Exported on Ray's metrics endpoint with a `ray_` prefix (after about 10 s), tagged
 campaign / run / condition, for Prometheus and Grafana dashboards.
 """
@@ -10,33 +14,56 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-GAUGED = ("step", "mean_reward", "correct_rate", "tokens_per_second", "step_time_s")
-_TAGS = ("campaign", "run", "condition")
+# Gauge name (exported as ray_retrain_run_<name>) -> the row key it shows.
+STEP_GAUGES: dict[str, str] = {
+    "step": "step", "mean_reward": "mean_reward", "correct_rate": "correct_rate", "loss": "loss",
+    "kl": "policy/abs_kl", "clip_fraction": "clip_fraction", "tokens_per_second": "tokens_per_second",
+    "step_time_s": "step_time_s", "sync_time_s": "sync_time_s", "batch_size": "batch_size",
+    "staleness": "staleness",
+}
+EVAL_GAUGES: dict[str, str] = {"eval_correct_rate": "eval_correct_rate", "eval_mean_reward": "eval_mean_reward"}
+RUN_GAUGE_PREFIX = "retrain_run_"
+TAGS = ("campaign", "run", "condition")
+GAUGED = tuple(STEP_GAUGES)  # kept for callers of the first version
+
+
+def run_gauge_names() -> list[str]:
+    """Every run gauge's metric name as registered (Ray exports it with a `ray_` prefix)."""
+    return [RUN_GAUGE_PREFIX + name for name in (*STEP_GAUGES, *EVAL_GAUGES)]
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    return None
 
 
 class RunGauges:
-    """RunObserver setting one Gauge per metric of GAUGED on every step."""
+    """RunObserver setting the run's gauges (STEP_GAUGES on each step, EVAL_GAUGES on each eval)."""
 
     def __init__(self, campaign: str, run: str, condition: str) -> None:
         from ray.util.metrics import Gauge
 
         self._tags = {"campaign": campaign, "run": run, "condition": condition}
         self._gauges = {
-            name: Gauge(f"retrain_run_{name}", description=f"latest {name} of a run", tag_keys=_TAGS)
-            for name in GAUGED
+            name: Gauge(RUN_GAUGE_PREFIX + name, description=f"latest {key} of a run", tag_keys=TAGS)
+            for name, key in {**STEP_GAUGES, **EVAL_GAUGES}.items()
         }
 
+    def _set(self, keys: Mapping[str, str], row: Mapping[str, Any]) -> None:
+        for name, key in keys.items():
+            value = _number(row.get(key))
+            if value is not None:
+                self._gauges[name].set(value, tags=self._tags)
+
     def on_step(self, row: Mapping[str, Any]) -> None:
-        for name, gauge in self._gauges.items():
-            value = row.get(name)
-            if isinstance(value, (int, float)) and not isinstance(value, bool):
-                gauge.set(float(value), tags=self._tags)
+        self._set(STEP_GAUGES, row)
 
     def on_generations(self, rows: list[Mapping[str, Any]]) -> None:
         pass
 
     def on_eval(self, row: Mapping[str, Any]) -> None:
-        pass
+        self._set(EVAL_GAUGES, row)
 
     def on_checkpoint(self, step: int, directory: Path) -> None:
         pass
