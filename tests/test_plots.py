@@ -84,7 +84,7 @@ def test_cli_plot_and_html_report(campaign_dir, capsys):
     assert {p.rsplit("/", 1)[-1] for p in printed} >= {"mean_reward.png", "mean_reward.svg", "kl.svg", "report.html"}
     page = (campaign_dir / "report.html").read_text()
     assert page.count("data:image/png;base64,") >= 4  # reward, correct rate, loss, kl, eval, ...
-    assert "Run matrix" in page and "fast_s3" in page and "mean_reward_ci95" in page
+    assert "Run matrix" in page and "fast_s3" in page and "0.781 ± 0.025" in page
     assert "http://" not in page and "https://" not in page  # self-contained
     assert main(["plot", str(campaign_dir), "--metric", "nothing"]) == 2
     assert "choose from" in capsys.readouterr().err

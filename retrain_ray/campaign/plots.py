@@ -35,6 +35,7 @@ PLOT_METRICS: dict[str, tuple[str, str]] = {
     "tokens_per_second": ("tokens_per_second", "tokens / s"),
     "step_time": ("step_time_s", "step time (s)"),
 }
+SPARSE_POINTS = 20
 
 
 def resolve_metric(name: str) -> tuple[str, str]:
@@ -97,7 +98,8 @@ def draw(bands: pd.DataFrame, *, label: str, title: str, ax: Any = None) -> Any:
     for i, (condition, frame) in enumerate(bands.groupby("condition", sort=False)):
         color = f"C{i % 10}"
         seeds = int(frame["n"].max())
-        ax.plot(frame["step"], frame["mean"], color=color, linewidth=2,
+        sparse = len(frame) <= SPARSE_POINTS  # e.g. eval rows: markers, or a lone point shows nothing
+        ax.plot(frame["step"], frame["mean"], color=color, linewidth=2, marker="o" if sparse else None,
                 label=f"{condition} ({seeds} seed{'s' if seeds != 1 else ''})")
         ax.fill_between(frame["step"], frame["low"], frame["high"], color=color, alpha=0.2, linewidth=0)
     ax.set_xlabel("step")

@@ -23,6 +23,7 @@ body { font-family: system-ui, sans-serif; margin: 24px; color: #222; max-width:
 h1 { font-size: 22px; } h2 { font-size: 18px; margin-top: 28px; border-bottom: 1px solid #ddd; }
 .plots { display: grid; grid-template-columns: repeat(auto-fill, minmax(560px, 1fr)); gap: 12px; }
 .plots img { width: 100%; border: 1px solid #eee; }
+.wide { overflow-x: auto; }
 table { border-collapse: collapse; font-size: 13px; margin: 8px 0; }
 th, td { border: 1px solid #ccc; padding: 3px 8px; text-align: right; }
 th { background: #f3f3f3; } td:first-child, th:first-child { text-align: left; }
@@ -52,7 +53,7 @@ def _plots_html(results: Any, metrics: Sequence[str], smooth: int) -> str:
 
 
 def _table(df: pd.DataFrame) -> str:
-    return df.to_html(index=False, float_format=lambda v: f"{v:.4g}", na_rep="—", border=0, escape=True)
+    return '<div class="wide">' + df.to_html(index=False, float_format=lambda v: f"{v:.4g}", na_rep="—", border=0, escape=True) + "</div>"
 
 
 def _matrix_html(status: dict[str, Any]) -> str:
@@ -60,6 +61,17 @@ def _matrix_html(status: dict[str, Any]) -> str:
             for cond, cells in status["matrix"].items()]
     counts = ", ".join(f"{k} {v}" for k, v in status["counts"].items())
     return f'<p class="muted">{html.escape(counts)}</p>' + _table(pd.DataFrame(rows))
+
+
+def compact_summary(summary: pd.DataFrame) -> pd.DataFrame:
+    """One column per metric, "mean ± ci95" (ci95 blank with one seed), so the table fits a page."""
+    out = summary[[c for c in ("condition", "runs", "failed") if c in summary.columns]].copy()
+    for column in summary.columns:
+        if column.endswith("_mean"):
+            metric = column.removesuffix("_mean")
+            ci = summary.get(f"{metric}_ci95", pd.Series([float("nan")] * len(summary)))
+            out[metric] = [f"{m:.4g}" + ("" if c != c else f" ± {c:.2g}") for m, c in zip(summary[column], ci, strict=True)]
+    return out
 
 
 def write_report(results: Any, path: str | Path, *, metrics: Sequence[str], smooth: int = 1) -> Path:
@@ -72,7 +84,8 @@ def write_report(results: Any, path: str | Path, *, metrics: Sequence[str], smoo
         f'<p class="muted">{html.escape(str(results.campaign_dir))} · status '
         f'{html.escape(str(results.manifest.get("status", "")))}</p>',
         "<h2>Curves (mean across seeds, 95% band)</h2>", _plots_html(results, metrics, smooth),
-        "<h2>Results by condition (last values: mean, std, 95% CI across seeds)</h2>", _table(results.summary()),
+        "<h2>Results by condition (last value: mean ± 95% CI across seeds)</h2>",
+        _table(compact_summary(results.summary())),
         "<h2>Run matrix (condition x seed)</h2>", _matrix_html(campaign_status(Path(results.campaign_dir))),
         "<h2>Runs</h2>", _table(runs),
     ]
