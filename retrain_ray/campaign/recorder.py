@@ -82,24 +82,21 @@ class RecorderCore:
     def export_parquet(self, run: str) -> None:
         """Rewrites the run's Parquet copies (and the campaign's back-pressure one); never raises:
         the Arrow streams stay the record, a failed copy is retried at the next export."""
-        from retrain_ray.logs.parquet_export import export_backpressure, export_run, run_identities
+        from retrain_ray.logs.parquet_export import (
+            campaign_name,
+            export_backpressure,
+            export_run,
+            run_identities,
+        )
 
         self._exported_at[run] = time.monotonic()
         try:
             identities = run_identities(self.campaign_dir)
-            campaign = self._campaign_name()
+            campaign = campaign_name(self.campaign_dir)
             export_run(self.campaign_dir / "runs" / run, campaign, identities.get(run, {}))
             export_backpressure(self.campaign_dir, campaign)
         except Exception as exc:  # a copy only; the streams hold every row
             log.warning("recorder: Parquet copy of run %s failed (%s); the Arrow streams are complete", run, exc)
-
-    def _campaign_name(self) -> str:
-        from retrain_ray.campaign.manifest import read_manifest
-
-        try:
-            return str(read_manifest(self.campaign_dir).get("name") or self.campaign_dir.name)
-        except (OSError, ValueError, KeyError):
-            return self.campaign_dir.name
 
     def close_run(self, run: str) -> None:
         for kind in RECORDER_KINDS:

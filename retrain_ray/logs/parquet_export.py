@@ -43,14 +43,22 @@ KEYS: dict[str, tuple[str, ...] | None] = {
 IDENTITY = ("campaign", "run", "condition", "seed")
 
 
-def run_identities(campaign_dir: Path) -> dict[str, dict[str, Any]]:
-    """run name -> {"condition", "seed"} from the campaign's manifest.json ({} if there is none)."""
-    path = Path(campaign_dir) / "manifest.json"
+def _manifest(campaign_dir: Path) -> dict[str, Any]:
     try:
-        data = json.loads(path.read_text())
+        return json.loads((Path(campaign_dir) / "manifest.json").read_text())
     except (OSError, ValueError):
         return {}
-    return {r["run_name"]: {"condition": r.get("condition"), "seed": r.get("seed")} for r in data.get("runs", [])}
+
+
+def run_identities(campaign_dir: Path) -> dict[str, dict[str, Any]]:
+    """run name -> {"condition", "seed"} from the campaign's manifest.json ({} if there is none)."""
+    runs = _manifest(campaign_dir).get("runs", [])
+    return {r["run_name"]: {"condition": r.get("condition"), "seed": r.get("seed")} for r in runs}
+
+
+def campaign_name(campaign_dir: Path) -> str:
+    """The manifest's campaign name, else the directory's name."""
+    return str(_manifest(campaign_dir).get("name") or Path(campaign_dir).name)
 
 
 def _with_identity(table: pa.Table, campaign: str, identity: Mapping[str, Any]) -> pa.Table:
@@ -112,7 +120,7 @@ def export_backpressure(campaign_dir: Path, campaign: str) -> Path | None:
 def export_campaign(campaign_dir: Path, campaign: str | None = None) -> list[Path]:
     """Rewrites every Parquet copy of a campaign directory (e.g. for a campaign killed before its end)."""
     campaign_dir = Path(campaign_dir)
-    campaign = campaign or campaign_dir.name
+    campaign = campaign or campaign_name(campaign_dir)
     identities = run_identities(campaign_dir)
     written = []
     for run_dir in sorted(p for p in (campaign_dir / "runs").glob("*") if p.is_dir()):
