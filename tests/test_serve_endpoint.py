@@ -11,11 +11,11 @@ import pytest
 import torch
 from campaign_helpers import free_port
 
+from retrain_ray.engines.adapters import AdapterSpec
 from retrain_ray.engines.openai import OpenAIEngine
 from retrain_ray.engines.pytorch import PyTorchEngine
 from retrain_ray.engines.types import SamplingParams, WeightUpdate
 from retrain_ray.engines.weights import export_trainable
-from retrain_ray.serve.adapters import AdapterSpec
 
 MODEL = "builtin:tiny"
 PARAMS = SamplingParams(max_tokens=6, temperature=0.9, top_p=0.95)

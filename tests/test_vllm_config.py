@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+from retrain_ray.backends.local.vllm_policy import vllm_settings_from_config
 from retrain_ray.cli_explain import describe_run
 from retrain_ray.config import load_config
-from retrain_ray.engines.vllm_policy import vllm_settings_from_config
 
 
 def _config(tmp_path, inference: str):

@@ -55,7 +55,7 @@ class InferenceActor:
 
     def __init__(self, config: Any) -> None:
         if config.inference.engine == "vllm-embedded":  # vLLM on this actor's GPU, fed WeightUpdates
-            from retrain_ray.engines.vllm_policy import build_vllm_engine
+            from retrain_ray.backends.local.vllm_policy import build_vllm_engine
             from retrain_ray.models.loading import load_tokenizer
 
             self._engine = build_vllm_engine(config, device=_device())

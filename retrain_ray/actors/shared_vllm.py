@@ -33,8 +33,8 @@ class SharedVLLMActor:
     """Hosts the campaign's VLLMCore; every method names the run it serves."""
 
     def __init__(self, config: Any, device: str) -> None:
+        from retrain_ray.backends.local.vllm_policy import vllm_settings_from_config
         from retrain_ray.engines.vllm_embedded import VLLMCore
-        from retrain_ray.engines.vllm_policy import vllm_settings_from_config
 
         settings = vllm_settings_from_config(config, device=device, max_loras=config.inference.max_concurrent)
         self._core = VLLMCore(settings)

@@ -29,10 +29,10 @@ from typing import Any
 
 import httpx
 
+from retrain_ray.engines.adapters import AdapterSpec, encode_adapter
 from retrain_ray.engines.types import SampleResult, SamplingParams, WeightUpdate
 from retrain_ray.retry import RetryCounters, RetryPolicy, call_with_retry
 from retrain_ray.secrets import scrub
-from retrain_ray.serve.adapters import AdapterSpec, encode_adapter
 
 log = logging.getLogger(__name__)
 SEED_STRIDE = 7919
@@ -182,34 +182,3 @@ class OpenAIEngine:
 
 
 DEFAULT_URLS = {"openai": "http://127.0.0.1:8000", "vllm": "http://127.0.0.1:8000", "sglang": "http://127.0.0.1:30000"}
-
-
-def build_openai_policy(
-    cfg: Any, throttle: Any = None, *, adapter_name: str | None = None, device: str = "cpu",
-    cache_dir: Path | None = None,
-) -> tuple[OpenAIEngine, Any, Any]:
-    """(engine, backend, tokenizer) for `[inference] engine = "openai" | "vllm" | "sglang"`.
-
-    The backend is the local trainer on its own model (`shares_model_with_engine=False`, so its
-    `export_weights()` carries tensors); the engine samples from `[inference] url` (default per
-    engine, as in the original) under `adapter_name` (give every run its own, e.g. the run id), with
-    up to `[inference] max_concurrent` parallel requests, each holding a slot of `throttle`.
-    """
-    import uuid
-
-    from retrain_ray.backends.local import LocalBackend, load_trainable_model, settings_from_config
-
-    settings = settings_from_config(cfg)
-    model, tokenizer = load_trainable_model(cfg.model.model, settings, device=device, cache_dir=cache_dir)
-    backend = LocalBackend(model, shares_model_with_engine=False, **settings.backend_kwargs())
-    name = adapter_name or f"run-{uuid.uuid4().hex[:8]}"
-    inf = cfg.inference
-    upload = "path" if inf.engine == "vllm" else "tensors"
-    engine = OpenAIEngine(
-        inf.url or DEFAULT_URLS.get(inf.engine, DEFAULT_URLS["openai"]),
-        model_name=cfg.model.model, adapter_name=name,
-        adapter_spec=AdapterSpec(name, 0, settings.finetune, settings.lora),
-        throttle=throttle, seed=settings.seed, max_parallel_requests=inf.max_concurrent,
-        adapter_upload=upload, adapter_dir=Path(cfg.backend.adapter_path) / "_live_adapter" if upload == "path" else None,
-    )
-    return engine, backend, tokenizer

@@ -39,7 +39,7 @@ from typing import Any
 
 import torch
 
-from retrain_ray.backends.local.finetune import LoraSettings
+from retrain_ray.engines.lora import LoraSettings
 from retrain_ray.engines.types import SampleResult, SamplingParams, WeightUpdate
 
 SEED_STRIDE = 1_000_003

@@ -102,11 +102,11 @@ def build_policy(cfg, *, throttle=None, run_name: str = "run", cache_dir: Path |
 
         return build_tinker_policy(cfg, throttle)
     if cfg.inference.engine in ("openai", "vllm", "sglang"):
-        from retrain_ray.engines.openai import build_openai_policy
+        from retrain_ray.backends.local.openai_policy import build_openai_policy
 
         return build_openai_policy(cfg, throttle, adapter_name=run_name, device=device, cache_dir=cache_dir)
     if cfg.inference.engine == "vllm-embedded":
-        from retrain_ray.engines.vllm_policy import build_vllm_policy
+        from retrain_ray.backends.local.vllm_policy import build_vllm_policy
 
         return build_vllm_policy(cfg, device=device, cache_dir=cache_dir)
     from retrain_ray.backends.local import build_local_policy

@@ -1,7 +1,7 @@
 """Shared inference endpoint on Ray Serve: OpenAI-compatible completions with token ids, adapters
 loaded by name and version, and an in-flight request counter for measuring concurrency."""
 
-from retrain_ray.serve.adapters import AdapterSpec, decode_adapter, encode_adapter
+from retrain_ray.engines.adapters import AdapterSpec, decode_adapter, encode_adapter
 
 __all__ = [
     "AdapterSpec",

@@ -24,10 +24,10 @@ from typing import Any
 
 import torch
 
+from retrain_ray.engines.adapters import AdapterSpec, decode_adapter
 from retrain_ray.engines.pytorch import PyTorchEngine
 from retrain_ray.engines.types import SamplingParams
 from retrain_ray.engines.weights import install_weights
-from retrain_ray.serve.adapters import AdapterSpec, decode_adapter
 
 
 @dataclass

@@ -9,30 +9,13 @@ lack, e.g., gate_proj), and asking for modules of which none exist is an error n
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import torch
 
-DEFAULT_TARGET_MODULES: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+from retrain_ray.engines.lora import DEFAULT_TARGET_MODULES, LoraSettings
 
-
-@dataclass(frozen=True)
-class LoraSettings:
-    """LoRA shape. Picklable, so a split-mode sampler actor can rebuild the same adapter layout."""
-
-    rank: int = 32
-    alpha: float = 0.0
-    dropout: float = 0.0
-    target_modules: tuple[str, ...] = DEFAULT_TARGET_MODULES
-    layers_to_transform: tuple[int, ...] = ()
-    """Only these decoder layers get adapters (backend option lora_layers_to_transform); empty = all."""
-    layers_pattern: str = "layers"
-    freeze_a: bool = False
-    """Train only the B matrices (backend option lora_freeze_a): A keeps its random init."""
-
-    @property
-    def effective_alpha(self) -> float:
-        return self.alpha if self.alpha > 0 else 2.0 * self.rank
+__all__ = ["DEFAULT_TARGET_MODULES", "LoraSettings", "apply_full", "apply_lora", "prepare_trainable",
+           "present_target_modules"]
 
 
 def present_target_modules(model: torch.nn.Module, requested: tuple[str, ...]) -> list[str]:

@@ -20,7 +20,10 @@ from typing import Any
 
 import torch
 
+from retrain_ray.backends.local.backend import LocalBackend
+from retrain_ray.backends.local.policy import load_trainable_model, settings_from_config
 from retrain_ray.engines.vllm_embedded import VLLMEngine, VLLMSettings
+from retrain_ray.models.loading import resolve_model_path
 
 ONE_GPU_MEMORY_SHARE = 0.3
 
@@ -28,9 +31,6 @@ ONE_GPU_MEMORY_SHARE = 0.3
 def vllm_settings_from_config(cfg: Any, *, device: str, cache_dir: Path | None = None,
                               max_loras: int = 1) -> VLLMSettings:
     """[model], [lora] and [inference] of a RetrainConfig -> how to start vLLM for it."""
-    from retrain_ray.backends.local import settings_from_config
-    from retrain_ray.models.loading import resolve_model_path
-
     policy = settings_from_config(cfg)
     inf = cfg.inference
     on_gpu = device.startswith("cuda")
@@ -71,8 +71,6 @@ def build_vllm_engine(cfg: Any, *, device: str, cache_dir: Path | None = None, n
 
 def build_vllm_policy(cfg: Any, *, device: str | torch.device, cache_dir: Path | None = None) -> tuple[Any, Any, Any]:
     """(engine, backend, tokenizer): the local trainer on `device` and vLLM beside it."""
-    from retrain_ray.backends.local import LocalBackend, load_trainable_model, settings_from_config
-
     device = str(device)
     settings = settings_from_config(cfg)
     model, tokenizer = load_trainable_model(cfg.model.model, settings, device=device, cache_dir=cache_dir)

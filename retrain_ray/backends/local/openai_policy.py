@@ -1,0 +1,40 @@
+"""The policy of a run that samples from an OpenAI-compatible server (`[inference] engine = "openai" |
+"vllm" | "sglang"`): the local trainer on its own model plus an `OpenAIEngine`."""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+from typing import Any
+
+from retrain_ray.backends.local.backend import LocalBackend
+from retrain_ray.backends.local.policy import load_trainable_model, settings_from_config
+from retrain_ray.engines.adapters import AdapterSpec
+from retrain_ray.engines.openai import DEFAULT_URLS, OpenAIEngine
+
+
+def build_openai_policy(
+    cfg: Any, throttle: Any = None, *, adapter_name: str | None = None, device: str = "cpu",
+    cache_dir: Path | None = None,
+) -> tuple[OpenAIEngine, Any, Any]:
+    """(engine, backend, tokenizer) for `[inference] engine = "openai" | "vllm" | "sglang"`.
+
+    The backend is the local trainer on its own model (`shares_model_with_engine=False`, so its
+    `export_weights()` carries tensors); the engine samples from `[inference] url` (default per
+    engine, as in the original) under `adapter_name` (give every run its own, e.g. the run id), with
+    up to `[inference] max_concurrent` parallel requests, each holding a slot of `throttle`.
+    """
+    settings = settings_from_config(cfg)
+    model, tokenizer = load_trainable_model(cfg.model.model, settings, device=device, cache_dir=cache_dir)
+    backend = LocalBackend(model, shares_model_with_engine=False, **settings.backend_kwargs())
+    name = adapter_name or f"run-{uuid.uuid4().hex[:8]}"
+    inf = cfg.inference
+    upload = "path" if inf.engine == "vllm" else "tensors"
+    engine = OpenAIEngine(
+        inf.url or DEFAULT_URLS.get(inf.engine, DEFAULT_URLS["openai"]),
+        model_name=cfg.model.model, adapter_name=name,
+        adapter_spec=AdapterSpec(name, 0, settings.finetune, settings.lora),
+        throttle=throttle, seed=settings.seed, max_parallel_requests=inf.max_concurrent,
+        adapter_upload=upload, adapter_dir=Path(cfg.backend.adapter_path) / "_live_adapter" if upload == "path" else None,
+    )
+    return engine, backend, tokenizer
