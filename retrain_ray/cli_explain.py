@@ -155,11 +155,10 @@ def _print_rich(info: dict[str, Any], warnings: list[str]) -> None:
         console.print(f"[yellow]warning:[/yellow] {w}")
 
 
-def _model_problems(cfg: RetrainConfig) -> list[str]:
-    from retrain_ray.run.preflight import model_problems
+def _preflight_problems(cfg: RetrainConfig) -> list[str]:
+    from retrain_ray.run.preflight import campaign_problems
 
-    configs = [r.config for r in expand_runs(cfg)] if cfg.campaign is not None else [cfg]
-    return model_problems(configs)
+    return campaign_problems(cfg)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -179,7 +178,7 @@ def explain_main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         print(str(exc), file=sys.stderr)
         return 2
-    problems = _model_problems(cfg)
+    problems = _preflight_problems(cfg)
     if problems:
         print(f"{args.file}: the runs could not start:\n" + "\n".join(f"  - {p}" for p in problems), file=sys.stderr)
         return 2

@@ -89,8 +89,14 @@ class Campaign:
         """Runs (or resumes) the campaign to the end and returns its results. Blocks.
 
         A Ray this call started (no cluster address) is shut down before it returns, so a CLI driver
-        leaves no Ray processes behind; a Ray that was already connected is left as it was.
+        leaves no Ray processes behind; a Ray that was already connected is left as it was. Every
+        condition is preflighted first (`CampaignError` with all problems, before Ray starts).
         """
+        from retrain_ray.run.preflight import campaign_problems
+
+        problems = campaign_problems(self.config)
+        if problems:
+            raise CampaignError(problems)
         started = _connect(address)
         try:
             return self._run(progress, can_scale=not started)

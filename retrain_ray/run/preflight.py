@@ -60,8 +60,9 @@ def model_problems(configs) -> list[str]:
     return [f"model.model: {p}" for p in found if p]
 
 
-def check_run(cfg) -> None:
-    """Raises PreflightError listing every problem; returns quietly when the run can start."""
+def run_problems(cfg, *, check_model: bool = True) -> list[str]:
+    """Every reason one run's configuration cannot start (spec 1.3): plugins that do not import, a
+    model that cannot be resolved, and the synthetic probe against the backend's capabilities."""
     from retrain_ray.algorithms import preflight
     from retrain_ray.algorithms.plugins import use_search_paths
 
@@ -78,6 +79,28 @@ def check_run(cfg) -> None:
         advantage_params=alg.advantage_params,
         algorithm_params=alg.params,
     )
-    problems = plugin_problems(cfg) + model_problems([cfg]) + problems
+    return plugin_problems(cfg) + (model_problems([cfg]) if check_model else []) + problems
+
+
+def check_run(cfg) -> None:
+    """Raises PreflightError listing every problem; returns quietly when the run can start."""
+    problems = run_problems(cfg)
     if problems:
         raise PreflightError(problems)
+
+
+def campaign_problems(cfg) -> list[str]:
+    """Preflight of every condition of a campaign (or of a single run), all problems at once, each
+    prefixed with its condition; models are checked once each. Runs in the driver, before Ray starts."""
+    from retrain_ray.config import expand_runs
+
+    runs = expand_runs(cfg)
+    problems = model_problems([r.config for r in runs])
+    seen: set[str] = set()
+    for run in runs:
+        if run.condition_label in seen:
+            continue
+        seen.add(run.condition_label)
+        prefix = f"condition {run.condition_label!r}: " if cfg.campaign is not None else ""
+        problems += [prefix + p for p in run_problems(run.config, check_model=False)]
+    return problems
