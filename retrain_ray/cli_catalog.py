@@ -18,16 +18,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from retrain_ray.backends.registry import (
+    BUILTIN_CAPABILITIES,
+    PLUGIN_DEFAULT_CAPABILITIES,
+    PLUGIN_HOOKS,
+)
 from retrain_ray.backends.types import BackendCapabilities
 from retrain_ray.config import names
-
-PLUGIN_HOOKS = {
-    "capabilities": ["retrain_backend_capabilities", "RETRAIN_BACKEND_CAPABILITIES"],
-    "option_schema": ["retrain_backend_option_schema", "RETRAIN_BACKEND_OPTION_SCHEMA"],
-}
-PLUGIN_DEFAULT_CAPABILITIES = BackendCapabilities(preserves_token_advantages=False,
-                                                  checkpoint_resume_mode="adapter_only")
-"""What a dotted-path backend that declares nothing is assumed to carry (seed 002: conservative)."""
 
 _DEPENDENCIES: dict[str, list[tuple[str, str]]] = {
     "local": [("torch", "pip install retrain-ray"), ("transformers", "pip install retrain-ray"),
@@ -47,14 +44,8 @@ NOT_SHIPPED = {
 
 
 def builtin_capabilities(name: str) -> BackendCapabilities:
-    """The capability flags a built-in backend class declares (the same object preflight reads)."""
-    if name == "tinker":
-        from retrain_ray.backends.tinker.backend import TINKER_CAPABILITIES
-
-        return TINKER_CAPABILITIES
-    from retrain_ray.backends.local.backend import LocalBackend
-
-    return LocalBackend.capabilities
+    """The capability flags of a built-in backend (the registry object preflight reads)."""
+    return BUILTIN_CAPABILITIES[name]
 
 
 def option_schema(name: str) -> dict[str, dict[str, Any]]:

@@ -10,13 +10,14 @@ capacity estimate of the original's capacity-planning page:
     estimated wall time   = total_steps * median_step_time / effective_parallelism
     effective_parallelism = min(max_workers or num_runs, num_runs) if parallel else 1
 
-Capabilities are a plain table here (no torch import, so explain starts in under a second); a test
-checks it against the backends' own `capabilities`.
+Capabilities come from the one backend registry (`retrain_ray/backends/registry.py`), the same flags
+preflight and the backend classes use.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from typing import Any
@@ -31,17 +32,16 @@ from retrain_ray.config import (
 from retrain_ray.config.names import gpu_count
 from retrain_ray.config.validate import effective_uncertainty_kind
 
-CAPABILITIES: dict[str, dict[str, Any]] = {
-    "local": {"reports_sync_loss": True, "preserves_token_advantages": True,
-              "supports_checkpoint_resume": True, "resume_runtime_dependent": False,
-              "checkpoint_resume_mode": "exact"},
-    "tinker": {"reports_sync_loss": True, "preserves_token_advantages": True,
-               "supports_checkpoint_resume": True, "resume_runtime_dependent": True,
-               "checkpoint_resume_mode": "exact"},
-    "plugin": {"reports_sync_loss": True, "preserves_token_advantages": False,
-               "supports_checkpoint_resume": True, "resume_runtime_dependent": False,
-               "checkpoint_resume_mode": "adapter_only"},
-}
+
+def capabilities(cfg: RetrainConfig) -> dict[str, Any]:
+    """The backend's flags from the one registry (a plugin's hooks, else the conservative default)."""
+    from retrain_ray.backends.registry import PLUGIN_DEFAULT_CAPABILITIES, capabilities_for
+
+    try:
+        flags, source = capabilities_for(cfg.backend.backend, cfg.backend.options)
+    except (ValueError, TypeError):  # preflight reports why; describe the default meanwhile
+        flags, source = PLUGIN_DEFAULT_CAPABILITIES, "plugin/default (plugin did not load)"
+    return {**dataclasses.asdict(flags), "source": source}
 
 
 def resources_per_run(cfg: RetrainConfig) -> dict[str, Any]:
@@ -76,7 +76,7 @@ def describe_run(cfg: RetrainConfig) -> dict[str, Any]:
         "backend": cfg.backend.backend,
         "devices": cfg.backend.devices,
         "inference_engine": inference_engine(cfg),
-        "capabilities": CAPABILITIES.get(cfg.backend.backend, CAPABILITIES["plugin"]),
+        "capabilities": capabilities(cfg),
         "condition": condition,
         "uncertainty_kind": effective_uncertainty_kind(cfg),
         "datums_per_step": t.rows_per_step,

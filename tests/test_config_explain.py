@@ -10,6 +10,8 @@ from pathlib import Path
 
 from hf_cache import ORIGINAL_MODEL, stub_original_model
 
+from retrain_ray.config import RetrainConfig
+
 ROOT = Path(__file__).resolve().parents[1]
 # The example configs name the original's Hub model; explain checks that it is in the HF cache.
 _HF_HOME = stub_original_model(Path(tempfile.mkdtemp(prefix="explain-hf-")))
@@ -85,10 +87,11 @@ def test_bad_file_exits_2_without_traceback():
     assert missing.returncode == 2 and "Traceback" not in missing.stderr
 
 
-def test_capability_table_matches_local_backend():
+def test_explain_reads_the_backend_registry_the_backends_use():
     import dataclasses
 
     from retrain_ray.backends.local.backend import LocalBackend
-    from retrain_ray.cli_explain import CAPABILITIES
+    from retrain_ray.cli_explain import capabilities
 
-    assert dataclasses.asdict(LocalBackend.capabilities) == CAPABILITIES["local"]
+    flags = capabilities(RetrainConfig())
+    assert flags == {**dataclasses.asdict(LocalBackend.capabilities), "source": "builtin"}

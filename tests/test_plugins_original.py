@@ -94,3 +94,41 @@ def test_a_plugin_that_does_not_import_fails_preflight_naming_it(plugin_dir):
         check_run(cfg)
     text = str(info.value)
     assert "orig_data.Missing" in text and "no_such_module" in text and "plugins.no_such_module" in text
+
+
+BACKEND_PLUGIN = '''
+RETRAIN_BACKEND_OPTION_SCHEMA = {"transport": {"type": "str", "default": "fs"}}
+
+
+class Declared:
+    retrain_backend_capabilities = {"preserves_token_advantages": True, "reports_sync_loss": False}
+
+
+def silent(config):  # declares nothing: the conservative default applies
+    raise AssertionError("preflight must not construct the backend")
+'''
+
+
+def test_plugin_backend_capabilities_come_from_its_hooks_for_explain_and_preflight(plugin_dir):
+    from retrain_ray.backends.registry import capabilities_for
+    from retrain_ray.cli_explain import capabilities
+
+    (plugin_dir / "plugins" / "orig_backend.py").write_text(textwrap.dedent(BACKEND_PLUGIN))
+    base = _cfg(plugin_dir).replace_section("algorithm", transform_mode="gtpo")
+    declared = base.replace_section("backend", backend="orig_backend.Declared")
+    silent = base.replace_section("backend", backend="orig_backend.silent")
+    flags, source = capabilities_for("orig_backend.Declared")
+    assert (flags.preserves_token_advantages, flags.reports_sync_loss, source) == (True, False, "plugin/hook")
+    assert capabilities(declared)["source"] == "plugin/hook"
+    assert capabilities(silent)["preserves_token_advantages"] is False  # undeclared: conservative default
+    assert capabilities(silent)["source"] == "plugin/default"
+    with pytest.raises(PreflightError) as info:
+        check_run(silent)
+    assert "one advantage per sequence" in str(info.value)  # token-varying flow refused for it
+    with pytest.raises(PreflightError) as info:
+        check_run(declared)
+    assert "one advantage per sequence" not in str(info.value)
+    assert "training through a plugin backend is not implemented" in str(info.value)
+    bad_option = declared.replace_section("backend", options={"tranport": "zmq"})
+    with pytest.raises(PreflightError, match="backend.options.tranport"):
+        check_run(bad_option)

@@ -38,11 +38,11 @@ def use_search_paths(paths: list[str] | tuple[str, ...]) -> None:
     """Set the package prefixes tried before a plugin's own module path (`[plugins] search_paths`)."""
     global _search_paths
     _search_paths = tuple(dict.fromkeys(p.strip().strip(".").replace("/", ".") for p in paths if p.strip()))
-    if os.getcwd() not in sys.path:
-        sys.path.append(os.getcwd())
 
 
 def _import(module_name: str, path: str, kind: str) -> Any:
+    if os.getcwd() not in sys.path:  # ./plugins/<module>.py imports as plugins.<module>
+        sys.path.append(os.getcwd())
     candidates = [*(f"{prefix}.{module_name}" for prefix in _search_paths), module_name]
     errors = []
     for candidate in candidates:

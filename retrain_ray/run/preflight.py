@@ -21,17 +21,41 @@ class PreflightError(ValueError):
 
 
 def backend_capabilities(cfg) -> BackendCapabilities:
-    if cfg.backend.backend == "tinker":
-        from retrain_ray.backends.tinker.backend import TINKER_CAPABILITIES
+    """The flags of the configured backend, from the one registry (plugin hooks, conservative default)."""
+    from retrain_ray.backends.registry import capabilities_for
 
-        return TINKER_CAPABILITIES
-    from retrain_ray.backends.local.backend import LocalBackend
-
-    return LocalBackend.capabilities
+    return capabilities_for(cfg.backend.backend, cfg.backend.options)[0]
 
 
 def engine_provides_entropy(cfg) -> bool:
     return cfg.inference.engine == "pytorch" and cfg.backend.backend != "tinker"
+
+
+def backend_problems(cfg) -> list[str]:
+    """A plugin backend whose module or hooks do not load, or whose options its schema does not know."""
+    from retrain_ray.algorithms.plugins import is_dotted_path
+    from retrain_ray.backends.registry import capabilities_for, plugin_option_schema
+
+    name = cfg.backend.backend
+    if not is_dotted_path(name):
+        return []
+    try:
+        capabilities_for(name, cfg.backend.options)
+        schema = plugin_option_schema(name)
+    except (ValueError, TypeError) as exc:
+        return [f"preflight: {exc}"]
+    return [f"preflight: backend.options.{k}: not in the option schema of plugin backend {name!r} "
+            f"(known: {sorted(schema)})" for k in cfg.backend.options if schema is not None and k not in schema]
+
+
+def plugin_backend_refusal(cfg) -> list[str]:
+    from retrain_ray.algorithms.plugins import is_dotted_path
+
+    if not is_dotted_path(cfg.backend.backend):
+        return []
+    return [f"preflight: backend.backend = {cfg.backend.backend!r}: training through a plugin backend is not "
+            "implemented (its capabilities and option schema are read for explain and preflight); use backend = "
+            "\"local\" or \"tinker\""]
 
 
 def plugin_problems(cfg) -> list[str]:
@@ -67,6 +91,9 @@ def run_problems(cfg, *, check_model: bool = True) -> list[str]:
     from retrain_ray.algorithms.plugins import use_search_paths
 
     use_search_paths(cfg.plugins.search_paths)
+    backend = backend_problems(cfg)
+    if backend:  # the capability flags the probe needs are unknown
+        return plugin_problems(cfg) + backend
     alg = cfg.algorithm
     problems = preflight(
         backend_capabilities(cfg).preserves_token_advantages,
@@ -79,7 +106,8 @@ def run_problems(cfg, *, check_model: bool = True) -> list[str]:
         advantage_params=alg.advantage_params,
         algorithm_params=alg.params,
     )
-    return plugin_problems(cfg) + (model_problems([cfg]) if check_model else []) + problems
+    return (plugin_problems(cfg) + plugin_backend_refusal(cfg) + (model_problems([cfg]) if check_model else [])
+            + problems)
 
 
 def check_run(cfg) -> None:

@@ -27,7 +27,8 @@ from retrain_ray.algorithms.loss import policy_loss
 from retrain_ray.backends.local import checkpoint as ckpt
 from retrain_ray.backends.local.batching import count_action_tokens, microbatches
 from retrain_ray.backends.local.scoring import scored_logprobs
-from retrain_ray.backends.types import BackendCapabilities, TrainBatch, TrainStepResult
+from retrain_ray.backends.registry import BUILTIN_CAPABILITIES
+from retrain_ray.backends.types import TrainBatch, TrainStepResult
 from retrain_ray.engines.types import WeightUpdate
 from retrain_ray.engines.weights import export_trainable, trainable_parameters
 from retrain_ray.finite import NonFiniteError
@@ -59,13 +60,7 @@ class OptimizerSettings:
 class LocalBackend:
     """TrainBackend on an in-process model (already wrapped for LoRA or marked for full fine-tuning)."""
 
-    capabilities = BackendCapabilities(
-        reports_sync_loss=True,
-        preserves_token_advantages=True,
-        supports_checkpoint_resume=True,
-        resume_runtime_dependent=False,
-        checkpoint_resume_mode="exact",
-    )
+    capabilities = BUILTIN_CAPABILITIES["local"]
 
     def __init__(
         self,

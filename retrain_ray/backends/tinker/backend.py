@@ -27,19 +27,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from retrain_ray.backends.registry import BUILTIN_CAPABILITIES
 from retrain_ray.backends.tinker.datums import rl_datums, sft_datums, with_inputs
 from retrain_ray.backends.tinker.loss import ClipSettings, dual_clip_loss_and_grads
 from retrain_ray.backends.tinker.session import TinkerSession
-from retrain_ray.backends.types import BackendCapabilities, TrainBatch, TrainStepResult
+from retrain_ray.backends.types import TrainBatch, TrainStepResult
 from retrain_ray.engines.types import WeightUpdate
 
-TINKER_CAPABILITIES = BackendCapabilities(
-    reports_sync_loss=True,
-    preserves_token_advantages=True,
-    supports_checkpoint_resume=True,
-    resume_runtime_dependent=True,
-    checkpoint_resume_mode="exact",
-)
+TINKER_CAPABILITIES = BUILTIN_CAPABILITIES["tinker"]
 STATE_FILE = "tinker_state.json"
 
 LossStep = Callable[["TinkerBackend", list[Any]], tuple[float, dict[str, float]]]

@@ -1,0 +1,86 @@
+"""The one backend registry: capability flags and option schemas of built-in and plugin backends.
+
+`explain`, `backends`, preflight and the backends' own classes read the flags from here, so they
+cannot disagree. A dotted-path plugin backend may declare its flags and `[backend.options]` schema with
+the original's hooks (seed 002), on the backend callable/class or on its module:
+
+* `retrain_backend_capabilities` / `RETRAIN_BACKEND_CAPABILITIES`: a `BackendCapabilities`, a dict of
+  its fields, or a callable of the options returning either;
+* `retrain_backend_option_schema` / `RETRAIN_BACKEND_OPTION_SCHEMA`: a mapping of option name to a
+  spec (or a callable returning one).
+
+A plugin that declares nothing gets `PLUGIN_DEFAULT_CAPABILITIES`: it does not preserve token
+advantages, so token-varying flows fail preflight instead of silently degrading.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+from collections.abc import Mapping
+from typing import Any
+
+from retrain_ray.backends.types import BackendCapabilities
+
+BUILTIN_CAPABILITIES: dict[str, BackendCapabilities] = {
+    "local": BackendCapabilities(reports_sync_loss=True, preserves_token_advantages=True,
+                                 supports_checkpoint_resume=True, resume_runtime_dependent=False,
+                                 checkpoint_resume_mode="exact"),
+    "tinker": BackendCapabilities(reports_sync_loss=True, preserves_token_advantages=True,
+                                  supports_checkpoint_resume=True, resume_runtime_dependent=True,
+                                  checkpoint_resume_mode="exact"),
+}
+PLUGIN_DEFAULT_CAPABILITIES = BackendCapabilities(preserves_token_advantages=False,
+                                                  checkpoint_resume_mode="adapter_only")
+PLUGIN_HOOKS = {
+    "capabilities": ["retrain_backend_capabilities", "RETRAIN_BACKEND_CAPABILITIES"],
+    "option_schema": ["retrain_backend_option_schema", "RETRAIN_BACKEND_OPTION_SCHEMA"],
+}
+
+
+def _hook(path: str, names: list[str]) -> Any:
+    """The first hook found on the plugin object, then on its module (None when it declares none)."""
+    from retrain_ray.algorithms.plugins import load_object
+
+    obj = load_object(path, "[backend] backend")
+    module = importlib.import_module(obj.__module__) if hasattr(obj, "__module__") else None
+    for holder in (obj, module):
+        for name in names:
+            value = getattr(holder, name, None)
+            if value is not None:
+                return value
+    return None
+
+
+def _as_capabilities(value: Any, path: str) -> BackendCapabilities:
+    if isinstance(value, BackendCapabilities):
+        return value
+    if isinstance(value, Mapping):
+        fields = {f.name for f in dataclasses.fields(BackendCapabilities)}
+        unknown = set(value) - fields
+        if unknown:
+            raise ValueError(f"[backend] backend {path!r}: capability hook has unknown keys {sorted(unknown)}; "
+                             f"known: {sorted(fields)}")
+        return BackendCapabilities(**{**dataclasses.asdict(PLUGIN_DEFAULT_CAPABILITIES), **value})
+    raise ValueError(f"[backend] backend {path!r}: capability hook returned {type(value).__name__}; "
+                     "return a BackendCapabilities or a dict of its fields")
+
+
+def capabilities_for(backend: str, options: Mapping[str, Any] | None = None) -> tuple[BackendCapabilities, str]:
+    """(flags, source) of a backend name: "builtin", "plugin/hook" or "plugin/default"."""
+    if backend in BUILTIN_CAPABILITIES:
+        return BUILTIN_CAPABILITIES[backend], "builtin"
+    value = _hook(backend, PLUGIN_HOOKS["capabilities"])
+    if value is None:
+        return PLUGIN_DEFAULT_CAPABILITIES, "plugin/default"
+    if callable(value) and not isinstance(value, (BackendCapabilities, Mapping)):
+        value = value(dict(options or {}))
+    return _as_capabilities(value, backend), "plugin/hook"
+
+
+def plugin_option_schema(backend: str) -> dict[str, Any] | None:
+    """The option schema a plugin backend declares (None: it declares none, options go unchecked)."""
+    value = _hook(backend, PLUGIN_HOOKS["option_schema"])
+    if callable(value) and not isinstance(value, Mapping):
+        value = value()
+    return dict(value) if value is not None else None
