@@ -216,3 +216,19 @@ def test_sft_schedule_keys(tmp_path, monkeypatch):
     assert [e.reference for e in _loop(sft_reshuffle_each_epoch=True).sft_examples(1, 6)] != again
     batch = _loop(sft_max_tokens=3).sft_batch([Example("ab", "7")])
     assert [len(t) for t in batch.tokens_D] == [3] and batch.advantages_D[0] == [0.0, 0.0, 1.0]
+
+
+def test_action_token_columns_are_filled():
+    """Two groups: one tied (skipped without batch normalisation), one mixed; 4 + 4 tokens sampled."""
+    settings = CreditSettings.from_config(RetrainConfig.model_validate(
+        {"algorithm": {"advantage_mode": "grpo", "transform_mode": "none"}}))
+    credit = assign_credit([_group([1.0, 1.0]), _group([1.0, 0.0])], settings, 0.0, 1.0)
+    m = credit.metrics
+    assert (m["rl/sampled_action_tokens"], m["rl/eligible_action_tokens"]) == (8.0, 4.0)
+    assert m["rl/action_token_datumization_ratio"] == 0.5
+    assert m["rl/completion_surprisal_mean"] == pytest.approx(1.0)  # mean of 0.5 and 1.5
+    from retrain_ray.run.credit import logical_batch_sha256
+
+    sha = logical_batch_sha256(credit.batch)
+    assert len(sha) == 64 and sha == logical_batch_sha256(assign_credit(
+        [_group([1.0, 1.0]), _group([1.0, 0.0])], settings, 0.0, 1.0).batch)

@@ -8,6 +8,8 @@ groups, as the original logs them.
 
 from __future__ import annotations
 
+import hashlib
+import json
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -140,11 +142,34 @@ def assign_credit(groups: list[Group], settings: CreditSettings, sepa_lambda: fl
     metrics["rl/optimizer_nonzero_advantage_action_tokens"] = float(nonzero)
     metrics["rl/nonzero_advantage_action_tokens"] = float(nonzero)
     metrics["num_datums"] = float(len(tokens_D))
+    metrics.update(_action_token_metrics(groups, logprobs_D, prompt_lens_D))
     if not tokens_D or nonzero == 0:
         return Credit(batch=None, metrics=metrics)
     batch = TrainBatch(tokens_D, logprobs_D, advantages_D, prompt_lens_D, temperature=temperature)
     metrics["tokens_per_step"] = float(batch.num_tokens)
     return Credit(batch=batch, metrics=metrics)
+
+
+def _action_token_metrics(groups: list[Group], logprobs_D: list[list[float]], prompt_lens_D: list[int]) -> dict:
+    """Sampled vs datumized completion tokens (skipped groups sample but train nothing) and the mean
+    surprisal of the datumized ones (spec 8)."""
+    sampled = sum(len(s.token_ids) for g in groups for s in g.samples_G)
+    completion_lps = [lp for row, n in zip(logprobs_D, prompt_lens_D, strict=True) for lp in row[n:]]
+    eligible = len(completion_lps)
+    return {
+        "rl/sampled_action_tokens": float(sampled),
+        "rl/eligible_action_tokens": float(eligible),
+        "rl/action_token_datumization_ratio": eligible / sampled if sampled else 0.0,
+        "rl/completion_surprisal_mean": -sum(completion_lps) / eligible if eligible else 0.0,
+    }
+
+
+def logical_batch_sha256(batch: TrainBatch) -> str:
+    """Fingerprint of what the optimizer is given: tokens, logprobs, advantages and prompt lengths."""
+    digest = hashlib.sha256()
+    for row in (batch.tokens_D, batch.logprobs_D, batch.advantages_D, [batch.prompt_lens_D]):
+        digest.update(json.dumps(row, separators=(",", ":")).encode())
+    return digest.hexdigest()
 
 
 def _batch_transforms(advantages_D: list[list[float]], settings: CreditSettings, metrics: dict) -> list[list[float]]:

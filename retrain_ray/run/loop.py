@@ -27,7 +27,7 @@ from retrain_ray.backpressure.types import StepObservation
 from retrain_ray.data import next_batch
 from retrain_ray.engines.types import SamplingEngine, SamplingParams, WeightUpdate
 from retrain_ray.run.checkpoint import CheckpointManager
-from retrain_ray.run.credit import CreditSettings, assign_credit
+from retrain_ray.run.credit import CreditSettings, assign_credit, logical_batch_sha256
 from retrain_ray.run.rollout import (
     CORRECT_THRESHOLD,
     decode_groups,
@@ -132,6 +132,7 @@ class RunLoop:
                 )
         self.record_generations(step, groups)
         row = self.build_row(step, state, metrics, train.loss, train.metrics, sepa_lambda)
+        row["optimizer/logical_batch_sha256"] = logical_batch_sha256(credit.batch)
         row.update(self.advise(step, state, metrics, credit.batch.num_tokens, skipped=False))
         return row
 
@@ -266,6 +267,7 @@ class RunLoop:
             "policy_loss_mode": self.cfg.training.policy_loss_mode,
             "backend_reports_sync_loss": caps.reports_sync_loss,
             "backend_preserves_token_advantages": caps.preserves_token_advantages,
+            "loss_is_placeholder": not caps.reports_sync_loss,
             "wall_time": time.time(),
         }
 
