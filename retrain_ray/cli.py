@@ -82,11 +82,31 @@ def main(argv: list[str] | None = None) -> int:
         print(f"retrain-ray {__version__}")
         return 0
     if argv[0] in VERBS:
-        return _dispatch(argv[0], argv[1:])
+        return _guarded(argv[0], argv[1:])
     if argv[0].endswith(".toml") or Path(argv[0]).is_file():
-        return _dispatch(_verb_for_file(argv[0]), argv)
+        return _guarded(_verb_for_file(argv[0]), argv)
     print(f"error: unknown command or file {argv[0]!r}; commands: {', '.join(VERBS)}", file=sys.stderr)
     return 2
+
+
+USER_ERRORS = (ValueError, KeyError, OSError, TimeoutError, ImportError, AttributeError, TypeError)
+"""What bad input raises (bad files, data, rewards, plugins, full or read-only disks); each message names
+the file, key or value. At the CLI they end the command with that message and exit 1, not a traceback;
+RETRAIN_RAY_TRACEBACK=1 shows the traceback as well."""
+
+
+def _guarded(command: str, argv: list[str]) -> int:
+    import os
+
+    try:
+        return _dispatch(command, argv)
+    except USER_ERRORS as exc:
+        if os.environ.get("RETRAIN_RAY_TRACEBACK"):
+            raise
+        message = exc.args[0] if isinstance(exc, KeyError) and exc.args else str(exc)
+        print(f"error ({command}): {type(exc).__name__}: {message}", file=sys.stderr)
+        print("(set RETRAIN_RAY_TRACEBACK=1 to see the traceback)", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

@@ -78,7 +78,8 @@ def _train_parser() -> argparse.ArgumentParser:
 
 def _prepare_run_dir(run_dir: Path, *, resume: str | None, overwrite: bool) -> None:
     """Refuses to mix two runs in one directory: resume it, overwrite it, or pick another."""
-    if resume or not run_dir.exists() or not any(run_dir.glob("metrics*.arrows")):
+    holds_run = any(run_dir.glob("metrics*.arrows")) or any((run_dir / "checkpoints").glob("*"))
+    if resume or not run_dir.exists() or not holds_run:  # checkpoints alone are a run too (a crash before row 1)
         return
     if not overwrite:
         err.print(

@@ -47,6 +47,25 @@ def is_transient(err: BaseException) -> bool:
     return _status_of(err) in TRANSIENT_STATUS
 
 
+NOT_PROCESSED_STATUS = (429, 503)
+"""Statuses by which a server says it did not run the request (rate limited, unavailable)."""
+
+
+class AmbiguousCallError(ConnectionError):
+    """A call that must run at most once failed in a way that leaves open whether the server ran it."""
+
+
+def was_not_processed(err: BaseException) -> bool:
+    """True when the request surely did not run on the server: refused connection, 429, 503.
+
+    502, 504, timeouts and dropped connections are ambiguous: the server may have run the call and
+    only the answer was lost. Only these safe failures are retried for calls that must not run twice.
+    """
+    if isinstance(err, httpx.ConnectError):
+        return True
+    return _status_of(err) in NOT_PROCESSED_STATUS
+
+
 @dataclass
 class RetryCounters:
     """Counts of retried attempts and of requests that failed after every attempt."""
@@ -65,12 +84,25 @@ class RetryPolicy:
         return min(self.backoff_s * 2 ** (attempt - 1), MAX_BACKOFF_S)
 
 
-def call_with_retry(fn: Callable[[], T], *, what: str, policy: RetryPolicy, counters: RetryCounters) -> T:
-    """`fn()`, retried on transient errors up to `policy.max_attempts` attempts in all."""
+def call_with_retry(fn: Callable[[], T], *, what: str, policy: RetryPolicy, counters: RetryCounters,
+                    idempotent: bool = True) -> T:
+    """`fn()`, retried on transient errors up to `policy.max_attempts` attempts in all.
+
+    `idempotent=False` (a call that changes server state, e.g. a gradient accumulation): only failures
+    that prove the server did not run it are retried; an ambiguous one raises `AmbiguousCallError`,
+    so a retry never applies the call twice.
+    """
     for attempt in range(1, policy.max_attempts + 1):
         try:
             return fn()
         except Exception as err:
+            if not idempotent and is_transient(err) and not was_not_processed(err):
+                counters.failures += 1
+                raise AmbiguousCallError(
+                    f"{what} failed with {err!r} after it may have reached the server; it is not retried, "
+                    "since running it twice would apply it twice. The run stops here and resumes from its last "
+                    "checkpoint (a campaign retries it; `retrain-ray train --resume RUN_DIR` by hand)"
+                ) from err
             if not is_transient(err) or attempt == policy.max_attempts:
                 counters.failures += is_transient(err)
                 if is_transient(err):

@@ -14,7 +14,7 @@ from safetensors.torch import save_file
 
 from retrain_ray.cli import main as cli_main
 from retrain_ray.finite import NonFiniteError, check_rewards, nonfinite_tensors
-from retrain_ray.rewards.custom import CustomReward, RewardTimeoutError
+from retrain_ray.rewards.custom import CustomReward, RewardFunctionError, RewardTimeoutError
 from retrain_ray.run.checkpoint import CheckpointManager, resolve_resume_dir, verify_checkpoint
 from retrain_ray.run.state import TrainerState
 
@@ -130,8 +130,9 @@ def test_hanging_sync_reward_times_out_naming_the_function(tmp_path, monkeypatch
 def test_sync_reward_errors_reach_the_caller(tmp_path, monkeypatch):
     (tmp_path / "raising_reward.py").write_text("def score(c, r):\n    raise KeyError('no such field')\n")
     monkeypatch.syspath_prepend(str(tmp_path))
-    with pytest.raises(KeyError, match="no such field"):
+    with pytest.raises(RewardFunctionError, match="raising_reward:score raised KeyError: 'no such field'") as info:
         CustomReward("raising_reward").score_batch(["a"], ["x"])
+    assert isinstance(info.value.__cause__, KeyError)
 
 
 def test_backend_refuses_a_nonfinite_gradient_and_keeps_its_weights(tmp_path):

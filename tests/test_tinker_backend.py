@@ -123,8 +123,9 @@ def test_checkpoint_round_trip_stores_the_training_state_path(tmp_path):
     assert fresh_session.training_client.optimizer.state  # optimizer moments came back too
 
 
-def test_transient_502_504_timeout_are_retried_and_counted(tmp_path):
-    faults = {"sample": ["502", "timeout"], "optim_step": ["504"], "forward_backward": ["502"]}
+def test_transient_failures_are_retried_and_counted(tmp_path):
+    """Sampling is retried on 502/timeouts; state-changing calls only on 503 (the server ran nothing)."""
+    faults = {"sample": ["502", "timeout"], "optim_step": ["503"], "forward_backward": ["503"]}
     engine, backend, session = _policy(tmp_path, faults=faults)
     groups = engine.generate([[1, 5], [1, 6]], 2, PARAMS)
     assert [len(g) for g in groups] == [2, 2]
@@ -226,3 +227,32 @@ def test_build_tinker_policy_from_config(tmp_path):
     assert backend.capabilities.checkpoint_resume_mode == "exact" and backend.capabilities.resume_runtime_dependent
     assert backend.clip.clip_eps == 0.2 and tokenizer.eos_token_id is not None
     assert engine.generate([tokenizer.encode("12", add_special_tokens=False)], 2, PARAMS)[0]
+
+
+@pytest.mark.parametrize(("method", "kind"), [("forward_backward", "502-applied"), ("forward_backward", "timeout-applied"),
+                                              ("optim_step", "504-applied")])
+def test_a_call_the_server_applied_is_never_applied_twice(tmp_path, method, kind):
+    """The server applies the call, the answer is lost: no retry, a clear error, and a resume from the
+    checkpoint then gives exactly the weights of a run that never failed."""
+    from retrain_ray.retry import AmbiguousCallError
+
+    prompts = [[1, 5], [1, 6]]
+    engine, backend, session = _policy(tmp_path, faults={method: [kind]})
+    batch = _batch(prompts, engine.generate(prompts, 2, PARAMS))
+    backend.save_checkpoint(_mkdir(tmp_path / "ckpt"))
+    with pytest.raises(AmbiguousCallError, match=f"tinker {method}.*not retried"):
+        backend.train_step(batch, lr=1e-2, weight_decay=0.0)
+    assert session.service_client.calls.counts[method] == 1  # no retry: applied once, not twice
+    backend.load_checkpoint(tmp_path / "ckpt")
+    backend.train_step(batch, lr=1e-2, weight_decay=0.0)
+    resumed = _lora_weights(session)
+    backend.load_checkpoint(tmp_path / "ckpt")  # the same step again, with no fault at all
+    backend.train_step(batch, lr=1e-2, weight_decay=0.0)
+    clean = _lora_weights(session)
+    assert all(torch.equal(clean[n], resumed[n]) for n in clean)
+    assert backend.version == 1
+
+
+def _mkdir(path):
+    path.mkdir(parents=True)
+    return path

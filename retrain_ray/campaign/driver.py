@@ -132,6 +132,11 @@ class Campaign:
         cdir = self.campaign_dir
         if (cdir / "manifest.json").is_file():
             manifest = Manifest.load(cdir)
+            recorded = manifest.data.get("name")
+            if recorded != self.plan.name:
+                raise CampaignError([f"{cdir / 'manifest.json'} belongs to campaign {recorded!r}, not "
+                                     f"{self.plan.name!r}: it was copied from another campaign; remove it or "
+                                     "choose another [campaign].name"])
             known = {r["run_name"] for r in manifest.data["runs"]}
             if known != {r.run_name for r in self.plan.runs}:
                 raise CampaignError([f"{cdir} holds a campaign with other runs; choose another [campaign].name"])

@@ -43,7 +43,14 @@ def read_manifest(campaign_dir: Path) -> dict[str, Any]:
     path = Path(campaign_dir) / MANIFEST
     if not path.is_file():
         raise FileNotFoundError(f"{path} not found: {campaign_dir} is not a retrain-ray campaign directory")
-    return json.loads(path.read_text())
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"{path} is not valid JSON ({exc}): damaged or half-written; "
+                         "restore it from a backup or start the campaign again under another name") from None
+    if not isinstance(data, dict) or not isinstance(data.get("runs"), list):
+        raise ValueError(f"{path} is not a retrain-ray manifest (no \"runs\" list)")
+    return data
 
 
 class Manifest:

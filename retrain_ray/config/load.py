@@ -32,7 +32,14 @@ def read_toml(path: str | Path) -> dict[str, Any]:
     path = Path(path)
     try:
         with path.open("rb") as fh:
-            return tomllib.load(fh)
+            data = fh.read()
+        raw = tomllib.loads(data.decode("utf-8"))
+    except IsADirectoryError:
+        raise ConfigError([ConfigIssue(str(path), no_value(), "is a directory, not a TOML file",
+                                       "name the config file itself, e.g. configs/smoke.toml")], str(path)) from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError([ConfigIssue(str(path), no_value(), f"not UTF-8 text (byte {exc.start}): a binary file?",
+                                       "save the config as UTF-8 TOML")], str(path)) from None
     except FileNotFoundError:
         raise ConfigError([ConfigIssue(str(path), no_value(), "file not found",
                                        "check the path (relative paths start at the current directory)")],
@@ -40,6 +47,11 @@ def read_toml(path: str | Path) -> dict[str, Any]:
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError([ConfigIssue(str(path), no_value(), f"not valid TOML ({exc})",
                                        "fix the syntax at the line shown")], str(path)) from None
+    if not raw:
+        raise ConfigError([ConfigIssue(str(path), no_value(), "holds no settings (empty file)",
+                                       "start from configs/smoke.toml, or leave out the file to use the defaults")],
+                          str(path))
+    return raw
 
 
 def load_config_with_warnings(

@@ -13,14 +13,24 @@ from typing import Any
 from retrain_ray.data.types import Example
 
 SUFFIXES = {".jsonl": "jsonl", ".json": "jsonl", ".parquet": "parquet", ".pq": "parquet"}
+MAX_FIELD_CHARS = 200_000
+"""A prompt or reference longer than this is refused with the file and row (a 50 MB row used to hang
+the run in tokenization and sampling); longer prompts than any model's context are a data error."""
 
 
 def _read_jsonl(path: Path) -> list[dict[str, Any]]:
     rows = []
-    with path.open(encoding="utf-8") as handle:
-        for line_no, line in enumerate(handle, start=1):
+    with path.open("rb") as handle:
+        for line_no, raw in enumerate(handle, start=1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise ValueError(f"{path}:{line_no}: not valid UTF-8 (byte {exc.start}); save the file as UTF-8") from None
             if not line.strip():
                 continue
+            if len(line) > 2 * MAX_FIELD_CHARS + 1024:
+                raise ValueError(f"{path}:{line_no}: a row of {len(line):,} characters; rows are limited to about "
+                                 f"{2 * MAX_FIELD_CHARS:,} (prompt and reference of {MAX_FIELD_CHARS:,} each)")
             try:
                 row = json.loads(line)
             except json.JSONDecodeError as exc:
@@ -32,16 +42,23 @@ def _read_jsonl(path: Path) -> list[dict[str, Any]]:
 
 
 def _read_parquet(path: Path) -> list[dict[str, Any]]:
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
-    return pq.read_table(path).to_pylist()
+    try:
+        return pq.read_table(path).to_pylist()
+    except (pa.ArrowException, OSError) as exc:
+        raise ValueError(f"data file {path} is not a readable Parquet file ({exc}); is it complete?") from None
 
 
 def _columns(path: Path, rows: list[dict[str, Any]]) -> list[str]:
     if path.suffix in (".parquet", ".pq"):
         import pyarrow.parquet as pq
 
-        return list(pq.read_schema(path).names)
+        try:
+            return list(pq.read_schema(path).names)
+        except Exception as exc:  # pyarrow raises several types for damaged footers
+            raise ValueError(f"data file {path} is not a readable Parquet file ({exc})") from None
     return sorted({key for row in rows for key in row})
 
 
@@ -50,6 +67,9 @@ def load_file_examples(
 ) -> list[Example]:
     """Read examples from a .jsonl or .parquet file; `max_examples > 0` keeps the first N rows."""
     path = Path(path)
+    if path.is_dir():
+        raise IsADirectoryError(f"data file {path} is a directory; [data] path / eval_path name one "
+                                ".jsonl or .parquet file")
     kind = SUFFIXES.get(path.suffix.lower())
     if kind is None:
         raise ValueError(f"data file {path}: unsupported suffix {path.suffix!r}; use one of {sorted(SUFFIXES)}")
@@ -62,15 +82,34 @@ def load_file_examples(
             raise KeyError(
                 f"data file {path} has no column {column!r} ([data] {role}); available columns: {available}"
             )
+    if not rows:
+        raise ValueError(f"data file {path} has no rows; every row needs {prompt_column!r} and {reference_column!r}")
     if max_examples > 0:
         rows = rows[:max_examples]
     return [_example(path, i, row, prompt_column, reference_column) for i, row in enumerate(rows)]
 
 
+def _text(path: Path, index: int, column: str, value: Any, *, numbers_ok: bool) -> str:
+    """A cell as text: strings as they are, UTF-8 bytes decoded, numbers for references only."""
+    where = f"data file {path}, row {index}, column {column!r}"
+    if isinstance(value, bytes):
+        try:
+            value = value.decode("utf-8")
+        except UnicodeDecodeError:
+            raise ValueError(f"{where}: binary data that is not UTF-8 text; store text") from None
+    if numbers_ok and isinstance(value, (int, float)) and not isinstance(value, bool):
+        value = str(value)
+    if not isinstance(value, str):
+        kind = "missing (null)" if value is None else f"a {type(value).__name__}"
+        raise ValueError(f"{where}: {kind}, expected text")
+    if not value.strip():
+        raise ValueError(f"{where}: empty; every row needs a prompt and a reference")
+    if len(value) > MAX_FIELD_CHARS:
+        raise ValueError(f"{where}: {len(value):,} characters, more than the {MAX_FIELD_CHARS:,} allowed")
+    return value
+
+
 def _example(path: Path, index: int, row: dict[str, Any], prompt_column: str, reference_column: str) -> Example:
-    prompt, reference = row.get(prompt_column), row.get(reference_column)
-    if prompt is None or reference is None:
-        raise ValueError(
-            f"data file {path}, row {index}: empty {prompt_column!r} or {reference_column!r}; every row needs both"
-        )
-    return Example(prompt=str(prompt), reference=str(reference))
+    prompt = _text(path, index, prompt_column, row.get(prompt_column), numbers_ok=False)
+    reference = _text(path, index, reference_column, row.get(reference_column), numbers_ok=True)
+    return Example(prompt=prompt, reference=reference)

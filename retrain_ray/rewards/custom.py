@@ -34,7 +34,7 @@ def resolve_function(module_name: str, function_name: str) -> Callable[..., Any]
         )
     try:
         module = importlib.import_module(module_name)
-    except ImportError as exc:
+    except (ImportError, SyntaxError) as exc:
         raise ImportError(
             f"custom reward module {module_name!r} could not be imported ({exc}); make sure it is on "
             "PYTHONPATH (or installed) on every node, and check [reward] custom_module"
@@ -52,15 +52,25 @@ class RewardTimeoutError(TimeoutError):
     """A custom reward took longer than its timeout for one batch."""
 
 
+class RewardFunctionError(ValueError):
+    """A custom reward raised; the message names the function and the completion, the cause is chained."""
+
+
 def _call_bounded(fn: Callable[[str, str], Any], pairs: list[tuple[str, str]], timeout_s: float, label: str) -> list[Any]:
     """`[fn(c, r) for c, r in pairs]` on a daemon thread, waited on for at most `timeout_s`."""
     box: dict[str, Any] = {}
 
     def work() -> None:
+        results = []
         try:
-            box["results"] = [fn(c, r) for c, r in pairs]
-        except BaseException as exc:  # re-raised in the caller's thread
-            box["error"] = exc
+            for c, r in pairs:
+                results.append(fn(c, r))
+        except Exception as exc:  # re-raised in the caller's thread
+            error = RewardFunctionError(f"custom reward {label} raised {type(exc).__name__}: {exc} "
+                                        f"(completion {len(results)}: {c[:80]!r}); fix the reward function")
+            error.__cause__ = exc
+            box["error"] = error
+        box["results"] = results
 
     thread = threading.Thread(target=work, name=f"reward-{label}", daemon=True)
     thread.start()

@@ -62,8 +62,8 @@ def verify_checkpoint(directory: Path) -> str:
     if not sums_file.is_file():
         return f"{sums_file} is missing (incomplete checkpoint)"
     try:
-        expected = json.loads(sums_file.read_text())
-    except json.JSONDecodeError as exc:
+        expected = json.loads(sums_file.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         return f"{sums_file} is not valid JSON ({exc})"
     actual = _file_checksums(directory)
     for name, digest in expected.items():

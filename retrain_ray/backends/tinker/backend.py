@@ -14,9 +14,12 @@ Checkpoints: `save_checkpoint(dir)` calls `save_state` (weights + optimizer, for
 `load_checkpoint(dir)` passes the *state* path to `load_state_with_optimizer`. This fixes hazard
 13.10 (the original stored the sampler path and handed it to `load_state`).
 
-Transient failures are retried by the session; note that a retried `forward_backward` whose first
-attempt reached the server before failing may accumulate twice, as with any client-side retry of a
-non-idempotent call.
+Exactly once: `forward_backward` accumulates a gradient and `optim_step` moves the weights, so
+neither may run twice. The session retries them only after failures that prove the server did not
+run them (refused connection, 429, 503); after an ambiguous one (502, 504, timeout) the step raises
+`AmbiguousCallError` and the run resumes from its last checkpoint, whose server state
+(`load_state_with_optimizer`) holds no half-applied step. Reads (`forward`, sampling) and saves are
+retried on every transient failure.
 """
 
 from __future__ import annotations
@@ -48,6 +51,7 @@ def importance_sampling_step(backend: TinkerBackend, datums: list[Any]) -> tuple
     out = backend.session.call(
         "forward_backward(importance_sampling)",
         lambda: backend.session.training_client.forward_backward(datums, loss_fn="importance_sampling"),
+        idempotent=False,
     )
     return float(out.metrics["loss:sum"]) / max(len(datums), 1), {"clip_fraction": 0.0}
 
@@ -64,7 +68,8 @@ def ppo_dual_clip_step(backend: TinkerBackend, datums: list[Any]) -> tuple[float
         for d, lp, grads in zip(datums, new_lp_D, grads_D, strict=True)
     ]
     backend.session.call(
-        "forward_backward(ppo_dual_clip)", lambda: tc.forward_backward(second, loss_fn="importance_sampling")
+        "forward_backward(ppo_dual_clip)", lambda: tc.forward_backward(second, loss_fn="importance_sampling"),
+        idempotent=False,
     )
     return loss, metrics
 
@@ -112,7 +117,8 @@ class TinkerBackend:
     def sft_step(self, batch: TrainBatch, *, lr: float, weight_decay: float) -> TrainStepResult:
         datums, _count = sft_datums(batch)
         tc = self.session.training_client
-        out = self.session.call("forward_backward(cross_entropy)", lambda: tc.forward_backward(datums, loss_fn="cross_entropy"))
+        out = self.session.call("forward_backward(cross_entropy)", lambda: tc.forward_backward(datums, loss_fn="cross_entropy"),
+                                idempotent=False)
         self._optim_step(lr, weight_decay)
         return TrainStepResult(loss=float(out.metrics["loss:sum"]), metrics=self.session.runtime_metrics())
 
@@ -121,7 +127,7 @@ class TinkerBackend:
 
         params = types.AdamParams(learning_rate=lr, weight_decay=weight_decay, **self.adam)
         tc = self.session.training_client
-        self.session.call("optim_step", lambda: tc.optim_step(params))
+        self.session.call("optim_step", lambda: tc.optim_step(params), idempotent=False)
         self._version += 1
 
     def export_weights(self) -> WeightUpdate:

@@ -75,15 +75,18 @@ class TinkerSession:
         self.sampling_client: Any = None
         self.sampler_path = ""
 
-    def call(self, what: str, fire: Callable[[], Any], timeout_s: float | None = None) -> Any:
-        """`fire()` returns an SDK future; its result, under a throttle slot, with retries."""
+    def call(self, what: str, fire: Callable[[], Any], timeout_s: float | None = None, *,
+             idempotent: bool = True) -> Any:
+        """`fire()` returns an SDK future; its result, under a throttle slot, with retries
+        (`idempotent=False`: only retries that cannot run the call twice, see `call_with_retry`)."""
         timeout = timeout_s or self.options.call_timeout_s
 
         def attempt() -> Any:
             with self.throttle.hold():
                 return fire().result(timeout=timeout)
 
-        return call_with_retry(attempt, what=f"tinker {what}", policy=self.policy, counters=self.counters)
+        return call_with_retry(attempt, what=f"tinker {what}", policy=self.policy, counters=self.counters,
+                               idempotent=idempotent)
 
     def checkpoint(self, name: str) -> None:
         """Saves the trained weights server side and samples from them from now on."""

@@ -41,7 +41,8 @@ import torch
 
 from retrain_ray.engines.types import SamplingParams as EngineParams
 
-FAULT_KINDS = ("502", "503", "504", "timeout")
+FAULT_KINDS = ("502", "503", "504", "timeout", "502-applied", "504-applied", "timeout-applied")
+"""`<kind>-applied`: the stand-in runs the call (the server applied it), then the answer is lost."""
 
 
 class StandinFuture:
@@ -60,6 +61,7 @@ def _fault_error(kind: str, method: str) -> BaseException:
     import tinker
 
     request = httpx.Request("POST", f"http://tinker-standin.invalid/{method}")
+    kind = kind.removesuffix("-applied")
     if kind == "timeout":
         return TimeoutError(f"stand-in: {method} timed out (injected)")
     response = httpx.Response(int(kind), request=request)
@@ -86,7 +88,11 @@ class _Calls:
         return _fault_error(queue.pop(0), method) if queue else None
 
     def future(self, method: str, compute: Callable[[], Any]) -> StandinFuture:
+        queue = self.faults.get(method)
+        applied_then_lost = bool(queue) and queue[0].endswith("-applied")
         error = self.enter(method)
+        if applied_then_lost:
+            compute()
         return StandinFuture(error=error) if error is not None else StandinFuture(compute())
 
 
@@ -251,6 +257,7 @@ class StandinTrainingClient:
                     p.copy_(saved["weights"][n])
         if with_optimizer:
             self.optimizer.load_state_dict(saved["optimizer"])
+        self.optimizer.zero_grad(set_to_none=True)  # a loaded state has no pending gradient
         return types.LoadWeightsResponse(path=uri)
 
 
