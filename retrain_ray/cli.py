@@ -72,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     if not argv and Path(DEFAULT_FILE).is_file():  # as the original: no argument means ./retrain.toml
-        return _dispatch(_verb_for_file(DEFAULT_FILE), [DEFAULT_FILE])
+        return _guarded(_verb_for_file(DEFAULT_FILE), [DEFAULT_FILE])
     if not argv or argv[0] in ("-h", "--help", "help"):
         print(__doc__.splitlines()[0].split(":")[0] + "\n\n" + usage())
         if not argv:
