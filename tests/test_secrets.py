@@ -104,7 +104,7 @@ def test_campaign_writes_no_planted_secret_anywhere(ray_4cpu_4gpu, tmp_path, mon
     toml = tmp_path / "campaign.toml"
     toml.write_text(CAMPAIGN.format(root=tmp_path))
     results = Campaign.from_toml(toml, root=tmp_path / "campaigns").run(progress=False)
-    assert results.errors == {}
+    assert not results.errors
     written = _files_holding(tmp_path, PLANTED)
     assert written == {"campaign.toml": ["PLANTED_PW_1", "PLANTED_KEY_2"]}, written  # only the user's own file
     cdir = tmp_path / "campaigns" / "secrets"
