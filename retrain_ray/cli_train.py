@@ -141,8 +141,6 @@ def train_main(argv: list[str]) -> int:
         return 1
     first_step_s = outcome.first_step_at - process_started_at() if outcome.first_step_at else None
     _print_summary(outcome, progress, run_dir, time.perf_counter() - started, first_step_s)
-    if outcome.status != "completed":
-        return 1
     return _squeeze_after(cfg, run_dir) if cfg.squeeze is not None else 0
 
 

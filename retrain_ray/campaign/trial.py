@@ -4,7 +4,8 @@ At trial start it waits for its stagger slot, then calls the runner (`train_run`
 that forward rows to the recorder actor, export gauges and report each checkpoint to Tune
 (`tune.report(metrics, checkpoint=...)`). On a retry (Tune's FailureConfig) or after a campaign
 restore, `tune.get_checkpoint()` gives the last reported checkpoint and the run continues after it.
-A run that ends with status "failed" raises, so Tune retries it from that checkpoint.
+A run that fails raises (the contract in run/types.py); the exception reaches Tune, which retries
+it from that checkpoint up to `[campaign].max_failures` times.
 """
 
 from __future__ import annotations
@@ -26,10 +27,6 @@ from retrain_ray.campaign.stagger import wait_for_start_slot
 
 DEFAULT_RUNNER = "retrain_ray.run.train:train_run"
 REPORTED = ("mean_reward", "correct_rate", "loss", "tokens_per_second", "step_time_s", "running_correct_rate")
-
-
-class RunFailed(RuntimeError):
-    """A run ended with status "failed"; raised so Tune retries it from its last checkpoint."""
 
 
 @dataclass(frozen=True)
@@ -118,8 +115,6 @@ def run_trial(config: dict[str, Any], context: TrialContext) -> None:
     else:
         with checkpoint.as_directory() as resume_dir:
             outcome, reporter = _run(context, plan, Path(resume_dir))
-    if outcome.status == "failed":
-        raise RunFailed(f"run {plan.run_name} failed at step {outcome.last_step}: {outcome.error}")
     final = {k: v for k, v in outcome.metrics.items() if isinstance(v, (int, float))}
     tune.report({**reporter.last, **final, "step": outcome.last_step, "run_done": True,
                  "run_status": outcome.status})
