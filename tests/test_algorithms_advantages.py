@@ -202,7 +202,7 @@ def test_resolve_modes_flags_and_errors():
         resolve_modes("grpo", "gtpo_sepaa")
     with pytest.raises(ValueError, match="not supported"):
         resolve_modes("grpo", "delight_sepa")
-    with pytest.raises(ValueError, match="cannot import module"):
+    with pytest.raises(ValueError, match="cannot import"):
         resolve_modes("nosuchpkg.mod:fn", "none")
 
 

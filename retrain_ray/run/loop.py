@@ -238,9 +238,11 @@ class RunLoop:
         return self._sft_orders[epoch]
 
     def sft_batch(self, examples) -> TrainBatch:
-        """Prompt + formatted answer + EOS per example, cut to `sft_max_tokens` (else `max_tokens`)."""
+        """Prompt + formatted answer + EOS per example, cut to `sft_max_tokens` tokens (0: not cut).
+        `max_tokens` is the sampling budget of a completion, not a bound on a whole SFT sequence: used
+        as one, it cut every target off and the warm start trained on nothing (loss 0)."""
         tok = self.parts.tokenizer
-        limit = self.cfg.training.sft_max_tokens or self.cfg.training.max_tokens
+        limit = self.cfg.training.sft_max_tokens or sys.maxsize
         tokens_D, adv_D, lens = [], [], []
         for ex in examples:
             prompt = self.encode(ex.prompt)
