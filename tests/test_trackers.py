@@ -192,7 +192,7 @@ def test_campaign_tracks_each_run_once_with_its_step_metrics(ray_4cpu_4gpu, tmp_
     mlruns = (tmp_path / "mlruns").as_uri()
     toml.write_text(CAMPAIGN.format(root=tmp_path, mlruns=mlruns))
     results = Campaign.from_toml(toml, root=tmp_path / "campaigns").run(progress=False)
-    assert results.errors == {}
+    assert results.errors == []
     cdir = tmp_path / "campaigns" / "tracked"
     by_name = {r.data.tags["run_name"]: r for r in mlflow_runs(mlruns, "tracked")}
     assert sorted(by_name) == ["grpo+none_s1", "grpo+none_s2"]
