@@ -22,6 +22,18 @@ REPO = Path(__file__).resolve().parents[1]
 PYTHON = sys.executable
 
 
+# The model, backend and data sections every tiny CPU test config starts with.
+TINY_CPU_SECTIONS = """[model]
+model = "builtin:tiny"
+finetune = "full"
+[backend]
+devices = "cpu"
+[data]
+source = "builtin"
+task = "first_digit"
+"""
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

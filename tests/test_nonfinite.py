@@ -11,6 +11,7 @@ import time
 
 import pytest
 import torch
+from campaign_helpers import TINY_CPU_SECTIONS
 from safetensors.torch import save_file
 
 from retrain_ray.cli import main as cli_main
@@ -19,16 +20,7 @@ from retrain_ray.rewards.custom import CustomReward, RewardFunctionError, Reward
 from retrain_ray.run.checkpoint import CheckpointManager, resolve_resume_dir, verify_checkpoint
 from retrain_ray.run.state import TrainerState
 
-RUN = """
-[model]
-model = "builtin:tiny"
-finetune = "full"
-[backend]
-devices = "cpu"
-[data]
-source = "builtin"
-task = "first_digit"
-[reward]
+RUN = TINY_CPU_SECTIONS + """[reward]
 type = "custom"
 custom_module = "{module}"
 [training]

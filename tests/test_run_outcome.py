@@ -12,22 +12,14 @@ import json
 from pathlib import Path
 
 import pytest
+from campaign_helpers import TINY_CPU_SECTIONS
 
 from retrain_ray.campaign import Campaign
 from retrain_ray.campaign.results import RunError
 
 FAILURE = "unsupported operand type(s) for /: 'str' and 'str'"
 
-TOML = """
-[model]
-model = "builtin:tiny"
-finetune = "full"
-[backend]
-devices = "cpu"
-[data]
-source = "builtin"
-task = "first_digit"
-[training]
+TOML = TINY_CPU_SECTIONS + """[training]
 batch_size = 2
 group_size = 2
 max_tokens = 4

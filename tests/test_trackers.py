@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from campaign_helpers import TINY_CPU_SECTIONS
 from ray import cloudpickle
 
 from retrain_ray.config import ConfigError, RetrainConfig
@@ -148,16 +149,7 @@ def test_a_tracker_that_is_not_installed_is_a_config_error(monkeypatch, key, val
 
 
 
-CAMPAIGN = """
-[model]
-model = "builtin:tiny"
-finetune = "full"
-[backend]
-devices = "cpu"
-[data]
-source = "builtin"
-task = "first_digit"
-[training]
+CAMPAIGN = TINY_CPU_SECTIONS + """[training]
 batch_size = 2
 group_size = 4
 max_tokens = 4
