@@ -88,3 +88,22 @@ def test_campaign_progress_line_in_logs_and_on_a_terminal(running):
     progress.on_experiment_end([])
     assert terminal.getvalue().count("\r\x1b[2K") == 3 and terminal.getvalue().endswith("\n")
     assert terminal.getvalue().count("\n") == 1
+
+
+def test_status_shows_a_deleted_run_directory_as_missing_not_completed(tmp_path, capsys):
+    import shutil
+
+    directory = tmp_path / "deleted"
+    directory.mkdir()
+    write_campaign(directory)
+    gone = run_name("fast", 2)
+    shutil.rmtree(directory / "runs" / gone)
+    st = campaign_status(directory, stale_after_s=1e12)
+    states = {r["run_name"]: r for r in st["runs"]}
+    assert (states[gone]["status"], states[gone]["step"]) == ("missing", None)
+    assert st["counts"]["missing"] == 1 and st["counts"]["completed"] == 5
+    assert st["matrix"]["fast"]["2"] == "missing" and st["matrix"]["fast"]["1"] == f"{STEPS} ✓"
+    capsys.readouterr()
+    assert main(["status", str(directory)]) == 0
+    out = capsys.readouterr().out
+    assert "done 5/6" in out and "missing 1" in out and "missing" in out.split("\n", 1)[1]

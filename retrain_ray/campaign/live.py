@@ -28,7 +28,8 @@ def format_duration(seconds: float | None) -> str:
 def summary_line(st: dict[str, Any]) -> str:
     c = st["counts"]
     return (f"{st['campaign']} [{st['status']}]: done {c['completed']}/{len(st['runs'])}, running {c['running']}, "
-            f"stale {c['stale']}, failed {c['failed']}, pending {c['pending']}, ETA {format_duration(st['eta_s'])}")
+            f"stale {c['stale']}, failed {c['failed']}, pending {c['pending']}"
+            + (f", missing {c['missing']}" if c.get("missing") else "") + f", ETA {format_duration(st['eta_s'])}")
 
 
 def _cell_text(state: dict[str, Any]) -> str:

@@ -29,7 +29,7 @@ class CampaignProgress(Callback):
         self.stream = stream
         self.tty_every_s = tty_every_s
         self.log_every_s = log_every_s
-        self._last = 0.0
+        self._last: float | None = None  # the first call always shows (monotonic time starts at boot)
         self._drawn = False
 
     def __getstate__(self) -> dict[str, Any]:  # Tune pickles callbacks with its experiment state
@@ -50,7 +50,7 @@ class CampaignProgress(Callback):
 
     def on_step_end(self, iteration: int, trials: list, **info: Any) -> None:
         every = self.tty_every_s if self._tty() else self.log_every_s
-        if time.monotonic() - self._last < every:
+        if self._last is not None and time.monotonic() - self._last < every:
             return
         self._last = time.monotonic()
         self.show()

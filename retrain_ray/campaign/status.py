@@ -1,8 +1,9 @@
 """Live campaign status: a condition x seed matrix read from the manifest and the Arrow logs.
 
 Cells: "step/max" (running or pending), "step ✓" (completed), "step ✗" (failed), "step stale"
-(not finished, no new row for `stale_after_s`), "—" (no row yet). Unlike the original (hazard
-13.6) failed runs are counted, from the manifest's run status.
+(not finished, no new row for `stale_after_s`), "—" (no row yet), "missing" (the manifest has
+started the run but its directory is gone: deleted or moved, whatever the manifest says). Unlike the
+original (hazard 13.6) failed runs are counted, from the manifest's run status.
 """
 
 from __future__ import annotations
@@ -53,6 +54,8 @@ def run_state(entry: dict[str, Any], run_dir: Path, now: float, stale_after_s: f
     hist = read_history(run_dir)
     step = int(hist["step"].max()) if len(hist) else None
     status = entry["status"]
+    if status != "pending" and not run_dir.is_dir():
+        status = "missing"  # not "completed with 0 steps": its logs and checkpoints are gone
     if status == "running" and step is not None and now - _last_row_time(run_dir) > stale_after_s:
         status = "stale"
     last = hist.iloc[-1] if len(hist) else None
@@ -77,6 +80,8 @@ def _run_eta(step: int | None, max_steps: int | None, per_step: float | None) ->
 
 def cell(state: dict[str, Any]) -> str:
     step, status = state["step"], state["status"]
+    if status == "missing":
+        return "missing"
     if step is None:
         return "✗" if status == "failed" else "—"
     shown = step + 1
@@ -88,7 +93,8 @@ def campaign_status(campaign_dir: Path, *, stale_after_s: float = STALE_AFTER_S)
     manifest = read_manifest(campaign_dir)
     now = time.time()
     runs = [run_state(e, campaign_dir / "runs" / e["run_name"], now, stale_after_s) for e in manifest["runs"]]
-    counts = {s: sum(r["status"] == s for r in runs) for s in ("pending", "running", "stale", "completed", "failed")}
+    counts = {s: sum(r["status"] == s for r in runs) for s in ("pending", "running", "stale", "completed", "failed",
+                                                        "missing")}
     matrix = {c: {str(r["seed"]): cell(r) for r in runs if r["condition"] == c} for c in manifest["conditions"]}
     return {"campaign": manifest["name"], "dir": str(campaign_dir), "status": manifest.get("status", ""),
             "counts": counts, "seeds": manifest["seeds"], "matrix": matrix, "runs": runs,
