@@ -91,3 +91,65 @@ def test_resume_after_interruption_matches_uninterrupted_run(tmp_path):
     assert wa.keys() == wb.keys()
     for name in wa:
         torch.testing.assert_close(wa[name], wb[name], rtol=1e-4, atol=1e-5)
+
+
+TINY = """[model]
+model = "builtin:tiny"
+finetune = "full"
+[backend]
+devices = "cpu"
+[data]
+source = "builtin"
+task = "first_digit"
+[reward]
+type = "custom"
+custom_module = "operator:lt"
+[training]
+batch_size = 2
+group_size = 16
+max_tokens = 4
+lr = 3e-3
+save_every = 2
+sft_warmup_steps = 2
+max_steps = 6
+[logging]
+log_dir = "{run_dir}"
+"""
+
+
+def _tear_after(segment: Path, rows: int) -> None:
+    """Cuts `segment` in the middle of its batch number `rows` (0-based): as a full disk or a power
+    loss leaves it after the later checkpoints reached the disk."""
+    import pyarrow as pa
+
+    with pa.OSFile(str(segment)) as source:
+        reader = pa.ipc.open_stream(source)
+        for _ in range(rows):
+            reader.read_next_batch()
+        cut = source.tell() + 40
+    with open(segment, "r+b") as fh:
+        fh.truncate(cut)
+
+
+def test_resume_after_a_torn_metrics_log_writes_the_lost_rows_again(tmp_path):
+    run_dir = tmp_path / "run"
+    (tmp_path / "t.toml").write_text(TINY.format(run_dir=run_dir))
+    cfg = load_config(tmp_path / "t.toml")
+    train_run(cfg, run_name="r", run_dir=run_dir)
+    whole = _final_weights(run_dir)
+    assert read_stream(run_dir)["step"].to_pylist() == list(range(6))
+    _tear_after(run_dir / "metrics.arrows", 3)  # rows 0-2 complete; 3 torn; 4, 5 gone; checkpoints 2, 4, final kept
+    with pytest.warns(RuntimeWarning, match="torn"):
+        assert read_stream(run_dir)["step"].to_pylist() == [0, 1, 2]
+
+    train_run(cfg, run_name="r", run_dir=run_dir, resume_from=run_dir)
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the torn segment was cut back to its complete batches
+        steps = read_stream(run_dir, key=None)["step"].to_pylist()
+    assert steps == [0, 1, 2, 2, 3, 4, 5]  # resumed from checkpoint_step_2 (after step 1): 2..5 again
+    assert read_stream(run_dir)["step"].to_pylist() == list(range(6))
+    resumed = _final_weights(run_dir)
+    for name in whole:
+        torch.testing.assert_close(resumed[name], whole[name], rtol=0, atol=0)

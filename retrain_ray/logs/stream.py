@@ -120,6 +120,27 @@ def _read_segment(path: Path) -> list[pa.RecordBatch]:
     return batches
 
 
+def repair_torn_segments(directory: Path, name: str = "metrics") -> list[Path]:
+    """Rewrites every torn segment of stream `name` with its complete batches only (atomically: a new
+    file renamed over it), so readers stop warning; returns the segments repaired. For a writer-free
+    moment (a resume, before the new segment opens)."""
+    repaired = []
+    for segment in segment_paths(Path(directory), name):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            batches = _read_segment(segment)
+        if not caught:
+            continue
+        schema = batches[0].schema if batches else _empty(segment).schema
+        tmp = segment.with_name(f".{segment.name}.repair")
+        with open(tmp, "wb") as sink, pa.ipc.new_stream(sink, schema) as writer:
+            for batch in batches:
+                writer.write_batch(batch)
+        os.replace(tmp, segment)
+        repaired.append(segment)
+    return repaired
+
+
 def _concat_with_positions(batches: list[pa.RecordBatch]) -> pa.Table:
     """One table of all batches plus each row's batch ordinal and global row number."""
     try:
