@@ -132,3 +132,38 @@ def test_plugin_backend_capabilities_come_from_its_hooks_for_explain_and_preflig
     bad_option = declared.replace_section("backend", options={"tranport": "zmq"})
     with pytest.raises(PreflightError, match="backend.options.tranport"):
         check_run(bad_option)
+
+
+MARKER = '''
+from pathlib import Path
+
+Path(__file__).with_name("imported_" + Path(__file__).stem).write_text("x")
+'''
+
+
+def test_a_config_imports_only_the_plugin_modules_it_names(plugin_dir):
+    """Other modules in ./plugins, in the working directory, and ones named like stdlib modules stay
+    unimported through loading, preflight and building the data source and reward."""
+    import sys
+
+    from retrain_ray.config import load_config
+    from retrain_ray.run.plugins import create_reward, load_plugin_examples
+
+    bystanders = {"plugins/other_plugin.py": "plugins.other_plugin", "bystander.py": "bystander",
+                  "plugins/orig.py": "plugins.orig", "sched.py": "sched", "plugins/json.py": "plugins.json"}
+    for path in bystanders:
+        (plugin_dir / path).write_text(MARKER)
+    before = set(sys.modules)
+    toml = plugin_dir / "c.toml"
+    toml.write_text('[model]\nmodel = "builtin:tiny"\n[backend]\ndevices = "cpu"\n'
+                    '[data]\nsource = "orig_data.DigitSource"\n[reward]\ntype = "orig_reward.make"\n'
+                    f'[logging]\nlog_dir = "{plugin_dir / "run"}"\n')
+    cfg = load_config(toml)
+    assert not {m for m in set(sys.modules) - before if m.startswith(("plugins", "orig_"))}  # loading imports none
+    check_run(cfg)
+    assert len(load_plugin_examples(cfg)) > 0
+    assert create_reward(cfg).score_batch(["4"], ["4"]) == [1.0]
+    imported = set(sys.modules) - before
+    assert {"plugins.orig_data", "plugins.orig_reward"} <= imported
+    assert not set(bystanders.values()) & imported
+    assert not list(plugin_dir.rglob("imported_*"))  # no module ran, under any name

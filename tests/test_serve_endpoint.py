@@ -134,3 +134,13 @@ def test_endpoint_refuses_non_loopback_hosts():
 
     with pytest.raises(ValueError, match="loopback"):
         start_inference_endpoint(MODEL, host="0.0.0.0", port=1)
+
+
+def test_endpoint_port_listens_on_loopback_only(endpoint):
+    """Measured, not assumed: every listening socket on the endpoint's port is bound to 127.0.0.1."""
+    import psutil
+
+    port = httpx.URL(endpoint).port
+    bound = {c.laddr.ip for c in psutil.net_connections(kind="inet")
+             if c.status == psutil.CONN_LISTEN and c.laddr.port == port}
+    assert bound == {"127.0.0.1"}, bound
