@@ -101,3 +101,45 @@ def test_trainer_state_json_round_trip_ignores_unknown_keys():
     data["future_field"] = 1
     restored = TrainerState.from_json(json.dumps(data))
     assert restored == state
+
+
+def test_a_save_that_cannot_write_is_an_oserror_naming_the_checkpoint_and_leaves_nothing(tmp_path):
+    """safetensors reports a full disk as its own exception type ('... (os error 28)'): the save
+    raises an OSError with errno 28 naming the checkpoint, removes its temporary directory and keeps
+    the checkpoints before it."""
+    from safetensors import SafetensorError
+
+    mgr = CheckpointManager(tmp_path, keep_last=3)
+    good = _save(mgr, 1)
+
+    def full_disk(directory: Path) -> None:
+        (directory / "model.safetensors").write_bytes(b"half")
+        raise SafetensorError("Error while serializing: I/O error: No space left on device (os error 28)")
+
+    with pytest.raises(OSError) as info:
+        mgr.save("checkpoint_step_4", TrainerState(step=3), full_disk)
+    assert info.value.errno == 28 and "checkpoint_step_4" in str(info.value) and "resume" in str(info.value)
+    assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["checkpoint_step_2"]
+    assert mgr.latest_valid() == good and verify_checkpoint(good) == ""
+
+    def broken(directory: Path) -> None:
+        raise ValueError("not an I/O error")
+
+    with pytest.raises(ValueError, match="not an I/O error"):  # other errors pass through unchanged
+        mgr.save("checkpoint_step_4", TrainerState(step=3), broken)
+    assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["checkpoint_step_2"]
+
+
+def test_endpoint_counters_report_cumulative_retries_and_each_steps_errors():
+    from retrain_ray.engines.openai import OpenAIEngine
+    from retrain_ray.run.rollout import EndpointCounters
+
+    engine = OpenAIEngine("http://127.0.0.1:9", model_name="builtin:tiny")
+    counters = EndpointCounters()
+    assert counters.read(engine) == {"openai_retries": 0.0, "endpoint_errors": 0.0}
+    engine.counters.retries = 3
+    assert counters.read(engine) == {"openai_retries": 3.0, "endpoint_errors": 3.0}
+    engine.counters.retries = 4
+    assert counters.read(engine) == {"openai_retries": 4.0, "endpoint_errors": 1.0}
+    assert counters.read(engine)["endpoint_errors"] == 0.0
+    assert counters.read(object()) == {}  # an engine without counters (in-process, split proxies)

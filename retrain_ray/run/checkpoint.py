@@ -11,6 +11,9 @@ Layout under the run directory:
 A checkpoint is built in a hidden temporary directory and renamed into place, so a crash never leaves
 a half-written `checkpoint_step_N`. `CHECKSUMS.json` (sha256 of every file) catches later damage:
 `latest_valid()` skips a checkpoint that fails verification, with a warning, and uses the one before.
+A save that fails to write (a full disk, a read-only directory) removes its temporary directory and
+raises an OSError naming the checkpoint, whatever library wrote the file (safetensors reports I/O
+errors as its own exception type).
 """
 
 from __future__ import annotations
@@ -56,6 +59,18 @@ def write_text_atomic(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
+def _write_error(exc: Exception, final: Path) -> Exception:
+    """An OSError naming the checkpoint for a failed write (errno kept); other errors unchanged."""
+    code = exc.errno if isinstance(exc, OSError) else None
+    if code is None and (match := re.search(r"os error (\d+)", str(exc))):
+        code = int(match.group(1))
+    if code is None:
+        return exc
+    return OSError(code, f"{os.strerror(code)}: writing checkpoint {final} failed ({exc}); nothing was saved, "
+                         "the previous checkpoints are kept: free space (or make the directory writable) "
+                         "and resume with --resume")
+
+
 def verify_checkpoint(directory: Path) -> str:
     """Returns "" if the checkpoint is complete and intact, else what is wrong with it."""
     sums_file = directory / CHECKSUMS
@@ -92,7 +107,11 @@ class CheckpointManager:
         tmp = self.root / f".tmp-{name}-{os.getpid()}"
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir()
-        write_payload(tmp)
+        try:
+            write_payload(tmp)
+        except Exception as exc:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise _write_error(exc, final) from exc
         bad = nonfinite_tensors(tmp)
         if bad:
             shutil.rmtree(tmp, ignore_errors=True)

@@ -30,6 +30,7 @@ from retrain_ray.run.checkpoint import CheckpointManager
 from retrain_ray.run.credit import CreditSettings, assign_credit, logical_batch_sha256
 from retrain_ray.run.rollout import (
     CORRECT_THRESHOLD,
+    EndpointCounters,
     decode_groups,
     rollout_metrics,
     sample_groups,
@@ -79,6 +80,7 @@ class RunLoop:
         )
         self._prompt_cache: dict[str, list[int]] = {}
         self._sft_orders: dict[int, list[int]] = {}
+        self.endpoint = EndpointCounters()
 
     # ---- the run ---------------------------------------------------------------------------
     def run(self, state: TrainerState) -> RunOutcome:
@@ -112,6 +114,7 @@ class RunLoop:
             sepa_lambda = self.parts.sepa.resolve_lambda(float(step)) if self.parts.sepa else 0.0
             with timed(metrics, "sample_time_s"):
                 groups = self.sample(state)
+            metrics.update(self.endpoint.read(self.parts.engine))
             with timed(metrics, "score_time_s"):
                 decode_groups(groups, self.parts.tokenizer, self.parts.needs_planning, self.parts.detect_planning)
                 score_groups(groups, self.parts.reward)
@@ -327,6 +330,7 @@ class RunLoop:
             sample_time_s=metrics.get("sample_time_s", 0.0),
             train_time_s=metrics.get("train_time_s", 0.0),
             skipped=skipped,
+            endpoint_errors=int(metrics.get("endpoint_errors", 0)),
         )
         decision = self.parts.advisor.advise(obs)
         state.current_batch_size = int(decision.recommended_batch_size)

@@ -81,3 +81,20 @@ def rollout_metrics(groups: list[Group], max_tokens: int) -> dict[str, float]:
         "max_token_hit_rate": sum(len(s.token_ids) >= max_tokens for s in samples) / n,
         "rl/completion_tokens": float(sum(len(s.token_ids) for s in samples)),
     }
+
+
+class EndpointCounters:
+    """A remote sampler's retry counters (`openai_retries`, ...), cumulative for the row, and the
+    retried endpoint errors (502, 504, timeouts) of the latest step, which back pressure cuts on."""
+
+    def __init__(self) -> None:
+        self.seen = 0.0
+
+    def read(self, engine: object) -> dict[str, float]:
+        counters = getattr(type(engine), "runtime_metrics", None)  # engines that have them, never a proxy's
+        values = counters(engine) if callable(counters) else None
+        if not isinstance(values, dict):
+            return {}
+        total = float(sum(v for k, v in values.items() if k.endswith("_retries")))
+        errors, self.seen = max(0.0, total - self.seen), total
+        return {**{k: float(v) for k, v in values.items()}, "endpoint_errors": errors}

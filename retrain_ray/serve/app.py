@@ -8,7 +8,10 @@ Routes (under the application's route prefix `/<name>`):
     GET  /v1/stats                requests in flight now, their peak, total; `?reset=true` resets peak
 Generation runs in a worker thread, so requests overlap and the in-flight counter sees real
 concurrency. `request_delay_s` adds a fixed wait inside the in-flight window: a simulated slow
-endpoint for tests and benchmarks, 0 otherwise. The endpoint listens on loopback addresses only.
+endpoint for tests and benchmarks, 0 otherwise. `fault_rate` > 0 injects failures into that share of
+completions, for fault tests (benchmarks/faults.py): in turn HTTP 502, HTTP 504, and a stall of
+`fault_stall_s` (past a client's timeout) answered with 504; `/v1/stats` counts them as `injected`.
+The endpoint listens on loopback addresses only.
 
 No `from __future__ import annotations` here: Serve's ingress loses the module globals FastAPI needs
 to resolve string annotations, and `Request` parameters then turn into query fields.
@@ -16,6 +19,7 @@ to resolve string annotations, and `Request` parameters then turn into query fie
 
 
 import asyncio
+import random
 import time
 from typing import Any
 
@@ -38,7 +42,8 @@ def _bad_request(err: Exception) -> HTTPException:
 class InferenceServer:
     """A Serve replica holding one `CompletionServer` over a model on CPU or GPU."""
 
-    def __init__(self, model: str, model_name: str, device: str, request_delay_s: float, cache_dir: str | None) -> None:
+    def __init__(self, model: str, model_name: str, device: str, request_delay_s: float, cache_dir: str | None,
+                 fault_rate: float = 0.0, fault_stall_s: float = 0.0) -> None:
         import torch
 
         from retrain_ray.models import load_model_and_tokenizer
@@ -48,12 +53,25 @@ class InferenceServer:
         net, tokenizer = load_model_and_tokenizer(model, cache_dir=cache_dir, device=device)
         self.core = CompletionServer(net, tokenizer, model_name=model_name)
         self.delay_s = float(request_delay_s)
+        self.fault_rate, self.fault_stall_s = float(fault_rate), float(fault_stall_s)
+        self.faults = random.Random(0)
+        self.injected = 0
+
+    async def _maybe_fail(self) -> None:
+        if self.fault_rate <= 0 or self.faults.random() >= self.fault_rate:
+            return
+        kind = self.injected % 3
+        self.injected += 1
+        if kind == 2:
+            await asyncio.sleep(self.fault_stall_s)
+        raise HTTPException(status_code=502 if kind == 0 else 504, detail="injected fault")
 
     @api.post("/v1/completions")
     async def completions(self, request: Request) -> dict[str, Any]:
         self.core.in_flight.enter()
         try:
             body = await request.json()
+            await self._maybe_fail()
             if self.delay_s > 0:
                 await asyncio.sleep(self.delay_s)
             return await asyncio.to_thread(self.core.complete, body)
@@ -84,7 +102,7 @@ class InferenceServer:
 
     @api.get("/v1/stats")
     async def stats(self, reset: bool = False) -> dict[str, int]:
-        return self.core.in_flight.snapshot(reset_peak=reset)
+        return {**self.core.in_flight.snapshot(reset_peak=reset), "injected": self.injected}
 
 
 def _wait_ready(url: str, timeout_s: float) -> None:
@@ -111,6 +129,8 @@ def start_inference_endpoint(
     num_gpus: float = 0.0,
     request_delay_s: float = 0.0,
     cache_dir: str | None = None,
+    fault_rate: float = 0.0,
+    fault_stall_s: float = 0.0,
 ) -> str:
     """Deploys the endpoint on the running Ray (Serve on `host:port`) and returns its base URL.
 
@@ -122,7 +142,7 @@ def start_inference_endpoint(
     serve.start(http_options={"host": host, "port": port})
     device = "cuda" if num_gpus > 0 else "cpu"
     app = InferenceServer.options(ray_actor_options={"num_cpus": num_cpus, "num_gpus": num_gpus}).bind(
-        model, model_name or model, device, request_delay_s, cache_dir
+        model, model_name or model, device, request_delay_s, cache_dir, fault_rate, fault_stall_s
     )
     serve.run(app, name=name, route_prefix=f"/{name}")
     url = f"http://{host}:{port}/{name}"
