@@ -107,3 +107,18 @@ def test_status_shows_a_deleted_run_directory_as_missing_not_completed(tmp_path,
     assert main(["status", str(directory)]) == 0
     out = capsys.readouterr().out
     assert "done 5/6" in out and "missing 1" in out and "missing" in out.split("\n", 1)[1]
+
+
+def test_a_started_run_without_a_directory_yet_is_running_not_missing(tmp_path):
+    directory = tmp_path / "starting"
+    directory.mkdir()
+    write_campaign(directory, close=False).close()
+    import shutil
+
+    from retrain_ray.campaign.manifest import read_manifest
+
+    shutil.rmtree(directory / "runs" / run_name("slow", 1))  # started, no row written yet
+    assert read_manifest(directory)["runs"][0]["status"] == "running"
+    st = campaign_status(directory, stale_after_s=1e12)
+    assert st["counts"]["missing"] == 0 and st["counts"]["running"] == 6
+    assert st["matrix"]["slow"]["1"] == "—"

@@ -1,8 +1,8 @@
 """Live campaign status: a condition x seed matrix read from the manifest and the Arrow logs.
 
 Cells: "step/max" (running or pending), "step ✓" (completed), "step ✗" (failed), "step stale"
-(not finished, no new row for `stale_after_s`), "—" (no row yet), "missing" (the manifest has
-started the run but its directory is gone: deleted or moved, whatever the manifest says). Unlike the
+(not finished, no new row for `stale_after_s`), "—" (no row yet), "missing" (the manifest says
+the run finished but its directory is gone: deleted or moved). Unlike the
 original (hazard 13.6) failed runs are counted, from the manifest's run status.
 """
 
@@ -54,8 +54,9 @@ def run_state(entry: dict[str, Any], run_dir: Path, now: float, stale_after_s: f
     hist = read_history(run_dir)
     step = int(hist["step"].max()) if len(hist) else None
     status = entry["status"]
-    if status != "pending" and not run_dir.is_dir():
-        status = "missing"  # not "completed with 0 steps": its logs and checkpoints are gone
+    if status in ("completed", "failed") and not run_dir.is_dir():
+        status = "missing"  # not "completed with 0 steps": its logs and checkpoints are gone (a run that
+        # has just started has no directory until its first row: it stays "running")
     if status == "running" and step is not None and now - _last_row_time(run_dir) > stale_after_s:
         status = "stale"
     last = hist.iloc[-1] if len(hist) else None
