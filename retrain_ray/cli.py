@@ -74,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
     if not argv and Path(DEFAULT_FILE).is_file():  # as the original: no argument means ./retrain.toml
         return _guarded(_verb_for_file(DEFAULT_FILE), [DEFAULT_FILE])
     if not argv or argv[0] in ("-h", "--help", "help"):
-        print(__doc__.splitlines()[0].split(":")[0] + "\n\n" + usage())
+        print((__doc__ or "").splitlines()[0].split(":")[0] + "\n\n" + usage())
         if not argv:
             print(f"\nno {DEFAULT_FILE} here: `retrain-ray init` writes a starter one")
         return 0

@@ -128,8 +128,8 @@ def results_main(argv: list[str]) -> int:
         return 2
     df = res.get_dataframe()
     if args.json:
-        print(json.dumps({"runs": json.loads(df.to_json(orient="records")),
-                          "summary": json.loads(res.summary().to_json(orient="records")),
+        print(json.dumps({"runs": json.loads(df.to_json(orient="records") or "[]"),
+                          "summary": json.loads(res.summary().to_json(orient="records") or "[]"),
                           "errors": res.error_by_run}, indent=2))
     elif args.csv:
         print(df.to_csv(index=False), end="")

@@ -16,7 +16,7 @@ import importlib.util
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from retrain_ray.backends.registry import (
     BUILTIN_CAPABILITIES,
@@ -25,6 +25,9 @@ from retrain_ray.backends.registry import (
 )
 from retrain_ray.backends.types import BackendCapabilities
 from retrain_ray.config import names
+
+if TYPE_CHECKING:
+    from retrain_ray.config.schema import RetrainConfig
 
 _DEPENDENCIES: dict[str, list[tuple[str, str]]] = {
     "local": [("torch", "pip install retrain-ray"), ("transformers", "pip install retrain-ray"),
@@ -92,7 +95,7 @@ def _print_backends(catalog: dict[str, Any]) -> None:
     table = Table(title="training backends")
     for col in ("backend", "source", *flags, "dependencies", "options"):
         table.add_column(col, overflow="fold")
-    rows = [(n, b["source"], b["capabilities"], b["dependencies"], len(b["option_schema"]))
+    rows: list[tuple[str, str, Any, list[str], int | str]] = [(n, b["source"], b["capabilities"], b["dependencies"], len(b["option_schema"]))
             for n, b in catalog["backends"].items()]
     rows.append(("<dotted path>", "plugin/default", catalog["plugin"]["default_capabilities"], [], "unchecked"))
     for name, source, caps, deps, options in rows:
@@ -163,7 +166,7 @@ def check_reference(ref: str, search_paths: list[str], base: Path) -> str:
         sys.path[:] = saved
 
 
-def _config_references(cfg: Any) -> dict[str, str]:
+def _config_references(cfg: RetrainConfig) -> dict[str, str]:
     refs = {}
     for key, _ in BUILTIN_COMPONENTS.values():
         section, _, field = key.partition(".")

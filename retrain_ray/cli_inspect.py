@@ -13,7 +13,10 @@ import json
 import math
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from retrain_ray.config.schema import RetrainConfig
 
 
 def resume_check_main(argv: list[str]) -> int:
@@ -99,7 +102,7 @@ def _print_diff(result: dict[str, Any]) -> None:
     Console(width=None if sys.stdout.isatty() else 200).print(table)
 
 
-def trace_report(cfg: Any) -> dict[str, Any]:
+def trace_report(cfg: RetrainConfig) -> dict[str, Any]:
     """The resolved modes, the probe groups' token advantages, and every preflight issue."""
     from retrain_ray.algorithms.api import compute_group_advantages
     from retrain_ray.algorithms.modes import resolve_modes

@@ -10,8 +10,12 @@ import argparse
 import os
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rich.console import Console
+
+if TYPE_CHECKING:
+    from retrain_ray.config.schema import RetrainConfig
 
 err = Console(stderr=True)
 
@@ -144,7 +148,7 @@ def train_main(argv: list[str]) -> int:
     return _squeeze_after(cfg, run_dir) if cfg.squeeze is not None else 0
 
 
-def _squeeze_after(cfg, run_dir: Path) -> int:
+def _squeeze_after(cfg: RetrainConfig, run_dir: Path) -> int:
     """`[squeeze]` in a run's file: squeeze its adapter (or `adapter_path`) into `<run_dir>/squeeze`."""
     import dataclasses
 

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import ray
+import ray.exceptions
 
 from retrain_ray.backpressure.advisor import LocalAdvisor
 from retrain_ray.backpressure.arrow_log import DecisionLog, free_log_path
@@ -65,7 +66,7 @@ class _Gauges:
             self.g[name].set(float(v), tags=tags)
 
 
-@ray.remote(num_cpus=0, max_concurrency=MAX_CONCURRENCY)
+@ray.remote(num_cpus=0, max_concurrency=MAX_CONCURRENCY)  # pyright: ignore[reportCallIssue]  # ray's overloads omit max_concurrency
 class BackPressureActor:
     """Receives every run's step observations; per-run and pooled USL fits; logs and gauges."""
 
@@ -146,7 +147,7 @@ class BackPressureActor:
 def start_backpressure_actor(campaign: str, namespace: str, settings: BackPressureSettings,
                              log_path: str | Path | None = None) -> Any:
     """Create (or get, if it exists) the campaign's back-pressure actor; `log_path` is a directory."""
-    return BackPressureActor.options(
+    return BackPressureActor.options(  # pyright: ignore[reportAttributeAccessIssue]  # an @ray.remote class
         name=backpressure_name(campaign), namespace=namespace, get_if_exists=True
     ).remote(campaign, settings, str(log_path) if log_path is not None else None)
 

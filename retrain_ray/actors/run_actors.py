@@ -27,7 +27,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import ray
 
@@ -137,7 +137,7 @@ class EngineProxy:
 
     def __init__(self, actor: Any, timeout_s: float) -> None:
         self._actor, self._timeout_s = actor, timeout_s
-        self._version = ray.get(actor.weights_version.remote(), timeout=timeout_s)
+        self._version = cast(int, ray.get(actor.weights_version.remote(), timeout=timeout_s))
         # checkpoints capture and restore it like a local engine's, so split runs resume exactly
         self.generator = RemoteGenerator(actor, timeout_s)
 
@@ -152,7 +152,7 @@ class EngineProxy:
     def load_weights(self, update: WeightUpdate) -> None:
         if update.version == self._version:
             return  # the actor confirmed these very weights already (versions count one trainer's updates)
-        self._version = ray.get(self._actor.load_weights.remote(update), timeout=self._timeout_s)
+        self._version = cast(int, ray.get(self._actor.load_weights.remote(update), timeout=self._timeout_s))
 
 
 class BackendProxy:
@@ -209,7 +209,7 @@ class BackendProxy:
     def export_weights(self) -> WeightUpdate:
         """The newest *finished* update's weights; with one update in flight, that is version - 1."""
         if self._pending is not None and self._last_update is not None:
-            update = ray.get(self._last_update, timeout=self._timeout_s)
+            update = cast(WeightUpdate, ray.get(self._last_update, timeout=self._timeout_s))
             if update.version == self._done_version:
                 return update
         return self._call("export_weights")

@@ -16,14 +16,14 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any
+from typing import Any, cast
 
 import ray
 
 __all__ = ["RecordingAdvisor", "SimulatedEndpoint", "simulated_run"]
 
 
-@ray.remote(num_cpus=0, max_concurrency=1000)
+@ray.remote(num_cpus=0, max_concurrency=1000)  # pyright: ignore[reportCallIssue]  # ray's overloads omit max_concurrency
 class SimulatedEndpoint:
     """Async actor; all requests share one event loop, so in-flight bookkeeping needs no locks."""
 
@@ -112,7 +112,7 @@ def simulated_run(endpoint: Any, advisor: Any, throttle: Any, *, run_id: str, re
         t0 = time.monotonic()
         with throttle.hold():
             t1 = time.monotonic()
-            out = ray.get(endpoint.serve.remote(bs * group_size), timeout=timeout_s)
+            out = cast("dict[str, int]", ray.get(endpoint.serve.remote(bs * group_size), timeout=timeout_s))
             sample_s = time.monotonic() - t1
         time.sleep(train_s_per_item * bs * group_size)
         step_s = time.monotonic() - t0

@@ -93,7 +93,7 @@ class _Session:
         self.event.set()
 
 
-@ray.remote(num_cpus=0, max_concurrency=MAX_CONCURRENCY)
+@ray.remote(num_cpus=0, max_concurrency=MAX_CONCURRENCY)  # pyright: ignore[reportCallIssue]  # ray's overloads omit max_concurrency
 class ThrottleActor:
     """Leased, fair, resizable counting semaphore for one endpoint of one campaign."""
 
@@ -301,7 +301,7 @@ def start_throttle(
     name = throttle_name(campaign, endpoint)
     check_capacity(capacity)
     check_ttl(lease_ttl_s)
-    return ThrottleActor.options(name=name, namespace=namespace, get_if_exists=True).remote(
+    return ThrottleActor.options(name=name, namespace=namespace, get_if_exists=True).remote(  # pyright: ignore[reportAttributeAccessIssue]  # an @ray.remote class
         campaign, endpoint, capacity, lease_ttl_s
     )
 

@@ -43,7 +43,7 @@ def cap_advantages(
     nonzero = 0
     capped: list[float] = []
     for row in advantages_D:
-        out = []
+        out: list[float] = []
         for a in row:
             a = float(a)
             if a != 0.0:

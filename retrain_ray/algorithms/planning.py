@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Sequence
+from typing import cast
 
 DEFAULT_STRATEGIC_GRAMS: tuple[str, ...] = (
     "wait let me",
@@ -44,11 +45,13 @@ def parse_strategic_grams(text: str) -> list[str]:
         return list(DEFAULT_STRATEGIC_GRAMS)
     if text.startswith("["):
         try:
-            grams = json.loads(text)
+            parsed: object = json.loads(text)
         except json.JSONDecodeError as exc:
             raise ValueError(f"[logging].strategic_grams is not a valid JSON array ({exc}); or use CSV.") from exc
-        if not isinstance(grams, list) or not all(isinstance(g, str) for g in grams):
+        items = cast("list[object]", parsed) if isinstance(parsed, list) else None
+        if items is None or not all(isinstance(g, str) for g in items):
             raise ValueError("[logging].strategic_grams must be a JSON array of strings.")
+        grams = [str(g) for g in items]
     else:
         grams = text.split(",")
     cleaned = [g.strip() for g in grams if g.strip()]

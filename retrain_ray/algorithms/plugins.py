@@ -44,7 +44,7 @@ def _import(module_name: str, path: str, kind: str) -> Any:
     if os.getcwd() not in sys.path:  # ./plugins/<module>.py imports as plugins.<module>
         sys.path.append(os.getcwd())
     candidates = [*(f"{prefix}.{module_name}" for prefix in _search_paths), module_name]
-    errors = []
+    errors: list[str] = []
     for candidate in candidates:
         try:
             return importlib.import_module(candidate)

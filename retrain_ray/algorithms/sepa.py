@@ -14,7 +14,10 @@ from __future__ import annotations
 import math
 import sys
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from retrain_ray.config.schema import RetrainConfig
 
 SCHEDULES = ("linear", "auto")
 _MAX_VALUE = math.sqrt(sys.float_info.max)
@@ -61,7 +64,7 @@ class SEPAController:
         self.gate_open = self.sepa_correct_rate_gate <= 0
 
     @classmethod
-    def from_config(cls, cfg: Any) -> SEPAController:
+    def from_config(cls, cfg: RetrainConfig) -> SEPAController:
         """Build from a RetrainConfig's `[sepa]` section (the four TOML keys)."""
         sepa = cfg.sepa
         return cls(sepa.steps, sepa.schedule, sepa.delay_steps, sepa.correct_rate_gate)
@@ -100,7 +103,7 @@ class SEPAController:
         """Feed one sampled sequence's execution-token surprisals (auto schedule only)."""
         if self.sepa_schedule != "auto":
             return
-        values = [float(e) for e in exec_surprisals if e is not None and math.isfinite(e) and 0 <= e <= _MAX_VALUE]
+        values = [float(e) for e in exec_surprisals if math.isfinite(e) and 0 <= e <= _MAX_VALUE]
         if not values:
             return
         mean = sum(values) / len(values)

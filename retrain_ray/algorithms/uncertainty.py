@@ -75,7 +75,7 @@ def surprisal(data: UncertaintyInput) -> list[float]:
 
 
 def predictive_variance(data: UncertaintyInput) -> list[float]:
-    out = []
+    out: list[float] = []
     for lp in data.logprobs_T:
         p = min(max(math.exp(max(float(lp), -MAX_SURPRISAL)), 0.0), 1.0)
         out.append(p * (1.0 - p))

@@ -18,7 +18,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast
 
 from retrain_ray.backends.types import BackendCapabilities
 
@@ -56,12 +56,13 @@ def _as_capabilities(value: Any, path: str) -> BackendCapabilities:
     if isinstance(value, BackendCapabilities):
         return value
     if isinstance(value, Mapping):
+        flags = cast("Mapping[str, Any]", value)  # a plugin hook's dict: its keys are checked next
         fields = {f.name for f in dataclasses.fields(BackendCapabilities)}
-        unknown = set(value) - fields
+        unknown = set(flags) - fields
         if unknown:
             raise ValueError(f"[backend] backend {path!r}: capability hook has unknown keys {sorted(unknown)}; "
                              f"known: {sorted(fields)}")
-        return BackendCapabilities(**{**dataclasses.asdict(PLUGIN_DEFAULT_CAPABILITIES), **value})
+        return BackendCapabilities(**{**dataclasses.asdict(PLUGIN_DEFAULT_CAPABILITIES), **flags})
     raise ValueError(f"[backend] backend {path!r}: capability hook returned {type(value).__name__}; "
                      "return a BackendCapabilities or a dict of its fields")
 
@@ -83,4 +84,4 @@ def plugin_option_schema(backend: str) -> dict[str, Any] | None:
     value = _hook(backend, PLUGIN_HOOKS["option_schema"])
     if callable(value) and not isinstance(value, Mapping):
         value = value()
-    return dict(value) if value is not None else None
+    return dict(cast("Mapping[str, Any]", value)) if value is not None else None

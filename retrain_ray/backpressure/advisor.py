@@ -17,10 +17,13 @@ size the run should use for its *next* step; `action` stays the controller's (it
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from retrain_ray.backpressure.types import Decision, StepObservation
 from retrain_ray.backpressure.usl import USLController
+
+if TYPE_CHECKING:
+    from retrain_ray.config.schema import RetrainConfig
 
 
 def warmup_batch_sizes(min_bs: int, max_bs: int) -> list[int]:
@@ -68,7 +71,7 @@ class LocalAdvisor:
         self.min_bs, self.max_bs = int(min_bs), int(max_bs)
 
     @classmethod
-    def from_config(cls, cfg: Any) -> LocalAdvisor:
+    def from_config(cls, cfg: RetrainConfig) -> LocalAdvisor:
         bp = cfg.backpressure
         return cls(USLController.from_config(cfg), bp.enabled, bp.min_batch_size, bp.max_batch_size)
 

@@ -8,10 +8,13 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from retrain_ray.backpressure.pooled import PooledController
 from retrain_ray.backpressure.usl import USLController
+
+if TYPE_CHECKING:
+    from retrain_ray.config.schema import RetrainConfig
 
 
 @dataclass(frozen=True)
@@ -37,7 +40,7 @@ class BackPressureSettings:
     pooled_keep_rounds: int = 8
 
     @classmethod
-    def from_config(cls, cfg: Any, **overrides: Any) -> BackPressureSettings:
+    def from_config(cls, cfg: RetrainConfig, **overrides: Any) -> BackPressureSettings:
         bp = cfg.backpressure
         names = {f.name for f in dataclasses.fields(cls)}
         values = {n: getattr(bp, n) for n in names if hasattr(bp, n)}

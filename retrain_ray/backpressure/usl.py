@@ -27,10 +27,13 @@ Departures from the original, deliberate:
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from retrain_ray.backpressure.fit import EPS, USLWindow, usl_capacity, usl_optimal_p
 from retrain_ray.backpressure.types import Decision
+
+if TYPE_CHECKING:
+    from retrain_ray.config.schema import RetrainConfig
 
 __all__ = ["USLController", "usl_capacity", "usl_optimal_p"]
 
@@ -89,7 +92,7 @@ class USLController:
         self.last_bs, self.last_gs = self.min_batch_size, self.min_group_size
 
     @classmethod
-    def from_config(cls, cfg: Any) -> USLController:
+    def from_config(cls, cfg: RetrainConfig) -> USLController:
         """Build from `RetrainConfig` (the [backpressure] section)."""
         bp = cfg.backpressure
         return cls(

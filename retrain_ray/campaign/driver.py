@@ -173,13 +173,12 @@ class Campaign:
         p = self.plan
         ctx = TrialContext(campaign=p.name, namespace=namespace, runs={r.run_name: r for r in p.runs},
                            control=control, runner=self.runner, timeout_s=p.schedule.trial_start_timeout_s)
-        factories = {r.run_name: tune.PlacementGroupFactory(r.placement.bundle_dicts, r.placement.strategy)
-                     for r in p.runs}
+        factories = {r.run_name: _resources(r) for r in p.runs}
         trainable = tune.with_resources(tune.with_parameters(run_trial, context=ctx),
                                         resources=lambda cfg: factories[cfg["run_name"]])
         if resuming:
             return tune.Tuner.restore(p.tune_path, trainable, resume_errored=True)
-        callbacks = [ManifestCallback(manifest, progress=progress, start_timeout_s=p.schedule.trial_start_timeout_s)]
+        callbacks: list[tune.Callback] = [ManifestCallback(manifest, progress=progress, start_timeout_s=p.schedule.trial_start_timeout_s)]
         if progress:
             callbacks.append(CampaignProgress(p.campaign_dir))
         return tune.Tuner(
@@ -278,3 +277,9 @@ def _compact(plan: CampaignPlan) -> None:
     from retrain_ray.logs.parquet_export import export_campaign
 
     export_campaign(plan.campaign_dir, plan.name)
+
+
+def _resources(run: RunPlan) -> tune.PlacementGroupFactory:
+    if run.placement is None:  # `_place` gives every run one before the tuner is built
+        raise CampaignError([f"run {run.run_name!r} has no placement; the campaign places runs before Tune starts"])
+    return tune.PlacementGroupFactory(run.placement.bundle_dicts, run.placement.strategy)

@@ -17,9 +17,12 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from retrain_ray.actors.placement import Placement, parse_devices
+
+if TYPE_CHECKING:
+    from retrain_ray.config.schema import RetrainConfig
 
 
 class CampaignError(Exception):
@@ -38,7 +41,7 @@ class RunPlan:
     condition: str
     seed: int
     overrides: dict[str, Any]
-    config: Any  # RetrainConfig of this run (whole config, its own dirs)
+    config: RetrainConfig  # this run's whole config, its own dirs
     run_dir: Path  # on the driver's machine; recorder output
     work_dir: Path  # train_run's run_dir on the node that runs it
     devices: str

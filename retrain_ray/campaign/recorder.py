@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -67,7 +67,7 @@ class RecorderCore:
             self._writers[key] = ArrowStreamWriter(run_dir / f"{kind}.arrows", _schema(kind))  # a new segment
         return self._writers[key]
 
-    def append(self, run: str, kind: str, rows: list[Mapping[str, Any]]) -> int:
+    def append(self, run: str, kind: str, rows: Sequence[Mapping[str, Any]]) -> int:
         if kind not in RECORDER_KINDS:
             raise ValueError(f"recorder: unknown row kind {kind!r}; expected one of {RECORDER_KINDS}")
         if not rows:
@@ -111,7 +111,7 @@ class RecorderCore:
             self.close_run(run)
 
 
-@ray.remote(num_cpus=0, max_concurrency=64)
+@ray.remote(num_cpus=0, max_concurrency=64)  # pyright: ignore[reportCallIssue]  # ray's overloads omit max_concurrency
 class RecorderActor:
     """Async Ray host of `RecorderCore`. Methods run one at a time on the actor's event loop."""
 
@@ -143,7 +143,7 @@ def start_recorder(campaign: str, campaign_dir: Path, *, namespace: str, timeout
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     node_id = ray.get_runtime_context().get_node_id()
-    handle = RecorderActor.options(
+    handle = RecorderActor.options(  # pyright: ignore[reportAttributeAccessIssue]  # an @ray.remote class
         name=recorder_name(campaign),
         namespace=namespace,
         get_if_exists=True,

@@ -8,7 +8,7 @@ start slot at trial start and sleeps until it: slot = max(now, previous slot + s
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Any, cast
 
 import ray
 
@@ -26,7 +26,7 @@ class StaggerClock:
         return slot - now
 
 
-@ray.remote(num_cpus=0, max_concurrency=16)
+@ray.remote(num_cpus=0, max_concurrency=16)  # pyright: ignore[reportCallIssue]  # ray's overloads omit max_concurrency
 class StartGate:
     def __init__(self, stagger_seconds: float) -> None:
         self._clock = StaggerClock(stagger_seconds)
@@ -40,7 +40,7 @@ def gate_name(campaign: str) -> str:
 
 
 def start_gate(campaign: str, stagger_seconds: float, *, namespace: str) -> Any:
-    return StartGate.options(name=gate_name(campaign), namespace=namespace, get_if_exists=True).remote(
+    return StartGate.options(name=gate_name(campaign), namespace=namespace, get_if_exists=True).remote(  # pyright: ignore[reportAttributeAccessIssue]  # an @ray.remote class
         stagger_seconds
     )
 
@@ -51,6 +51,6 @@ def wait_for_start_slot(campaign: str, namespace: str, *, timeout_s: float) -> f
         gate = ray.get_actor(gate_name(campaign), namespace=namespace)
     except ValueError:
         return 0.0
-    delay = float(ray.get(gate.reserve.remote(), timeout=timeout_s))
+    delay = float(cast(float, ray.get(gate.reserve.remote(), timeout=timeout_s)))
     time.sleep(delay)
     return delay

@@ -241,7 +241,7 @@ def collect_warnings(cfg: RetrainConfig) -> list[str]:
     return _warnings(cfg)
 
 
-def _shared_engine_issues(cfg) -> list[ConfigIssue]:
+def _shared_engine_issues(cfg: RetrainConfig) -> list[ConfigIssue]:
     """`[inference] shared = true`: one vLLM engine for a campaign's LoRA runs."""
     inf = cfg.inference
     if not inf.shared:

@@ -9,12 +9,15 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from retrain_ray.data.files import load_file_examples
 from retrain_ray.data.math_dataset import load_math_examples
 from retrain_ray.data.splits import load_task
 from retrain_ray.data.types import Example, TaskData
+
+if TYPE_CHECKING:
+    from retrain_ray.config.schema import RetrainConfig
 
 
 @dataclass(frozen=True)
@@ -94,7 +97,7 @@ def next_batch(examples: list[Example], example_idx: int, batch_size: int) -> tu
     return batch, example_idx + batch_size
 
 
-def load_examples_from_config(cfg: Any) -> TaskData:
+def load_examples_from_config(cfg: RetrainConfig) -> TaskData:
     """Load from a `RetrainConfig`: the `[data]` section plus `training.max_examples` and `training.seed`.
 
     A seed of -1 (the original's "unseeded") generates built-in tasks with seed 0, so every run of a

@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 
 from retrain_ray.engines.distribution import LOG_MIN_PROB, entropy, filtered_logprobs
-from retrain_ray.engines.pytorch import _check_request, autocast_for
+from retrain_ray.engines.pytorch import autocast_for, check_request
 from retrain_ray.engines.types import SampleResult, SamplingParams, WeightUpdate
 from retrain_ray.engines.weights import install_weights
 
@@ -37,7 +37,7 @@ class NaiveEngine:
     def generate(
         self, prompt_ids_P: list[list[int]], num_samples: int, params: SamplingParams
     ) -> list[list[SampleResult]]:
-        _check_request(prompt_ids_P, num_samples, params)
+        check_request(prompt_ids_P, num_samples, params)
         was_training = self.model.training
         self.model.eval()
         try:
@@ -47,7 +47,8 @@ class NaiveEngine:
 
     @torch.no_grad()
     def _one(self, prompt: list[int], params: SamplingParams) -> SampleResult:
-        seq, tokens, logprobs, entropies = list(prompt), [], [], []
+        seq, tokens = list(prompt), list[int]()
+        logprobs, entropies = list[float](), list[float]()
         for _ in range(params.max_tokens):
             with autocast_for(self.device):
                 logits_V = self.model(input_ids=torch.tensor([seq], device=self.device)).logits[0, -1]

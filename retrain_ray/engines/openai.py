@@ -22,7 +22,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-from collections.abc import Iterator
+from collections.abc import Generator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -40,20 +40,20 @@ SEED_STRIDE = 7919
 
 class _NoThrottle:
     @contextlib.contextmanager
-    def hold(self) -> Iterator[None]:
+    def hold(self) -> Generator[None, None, None]:
         yield None
 
 
 def parse_choice(choice: dict[str, Any]) -> SampleResult:
     """One OpenAI completion choice -> SampleResult (token ids and their logprobs are required)."""
-    lp = choice.get("logprobs") or {}
-    ids = choice.get("token_ids")
+    lp: dict[str, Any] = choice.get("logprobs") or {}
+    ids: list[Any] | None = choice.get("token_ids")
     if ids is None:
-        tokens = lp.get("tokens") or []
+        tokens: list[Any] = lp.get("tokens") or []
         if not all(isinstance(t, str) and t.startswith("token_id:") for t in tokens):
             raise ValueError("the server returned text tokens, not token ids: ask vLLM for return_tokens_as_token_ids")
         ids = [int(t.split(":", 1)[1]) for t in tokens]
-    logprobs = lp.get("token_logprobs")
+    logprobs: list[Any] | None = lp.get("token_logprobs")
     if logprobs is None or len(logprobs) != len(ids):
         raise ValueError("the server returned no per-token logprobs for the completion (send logprobs=1)")
     finish = "stop" if choice.get("finish_reason") == "stop" else "length"
@@ -161,8 +161,9 @@ class OpenAIEngine:
 
     def _load_by_path(self, spec: AdapterSpec, tensors: dict[str, Any]) -> None:
         """vLLM form: a PEFT adapter folder (names without `.default`), then unload + load by path."""
-        from safetensors.torch import save_file
+        from safetensors.torch import save_file  # pyright: ignore[reportUnknownVariableType]
 
+        assert self.adapter_dir is not None  # the constructor requires it for adapter_upload='path'
         folder = Path(self.adapter_dir) / f"{spec.lora_name}-v{spec.version}"
         folder.mkdir(parents=True, exist_ok=True)
         save_file({k.replace(".default", ""): v.contiguous() for k, v in tensors.items()},

@@ -17,6 +17,7 @@ rather than adapter folders on disk.
 from __future__ import annotations
 
 import contextlib
+from typing import Any, cast
 
 import torch
 
@@ -25,7 +26,7 @@ from retrain_ray.engines.types import SampleResult, SamplingParams, WeightUpdate
 from retrain_ray.engines.weights import install_weights
 
 
-def autocast_for(device: torch.device) -> contextlib.AbstractContextManager:
+def autocast_for(device: torch.device) -> contextlib.AbstractContextManager[object]:
     """bf16 autocast on CUDA, nothing on CPU (fp32)."""
     if device.type == "cuda":
         return torch.autocast("cuda", dtype=torch.bfloat16)
@@ -44,6 +45,15 @@ def left_pad(rows: list[list[int]], pad_id: int, device: torch.device) -> tuple[
     return ids_N_L.to(device), mask_N_L.to(device)
 
 
+def _values(t: torch.Tensor) -> list[Any]:
+    return cast("list[Any]", t.tolist())  # pyright: ignore[reportUnknownMemberType]  # torch: bare `List`
+
+
+def _by_row(steps: list[torch.Tensor], rows: int) -> list[list[Any]]:
+    """Per-step tensors of `rows` values -> one list per row (empty rows when no step ran)."""
+    return _values(torch.stack(steps, 1)) if steps else [[] for _ in range(rows)]
+
+
 class _Trace:
     """Per-row outputs of one decode: tokens, logprobs, entropies, finished flags."""
 
@@ -56,11 +66,12 @@ class _Trace:
         self.stopped_N = torch.zeros(n, dtype=torch.bool, device=device)
 
     def results(self, compute_entropy: bool) -> list[SampleResult]:
-        toks = torch.stack(self.tokens, 1).tolist() if self.tokens else [[] for _ in self.length_N]
-        lps = torch.stack(self.logprobs, 1).tolist() if self.logprobs else toks
-        ents = torch.stack(self.entropies, 1).tolist() if compute_entropy and self.entropies else None
-        out = []
-        for i, (n, stopped) in enumerate(zip(self.length_N.tolist(), self.stopped_N.tolist(), strict=True)):
+        rows = len(self.length_N)
+        toks, lps = _by_row(self.tokens, rows), _by_row(self.logprobs, rows)
+        ents = _by_row(self.entropies, rows) if compute_entropy and self.entropies else None
+        out: list[SampleResult] = []
+        lengths, stops = _values(self.length_N), _values(self.stopped_N)
+        for i, (n, stopped) in enumerate(zip(lengths, stops, strict=True)):
             out.append(SampleResult(
                 token_ids=tuple(int(t) for t in toks[i][:n]),
                 logprobs=tuple(float(x) for x in lps[i][:n]),
@@ -111,7 +122,7 @@ class PyTorchEngine:
         self, prompt_ids_P: list[list[int]], num_samples: int, params: SamplingParams
     ) -> list[list[SampleResult]]:
         """results[P][num_samples]; all rows decoded in one batch."""
-        _check_request(prompt_ids_P, num_samples, params)
+        check_request(prompt_ids_P, num_samples, params)
         rows_N = [list(p) for p in prompt_ids_P for _ in range(num_samples)]
         was_training = self.model.training
         self.model.eval()
@@ -157,7 +168,8 @@ class PyTorchEngine:
         return token_N
 
 
-def _check_request(prompt_ids_P: list[list[int]], num_samples: int, params: SamplingParams) -> None:
+def check_request(prompt_ids_P: list[list[int]], num_samples: int, params: SamplingParams) -> None:
+    """Refuse a malformed sampling request with the reason (shared by the engines)."""
     if num_samples < 1:
         raise ValueError(f"num_samples must be >= 1, got {num_samples}")
     if params.max_tokens < 1:

@@ -116,7 +116,7 @@ def adapter_scratch_dir() -> Path:
 
 def write_peft_adapter(folder: Path, lora: LoraSettings, tensors: dict[str, torch.Tensor]) -> None:
     """A PEFT adapter folder from the trainer's LoRA tensors (PEFT names, `.default` dropped)."""
-    from safetensors.torch import save_file
+    from safetensors.torch import save_file  # pyright: ignore[reportUnknownVariableType]
 
     folder.mkdir(parents=True, exist_ok=True)
     save_file({k.replace(".default", ""): v.detach().to("cpu").contiguous() for k, v in tensors.items()},
@@ -243,7 +243,7 @@ class VLLMCore:
                                 detokenize=False)
                 for i in range(len(prompt_ids_P))
             ]
-            prompts = [TokensPrompt(prompt_token_ids=list(p)) for p in prompt_ids_P]
+            prompts = [TokensPrompt(prompt_token_ids=list(p)) for p in prompt_ids_P]  # pyright: ignore[reportCallIssue]
             # LLM.generate drives the engine loop itself: one caller at a time (shared engines are threaded)
             outputs = self.llm.generate(prompts, sampling, lora_request=client.lora_request, use_tqdm=False)
         return [[_sample_result(c) for c in sorted(o.outputs, key=lambda c: c.index)] for o in outputs]
@@ -273,7 +273,7 @@ def _sample_result(completion: Any) -> SampleResult:
 
 
 def _check_request(prompt_ids_P: list[list[int]], num_samples: int, params: SamplingParams) -> None:
-    from retrain_ray.engines.pytorch import _check_request as check
+    from retrain_ray.engines.pytorch import check_request as check
 
     if params.compute_entropy:
         raise ValueError("the vLLM engine does not compute token entropies; use engine = \"pytorch\" for "

@@ -7,12 +7,15 @@ package does not reach offline; it is registered so the error says exactly that.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from retrain_ray.rewards.custom import CustomReward
 from retrain_ray.rewards.match import MatchReward
 from retrain_ray.rewards.mathverify import MathVerifyReward
 from retrain_ray.rewards.types import Reward
+
+if TYPE_CHECKING:
+    from retrain_ray.config.schema import RetrainConfig
 
 
 def _build_match(**_: Any) -> Reward:
@@ -52,7 +55,7 @@ def build_reward(type: str, custom_module: str = "", custom_function: str = "sco
     return builder(custom_module=custom_module, custom_function=custom_function or "score")
 
 
-def build_reward_from_config(cfg: Any) -> Reward:
+def build_reward_from_config(cfg: RetrainConfig) -> Reward:
     """Build from a `RetrainConfig` (reads `cfg.reward.type / custom_module / custom_function`)."""
     section = cfg.reward
     return build_reward(section.type, section.custom_module, section.custom_function)

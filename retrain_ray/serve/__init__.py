@@ -1,7 +1,12 @@
 """Shared inference endpoint on Ray Serve: OpenAI-compatible completions with token ids, adapters
 loaded by name and version, and an in-flight request counter for measuring concurrency."""
 
+from typing import TYPE_CHECKING
+
 from retrain_ray.engines.adapters import AdapterSpec, decode_adapter, encode_adapter
+
+if TYPE_CHECKING:
+    from retrain_ray.serve.app import start_inference_endpoint, stop_inference_endpoint
 
 __all__ = [
     "AdapterSpec",

@@ -4,9 +4,14 @@
 `client` holds a slot around a call (`with client.hold(): ...`), renewing the lease while held.
 """
 
+from typing import TYPE_CHECKING
+
 from retrain_ray.throttle.errors import ThrottleTimeout, UnknownLease
 from retrain_ray.throttle.semaphore import LeasedSemaphore
 from retrain_ray.throttle.types import Lease, Throttle, ThrottleStats
+
+if TYPE_CHECKING:
+    from retrain_ray.throttle.client import NoThrottle, ThrottleClient
 
 __all__ = [
     "Lease",

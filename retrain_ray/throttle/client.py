@@ -27,11 +27,15 @@ import os
 import threading
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import ray
+import ray.exceptions
 
 from retrain_ray.throttle.types import Lease
+
+if TYPE_CHECKING:
+    from retrain_ray.config.schema import RetrainConfig
 
 __all__ = ["Channel", "LeaseKeeper", "NoThrottle", "ThrottleClient", "channel", "lease_keeper"]
 
@@ -262,7 +266,7 @@ class ThrottleClient:
         self.lost_leases = 0
 
     @classmethod
-    def from_config(cls, actor_handle: Any, holder: str, cfg: Any) -> ThrottleClient:
+    def from_config(cls, actor_handle: Any, holder: str, cfg: RetrainConfig) -> ThrottleClient:
         """Timeouts from `[backend].acquire_timeout_s` and `[backend].lease_ttl_s`."""
         backend = cfg.backend
         return cls(actor_handle, holder, timeout_s=backend.acquire_timeout_s, lease_ttl_s=backend.lease_ttl_s)

@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from retrain_ray.logs.types import RunObserver
 from retrain_ray.trackers.identity import RunIdentity
 from retrain_ray.trackers.requirements import missing_trackers
 
+if TYPE_CHECKING:
+    from retrain_ray.config.schema import RetrainConfig
 
-def build_trackers(cfg: Any, identity: RunIdentity, run_dir: Path) -> list[RunObserver]:
+
+def build_trackers(cfg: RetrainConfig, identity: RunIdentity, run_dir: Path) -> list[RunObserver]:
     """W&B / MLflow / TensorBoard observers for `cfg.logging` (none asked for: an empty list).
 
     A missing package raises here too (config validation already refuses it where the config is
@@ -42,7 +45,7 @@ def build_trackers(cfg: Any, identity: RunIdentity, run_dir: Path) -> list[RunOb
         raise
     return trackers
 
-def _config_record(cfg: Any) -> dict[str, Any]:
+def _config_record(cfg: RetrainConfig) -> dict[str, Any]:
     """The run's whole config with secrets redacted (what the manifest stores)."""
     from retrain_ray.secrets import redact
 

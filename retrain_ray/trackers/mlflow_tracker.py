@@ -15,15 +15,18 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from retrain_ray.trackers.identity import RunIdentity, metric_values
+
+if TYPE_CHECKING:
+    from retrain_ray.config.schema import RetrainConfig
 
 KEY_TAG = "retrain_ray.key"
 
 
 class MlflowTracker:
-    def __init__(self, cfg: Any, identity: RunIdentity, config: Mapping[str, Any]) -> None:
+    def __init__(self, cfg: RetrainConfig, identity: RunIdentity, config: Mapping[str, Any]) -> None:
         from mlflow import MlflowClient
 
         lg = cfg.logging

@@ -15,15 +15,18 @@ import logging
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from retrain_ray.trackers.identity import RunIdentity, metric_values, safe_name
+
+if TYPE_CHECKING:
+    from retrain_ray.config.schema import RetrainConfig
 
 log = logging.getLogger(__name__)
 
 
 class WandbTracker:
-    def __init__(self, cfg: Any, identity: RunIdentity, run_dir: Path, config: Mapping[str, Any]) -> None:
+    def __init__(self, cfg: RetrainConfig, identity: RunIdentity, run_dir: Path, config: Mapping[str, Any]) -> None:
         import wandb
 
         lg = cfg.logging

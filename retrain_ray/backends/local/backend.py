@@ -109,7 +109,7 @@ class LocalBackend:
                 new_lp_B_S, mb.old_logprobs_B_S, mb.advantages_B_S, mb.action_mask_B_S,
                 generator=self._loss_generator, **loss_kwargs,
             )
-            (out.loss_sum / total).backward()
+            (out.loss_sum / total).backward()  # pyright: ignore[reportUnknownMemberType]
             sums["loss"] += float(out.loss_sum.detach())
             sums["clip"] += float(out.clip_fraction_sum)
             sums["cov"] += float(out.cov_fraction_sum)
@@ -136,7 +136,7 @@ class LocalBackend:
         for mb in microbatches(batch, self._rows_per_microbatch(batch), self.device):
             logp_B_S = scored_logprobs(self.model, mb, 1.0, 1.0)
             nll = -(logp_B_S * mb.action_mask_B_S.to(logp_B_S.dtype)).sum()
-            (nll / total).backward()
+            (nll / total).backward()  # pyright: ignore[reportUnknownMemberType]
             loss_sum += float(nll.detach())
         grad_norm = self._finish_update(lr, weight_decay)
         return TrainStepResult(loss=loss_sum / total, metrics={"grad_norm": grad_norm})
@@ -167,7 +167,7 @@ class LocalBackend:
         for group in self.optimizer.param_groups:
             group["lr"] = lr
             group["weight_decay"] = weight_decay
-        self.optimizer.step()
+        self.optimizer.step()  # pyright: ignore[reportUnknownMemberType]
         self._version += 1
         return float(norm)
 

@@ -13,9 +13,13 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING, TypeGuard, cast
 
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file, save_file  # pyright: ignore[reportUnknownVariableType]
+
+if TYPE_CHECKING:
+    from peft import PeftModel
 
 from retrain_ray.engines.weights import export_trainable, install_weights
 
@@ -24,7 +28,7 @@ FULL_WEIGHTS_FILE = "model.safetensors"
 OPTIMIZER_FILE = "optimizer.pt"
 
 
-def _is_peft(model: torch.nn.Module) -> bool:
+def _is_peft(model: torch.nn.Module) -> TypeGuard[PeftModel]:
     """A PEFT model exists only if peft was imported (to wrap it): a full fine-tune never imports peft."""
     peft = sys.modules.get("peft")
     return peft is not None and isinstance(model, peft.PeftModel)
@@ -32,7 +36,7 @@ def _is_peft(model: torch.nn.Module) -> bool:
 
 def save_weights(model: torch.nn.Module, directory: Path) -> None:
     if _is_peft(model):
-        model.save_pretrained(directory / ADAPTER_DIR)
+        model.save_pretrained(str(directory / ADAPTER_DIR))
     else:
         tensors = {k: v.contiguous() for k, v in export_trainable(model).items()}
         save_file(tensors, str(directory / FULL_WEIGHTS_FILE))
@@ -41,13 +45,14 @@ def save_weights(model: torch.nn.Module, directory: Path) -> None:
 def load_weights(model: torch.nn.Module, directory: Path) -> None:
     device = next(model.parameters()).device
     if _is_peft(model):
-        from peft import load_peft_weights, set_peft_model_state_dict
+        from peft import load_peft_weights, set_peft_model_state_dict  # pyright: ignore[reportUnknownVariableType]
 
         adapter = directory / ADAPTER_DIR
         if not (adapter / "adapter_config.json").is_file():
             raise FileNotFoundError(f"{adapter} holds no PEFT adapter: is {directory} a LoRA checkpoint?")
-        result = set_peft_model_state_dict(model, load_peft_weights(str(adapter), device=str(device)))
-        unexpected = list(getattr(result, "unexpected_keys", []) or [])
+        weights = cast("dict[str, torch.Tensor]", load_peft_weights(str(adapter), device=str(device)))
+        result = cast(object, set_peft_model_state_dict(model, weights))
+        unexpected: list[str] = list(getattr(result, "unexpected_keys", []) or [])
         if unexpected:
             raise KeyError(f"adapter in {adapter} has unexpected keys, e.g. {unexpected[:3]}")
         return

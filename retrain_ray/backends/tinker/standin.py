@@ -132,7 +132,7 @@ def _load_lora_model(base_model: str, rank: int, cache_dir: Any) -> tuple[torch.
             f"the tinker stand-in serves only local models, not {base_model!r}: set [model] model = "
             "'builtin:tiny' (or a local model folder) when [backend.options] client = 'standin'"
         ) from err
-    torch.manual_seed(0)
+    torch.manual_seed(0)  # pyright: ignore[reportUnknownMemberType]
     return apply_lora(model, LoraSettings(rank=rank)), tokenizer
 
 
@@ -163,7 +163,7 @@ class StandinTrainingClient:
         self.model, self.tokenizer = _load_lora_model(base_model, rank, service.cache_dir)
         self.params = [p for p in self.model.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(self.params, lr=1e-4)
-        self._sample_seeds = itertools.count(service.seed)
+        self.sample_seeds = itertools.count(service.seed)
 
     def get_tokenizer(self) -> Any:
         self.calls.enter("get_tokenizer")
@@ -172,13 +172,14 @@ class StandinTrainingClient:
     def _run_losses(self, data: list[Any], loss_fn: str, backward: bool) -> Any:
         from tinker import types
 
-        outputs, total = [], 0.0
+        outputs: list[dict[str, Any]] = []
+        total = 0.0
         for datum in data:
             with torch.set_grad_enabled(backward):
                 lp_T = _target_logprobs(self.model, datum)
                 loss = _datum_loss(loss_fn, lp_T, datum.loss_fn_inputs)
                 if backward:
-                    loss.backward()
+                    loss.backward()  # pyright: ignore[reportUnknownMemberType]
             total += float(loss.detach())
             outputs.append({"logprobs": types.TensorData.from_torch(lp_T.detach().float())})
         return types.ForwardBackwardOutput(
@@ -200,7 +201,7 @@ class StandinTrainingClient:
         for group in self.optimizer.param_groups:
             group.update(lr=p.learning_rate, betas=(p.beta1, p.beta2), eps=p.eps, weight_decay=p.weight_decay)
         norm = torch.nn.utils.clip_grad_norm_(self.params, p.grad_clip_norm if p.grad_clip_norm > 0 else float("inf"))
-        self.optimizer.step()
+        self.optimizer.step()  # pyright: ignore[reportUnknownMemberType]
         self.optimizer.zero_grad(set_to_none=True)
         return types.OptimStepResponse(metrics={"grad_norm": float(norm)})
 
@@ -265,7 +266,7 @@ class StandinSamplingClient:
     """Stand-in for `tinker.SamplingClient`: samples from a frozen copy of the weights."""
 
     def __init__(self, trainer: StandinTrainingClient) -> None:
-        self.calls, self._seeds = trainer.calls, trainer._sample_seeds
+        self.calls, self._seeds = trainer.calls, trainer.sample_seeds
         self.model = copy.deepcopy(trainer.model).eval()
         tok = trainer.tokenizer
         self._eos, self._pad = tok.eos_token_id, tok.pad_token_id
