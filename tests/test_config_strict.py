@@ -197,28 +197,28 @@ class _Tok:
         return [ord(c) for c in text]
 
 
-def _loop(**training):
-    from retrain_ray.run.loop import RunComponents, RunLoop
+def _warm_start(**training):
+    from retrain_ray.engines.types import SamplingParams
+    from retrain_ray.run.loop import RunComponents
+    from retrain_ray.run.warm_start import WarmStart
 
     cfg = RetrainConfig.model_validate({"training": {"seed": 3, "max_tokens": 64, **training}})
     examples = [Example(f"q{i}", str(i)) for i in range(6)]
     parts = RunComponents(None, None, _Tok(), None, examples, [], str, None, None, False, None, None)
-    loop = RunLoop(cfg, parts, run_name="r", run_dir=Path("run"), condition="c")
-    loop.encode = lambda prompt: [ord(c) for c in prompt]
-    return loop
+    return WarmStart(cfg, parts, encode=lambda prompt: [ord(c) for c in prompt], sampling=SamplingParams(max_tokens=64))
 
 
 def test_sft_schedule_keys(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    seq = [e.reference for e in _loop(sft_batch_order="sequential").sft_examples(1, 4)]
+    seq = [e.reference for e in _warm_start(sft_batch_order="sequential").examples(1, 4)]
     assert seq == ["4", "5", "0", "1"]
-    shuffled = _loop().sft_examples(0, 6)
+    shuffled = _warm_start().examples(0, 6)
     assert sorted(e.reference for e in shuffled) == [str(i) for i in range(6)]  # a permutation per pass
     assert [e.reference for e in shuffled] != [str(i) for i in range(6)]
-    again = [e.reference for e in _loop().sft_examples(1, 6)]
+    again = [e.reference for e in _warm_start().examples(1, 6)]
     assert again == [e.reference for e in shuffled]  # same order each pass unless reshuffled
-    assert [e.reference for e in _loop(sft_reshuffle_each_epoch=True).sft_examples(1, 6)] != again
-    batch = _loop(sft_max_tokens=3).sft_batch([Example("ab", "7")])
+    assert [e.reference for e in _warm_start(sft_reshuffle_each_epoch=True).examples(1, 6)] != again
+    batch = _warm_start(sft_max_tokens=3).batch([Example("ab", "7")])
     assert [len(t) for t in batch.tokens_D] == [3] and batch.advantages_D[0] == [0.0, 0.0, 1.0]
 
 

@@ -18,6 +18,7 @@ errors as its own exception type).
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import logging
@@ -117,8 +118,7 @@ class CheckpointManager:
             shutil.rmtree(tmp, ignore_errors=True)
             raise NonFiniteError(f"refusing to save checkpoint {final}: non-finite weights ({', '.join(bad)}); "
                                  f"the run diverged before step {state.step}; the last good checkpoint is kept")
-        state.checkpoint_name = name
-        state.checkpoint_path = str(final)
+        state = dataclasses.replace(state, checkpoint_name=name, checkpoint_path=str(final))
         (tmp / STATE_FILE).write_text(state.to_json())
         (tmp / CHECKSUMS).write_text(json.dumps(_file_checksums(tmp), indent=1, sort_keys=True))
         if final.exists():

@@ -1,20 +1,29 @@
-"""Sample and score: prompts -> groups of completions with rewards (spec 1.5, single turn)."""
+"""Rollout: prompts -> frozen, scored groups of completions (spec 1.5, single turn).
+
+`rollout` is the one place a run samples, decodes and scores, in that order: every `Group` it returns
+is complete (texts, rewards and planning masks filled); none is built empty and filled later.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from retrain_ray.data.types import Example
 from retrain_ray.engines.types import SampleResult, SamplingEngine, SamplingParams
 from retrain_ray.finite import check_rewards
+from retrain_ray.rewards.types import Reward
 
 CORRECT_THRESHOLD = 0.5
 
+PlanningDetector = Callable[[list[str]], list[int]]
 
-@dataclass
+
+@dataclass(frozen=True)
 class Group:
-    """One prompt and its `group_size` completions."""
+    """One prompt and its `group_size` completions, decoded and scored."""
 
     example: Example
     prompt_ids: list[int]
@@ -24,60 +33,90 @@ class Group:
     planning_masks_G: list[list[int]]
 
 
-def sample_groups(
+@dataclass(frozen=True)
+class Rollout:
+    """What `rollout` returns: the scored groups and how long sampling and decode + scoring took."""
+
+    groups: list[Group]
+    sample_time_s: float
+    score_time_s: float
+
+    @property
+    def correct_count(self) -> int:
+        return sum(r > CORRECT_THRESHOLD for g in self.groups for r in g.rewards_G)
+
+    @property
+    def num_completions(self) -> int:
+        return sum(len(g.rewards_G) for g in self.groups)
+
+
+def rollout(
     engine: SamplingEngine,
-    prompt_ids_P: list[list[int]],
     examples_P: Sequence[Example],
+    prompt_ids_P: list[list[int]],
+    *,
     group_size: int,
     params: SamplingParams,
-) -> list[Group]:
-    """Generates `group_size` completions per prompt in one engine call."""
-    results_P_G = engine.generate(prompt_ids_P, group_size, params)
-    return [
-        Group(example=ex, prompt_ids=ids, samples_G=list(res_G), texts_G=[], rewards_G=[], planning_masks_G=[])
-        for ex, ids, res_G in zip(examples_P, prompt_ids_P, results_P_G, strict=True)
+    tokenizer: Any,
+    reward: Reward,
+    detect_planning: PlanningDetector | None = None,
+) -> Rollout:
+    """Samples `group_size` completions per prompt (one engine call), decodes them (one batch_decode),
+    marks planning tokens when `detect_planning` is given (all zeros otherwise) and scores them (one
+    reward batch call; a non-finite reward is an error)."""
+    start = time.perf_counter()
+    results_P_G = [list(res_G) for res_G in engine.generate(prompt_ids_P, group_size, params)]
+    sampled = time.perf_counter()
+    texts_P_G = _decode(results_P_G, tokenizer)
+    masks_P_G = [_planning_masks(res_G, tokenizer, detect_planning) for res_G in results_P_G]
+    rewards_P_G = _score(texts_P_G, examples_P, reward)
+    groups = [
+        Group(example=ex, prompt_ids=ids, samples_G=res_G, texts_G=texts_G, rewards_G=rewards_G,
+              planning_masks_G=masks_G)
+        for ex, ids, res_G, texts_G, rewards_G, masks_G in zip(
+            examples_P, prompt_ids_P, results_P_G, texts_P_G, rewards_P_G, masks_P_G, strict=True)
     ]
+    return Rollout(groups, sample_time_s=sampled - start, score_time_s=time.perf_counter() - sampled)
 
 
-def decode_groups(groups: list[Group], tokenizer, needs_planning: bool, detect_planning) -> None:
-    """Fills texts (one batch_decode for the whole step) and planning masks."""
-    flat = [s.token_ids for g in groups for s in g.samples_G]
-    texts = tokenizer.batch_decode([list(t) for t in flat], skip_special_tokens=True)
-    cursor = 0
-    for g in groups:
-        n = len(g.samples_G)
-        g.texts_G = texts[cursor : cursor + n]
-        cursor += n
-        if needs_planning and detect_planning is not None:
-            g.planning_masks_G = [
-                list(detect_planning(tokenizer.convert_ids_to_tokens(list(s.token_ids)))) for s in g.samples_G
-            ]
-        else:
-            g.planning_masks_G = [[0] * len(s.token_ids) for s in g.samples_G]
+def _decode(results_P_G: list[list[SampleResult]], tokenizer: Any) -> list[list[str]]:
+    flat = [list(s.token_ids) for res_G in results_P_G for s in res_G]
+    return _split(tokenizer.batch_decode(flat, skip_special_tokens=True), results_P_G)
 
 
-def score_groups(groups: list[Group], reward) -> None:
-    """Scores every completion of the step in one batch call; a non-finite reward is an error."""
-    completions = [t for g in groups for t in g.texts_G]
-    references = [g.example.reference for g in groups for _ in g.texts_G]
+def _planning_masks(
+    samples_G: list[SampleResult], tokenizer: Any, detect_planning: PlanningDetector | None
+) -> list[list[int]]:
+    if detect_planning is None:
+        return [[0] * len(s.token_ids) for s in samples_G]
+    return [list(detect_planning(tokenizer.convert_ids_to_tokens(list(s.token_ids)))) for s in samples_G]
+
+
+def _score(texts_P_G: list[list[str]], examples_P: Sequence[Example], reward: Reward) -> list[list[float]]:
+    completions = [t for texts_G in texts_P_G for t in texts_G]
+    references = [ex.reference for ex, texts_G in zip(examples_P, texts_P_G, strict=True) for _ in texts_G]
     scores = [float(r) for r in reward.score_batch(completions, references)]
     check_rewards(scores, completions, getattr(reward, "label", None) or getattr(reward, "name", type(reward).__name__))
-    cursor = 0
-    for g in groups:
-        n = len(g.texts_G)
-        g.rewards_G = [float(r) for r in scores[cursor : cursor + n]]
-        cursor += n
+    return _split(scores, texts_P_G)
 
 
-def rollout_metrics(groups: list[Group], max_tokens: int) -> dict[str, float]:
+def _split(flat: list[Any], shape_P_G: Sequence[Sequence[Any]]) -> list[list[Any]]:
+    """`flat` cut into consecutive runs with the lengths of the rows of `shape_P_G`."""
+    out, cursor = [], 0
+    for row in shape_P_G:
+        out.append(list(flat[cursor : cursor + len(row)]))
+        cursor += len(row)
+    return out
+
+
+def rollout_metrics(groups: Sequence[Group], max_tokens: int) -> dict[str, float]:
+    """The row's rollout columns: mean reward, correct rate, truncation rate, completion tokens."""
     rewards = [r for g in groups for r in g.rewards_G]
     samples = [s for g in groups for s in g.samples_G]
     n = max(len(rewards), 1)
     return {
         "mean_reward": sum(rewards) / n,
         "correct_rate": sum(r > CORRECT_THRESHOLD for r in rewards) / n,
-        "correct_count": float(sum(r > CORRECT_THRESHOLD for r in rewards)),
-        "num_completions": float(len(rewards)),
         "max_token_hit_rate": sum(len(s.token_ids) >= max_tokens for s in samples) / n,
         "rl/completion_tokens": float(sum(len(s.token_ids) for s in samples)),
     }

@@ -43,7 +43,7 @@ class TrainerState:
 
     @property
     def running_correct_rate(self) -> float:
-        return self.total_correct / self.total_completions if self.total_completions else 0.0
+        return correct_rate(self.total_correct, self.total_completions)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2, sort_keys=True)
@@ -53,6 +53,11 @@ class TrainerState:
         data = json.loads(text)
         known = {f for f in cls.__dataclass_fields__}
         return cls(**{k: v for k, v in data.items() if k in known})
+
+
+def correct_rate(correct: int, completions: int) -> float:
+    """The share of correct completions (0 before any)."""
+    return correct / completions if completions else 0.0
 
 
 def engine_generators(engine: Any) -> dict[str, Any]:

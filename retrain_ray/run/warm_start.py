@@ -1,0 +1,115 @@
+"""SFT warm start: the first `sft_warmup_steps` steps of a run train on the task's own answers.
+
+Targets are built from the task (prompt + formatted answer + EOS) when no SFT file is given; with
+`sft_target_correct_rate` set, a probe samples held-out prompts as RL would and ends the warm start
+once their correct rate reaches the target. The step returns its row and the probe's verdict; the
+RunLoop applies the verdict to the run state.
+"""
+
+from __future__ import annotations
+
+import random
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from retrain_ray.backends.types import TrainBatch
+from retrain_ray.data.types import Example
+from retrain_ray.engines.types import SamplingParams
+from retrain_ray.run.rollout import rollout, rollout_metrics
+from retrain_ray.run.rows import RowIdentity
+from retrain_ray.run.timing import timed
+
+
+@dataclass(frozen=True)
+class WarmStartStep:
+    """One warm-start step's row, and whether the probe ended the warm start (None: no probe)."""
+
+    row: dict[str, Any]
+    finished: bool | None
+
+
+class WarmStart:
+    """The supervised steps of a run: example order, SFT batches, the target-accuracy probe."""
+
+    def __init__(self, cfg: Any, parts: Any, *, encode: Callable[[str], list[int]], sampling: SamplingParams) -> None:
+        self.cfg = cfg
+        self.parts = parts
+        self.encode = encode
+        self.sampling = sampling
+        self._orders: dict[int, list[int]] = {}
+
+    def active(self, step: int, *, finished: bool) -> bool:
+        """The first `sft_warmup_steps` steps are supervised, unless the target accuracy came first."""
+        return step < self.cfg.training.sft_warmup_steps and self.parts.format_answer is not None and not finished
+
+    def step(self, step: int, identity: RowIdentity, *, sync_weights: Callable[[], None]) -> WarmStartStep:
+        t = self.cfg.training
+        size = t.sft_batch_size or t.batch_size * t.group_size
+        examples = self.examples(step, size)
+        batch = self.batch(examples)
+        metrics: dict[str, float] = {}
+        with timed(metrics, "step_time_s"):
+            result = self.parts.backend.sft_step(batch, lr=t.sft_lr or t.lr, weight_decay=t.weight_decay)
+        probe = self.probe(sync_weights)
+        row = {
+            **identity.columns(step, phase="sft"),
+            **({"sft_probe_correct_rate": probe} if probe is not None else {}),
+            "loss": result.loss,
+            "num_datums": float(len(examples)),
+            "tokens_per_step": float(batch.num_tokens),
+            "step_time_s": metrics["step_time_s"],
+            "tokens_per_second": batch.num_tokens / max(metrics["step_time_s"], 1e-9),
+            **{k: float(v) for k, v in result.metrics.items()},
+        }
+        return WarmStartStep(row, None if probe is None else probe >= t.sft_target_correct_rate)
+
+    def probe(self, sync_weights: Callable[[], None]) -> float | None:
+        """With `sft_target_correct_rate` set: the correct rate of `batch_size` held-out prompts sampled
+        as RL would (run temperature, group_size each); None when there is no target or no eval split."""
+        t = self.cfg.training
+        examples = self.parts.eval_examples[: t.batch_size]
+        if t.sft_target_correct_rate <= 0 or not examples:
+            return None
+        sync_weights()
+        out = rollout(self.parts.engine, examples, [self.encode(e.prompt) for e in examples],
+                      group_size=t.group_size, params=self.sampling, tokenizer=self.parts.tokenizer,
+                      reward=self.parts.reward)
+        return rollout_metrics(out.groups, t.max_tokens)["correct_rate"]
+
+    def examples(self, step: int, size: int) -> list[Example]:
+        """Examples of warm-start step `step`: `sft_batch_order` "shuffle" walks a permutation seeded by
+        the run's seed (a new one each pass when `sft_reshuffle_each_epoch`), "sequential" the file order."""
+        t, train = self.cfg.training, self.parts.train_examples
+        positions = range(step * size, (step + 1) * size)
+        if t.sft_batch_order == "sequential":
+            return [train[p % len(train)] for p in positions]
+        picked = []
+        for p in positions:
+            epoch, index = divmod(p, len(train))
+            picked.append(train[self._order(epoch if t.sft_reshuffle_each_epoch else 0)[index]])
+        return picked
+
+    def _order(self, epoch: int) -> list[int]:
+        if epoch not in self._orders:
+            order = list(range(len(self.parts.train_examples)))
+            random.Random(max(self.cfg.training.seed, 0) + epoch).shuffle(order)
+            self._orders[epoch] = order
+        return self._orders[epoch]
+
+    def batch(self, examples: Sequence[Example]) -> TrainBatch:
+        """Prompt + formatted answer + EOS per example, cut to `sft_max_tokens` tokens (0: not cut).
+        `max_tokens` is the sampling budget of a completion, not a bound on a whole SFT sequence: used
+        as one, it cut every target off and the warm start trained on nothing (loss 0)."""
+        tok = self.parts.tokenizer
+        limit = self.cfg.training.sft_max_tokens or sys.maxsize
+        tokens_D, adv_D, lens = [], [], []
+        for ex in examples:
+            prompt = self.encode(ex.prompt)
+            target = tok.encode(self.parts.format_answer(ex.reference), add_special_tokens=False)
+            target = target + [tok.eos_token_id]
+            tokens_D.append((prompt + target)[:limit])
+            adv_D.append(([0.0] * len(prompt) + [1.0] * len(target))[:limit])
+            lens.append(min(len(prompt), limit))
+        return TrainBatch(tokens_D, [[0.0] * len(t) for t in tokens_D], adv_D, lens)
