@@ -2,6 +2,8 @@
 tests/test_campaign_nodes.py, because a Cluster cannot share the test session's Ray.
 
     python tests/cluster_scenarios.py OUT_DIR   -> prints one JSON line with what happened
+    python tests/cluster_scenarios.py OUT_DIR --removals N [--seed S]   -> scenario 2 only, N times
+        (benchmarks/faults.py): each time at a random step, then a fresh worker replaces the lost one
 
 Cluster: a head with no CPUs and no GPUs (driver, recorder) and two worker nodes with 2 CPUs and
 2 fake GPUs each; a short health check so a removed node is noticed in about 1.5 s.
@@ -44,7 +46,7 @@ sft_warmup_steps = 8
 [logging]
 log_dir = "{root}/logs/x"
 [campaign]
-name = "nodes"
+name = "{name}"
 seeds = [1]
 max_steps = 8
 max_failures = 2
@@ -90,8 +92,9 @@ def node_logging_runner(config, **kwargs):
     return train_run(config, **kwargs)
 
 
-def _remove_running_node(cluster: Cluster, cdir: Path, removed: dict, timeout_s: float = 180.0) -> None:
-    """Waits for the run's first checkpoint in the manifest, then removes the node it runs on."""
+def _remove_running_node(cluster: Cluster, cdir: Path, removed: dict, timeout_s: float = 180.0,
+                         at_step: int = 1) -> None:
+    """Waits for the run's step `at_step` (>= 1: a checkpoint) in the manifest, then removes its node."""
     deadline = time.monotonic() + timeout_s
     nodes_file = cdir / "runs" / "grpo+none_s1" / "work" / "nodes.txt"
     while time.monotonic() < deadline:
@@ -99,25 +102,27 @@ def _remove_running_node(cluster: Cluster, cdir: Path, removed: dict, timeout_s:
             run = json.loads((cdir / "manifest.json").read_text())["runs"][0]
         except (OSError, json.JSONDecodeError, KeyError, IndexError):
             run = {}
-        if run.get("result", {}).get("step", -1) >= 1 and nodes_file.is_file():
+        if run.get("result", {}).get("step", -1) >= at_step and nodes_file.is_file():
             node_id = nodes_file.read_text().split()[0]
             for node in list(cluster.worker_nodes):
                 if node.node_id == node_id:
                     cluster.remove_node(node, allow_graceful=False)
-                    removed.update(node_id=node_id, at_step=run["result"]["step"])
+                    removed.update(node_id=node_id, at_step=run["result"]["step"], at=time.time())
                     return
         time.sleep(0.2)
     removed["error"] = "timed out waiting for the run's first checkpoint"
 
 
-def node_removal(cluster: Cluster, root: Path) -> dict:
+def node_removal(cluster: Cluster, root: Path, at_step: int = 1, name: str = "nodes") -> dict:
     from retrain_ray.campaign import Campaign
 
+    root.mkdir(parents=True, exist_ok=True)
     toml = root / "nodes.toml"
-    toml.write_text(TOML.format(root=root))
+    toml.write_text(TOML.format(root=root, name=name))
     campaign = Campaign.from_toml(toml, root=root, runner=node_logging_runner)
     removed: dict = {}
-    watcher = threading.Thread(target=_remove_running_node, args=(cluster, campaign.campaign_dir, removed), daemon=True)
+    watcher = threading.Thread(target=_remove_running_node, args=(cluster, campaign.campaign_dir, removed),
+                               kwargs={"at_step": at_step}, daemon=True)
     watcher.start()
     results = campaign.run(progress=False)
     watcher.join(timeout=10)
@@ -125,10 +130,37 @@ def node_removal(cluster: Cluster, root: Path) -> dict:
     nodes = (campaign.campaign_dir / "runs" / run["run_name"] / "work" / "nodes.txt").read_text().split()
     return {"removed": removed, "attempt_nodes": nodes, "status": run["status"], "attempts": run["attempts"],
             "steps": [int(s) for s in results.history(run["run_name"])["step"]],
-            "errors": results.error_by_run}
+            "errors": results.error_by_run, "max_steps": 8,
+            "recovery_s": _first_row_after(campaign.campaign_dir / "runs" / run["run_name"], removed.get("at"))}
 
 
-def main(out_dir: str) -> None:
+def _first_row_after(run_dir: Path, moment: float | None) -> float | None:
+    from retrain_ray.logs import read_stream
+
+    if moment is None:
+        return None
+    walls = [w.timestamp() for w in read_stream(run_dir, key=None)["wall_time"].to_pylist() if w is not None]
+    later = [w for w in walls if w > moment]
+    return min(later) - moment if later else None
+
+
+def repeated_removals(cluster: Cluster, root: Path, count: int, seed: int) -> list[dict]:
+    """Scenario 2 `count` times, each at a random step (1-5), a fresh worker replacing the removed one."""
+    import random
+
+    rng, reports = random.Random(seed), []
+    for i in range(count):
+        try:
+            reports.append(node_removal(cluster, root / f"r{i}", at_step=rng.randint(1, 5), name=f"nodes{i}"))
+        except Exception as exc:  # reported as a failed trial
+            reports.append({"errors": repr(exc)})
+        while len(cluster.worker_nodes) < 2:
+            cluster.add_node(num_cpus=2, num_gpus=2)
+        cluster.wait_for_nodes(timeout=60)
+    return reports
+
+
+def main(out_dir: str, removals: int = 0, seed: int = 0) -> None:
     cloudpickle.register_pickle_by_value(sys.modules[__name__])
     root = Path(out_dir)
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "num_gpus": 0, "_system_config": HEALTH,
@@ -137,8 +169,11 @@ def main(out_dir: str) -> None:
     ray.init(address=cluster.address, namespace="retrain-ray", log_to_driver=False)
     try:
         cluster.wait_for_nodes(timeout=60)
-        report = {"workers": [w.node_id for w in workers], "head": cluster.head_node.node_id,
-                  "split": split_packing(), "removal": node_removal(cluster, root)}
+        if removals:
+            report = {"removals": repeated_removals(cluster, root, removals, seed)}
+        else:
+            report = {"workers": [w.node_id for w in workers], "head": cluster.head_node.node_id,
+                      "split": split_packing(), "removal": node_removal(cluster, root)}
     finally:
         ray.shutdown()
         cluster.shutdown()
@@ -146,4 +181,11 @@ def main(out_dir: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("out_dir")
+    parser.add_argument("--removals", type=int, default=0)
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+    main(args.out_dir, args.removals, args.seed)

@@ -9,8 +9,9 @@ Routes (under the application's route prefix `/<name>`):
 Generation runs in a worker thread, so requests overlap and the in-flight counter sees real
 concurrency. `request_delay_s` adds a fixed wait inside the in-flight window: a simulated slow
 endpoint for tests and benchmarks, 0 otherwise. `fault_rate` > 0 injects failures into that share of
-completions, for fault tests (benchmarks/faults.py): in turn HTTP 502, HTTP 504, and a stall of
-`fault_stall_s` (past a client's timeout) answered with 504; `/v1/stats` counts them as `injected`.
+completions (evenly: with 0.2, every fifth), for fault tests (benchmarks/faults.py): in turn HTTP 502,
+HTTP 504, and a stall of `fault_stall_s` (past a client's timeout) answered with 504; `/v1/stats`
+counts them as `injected`.
 The endpoint listens on loopback addresses only.
 
 No `from __future__ import annotations` here: Serve's ingress loses the module globals FastAPI needs
@@ -19,7 +20,6 @@ to resolve string annotations, and `Request` parameters then turn into query fie
 
 
 import asyncio
-import random
 import time
 from typing import Any
 
@@ -54,11 +54,11 @@ class InferenceServer:
         self.core = CompletionServer(net, tokenizer, model_name=model_name)
         self.delay_s = float(request_delay_s)
         self.fault_rate, self.fault_stall_s = float(fault_rate), float(fault_stall_s)
-        self.faults = random.Random(0)
-        self.injected = 0
+        self.calls = self.injected = 0
 
     async def _maybe_fail(self) -> None:
-        if self.fault_rate <= 0 or self.faults.random() >= self.fault_rate:
+        self.calls += 1
+        if int(self.calls * self.fault_rate) == int((self.calls - 1) * self.fault_rate):
             return
         kind = self.injected % 3
         self.injected += 1

@@ -1,0 +1,259 @@
+"""Repeated, randomized fault injection on real Ray (issue 15): the scenarios that benchmarks/faults.py
+runs many times and tests/test_faults.py runs once each. Part 1: killed trials, killed drivers, lost
+nodes; part 2 (fault_scenarios_io.py): throttle lease holders, a failing endpoint, full and read-only
+disks.
+
+Every scenario function takes (trials, rng, root) and returns one `Trial` per trial, with its invariant
+checked after that trial and the time it took to recover. It reuses the single-fault tests' machinery:
+tests/campaign_driver.py (a killable driver), tests/cluster_scenarios.py (a simulated multi-node
+cluster) and tests/campaign_helpers.py (process sessions, cleanup by session and Ray temp dir).
+Scenarios that need the caller's Ray (`SESSION_RAY`) expect a local Ray with >= 4 CPUs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from campaign_helpers import (
+    PYTHON,
+    REPO,
+    TINY_CPU_SECTIONS,
+    isolated_env,
+    kill_owned,
+    owned_pids,
+    read_manifest,
+    remove_temp_dir,
+    short_temp_dir,
+    start,
+    wait_for,
+)
+
+STEPS = 6
+CAMPAIGN = TINY_CPU_SECTIONS + """[reward]
+type = "custom"
+custom_module = "operator:lt"
+[training]
+batch_size = 2
+group_size = 16  # every group splits: every step updates and logs a row
+max_tokens = 4
+lr = 3e-3
+save_every = 2
+sft_warmup_steps = 2
+[logging]
+log_dir = "logs/x"
+[campaign]
+name = "{name}"
+seeds = {seeds}
+max_steps = {steps}
+parallel = {parallel}
+max_workers = 2
+max_failures = 2
+trial_start_timeout_s = 240
+[[campaign.conditions]]
+advantage_mode = "grpo"
+transform_mode = "none"
+"""
+
+
+@dataclass
+class Trial:
+    passed: bool
+    recovery_s: float | None
+    detail: str
+
+
+def write_campaign(root: Path, name: str, seeds: list[int], *, steps: int = STEPS, parallel: bool = True) -> Path:
+    root.mkdir(parents=True, exist_ok=True)
+    path = root / f"{name}.toml"
+    path.write_text(CAMPAIGN.format(name=name, seeds=seeds, steps=steps, parallel=str(parallel).lower()))
+    return path
+
+
+def steps_once(run_dir: Path, steps: int = STEPS) -> str:
+    """'' when the run's log holds every step 0..steps-1 exactly once after de-duplication and no other."""
+    from retrain_ray.logs import read_stream
+
+    try:
+        logged = read_stream(run_dir)["step"].to_pylist()
+    except (OSError, ValueError) as exc:
+        return f"log unreadable: {exc}"
+    return "" if logged == list(range(steps)) else f"steps logged {logged}"
+
+
+def final_weights(run_dir: Path) -> dict:
+    from safetensors.torch import load_file
+
+    weights: dict = {}
+    for path in sorted((run_dir / "checkpoints" / "final").glob("*.safetensors")):
+        weights.update(load_file(str(path)))
+    return weights
+
+
+def same_weights(a: dict, b: dict) -> bool:
+    import torch
+
+    return bool(a) and a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def first_row_after(run_dir: Path, moment: float) -> float | None:
+    """Seconds from `moment` (time.time()) to the first metrics row written after it."""
+    from retrain_ray.logs import read_stream
+
+    walls = [w.timestamp() for w in read_stream(run_dir, key=None)["wall_time"].to_pylist() if w is not None]
+    later = [w for w in walls if w > moment]
+    return min(later) - moment if later else None
+
+
+# ---- 1. a run's trial process killed at a random step -------------------------------------------------
+def make_kill_runner(plan: dict[str, tuple[int, float]]):
+    """train_run whose trial process SIGKILLs itself once, at step plan[run][0] after plan[run][1] s."""
+
+    def runner(config, **kwargs):
+        from retrain_ray.run.train import train_run
+
+        marker = Path(kwargs["run_dir"]).parent / "killed.json"
+        step, delay = plan.get(kwargs["run_name"], (-1, 0.0))
+
+        class Kill:
+            def on_step(self, row):
+                if row["step"] == step and not marker.exists():
+                    time.sleep(delay)
+                    marker.write_text(json.dumps({"step": step, "at": time.time()}))
+                    os.kill(os.getpid(), signal.SIGKILL)
+
+            def on_generations(self, rows): ...
+            def on_eval(self, row): ...
+            def on_checkpoint(self, step, directory): ...
+            def close(self): ...
+
+        kwargs["observers"] = [*kwargs["observers"], Kill()]
+        return train_run(config, **kwargs)
+
+    return runner
+
+
+def run_kill(trials: int, rng: random.Random, root: Path) -> list[Trial]:
+    """`trials` runs (one per seed) of one campaign, each killed once at a random step; compared with
+    the same runs of an uninterrupted campaign."""
+    from ray import cloudpickle
+
+    from retrain_ray.campaign import Campaign
+
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    seeds = list(range(1, trials + 1))
+    Campaign.from_toml(write_campaign(root, "baseline", seeds), root=root).run(progress=False)
+    plan = {f"grpo+none_s{s}": (rng.randrange(STEPS), rng.uniform(0.0, 0.3)) for s in seeds}
+    results = Campaign.from_toml(write_campaign(root, "killed", seeds), root=root,
+                                 runner=make_kill_runner(plan)).run(progress=False)
+    runs = {r["run_name"]: r for r in results.runs}
+    out = []
+    for name, (step, _) in plan.items():
+        run_dir, base_dir = root / "killed" / "runs" / name, root / "baseline" / "runs" / name
+        killed = json.loads((run_dir / "killed.json").read_text()) if (run_dir / "killed.json").exists() else {}
+        problems = [steps_once(run_dir)]
+        if runs[name]["status"] != "completed" or runs[name]["attempts"] != 2 or not killed:
+            problems.append(f"status {runs[name]['status']}, attempts {runs[name]['attempts']}, killed {killed}")
+        if not same_weights(final_weights(run_dir / "work"), final_weights(base_dir / "work")):
+            problems.append("final weights differ from the uninterrupted run's")
+        problems = [p for p in problems if p]
+        recovery = first_row_after(run_dir, killed["at"]) if killed else None
+        out.append(Trial(not problems, recovery, f"{name} killed at step {step}; " + ("; ".join(problems) or "ok")))
+    return out
+
+
+# ---- 2. the campaign driver killed at a random moment, then the same command again ------------------
+def _driver(toml: Path, root: Path, log: Path, ray_tmp: Path) -> subprocess.Popen:
+    return start([PYTHON, str(REPO / "tests" / "campaign_driver.py"), str(toml), "--root", str(root),
+                  "--step-delay", "0.2"], env=isolated_env(ray_tmp), log=log)
+
+
+def _any_row(cdir: Path) -> bool:
+    return any((cdir / "runs").glob("*/metrics*.arrows")) if (cdir / "runs").is_dir() else False
+
+
+def driver_kill_once(rng: random.Random, root: Path) -> Trial:
+    toml, cdir = write_campaign(root, "driven", [1, 2], parallel=False), root / "driven"
+    ray_tmp = short_temp_dir("rrf")
+    driver = _driver(toml, root, root / "driver1.log", ray_tmp)
+    try:
+        wait_for(lambda: _any_row(cdir) or driver.poll() is not None, timeout_s=300, what="the first step row")
+        time.sleep(rng.uniform(0.0, 20.0))
+        ended = driver.poll()
+        driver.send_signal(signal.SIGKILL)
+        driver.wait(timeout=30)
+    finally:
+        kill_owned(driver.pid, ray_tmp)
+        remove_temp_dir(ray_tmp)
+    if ended is not None:  # no fault was injected: not a passed trial
+        return Trial(False, None, f"the driver ended (exit {ended}) before the kill: "
+                     f"{(root / 'driver1.log').read_text()[-300:]!r}")
+    before = read_manifest(cdir) or {"runs": []}
+    done_before = {r["run_name"]: r["attempts"] for r in before["runs"] if r["status"] == "completed"}
+    ray_tmp = short_temp_dir("rrf")
+    started = time.time()
+    again = _driver(toml, root, root / "driver2.log", ray_tmp)
+    try:
+        rc = again.wait(timeout=400)
+        left = wait_for(lambda: owned_pids(again.pid, ray_tmp) == [], timeout_s=30, what="exit") and []
+    except (subprocess.TimeoutExpired, TimeoutError) as exc:
+        rc, left = -1, [str(exc)]
+    finally:
+        kill_owned(again.pid, ray_tmp)
+        remove_temp_dir(ray_tmp)
+    recovery = time.time() - started
+    after = read_manifest(cdir) or {"runs": [], "status": "?"}
+    problems = [f"second command exit {rc}"] if rc else []
+    problems += [f"left running: {left}"] if left else []
+    problems += [] if after.get("status") == "done" else [f"campaign status {after.get('status')}"]
+    for run in after["runs"]:
+        if run["status"] != "completed":
+            problems.append(f"{run['run_name']} {run['status']}")
+        if run["run_name"] in done_before and run["attempts"] != done_before[run["run_name"]]:
+            problems.append(f"finished run {run['run_name']} ran again")
+        problems.append(steps_once(cdir / "runs" / run["run_name"]))
+    problems = [p for p in problems if p]
+    killed_at = f"killed with {sorted(done_before)} finished"
+    return Trial(not problems, recovery, f"{killed_at}; " + ("; ".join(problems) or "ok"))
+
+
+def driver_kill(trials: int, rng: random.Random, root: Path) -> list[Trial]:
+    return [driver_kill_once(rng, root / f"t{i}") for i in range(trials)]
+
+
+# ---- 3. a worker node removed mid-run (ray.cluster_utils.Cluster, in its own process) ---------------
+def node_removal(trials: int, rng: random.Random, root: Path) -> list[Trial]:
+    root.mkdir(parents=True, exist_ok=True)
+    ray_tmp = short_temp_dir("rrn")
+    proc = start([PYTHON, str(REPO / "tests" / "cluster_scenarios.py"), str(root), "--removals", str(trials),
+                  "--seed", str(rng.randrange(2**31))], env=isolated_env(ray_tmp), log=root / "cluster.log")
+    try:
+        proc.wait(timeout=240 + 240 * trials)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+    finally:
+        kill_owned(proc.pid, ray_tmp)
+        remove_temp_dir(ray_tmp)
+    lines = [line for line in (root / "cluster.log").read_text().splitlines() if line.startswith("{")]
+    if not lines:
+        tail = (root / "cluster.log").read_text()[-1500:]
+        return [Trial(False, None, f"the cluster process reported nothing: {tail}")] * trials
+    out = []
+    for removal in json.loads(lines[-1])["removals"]:
+        nodes, removed = removal.get("attempt_nodes", []), removal.get("removed", {})
+        problems = [removal["errors"] and f"errors {removal['errors']}", removed.get("error", "")]
+        if removal.get("status") != "completed" or len(nodes) < 2 or nodes[-1] == removed.get("node_id"):
+            problems.append(f"status {removal.get('status')}, attempts on {nodes}, removed {removed}")
+        if removal.get("steps") != list(range(removal.get("max_steps", -1))):
+            problems.append(f"steps {removal.get('steps')}")
+        problems = [p for p in problems if p]
+        out.append(Trial(not problems, removal.get("recovery_s"),
+                         f"removed at step {removed.get('at_step')}; " + ("; ".join(problems) or "ok")))
+    return out

@@ -1,0 +1,337 @@
+"""Fault scenarios, part 2 (see fault_scenarios.py): throttle lease holders SIGKILLed among 32 clients,
+a shared endpoint failing 20% of its calls, a full disk and a read-only run directory."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import random
+import resource
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import ray
+from campaign_helpers import PYTHON, REPO, TINY_CPU_SECTIONS, free_port, wait_for
+from fault_scenarios import Trial, steps_once
+
+# ---- 4. throttle lease holders SIGKILLed among 32 clients -----------------------------------------------
+TTL_S, CAPACITY, PROCESSES, HOLDERS_PER_PROCESS = 1.0, 4, 8, 4
+
+
+@ray.remote(num_cpus=0, max_concurrency=HOLDERS_PER_PROCESS + 2)
+class Holders:
+    """One worker process whose threads hold slots in a loop (4 of the 32 clients)."""
+
+    def __init__(self, handle) -> None:
+        self.handle = handle
+
+    def pid(self) -> int:
+        return os.getpid()
+
+    def churn(self, holder: str, hold_s: float) -> None:
+        from retrain_ray.throttle import ThrottleClient
+
+        client = ThrottleClient(self.handle, holder, timeout_s=120, lease_ttl_s=TTL_S)
+        while True:
+            with client.hold():
+                time.sleep(hold_s)
+
+
+def _spawn(handle, k: int, rng: random.Random) -> tuple:
+    actor = Holders.remote(handle)
+    pid = ray.get(actor.pid.remote(), timeout=120)
+    for j in range(HOLDERS_PER_PROCESS):
+        actor.churn.remote(f"p{k}-{j}", rng.uniform(0.02, 0.2))
+    return actor, pid
+
+
+def _stats(handle):
+    return ray.get(handle.stats.remote(), timeout=30)
+
+
+def _kill_one(handle, procs: dict, rng: random.Random) -> Trial:
+    leases = wait_for(lambda: ray.get(handle.leases.remote(), timeout=30), timeout_s=60, what="a lease", poll_s=0.02)
+    k = int(rng.choice(leases).holder.split("-")[0][1:])
+    theirs = {lease.lease_id for lease in leases if lease.holder.startswith(f"p{k}-")}
+    before = _stats(handle)
+    killed_at = time.monotonic()
+    os.kill(procs.pop(k)[1], signal.SIGKILL)
+    wait_for(lambda: not theirs & {x.lease_id for x in ray.get(handle.leases.remote(), timeout=30)},
+             timeout_s=60, what="the killed holder's leases to expire", poll_s=0.02)
+    recovery = time.monotonic() - killed_at
+    try:
+        wait_for(lambda: _stats(handle).granted > before.granted, timeout_s=30, what="a grant after the kill", poll_s=0.05)
+        deadlock = ""
+    except TimeoutError as exc:
+        deadlock = str(exc)
+    stats = _stats(handle)
+    problems = [p for p in (deadlock, recovery > TTL_S + 1.0 and f"reclaimed after {recovery:.2f} s",
+                            stats.peak_in_flight > CAPACITY and f"peak {stats.peak_in_flight}") if p]
+    expired = stats.expired - before.expired  # 0: the holder released its lease just before the kill
+    return Trial(not problems, recovery, f"killed p{k} holding {len(theirs)} lease(s), {expired} reclaimed by TTL; "
+                 + ("; ".join(problems) or "ok"))
+
+
+def throttle_kills(trials: int, rng: random.Random, root: Path) -> list[Trial]:
+    """`trials` kills, one at a time, each of a process holding a lease; a fresh process replaces it."""
+    from ray import cloudpickle
+
+    from retrain_ray.actors.throttle import start_throttle
+
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the workers cannot import tests/
+    handle = start_throttle(f"faults-{uuid.uuid4().hex[:8]}", "inference", CAPACITY, namespace="faults",
+                            lease_ttl_s=TTL_S)
+    procs = {k: _spawn(handle, k, rng) for k in range(PROCESSES)}
+    out = []
+    try:
+        for _ in range(trials):
+            out.append(_kill_one(handle, procs, rng))
+            k = max(procs, default=PROCESSES) + 1 + len(out)
+            procs[k] = _spawn(handle, k, rng)
+    finally:
+        for actor, _pid in procs.values():
+            ray.kill(actor)
+        ray.kill(handle)
+    return out
+
+
+# ---- 5. a shared endpoint failing 20% of its calls (Serve, injected 502 / 504 / stalls) -----------------
+CLIENT_TIMEOUT_S, STALL_S, FAULT_RATE = 2.0, 3.0, 0.2
+ENDPOINT_CAMPAIGN = """[model]
+model = "builtin:tiny"
+finetune = "full"
+[backend]
+devices = "cpu"
+lease_ttl_s = 3
+[inference]
+engine = "openai"
+url = "{url}"
+max_concurrent = 4
+[data]
+source = "builtin"
+task = "first_digit"
+[reward]
+type = "custom"
+custom_module = "operator:lt"
+[training]
+batch_size = 2
+group_size = 16  # every group splits: every step updates and logs a row
+max_tokens = 3
+lr = 3e-3
+save_every = 2
+sft_warmup_steps = 0
+[backpressure]
+enabled = true
+warmup_steps = 2
+min_batch_size = 1
+max_batch_size = 4
+[logging]
+log_dir = "logs"
+[campaign]
+name = "{name}"
+seeds = [1, 2]
+max_steps = 6
+parallel = true
+max_workers = 2
+cpus_per_run = 0.5
+max_failures = 2
+trial_start_timeout_s = 240
+[[campaign.conditions]]
+advantage_mode = "grpo"
+transform_mode = "none"
+"""
+
+
+def short_timeout_runner(config, **kwargs):
+    """train_run whose HTTP client times out after CLIENT_TIMEOUT_S, so the endpoint's stalls time out."""
+    import httpx
+
+    from retrain_ray.run.build import build_policy
+    from retrain_ray.run.train import train_run
+
+    policy = build_policy(config, throttle=kwargs["throttle"], run_name=kwargs["run_name"])
+    policy[0]._client = httpx.Client(timeout=CLIENT_TIMEOUT_S)
+    return train_run(config, **{**kwargs, "policy": policy})
+
+
+def _endpoint_trial(url: str, root: Path, name: str) -> Trial:
+    import httpx
+
+    from retrain_ray.backpressure.arrow_log import read_decision_log
+    from retrain_ray.campaign import Campaign
+    from retrain_ray.logs import read_stream
+
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "c.toml").write_text(ENDPOINT_CAMPAIGN.format(url=url, name=name))
+    injected = httpx.get(f"{url}/v1/stats", timeout=30).json()["injected"]
+    started = time.monotonic()
+    results = Campaign.from_toml(root / "c.toml", root=root, runner=short_timeout_runner).run(progress=False)
+    elapsed = time.monotonic() - started
+    injected = httpx.get(f"{url}/v1/stats", timeout=30).json()["injected"] - injected
+    problems = [f"{r['run_name']} {r['status']}" for r in results.runs if r["status"] != "completed"]
+    problems += [steps_once(root / name / "runs" / r["run_name"]) for r in results.runs]
+    retries = 0.0
+    for r in results.runs:
+        extras = read_stream(root / name / "runs" / r["run_name"])["extras"].to_pylist()
+        retries += max((dict(e or {}).get("openai_retries", 0.0) for e in extras), default=0.0)
+    bp = read_decision_log(root / name / "backpressure.arrows").to_pandas()
+    caps = bp["capacity"].tolist()
+    cut = any(e > 0 and any(c < caps[i] for c in caps[i + 1:]) for i, e in enumerate(bp["endpoint_errors"]))
+    problems += [] if retries > 0 else ["no retry counted in the metrics rows"]
+    problems += [] if cut else [f"no capacity cut after an error (capacities {caps})"]
+    problems = [p for p in problems if p]
+    return Trial(not problems, elapsed, f"{injected} faults injected, {int(retries)} retries logged, capacities "
+                 f"{min(caps)}..{max(caps)}; " + ("; ".join(problems) or "ok"))
+
+
+def failing_endpoint(trials: int, rng: random.Random, root: Path) -> list[Trial]:
+    from ray import cloudpickle
+
+    from retrain_ray.serve import start_inference_endpoint, stop_inference_endpoint
+
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    url = start_inference_endpoint("builtin:tiny", port=free_port(), name="faulty", request_delay_s=0.05,
+                                   fault_rate=FAULT_RATE, fault_stall_s=STALL_S)
+    try:
+        return [_endpoint_trial(url, root / f"t{i}", f"endpoint{i}-{uuid.uuid4().hex[:6]}") for i in range(trials)]
+    finally:
+        stop_inference_endpoint()
+
+
+# ---- 6. a full disk and a read-only run directory (`retrain-ray train`, no Ray) -------------------------
+DISK_STEPS = 8
+TRAIN = TINY_CPU_SECTIONS + """[reward]
+type = "custom"
+custom_module = "operator:lt"
+[training]
+batch_size = 2
+group_size = 16
+max_tokens = 4
+lr = 3e-3
+save_every = 2
+sft_warmup_steps = 2
+max_steps = {steps}
+[logging]
+log_dir = "{run_dir}"
+"""
+
+
+def _mount(*args: str) -> bool:
+    return subprocess.run(["mount", *args], capture_output=True).returncode == 0
+
+
+def _train(toml: Path, log: Path, *, resume: Path | None = None, fsize: int | None = None) -> tuple[int, str, float]:
+    def limit() -> None:  # the non-root stand-in for a full disk: a file size limit, EFBIG, not SIGXFSZ
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
+
+    cmd = [PYTHON, "-m", "retrain_ray.cli", "train", str(toml), *(["--resume", str(resume)] if resume else [])]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
+    started = time.monotonic()
+    with open(log, "w") as fh:
+        rc = subprocess.run(cmd, cwd=REPO, env=env, stdout=fh, stderr=subprocess.STDOUT, timeout=600,
+                            preexec_fn=limit if fsize else None).returncode
+    return rc, log.read_text(), time.monotonic() - started
+
+
+def _in_place_problems(run_dir: Path) -> list[str]:
+    """Half-written files: a checkpoint in place that does not verify, a state file that is not JSON."""
+    import json
+
+    from retrain_ray.run.checkpoint import CheckpointManager, verify_checkpoint
+
+    problems = [f"{c.name}: {verify_checkpoint(c)}" for c in CheckpointManager(run_dir).candidates()
+                if verify_checkpoint(c)]
+    for name in ("trainer_state.json", "run_meta.json"):
+        try:
+            if (run_dir / name).exists():
+                json.loads((run_dir / name).read_text())
+        except ValueError:
+            problems.append(f"{name} is half-written")
+    return problems
+
+
+def _clear_error(rc: int, log: str, words: tuple[str, ...]) -> list[str]:
+    problems = [] if rc == 1 else [f"exit {rc}"]
+    problems += ["a traceback"] if "Traceback" in log else []
+    problems += [] if any(w in log for w in words) else [f"no {' / '.join(words)} in: {log[-400:]!r}"]
+    return problems
+
+
+def _tree_digest(directory: Path) -> str:
+    h = hashlib.sha256()
+    for path in sorted(p for p in directory.rglob("*") if p.is_file()):
+        h.update(str(path).encode() + path.read_bytes())
+    return h.hexdigest()
+
+
+def disk_full_once(rng: random.Random, root: Path) -> Trial:
+    mnt, size_mb = root / "mnt", rng.randint(6, 13)
+    mnt.mkdir(parents=True, exist_ok=True)
+    mounted = _mount("-t", "tmpfs", "-o", f"size={size_mb}m", "tmpfs", str(mnt))
+    run_dir = mnt / "run"
+    toml = root / "t.toml"
+    toml.write_text(TRAIN.format(steps=DISK_STEPS, run_dir=run_dir))
+    try:
+        rc, log, _ = _train(toml, root / "full.log", fsize=None if mounted else 2 * 2**20)
+        problems = _clear_error(rc, log, ("No space left on device", "File too large"))
+        problems += _in_place_problems(run_dir)
+        if mounted:
+            _mount("-o", f"remount,size={256}m", str(mnt))
+        rc2, log2, resume_s = _train(toml, root / "resume.log", resume=run_dir)
+        problems += [f"resume exit {rc2}: {log2[-400:]!r}"] if rc2 else []
+        problems += [steps_once(run_dir, DISK_STEPS)] + _in_place_problems(run_dir)
+        problems = [p for p in problems if p]
+        how = f"tmpfs of {size_mb} MB" if mounted else "RLIMIT_FSIZE 2 MB"
+        return Trial(not problems, resume_s, f"{how}; " + ("; ".join(problems) or "ok"))
+    finally:
+        if mounted:
+            _mount("-o", "remount,rw", str(mnt)) and subprocess.run(["umount", str(mnt)], capture_output=True)
+
+
+def read_only_once(rng: random.Random, root: Path) -> Trial:
+    """A run stopped after k steps; its directory made read-only; `--resume` must fail clearly and change
+    nothing; made writable again, `--resume` completes it."""
+    mnt, k = root / "mnt", 2 * rng.randint(1, 3)
+    mnt.mkdir(parents=True, exist_ok=True)
+    mounted = _mount("-t", "tmpfs", "-o", "size=256m", "tmpfs", str(mnt))
+    run_dir = mnt / "run"
+    (root / "part.toml").write_text(TRAIN.format(steps=k, run_dir=run_dir))
+    (root / "t.toml").write_text(TRAIN.format(steps=DISK_STEPS, run_dir=run_dir))
+    try:
+        rc0, log0, _ = _train(root / "part.toml", root / "part.log")
+        before = _tree_digest(run_dir)
+        made_ro = _mount("-o", "remount,ro", str(mnt)) if mounted else _chmod_tree(run_dir, 0o555)
+        rc, log, _ = _train(root / "t.toml", root / "ro.log", resume=run_dir)
+        problems = [] if rc0 == 0 and made_ro else [f"setup: exit {rc0}, read-only {made_ro}"]
+        problems += _clear_error(rc, log, ("Read-only file system", "Permission denied"))
+        problems += [] if _tree_digest(run_dir) == before else ["the read-only attempt changed files"]
+        _mount("-o", "remount,rw", str(mnt)) if mounted else _chmod_tree(run_dir, 0o755)
+        rc2, log2, resume_s = _train(root / "t.toml", root / "resume.log", resume=run_dir)
+        problems += [f"resume exit {rc2}: {log2[-400:]!r}"] if rc2 else []
+        problems += [steps_once(run_dir, DISK_STEPS)] + _in_place_problems(run_dir)
+        problems = [p for p in problems if p]
+        return Trial(not problems, resume_s, f"read-only after {k} steps ({'ro mount' if mounted else 'chmod'}); "
+                     + ("; ".join(problems) or "ok"))
+    finally:
+        if mounted:
+            _mount("-o", "remount,rw", str(mnt)) and subprocess.run(["umount", str(mnt)], capture_output=True)
+
+
+def _chmod_tree(directory: Path, mode: int) -> bool:
+    for path in [directory, *directory.rglob("*")]:
+        if path.is_dir():
+            path.chmod(mode)
+    return True
+
+
+def disk_full(trials: int, rng: random.Random, root: Path) -> list[Trial]:
+    return [disk_full_once(rng, root / f"t{i}") for i in range(trials)]
+
+
+def read_only(trials: int, rng: random.Random, root: Path) -> list[Trial]:
+    return [read_only_once(rng, root / f"t{i}") for i in range(trials)]
