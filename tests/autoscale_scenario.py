@@ -14,38 +14,12 @@ import sys
 from pathlib import Path
 
 import ray
+from helpers import write_campaign
 from ray import cloudpickle
 
-TOML = """
-[model]
-model = "builtin:tiny"
-finetune = "full"
-[backend]
-devices = "gpu:0"
-[data]
-source = "builtin"
-task = "first_digit"
-[training]
-batch_size = 2
-group_size = 2
-max_tokens = 4
-lr = 3e-3
-save_every = 2
-sft_warmup_steps = 0
-[logging]
-log_dir = "{root}/logs/x"
-[campaign]
-name = "autoscale"
-seeds = [1, 2]
-max_steps = 2
-parallel = true
-max_workers = 2
-max_failures = 0
-trial_start_timeout_s = 240
-[[campaign.conditions]]
-advantage_mode = "grpo"
-transform_mode = "none"
-"""
+TRAINING = {"batch_size": 2, "group_size": 2, "max_tokens": 4, "lr": 3e-3, "save_every": 2, "sft_warmup_steps": 0}
+CAMPAIGN = {"name": "autoscale", "seeds": [1, 2], "max_steps": 2, "parallel": True, "max_workers": 2, "max_failures": 0,
+            "trial_start_timeout_s": 240}
 
 
 def placement_logging_runner(config, **kwargs):
@@ -64,8 +38,8 @@ def main(root: str) -> None:
 
     cloudpickle.register_pickle_by_value(sys.modules[__name__])
     root_dir = Path(root)
-    toml = root_dir / "autoscale.toml"
-    toml.write_text(TOML.format(root=root_dir))
+    toml = write_campaign(root_dir / "autoscale.toml", backend={"devices": "gpu:0"}, training=TRAINING,
+                          logging={"log_dir": f"{root_dir}/logs/x"}, campaign=CAMPAIGN)
     ray.init(namespace="retrain-ray", log_to_driver=False)  # RAY_ADDRESS: the autoscaling cluster
     head = ray.get_runtime_context().get_node_id()
     gpus_at_start = ray.cluster_resources().get("GPU", 0.0)

@@ -11,7 +11,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -20,24 +19,6 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 PYTHON = sys.executable
-
-
-# The model, backend and data sections every tiny CPU test config starts with.
-TINY_CPU_SECTIONS = """[model]
-model = "builtin:tiny"
-finetune = "full"
-[backend]
-devices = "cpu"
-[data]
-source = "builtin"
-task = "first_digit"
-"""
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def short_temp_dir(prefix: str) -> Path:
@@ -115,16 +96,6 @@ def start(cmd: list[str], *, env: dict[str, str], log: Path, cwd: Path = REPO) -
     """Starts `cmd` in a new session, stdout+stderr to `log`."""
     fh = open(log, "w")  # noqa: SIM115 (closed with the process by the caller's wait)
     return subprocess.Popen(cmd, cwd=cwd, env=env, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True)
-
-
-def wait_for(predicate, *, timeout_s: float, what: str, poll_s: float = 0.2):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(poll_s)
-    raise TimeoutError(f"timed out after {timeout_s} s waiting for {what}")
 
 
 def read_manifest(campaign_dir: Path) -> dict | None:

@@ -23,38 +23,13 @@ import time
 from pathlib import Path
 
 import ray
+from helpers import wait_for, write_campaign
 from ray import cloudpickle
 from ray.cluster_utils import Cluster
 
 HEALTH = {"health_check_period_ms": 500, "health_check_failure_threshold": 3}
-TOML = """
-[model]
-model = "builtin:tiny"
-finetune = "full"
-[backend]
-devices = "cpu"
-[data]
-source = "builtin"
-task = "first_digit"
-[training]
-batch_size = 2
-group_size = 4
-max_tokens = 4
-lr = 3e-3
-save_every = 2
-sft_warmup_steps = 8
-[logging]
-log_dir = "{root}/logs/x"
-[campaign]
-name = "{name}"
-seeds = [1]
-max_steps = 8
-max_failures = 2
-trial_start_timeout_s = 120
-[[campaign.conditions]]
-advantage_mode = "grpo"
-transform_mode = "none"
-"""
+TRAINING = {"batch_size": 2, "group_size": 4, "max_tokens": 4, "lr": 3e-3, "save_every": 2, "sft_warmup_steps": 8}
+CAMPAIGN = {"seeds": [1], "max_steps": 8, "max_failures": 2, "trial_start_timeout_s": 120}
 
 
 def split_packing() -> dict:
@@ -92,33 +67,38 @@ def node_logging_runner(config, **kwargs):
     return train_run(config, **kwargs)
 
 
+def _running_node(cluster: Cluster, cdir: Path, at_step: int) -> tuple[object, int] | None:
+    """The worker node the run runs on and its step, once the run's step `at_step` is in the manifest."""
+    nodes_file = cdir / "runs" / "grpo+none_s1" / "work" / "nodes.txt"
+    try:
+        step = json.loads((cdir / "manifest.json").read_text())["runs"][0].get("result", {}).get("step", -1)
+    except (OSError, json.JSONDecodeError, KeyError, IndexError):
+        return None
+    if step < at_step or not nodes_file.is_file():
+        return None
+    node_id = nodes_file.read_text().split()[0]
+    return next(((node, step) for node in cluster.worker_nodes if node.node_id == node_id), None)
+
+
 def _remove_running_node(cluster: Cluster, cdir: Path, removed: dict, timeout_s: float = 180.0,
                          at_step: int = 1) -> None:
     """Waits for the run's step `at_step` (>= 1: a checkpoint) in the manifest, then removes its node."""
-    deadline = time.monotonic() + timeout_s
-    nodes_file = cdir / "runs" / "grpo+none_s1" / "work" / "nodes.txt"
-    while time.monotonic() < deadline:
-        try:
-            run = json.loads((cdir / "manifest.json").read_text())["runs"][0]
-        except (OSError, json.JSONDecodeError, KeyError, IndexError):
-            run = {}
-        if run.get("result", {}).get("step", -1) >= at_step and nodes_file.is_file():
-            node_id = nodes_file.read_text().split()[0]
-            for node in list(cluster.worker_nodes):
-                if node.node_id == node_id:
-                    cluster.remove_node(node, allow_graceful=False)
-                    removed.update(node_id=node_id, at_step=run["result"]["step"], at=time.time())
-                    return
-        time.sleep(0.2)
-    removed["error"] = "timed out waiting for the run's first checkpoint"
+    try:
+        node, step = wait_for(lambda: _running_node(cluster, cdir, at_step), timeout_s=timeout_s,
+                              what=f"the run's step {at_step}")
+    except TimeoutError as err:
+        removed["error"] = str(err)
+        return
+    cluster.remove_node(node, allow_graceful=False)
+    removed.update(node_id=node.node_id, at_step=step, at=time.time())
 
 
 def node_removal(cluster: Cluster, root: Path, at_step: int = 1, name: str = "nodes") -> dict:
     from retrain_ray.campaign import Campaign
 
     root.mkdir(parents=True, exist_ok=True)
-    toml = root / "nodes.toml"
-    toml.write_text(TOML.format(root=root, name=name))
+    toml = write_campaign(root / "nodes.toml", training=TRAINING, logging={"log_dir": f"{root}/logs/x"},
+                          campaign={"name": name, **CAMPAIGN})
     campaign = Campaign.from_toml(toml, root=root, runner=node_logging_runner)
     removed: dict = {}
     watcher = threading.Thread(target=_remove_running_node, args=(cluster, campaign.campaign_dir, removed),

@@ -21,28 +21,11 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from helpers import TINY_CPU, write_campaign, write_config
 
 from retrain_ray.cli import main as cli_main
 
-RUN = """
-[model]
-model = "builtin:tiny"
-finetune = "full"
-[backend]
-devices = "cpu"
-[data]
-{data}
-[reward]
-{reward}
-[training]
-batch_size = 2
-group_size = 2
-max_tokens = 4
-max_steps = {steps}
-save_every = 1
-[logging]
-log_dir = "{log_dir}"
-"""
+MATCH = {"type": "match"}
 GOOD_ROWS = [{"prompt": f"What is {i}+1?", "reference": str(i + 1)} for i in range(4)]
 
 
@@ -53,19 +36,20 @@ class Case:
     outcome: str = "error"  # "error": rc != 0; "ok": rc == 0 (a warning may name the file)
 
 
-def _toml(tmp: Path, *, data: str = 'source = "builtin"\ntask = "first_digit"', reward: str = 'type = "match"',
-          steps: int = 1, name: str = "run.toml") -> Path:
-    path = tmp / name
-    path.write_text(RUN.format(data=data, reward=reward, steps=steps, log_dir=tmp / "logs" / "run"))
-    return path
+def _sections(log_dir: Path, *, data: dict = TINY_CPU["data"], reward: dict = MATCH, steps: int = 1) -> dict:
+    return {"base": {**TINY_CPU, "data": data}, "reward": reward, "logging": {"log_dir": str(log_dir)},
+            "training": {"batch_size": 2, "group_size": 2, "max_tokens": 4, "max_steps": steps, "save_every": 1}}
+
+
+def _toml(tmp: Path, *, name: str = "run.toml", **sections) -> Path:
+    return write_config(tmp / name, **_sections(tmp / "logs" / "run", **sections))
 
 
 def _data_case(filename: str, write: Callable[[Path], None], **data_keys: str) -> Callable[[Path], list[str]]:
     def build(tmp: Path) -> list[str]:
         target = tmp / filename
         write(target)
-        extra = "".join(f'\n{k} = "{v}"' for k, v in data_keys.items())
-        return ["train", str(_toml(tmp, data=f'source = "file"\npath = "{target}"{extra}')), "--quiet"]
+        return ["train", str(_toml(tmp, data={"source": "file", "path": str(target), **data_keys})), "--quiet"]
     return build
 
 
@@ -101,7 +85,7 @@ def _config_case(content: bytes | None, name: str = "bad.toml", command: str = "
 def _reward_case(body: str) -> Callable[[Path], list[str]]:
     def build(tmp: Path) -> list[str]:
         (tmp / "hostile_reward.py").write_text(body)
-        return ["train", str(_toml(tmp, reward='type = "custom"\ncustom_module = "hostile_reward"')), "--quiet"]
+        return ["train", str(_toml(tmp, reward={"type": "custom", "custom_module": "hostile_reward"})), "--quiet"]
     return build
 
 
@@ -215,8 +199,8 @@ CASES: dict[str, Case] = {
     "data_parquet_int_prompt": Case(_data_case("d.parquet", _parquet(pa.table({"prompt": [1, 2], "reference": ["1", "2"]}))),
                                     "d.parquet"),
     # custom rewards and plugins
-    "reward_module_missing": Case(lambda tmp: ["train", str(_toml(tmp, reward='type = "custom"\n'
-                                                                    'custom_module = "no_such_reward_mod"'))],
+    "reward_module_missing": Case(lambda tmp: ["train", str(_toml(tmp, reward={"type": "custom",
+                                                                           "custom_module": "no_such_reward_mod"}))],
                                   "no_such_reward_mod"),
     "reward_function_missing": Case(_reward_case("def other(c, r):\n    return 1.0\n"), "hostile_reward"),
     "reward_module_syntax_error": Case(_reward_case("def score(c, r)\n    return 1.0\n"), "hostile_reward"),
@@ -327,11 +311,8 @@ def test_manifest_from_another_campaign_is_refused(tmp_path):
     from retrain_ray.campaign import Campaign
     from retrain_ray.campaign.plan import CampaignError
 
-    toml = tmp_path / "c.toml"
-    toml.write_text(RUN.format(data='source = "builtin"\ntask = "first_digit"', reward='type = "match"', steps=1,
-                               log_dir=tmp_path / "logs" / "x")
-                    + '[campaign]\nname = "mine"\nseeds = [1]\nmax_steps = 1\n'
-                      '[[campaign.conditions]]\nadvantage_mode = "grpo"\ntransform_mode = "none"\n')
+    toml = write_campaign(tmp_path / "c.toml", **_sections(tmp_path / "logs" / "x"),
+                          campaign={"name": "mine", "seeds": [1], "max_steps": 1})
     campaign = Campaign.from_toml(toml, root=tmp_path)
     cdir = tmp_path / "mine"
     cdir.mkdir()

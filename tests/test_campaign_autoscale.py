@@ -18,13 +18,13 @@ import pytest
 from campaign_helpers import (
     PYTHON,
     REPO,
-    free_port,
     isolated_env,
     kill_owned,
     remove_temp_dir,
     short_temp_dir,
     start,
 )
+from helpers import free_port
 from ray._private.services import get_node_ip_address
 
 RAY = os.path.join(os.path.dirname(PYTHON), "ray")

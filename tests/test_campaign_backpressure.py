@@ -24,6 +24,7 @@ import dataclasses
 
 import pytest
 import ray
+from helpers import write_campaign
 
 from retrain_ray.actors.backpressure import backpressure_name
 from retrain_ray.actors.throttle import get_throttle
@@ -37,57 +38,22 @@ SWEEP = [1, 2, 4, 8]  # warmup_batch_sizes(1, 16)[:WARMUP]
 BP_COLUMNS = ("bp_warmup", "bp_action", "bp_regime", "bp_p_star", "bp_sigma", "bp_kappa", "bp_utilization",
               "bp_throughput")
 
-TOML = """
-[model]
-model = "builtin:tiny"
-lora_rank = 4
-[backend]
-backend = "tinker"
-devices = "cpu"
-max_concurrent = {capacity}
-options = {{ client = "standin" }}
-[data]
-source = "builtin"
-task = "first_digit"
-[reward]
-type = "custom"
-custom_module = "operator"
-custom_function = "lt"
-[training]
-batch_size = 4
-group_size = 8
-max_tokens = 4
-lr = 3e-3
-save_every = 0
-sft_warmup_steps = 0
-[backpressure]
-enabled = true
-warmup_steps = {warmup}
-min_batch_size = 1
-max_batch_size = 16
-[logging]
-log_dir = "{root}/logs"
-[campaign]
-name = "{name}"
-seeds = [1, 2]
-max_steps = {steps}
-parallel = true
-max_workers = 2
-cpus_per_run = 0.5
-max_failures = 1
-trial_start_timeout_s = 240
-[[campaign.conditions]]
-advantage_mode = "grpo"
-transform_mode = "none"
-"""
+SECTIONS = {
+    "model": {"model": "builtin:tiny", "finetune": None, "lora_rank": 4},
+    "backend": {"backend": "tinker", "devices": "cpu", "max_concurrent": CAPACITY, "options": {"client": "standin"}},
+    "reward": {"type": "custom", "custom_module": "operator", "custom_function": "lt"},
+    "training": {"batch_size": 4, "group_size": 8, "max_tokens": 4, "lr": 3e-3, "save_every": 0, "sft_warmup_steps": 0},
+    "backpressure": {"enabled": True, "warmup_steps": WARMUP, "min_batch_size": 1, "max_batch_size": 16},
+}
 
 
 @pytest.fixture(scope="module")
 def campaign(ray_4cpu_4gpu, tmp_path_factory):
     root = tmp_path_factory.mktemp("bp")
     name = "bp-campaign"
-    toml = root / "c.toml"
-    toml.write_text(TOML.format(capacity=CAPACITY, warmup=WARMUP, steps=STEPS, root=root, name=name))
+    toml = write_campaign(root / "c.toml", **SECTIONS, logging={"log_dir": f"{root}/logs"}, campaign={
+        "name": name, "seeds": [1, 2], "max_steps": STEPS, "parallel": True, "max_workers": 2, "cpus_per_run": 0.5,
+        "max_failures": 1, "trial_start_timeout_s": 240})
     results = Campaign.from_toml(toml, root=root).run(progress=False)
     return name, root / name, results
 

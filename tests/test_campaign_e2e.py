@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
+from helpers import GRPO, write_campaign
 from ray import cloudpickle
 
 from retrain_ray.campaign import Campaign
@@ -17,55 +18,21 @@ from retrain_ray.logs import read_stream
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
-TOML = """
-[model]
-model = "builtin:tiny"
-finetune = "{finetune}"
-lora_rank = 4
-[backend]
-devices = "{devices}"
-[data]
-source = "builtin"
-task = "first_digit"
-[training]
-batch_size = 2
-group_size = 4
-max_tokens = 4
-lr = 3e-3
-save_every = 2
-sft_warmup_steps = {sft}
-[algorithm]
-advantage_mode = "grpo"
-transform_mode = "none"
-[logging]
-log_dir = "{root}/logs/x"
-[campaign]
-name = "{name}"
-seeds = {seeds}
-max_steps = {steps}
-parallel = true
-max_workers = {workers}
-stagger_seconds = {stagger}
-max_failures = 2
-{campaign_extra}
-[[campaign.conditions]]
-advantage_mode = "grpo"
-transform_mode = "none"
-{extra}"""
-MAXRL = """[[campaign.conditions]]
-advantage_mode = "maxrl"
-transform_mode = "none"
-"""
+MAXRL = {"advantage_mode": "maxrl", "transform_mode": "none"}
 
 
-def write_toml(tmp_path: Path, *, name: str, steps: int = 6, sft: int = 6, seeds: str = "[1]", workers: int = 2,
-               stagger: float = 0.0, devices: str = "cpu", two_conditions: bool = True, finetune: str = "full",
-               campaign_extra: str = "", tail: str = "") -> Path:
-    path = tmp_path / f"{name.replace('/', '_')}.toml"
-    path.write_text(TOML.format(root=tmp_path, name=name, steps=steps, sft=sft, seeds=seeds, workers=workers,
-                                stagger=stagger, devices=devices, finetune=finetune, campaign_extra=campaign_extra,
-                                extra=MAXRL if two_conditions else "") + tail)
-    return path
+def write_toml(tmp_path: Path, *, name: str, steps: int = 6, sft: int = 6, seeds: tuple[int, ...] = (1,),
+               workers: int = 2, stagger: float = 0.0, devices: str = "cpu", two_conditions: bool = True,
+               finetune: str = "full", campaign_extra: dict | None = None, **sections: dict) -> Path:
+    return write_campaign(
+        tmp_path / f"{name.replace('/', '_')}.toml",
+        model={"finetune": finetune, "lora_rank": 4}, backend={"devices": devices},
+        training={"batch_size": 2, "group_size": 4, "max_tokens": 4, "lr": 3e-3, "save_every": 2,
+                  "sft_warmup_steps": sft},
+        algorithm=GRPO, logging={"log_dir": f"{tmp_path}/logs/x"}, **sections,
+        campaign={"name": name, "seeds": list(seeds), "max_steps": steps, "parallel": True, "max_workers": workers,
+                  "stagger_seconds": stagger, "max_failures": 2, **(campaign_extra or {})},
+        conditions=[GRPO, MAXRL] if two_conditions else [GRPO])
 
 
 SUMMARY_SCRIPT = """import json, sys
@@ -82,8 +49,8 @@ def test_cpu_campaign_runs_records_and_resumes_as_noop(ray_4cpu_4gpu, tmp_path, 
     script = tmp_path / "summarize.py"
     script.write_text(SUMMARY_SCRIPT)
     toml = write_toml(tmp_path, name="e2e", finetune="lora",
-                      campaign_extra=f'summary_script = "{script}"\nsummary_args = ["--fast", "x y"]',
-                      tail="[squeeze]\nmin_variance_retention = 0.9\n")
+                      campaign_extra={"summary_script": str(script), "summary_args": ["--fast", "x y"]},
+                      squeeze={"min_variance_retention": 0.9})
     results = Campaign.from_toml(toml, root=tmp_path / "campaigns").run(progress=False)
     cdir = tmp_path / "campaigns" / "e2e"
     manifest = json.loads((cdir / "manifest.json").read_text())
@@ -200,7 +167,7 @@ def recording_runner(config, *, run_name, run_dir, observers, **_):
 
 @pytest.mark.slow
 def test_gpu_runs_get_distinct_gpus_bounded_concurrency_and_staggered_starts(ray_4cpu_4gpu, tmp_path):
-    toml = write_toml(tmp_path, name="sched", seeds="[1, 2]", workers=2, stagger=1.0, devices="gpu:0")
+    toml = write_toml(tmp_path, name="sched", seeds=(1, 2), workers=2, stagger=1.0, devices="gpu:0")
     results = Campaign.from_toml(toml, root=tmp_path, runner=recording_runner).run(progress=False)
     assert all(r["status"] == "completed" and r["placement"] == "gpu" for r in results.runs)
     recs = [json.loads((tmp_path / "sched" / "runs" / r["run_name"] / "work" / "record.json").read_text())

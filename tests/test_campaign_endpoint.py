@@ -29,12 +29,11 @@ from pathlib import Path
 import httpx
 import pytest
 import ray
-from campaign_helpers import free_port
+from endpoint_load import endpoint_stats, hammer
+from helpers import free_port, wait_for, write_campaign
 from ray import cloudpickle
 
 from retrain_ray.campaign import Campaign
-from retrain_ray.engines.openai import OpenAIEngine
-from retrain_ray.engines.types import SamplingParams
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
@@ -44,43 +43,7 @@ LEASE_TTL_S = 3.0
 SEEDS = [1, 2, 3, 4, 5, 6]
 KILL_WAIT_S = 120.0
 
-TOML = """
-[model]
-model = "{model}"
-finetune = "full"
-[backend]
-devices = "cpu"
-lease_ttl_s = {ttl}
-acquire_timeout_s = 120
-[inference]
-engine = "openai"
-url = "{url}"
-max_concurrent = 2
-[data]
-source = "builtin"
-task = "first_digit"
-[training]
-batch_size = 2
-group_size = 2
-max_tokens = 3
-lr = 3e-3
-save_every = 2
-sft_warmup_steps = 1
-[logging]
-log_dir = "{root}/logs"
-[campaign]
-name = "{name}"
-seeds = {seeds}
-max_steps = {steps}
-parallel = true
-max_workers = 6
-cpus_per_run = 0.5
-max_failures = 2
-trial_start_timeout_s = 240
-[[campaign.conditions]]
-advantage_mode = "grpo"
-transform_mode = "none"
-"""
+TRAINING = {"batch_size": 2, "group_size": 2, "max_tokens": 3, "lr": 3e-3, "save_every": 2, "sft_warmup_steps": 1}
 
 
 @pytest.fixture(scope="module")
@@ -92,12 +55,6 @@ def endpoint(ray_4cpu_4gpu):
     stop_inference_endpoint()
 
 
-def _stats(url: str, reset: bool = False) -> dict:
-    response = httpx.get(f"{url}/v1/stats", params={"reset": "true"} if reset else None, timeout=30)
-    response.raise_for_status()
-    return response.json()
-
-
 def pid_recording_runner(config, **kwargs):
     """train_run that first writes its trial process's pid (so the test can SIGKILL it)."""
     from retrain_ray.run.train import train_run
@@ -106,27 +63,6 @@ def pid_recording_runner(config, **kwargs):
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / f"pid.{os.getpid()}").write_text(str(os.getpid()))
     return train_run(config, **kwargs)
-
-
-def _unthrottled_peak(url: str, clients: int = 6) -> dict:
-    """Control: the campaign's load shape (6 runs x 2 parallel requests) with no throttle."""
-    _stats(url, reset=True)
-    errors: list[BaseException] = []
-
-    def one_run(k: int) -> None:
-        try:
-            engine = OpenAIEngine(url, model_name=MODEL, seed=k, max_parallel_requests=2)
-            engine.generate([[1, 10 + k], [1, 20 + k]], 2, SamplingParams(max_tokens=3))
-        except BaseException as err:  # surfaced below
-            errors.append(err)
-
-    threads = [threading.Thread(target=one_run, args=(k,)) for k in range(clients)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=120)
-    assert not errors, errors
-    return _stats(url)
 
 
 class LeaseKiller(threading.Thread):
@@ -144,49 +80,52 @@ class LeaseKiller(threading.Thread):
         except BaseException as err:  # reported by the test
             self.error = err
 
-    def _throttle(self, deadline: float):
+    def _throttle(self):
         from retrain_ray.actors.throttle import get_throttle
 
-        while time.monotonic() < deadline:
-            try:
-                return get_throttle(self.campaign, "inference", ray.get_runtime_context().namespace)
-            except LookupError:
-                time.sleep(0.2)
-        raise TimeoutError("the campaign's inference throttle never started")
+        try:
+            return get_throttle(self.campaign, "inference", ray.get_runtime_context().namespace)
+        except LookupError:
+            return None
+
+    def _kill_a_holder(self, throttle) -> dict | None:
+        """SIGKILLs the trial process of a run that holds a lease (once its pid is recorded)."""
+        for lease in ray.get(throttle.leases.remote(), timeout=30):
+            pids = list((self.runs_dir / lease.holder / "work").glob("pid.*"))
+            if len(pids) == 1:
+                pid = int(pids[0].read_text())
+                os.kill(pid, signal.SIGKILL)
+                return {"run": lease.holder, "pid": pid, "lease": lease.lease_id, "at": time.time()}
+        return None
 
     def _hunt(self) -> None:
         deadline = time.monotonic() + KILL_WAIT_S
-        throttle = self._throttle(deadline)
-        while time.monotonic() < deadline:
-            for lease in ray.get(throttle.leases.remote(), timeout=30):
-                pids = list((self.runs_dir / lease.holder / "work").glob("pid.*"))
-                if len(pids) == 1:
-                    pid = int(pids[0].read_text())
-                    os.kill(pid, signal.SIGKILL)
-                    self.killed = {"run": lease.holder, "pid": pid, "lease": lease.lease_id, "at": time.time()}
-                    return
-            time.sleep(0.05)
-        raise TimeoutError(f"no run held a lease with a recorded pid within {KILL_WAIT_S:.0f} s")
+        throttle = wait_for(self._throttle, timeout_s=KILL_WAIT_S, what="the campaign's inference throttle")
+        self.killed = wait_for(lambda: self._kill_a_holder(throttle), timeout_s=deadline - time.monotonic(),
+                               what="a run holding a lease with a recorded pid", poll_s=0.05)
 
 
 @pytest.mark.slow
 def test_six_runs_share_an_endpoint_through_a_throttle_of_two_and_survive_a_killed_holder(endpoint, tmp_path):
-    control = _unthrottled_peak(endpoint)
+    control = hammer(endpoint, MODEL)  # the campaign's load shape (6 runs x 2 parallel requests), no throttle
     print(f"without throttle (6 clients x 2 parallel requests): {control}")
     assert control["peak_in_flight"] > 2  # the endpoint's counter sees overlap when nothing limits it
 
     name = "shared-endpoint"
-    toml = tmp_path / "c.toml"
-    toml.write_text(TOML.format(model=MODEL, url=endpoint, ttl=LEASE_TTL_S, root=tmp_path, name=name,
-                                seeds=SEEDS, steps=4))
-    _stats(endpoint, reset=True)
+    toml = write_campaign(
+        tmp_path / "c.toml", model={"model": MODEL}, backend={"lease_ttl_s": LEASE_TTL_S, "acquire_timeout_s": 120},
+        inference={"engine": "openai", "url": endpoint, "max_concurrent": 2}, training=TRAINING,
+        logging={"log_dir": f"{tmp_path}/logs"},
+        campaign={"name": name, "seeds": SEEDS, "max_steps": 4, "parallel": True, "max_workers": 6, "cpus_per_run": 0.5,
+                  "max_failures": 2, "trial_start_timeout_s": 240})
+    endpoint_stats(endpoint, reset=True)
     killer = LeaseKiller(name, tmp_path / name / "runs")
     killer.start()
     started = time.monotonic()
     results = Campaign.from_toml(toml, root=tmp_path, runner=pid_recording_runner).run(progress=False)
     elapsed = time.monotonic() - started
     killer.join(timeout=5)
-    stats = _stats(endpoint)
+    stats = endpoint_stats(endpoint)
     throttle_stats = _throttle_stats(name)
     print(f"campaign {elapsed:.1f} s; endpoint with throttle(2): {stats}; killed {killer.killed}; "
           f"throttle {throttle_stats}")

@@ -7,37 +7,18 @@ import subprocess
 import sys
 
 import pytest
+from helpers import GRPO, write_campaign
 
 from retrain_ray.campaign import Campaign, CampaignError
 from retrain_ray.config import load_config
 
-CAMPAIGN = """
-[model]
-model = "builtin:tiny"
-[backend]
-devices = "cpu"
-[algorithm]
-advantage_mode = "grpo"
-transform_mode = "none"
-[training]
-batch_size = 2
-group_size = 2
-max_steps = 1
-[logging]
-log_dir = "{log_dir}"
-[campaign]
-seeds = [1]
-[[campaign.conditions]]
-advantage_mode = "grpo"
-transform_mode = "no_such_plugin_module.transform"
-"""
-
 
 @pytest.fixture
 def campaign_file(tmp_path):
-    path = tmp_path / "campaign.toml"
-    path.write_text(CAMPAIGN.format(log_dir=tmp_path / "logs"))
-    return path
+    return write_campaign(
+        tmp_path / "campaign.toml", model={"finetune": None}, data=None, algorithm=GRPO,
+        training={"batch_size": 2, "group_size": 2, "max_steps": 1}, logging={"log_dir": str(tmp_path / "logs")},
+        campaign={"seeds": [1]}, conditions=[{"advantage_mode": "grpo", "transform_mode": "no_such_plugin_module.transform"}])
 
 
 def test_unknown_transform_fails_before_ray_starts_naming_condition_and_key(campaign_file, tmp_path):

@@ -21,45 +21,21 @@ from campaign_helpers import (
     remove_temp_dir,
     short_temp_dir,
     start,
-    wait_for,
 )
+from helpers import wait_for, write_campaign
 
 from retrain_ray.logs import read_stream
 from retrain_ray.logs.stream import segment_paths
 
 STEPS = 8
-TOML = f"""
-[model]
-model = "builtin:tiny"
-finetune = "full"
-[backend]
-devices = "cpu"
-[data]
-source = "builtin"
-task = "first_digit"
-[reward]
-type = "custom"
-custom_module = "operator:lt"
-[training]
-batch_size = 2
-group_size = 16  # every group splits (no step without an update, hence no row)
-max_tokens = 4
-lr = 3e-3
-save_every = 2
-sft_warmup_steps = 2
-[logging]
-log_dir = "logs/x"
-[campaign]
-name = "killed"
-seeds = [1, 2]
-max_steps = {STEPS}
-parallel = false
-max_failures = 0
-trial_start_timeout_s = 120
-[[campaign.conditions]]
-advantage_mode = "grpo"
-transform_mode = "none"
-"""
+SECTIONS = {
+    "reward": {"type": "custom", "custom_module": "operator:lt"},
+    # group_size 16: every group splits (no step without an update, hence no row)
+    "training": {"batch_size": 2, "group_size": 16, "max_tokens": 4, "lr": 3e-3, "save_every": 2, "sft_warmup_steps": 2},
+    "logging": {"log_dir": "logs/x"},
+}
+CAMPAIGN = {"name": "killed", "seeds": [1, 2], "max_steps": STEPS, "parallel": False, "max_failures": 0,
+            "trial_start_timeout_s": 120}
 FIRST, SECOND = "grpo+none_s1", "grpo+none_s2"
 
 
@@ -99,8 +75,7 @@ def _run_to_end(cmd, env, log, timeout_s):
 
 @pytest.mark.slow
 def test_killed_driver_resumes_without_rerunning_finished_runs(tmp_path):
-    toml = tmp_path / "killed.toml"
-    toml.write_text(TOML)
+    toml = write_campaign(tmp_path / "killed.toml", **SECTIONS, campaign=CAMPAIGN)
     cdir = tmp_path / "killed"
     ray_tmp = short_temp_dir("rrk")
     driver = start([PYTHON, "tests/campaign_driver.py", str(toml), "--root", str(tmp_path), "--step-delay", "0.5"],

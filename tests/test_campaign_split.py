@@ -10,50 +10,20 @@ import json
 
 import pandas as pd
 import pytest
+from helpers import GRPO, write_campaign, write_config
 
 from retrain_ray.campaign import Campaign
 from retrain_ray.campaign.split import PLACEMENT_FILE
 from retrain_ray.logs import read_stream
 
-TOML = """
-[model]
-model = "builtin:tiny"
-finetune = "lora"
-[backend]
-devices = "gpu:0,gpu:1"
-[data]
-source = "builtin"
-task = "first_digit"
-[reward]
 # a real scorer that splits nearly every group of a barely trained model (completion < reference as
 # strings), so every RL step carries signal and makes an update; `match` needs ~40 warm-start steps
-type = "custom"
-custom_module = "operator:lt"
-[training]
-batch_size = 2
-group_size = 8
-max_tokens = 4
-lr = 3e-3
-save_every = 3
-sft_warmup_steps = 2
-[logging]
-log_dir = "{root}/logs/x"
-[campaign]
-name = "split"
-seeds = [1]
-max_steps = 6
-parallel = true
-max_workers = 2
-max_failures = 0
-trial_start_timeout_s = 120
-[[campaign.conditions]]
-advantage_mode = "grpo"
-transform_mode = "none"
-[[campaign.conditions]]
-advantage_mode = "grpo"
-transform_mode = "none"
-one_step_off = true
-"""
+SECTIONS = {
+    "model": {"finetune": "lora"},
+    "backend": {"devices": "gpu:0,gpu:1"},
+    "reward": {"type": "custom", "custom_module": "operator:lt"},
+    "training": {"batch_size": 2, "group_size": 8, "max_tokens": 4, "lr": 3e-3, "save_every": 3, "sft_warmup_steps": 2},
+}
 SYNC, PIPELINED = "grpo+none_s1", "grpo+none~one_step_off=True_s1"
 
 
@@ -65,8 +35,11 @@ def rl_rows(results, run: str) -> pd.DataFrame:
 @pytest.fixture(scope="module")
 def split_campaign(ray_4cpu_4gpu, tmp_path_factory):
     root = tmp_path_factory.mktemp("split")
-    toml = root / "split.toml"
-    toml.write_text(TOML.format(root=root))
+    toml = write_campaign(
+        root / "split.toml", **SECTIONS, logging={"log_dir": f"{root}/logs/x"},
+        campaign={"name": "split", "seeds": [1], "max_steps": 6, "parallel": True, "max_workers": 2, "max_failures": 0,
+                  "trial_start_timeout_s": 120},
+        conditions=[GRPO, {**GRPO, "one_step_off": True}])
     return root, Campaign.from_toml(toml, root=root).run(progress=False)
 
 
@@ -127,8 +100,8 @@ def test_split_sampler_rng_is_captured_and_restored_through_the_proxy(ray_4cpu_4
     from retrain_ray.models.loading import encode_prompt
     from retrain_ray.run.state import capture_rng_state, engine_generators, restore_rng_state
 
-    (tmp_path / "run.toml").write_text(TOML.split("[campaign]")[0].format(root=tmp_path))
-    actor = InferenceActor.remote(load_config(tmp_path / "run.toml"))
+    run_toml = write_config(tmp_path / "run.toml", **SECTIONS, logging={"log_dir": f"{tmp_path}/logs/x"})
+    actor = InferenceActor.remote(load_config(run_toml))
     try:
         proxy = EngineProxy(actor, timeout_s=120)
         prompts = [encode_prompt(ray.get(actor.tokenizer.remote(), timeout=120), "3 + 4 = ")]

@@ -20,7 +20,7 @@ cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
 def _config(tmp_path: Path, storage: str):
     toml = write_toml(tmp_path, name="stored", steps=4, sft=0, two_conditions=False,
-                      campaign_extra=f'storage = "{storage}"')
+                      campaign_extra={"storage": storage})
     return toml, load_config(toml)
 
 

@@ -8,6 +8,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from helpers import write_campaign
 from hf_cache import ORIGINAL_MODEL, stub_original_model
 
 from retrain_ray.config import RetrainConfig
@@ -40,23 +41,12 @@ def test_campaign_matrix_and_capacity_text():
     assert "estimated_wall_time_s" in out.stdout and "7500.0" in out.stdout  # 3000 steps * 10 s / 4
 
 
-CAPACITY_CAMPAIGN = """
-[backend]
-devices = "cpu"
-[training]
-batch_size = 4
-group_size = 8
-[campaign]
-seeds = [1, 2]
-max_steps = 40
-parallel = true
-max_workers = 2
-"""
 
 
 def test_campaign_json_capacity_formulas(tmp_path):
-    path = tmp_path / "campaign.toml"
-    path.write_text(CAPACITY_CAMPAIGN)
+    path = write_campaign(tmp_path / "campaign.toml", base={}, backend={"devices": "cpu"},
+                          training={"batch_size": 4, "group_size": 8},
+                          campaign={"seeds": [1, 2], "max_steps": 40, "parallel": True, "max_workers": 2}, conditions=[])
     out = _explain(str(path), "--json", "--median-step-time", "2")
     assert out.returncode == 0, out.stderr
     info = json.loads(out.stdout)

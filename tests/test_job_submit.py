@@ -7,28 +7,23 @@ The job's driver is `python -m retrain_ray.cli CAMPAIGN.toml`: it connects throu
 
 from __future__ import annotations
 
-import re
 import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
-from campaign_helpers import PYTHON, REPO, free_port, isolated_env, kill_owned, short_temp_dir, start
+import tomllib
+from campaign_helpers import PYTHON, REPO, isolated_env, kill_owned, short_temp_dir, start
+from helpers import free_port, write_campaign
 
 RAY = str(Path(PYTHON).parent / "ray")
 
 
-def _campaign_toml(root: Path) -> str:
+def _write_campaign(path: Path) -> Path:
     """The smoke campaign, cut down to 2 runs of 4 steps (whatever the demo's own step counts are)."""
-    text = (REPO / "configs" / "smoke-campaign.toml").read_text()
-    head, campaign = text.split("[campaign]", 1)
-    head = re.sub(r"(?m)^sft_warmup_steps = \d+$", "sft_warmup_steps = 4", head)
-    campaign = re.sub(r"(?m)^max_steps = \d+$", "max_steps = 4", campaign)
-    campaign = re.sub(r"(?m)^seeds = \[.*\]$", "seeds = [1, 2]\nname = \"submitted\"", campaign)
-    campaign = re.sub(r"(?m)^max_workers = \d+$", "max_workers = 1", campaign)
-    text = f"{head}[campaign]{campaign}"
-    assert "max_steps = 4\n" in campaign and "name = \"submitted\"" in text
-    return text + '[[campaign.conditions]]\nadvantage_mode = "grpo"\ntransform_mode = "none"\n'
+    smoke = tomllib.loads((REPO / "configs" / "smoke-campaign.toml").read_text())
+    return write_campaign(path, base=smoke, training={"sft_warmup_steps": 4},
+                          campaign={"name": "submitted", "seeds": [1, 2], "max_steps": 4, "max_workers": 1})
 
 
 def _start_head(ray_tmp: Path, log: Path) -> tuple[subprocess.Popen, int]:
@@ -55,7 +50,7 @@ def test_ray_job_submit_runs_a_campaign_on_a_running_cluster(tmp_path):
     ray_tmp = short_temp_dir("rrj")
     work = tmp_path / "job"
     work.mkdir()
-    (work / "campaign.toml").write_text(_campaign_toml(tmp_path))
+    _write_campaign(work / "campaign.toml")
     results = tmp_path / "results"
     head, dashboard = _start_head(ray_tmp, tmp_path / "ray_start.log")
     try:

@@ -11,7 +11,7 @@ import time
 
 import pytest
 import torch
-from campaign_helpers import TINY_CPU_SECTIONS
+from helpers import write_config
 from safetensors.torch import save_file
 
 from retrain_ray.cli import main as cli_main
@@ -20,18 +20,6 @@ from retrain_ray.rewards.custom import CustomReward, RewardFunctionError, Reward
 from retrain_ray.run.checkpoint import CheckpointManager, resolve_resume_dir, verify_checkpoint
 from retrain_ray.run.state import TrainerState
 
-RUN = TINY_CPU_SECTIONS + """[reward]
-type = "custom"
-custom_module = "{module}"
-[training]
-batch_size = 2
-group_size = 2
-max_tokens = 4
-max_steps = 3
-save_every = 1
-[logging]
-log_dir = "{log_dir}"
-"""
 REWARDS = {
     "reward_inf": "def score(completion, reference):\n    return float('inf')\n",
     "reward_nan": "def score(completion, reference):\n    return float('nan')\n",
@@ -58,8 +46,9 @@ def test_nonfinite_reward_fails_the_run_clearly_and_saves_nothing_poisoned(rewar
                                                                            module, value):
     monkeypatch.setattr(logging.root, "handlers", [])  # basicConfig of an earlier test bound a closed stream
     log_dir = reward_modules / f"run-{module}"
-    path = reward_modules / f"{module}.toml"
-    path.write_text(RUN.format(module=module, log_dir=log_dir))
+    path = write_config(reward_modules / f"{module}.toml", reward={"type": "custom", "custom_module": module},
+                        training={"batch_size": 2, "group_size": 2, "max_tokens": 4, "max_steps": 3, "save_every": 1},
+                        logging={"log_dir": str(log_dir)})
     assert cli_main(["train", str(path), "--quiet"]) == 1
     err = capsys.readouterr().err
     assert f"reward {module + ':score'!r} returned {value}" in err

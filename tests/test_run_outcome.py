@@ -12,41 +12,22 @@ import json
 from pathlib import Path
 
 import pytest
-from campaign_helpers import TINY_CPU_SECTIONS
+from helpers import GRPO, write_campaign
 
 from retrain_ray.campaign import Campaign
 from retrain_ray.campaign.results import RunError
 
 FAILURE = "unsupported operand type(s) for /: 'str' and 'str'"
 
-TOML = TINY_CPU_SECTIONS + """[training]
-batch_size = 2
-group_size = 2
-max_tokens = 4
-sft_warmup_steps = 0
-[algorithm]
-advantage_mode = "grpo"
-transform_mode = "none"
-[reward]
-type = "custom"
-custom_module = "operator:truediv"
-[logging]
-log_dir = "{root}/logs/x"
-[campaign]
-name = "outcome"
-seeds = [1]
-max_steps = 2
-max_failures = 1
-[[campaign.conditions]]
-advantage_mode = "grpo"
-transform_mode = "none"
-"""
 
 
 @pytest.mark.extended
 def test_failing_run_is_retried_then_reported(ray_4cpu_4gpu, tmp_path: Path) -> None:
-    toml = tmp_path / "outcome.toml"
-    toml.write_text(TOML.format(root=tmp_path))
+    toml = write_campaign(
+        tmp_path / "outcome.toml", algorithm=GRPO, reward={"type": "custom", "custom_module": "operator:truediv"},
+        training={"batch_size": 2, "group_size": 2, "max_tokens": 4, "sft_warmup_steps": 0},
+        logging={"log_dir": f"{tmp_path}/logs/x"},
+        campaign={"name": "outcome", "seeds": [1], "max_steps": 2, "max_failures": 1})
 
     results = Campaign.from_toml(toml, root=tmp_path / "campaigns").run(progress=False)
 

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
+from helpers import write_campaign
 
 from retrain_ray.campaign import Campaign
 from retrain_ray.campaign.plan import CampaignError
@@ -15,32 +16,14 @@ from retrain_ray.secrets import REDACTED, has_redactions, redact, restore_secret
 
 PLANTED = ("PLANTED_PW_1", "PLANTED_KEY_2", "PLANTED_TOKEN_3", "PLANTED_ENV_4", "PLANTED_ENV_5")
 SECRET_URL = "https://alice:PLANTED_PW_1@models.example/v1?api_key=PLANTED_KEY_2&region=eu"
-CAMPAIGN = f"""
-[model]
-model = "builtin:tiny"
-finetune = "full"
-base_url = "{SECRET_URL}"
-[backend]
-devices = "cpu"
-[data]
-source = "builtin"
-task = "first_digit"
-[training]
-batch_size = 2
-group_size = 2
-max_tokens = 4
-save_every = 1
-[logging]
-log_dir = "{{root}}/logs/x"
-[campaign]
-name = "secrets"
-seeds = [1]
-max_steps = 2
-max_workers = 1
-[[campaign.conditions]]
-advantage_mode = "grpo"
-transform_mode = "none"
-"""
+
+
+def _write_campaign(toml: Path, root: Path, base_url: str = SECRET_URL) -> Path:
+    return write_campaign(toml, model={"base_url": base_url},
+                          training={"batch_size": 2, "group_size": 2, "max_tokens": 4, "save_every": 1},
+                          logging={"log_dir": f"{root}/logs/x"},
+                          campaign={"name": "secrets", "seeds": [1], "max_steps": 2, "max_workers": 1})
+
 
 
 @pytest.mark.parametrize(("text", "shown"), [
@@ -101,8 +84,7 @@ def _files_holding(root: Path, needles: tuple[str, ...]) -> dict[str, list[str]]
 def test_campaign_writes_no_planted_secret_anywhere(ray_4cpu_4gpu, tmp_path, monkeypatch):
     monkeypatch.setenv("TINKER_API_KEY", "PLANTED_ENV_4")
     monkeypatch.setenv("WANDB_API_KEY", "PLANTED_ENV_5")
-    toml = tmp_path / "campaign.toml"
-    toml.write_text(CAMPAIGN.format(root=tmp_path))
+    toml = _write_campaign(tmp_path / "campaign.toml", tmp_path)
     results = Campaign.from_toml(toml, root=tmp_path / "campaigns").run(progress=False)
     assert not results.errors
     written = _files_holding(tmp_path, PLANTED)
@@ -113,6 +95,6 @@ def test_campaign_writes_no_planted_secret_anywhere(ray_4cpu_4gpu, tmp_path, mon
 
     again = Campaign.from_dir(cdir)  # resume takes the secret back from the campaign's TOML file
     assert again.config.model.base_url == SECRET_URL
-    toml.write_text(CAMPAIGN.format(root=tmp_path).replace("models.example", "other.example"))
+    _write_campaign(toml, tmp_path, SECRET_URL.replace("models.example", "other.example"))
     with pytest.raises(CampaignError, match="model.base_url"):
         Campaign.from_dir(cdir)

@@ -4,12 +4,11 @@ capacity 2 in front of the endpoint bounds the requests in flight measured at th
 
 from __future__ import annotations
 
-import threading
-
 import httpx
 import pytest
 import torch
-from campaign_helpers import free_port
+from endpoint_load import hammer
+from helpers import free_port
 
 from retrain_ray.engines.adapters import AdapterSpec
 from retrain_ray.engines.openai import OpenAIEngine
@@ -93,38 +92,17 @@ def test_bad_uploads_and_prompts_are_clear_errors(endpoint):
     assert r.status_code == 400
 
 
-def _hammer(endpoint: str, throttle, clients: int = 6, rounds: int = 2) -> dict:
-    httpx.get(f"{endpoint}/v1/stats", params={"reset": "true"}).raise_for_status()
-    errors: list[BaseException] = []
-
-    def one_run(k: int) -> None:
-        try:
-            engine = OpenAIEngine(endpoint, model_name=MODEL, throttle=throttle, seed=k, max_parallel_requests=2)
-            for _ in range(rounds):
-                engine.generate([[1, 10 + k], [1, 20 + k]], 2, SamplingParams(max_tokens=3))
-        except BaseException as err:  # surfaced below
-            errors.append(err)
-
-    threads = [threading.Thread(target=one_run, args=(k,)) for k in range(clients)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=120)
-    assert not errors, errors
-    return httpx.get(f"{endpoint}/v1/stats").json()
-
-
 def test_six_clients_with_a_throttle_of_two_never_exceed_two_in_flight(endpoint):
     from retrain_ray.actors.throttle import start_throttle
     from retrain_ray.throttle import ThrottleClient
 
     actor = start_throttle("serve-test", "inference", 2, namespace="retrain-ray-tests", lease_ttl_s=30.0)
     throttle = ThrottleClient(actor, "shared", timeout_s=120.0)
-    stats = _hammer(endpoint, throttle)
+    stats = hammer(endpoint, MODEL, throttle, rounds=2)
     print(f"with throttle(2): {stats}")
     assert stats["requests_total"] == 6 * 2 * 2
     assert stats["peak_in_flight"] == 2  # bounded by the throttle, and the bound is reached
-    control = _hammer(endpoint, None)  # same load, no throttle: the counter does see more
+    control = hammer(endpoint, MODEL, rounds=2)  # same load, no throttle: the counter does see more
     print(f"without throttle: {control}")
     assert control["peak_in_flight"] > 2
 

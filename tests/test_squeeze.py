@@ -8,6 +8,7 @@ import math
 
 import pytest
 import torch
+from helpers import write_campaign
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from safetensors.torch import load_file, save_file
@@ -172,9 +173,9 @@ def test_after_campaign_steps_record_failures_without_raising(tmp_path, capsys):
     manifest.update_run("b_s1", status="completed", checkpoint=str(adapter.parent))
     script = tmp_path / "fails.py"
     script.write_text("import sys\nprint('args', sys.argv[1:])\nsys.exit(3)\n")
-    toml = tmp_path / "c.toml"
-    toml.write_text(f'[model]\nfinetune = "lora"\nlora_rank = 4\n[campaign]\nsummary_script = "{script}"\n'
-                    'summary_args = ["k"]\n[squeeze]\nmin_variance_retention = 0.9\n')
+    toml = write_campaign(tmp_path / "c.toml", base={}, model={"finetune": "lora", "lora_rank": 4},
+                          squeeze={"min_variance_retention": 0.9},
+                          campaign={"summary_script": str(script), "summary_args": ["k"]}, conditions=[])
     run_afterwards(cdir, load_config(toml), progress=False)
     data = Manifest.load(cdir).data
     assert data["squeeze"]["run"] == "b_s1" and data["squeeze"]["recommended_rank"] == 2  # 4/5 < 0.9 <= 1

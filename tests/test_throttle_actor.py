@@ -13,6 +13,7 @@ import uuid
 
 import pytest
 import ray
+from helpers import wait_for
 
 from retrain_ray.actors.throttle import get_throttle, start_throttle
 from retrain_ray.throttle import NoThrottle, Throttle, ThrottleClient, ThrottleTimeout
@@ -28,14 +29,6 @@ def _throttle(capacity: int, ttl_s: float = TTL_S):
 
 def _stats(handle):
     return ray.get(handle.stats.remote(), timeout=30)
-
-
-def _wait_until(predicate, what: str, timeout_s: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
-        time.sleep(0.05)
 
 
 @ray.remote(num_cpus=0, max_concurrency=16)
@@ -113,9 +106,9 @@ def test_killed_holder_loses_its_lease_within_ttl_and_a_waiter_proceeds(ray_4cpu
     handle = _throttle(capacity=1)
     victim = ThreadedHolders.remote(handle)
     victim_ref = victim.hold_for.remote("victim", 600.0)
-    _wait_until(lambda: _stats(handle).in_flight == 1, "the victim's lease")
+    wait_for(lambda: _stats(handle).in_flight == 1, timeout_s=30, what="the victim's lease", poll_s=0.05)
     waiter_ref = handle.acquire.remote("waiter", 60.0)
-    _wait_until(lambda: _stats(handle).waiting == 1, "the waiter to queue")
+    wait_for(lambda: _stats(handle).waiting == 1, timeout_s=30, what="the waiter to queue", poll_s=0.05)
     killed_at = time.monotonic()  # same machine: the actor's monotonic clock is this one
     ray.kill(victim)
     lease = ray.get(waiter_ref, timeout=60)
@@ -149,7 +142,8 @@ def test_one_process_renews_all_its_leases_in_one_call_per_period(ray_4cpu_4gpu)
     periods = hold_s / (TTL_S / 3)  # one renew_many per TTL/3 covers all 8 holds
     assert 1 <= calls <= periods + 2, f"{calls} renewal calls for 8 holds over {periods:.1f} periods"
     assert kept == 0
-    _wait_until(lambda: ray.get(proc.keeper_state.remote(), timeout=30)[2] == 0, "the idle keeper to exit")
+    wait_for(lambda: ray.get(proc.keeper_state.remote(), timeout=30)[2] == 0, timeout_s=30,
+             what="the idle keeper to exit", poll_s=0.05)
     ray.kill(proc)
 
 
@@ -157,9 +151,9 @@ def test_hold_many_takes_slots_in_one_call_all_or_nothing_fifo(ray_4cpu_4gpu):
     handle = _throttle(capacity=4)
     first = ray.get(handle.acquire.remote("first", 10.0), timeout=30)
     batch = handle.acquire_many.remote("engine", 4, 60.0)  # needs all 4: waits for `first`
-    _wait_until(lambda: _stats(handle).waiting == 1, "the batch to queue")
+    wait_for(lambda: _stats(handle).waiting == 1, timeout_s=30, what="the batch to queue", poll_s=0.05)
     late = handle.acquire.remote("late", 60.0)  # a free slot exists, but the batch came first
-    _wait_until(lambda: _stats(handle).waiting == 2, "the single request to queue")
+    wait_for(lambda: _stats(handle).waiting == 2, timeout_s=30, what="the single request to queue", poll_s=0.05)
     assert _stats(handle).in_flight == 1
     ray.get(handle.release.remote(first.lease_id), timeout=30)
     leases = ray.get(batch, timeout=30)
@@ -203,7 +197,7 @@ def test_waiters_are_served_in_arrival_order(ray_4cpu_4gpu):
     refs = {}
     for i in range(5):
         refs[f"w{i}"] = handle.acquire.remote(f"w{i}", 60.0)
-        _wait_until(lambda i=i: _stats(handle).waiting == i + 1, f"waiter w{i} to queue")
+        wait_for(lambda i=i: _stats(handle).waiting == i + 1, timeout_s=30, what=f"waiter w{i} to queue", poll_s=0.05)
     order = []
     pending = list(refs.values())
     while pending:
@@ -233,7 +227,7 @@ def test_resize_up_and_down_with_queued_waiters(ray_4cpu_4gpu):
     handle = _throttle(capacity=2)
     held = [ray.get(handle.acquire.remote(f"h{i}", 10.0), timeout=30) for i in range(2)]
     pending = [handle.acquire.remote(f"w{i}", 60.0) for i in range(6)]
-    _wait_until(lambda: _stats(handle).waiting == 6, "6 queued waiters")
+    wait_for(lambda: _stats(handle).waiting == 6, timeout_s=30, what="6 queued waiters", poll_s=0.05)
     ray.get(handle.resize.remote(4), timeout=30)
     ready, pending = ray.wait(pending, num_returns=2, timeout=30)
     held += ray.get(ready)

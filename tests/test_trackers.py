@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from campaign_helpers import TINY_CPU_SECTIONS
+from helpers import GRPO, TINY_CPU, write_campaign
 from ray import cloudpickle
 
 from retrain_ray.config import ConfigError, RetrainConfig
@@ -24,13 +24,11 @@ pytest.importorskip("mlflow")
 pytest.importorskip("tensorboard")
 
 RUN = {
-    "model": {"model": "builtin:tiny", "finetune": "full"},
-    "backend": {"devices": "cpu"},
-    "data": {"source": "builtin", "task": "first_digit"},
+    **TINY_CPU,
     # supervised steps: each writes a row (an untrained model's RL steps often carry no signal: no row)
     "training": {"batch_size": 2, "group_size": 4, "max_tokens": 4, "max_steps": 3, "save_every": 2,
                  "sft_warmup_steps": 3, "seed": 3},
-    "algorithm": {"advantage_mode": "grpo", "transform_mode": "none"},
+    "algorithm": GRPO,
 }
 
 
@@ -149,41 +147,20 @@ def test_a_tracker_that_is_not_installed_is_a_config_error(monkeypatch, key, val
 
 
 
-CAMPAIGN = TINY_CPU_SECTIONS + """[training]
-batch_size = 2
-group_size = 4
-max_tokens = 4
-save_every = 2
-sft_warmup_steps = 3
-[algorithm]
-advantage_mode = "grpo"
-transform_mode = "none"
-[logging]
-log_dir = "{root}/logs"
-wandb_project = "rr-campaign"
-wandb_mode = "offline"
-mlflow_tracking_uri = "{mlruns}"
-tensorboard = true
-[campaign]
-name = "tracked"
-seeds = [1, 2]
-max_steps = 3
-parallel = true
-# one run at a time: two processes creating one experiment in an MLflow file store can race (known gap)
-max_workers = 1
-[[campaign.conditions]]
-advantage_mode = "grpo"
-transform_mode = "none"
-"""
 
 
 @pytest.mark.extended
 def test_campaign_tracks_each_run_once_with_its_step_metrics(ray_4cpu_4gpu, tmp_path):
     from retrain_ray.campaign import Campaign
 
-    toml = tmp_path / "tracked.toml"
     mlruns = (tmp_path / "mlruns").as_uri()
-    toml.write_text(CAMPAIGN.format(root=tmp_path, mlruns=mlruns))
+    toml = write_campaign(
+        tmp_path / "tracked.toml", algorithm=GRPO,
+        training={"batch_size": 2, "group_size": 4, "max_tokens": 4, "save_every": 2, "sft_warmup_steps": 3},
+        logging={"log_dir": f"{tmp_path}/logs", "wandb_project": "rr-campaign", "wandb_mode": "offline",
+                 "mlflow_tracking_uri": mlruns, "tensorboard": True},
+        # one run at a time: two processes creating one experiment in an MLflow file store can race (known gap)
+        campaign={"name": "tracked", "seeds": [1, 2], "max_steps": 3, "parallel": True, "max_workers": 1})
     results = Campaign.from_toml(toml, root=tmp_path / "campaigns").run(progress=False)
     assert results.errors == []
     cdir = tmp_path / "campaigns" / "tracked"

@@ -12,49 +12,19 @@ import re
 
 import pytest
 import ray
+from helpers import write_campaign
 
 from retrain_ray.engines.vllm_embedded import INSTALL_HINT, vllm_available
 
 pytestmark = [pytest.mark.extended,
               pytest.mark.skipif(not vllm_available(), reason=f"vLLM is not installed: {INSTALL_HINT}")]
 
-TOML = """
-[model]
-model = "builtin:tiny-h256-l2"
-finetune = "lora"
-lora_rank = 8
-[backend]
-devices = "cpu"
-acquire_timeout_s = 600
-[inference]
-engine = "vllm-embedded"
-shared = true
-max_concurrent = 2
-[inference.engine_args]
-max_model_len = 128
-[data]
-source = "builtin"
-task = "first_digit"
-[training]
-batch_size = 2
-group_size = 4
-max_tokens = 4
-lr = 3e-3
-sft_warmup_steps = 1
-[logging]
-log_dir = "{root}/logs"
-[campaign]
-name = "{name}"
-seeds = [1, 2, 3, 4]
-max_steps = 3
-parallel = true
-max_workers = 4
-cpus_per_run = 0.5
-trial_start_timeout_s = 600
-[[campaign.conditions]]
-advantage_mode = "grpo"
-transform_mode = "none"
-"""
+SECTIONS = {
+    "model": {"model": "builtin:tiny-h256-l2", "finetune": "lora", "lora_rank": 8},
+    "backend": {"devices": "cpu", "acquire_timeout_s": 600},
+    "inference": {"engine": "vllm-embedded", "shared": True, "max_concurrent": 2, "engine_args": {"max_model_len": 128}},
+    "training": {"batch_size": 2, "group_size": 4, "max_tokens": 4, "lr": 3e-3, "sft_warmup_steps": 1},
+}
 
 
 @pytest.mark.timeout(1500)  # 4 trials and an engine start on 2 shared cores
@@ -64,8 +34,9 @@ def test_four_lora_runs_share_one_vllm_engine(ray_4cpu_4gpu, tmp_path):
     from retrain_ray.campaign import Campaign
 
     name = "shared-vllm"
-    toml = tmp_path / "c.toml"
-    toml.write_text(TOML.format(root=tmp_path, name=name))
+    toml = write_campaign(tmp_path / "c.toml", **SECTIONS, logging={"log_dir": f"{tmp_path}/logs"}, campaign={
+        "name": name, "seeds": [1, 2, 3, 4], "max_steps": 3, "parallel": True, "max_workers": 4, "cpus_per_run": 0.5,
+        "trial_start_timeout_s": 600})
     results = Campaign.from_toml(toml, root=tmp_path).run(progress=False)
     runs = {r["run_name"]: r for r in results.runs}
     assert len(runs) == 4 and all(r["status"] == "completed" for r in runs.values()), runs

@@ -1,0 +1,69 @@
+"""Test helpers shared by every kind of test: a free port, a bounded wait, and the one builder of
+run and campaign TOML files (`write_config`, `write_campaign`) on top of the tiny CPU sections."""
+
+from __future__ import annotations
+
+import socket
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, TypeVar
+
+from retrain_ray.config.toml_writer import dumps
+
+T = TypeVar("T")
+
+# The model, backend and data sections every tiny CPU test config starts with.
+TINY_CPU: dict[str, dict[str, Any]] = {
+    "model": {"model": "builtin:tiny", "finetune": "full"},
+    "backend": {"devices": "cpu"},
+    "data": {"source": "builtin", "task": "first_digit"},
+}
+GRPO = {"advantage_mode": "grpo", "transform_mode": "none"}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for(predicate: Callable[[], T], *, timeout_s: float, what: str, poll_s: float = 0.2) -> T:
+    """Calls `predicate` every `poll_s` until it returns something truthy, and returns that; raises
+    TimeoutError naming `what` after `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(poll_s)
+    raise TimeoutError(f"timed out after {timeout_s} s waiting for {what}")
+
+
+def config_toml(*, base: Mapping[str, Mapping[str, Any]] = TINY_CPU, **sections: Mapping[str, Any] | None) -> str:
+    """TOML text of `base` with each keyword section merged over base's section of that name.
+
+    A key set to None is left out (`model={"finetune": None}`), a section set to None is dropped
+    (`data=None`); nested dicts become sub-tables, lists of dicts arrays of tables."""
+    document: dict[str, Any] = {name: dict(table) for name, table in base.items()}
+    for name, table in sections.items():
+        if table is None:
+            document.pop(name, None)
+        else:
+            document[name] = {**document.get(name, {}), **table}
+    return dumps(document)
+
+
+def write_config(path: Path, *, base: Mapping[str, Mapping[str, Any]] = TINY_CPU,
+                 **sections: Mapping[str, Any] | None) -> Path:
+    """Writes `config_toml(base=base, **sections)` to `path` and returns the path."""
+    path.write_text(config_toml(base=base, **sections))
+    return path
+
+
+def write_campaign(path: Path, *, campaign: Mapping[str, Any], conditions: Sequence[Mapping[str, Any]] = (GRPO,),
+                   base: Mapping[str, Mapping[str, Any]] = TINY_CPU, **sections: Mapping[str, Any] | None) -> Path:
+    """Writes a campaign TOML: `write_config`'s sections, then `[campaign]` with `campaign`'s keys and
+    one `[[campaign.conditions]]` per entry of `conditions` (none: the default conditions)."""
+    table = {**campaign, "conditions": [dict(c) for c in conditions] or None}
+    return write_config(path, base=base, **sections, campaign=table)
