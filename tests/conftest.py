@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import os
 
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
@@ -59,6 +60,39 @@ def _torch_single_thread():
 
     torch.set_num_threads(1)
     yield
+
+
+@pytest.fixture(scope="session")
+def tiny_cache(tmp_path_factory):
+    """A model cache holding `builtin:tiny`, built once per session: pass it as `cache_dir`."""
+    from retrain_ray.models import resolve_model_path
+
+    cache = tmp_path_factory.mktemp("models")
+    resolve_model_path("builtin:tiny", cache)
+    return cache
+
+
+@pytest.fixture(scope="session")
+def tiny_dir(tiny_cache):
+    """The folder of `builtin:tiny` (model and tokenizer files). Read it, do not write to it."""
+    from retrain_ray.models import resolve_model_path
+
+    return resolve_model_path("builtin:tiny", tiny_cache)
+
+
+@pytest.fixture(scope="session")
+def _tiny_loaded(tiny_cache):
+    from retrain_ray.models import load_model_and_tokenizer
+
+    return load_model_and_tokenizer("builtin:tiny", cache_dir=tiny_cache)
+
+
+@pytest.fixture
+def tiny(_tiny_loaded):
+    """`builtin:tiny` loaded once per session: (model, tokenizer). The model is a deep copy per test, as
+    tests change its weights and its train/eval mode; the tokenizer is shared (tests only read it)."""
+    model, tok = _tiny_loaded
+    return copy.deepcopy(model), tok
 
 
 @pytest.fixture(scope="session")

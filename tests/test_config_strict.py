@@ -159,32 +159,32 @@ def _checkpointing(model) -> bool:
     raise AssertionError("the model reports neither activation nor gradient checkpointing state")
 
 
-def test_local_options_shape_the_trainable_model(tiny_settings, tmp_path):
+def test_local_options_shape_the_trainable_model(tiny_settings, tiny_cache):
     from retrain_ray.backends.local import load_trainable_model
 
-    model, _ = load_trainable_model("builtin:tiny", tiny_settings(), device="cpu", cache_dir=tmp_path)
+    model, _ = load_trainable_model("builtin:tiny", tiny_settings(), device="cpu", cache_dir=tiny_cache)
     assert _checkpointing(model)  # on by default, as in the original
     plain, _ = load_trainable_model("builtin:tiny", tiny_settings(gradient_checkpointing=False), device="cpu",
-                                    cache_dir=tmp_path)
+                                    cache_dir=tiny_cache)
     assert not _checkpointing(plain)
 
     shaped, _ = load_trainable_model(
         "builtin:tiny", tiny_settings(lora_freeze_a=True, lora_layers_to_transform="0"), device="cpu",
-        cache_dir=tmp_path)
+        cache_dir=tiny_cache)
     names = [n for n, _ in shaped.named_parameters() if "lora_" in n]
     assert names and all(".layers.0." in n for n in names)
     trainable = {n for n, p in shaped.named_parameters() if p.requires_grad}
     assert trainable and all(".lora_B." in n for n in trainable)
 
 
-def test_strict_deterministic_needs_a_seed_and_turns_on_deterministic_torch(tiny_settings, tmp_path):
+def test_strict_deterministic_needs_a_seed_and_turns_on_deterministic_torch(tiny_settings, tiny_cache):
     from retrain_ray.backends.local import load_trainable_model
 
     with pytest.raises(ConfigError, match="strict_deterministic"):
         RetrainConfig.model_validate({"backend": {"options": {"strict_deterministic": True}}})
     before = torch.are_deterministic_algorithms_enabled()
     try:
-        load_trainable_model("builtin:tiny", tiny_settings(strict_deterministic=True), device="cpu", cache_dir=tmp_path)
+        load_trainable_model("builtin:tiny", tiny_settings(strict_deterministic=True), device="cpu", cache_dir=tiny_cache)
         assert torch.are_deterministic_algorithms_enabled()
     finally:
         torch.use_deterministic_algorithms(before)

@@ -10,13 +10,7 @@ from hypothesis import strategies as st
 from retrain_ray.engines import NaiveEngine, PyTorchEngine, SamplingEngine, SamplingParams, WeightUpdate
 from retrain_ray.engines.distribution import entropy, filtered_logprobs, token_logprobs
 from retrain_ray.engines.pytorch import left_pad
-from retrain_ray.models import encode_prompt, load_model_and_tokenizer
-
-
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    model, tok = load_model_and_tokenizer("builtin:tiny", cache_dir=tmp_path_factory.mktemp("cache"))
-    return model, tok
+from retrain_ray.models import encode_prompt
 
 
 def _engine(tiny, seed=0, **kw):
@@ -74,28 +68,24 @@ def test_left_padding_does_not_change_a_row(tiny):
     assert mask[0].tolist() == [0] * (len(long) - len(short)) + [1] * len(short)
 
 
-def test_finish_reasons_stop_and_length(tiny):
+@pytest.mark.parametrize(("eos_bias", "reason"), [(50.0, "stop"), (-1e4, "length")])
+def test_finish_reasons_stop_and_length(tiny, eos_bias, reason):
     model, tok = tiny
     prompts = [encode_prompt(tok, p) for p in PROMPTS]
-    # Make EOS the argmax: a huge bias on its logit.
+    # Make EOS the argmax (a huge bias on its logit), or never sampled.
     bias = torch.zeros(len(tok))
-    bias[tok.eos_token_id] = 50.0
+    bias[tok.eos_token_id] = eos_bias
     handle = model.lm_head.register_forward_hook(lambda m, i, o: o + bias)
     try:
-        stopped = _engine(tiny).generate(prompts, 2, SamplingParams(max_tokens=5))
+        groups = _engine(tiny).generate(prompts, 2, SamplingParams(max_tokens=5))
     finally:
         handle.remove()
-    for r in (r for g in stopped for r in g):
-        assert r.finish_reason == "stop" and r.token_ids == (tok.eos_token_id,)
-    bias[:] = 0.0
-    bias[tok.eos_token_id] = -1e4
-    handle = model.lm_head.register_forward_hook(lambda m, i, o: o + bias)
-    try:
-        lengthy = _engine(tiny).generate(prompts, 2, SamplingParams(max_tokens=5))
-    finally:
-        handle.remove()
-    for r in (r for g in lengthy for r in g):
-        assert r.finish_reason == "length" and len(r.token_ids) == 5 and tok.eos_token_id not in r.token_ids
+    for r in (r for g in groups for r in g):
+        assert r.finish_reason == reason
+        if reason == "stop":
+            assert r.token_ids == (tok.eos_token_id,)
+        else:
+            assert len(r.token_ids) == 5 and tok.eos_token_id not in r.token_ids
 
 
 def test_seeded_determinism(tiny):

@@ -24,14 +24,9 @@ T, TOP_P = 0.7, 0.9
 PARAMS = SamplingParams(max_tokens=8, temperature=T, top_p=TOP_P)
 
 
-@pytest.fixture(scope="module")
-def cache(tmp_path_factory):
-    return tmp_path_factory.mktemp("models")
-
-
-def _policy(cache, finetune="full", **kw):
+def _policy(tiny_cache, finetune="full", **kw):
     settings = PolicySettings(finetune=finetune, lora=LoraSettings(rank=4, alpha=32), top_p=TOP_P, **kw)
-    return build_shared_policy("builtin:tiny", settings, device="cpu", cache_dir=cache)
+    return build_shared_policy("builtin:tiny", settings, device="cpu", cache_dir=tiny_cache)
 
 
 def _batch(engine, tok, seed=0) -> TrainBatch:
@@ -55,8 +50,8 @@ def _trainer_logprobs(backend, batch):
 
 
 @pytest.mark.parametrize("finetune", ["lora", "full"])
-def test_first_on_policy_update_has_ratio_one(cache, finetune):
-    engine, backend, tok = _policy(cache, finetune, loss=LossSettings(clip_eps=0.2))
+def test_first_on_policy_update_has_ratio_one(tiny_cache, finetune):
+    engine, backend, tok = _policy(tiny_cache, finetune, loss=LossSettings(clip_eps=0.2))
     assert isinstance(backend, TrainBackend)
     assert backend.capabilities.checkpoint_resume_mode == "exact"
     batch = _batch(engine, tok)
@@ -72,8 +67,8 @@ def test_first_on_policy_update_has_ratio_one(cache, finetune):
         assert all("lora_" in n for n in after)
 
 
-def test_shared_engine_samples_new_weights(cache):
-    engine, backend, tok = _policy(cache)
+def test_shared_engine_samples_new_weights(tiny_cache):
+    engine, backend, tok = _policy(tiny_cache)
     batch = _batch(engine, tok)
     backend.train_step(batch, lr=1e-2, weight_decay=0.0)
     update = backend.export_weights()
@@ -85,11 +80,11 @@ def test_shared_engine_samples_new_weights(cache):
     assert ratio_one.metrics["policy/abs_kl"] < 1e-5
 
 
-def test_split_engine_receives_tensors_and_matches_trainer(cache):
+def test_split_engine_receives_tensors_and_matches_trainer(tiny_cache):
     settings = PolicySettings(finetune="lora", lora=LoraSettings(rank=4, alpha=32), top_p=TOP_P)
-    engine, backend, tok = build_shared_policy("builtin:tiny", settings, device="cpu", cache_dir=cache)
+    engine, backend, tok = build_shared_policy("builtin:tiny", settings, device="cpu", cache_dir=tiny_cache)
     backend.shares_model_with_engine = False
-    split, _ = build_split_engine("builtin:tiny", settings, device="cpu", cache_dir=cache)
+    split, _ = build_split_engine("builtin:tiny", settings, device="cpu", cache_dir=tiny_cache)
     backend.train_step(_batch(engine, tok), lr=5e-2, weight_decay=0.0)
     update = backend.export_weights()
     assert update.version == 1 and update.tensors
@@ -102,41 +97,30 @@ def test_split_engine_receives_tensors_and_matches_trainer(cache):
         sampled = torch.tensor(row[n:])
         torch.testing.assert_close(new_lp[i, n - 1 : len(row) - 1], sampled, atol=1e-5, rtol=0)
     wrong = PolicySettings(finetune="lora", lora=LoraSettings(rank=4, target_modules=("q_proj",)), top_p=TOP_P)
-    other, _ = build_split_engine("builtin:tiny", wrong, device="cpu", cache_dir=cache)
+    other, _ = build_split_engine("builtin:tiny", wrong, device="cpu", cache_dir=tiny_cache)
     with pytest.raises(KeyError, match="unknown"):
         other.load_weights(update)
 
 
-def test_grad_clipping_limits_norm(cache):
-    engine, backend, tok = _policy(cache, optimizer=OptimizerSettings(grad_clip_norm=1e-3))
+def test_grad_clipping_limits_norm(tiny_cache):
+    engine, backend, tok = _policy(tiny_cache, optimizer=OptimizerSettings(grad_clip_norm=1e-3))
     result = backend.train_step(_batch(engine, tok), lr=1e-3, weight_decay=0.0)
     assert result.metrics["grad_norm"] > 1e-3
     clipped = torch.nn.utils.get_total_norm([p.grad for p in backend.model.parameters() if p.grad is not None])
     assert float(clipped) <= 1e-3 * (1 + 1e-4)
 
 
-def test_microbatch_accumulation_equals_whole_batch(cache):
-    engine, whole, tok = _policy(cache)
+@pytest.mark.parametrize(("split", "microbatches"), [({"micro_batch_size": 5}, 3), ({"accumulation_steps": 4}, 4)])
+def test_a_batch_split_into_microbatches_accumulates_the_whole_batch_gradient(tiny_cache, split, microbatches):
+    engine, whole, tok = _policy(tiny_cache)
     batch = _batch(engine, tok)
-    _, micro, _ = _policy(cache, micro_batch_size=5)
+    _, parts, _ = _policy(tiny_cache, **split)
     r_whole = whole.train_step(batch, lr=0.0, weight_decay=0.0)
-    r_micro = micro.train_step(batch, lr=0.0, weight_decay=0.0)
-    assert r_micro.metrics["local_microbatches"] == 3
-    assert r_micro.loss == pytest.approx(r_whole.loss, abs=1e-6)
-    for (name, a), b in zip(whole.model.named_parameters(), micro.model.parameters(), strict=True):
+    r_parts = parts.train_step(batch, lr=0.0, weight_decay=0.0)
+    assert r_parts.metrics["local_microbatches"] == microbatches
+    assert r_parts.loss == pytest.approx(r_whole.loss, abs=1e-6)
+    for (name, a), b in zip(whole.model.named_parameters(), parts.model.parameters(), strict=True):
         torch.testing.assert_close(a.grad, b.grad, atol=1e-5, rtol=0, msg=name)
-
-
-def test_gradient_accumulation_steps_split_the_batch_into_that_many_microbatches(cache):
-    engine, whole, tok = _policy(cache)
-    batch = _batch(engine, tok)
-    _, accum, _ = _policy(cache, accumulation_steps=4)
-    r_whole = whole.train_step(batch, lr=0.0, weight_decay=0.0)
-    r_accum = accum.train_step(batch, lr=0.0, weight_decay=0.0)
-    assert r_accum.metrics["local_microbatches"] == 4
-    assert r_accum.loss == pytest.approx(r_whole.loss, abs=1e-6)
-    for a, b in zip(whole.model.parameters(), accum.model.parameters(), strict=True):
-        torch.testing.assert_close(a.grad, b.grad, atol=1e-5, rtol=0)
 
 
 def _optimizer_tensors(backend: LocalBackend) -> list[torch.Tensor]:
@@ -144,8 +128,8 @@ def _optimizer_tensors(backend: LocalBackend) -> list[torch.Tensor]:
 
 
 @pytest.mark.parametrize("finetune", ["lora", "full"])
-def test_checkpoint_restores_weights_and_moments_exactly(cache, tmp_path, finetune):
-    engine, backend, tok = _policy(cache, finetune)
+def test_checkpoint_restores_weights_and_moments_exactly(tiny_cache, tmp_path, finetune):
+    engine, backend, tok = _policy(tiny_cache, finetune)
     batches = [_batch(engine, tok, seed=s) for s in range(3)]
     for b in batches[:2]:
         backend.train_step(b, lr=1e-2, weight_decay=0.01)
@@ -153,7 +137,7 @@ def test_checkpoint_restores_weights_and_moments_exactly(cache, tmp_path, finetu
     saved_w = {n: p.detach().clone() for n, p in backend.model.named_parameters() if p.requires_grad}
     saved_opt = _optimizer_tensors(backend)
     expected = backend.train_step(batches[2], lr=1e-2, weight_decay=0.01)
-    _, resumed, _ = _policy(cache, finetune)
+    _, resumed, _ = _policy(tiny_cache, finetune)
     resumed.load_checkpoint(tmp_path)
     assert resumed.version == 2
     for n, p in resumed.model.named_parameters():
@@ -167,8 +151,8 @@ def test_checkpoint_restores_weights_and_moments_exactly(cache, tmp_path, finetu
         assert torch.equal(a, b), n
 
 
-def test_sft_step_lowers_cross_entropy(cache):
-    engine, backend, tok = _policy(cache)
+def test_sft_step_lowers_cross_entropy(tiny_cache):
+    engine, backend, tok = _policy(tiny_cache)
     prompt = encode_prompt(tok, "Q:")
     target = encode_prompt(tok, "42") + [tok.eos_token_id]
     row = prompt + target
@@ -177,32 +161,32 @@ def test_sft_step_lowers_cross_entropy(cache):
     assert losses[-1] < 0.5 * losses[0]
 
 
-def test_empty_model_and_bad_finetune_rejected(cache):
+def test_empty_model_and_bad_finetune_rejected(tiny_cache):
     model = torch.nn.Linear(2, 2)
     for p in model.parameters():
         p.requires_grad_(False)
     with pytest.raises(ValueError, match="no trainable"):
         LocalBackend(model)
     with pytest.raises(ValueError, match="finetune"):
-        _policy(cache, "qlora")
+        _policy(tiny_cache, "qlora")
     with pytest.raises(ValueError, match="match no Linear"):
         build_shared_policy(
             "builtin:tiny", PolicySettings(lora=LoraSettings(rank=2, target_modules=("c_attn",))),
-            device="cpu", cache_dir=cache,
+            device="cpu", cache_dir=tiny_cache,
         )
 
 
 @pytest.mark.gpu
-def test_bf16_autocast_step_on_gpu(cache):
+def test_bf16_autocast_step_on_gpu(tiny_cache):
     settings = PolicySettings(finetune="lora", lora=LoraSettings(rank=4), top_p=TOP_P)
-    engine, backend, tok = build_shared_policy("builtin:tiny", settings, device="cuda", cache_dir=cache)
+    engine, backend, tok = build_shared_policy("builtin:tiny", settings, device="cuda", cache_dir=tiny_cache)
     batch = _batch(engine, tok)
     result = backend.train_step(batch, lr=1e-2, weight_decay=0.0)
     assert torch.isfinite(torch.tensor(result.loss))
     assert result.metrics["policy/abs_kl"] < 2e-2  # bf16 logits: close to, not exactly, on-policy
 
 
-def test_policy_from_config(cache):
+def test_policy_from_config(tiny_cache):
     from retrain_ray.backends.local import build_local_policy, settings_from_config
     from retrain_ray.config import RetrainConfig
 
@@ -214,7 +198,7 @@ def test_policy_from_config(cache):
     })
     settings = settings_from_config(cfg)
     assert settings.lora.effective_alpha == 8.0 and settings.lora.target_modules == ("q_proj", "v_proj")
-    engine, backend, tok = build_local_policy(cfg, device="cpu", cache_dir=cache)
+    engine, backend, tok = build_local_policy(cfg, device="cpu", cache_dir=tiny_cache)
     assert backend.shares_model_with_engine and engine.model is backend.model
     assert (backend.micro_batch_size, backend.top_p, backend.optim.grad_clip_norm) == (4, 0.8, 1.0)
     assert all(("q_proj" in n or "v_proj" in n) for n, p in backend.model.named_parameters() if p.requires_grad)

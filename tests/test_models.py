@@ -16,11 +16,6 @@ from retrain_ray.models import (
 )
 
 
-@pytest.fixture(scope="module")
-def tiny_dir(tmp_path_factory):
-    return build_tiny_model(tmp_path_factory.mktemp("tiny"), seed=0)
-
-
 def test_same_seed_same_weights_other_seed_differs(tiny_dir, tmp_path):
     again = build_tiny_model(tmp_path / "again", seed=0)
     other = build_tiny_model(tmp_path / "other", seed=1)
@@ -96,9 +91,9 @@ def test_path_that_is_neither_folder_nor_hub_id(tmp_path):
         resolve_model_path(str(tmp_path / "no" / "such" / "model"), tmp_path)
 
 
-def test_bad_dtype(tmp_path):
+def test_bad_dtype(tiny_cache):
     with pytest.raises(ValueError, match="dtype"):
-        load_model_and_tokenizer("builtin:tiny", cache_dir=tmp_path, dtype="float8")
+        load_model_and_tokenizer("builtin:tiny", cache_dir=tiny_cache, dtype="float8")
 
 
 @pytest.mark.slow
