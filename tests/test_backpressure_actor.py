@@ -9,6 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import ray
+from helpers import wait_for
 
 from retrain_ray.actors.backpressure import RemoteAdvisor, start_backpressure_actor
 from retrain_ray.actors.simulated_endpoint import RecordingAdvisor, SimulatedEndpoint, simulated_run
@@ -79,7 +80,10 @@ def test_closed_loop_wiring_runs_advisor_actor_and_throttle_together(ray_4cpu_4g
     """3 runs share a simulated endpoint through the throttle and the back-pressure actor on real Ray.
     This checks the wiring only: every step gets a pooled decision, the pooled capacity reaches the
     throttle, the throttle never grants more than its capacity. What the controller decides is tested
-    on simulated time (test_backpressure_simulated.py), where a loaded machine cannot move it."""
+    on simulated time (test_backpressure_simulated.py), where a loaded machine cannot move it; here
+    every run takes at least 3 steps whatever the clock says, the per-run advisor is off (batch size
+    stays 4, so at most 3 slots x 16 items are in flight), and the capacity push (fire and forget
+    from the actor) is waited for."""
     campaign = f"loop-{uuid.uuid4().hex[:6]}"
     endpoint = SimulatedEndpoint.remote(0.02, 0.002, 20.0)
     throttle = start_throttle(campaign, "ep", 3, namespace=NS, lease_ttl_s=30.0)
@@ -92,16 +96,16 @@ def test_closed_loop_wiring_runs_advisor_actor_and_throttle_together(ray_4cpu_4g
     def one(i: int) -> dict:
         return simulated_run(endpoint, advisors[i], ThrottleClient(throttle, f"r{i}", timeout_s=60.0),
                              run_id=f"r{i}", resource="ep", batch_size=4, group_size=4,
-                             deadline=start + 6.0)
+                             deadline=start + 6.0, min_steps=3)
 
     with ThreadPoolExecutor(3) as pool:
         results = list(pool.map(one, range(3)))
-    assert all(r["steps"] >= 1 for r in results)
+    assert all(r["steps"] >= 3 and set(r["batch_sizes"]) == {4} for r in results)
     assert all(1 <= cap <= 3 for a in advisors for _, _, cap in a.steps)
     pooled = ray.get(bp.snapshot.remote(), timeout=30)["pools"]["ep"]
     assert pooled["rounds"] >= 1
-    stats = ray.get(throttle.stats.remote(), timeout=30)
-    assert stats.capacity == pooled["capacity"]  # the pooled capacity reached the throttle
+    wait_for(lambda: ray.get(throttle.stats.remote(), timeout=30).capacity == pooled["capacity"], timeout_s=30,
+             what="the pooled capacity to reach the throttle")
     assert ray.get(endpoint.stats.remote(), timeout=30)["peak_in_flight"] <= 3 * 16
     for h in (bp, throttle, endpoint):
         ray.kill(h)

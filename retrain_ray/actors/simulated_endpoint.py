@@ -96,8 +96,9 @@ class RecordingAdvisor:
 
 def simulated_run(endpoint: Any, advisor: Any, throttle: Any, *, run_id: str, resource: str,
                   batch_size: int, group_size: int, deadline: float, train_s_per_item: float = 0.0,
-                  timeout_s: float = 60.0) -> dict[str, Any]:
-    """A run's step loop against the endpoint, until `deadline` (time.monotonic); call in a thread.
+                  timeout_s: float = 60.0, min_steps: int = 0) -> dict[str, Any]:
+    """A run's step loop against the endpoint, until `deadline` (time.monotonic) and at least `min_steps`
+    steps (so a test on a loaded machine still sees steps); call in a thread.
 
     Each step: hold a throttle slot -> serve batch_size*group_size items -> release -> local "training"
     (sleep train_s_per_item per item) -> report a StepObservation to the advisor and take its batch
@@ -108,7 +109,7 @@ def simulated_run(endpoint: Any, advisor: Any, throttle: Any, *, run_id: str, re
     bs = advisor.initial_batch_size(batch_size) if hasattr(advisor, "initial_batch_size") else batch_size
     tokens = steps = errors = 0
     sizes = []
-    while time.monotonic() < deadline:
+    while steps < min_steps or time.monotonic() < deadline:
         t0 = time.monotonic()
         with throttle.hold():
             t1 = time.monotonic()
