@@ -173,18 +173,24 @@ def test_errors_pickle_with_their_fields():
     assert pickle.loads(pickle.dumps(UnknownLease("7:x"))).lease_id == "7:x"
 
 
-ops = st.lists(
-    st.one_of(
-        st.tuples(st.just("acquire"), st.integers(0, 5)),
-        st.tuples(st.just("enqueue"), st.integers(0, 5)),
+def _events(arg: st.SearchStrategy, capacity: st.SearchStrategy, *more: st.SearchStrategy) -> st.SearchStrategy:
+    """Lists of (op, arg): acquire/enqueue with `arg`, release/cancel of a held/queued index, resize to
+    `capacity`, and the `more` events."""
+    return st.lists(st.one_of(
+        st.tuples(st.just("acquire"), arg),
+        st.tuples(st.just("enqueue"), arg),
         st.tuples(st.just("release"), st.integers(0, 20)),
-        st.tuples(st.just("renew"), st.integers(0, 20)),
-        st.tuples(st.just("tick"), st.floats(0.0, 6.0)),
-        st.tuples(st.just("resize"), st.integers(1, 5)),
+        st.tuples(st.just("resize"), capacity),
         st.tuples(st.just("cancel"), st.integers(0, 20)),
-    ),
-    max_size=60,
-)
+        *more,
+    ), max_size=60)
+
+
+# single slots (arg: the holder's number), with lease renewals and clock ticks
+ops = _events(st.integers(0, 5), st.integers(1, 5), st.tuples(st.just("renew"), st.integers(0, 20)),
+              st.tuples(st.just("tick"), st.floats(0.0, 6.0)))
+# batches (arg: how many slots at once) on a semaphore that never shrinks below 4
+batch_ops = _events(st.integers(1, 4), st.integers(4, 6))
 
 
 @settings(max_examples=300, deadline=None)
@@ -235,18 +241,6 @@ def test_invariants_under_random_events(capacity, events):
 
 def _live(sem: LeasedSemaphore):
     return sem.leases()
-
-
-batch_ops = st.lists(
-    st.one_of(
-        st.tuples(st.just("acquire"), st.integers(1, 4)),
-        st.tuples(st.just("enqueue"), st.integers(1, 4)),
-        st.tuples(st.just("release"), st.integers(0, 20)),
-        st.tuples(st.just("resize"), st.integers(4, 6)),
-        st.tuples(st.just("cancel"), st.integers(0, 20)),
-    ),
-    max_size=60,
-)
 
 
 @settings(max_examples=300, deadline=None)

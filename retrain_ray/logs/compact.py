@@ -6,10 +6,11 @@ from __future__ import annotations
 import json
 import os
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 
 from retrain_ray.logs.stream import read_stream
@@ -21,29 +22,31 @@ def _atomic_target(path: Path) -> Path:
     return Path(tmp)
 
 
-def compact_to_parquet(run_dir: str | Path, name: str, key: Sequence[str] | None = ("step",)) -> Path:
-    """Write `<run_dir>/<name>.parquet` from the de-duplicated segments of stream `name`."""
-    run_dir = Path(run_dir)
-    table = read_stream(run_dir, name, key=key)
-    target = run_dir / f"{name}.parquet"
+def write_atomically(target: Path, write: Callable[[Path], None]) -> Path:
+    """Calls `write(tmp)` for a temporary file next to `target`, then replaces `target` with it."""
     tmp = _atomic_target(target)
     try:
-        pq.write_table(table, tmp)
+        write(tmp)
         os.replace(tmp, target)
     finally:
         tmp.unlink(missing_ok=True)
     return target
+
+
+def write_parquet_atomic(table: pa.Table, target: Path) -> Path:
+    """Write `table` to the Parquet file `target` atomically."""
+    return write_atomically(target, lambda tmp: pq.write_table(table, tmp))
+
+
+def compact_to_parquet(run_dir: str | Path, name: str, key: Sequence[str] | None = ("step",)) -> Path:
+    """Write `<run_dir>/<name>.parquet` from the de-duplicated segments of stream `name`."""
+    run_dir = Path(run_dir)
+    return write_parquet_atomic(read_stream(run_dir, name, key=key), run_dir / f"{name}.parquet")
 
 
 def write_run_meta(run_dir: str | Path, meta: Mapping[str, Any]) -> Path:
     """Write `<run_dir>/run_meta.json` (indent 2; non-JSON values as strings)."""
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
-    target = run_dir / "run_meta.json"
-    tmp = _atomic_target(target)
-    try:
-        tmp.write_text(json.dumps(dict(meta), indent=2, sort_keys=True, default=str) + "\n")
-        os.replace(tmp, target)
-    finally:
-        tmp.unlink(missing_ok=True)
-    return target
+    text = json.dumps(dict(meta), indent=2, sort_keys=True, default=str) + "\n"
+    return write_atomically(run_dir / "run_meta.json", lambda tmp: tmp.write_text(text))

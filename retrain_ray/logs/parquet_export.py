@@ -20,15 +20,13 @@ next to it the same way, de-duplicated on (run, step, resource).
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
-from retrain_ray.logs.compact import _atomic_target
+from retrain_ray.logs.compact import write_parquet_atomic
 from retrain_ray.logs.stream import read_stream, segment_paths
 
 RUN_KINDS = ("metrics", "generations", "eval")
@@ -74,16 +72,6 @@ def _with_identity(table: pa.Table, campaign: str, identity: Mapping[str, Any]) 
     columns["seed"] = pa.array([identity.get("seed")] * n, pa.int64())
     rest = {name: table[name] for name in table.column_names if name not in columns}
     return pa.table({**columns, **rest})
-
-
-def write_parquet_atomic(table: pa.Table, target: Path) -> Path:
-    tmp = _atomic_target(target)
-    try:
-        pq.write_table(table, tmp)
-        os.replace(tmp, target)
-    finally:
-        tmp.unlink(missing_ok=True)
-    return target
 
 
 def export_run(run_dir: Path, campaign: str, identity: Mapping[str, Any],
