@@ -41,7 +41,7 @@ MODEL = "builtin:tiny"
 DELAY_S = 0.15  # simulated slow endpoint: requests of different runs really overlap
 LEASE_TTL_S = 3.0
 SEEDS = [1, 2, 3, 4, 5, 6]
-KILL_WAIT_S = 120.0
+KILL_WAIT_S = 240.0  # as long as a trial may take to start (trial_start_timeout_s): a loaded machine starts them slowly
 
 TRAINING = {"batch_size": 2, "group_size": 2, "max_tokens": 3, "lr": 3e-3, "save_every": 2, "sft_warmup_steps": 1}
 
@@ -106,6 +106,7 @@ class LeaseKiller(threading.Thread):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(900)  # 6 trials and a Serve endpoint on 2 shared cores
 def test_six_runs_share_an_endpoint_through_a_throttle_of_two_and_survive_a_killed_holder(endpoint, tmp_path):
     control = hammer(endpoint, MODEL)  # the campaign's load shape (6 runs x 2 parallel requests), no throttle
     print(f"without throttle (6 clients x 2 parallel requests): {control}")
@@ -152,10 +153,9 @@ def _throttle_stats(campaign: str) -> dict:
 
 
 GAUGE_SCRIPT = r"""
-import json, socket, sys, time, urllib.request
+import json, sys, time, urllib.request
 import ray
-with socket.socket() as s:
-    s.bind(("127.0.0.1", 0)); port = s.getsockname()[1]
+port = int(sys.argv[2])
 ray.init(address="local", num_cpus=1, include_dashboard=False, _metrics_export_port=port,
          object_store_memory=80 * 2**20, log_to_driver=False, namespace="gauges")
 from retrain_ray.actors.throttle import start_throttle
@@ -195,8 +195,8 @@ ray.shutdown()
 
 @pytest.mark.slow
 def test_run_and_throttle_gauges_are_exported_on_the_metrics_port():
-    out = subprocess.run([sys.executable, "-c", GAUGE_SCRIPT, "40"], capture_output=True, text=True, timeout=120,
-                         env={**os.environ, "RAY_AUTH_MODE": "disabled"})
+    out = subprocess.run([sys.executable, "-c", GAUGE_SCRIPT, "40", str(free_port())], capture_output=True, text=True,
+                         timeout=120, env={**os.environ, "RAY_AUTH_MODE": "disabled"})
     assert out.returncode == 0, out.stderr[-2000:]
     result = json.loads(out.stdout.strip().splitlines()[-1])
     print(f"gauges: {result}")
