@@ -22,10 +22,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import helpers
 from campaign_helpers import (
     PYTHON,
     REPO,
-    TINY_CPU_SECTIONS,
     isolated_env,
     kill_owned,
     owned_pids,
@@ -33,34 +33,16 @@ from campaign_helpers import (
     remove_temp_dir,
     short_temp_dir,
     start,
-    wait_for,
 )
+from helpers import wait_for
 
 STEPS = 6
-CAMPAIGN = TINY_CPU_SECTIONS + """[reward]
-type = "custom"
-custom_module = "operator:lt"
-[training]
-batch_size = 2
-group_size = 16  # every group splits: every step updates and logs a row
-max_tokens = 4
-lr = 3e-3
-save_every = 2
-sft_warmup_steps = 2
-[logging]
-log_dir = "logs/x"
-[campaign]
-name = "{name}"
-seeds = {seeds}
-max_steps = {steps}
-parallel = {parallel}
-max_workers = 2
-max_failures = 2
-trial_start_timeout_s = 240
-[[campaign.conditions]]
-advantage_mode = "grpo"
-transform_mode = "none"
-"""
+SECTIONS = {
+    "reward": {"type": "custom", "custom_module": "operator:lt"},
+    # group_size 16: every group splits, so every step updates and logs a row
+    "training": {"batch_size": 2, "group_size": 16, "max_tokens": 4, "lr": 3e-3, "save_every": 2, "sft_warmup_steps": 2},
+    "logging": {"log_dir": "logs/x"},
+}
 
 
 @dataclass
@@ -72,9 +54,9 @@ class Trial:
 
 def write_campaign(root: Path, name: str, seeds: list[int], *, steps: int = STEPS, parallel: bool = True) -> Path:
     root.mkdir(parents=True, exist_ok=True)
-    path = root / f"{name}.toml"
-    path.write_text(CAMPAIGN.format(name=name, seeds=seeds, steps=steps, parallel=str(parallel).lower()))
-    return path
+    return helpers.write_campaign(root / f"{name}.toml", **SECTIONS, campaign={
+        "name": name, "seeds": list(seeds), "max_steps": steps, "parallel": parallel, "max_workers": 2, "max_failures": 2,
+        "trial_start_timeout_s": 240})
 
 
 def steps_once(run_dir: Path, steps: int = STEPS) -> str:

@@ -15,8 +15,9 @@ import uuid
 from pathlib import Path
 
 import ray
-from campaign_helpers import PYTHON, REPO, TINY_CPU_SECTIONS, free_port, wait_for
+from campaign_helpers import PYTHON, REPO
 from fault_scenarios import Trial, steps_once
+from helpers import free_port, wait_for, write_config
 
 # ---- 4. throttle lease holders SIGKILLed among 32 clients -----------------------------------------------
 TTL_S, CAPACITY, PROCESSES, HOLDERS_PER_PROCESS = 1.0, 4, 8, 4
@@ -204,20 +205,12 @@ def failing_endpoint(trials: int, rng: random.Random, root: Path) -> list[Trial]
 
 # ---- 6. a full disk and a read-only run directory (`retrain-ray train`, no Ray) -------------------------
 DISK_STEPS = 8
-TRAIN = TINY_CPU_SECTIONS + """[reward]
-type = "custom"
-custom_module = "operator:lt"
-[training]
-batch_size = 2
-group_size = 16
-max_tokens = 4
-lr = 3e-3
-save_every = 2
-sft_warmup_steps = 2
-max_steps = {steps}
-[logging]
-log_dir = "{run_dir}"
-"""
+
+
+def _write_train(path: Path, *, steps: int, run_dir: Path) -> Path:
+    return write_config(path, reward={"type": "custom", "custom_module": "operator:lt"}, logging={"log_dir": str(run_dir)},
+                        training={"batch_size": 2, "group_size": 16, "max_tokens": 4, "lr": 3e-3, "save_every": 2,
+                                  "sft_warmup_steps": 2, "max_steps": steps})
 
 
 def _mount(*args: str) -> bool:
@@ -274,8 +267,7 @@ def disk_full_once(rng: random.Random, root: Path) -> Trial:
     mnt.mkdir(parents=True, exist_ok=True)
     mounted = _mount("-t", "tmpfs", "-o", f"size={size_mb}m", "tmpfs", str(mnt))
     run_dir = mnt / "run"
-    toml = root / "t.toml"
-    toml.write_text(TRAIN.format(steps=DISK_STEPS, run_dir=run_dir))
+    toml = _write_train(root / "t.toml", steps=DISK_STEPS, run_dir=run_dir)
     try:
         rc, log, _ = _train(toml, root / "full.log", fsize=None if mounted else 2 * 2**20)
         problems = _clear_error(rc, log, ("No space left on device", "File too large"))
@@ -300,8 +292,8 @@ def read_only_once(rng: random.Random, root: Path) -> Trial:
     mnt.mkdir(parents=True, exist_ok=True)
     mounted = _mount("-t", "tmpfs", "-o", "size=256m", "tmpfs", str(mnt))
     run_dir = mnt / "run"
-    (root / "part.toml").write_text(TRAIN.format(steps=k, run_dir=run_dir))
-    (root / "t.toml").write_text(TRAIN.format(steps=DISK_STEPS, run_dir=run_dir))
+    _write_train(root / "part.toml", steps=k, run_dir=run_dir)
+    _write_train(root / "t.toml", steps=DISK_STEPS, run_dir=run_dir)
     try:
         rc0, log0, _ = _train(root / "part.toml", root / "part.log")
         before = _tree_digest(run_dir)
