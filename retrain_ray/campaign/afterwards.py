@@ -36,6 +36,7 @@ def run_afterwards(campaign_dir: Path, config: Any, *, progress: bool = True) ->
 
 
 def squeeze_first_completed(campaign_dir: Path, section: Any) -> dict[str, Any]:
+    # deferred: loads torch, which importing this module does not need
     from retrain_ray.squeeze import SqueezeError, SqueezeSettings, squeeze_adapter
 
     runs = Manifest.load(campaign_dir).data["runs"]

@@ -13,6 +13,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import ray
+
+from retrain_ray.actors.backpressure import RemoteAdvisor, start_backpressure_actor
+from retrain_ray.actors.throttle import start_throttle
+from retrain_ray.backpressure.settings import BackPressureSettings
+from retrain_ray.throttle.client import ThrottleClient
+
 HTTP_ENGINES = ("openai", "vllm", "sglang")
 
 
@@ -44,15 +51,11 @@ class ControlPlane:
         handle = self.throttles.get(self.endpoint)
         if handle is None:
             return None
-        from retrain_ray.throttle.client import ThrottleClient
-
         return ThrottleClient(handle, run_name, timeout_s=self.timeout_s, lease_ttl_s=self.lease_ttl_s)
 
     def advisor_for(self, run_name: str) -> Any | None:
         if self.backpressure is None:
             return None
-        from retrain_ray.actors.backpressure import RemoteAdvisor
-
         return RemoteAdvisor(self.backpressure, run_name, self.endpoint, timeout_s=self.timeout_s)
 
 
@@ -61,8 +64,6 @@ def start_control_plane(config: Any, campaign: str, *, namespace: str, campaign_
     endpoint = shared_endpoint(config)
     throttles: dict[str, Any] = {}
     if endpoint:
-        from retrain_ray.actors.throttle import start_throttle
-
         throttles[endpoint] = start_throttle(
             campaign, endpoint, endpoint_capacity(config, endpoint), namespace=namespace,
             lease_ttl_s=config.backend.lease_ttl_s,
@@ -71,6 +72,7 @@ def start_control_plane(config: Any, campaign: str, *, namespace: str, campaign_
         if config.backpressure.enabled else None
     engine = None
     if config.inference.shared:
+        # deferred: loads torch, which importing this module does not need
         from retrain_ray.actors.shared_vllm import start_shared_engine
 
         engine = start_shared_engine(config, campaign, namespace=namespace)
@@ -82,11 +84,6 @@ def start_control_plane(config: Any, campaign: str, *, namespace: str, campaign_
 
 def _start_backpressure(config: Any, campaign: str, namespace: str, campaign_dir: Path | None,
                         throttles: dict[str, Any]) -> Any:
-    import ray
-
-    from retrain_ray.actors.backpressure import start_backpressure_actor
-    from retrain_ray.backpressure.settings import BackPressureSettings
-
     # the pooled capacity never exceeds the limit the user configured for the endpoint
     endpoint = next(iter(throttles), "")  # a campaign shares at most one endpoint
     bounds = {"max_capacity": endpoint_capacity(config, endpoint)} if endpoint else {}

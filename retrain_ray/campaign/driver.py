@@ -34,6 +34,9 @@ from retrain_ray.campaign.results import CampaignResults
 from retrain_ray.campaign.stagger import start_gate
 from retrain_ray.campaign.tracking import ManifestCallback
 from retrain_ray.campaign.trial import DEFAULT_RUNNER, TrialContext, run_trial
+from retrain_ray.config import ConfigError, RetrainConfig, load_config
+from retrain_ray.logs.parquet_export import export_campaign
+from retrain_ray.run.preflight import campaign_problems
 from retrain_ray.secrets import has_redactions, redact, restore_secrets
 
 __all__ = ["Campaign", "CampaignError"]
@@ -61,15 +64,11 @@ class Campaign:
 
     @classmethod
     def from_toml(cls, path: str | Path, overrides: dict[str, Any] | None = None, **kwargs: Any) -> Campaign:
-        from retrain_ray.config import load_config
-
         return cls(load_config(path, overrides), source=str(Path(path).resolve()), **kwargs)
 
     @classmethod
     def from_dir(cls, campaign_dir: str | Path, **kwargs: Any) -> Campaign:
         """The campaign stored in `campaign_dir` (for `retrain-ray resume DIR`)."""
-        from retrain_ray.config import RetrainConfig
-
         campaign_dir = Path(campaign_dir).resolve()
         snapshot = campaign_dir / RESUME_CONFIG
         if not snapshot.is_file():
@@ -92,8 +91,6 @@ class Campaign:
         leaves no Ray processes behind; a Ray that was already connected is left as it was. Every
         condition is preflighted first (`CampaignError` with all problems, before Ray starts).
         """
-        from retrain_ray.run.preflight import campaign_problems
-
         problems = campaign_problems(self.config)
         if problems:
             raise CampaignError(problems)
@@ -197,8 +194,6 @@ class Campaign:
 
 def _with_secrets(config_json: dict[str, Any], source: str, snapshot: Path) -> dict[str, Any]:
     """The snapshot with its redacted secrets read back from the campaign's TOML file."""
-    from retrain_ray.config import ConfigError, load_config
-
     fresh: dict[str, Any] = {}
     if source and Path(source).is_file():
         try:
@@ -274,8 +269,6 @@ def _place(plan: CampaignPlan, *, cpu_fallback: bool, can_scale: bool) -> Campai
 
 def _compact(plan: CampaignPlan) -> None:
     """Rewrites the Parquet copies of every run's logs (de-duplicated, with campaign/condition/seed)."""
-    from retrain_ray.logs.parquet_export import export_campaign
-
     export_campaign(plan.campaign_dir, plan.name)
 
 

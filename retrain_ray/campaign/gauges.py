@@ -14,6 +14,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from ray.util.metrics import Gauge
+
 # Gauge name (exported as ray_retrain_run_<name>) -> the row key it shows.
 STEP_GAUGES: dict[str, str] = {
     "step": "step", "mean_reward": "mean_reward", "correct_rate": "correct_rate", "loss": "loss",
@@ -42,8 +44,6 @@ class RunGauges:
     """RunObserver setting the run's gauges (STEP_GAUGES on each step, EVAL_GAUGES on each eval)."""
 
     def __init__(self, campaign: str, run: str, condition: str) -> None:
-        from ray.util.metrics import Gauge
-
         self._tags = {"campaign": campaign, "run": run, "condition": condition}
         self._gauges = {
             name: Gauge(RUN_GAUGE_PREFIX + name, description=f"latest {key} of a run", tag_keys=TAGS)

@@ -11,6 +11,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+from rich.console import Group
+from rich.live import Live
+from rich.table import Table
+from rich.text import Text
+
 from retrain_ray.campaign.status import STALE_AFTER_S, campaign_status, cell, find_campaigns, visible
 
 
@@ -43,8 +48,6 @@ def _cell_text(state: dict[str, Any]) -> str:
 
 def status_table(st: dict[str, Any]) -> Any:
     """A rich Table: one row per condition, one column per seed (cells: state, reward sparkline, ETA)."""
-    from rich.table import Table
-
     table = Table(show_lines=True)
     table.add_column("condition", style="bold")
     for seed in st["seeds"]:
@@ -58,9 +61,6 @@ def status_table(st: dict[str, Any]) -> Any:
 
 
 def render(root: Path, stale_after_s: float = STALE_AFTER_S, view: str = "default") -> Any:
-    from rich.console import Group
-    from rich.text import Text
-
     found = find_campaigns(root)
     if not found:
         return Text(f"no campaign (a directory with manifest.json) in {root} yet")
@@ -76,8 +76,6 @@ def render(root: Path, stale_after_s: float = STALE_AFTER_S, view: str = "defaul
 def watch(root: Path, *, interval_s: float = 2.0, count: int | None = None, console: Any = None,
           stale_after_s: float = STALE_AFTER_S, view: str = "default") -> int:
     """Redraws the status every `interval_s` until Ctrl-C (or `count` refreshes); returns 0."""
-    from rich.live import Live
-
     shown = 0
     try:
         with Live(render(root, stale_after_s, view), console=console, auto_refresh=False) as live:

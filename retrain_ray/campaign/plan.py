@@ -19,7 +19,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import pyarrow.fs
+
 from retrain_ray.actors.placement import Placement, parse_devices
+from retrain_ray.config.matrix import expand_runs
+from retrain_ray.run.preflight import model_problems
 
 if TYPE_CHECKING:
     from retrain_ray.config.schema import RetrainConfig
@@ -88,8 +92,6 @@ def tune_storage(config: Any, name: str, campaign_dir: Path) -> tuple[str, list[
     if "://" not in uri:
         return "", [f"[campaign].storage = {uri!r}: expected a filesystem URI like 's3://bucket/prefix', "
                     "'gs://bucket/prefix' or 'file:///shared/dir' (leave it empty for the campaign directory)"]
-    import pyarrow.fs
-
     try:
         pyarrow.fs.FileSystem.from_uri(uri)
     except (ValueError, OSError, ImportError) as exc:
@@ -157,8 +159,6 @@ def _run_plan(spec: Any, campaign_dir: Path) -> tuple[RunPlan | None, list[str]]
 
 def build_plan(config: Any, *, name: str | None = None, root: str | Path | None = None) -> CampaignPlan:
     """Validates the campaign and expands its runs; raises CampaignError listing every problem."""
-    from retrain_ray.config.matrix import expand_runs
-
     if getattr(config, "campaign", None) is None:
         raise CampaignError(["the config has no [campaign] section; add one (spec 5.1) or use `retrain-ray train`"])
     cname = campaign_name(config, name)
@@ -187,8 +187,6 @@ def build_plan(config: Any, *, name: str | None = None, root: str | Path | None 
     storage, errs = tune_storage(config, cname, campaign_dir)
     problems += errs
     if not problems:  # the model check may ask the Hub: only for an otherwise valid campaign
-        from retrain_ray.run.preflight import model_problems
-
         problems += model_problems([r.config for r in runs])
     if problems:
         raise CampaignError(problems)

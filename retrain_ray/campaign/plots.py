@@ -81,10 +81,12 @@ def _fill_gaps(run: pd.Series) -> pd.Series:
 
 def _pyplot() -> Any:
     try:
+        # deferred: matplotlib is an optional extra, imported only when used
         import matplotlib
     except ImportError as exc:
         raise ImportError("plots need matplotlib: pip install 'retrain-ray[plot]' (or matplotlib)") from exc
     matplotlib.use("Agg")
+    # deferred: matplotlib is an optional extra, imported only when used
     import matplotlib.pyplot as plt
 
     return plt

@@ -17,6 +17,9 @@ from typing import Any, TextIO
 
 from ray.tune import Callback
 
+from retrain_ray.campaign.live import summary_line
+from retrain_ray.campaign.status import campaign_status
+
 log = logging.getLogger(__name__)
 TTY_EVERY_S = 2.0
 LOG_EVERY_S = 30.0
@@ -43,9 +46,6 @@ class CampaignProgress(Callback):
         return bool(isatty and isatty())
 
     def line(self) -> str:
-        from retrain_ray.campaign.live import summary_line
-        from retrain_ray.campaign.status import campaign_status
-
         return "[campaign] " + summary_line(campaign_status(self.campaign_dir))
 
     def on_step_end(self, iteration: int, trials: list, **info: Any) -> None:

@@ -26,6 +26,15 @@ from pathlib import Path
 from typing import Any
 
 import ray
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+from retrain_ray.logs import EVAL_SCHEMA, GENERATIONS_SCHEMA, METRICS_SCHEMA, ArrowStreamWriter, row_to_record
+from retrain_ray.logs.parquet_export import (
+    campaign_name,
+    export_backpressure,
+    export_run,
+    run_identities,
+)
 
 RECORDER_KINDS = ("metrics", "generations", "eval")
 PARQUET_EVERY_S = 10.0
@@ -33,15 +42,11 @@ log = logging.getLogger(__name__)
 
 
 def _schema(kind: str) -> Any:
-    from retrain_ray.logs import EVAL_SCHEMA, GENERATIONS_SCHEMA, METRICS_SCHEMA
-
     return {"metrics": METRICS_SCHEMA, "generations": GENERATIONS_SCHEMA, "eval": EVAL_SCHEMA}[kind]
 
 
 def _to_record(kind: str, row: Mapping[str, Any]) -> dict[str, Any]:
     if kind == "metrics":
-        from retrain_ray.logs import row_to_record
-
         return row_to_record(dict(row))
     schema = _schema(kind)
     return {name: row.get(name) for name in schema.names}
@@ -60,8 +65,6 @@ class RecorderCore:
     def _writer(self, run: str, kind: str) -> Any:
         key = (run, kind)
         if key not in self._writers:
-            from retrain_ray.logs import ArrowStreamWriter
-
             run_dir = self.campaign_dir / "runs" / run
             run_dir.mkdir(parents=True, exist_ok=True)
             self._writers[key] = ArrowStreamWriter(run_dir / f"{kind}.arrows", _schema(kind))  # a new segment
@@ -82,13 +85,6 @@ class RecorderCore:
     def export_parquet(self, run: str) -> None:
         """Rewrites the run's Parquet copies (and the campaign's back-pressure one); never raises:
         the Arrow streams stay the record, a failed copy is retried at the next export."""
-        from retrain_ray.logs.parquet_export import (
-            campaign_name,
-            export_backpressure,
-            export_run,
-            run_identities,
-        )
-
         self._exported_at[run] = time.monotonic()
         try:
             identities = run_identities(self.campaign_dir)
@@ -140,8 +136,6 @@ def recorder_name(campaign: str) -> str:
 
 def start_recorder(campaign: str, campaign_dir: Path, *, namespace: str, timeout_s: float = 60.0) -> Any:
     """Starts (or finds) the campaign's recorder on the driver's node and waits until it answers."""
-    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
     node_id = ray.get_runtime_context().get_node_id()
     handle = RecorderActor.options(  # pyright: ignore[reportAttributeAccessIssue]  # an @ray.remote class
         name=recorder_name(campaign),

@@ -22,9 +22,12 @@ from pathlib import Path
 from typing import Any, Literal
 
 import pandas as pd
+from ray import tune
 
 from retrain_ray.campaign.manifest import read_manifest
+from retrain_ray.campaign.plots import plot_metric
 from retrain_ray.campaign.stats import ci95_halfwidth
+from retrain_ray.logs import read_stream
 
 SUMMARY_METRICS = ("mean_reward", "correct_rate", "loss", "tokens_per_second", "step_time_s")
 # Metrics `history()` and the plots know, with the direction that is better.
@@ -62,13 +65,12 @@ class RunResult:
         """The run's newest valid checkpoint as a `ray.tune.Checkpoint`, or None."""
         if self.path is None:
             return None
+        # deferred: loads torch, which importing this module does not need
         from retrain_ray.run.checkpoint import CheckpointManager
 
         latest = CheckpointManager(self.path / "work").latest_valid()
         if latest is None:
             return None
-        from ray import tune
-
         return tune.Checkpoint.from_directory(str(latest))
 
 
@@ -76,16 +78,12 @@ def read_history(run_dir: Path) -> pd.DataFrame:
     """Every step of one run, once (last write wins), sorted by step; empty if nothing was logged."""
     if not any(Path(run_dir).glob("metrics*.arrows")):
         return pd.DataFrame()
-    from retrain_ray.logs import read_stream
-
     return read_stream(run_dir, name="metrics").to_pandas()
 
 
 def read_eval_history(run_dir: Path) -> pd.DataFrame:
     if not any(Path(run_dir).glob("eval*.arrows")):
         return pd.DataFrame()
-    from retrain_ray.logs import read_stream
-
     return read_stream(run_dir, name="eval").to_pandas()
 
 
@@ -174,8 +172,6 @@ class CampaignResults:
     def plot(self, metric: str = "mean_reward", *, out: str | Path | None = None, **options: Any) -> Any:
         """Curves of `metric` by step, one line per condition, 95% band across seeds
         (`retrain_ray.campaign.plots.plot_metric`); writes PNG and SVG when `out` is given."""
-        from retrain_ray.campaign.plots import plot_metric
-
         return plot_metric(self, metric, out=out, **options)
 
     def _run_row(self, entry: dict[str, Any]) -> dict[str, Any]:

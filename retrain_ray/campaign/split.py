@@ -29,6 +29,7 @@ def _record_placement(work_dir: Path, actors: Any) -> None:
 @contextmanager
 def split_policy(ctx: Any, plan: Any) -> Iterator[tuple[Any, Any, Any] | None]:
     if ctx.control.engine is not None:  # the campaign's shared vLLM engine samples; the run trains here
+        # deferred: loads torch, which importing this module does not need
         from retrain_ray.actors.shared_vllm import shared_vllm_policy
 
         yield shared_vllm_policy(plan.config, ctx.control.engine, plan.run_name,
@@ -37,6 +38,7 @@ def split_policy(ctx: Any, plan: Any) -> Iterator[tuple[Any, Any, Any] | None]:
     if plan.placement is None or plan.placement.mode != "split":
         yield None
         return
+    # deferred: loads torch, which importing this module does not need
     from retrain_ray.actors.run_actors import start_split_actors, stop_split_actors
 
     actors = start_split_actors(plan.config, name=f"{ctx.campaign}/{plan.run_name}",

@@ -23,7 +23,9 @@ from retrain_ray.campaign.control import ControlPlane
 from retrain_ray.campaign.gauges import RunGauges
 from retrain_ray.campaign.plan import RunPlan
 from retrain_ray.campaign.recorder import RecorderClient, recorder_name
+from retrain_ray.campaign.split import split_policy
 from retrain_ray.campaign.stagger import wait_for_start_slot
+from retrain_ray.trackers import RunIdentity, build_trackers
 
 DEFAULT_RUNNER = "retrain_ray.run.train:train_run"
 REPORTED = ("mean_reward", "correct_rate", "loss", "tokens_per_second", "step_time_s", "running_correct_rate")
@@ -73,8 +75,6 @@ def resolve_runner(runner: str | Callable[..., Any]) -> Callable[..., Any]:
 
 def _observers(ctx: TrialContext, plan: RunPlan, reporter: TuneReporter) -> list[Any]:
     """Recorder, Tune reports, gauges and the experiment trackers the run's config asks for."""
-    from retrain_ray.trackers import RunIdentity, build_trackers
-
     handle = ray.get_actor(recorder_name(ctx.campaign), namespace=ctx.namespace)
     identity = RunIdentity(plan.run_name, plan.condition, plan.seed, campaign=ctx.campaign)
     return [
@@ -86,8 +86,6 @@ def _observers(ctx: TrialContext, plan: RunPlan, reporter: TuneReporter) -> list
 
 
 def _run(ctx: TrialContext, plan: RunPlan, resume_from: Path | None) -> Any:
-    from retrain_ray.campaign.split import split_policy
-
     reporter = TuneReporter()
     runner = resolve_runner(ctx.runner)
     with split_policy(ctx, plan) as policy:
