@@ -22,6 +22,7 @@ from typing import Any
 
 import ray
 import ray.exceptions
+from ray.util.metrics import Gauge
 
 from retrain_ray.backpressure.advisor import LocalAdvisor
 from retrain_ray.backpressure.arrow_log import DecisionLog, free_log_path
@@ -46,8 +47,6 @@ BP_GAUGES = ("p_star", "sigma", "kappa", "throughput", "utilization", "capacity"
 
 class _Gauges:
     def __init__(self, campaign: str) -> None:
-        from ray.util.metrics import Gauge
-
         keys = ("campaign", "run", "resource")
         self.campaign = campaign
         self.g = {n: Gauge(f"retrain_bp_{n}", description=f"back pressure {n}", tag_keys=keys)

@@ -156,6 +156,7 @@ def decide_placement(devices: str, *, cpus_per_run: float, nodes: Sequence[Mappi
 
 def alive_node_resources() -> list[dict[str, float]]:
     """Total resources of every alive node of the connected Ray cluster."""
+    # deferred: loads ray, which importing this module does not need
     import ray
 
     return [dict(n["Resources"]) for n in ray.nodes() if n.get("Alive")]

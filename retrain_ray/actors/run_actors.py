@@ -25,25 +25,25 @@ run torch on the CPU.
 from __future__ import annotations
 
 import dataclasses
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
 import ray
+import torch
+from ray.util import get_current_placement_group
+from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from retrain_ray.backends.types import TrainStepResult
 from retrain_ray.engines.types import SamplingParams, WeightUpdate
 
 
 def _device() -> str:
-    import torch
-
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
 def _placement_info(role: str) -> dict[str, Any]:
-    import os
-
     ctx = ray.get_runtime_context()
     return {"role": role, "node_id": ctx.get_node_id(), "pid": os.getpid(),
             "gpu_ids": [str(g) for g in ctx.get_accelerator_ids().get("GPU", [])]}
@@ -55,6 +55,7 @@ class InferenceActor:
 
     def __init__(self, config: Any) -> None:
         if config.inference.engine == "vllm-embedded":  # vLLM on this actor's GPU, fed WeightUpdates
+            # deferred: loads transformers, which importing this module does not need
             from retrain_ray.backends.local.vllm_policy import build_vllm_engine
             from retrain_ray.models.loading import load_tokenizer
 
@@ -62,6 +63,7 @@ class InferenceActor:
             m = config.model
             self._tokenizer = load_tokenizer(m.model, revision=m.revision, local_files_only=m.local_files_only)
             return
+        # deferred: loads transformers, which importing this module does not need
         from retrain_ray.backends.local import build_split_engine, settings_from_config
 
         self._engine, self._tokenizer = build_split_engine(config.model.model, settings_from_config(config),
@@ -242,9 +244,6 @@ class SplitActors:
 
 def start_split_actors(config: Any, *, name: str, namespace: str, timeout_s: float) -> SplitActors:
     """Starts both actors in the current trial's placement group (bundles 1 and 2)."""
-    from ray.util import get_current_placement_group
-    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
-
     pg = get_current_placement_group()
     if pg is None:
         raise RuntimeError("split placement needs to run inside a Tune trial's placement group")

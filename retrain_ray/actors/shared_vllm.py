@@ -20,6 +20,7 @@ from typing import Any
 import ray
 
 from retrain_ray.engines.types import SampleResult, SamplingParams, WeightUpdate
+from retrain_ray.engines.vllm_embedded import VLLMCore
 
 log = logging.getLogger(__name__)
 
@@ -33,8 +34,8 @@ class SharedVLLMActor:
     """Hosts the campaign's VLLMCore; every method names the run it serves."""
 
     def __init__(self, config: Any, device: str) -> None:
+        # deferred: loads transformers, which importing this module does not need
         from retrain_ray.backends.local.vllm_policy import vllm_settings_from_config
-        from retrain_ray.engines.vllm_embedded import VLLMCore
 
         settings = vllm_settings_from_config(config, device=device, max_loras=config.inference.max_concurrent)
         self._core = VLLMCore(settings)
@@ -63,6 +64,7 @@ class SharedVLLMActor:
 
 def start_shared_engine(config: Any, campaign: str, *, namespace: str) -> Any:
     """Starts the campaign's engine actor (one GPU when the runs use GPUs, none on CPU)."""
+    # deferred: loads pydantic, which importing this module does not need
     from retrain_ray.config.names import gpu_count
 
     gpus = 1 if gpu_count(config.backend.devices) > 0 else 0
@@ -115,6 +117,7 @@ class SharedVLLMEngine:
 
 def shared_vllm_policy(config: Any, actor: Any, run: str, *, throttle: Any, timeout_s: float) -> tuple[Any, Any, Any]:
     """(engine, backend, tokenizer): the run's LoRA trainer here, its sampler the campaign's engine."""
+    # deferred: loads transformers, which importing this module does not need
     from retrain_ray.backends.local import LocalBackend, load_trainable_model, settings_from_config
     from retrain_ray.run.build import resolve_device
 

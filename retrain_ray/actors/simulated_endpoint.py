@@ -20,6 +20,8 @@ from typing import Any, cast
 
 import ray
 
+from retrain_ray.backpressure.types import StepObservation
+
 __all__ = ["RecordingAdvisor", "SimulatedEndpoint", "simulated_run"]
 
 
@@ -104,8 +106,6 @@ def simulated_run(endpoint: Any, advisor: Any, throttle: Any, *, run_id: str, re
     (sleep train_s_per_item per item) -> report a StepObservation to the advisor and take its batch
     size. `throttle` has `hold()` (ThrottleClient or NoThrottle); `advisor` is a BackPressureAdvisor.
     """
-    from retrain_ray.backpressure.types import StepObservation
-
     bs = advisor.initial_batch_size(batch_size) if hasattr(advisor, "initial_batch_size") else batch_size
     tokens = steps = errors = 0
     sizes = []

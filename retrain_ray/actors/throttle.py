@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import ray
+from ray.util.metrics import Gauge
 
 from retrain_ray.throttle.errors import ThrottleTimeout
 from retrain_ray.throttle.semaphore import LeasedSemaphore, check_capacity, check_ttl
@@ -59,8 +60,6 @@ class _Gauges:
     """Prometheus gauges of one throttle (exported as ray_retrain_throttle_* by Ray's metrics agent)."""
 
     def __init__(self, campaign: str, endpoint: str) -> None:
-        from ray.util.metrics import Gauge
-
         tags = {"campaign": campaign, "endpoint": endpoint}
         self._gauges = {}
         for name in THROTTLE_GAUGES:

@@ -20,6 +20,7 @@ import importlib
 from collections.abc import Mapping
 from typing import Any, cast
 
+from retrain_ray.algorithms.plugins import load_object
 from retrain_ray.backends.types import BackendCapabilities
 
 BUILTIN_CAPABILITIES: dict[str, BackendCapabilities] = {
@@ -40,8 +41,6 @@ PLUGIN_HOOKS = {
 
 def _hook(path: str, names: list[str]) -> Any:
     """The first hook found on the plugin object, then on its module (None when it declares none)."""
-    from retrain_ray.algorithms.plugins import load_object
-
     obj = load_object(path, "[backend] backend")
     module = importlib.import_module(obj.__module__) if hasattr(obj, "__module__") else None
     for holder in (obj, module):

@@ -8,6 +8,7 @@ for a number (`batch_size = true` is an error, not 1).
 
 from __future__ import annotations
 
+import json
 from typing import Annotated, Any
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict
@@ -39,8 +40,6 @@ def _bool_from_text(value: Any) -> Any:
 def _list_from_text(value: Any) -> Any:
     """CLI values arrive as text: accept a JSON array or a comma list."""
     if isinstance(value, str):
-        import json
-
         text = value.strip()
         if text.startswith("["):
             return json.loads(text)
@@ -50,8 +49,6 @@ def _list_from_text(value: Any) -> Any:
 
 def _dict_from_text(value: Any) -> Any:
     if isinstance(value, str):
-        import json
-
         parsed = json.loads(value) if value.strip() else {}
         if not isinstance(parsed, dict):
             raise ValueError("expected a table (a JSON object on the command line)")

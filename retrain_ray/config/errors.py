@@ -12,6 +12,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from retrain_ray.secrets import REDACTED, is_secret_name, redact
+
 _MISSING = object()
 
 
@@ -33,8 +35,6 @@ class ConfigIssue:
 
 def _shown(location: str, value: Any) -> str:
     """The value as an error may print it: never a secret, never a URL's credentials."""
-    from retrain_ray.secrets import REDACTED, is_secret_name, redact
-
     if is_secret_name(location.rsplit(".", 1)[-1]) and isinstance(value, str):
         return REDACTED
     return repr(redact(value))

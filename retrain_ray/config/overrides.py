@@ -15,6 +15,7 @@ import json
 from typing import Any
 
 from retrain_ray.config.build import build_config, section_keys
+from retrain_ray.config.campaign_schema import CampaignCondition
 from retrain_ray.config.errors import ConfigError, ConfigIssue, did_you_mean, no_value
 from retrain_ray.config.fields import FIELD_INDEX, TRAIN_SECTIONS
 from retrain_ray.config.rawdict import merge_overrides
@@ -145,8 +146,6 @@ def apply_condition(base_cfg: RetrainConfig, condition: Any) -> RetrainConfig:
     table, as the original's deep-copy-and-set does); a section-name table (`training = {lr = ..}`)
     sets each of its keys. Raises ConfigError naming the condition's bad keys.
     """
-    from retrain_ray.config.campaign_schema import CampaignCondition
-
     cond = condition if isinstance(condition, CampaignCondition) else CampaignCondition.model_validate(condition)
     raw = config_to_raw(base_cfg)
     raw.setdefault("algorithm", {}).update(advantage_mode=cond.advantage_mode, transform_mode=cond.transform_mode)

@@ -37,6 +37,7 @@ from retrain_ray.config.sections_core import (
     SepaSection,
     TrainingSection,
 )
+from retrain_ray.config.validate import collect_issues
 
 
 class RetrainConfig(BaseModel):
@@ -69,8 +70,6 @@ class RetrainConfig(BaseModel):
 
     @model_validator(mode="after")
     def _cross_key_rules(self) -> RetrainConfig:
-        from retrain_ray.config.validate import collect_issues
-
         issues = collect_issues(self)
         if issues:
             raise ConfigError(issues)

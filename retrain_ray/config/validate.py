@@ -22,6 +22,7 @@ from retrain_ray.config.names import (
     canonical_uncertainty,
     is_dotted_path,
 )
+from retrain_ray.config.sections_core import BackendSection
 from retrain_ray.config.unimplemented import refused_keys
 
 if TYPE_CHECKING:
@@ -135,6 +136,7 @@ def _checkpoint_artifacts(cfg: RetrainConfig) -> list[ConfigIssue]:
 
 
 def _trackers_installed(cfg: RetrainConfig) -> list[ConfigIssue]:
+    # deferred: loads pyarrow, which importing this module does not need
     from retrain_ray.trackers.requirements import missing_trackers
 
     return [ConfigIssue(m.key, m.value, f"asks for {m.module}, which is not installed",
@@ -219,8 +221,6 @@ def collect_issues(cfg: RetrainConfig) -> list[ConfigIssue]:
 
 
 def _warnings(cfg: RetrainConfig) -> list[str]:
-    from retrain_ray.config.sections_core import BackendSection
-
     out = []
     default_adapter = BackendSection.model_fields["adapter_path"].default
     if cfg.backend.adapter_path.startswith("/tmp") and cfg.backend.adapter_path != default_adapter:

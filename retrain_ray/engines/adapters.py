@@ -15,6 +15,8 @@ vLLM's route of the same name takes JSON `{"lora_name", "lora_path"}` instead; `
 
 from __future__ import annotations
 
+import json
+import struct
 from dataclasses import dataclass
 
 import torch
@@ -62,9 +64,6 @@ def encode_adapter(spec: AdapterSpec, tensors: dict[str, torch.Tensor]) -> bytes
 
 
 def decode_adapter(payload: bytes) -> tuple[AdapterSpec, dict[str, torch.Tensor]]:
-    import json
-    import struct
-
     if len(payload) < 8:
         raise ValueError("adapter upload is not safetensors bytes (shorter than its 8-byte header)")
     (header_len,) = struct.unpack("<Q", payload[:8])

@@ -40,6 +40,7 @@ from typing import Any
 import torch
 
 from retrain_ray.engines.lora import LoraSettings
+from retrain_ray.engines.pytorch import check_request as check
 from retrain_ray.engines.types import SampleResult, SamplingParams, WeightUpdate
 
 SEED_STRIDE = 1_000_003
@@ -50,6 +51,7 @@ _LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)  # vLLM's accepted max_lora
 def require_vllm() -> Any:
     """The `vllm` module, or an ImportError that says how to install it."""
     try:
+        # deferred: vllm is an optional extra, imported only when used
         import vllm
     except ImportError as err:
         raise ImportError(f"[inference] engine = \"vllm-embedded\" needs vLLM: {INSTALL_HINT} ({err})") from err
@@ -143,6 +145,7 @@ def _push_full_weights(worker: Any, tensors: dict[str, torch.Tensor]) -> None:
     weight for the logits GEMM) is not re-run and would keep unembedding with the old embedding: redo
     it for every vocabulary embedding (they keep their weight, so this is idempotent).
     """
+    # deferred: vllm is an optional extra, imported only when used
     from vllm.model_executor.layers.vocab_parallel_embedding import VocabParallelEmbedding
 
     worker.model_runner.reload_weights(weights_iterator=[(_hf_name(n), t) for n, t in tensors.items()],
@@ -206,6 +209,7 @@ class VLLMCore:
             return update.version
 
     def _load_adapter(self, name: str, update: WeightUpdate) -> None:
+        # deferred: vllm is an optional extra, imported only when used
         from vllm.lora.request import LoRARequest
 
         client = self.client(name)
@@ -225,6 +229,7 @@ class VLLMCore:
         expect_version: int,
     ) -> list[list[SampleResult]]:
         """results[P][num_samples] for client `name`, refused unless it is at `expect_version`."""
+        # deferred: vllm is an optional extra, imported only when used
         from vllm import SamplingParams as VSamplingParams
         from vllm.inputs import TokensPrompt
 
@@ -273,8 +278,6 @@ def _sample_result(completion: Any) -> SampleResult:
 
 
 def _check_request(prompt_ids_P: list[list[int]], num_samples: int, params: SamplingParams) -> None:
-    from retrain_ray.engines.pytorch import check_request as check
-
     if params.compute_entropy:
         raise ValueError("the vLLM engine does not compute token entropies; use engine = \"pytorch\" for "
                          "uncertainty_kind = \"shannon_entropy\"")

@@ -65,6 +65,7 @@ def _layers(option: str) -> tuple[int, ...]:
 
 def settings_from_config(cfg: RetrainConfig) -> PolicySettings:
     """Reads [model], [lora], [optimizer], [training] and [backend.options] of a RetrainConfig."""
+    # deferred: loads pydantic, which importing this module does not need
     from retrain_ray.config.backend_options import resolved_options
 
     t, o = cfg.training, cfg.optimizer

@@ -123,6 +123,7 @@ class TinkerBackend:
         return TrainStepResult(loss=float(out.metrics["loss:sum"]), metrics=self.session.runtime_metrics())
 
     def _optim_step(self, lr: float, weight_decay: float) -> None:
+        # deferred: tinker is an optional extra, imported only when used
         from tinker import types
 
         params = types.AdamParams(learning_rate=lr, weight_decay=weight_decay, **self.adam)

@@ -17,6 +17,7 @@ from retrain_ray.backends.types import TrainBatch
 
 
 def _types() -> Any:
+    # deferred: tinker is an optional extra, imported only when used
     from tinker import types
 
     return types

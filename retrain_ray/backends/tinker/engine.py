@@ -27,6 +27,7 @@ log = logging.getLogger(__name__)
 
 
 def _sdk_types() -> Any:
+    # deferred: tinker is an optional extra, imported only when used
     from tinker import types
 
     return types

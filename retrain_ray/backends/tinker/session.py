@@ -14,6 +14,7 @@ import contextlib
 from collections.abc import Callable, Generator
 from typing import Any, Protocol, TypeVar
 
+from retrain_ray.backends.tinker.standin import StandinServiceClient
 from retrain_ray.config.tinker_options import TinkerOptions
 from retrain_ray.retry import RetryCounters, RetryPolicy, call_with_retry
 
@@ -37,10 +38,9 @@ class NullThrottle:
 def make_service_client(options: TinkerOptions, base_url: str, **standin_kwargs: Any) -> Any:
     """The official SDK's ServiceClient, or the local stand-in when `options.client == "standin"`."""
     if options.client == "standin":
-        from retrain_ray.backends.tinker.standin import StandinServiceClient
-
         return StandinServiceClient(base_url=base_url or None, **standin_kwargs)
     try:
+        # deferred: tinker is an optional extra, imported only when used
         import tinker
     except ImportError as err:
         raise ImportError(

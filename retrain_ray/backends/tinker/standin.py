@@ -39,6 +39,7 @@ import httpx
 import numpy as np
 import torch
 
+from retrain_ray.engines.pytorch import PyTorchEngine
 from retrain_ray.engines.types import SamplingParams as EngineParams
 
 FAULT_KINDS = ("502", "503", "504", "timeout", "502-applied", "504-applied", "timeout-applied")
@@ -58,6 +59,7 @@ class StandinFuture:
 
 
 def _fault_error(kind: str, method: str) -> BaseException:
+    # deferred: tinker is an optional extra, imported only when used
     import tinker
 
     request = httpx.Request("POST", f"http://tinker-standin.invalid/{method}")
@@ -122,6 +124,7 @@ class StandinServiceClient:
 
 
 def _load_lora_model(base_model: str, rank: int, cache_dir: Any) -> tuple[torch.nn.Module, Any]:
+    # deferred: loads transformers, which importing this module does not need
     from retrain_ray.backends.local.finetune import LoraSettings, apply_lora
     from retrain_ray.models import load_model_and_tokenizer
 
@@ -170,6 +173,7 @@ class StandinTrainingClient:
         return self.tokenizer
 
     def _run_losses(self, data: list[Any], loss_fn: str, backward: bool) -> Any:
+        # deferred: tinker is an optional extra, imported only when used
         from tinker import types
 
         outputs: list[dict[str, Any]] = []
@@ -196,6 +200,7 @@ class StandinTrainingClient:
         return self.calls.future("optim_step", lambda: self._optim_step(optim_params or adam_params))
 
     def _optim_step(self, p: Any) -> Any:
+        # deferred: tinker is an optional extra, imported only when used
         from tinker import types
 
         for group in self.optimizer.param_groups:
@@ -215,6 +220,7 @@ class StandinTrainingClient:
 
     def save_state(self, name: str, **_: Any) -> StandinFuture:
         def save() -> Any:
+            # deferred: tinker is an optional extra, imported only when used
             from tinker import types
 
             uri, path = self._path("state", name)
@@ -225,6 +231,7 @@ class StandinTrainingClient:
 
     def save_weights_for_sampler(self, name: str, **_: Any) -> StandinFuture:
         def save() -> Any:
+            # deferred: tinker is an optional extra, imported only when used
             from tinker import types
 
             uri, path = self._path("sampler_weights", name)
@@ -243,6 +250,7 @@ class StandinTrainingClient:
         return self.calls.future("load_state_with_optimizer", lambda: self._load(path, with_optimizer=True))
 
     def _load(self, uri: str, with_optimizer: bool) -> Any:
+        # deferred: tinker is an optional extra, imported only when used
         from tinker import types
 
         parts = uri.removeprefix("tinker://").split("/")
@@ -275,9 +283,8 @@ class StandinSamplingClient:
         return self.calls.future("sample", lambda: self._sample(prompt, num_samples, sampling_params))
 
     def _sample(self, prompt: Any, num_samples: int, sp: Any) -> Any:
+        # deferred: tinker is an optional extra, imported only when used
         from tinker import types
-
-        from retrain_ray.engines.pytorch import PyTorchEngine
 
         engine = PyTorchEngine(self.model, eos_token_id=self._eos, pad_token_id=self._pad, seed=next(self._seeds))
         params = EngineParams(max_tokens=sp.max_tokens or 16, temperature=sp.temperature, top_p=sp.top_p)
