@@ -1,7 +1,27 @@
-"""Sampling engines: the batched PyTorch engine (default), a naive baseline, and the shared math."""
+"""Sampling engines: the batched PyTorch engine (default), a naive baseline, and the shared math.
 
-from retrain_ray.engines.naive import NaiveEngine
-from retrain_ray.engines.pytorch import PyTorchEngine
-from retrain_ray.engines.types import SampleResult, SamplingEngine, SamplingParams, WeightUpdate
+Names are imported lazily (PEP 562): a campaign driver imports `retrain_ray.engines.types` (through
+its pre-Ray checks) and never needs torch, which the engines import.
+"""
 
-__all__ = ["NaiveEngine", "PyTorchEngine", "SampleResult", "SamplingEngine", "SamplingParams", "WeightUpdate"]
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_EXPORTS = {
+    "NaiveEngine": "naive",
+    "PyTorchEngine": "pytorch",
+    "SampleResult": "types",
+    "SamplingEngine": "types",
+    "SamplingParams": "types",
+    "WeightUpdate": "types",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'retrain_ray.engines' has no attribute {name!r}")
+    return getattr(importlib.import_module(f"retrain_ray.engines.{_EXPORTS[name]}"), name)

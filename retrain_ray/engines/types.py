@@ -7,9 +7,10 @@ except inside `WeightUpdate`, whose tensors are CPU tensors (cheap to put in the
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
 
-import torch
+if TYPE_CHECKING:  # annotations only: the campaign driver imports this module and needs no torch
+    import torch
 
 FinishReason = Literal["stop", "length"]
 
