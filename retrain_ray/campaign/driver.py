@@ -84,17 +84,18 @@ class Campaign:
     def campaign_dir(self) -> Path:
         return self.plan.campaign_dir
 
-    def run(self, *, address: str | None = None, progress: bool = True) -> CampaignResults:
+    def run(self, *, address: str | None = None, progress: bool = True, dashboard: bool = False) -> CampaignResults:
         """Runs (or resumes) the campaign to the end and returns its results. Blocks.
 
         A Ray this call started (no cluster address) is shut down before it returns, so a CLI driver
         leaves no Ray processes behind; a Ray that was already connected is left as it was. Every
         condition is preflighted first (`CampaignError` with all problems, before Ray starts).
+        `dashboard`: a local Ray this call starts runs the Ray dashboard (off: it starts faster).
         """
         problems = campaign_problems(self.config)
         if problems:
             raise CampaignError(problems)
-        started = _connect(address)
+        started = _connect(address, dashboard=dashboard)
         try:
             return self._run(progress, can_scale=not started)
         finally:
@@ -181,7 +182,7 @@ class Campaign:
         return tune.Tuner(
             trainable,
             param_space={"run_name": tune.grid_search([r.run_name for r in p.runs])},
-            tune_config=tune.TuneConfig(max_concurrent_trials=p.schedule.max_concurrent, reuse_actors=False,
+            tune_config=tune.TuneConfig(max_concurrent_trials=p.schedule.max_concurrent, reuse_actors=True,
                                         trial_name_creator=trial_name, trial_dirname_creator=trial_name),
             run_config=tune.RunConfig(
                 name=TUNE_DIR, storage_path=p.tune_storage, verbose=0, callbacks=callbacks,
@@ -221,7 +222,7 @@ def _run_entry(r: RunPlan) -> dict[str, Any]:
             "max_steps": int(r.config.training.max_steps)}
 
 
-def _connect(address: str | None) -> bool:
+def _connect(address: str | None, *, dashboard: bool = False) -> bool:
     """Connects to `address`, else RAY_ADDRESS, else starts a local Ray; True if this call started Ray.
 
     Tune's experiment state is snapshotted every 2 s (`TUNE_GLOBAL_CHECKPOINT_S`, Tune's own default
@@ -233,7 +234,8 @@ def _connect(address: str | None) -> bool:
     if ray.is_initialized():
         return False
     target = address or os.environ.get("RAY_ADDRESS") or "local"
-    ray.init(address=target, namespace="retrain-ray", log_to_driver=target != "local")
+    local = {"include_dashboard": dashboard} if target == "local" else {}
+    ray.init(address=target, namespace="retrain-ray", log_to_driver=target != "local", **local)
     if target != "local":
         print(f"[campaign] connected to the Ray cluster at {target}", flush=True)
     return target == "local"

@@ -45,7 +45,7 @@ class ManifestCallback(Callback):
     def on_trial_start(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
         name = _run_name(trial)
         attempts = self.manifest.run(name)["attempts"] + 1
-        self.manifest.update_run(name, status="running", attempts=attempts)
+        self.manifest.update_run(name, status="running", attempts=attempts, started_at=time.time())
         self._last_activity = time.monotonic()
         self._say(f"{name}: started (attempt {attempts})")
 

@@ -6,6 +6,11 @@ that forward rows to the recorder actor, export gauges and report each checkpoin
 restore, `tune.get_checkpoint()` gives the last reported checkpoint and the run continues after it.
 A run that fails raises (the contract in run/types.py); the exception reaches Tune, which retries
 it from that checkpoint up to `[campaign].max_failures` times.
+
+Tune reuses a trial's process for the next run (`reuse_actors`): imports and the Ray worker start
+are paid once per concurrent slot, not once per run. Each run sets everything it depends on itself
+(seeds in `train_run`, torch threads here from the CPUs of its bundle), so a run in a reused
+process computes exactly what it computes in a fresh one (tests/test_campaign_reuse.py).
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from retrain_ray.campaign.stagger import wait_for_start_slot
 from retrain_ray.trackers import RunIdentity, build_trackers
 
 DEFAULT_RUNNER = "retrain_ray.run.train:train_run"
+_RUNS_IN_PROCESS = [0]  # runs this trial process has started (1 = fresh process; more = reused by Tune)
 REPORTED = ("mean_reward", "correct_rate", "loss", "tokens_per_second", "step_time_s", "running_correct_rate")
 
 
@@ -103,9 +109,25 @@ def _run(ctx: TrialContext, plan: RunPlan, resume_from: Path | None) -> Any:
     return outcome, reporter
 
 
+def cpu_threads(plan: RunPlan) -> int:
+    """Torch threads of a run: the CPUs its trial bundle holds (at least 1), so concurrent runs never
+    oversubscribe the cores Ray gave them (torch's default is every core of the machine)."""
+    bundles = plan.placement.bundle_dicts if plan.placement else []
+    cpus = float(bundles[0].get("CPU", 1)) if bundles else 1.0
+    return max(1, int(cpus))
+
+
+def _set_threads(count: int) -> None:
+    import torch
+
+    torch.set_num_threads(count)
+
+
 def run_trial(config: dict[str, Any], context: TrialContext) -> None:
     """Tune function trainable: `config` holds only `run_name`; the rest comes in `context`."""
     plan = context.runs[config["run_name"]]
+    _RUNS_IN_PROCESS[0] += 1
+    _set_threads(cpu_threads(plan))
     wait_for_start_slot(context.campaign, context.namespace, timeout_s=context.timeout_s)
     checkpoint = tune.get_checkpoint()
     if checkpoint is None:
@@ -114,5 +136,6 @@ def run_trial(config: dict[str, Any], context: TrialContext) -> None:
         with checkpoint.as_directory() as resume_dir:
             outcome, reporter = _run(context, plan, Path(resume_dir))
     final = {k: v for k, v in outcome.metrics.items() if isinstance(v, (int, float))}
-    tune.report({**reporter.last, **final, "step": outcome.last_step, "run_done": True,
-                 "run_status": outcome.status})
+    timing = {"first_step_at": outcome.first_step_at} if outcome.first_step_at else {}
+    tune.report({**reporter.last, **final, **timing, "step": outcome.last_step, "run_done": True,
+                 "run_status": outcome.status, "process_runs": _RUNS_IN_PROCESS[0]})
