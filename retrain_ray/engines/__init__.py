@@ -7,7 +7,12 @@ its pre-Ray checks) and never needs torch, which the engines import.
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # what type checkers see; at run time __getattr__ imports on first use
+    from retrain_ray.engines.naive import NaiveEngine
+    from retrain_ray.engines.pytorch import PyTorchEngine
+    from retrain_ray.engines.types import SampleResult, SamplingEngine, SamplingParams, WeightUpdate
 
 _EXPORTS = {
     "NaiveEngine": "naive",
@@ -18,7 +23,7 @@ _EXPORTS = {
     "WeightUpdate": "types",
 }
 
-__all__ = sorted(_EXPORTS)
+__all__ = ["NaiveEngine", "PyTorchEngine", "SampleResult", "SamplingEngine", "SamplingParams", "WeightUpdate"]
 
 
 def __getattr__(name: str) -> Any:
