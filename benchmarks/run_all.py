@@ -14,6 +14,7 @@ BENCHMARKS = (
     ("step throughput", ["step_throughput.py"]),
     ("throttle", ["throttle.py"]),
     ("back pressure", ["backpressure.py", "--seconds", "6", "--runs", "4", "8"]),
+    ("campaign of short runs", ["campaign.py", "--reps", "1"]),
 )
 
 
