@@ -118,7 +118,7 @@ def cpu_threads(plan: RunPlan) -> int:
 
 
 def _set_threads(count: int) -> None:
-    import torch
+    import torch  # here: the driver imports this module and never loads torch
 
     torch.set_num_threads(count)
 
