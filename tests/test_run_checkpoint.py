@@ -51,6 +51,22 @@ def test_keep_last_prunes_oldest_step_checkpoints_but_never_final(tmp_path):
     assert names == ["final", "checkpoint_step_20", "checkpoint_step_15"]
 
 
+def test_a_resume_from_an_earlier_checkpoint_drops_the_abandoned_later_ones(tmp_path):
+    """A campaign restores from the checkpoint Tune's synced state names, which may be older than the run's
+    newest: the next save must survive keep-last-N (it was pruned at once when steps 15 and 20 stayed)."""
+    mgr = CheckpointManager(tmp_path, keep_last=2)
+    for step in (4, 9, 14, 19):
+        _save(mgr, step)
+    mgr.save("final", TrainerState(step=24), _payload("final"))
+    resumed = CheckpointManager(tmp_path, keep_last=2)  # the run continues after checkpoint_step_10
+    written = _save(resumed, 11)
+    assert written.is_dir() and verify_checkpoint(written) == ""
+    assert [p.name for p in resumed.candidates()] == ["checkpoint_step_12"]
+    assert resumed.latest_valid() == written
+    _save(resumed, 13)
+    assert [p.name for p in resumed.candidates()] == ["checkpoint_step_14", "checkpoint_step_12"]
+
+
 def test_damaged_newest_checkpoint_falls_back_to_previous(tmp_path, caplog):
     mgr = CheckpointManager(tmp_path, keep_last=0)
     _save(mgr, 9)

@@ -147,25 +147,47 @@ def test_a_tracker_that_is_not_installed_is_a_config_error(monkeypatch, key, val
 
 
 
-
-
-@pytest.mark.extended
-def test_campaign_tracks_each_run_once_with_its_step_metrics(ray_4cpu_4gpu, tmp_path):
-    from retrain_ray.campaign import Campaign
-
-    mlruns = (tmp_path / "mlruns").as_uri()
-    toml = write_campaign(
+def tracked_campaign(tmp_path: Path, mlruns: str) -> Path:
+    """Two runs of a 3-step campaign with all three trackers, both at once: the driver creates the
+    MLflow experiment before they start (two trials creating it in a file store raced, one record lost)."""
+    return write_campaign(
         tmp_path / "tracked.toml", algorithm=GRPO,
         training={"batch_size": 2, "group_size": 4, "max_tokens": 4, "save_every": 2, "sft_warmup_steps": 3},
         logging={"log_dir": f"{tmp_path}/logs", "wandb_project": "rr-campaign", "wandb_mode": "offline",
                  "mlflow_tracking_uri": mlruns, "tensorboard": True},
-        # one run at a time: two processes creating one experiment in an MLflow file store can race (known gap)
-        campaign={"name": "tracked", "seeds": [1, 2], "max_steps": 3, "parallel": True, "max_workers": 1})
+        campaign={"name": "tracked", "seeds": [1, 2], "max_steps": 3, "parallel": True, "max_workers": 2})
+
+
+def test_the_driver_creates_the_campaigns_mlflow_experiment_once_for_all_runs(tmp_path):
+    from mlflow import MlflowClient
+
+    from retrain_ray.campaign.driver import _mlflow_experiments
+    from retrain_ray.campaign.plan import build_plan
+    from retrain_ray.config import load_config
+
+    mlruns = (tmp_path / "mlruns").as_uri()
+    plan = build_plan(load_config(tracked_campaign(tmp_path, mlruns)), root=tmp_path / "campaigns")
+    ids = _mlflow_experiments(plan)
+    (experiment,) = [e for e in MlflowClient(tracking_uri=mlruns).search_experiments() if e.name != "Default"]
+    assert experiment.name == "tracked"
+    assert ids == {"grpo+none_s1": experiment.experiment_id, "grpo+none_s2": experiment.experiment_id}
+    assert _mlflow_experiments(plan) == ids  # a resumed campaign finds it again
+
+
+@pytest.mark.extended
+def test_campaign_tracks_each_run_once_with_its_step_metrics(ray_4cpu_4gpu, tmp_path):
+    from mlflow import MlflowClient
+
+    from retrain_ray.campaign import Campaign
+
+    mlruns = (tmp_path / "mlruns").as_uri()
+    toml = tracked_campaign(tmp_path, mlruns)
     results = Campaign.from_toml(toml, root=tmp_path / "campaigns").run(progress=False)
     assert results.errors == []
     cdir = tmp_path / "campaigns" / "tracked"
     by_name = {r.data.tags["run_name"]: r for r in mlflow_runs(mlruns, "tracked")}
-    assert sorted(by_name) == ["grpo+none_s1", "grpo+none_s2"]
+    assert sorted(by_name) == ["grpo+none_s1", "grpo+none_s2"]  # every run's record, in one experiment
+    assert sorted(e.name for e in MlflowClient(tracking_uri=mlruns).search_experiments()) == ["Default", "tracked"]
     for name, seed in (("grpo+none_s1", 1), ("grpo+none_s2", 2)):
         loss = arrow_series(cdir / "runs" / name, "loss")  # the recorder's Arrow log on the driver
         assert [s for s, _ in loss] == [0, 1, 2]

@@ -34,6 +34,7 @@ from retrain_ray.campaign.results import CampaignResults
 from retrain_ray.campaign.stagger import start_gate
 from retrain_ray.campaign.tracking import ManifestCallback
 from retrain_ray.campaign.trial import DEFAULT_RUNNER, TrialContext, run_trial
+from retrain_ray.campaign.tune_copies import TuneCopyPruner
 from retrain_ray.config import ConfigError, RetrainConfig, load_config
 from retrain_ray.logs.parquet_export import export_campaign
 from retrain_ray.run.preflight import campaign_problems
@@ -44,11 +45,11 @@ TUNE_DIR = "tune"
 RESUME_CONFIG = ".resume_config.json"
 # Tune writes its experiment state (which names each run's latest checkpoint) into a staging dir and
 # copies it to `<campaign>/tune` only every `SyncConfig.sync_period` (default 300 s): with the default
-# a driver killed in its first 5 minutes restarts every unfinished run from scratch. Tune keeps every
-# reported checkpoint: with `num_to_keep`, a checkpoint deleted after the last synced state named it
-# made the restore fail ("checkpoint does not exist on storage anymore"; seen in
-# tests/test_campaign_resume.py). The cost is one copy of each run checkpoint in Tune's storage
-# (`<campaign>/tune`, or `[campaign] storage`).
+# a driver killed in its first 5 minutes restarts every unfinished run from scratch. Tune's own
+# `num_to_keep` deletes a checkpoint the last synced state may still name, and the restore fails
+# ("checkpoint does not exist on storage anymore"; seen in tests/test_campaign_resume.py): Tune keeps
+# every copy and `TuneCopyPruner` (campaign/tune_copies.py) bounds them by keep_last_checkpoints,
+# deleting only copies older than what the synced state names.
 STATE_SYNC_S = 2
 
 
@@ -170,13 +171,17 @@ class Campaign:
     def _tuner(self, manifest: Manifest, namespace: str, control: Any, progress: bool, resuming: bool) -> Any:
         p = self.plan
         ctx = TrialContext(campaign=p.name, namespace=namespace, runs={r.run_name: r for r in p.runs},
-                           control=control, runner=self.runner, timeout_s=p.schedule.trial_start_timeout_s)
+                           control=control, runner=self.runner, timeout_s=p.schedule.trial_start_timeout_s,
+                           mlflow_experiments=_mlflow_experiments(p))
         factories = {r.run_name: _resources(r) for r in p.runs}
         trainable = tune.with_resources(tune.with_parameters(run_trial, context=ctx),
                                         resources=lambda cfg: factories[cfg["run_name"]])
         if resuming:
             return tune.Tuner.restore(p.tune_path, trainable, resume_errored=True)
-        callbacks: list[tune.Callback] = [ManifestCallback(manifest, progress=progress, start_timeout_s=p.schedule.trial_start_timeout_s)]
+        callbacks: list[tune.Callback] = [
+            ManifestCallback(manifest, progress=progress, start_timeout_s=p.schedule.trial_start_timeout_s),
+            TuneCopyPruner({r.run_name: r.config.training.keep_last_checkpoints for r in p.runs}),
+        ]
         if progress:
             callbacks.append(CampaignProgress(p.campaign_dir))
         return tune.Tuner(
@@ -187,10 +192,24 @@ class Campaign:
             run_config=tune.RunConfig(
                 name=TUNE_DIR, storage_path=p.tune_storage, verbose=0, callbacks=callbacks,
                 failure_config=tune.FailureConfig(max_failures=p.schedule.max_failures),
-                checkpoint_config=tune.CheckpointConfig(num_to_keep=None),  # see STATE_SYNC_S
+                checkpoint_config=tune.CheckpointConfig(num_to_keep=None),  # TuneCopyPruner bounds them
                 sync_config=tune.SyncConfig(sync_period=STATE_SYNC_S),
             ),
         )
+
+
+def _mlflow_experiments(plan: CampaignPlan) -> dict[str, str]:
+    """Each MLflow-tracked run's experiment id, created here once, before any trial could race to."""
+    ids: dict[str, str] = {}
+    made: dict[tuple[str, str], str] = {}
+    for r in plan.runs:
+        lg = r.config.logging
+        if lg.mlflow_tracking_uri:
+            from retrain_ray.trackers.mlflow_tracker import ensure_experiment, experiment_name
+
+            key = (lg.mlflow_tracking_uri, experiment_name(r.config, plan.name))
+            ids[r.run_name] = made[key] = made.get(key) or ensure_experiment(r.config, plan.name)
+    return ids
 
 
 def _with_secrets(config_json: dict[str, Any], source: str, snapshot: Path) -> dict[str, Any]:

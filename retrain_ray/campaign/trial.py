@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +47,8 @@ class TrialContext:
     control: ControlPlane
     runner: str | Callable[..., Any] = DEFAULT_RUNNER
     timeout_s: float = 600.0
+    # run name -> the MLflow experiment id the driver created for it (runs without MLflow: absent)
+    mlflow_experiments: Mapping[str, str] = field(default_factory=dict)
 
 
 class TuneReporter:
@@ -87,7 +89,8 @@ def _observers(ctx: TrialContext, plan: RunPlan, reporter: TuneReporter) -> list
         RecorderClient(handle, plan.run_name, timeout_s=ctx.timeout_s),
         reporter,
         RunGauges(ctx.campaign, plan.run_name, plan.condition),
-        *build_trackers(plan.config, identity, plan.work_dir),
+        *build_trackers(plan.config, identity, plan.work_dir,
+                        mlflow_experiment_id=ctx.mlflow_experiments.get(plan.run_name, "")),
     ]
 
 

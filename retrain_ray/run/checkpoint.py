@@ -126,8 +126,21 @@ class CheckpointManager:
         os.replace(tmp, final)
         write_text_atomic(self.run_dir / STATE_FILE, state.to_json())
         write_text_atomic(self.run_dir / "latest_sampler_path.txt", str(final) + "\n")
+        self._drop_later(name)
         self._prune()
         return final
+
+    def _drop_later(self, name: str) -> None:
+        """Removes the checkpoints after step checkpoint `name`: a run resumed from an earlier checkpoint
+        (a campaign restores from the one Tune's synced state names) abandoned them, and keeping them
+        would make keep-last-N prune the checkpoint just written."""
+        m = _STEP_DIR.match(name)
+        if m is None:
+            return
+        later = [p for p in self.step_checkpoints() if int(_STEP_DIR.match(p.name).group(1)) > int(m.group(1))]
+        for path in [*later, *([self.root / "final"] if (self.root / "final").is_dir() else [])]:
+            log.info("removing %s: the run resumed from an earlier checkpoint", path)
+            shutil.rmtree(path, ignore_errors=True)
 
     def step_checkpoints(self) -> list[Path]:
         """`checkpoint_step_N` directories, oldest first."""

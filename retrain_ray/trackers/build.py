@@ -13,8 +13,12 @@ if TYPE_CHECKING:
     from retrain_ray.config.schema import RetrainConfig
 
 
-def build_trackers(cfg: RetrainConfig, identity: RunIdentity, run_dir: Path) -> list[RunObserver]:
+def build_trackers(cfg: RetrainConfig, identity: RunIdentity, run_dir: Path, *,
+                   mlflow_experiment_id: str = "") -> list[RunObserver]:
     """W&B / MLflow / TensorBoard observers for `cfg.logging` (none asked for: an empty list).
+
+    `mlflow_experiment_id`: the experiment a campaign's driver created for all its runs (see
+    `mlflow_tracker.ensure_experiment`); "" finds or creates it here.
 
     A missing package raises here too (config validation already refuses it where the config is
     loaded; this catches a worker node whose environment differs from the driver's).
@@ -34,7 +38,7 @@ def build_trackers(cfg: RetrainConfig, identity: RunIdentity, run_dir: Path) -> 
         if lg.mlflow_tracking_uri:
             from retrain_ray.trackers.mlflow_tracker import MlflowTracker
 
-            trackers.append(MlflowTracker(cfg, identity, config))
+            trackers.append(MlflowTracker(cfg, identity, config, mlflow_experiment_id))
         if lg.tensorboard:
             from retrain_ray.trackers.tensorboard_tracker import TensorBoardTracker
 

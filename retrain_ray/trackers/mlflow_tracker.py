@@ -3,7 +3,9 @@
 Keys (`[logging]`): `mlflow_tracking_uri` turns it on (`file:///abs/dir`, `http://host:5000`,
 `databricks`, ...); `mlflow_experiment` (default: the campaign name, else "retrain-ray"). The
 MlflowClient logs to an explicit run id, so nothing depends on MLflow's process-global active run.
-A retried or resumed run finds its MLflow run again by the `retrain_ray.key` tag.
+A retried or resumed run finds its MLflow run again by the `retrain_ray.key` tag. A campaign's driver
+creates the experiment once before any trial starts (`ensure_experiment`) and hands its id to every
+run: trials that each created it on first use raced in a file store, and one run's record was lost.
 
 A `file:` URI is MLflow's file store, which MLflow 3 keeps in maintenance mode and refuses unless
 `MLFLOW_ALLOW_FILE_STORE=true`: naming one in the config is that opt-in (set here for this process,
@@ -25,29 +27,43 @@ if TYPE_CHECKING:
 KEY_TAG = "retrain_ray.key"
 
 
+def _client(cfg: RetrainConfig) -> Any:
+    from mlflow import MlflowClient
+
+    uri = cfg.logging.mlflow_tracking_uri
+    if uri.startswith("file:"):
+        os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
+    return MlflowClient(tracking_uri=uri)
+
+
+def experiment_name(cfg: RetrainConfig, campaign: str) -> str:
+    return cfg.logging.mlflow_experiment or campaign or "retrain-ray"
+
+
+def ensure_experiment(cfg: RetrainConfig, campaign: str, client: Any = None) -> str:
+    """The id of the run's MLflow experiment, created if it does not exist yet."""
+    client = client or _client(cfg)
+    name = experiment_name(cfg, campaign)
+    found = client.get_experiment_by_name(name)
+    if found is not None:
+        return found.experiment_id
+    try:
+        return client.create_experiment(name)
+    except Exception:  # another process created it first
+        found = client.get_experiment_by_name(name)
+        if found is None:
+            raise
+        return found.experiment_id
+
+
 class MlflowTracker:
-    def __init__(self, cfg: RetrainConfig, identity: RunIdentity, config: Mapping[str, Any]) -> None:
-        from mlflow import MlflowClient
+    """`experiment_id`: the experiment the campaign's driver created ("": find or create it here)."""
 
-        lg = cfg.logging
-        if lg.mlflow_tracking_uri.startswith("file:"):
-            os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
-        self.client = MlflowClient(tracking_uri=lg.mlflow_tracking_uri)
-        experiment = lg.mlflow_experiment or identity.campaign or "retrain-ray"
-        experiment_id = self._experiment_id(experiment)
+    def __init__(self, cfg: RetrainConfig, identity: RunIdentity, config: Mapping[str, Any],
+                 experiment_id: str = "") -> None:
+        self.client = _client(cfg)
+        experiment_id = experiment_id or ensure_experiment(cfg, identity.campaign, self.client)
         self.run_id = self._find_run(experiment_id, identity) or self._create_run(experiment_id, identity, config)
-
-    def _experiment_id(self, name: str) -> str:
-        found = self.client.get_experiment_by_name(name)
-        if found is not None:
-            return found.experiment_id
-        try:
-            return self.client.create_experiment(name)
-        except Exception:  # another run of the campaign created it first
-            found = self.client.get_experiment_by_name(name)
-            if found is None:
-                raise
-            return found.experiment_id
 
     def _find_run(self, experiment_id: str, identity: RunIdentity) -> str | None:
         runs = self.client.search_runs([experiment_id], filter_string=f"tags.`{KEY_TAG}` = '{identity.key}'",

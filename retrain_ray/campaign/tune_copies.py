@@ -1,0 +1,131 @@
+"""Tune's copies of run checkpoints, bounded by `[training] keep_last_checkpoints` without breaking restore.
+
+Every checkpoint a run reports goes to Tune's storage (`<campaign>/tune/<run>/checkpoint_NNNNNN`, or
+`[campaign] storage`). Tune's own bound (`CheckpointConfig(num_to_keep)`) deletes a copy as soon as a
+newer one arrives, while the experiment state a restore reads is synced to storage only every few
+seconds: a driver killed in between restores a run from a copy that is gone ("does not exist on
+storage anymore"). So Tune keeps everything (`num_to_keep=None`) and `TuneCopyPruner`, a driver-side
+Tune callback, deletes a run's copy only when it is older than both
+
+* the run's `keep` newest copies, and
+* the copy that the experiment state *on storage* (the newest `experiment_state-*.json`, exactly
+  what `Tuner.restore` reads) names as the run's latest checkpoint.
+
+Each later synced state names that copy or a newer one, so no restore can need a deleted copy. The
+pruner runs at most every `PRUNE_EVERY_S` after a new checkpoint, and once more at the end of the
+experiment (after Tune's final synchronous state sync): a finished campaign keeps `keep` copies per run.
+Between passes a run may hold the copies it reported since the last synced state, a few seconds' worth.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import re
+import time
+from collections.abc import Mapping
+from pathlib import PurePosixPath
+from typing import Any
+
+import pyarrow.fs as pafs
+from ray.tune import Callback
+
+PRUNE_EVERY_S = 2.0  # as often as Tune syncs its state (STATE_SYNC_S)
+STATE_PATTERN = "experiment_state-*.json"
+_COPY = re.compile(r"checkpoint_(\d+)$")
+
+
+def prunable(indices: list[int], named: int | None, keep: int) -> list[int]:
+    """The copy indices to delete: older than the `keep` newest and than `named` (the synced latest).
+
+    `named` None (no synced state names the run yet) or `keep` <= 0 (keep all): nothing.
+    """
+    if named is None or keep <= 0 or len(indices) <= keep:
+        return []
+    ordered = sorted(indices)
+    below = min(named, ordered[-keep])
+    return [i for i in ordered if i < below]
+
+
+def synced_latest(fs: pafs.FileSystem, experiment_fs_path: str) -> dict[str, int]:
+    """{trial fs path: index of its latest checkpoint} from the newest experiment state on storage.
+
+    An unreadable or half-written state gives {} (the caller then deletes nothing).
+    """
+    try:
+        infos = fs.get_file_info(pafs.FileSelector(experiment_fs_path, allow_not_found=True))
+        names = sorted(fnmatch.filter([i.base_name for i in infos], STATE_PATTERN))
+        if not names:
+            return {}
+        with fs.open_input_stream(f"{experiment_fs_path}/{names[-1]}") as f:
+            state = json.loads(f.read())
+        return _latest_by_trial(state)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return {}
+
+
+def _latest_by_trial(state: Mapping[str, Any]) -> dict[str, int]:
+    # Tune's own reader of its run metadata (Ray is pinned to one minor version in pyproject.toml)
+    from ray.tune.trainable.metadata import _TrainingRunMetadata
+
+    latest = {}
+    for _trial_json, metadata_json in state["trial_data"]:
+        manager = _TrainingRunMetadata.from_json_state(metadata_json).checkpoint_manager
+        result = manager.latest_checkpoint_result if manager is not None else None
+        if result is None:
+            continue
+        path = PurePosixPath(result.checkpoint.path)
+        found = _COPY.match(path.name)
+        if found:
+            latest[str(path.parent)] = int(found.group(1))
+    return latest
+
+
+def copy_indices(fs: pafs.FileSystem, trial_fs_path: str) -> list[int]:
+    """Indices of the `checkpoint_NNNNNN` copies under one trial's storage directory."""
+    infos = fs.get_file_info(pafs.FileSelector(trial_fs_path, allow_not_found=True))
+    return sorted(int(m.group(1)) for i in infos if i.type == pafs.FileType.Directory
+                  and (m := _COPY.match(i.base_name)))
+
+
+def prune_trial(fs: pafs.FileSystem, trial_fs_path: str, named: int | None, keep: int) -> list[int]:
+    """Deletes one trial's prunable copies; returns the indices deleted."""
+    doomed = prunable(copy_indices(fs, trial_fs_path), named, keep)
+    for index in doomed:
+        fs.delete_dir(f"{trial_fs_path}/checkpoint_{index:06d}")
+    return doomed
+
+
+class TuneCopyPruner(Callback):
+    """Deletes Tune's checkpoint copies beyond each run's `keep` (run name -> keep_last_checkpoints)."""
+
+    def __init__(self, keep: Mapping[str, int], every_s: float = PRUNE_EVERY_S) -> None:
+        self.keep = dict(keep)
+        self.every_s = every_s
+        self._dirty = False
+        self._last = 0.0
+
+    def on_checkpoint(self, iteration: int, trials: list, trial: Any, checkpoint: Any, **info: Any) -> None:
+        self._dirty = True
+
+    def on_step_end(self, iteration: int, trials: list, **info: Any) -> None:
+        if self._dirty and time.monotonic() - self._last >= self.every_s:
+            self.prune(trials)
+
+    def on_experiment_end(self, trials: list, **info: Any) -> None:
+        self.prune(trials)
+
+    def prune(self, trials: list) -> None:
+        self._dirty, self._last = False, time.monotonic()
+        wanted = [t for t in trials if self.keep.get(t.config.get("run_name"), 0) > 0 and t.storage is not None]
+        if not wanted:
+            return
+        storage = wanted[0].storage
+        fs = storage.storage_filesystem
+        named = synced_latest(fs, storage.experiment_fs_path)
+        for trial in wanted:
+            path = trial.storage.trial_fs_path.rstrip("/")
+            try:
+                prune_trial(fs, path, named.get(path), self.keep[trial.config["run_name"]])
+            except OSError as exc:  # storage hiccup: the next pass tries again, the run goes on
+                print(f"[campaign] warning: could not prune Tune's checkpoint copies in {path}: {exc}", flush=True)

@@ -1,0 +1,137 @@
+"""A 24-step campaign with keep_last_checkpoints = 2 and a checkpoint after every step: Tune's copies under
+`<campaign>/tune` stay bounded while it runs, two per run remain at the end, and a driver killed with
+SIGKILL mid-run still resumes (the pruner never deletes the copy the synced experiment state names,
+the race `STATE_SYNC_S` in campaign/driver.py describes).
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+
+import pytest
+from campaign_helpers import (
+    PYTHON,
+    TINY_CPU_SECTIONS,
+    isolated_env,
+    kill_owned,
+    read_manifest,
+    remove_temp_dir,
+    short_temp_dir,
+    start,
+    wait_for,
+)
+from test_campaign_resume import _run_to_end, _segment_steps
+
+from retrain_ray.logs import read_stream
+from retrain_ray.logs.stream import segment_paths
+
+STEPS, KEEP = 24, 2
+TOML = TINY_CPU_SECTIONS + f"""[reward]
+type = "custom"
+custom_module = "operator:lt"
+[training]
+batch_size = 2
+group_size = 16
+max_tokens = 4
+lr = 3e-3
+save_every = 1
+keep_last_checkpoints = {KEEP}
+sft_warmup_steps = 2
+[logging]
+log_dir = "logs/x"
+[campaign]
+name = "bounded"
+seeds = [1, 2]
+max_steps = {STEPS}
+parallel = false
+max_failures = 0
+trial_start_timeout_s = 120
+[[campaign.conditions]]
+advantage_mode = "grpo"
+transform_mode = "none"
+"""
+FIRST, SECOND = "grpo+none_s1", "grpo+none_s2"
+
+
+def _copies(cdir, run) -> int:
+    return len(list((cdir / "tune" / run).glob("checkpoint_*")))
+
+
+class CopyWatch:
+    """Samples the number of Tune copies per run in a thread; `most` is the largest count seen."""
+
+    def __init__(self, cdir) -> None:
+        self.cdir, self.most = cdir, {FIRST: 0, SECOND: 0}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._poll, daemon=True)
+        self._thread.start()
+
+    def _poll(self) -> None:
+        while not self._stop.wait(0.1):
+            for run in self.most:
+                self.most[run] = max(self.most[run], _copies(self.cdir, run))
+
+    def stop(self) -> dict[str, int]:
+        self._stop.set()
+        self._thread.join(timeout=5)
+        return self.most
+
+
+def _killable(cdir) -> bool:
+    """First run done and its copies pruned to KEEP; the second past step 14 (15 checkpoints reported)."""
+    manifest = read_manifest(cdir)
+    if manifest is None:
+        return False
+    runs = {r["run_name"]: r for r in manifest["runs"]}
+    return (runs[FIRST]["status"] == "completed" and _copies(cdir, FIRST) <= KEEP
+            and runs[SECOND]["result"].get("step", -1) >= 14)
+
+
+@pytest.mark.extended
+@pytest.mark.timeout(900)  # two driver processes, each with its own Ray, on shared cores
+def test_tune_copies_stay_bounded_and_a_killed_campaign_still_resumes(tmp_path):
+    toml = tmp_path / "bounded.toml"
+    toml.write_text(TOML)
+    cdir = tmp_path / "bounded"
+    watch = CopyWatch(cdir)
+    ray_tmp = short_temp_dir("rrb")
+    driver = start([PYTHON, "tests/campaign_driver.py", str(toml), "--root", str(tmp_path), "--step-delay", "0.5"],
+                   env=isolated_env(ray_tmp), log=tmp_path / "driver1.log")
+    try:
+        wait_for(lambda: _killable(cdir) or driver.poll() is not None, timeout_s=300, what="a half-done campaign")
+        assert driver.poll() is None, (tmp_path / "driver1.log").read_text()[-3000:]
+        driver.send_signal(signal.SIGKILL)
+        driver.wait(timeout=30)
+    finally:
+        kill_owned(driver.pid, ray_tmp)
+        remove_temp_dir(ray_tmp)
+    at_kill = _copies(cdir, SECOND)
+    assert at_kill < 15, f"{at_kill} copies of 15 checkpoints: nothing pruned while the run went on"
+
+    resume_tmp = short_temp_dir("rrc")
+    pid = None
+    try:
+        rc, pid = _run_to_end([PYTHON, "-m", "retrain_ray.cli", "resume", str(cdir)],
+                              isolated_env(resume_tmp), tmp_path / "driver2.log", timeout_s=300)
+    finally:
+        if pid is not None:
+            kill_owned(pid, resume_tmp)
+        remove_temp_dir(resume_tmp)
+    most = watch.stop()
+    assert rc == 0, (tmp_path / "driver2.log").read_text()[-3000:]
+
+    manifest = read_manifest(cdir)
+    runs = {r["run_name"]: r for r in manifest["runs"]}
+    assert manifest["status"] == "done" and (runs[FIRST]["attempts"], runs[SECOND]["attempts"]) == (1, 2)
+    for run in (FIRST, SECOND):
+        assert runs[run]["result"]["step"] == STEPS - 1
+        assert _copies(cdir, run) == KEEP, f"{run}: Tune's copies at the end"
+        assert most[run] < STEPS // 2, f"{run}: up to {most[run]} copies while it ran (bound {KEEP})"
+    # (a step whose groups all score alike updates nothing and writes no row: rows are a subset of the steps)
+    first = read_stream(cdir / "runs" / FIRST, key=None)["step"].to_pylist()
+    assert first == sorted(set(first)) and first[-1] == STEPS - 1, "the finished run was written once"
+    killed_steps, resumed_steps = (_segment_steps(p) for p in segment_paths(cdir / "runs" / SECOND, "metrics"))
+    # restored from a copy the pruner kept: after a checkpoint, not from scratch
+    assert 0 < resumed_steps[0] <= max(killed_steps) + 1 and resumed_steps == sorted(set(resumed_steps))
+    assert resumed_steps[-1] == STEPS - 1
