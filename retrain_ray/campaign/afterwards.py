@@ -3,6 +3,8 @@
 * `[squeeze]`: LoRA-Squeeze of the first completed run (manifest order), from the last checkpoint
   it reported to Tune (the manifest's `checkpoint`); the report and the compressed
   adapter go to `<campaign>/squeeze/`, and the manifest records `squeeze: {run, recommended_rank, ...}`.
+  With `[campaign] storage` on a remote filesystem (`s3://`, `gs://`) that checkpoint's `adapter/`
+  is first downloaded to `<campaign>/squeeze/source/`.
 * `[campaign] summary_script`: `python SCRIPT <campaign_dir> *summary_args`, in the current directory
   (as the original), output in `<campaign>/summary.log`; the manifest records
   `summary: {script, args, returncode}`.
@@ -27,15 +29,16 @@ SUMMARY_TIMEOUT_S = 3600.0
 
 def run_afterwards(campaign_dir: Path, config: Any, *, progress: bool = True) -> None:
     """Runs the configured post-campaign steps and records each in the manifest."""
-    if config.squeeze is not None:
-        _record(campaign_dir, "squeeze", squeeze_first_completed(campaign_dir, config.squeeze), progress)
     campaign = config.campaign
+    if config.squeeze is not None:
+        storage = str(campaign.storage or "") if campaign is not None else ""
+        _record(campaign_dir, "squeeze", squeeze_first_completed(campaign_dir, config.squeeze, storage), progress)
     if campaign is not None and campaign.summary_script:
         _record(campaign_dir, "summary",
                 run_summary_script(campaign_dir, campaign.summary_script, list(campaign.summary_args)), progress)
 
 
-def squeeze_first_completed(campaign_dir: Path, section: Any) -> dict[str, Any]:
+def squeeze_first_completed(campaign_dir: Path, section: Any, storage: str = "") -> dict[str, Any]:
     # deferred: loads torch, which importing this module does not need
     from retrain_ray.squeeze import SqueezeError, SqueezeSettings, squeeze_adapter
 
@@ -46,12 +49,39 @@ def squeeze_first_completed(campaign_dir: Path, section: Any) -> dict[str, Any]:
     settings = SqueezeSettings.from_section(section)
     settings = dataclasses.replace(settings, output_path=settings.output_path or str(campaign_dir / "squeeze"))
     try:
-        report = squeeze_adapter(Path(first.get("checkpoint") or first["run_dir"]), settings)
-    except SqueezeError as exc:
+        source = _local_checkpoint(campaign_dir, storage, first.get("checkpoint", ""))
+        report = squeeze_adapter(source or Path(first["run_dir"]), settings)
+    except (SqueezeError, OSError) as exc:
         return {"run": first["run_name"], "error": str(exc)}
     return {"run": first["run_name"], "recommended_rank": report.recommended_rank,
             "compressed_rank": report.compressed_rank, "adapter": report.output_path,
             "report": str(Path(settings.output_path) / "squeeze.json")}
+
+
+def _local_checkpoint(campaign_dir: Path, storage: str, checkpoint: str) -> Path | None:
+    """`checkpoint` (a path on Tune's storage, as Tune names it) as a local directory, or None.
+
+    On the local filesystem it is used in place; on a remote one (`storage` is Tune's storage URI)
+    its `adapter/` is downloaded to `<campaign>/squeeze/source/`."""
+    if not checkpoint:
+        return None
+    if not storage:
+        return Path(checkpoint)
+    import pyarrow.fs as pafs
+
+    fs, _ = pafs.FileSystem.from_uri(storage)
+    if isinstance(fs, pafs.LocalFileSystem):
+        return Path(checkpoint)
+    remote = f"{checkpoint.rstrip('/')}/adapter"
+    if fs.get_file_info(remote).type != pafs.FileType.Directory:
+        from retrain_ray.squeeze import SqueezeError
+
+        raise SqueezeError(f"no LoRA adapter in {storage.split('://')[0]}://{checkpoint} (no adapter/); squeeze needs "
+                           "a run trained with finetune = \"lora\"")
+    local = campaign_dir / "squeeze" / "source" / "adapter"
+    local.mkdir(parents=True, exist_ok=True)
+    pafs.copy_files(remote, str(local), source_filesystem=fs, destination_filesystem=pafs.LocalFileSystem())
+    return local
 
 
 def run_summary_script(campaign_dir: Path, script: str, args: list[str]) -> dict[str, Any]:
