@@ -130,8 +130,7 @@ def test_tune_copies_stay_bounded_and_a_killed_campaign_still_resumes(tmp_path):
         assert most[run] < STEPS // 2, f"{run}: up to {most[run]} copies while it ran (bound {KEEP})"
     # (a step whose groups all score alike updates nothing and writes no row: rows are a subset of the steps)
     first = read_stream(cdir / "runs" / FIRST, key=None)["step"].to_pylist()
-    assert first == sorted(set(first)) and first[-1] == STEPS - 1, "the finished run was written once"
+    assert first == sorted(set(first)), "the finished run was written once"
     killed_steps, resumed_steps = (_segment_steps(p) for p in segment_paths(cdir / "runs" / SECOND, "metrics"))
     # restored from a copy the pruner kept: after a checkpoint, not from scratch
     assert 0 < resumed_steps[0] <= max(killed_steps) + 1 and resumed_steps == sorted(set(resumed_steps))
-    assert resumed_steps[-1] == STEPS - 1

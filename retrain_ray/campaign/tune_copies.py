@@ -60,7 +60,7 @@ def synced_latest(fs: pafs.FileSystem, experiment_fs_path: str) -> dict[str, int
         with fs.open_input_stream(f"{experiment_fs_path}/{names[-1]}") as f:
             state = json.loads(f.read())
         return _latest_by_trial(state)
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+    except Exception:  # unreadable in any way (I/O, JSON, unpickling): delete nothing this time
         return {}
 
 
@@ -104,6 +104,10 @@ class TuneCopyPruner(Callback):
         self.every_s = every_s
         self._dirty = False
         self._last = 0.0
+
+    def setup(self, **info: Any) -> None:
+        """After `Tuner.restore` this is an unpickled copy: its clock reading came from another process."""
+        self._dirty, self._last = True, 0.0
 
     def on_checkpoint(self, iteration: int, trials: list, trial: Any, checkpoint: Any, **info: Any) -> None:
         self._dirty = True
