@@ -72,7 +72,7 @@ def _latest_by_trial(state: Mapping[str, Any]) -> dict[str, int]:
     for _trial_json, metadata_json in state["trial_data"]:
         manager = _TrainingRunMetadata.from_json_state(metadata_json).checkpoint_manager
         result = manager.latest_checkpoint_result if manager is not None else None
-        if result is None:
+        if result is None or result.checkpoint is None:
             continue
         path = PurePosixPath(result.checkpoint.path)
         found = _COPY.match(path.name)

@@ -134,10 +134,11 @@ class CheckpointManager:
         """Removes the checkpoints after step checkpoint `name`: a run resumed from an earlier checkpoint
         (a campaign restores from the one Tune's synced state names) abandoned them, and keeping them
         would make keep-last-N prune the checkpoint just written."""
-        m = _STEP_DIR.match(name)
-        if m is None:
+        saved = _STEP_DIR.match(name)
+        if saved is None:
             return
-        later = [p for p in self.step_checkpoints() if int(_STEP_DIR.match(p.name).group(1)) > int(m.group(1))]
+        later = [p for p in self.step_checkpoints()
+                 if (m := _STEP_DIR.match(p.name)) and int(m.group(1)) > int(saved.group(1))]
         for path in [*later, *([self.root / "final"] if (self.root / "final").is_dir() else [])]:
             log.info("removing %s: the run resumed from an earlier checkpoint", path)
             shutil.rmtree(path, ignore_errors=True)
