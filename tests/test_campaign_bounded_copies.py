@@ -12,45 +12,28 @@ import threading
 import pytest
 from campaign_helpers import (
     PYTHON,
-    TINY_CPU_SECTIONS,
     isolated_env,
     kill_owned,
     read_manifest,
     remove_temp_dir,
     short_temp_dir,
     start,
-    wait_for,
 )
+from helpers import wait_for, write_campaign
 from test_campaign_resume import _run_to_end, _segment_steps
 
 from retrain_ray.logs import read_stream
 from retrain_ray.logs.stream import segment_paths
 
 STEPS, KEEP = 24, 2
-TOML = TINY_CPU_SECTIONS + f"""[reward]
-type = "custom"
-custom_module = "operator:lt"
-[training]
-batch_size = 2
-group_size = 16
-max_tokens = 4
-lr = 3e-3
-save_every = 1
-keep_last_checkpoints = {KEEP}
-sft_warmup_steps = 2
-[logging]
-log_dir = "logs/x"
-[campaign]
-name = "bounded"
-seeds = [1, 2]
-max_steps = {STEPS}
-parallel = false
-max_failures = 0
-trial_start_timeout_s = 120
-[[campaign.conditions]]
-advantage_mode = "grpo"
-transform_mode = "none"
-"""
+SECTIONS = {
+    "reward": {"type": "custom", "custom_module": "operator:lt"},
+    "training": {"batch_size": 2, "group_size": 16, "max_tokens": 4, "lr": 3e-3, "save_every": 1,
+                 "keep_last_checkpoints": KEEP, "sft_warmup_steps": 2},
+    "logging": {"log_dir": "logs/x"},
+}
+CAMPAIGN = {"name": "bounded", "seeds": [1, 2], "max_steps": STEPS, "parallel": False, "max_failures": 0,
+            "trial_start_timeout_s": 120}
 FIRST, SECOND = "grpo+none_s1", "grpo+none_s2"
 
 
@@ -91,8 +74,7 @@ def _killable(cdir) -> bool:
 @pytest.mark.extended
 @pytest.mark.timeout(900)  # two driver processes, each with its own Ray, on shared cores
 def test_tune_copies_stay_bounded_and_a_killed_campaign_still_resumes(tmp_path):
-    toml = tmp_path / "bounded.toml"
-    toml.write_text(TOML)
+    toml = write_campaign(tmp_path / "bounded.toml", campaign=CAMPAIGN, **SECTIONS)
     cdir = tmp_path / "bounded"
     watch = CopyWatch(cdir)
     ray_tmp = short_temp_dir("rrb")

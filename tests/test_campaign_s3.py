@@ -74,7 +74,7 @@ def test_squeeze_takes_the_adapter_from_the_bucket(bucket, tmp_path):
     cdir.mkdir()
     Manifest.create(cdir, {"name": "c1"}, [{"run_name": RUN, "run_dir": str(cdir / "runs" / RUN)}])
     Manifest.load(cdir).update_run(RUN, status="completed", checkpoint=checkpoint)
-    section = load_config(write_toml(tmp_path, name="c1", finetune="lora", tail="[squeeze]\nmin_variance_retention = 0.9\n")).squeeze
+    section = load_config(write_toml(tmp_path, name="c1", finetune="lora", squeeze={"min_variance_retention": 0.9})).squeeze
     record = squeeze_first_completed(cdir, section, f"s3://{BUCKET}/prefix")
     assert "error" not in record, record
     assert (record["run"], record["recommended_rank"]) == (RUN, 2)
@@ -89,8 +89,7 @@ def test_squeeze_takes_the_adapter_from_the_bucket(bucket, tmp_path):
 @pytest.mark.timeout(600)  # two driver processes, each with its own Ray, on shared cores
 def test_campaign_on_s3_storage_runs_squeezes_and_resumes_from_the_bucket(s3_server, bucket, tmp_path):
     toml = write_toml(tmp_path, name="ons3", steps=4, sft=4, two_conditions=False, finetune="lora",
-                      campaign_extra=f'storage = "s3://{BUCKET}/prefix"',
-                      tail="[squeeze]\nmin_variance_retention = 0.9\n")
+                      campaign_extra={"storage": f"s3://{BUCKET}/prefix"}, squeeze={"min_variance_retention": 0.9})
     cdir = tmp_path / "campaigns" / "ons3"
     for n, cmd in enumerate(([PYTHON, "-m", "retrain_ray.cli", str(toml), "--root", str(tmp_path / "campaigns")],
                              [PYTHON, "-m", "retrain_ray.cli", "resume", str(cdir)])):

@@ -67,14 +67,14 @@ def _local_checkpoint(campaign_dir: Path, storage: str, checkpoint: str) -> Path
         return None
     if not storage:
         return Path(checkpoint)
-    import pyarrow.fs as pafs
+    import pyarrow.fs as pafs  # deferred: only remote storage needs it
 
     fs, _ = pafs.FileSystem.from_uri(storage)
     if isinstance(fs, pafs.LocalFileSystem):
         return Path(checkpoint)
     remote = f"{checkpoint.rstrip('/')}/adapter"
     if fs.get_file_info(remote).type != pafs.FileType.Directory:
-        from retrain_ray.squeeze import SqueezeError
+        from retrain_ray.squeeze import SqueezeError  # deferred: loads torch
 
         raise SqueezeError(f"no LoRA adapter in {storage.split('://')[0]}://{checkpoint} (no adapter/); squeeze needs "
                            "a run trained with finetune = \"lora\"")

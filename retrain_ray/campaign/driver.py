@@ -39,6 +39,7 @@ from retrain_ray.config import ConfigError, RetrainConfig, load_config
 from retrain_ray.logs.parquet_export import export_campaign
 from retrain_ray.run.preflight import campaign_problems
 from retrain_ray.secrets import has_redactions, redact, restore_secrets
+from retrain_ray.trackers.mlflow_tracker import ensure_experiment, experiment_name
 
 __all__ = ["Campaign", "CampaignError"]
 TUNE_DIR = "tune"
@@ -205,8 +206,6 @@ def _mlflow_experiments(plan: CampaignPlan) -> dict[str, str]:
     for r in plan.runs:
         lg = r.config.logging
         if lg.mlflow_tracking_uri:
-            from retrain_ray.trackers.mlflow_tracker import ensure_experiment, experiment_name
-
             key = (lg.mlflow_tracking_uri, experiment_name(r.config, plan.name))
             ids[r.run_name] = made[key] = made.get(key) or ensure_experiment(r.config, plan.name)
     return ids

@@ -30,6 +30,9 @@ from typing import Any
 import pyarrow.fs as pafs
 from ray.tune import Callback
 
+# Tune's own reader of its run metadata (Ray is pinned to one minor version in pyproject.toml)
+from ray.tune.trainable.metadata import _TrainingRunMetadata
+
 PRUNE_EVERY_S = 2.0  # as often as Tune syncs its state (STATE_SYNC_S)
 STATE_PATTERN = "experiment_state-*.json"
 _COPY = re.compile(r"checkpoint_(\d+)$")
@@ -65,9 +68,6 @@ def synced_latest(fs: pafs.FileSystem, experiment_fs_path: str) -> dict[str, int
 
 
 def _latest_by_trial(state: Mapping[str, Any]) -> dict[str, int]:
-    # Tune's own reader of its run metadata (Ray is pinned to one minor version in pyproject.toml)
-    from ray.tune.trainable.metadata import _TrainingRunMetadata
-
     latest = {}
     for _trial_json, metadata_json in state["trial_data"]:
         manager = _TrainingRunMetadata.from_json_state(metadata_json).checkpoint_manager
