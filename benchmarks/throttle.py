@@ -9,11 +9,14 @@ up to 4 processes (threads inside each):
 The baseline is built here exactly as spec section 6 describes `TinkerThrottle`: N slot files, try each
 with flock(LOCK_EX|LOCK_NB), else block on slot 0.
 
-Then the scale section: 32 clients with an empty body at capacity 4 and 32, grants/s of the current
-client (per-process batched channel and lease keeper) against the previous one, rebuilt here as it was
-(one acquire and one release RPC per hold, a renewal thread per hold), interleaved over `--reps`
-repetitions, with grants per client (max/min) and the slot-back time after a SIGKILL against TTL + 1 s.
-Run: `.venv/bin/python benchmarks/throttle.py [--reps 3]`.
+Then the scale section: 32 clients (8 threads in each of 4 processes) with an empty body at capacity 4
+and 32, three clients interleaved over `--reps` repetitions: the current one (per-process local pool of
+slots), the previous one (`throttle_previous.py`: per-process batched channel, every grant through the
+actor) and the one before (rebuilt here: an acquire and a release RPC per hold, a renewal thread per
+hold). Each prints grants/s, grants per client (max/min, Jain), client wait p50/p99 and CPU time per
+grant (client processes plus the throttle actor: robust to a loaded machine), min / median / max; then
+the slot-back time after a SIGKILL of a holder, and of a process holding a block of 4 slots, against
+TTL + 1 s. Run: `.venv/bin/python benchmarks/throttle.py [--reps 3] [--scale-only]`.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import fcntl
 import multiprocessing as mp
 import os
 import signal
+import sys
 import tempfile
 import threading
 import time
@@ -35,6 +39,8 @@ import ray
 from retrain_ray.actors.throttle import start_throttle
 from retrain_ray.throttle import ThrottleClient
 from retrain_ray.throttle.client import RPC_TIMEOUT_S
+
+BENCH_DIR = str(Path(__file__).resolve().parent)  # the client processes import throttle_previous from here
 
 CAPACITY = 4
 DURATION_S = 2.0
@@ -126,19 +132,21 @@ class RayClients:
         return os.getpid()
 
     def loop(self, handle, holder: str, start_at: float, duration_s: float, body_s: float,
-             client: str = "current"):
-        if client == "current":
+             client: str = "pooled"):
+        if client == "pooled":
             hold = ThrottleClient(handle, holder, timeout_s=120, lease_ttl_s=RAY_TTL_S).hold
+        elif client == "batched":
+            if BENCH_DIR not in sys.path:
+                sys.path.insert(0, BENCH_DIR)
+            from throttle_previous import PreviousClient
+
+            hold = PreviousClient(handle, holder, 120.0, RAY_TTL_S).hold
         else:
             hold = PerRequestClient(handle, holder).hold
         return client_loop(hold, start_at, duration_s, body_s)
 
-    def calls(self) -> tuple[int, int]:
-        """(submit, poll) calls this process's channel made so far."""
-        from retrain_ray.throttle.client import _channels
-
-        found = [link for (pid, _), link in _channels.items() if pid == os.getpid()]
-        return sum(link.submit_calls for link in found), sum(link.poll_calls for link in found)
+    def cpu_s(self) -> float:
+        return time.process_time()
 
     def hold_forever(self, holder: str) -> None:
         with ThrottleClient(self.handle, holder, timeout_s=120, lease_ttl_s=RAY_TTL_S).hold():
@@ -166,9 +174,13 @@ def _layout(n_clients: int) -> list[int]:
 
 
 def run_ray(procs: list, n_clients: int, body_s: float, campaign: str, capacity: int = CAPACITY,
-            client: str = "current") -> list[tuple[int, list[float]]]:
-    """`procs`: 4 client processes (actors) reused across cases, each with room for 8 client threads."""
+            client: str = "pooled", cpu: list | None = None) -> list[tuple[int, list[float]]]:
+    """`procs`: 4 client processes (actors) reused across cases, each with room for 8 client threads.
+
+    `cpu`, if given, gets the CPU seconds the client processes and the throttle actor used.
+    """
     handle = start_throttle(campaign, "bench", capacity, namespace="bench", lease_ttl_s=RAY_TTL_S)
+    cpu_before = _cpu_s(procs, handle)
     start_at = time.time() + 0.5
     refs = [
         proc.loop.remote(handle, f"c{p}-{t}", start_at, DURATION_S, body_s, client)
@@ -176,11 +188,18 @@ def run_ray(procs: list, n_clients: int, body_s: float, campaign: str, capacity:
         for t in range(k)
     ]
     results = ray.get(refs, timeout=120)
+    if cpu is not None:
+        cpu.append(_cpu_s(procs, handle) - cpu_before)
+    _wait_for(lambda: ray.get(handle.stats.remote(), timeout=30).in_flight == 0)  # idle pooled slots return
     stats = ray.get(handle.stats.remote(), timeout=30)
     assert stats.peak_in_flight <= capacity, f"throttle exceeded capacity: {stats.peak_in_flight}"
     EXPIRED_IN_RUNS.append(stats.expired)  # leases lost while held: renewals late on a starved machine
     ray.kill(handle)
     return results
+
+
+def _cpu_s(procs: list, handle) -> float:
+    return sum(ray.get([proc.cpu_s.remote() for proc in procs] + [handle.cpu_s.remote()], timeout=60))
 
 
 def run_flock(n_clients: int, body_s: float) -> list[tuple[int, list[float]]]:
@@ -287,17 +306,22 @@ def _row(label: str, ray_s: dict, flock_s: dict) -> str:
 
 SCALE_CLIENTS = 32
 SCALE_CAPACITIES = (4, 32)
+SCALE_CLIENT_KINDS = ("pooled", "batched", "per-request")  # current, previous, the one before
 
 
 def run_scale(procs: list, reps: int) -> dict[tuple[int, str], list[dict[str, float]]]:
-    """32 clients, empty body: previous and current client interleaved, `reps` times per capacity."""
+    """32 clients, empty body: the three clients interleaved (order rotating), `reps` times per capacity."""
     out: dict[tuple[int, str], list[dict[str, float]]] = {}
     for rep in range(reps):
         for capacity in SCALE_CAPACITIES:
-            order = ("previous", "current") if rep % 2 == 0 else ("current", "previous")
-            for client in order:
-                results = run_ray(procs, SCALE_CLIENTS, 0.0, f"scale-{rep}-{capacity}-{client}", capacity, client)
-                out.setdefault((capacity, client), []).append(summarize(results))
+            kinds = SCALE_CLIENT_KINDS[rep % 3:] + SCALE_CLIENT_KINDS[:rep % 3]
+            for client in kinds:
+                cpu: list[float] = []
+                results = run_ray(procs, SCALE_CLIENTS, 0.0, f"scale-{rep}-{capacity}-{client}", capacity,
+                                  client, cpu)
+                summary = summarize(results)
+                summary["cpu_ms_per_grant"] = cpu[0] * 1e3 / max(1.0, summary["pairs_s"] * DURATION_S)
+                out.setdefault((capacity, client), []).append(summary)
     return out
 
 
@@ -305,57 +329,88 @@ def _spread(values: list[float], fmt: str = "{:.0f}") -> str:
     return " / ".join(fmt.format(v) for v in (min(values), float(np.median(values)), max(values)))
 
 
-def print_scale(scale: dict, reps: int) -> None:
+def print_scale(scale: dict, reps: int, load: tuple[float, float]) -> None:
     print(f"\nscale: {SCALE_CLIENTS} clients (8 threads in each of 4 processes), empty body, "
-          f"{DURATION_S:.0f} s per case, {reps} repetitions interleaved; min / median / max")
-    print("| capacity | previous client grants/s | current grants/s | current/previous (median) | "
-          "current grants per client max/min (worst) | current wait p50/p99 ms (median) |")
-    print("|---|---|---|---|---|---|")
+          f"{DURATION_S:.0f} s per case, {reps} repetitions interleaved (load average {load[0]:.1f} before, "
+          f"{load[1]:.1f} after); min / median / max")
+    print("| capacity | client | grants/s | vs previous (median) | grants per client max/min | Jain | "
+          "wait p50 / p99 ms (median) | CPU ms per grant |")
+    print("|---|---|---|---|---|---|---|---|")
     for capacity in SCALE_CAPACITIES:
-        prev, cur = scale[capacity, "previous"], scale[capacity, "current"]
-        prev_rate, cur_rate = [r["pairs_s"] for r in prev], [r["pairs_s"] for r in cur]
-        spread = max(1 / r["min_max"] if r["min_max"] else float("inf") for r in cur)
-        print(f"| {capacity} | {_spread(prev_rate)} | {_spread(cur_rate)} | "
-              f"{np.median(cur_rate) / np.median(prev_rate):.2f} | {spread:.2f} | "
-              f"{np.median([r['p50_ms'] for r in cur]):.1f} / {np.median([r['p99_ms'] for r in cur]):.1f} |")
+        base = np.median([r["pairs_s"] for r in scale[capacity, "batched"]])
+        for client in SCALE_CLIENT_KINDS:
+            rows = scale[capacity, client]
+            rate = [r["pairs_s"] for r in rows]
+            spread = [1 / r["min_max"] if r["min_max"] else float("inf") for r in rows]
+            print(f"| {capacity} | {client} | {_spread(rate)} | {np.median(rate) / base:.2f} | "
+                  f"{_spread(spread, '{:.2f}')} | {_spread([r['jain'] for r in rows], '{:.3f}')} | "
+                  f"{np.median([r['p50_ms'] for r in rows]):.2f} / {np.median([r['p99_ms'] for r in rows]):.1f} | "
+                  f"{_spread([r['cpu_ms_per_grant'] for r in rows], '{:.2f}')} |")
+
+
+def block_reclaim_s(campaign: str, block: int = 4) -> float:
+    """Seconds until a waiter for `block` slots gets them after the process pooling them is SIGKILLed."""
+    handle = start_throttle(campaign, "block", block, namespace="bench", lease_ttl_s=RAY_TTL_S)
+    victim = RayClients.options(max_concurrency=block).remote(handle)
+    pid = ray.get(victim.pid.remote(), timeout=120)
+    for i in range(block):
+        victim.hold_forever.remote(f"victim-{i}")
+    _wait_for(lambda: ray.get(handle.stats.remote(), timeout=30).in_flight == block)
+    waiter = handle.acquire_many.remote("waiter", block, 60.0)
+    _wait_for(lambda: ray.get(handle.stats.remote(), timeout=30).waiting == 1)
+    killed = time.monotonic()
+    os.kill(pid, signal.SIGKILL)  # the worker process of an actor this benchmark created
+    leases = ray.get(waiter, timeout=60)
+    ray.kill(victim)
+    ray.kill(handle)
+    return max(lease.granted_at for lease in leases) - killed
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--reps", type=int, default=3, help="repetitions of the scale section")
+    parser.add_argument("--scale-only", action="store_true", help="skip the flock comparison")
     args = parser.parse_args()
     started, load_start = time.monotonic(), os.getloadavg()[0]
     cases = [(n, body) for body in BODIES_S for n in CLIENTS]
-    flock = {case: summarize(run_flock(*case)) for case in cases}  # before Ray: fork a clean process
-    flock_kill, flock_hang = flock_reclaim_s(signal.SIGKILL), flock_reclaim_s(signal.SIGSTOP)
+    if not args.scale_only:
+        flock = {case: summarize(run_flock(*case)) for case in cases}  # before Ray: fork a clean process
+        flock_kill, flock_hang = flock_reclaim_s(signal.SIGKILL), flock_reclaim_s(signal.SIGSTOP)
     ray.init(address="local", num_cpus=4, include_dashboard=False, object_store_memory=300 * 2**20,
              log_to_driver=False, namespace="bench")
     procs = [RayClients.options(max_concurrency=max(CLIENTS) // 4).remote(None) for _ in range(4)]
     ray.get([proc.pid.remote() for proc in procs], timeout=120)
-    ours = {case: summarize(run_ray(procs, *case, campaign=f"bench-{i}")) for i, case in enumerate(cases)}
+    if not args.scale_only:
+        ours = {case: summarize(run_ray(procs, *case, campaign=f"bench-{i}")) for i, case in enumerate(cases)}
+    scale_load = os.getloadavg()[0]
     scale = run_scale(procs, args.reps)
+    scale_load = (scale_load, os.getloadavg()[0])
     ray_kill = [ray_reclaim_s(None, f"kill-{i}") for i in range(3)]
     ray_hang = ray_reclaim_s(signal.SIGSTOP, "hang")
+    block_kill = [block_reclaim_s(f"block-{i}") for i in range(3)]
     ray.shutdown()
     load_end = os.getloadavg()[0]
     print(f"capacity {CAPACITY}, {DURATION_S:.0f} s per case, clients in up to 4 processes, "
           f"{os.cpu_count()} cores (load average {load_start:.1f} at the start, "
           f"{load_end:.1f} at the end); Ray lease TTL {RAY_TTL_S} s, reaper period {RAY_TTL_S / 4} s\n")
-    print("| clients, body | Ray pairs/s | flock pairs/s | Ray/flock | Ray wait p50/p90/p99 ms | "
-          "flock wait p50/p90/p99 ms | Ray fairness min/max, Jain | flock fairness min/max, Jain |")
-    print("|---|---|---|---|---|---|---|---|")
-    for n, body in cases:
-        print(_row(f"{n}, {body * 1e3:.0f} ms", ours[n, body], flock[n, body]))
-    print(f"\nslot back after holder SIGKILL: Ray {np.mean(ray_kill):.2f} s (max {max(ray_kill):.2f}, "
-          f"TTL + reaper bound {RAY_TTL_S * 1.25:.2f}), flock {flock_kill * 1e3:.1f} ms "
-          f"(Ray/flock {np.mean(ray_kill) / flock_kill:.0f}x)")
-    hang = "never (still blocked)" if flock_hang == float("inf") else f"{flock_hang:.2f} s"
-    print(f"slot back after holder SIGSTOP (hung): Ray {ray_hang:.2f} s, flock {hang} "
-          f"after {HANG_TIMEOUT_S:.0f} s")
+    if not args.scale_only:
+        print("| clients, body | Ray pairs/s | flock pairs/s | Ray/flock | Ray wait p50/p90/p99 ms | "
+              "flock wait p50/p90/p99 ms | Ray fairness min/max, Jain | flock fairness min/max, Jain |")
+        print("|---|---|---|---|---|---|---|---|")
+        for n, body in cases:
+            print(_row(f"{n}, {body * 1e3:.0f} ms", ours[n, body], flock[n, body]))
+        print(f"\nflock: slot back after holder SIGKILL {flock_kill * 1e3:.1f} ms; after SIGSTOP (hung): "
+              f"{'never (still blocked)' if flock_hang == float('inf') else f'{flock_hang:.2f} s'} "
+              f"after {HANG_TIMEOUT_S:.0f} s")
+    print(f"slot back after holder SIGKILL: Ray {_spread(ray_kill, '{:.2f}')} s (min / median / max; "
+          f"TTL + reaper bound {RAY_TTL_S * 1.25:.2f})")
+    print(f"block of 4 pooled slots back after its process's SIGKILL: {_spread(block_kill, '{:.2f}')} s")
+    print(f"slot back after holder SIGSTOP (hung): Ray {ray_hang:.2f} s")
     print(f"leases reclaimed during the throughput cases (late renewals): {sum(EXPIRED_IN_RUNS)}")
-    print_scale(scale, args.reps)
+    print_scale(scale, args.reps, scale_load)
+    worst = max(ray_kill + block_kill)
     print(f"dead holder's slot back within TTL + 1 s ({RAY_TTL_S + 1:.1f} s): "
-          f"{'yes' if max(ray_kill) <= RAY_TTL_S + 1 else 'NO'} (worst {max(ray_kill):.2f} s)")
+          f"{'yes' if worst <= RAY_TTL_S + 1 else 'NO'} (worst {worst:.2f} s)")
     print(f"\ntotal {time.monotonic() - started:.0f} s")
 
 

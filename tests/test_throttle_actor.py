@@ -31,6 +31,13 @@ def _stats(handle):
     return ray.get(handle.stats.remote(), timeout=30)
 
 
+def _settled(handle):
+    """Stats once every slot is back: a process keeps an idle slot up to IDLE_S for its next hold."""
+    wait_for(lambda: _stats(handle).in_flight == 0, timeout_s=30, what="the idle pooled slots to go back",
+             poll_s=0.05)
+    return _stats(handle)
+
+
 @ray.remote(num_cpus=0, max_concurrency=16)
 class ThreadedHolders:
     """A worker process whose concurrent calls (threads) hold slots with the sync client."""
@@ -93,10 +100,12 @@ def test_32_clients_in_4_processes_never_exceed_capacity(ray_4cpu_4gpu):
         proc.hammer.remote(f"run-{p}-{i}", rounds, 0.02) for p, proc in enumerate(procs) for i in range(8)
     ]
     assert sum(ray.get(refs, timeout=240)) == 32 * rounds
-    stats = _stats(handle)
+    stats = _settled(handle)
     print(stats)
     assert stats.peak_in_flight == 3  # saturated, and never above capacity
-    assert (stats.granted, stats.released, stats.expired, stats.in_flight) == (128, 128, 0, 0)
+    # hand-overs inside a process cost the actor no grant; every slot it granted came back
+    assert 3 <= stats.granted <= 128 and stats.released == stats.granted
+    assert (stats.expired, stats.in_flight, stats.waiting) == (0, 0, 0)
     assert stats.wait_p99_s > 0.0
     for proc in procs:
         ray.kill(proc)
@@ -125,7 +134,7 @@ def test_renewal_keeps_a_lease_alive_past_its_ttl(ray_4cpu_4gpu):
     handle = _throttle(capacity=1)
     proc = ThreadedHolders.remote(handle)
     assert ray.get(proc.hold_for.remote("long-call", 2.5 * TTL_S), timeout=60) == 0
-    stats = _stats(handle)
+    stats = _settled(handle)
     assert (stats.expired, stats.released) == (0, 1)
     ray.kill(proc)
 
@@ -136,14 +145,14 @@ def test_one_process_renews_all_its_leases_in_one_call_per_period(ray_4cpu_4gpu)
     proc = ThreadedHolders.remote(handle)
     hold_s = 2.5 * TTL_S
     lost = ray.get([proc.hold_for.remote(f"run-{i}", hold_s) for i in range(8)], timeout=120)
-    calls, kept, _ = ray.get(proc.keeper_state.remote(), timeout=30)
-    stats = _stats(handle)
-    assert lost == [0] * 8 and (stats.expired, stats.released, stats.in_flight) == (0, 8, 0)
-    periods = hold_s / (TTL_S / 3)  # one renew_many per TTL/3 covers all 8 holds
-    assert 1 <= calls <= periods + 2, f"{calls} renewal calls for 8 holds over {periods:.1f} periods"
-    assert kept == 0
+    stats = _settled(handle)
     wait_for(lambda: ray.get(proc.keeper_state.remote(), timeout=30)[2] == 0, timeout_s=30,
              what="the idle keeper to exit", poll_s=0.05)
+    calls, kept, _ = ray.get(proc.keeper_state.remote(), timeout=30)
+    assert lost == [0] * 8 and (stats.expired, stats.released, stats.in_flight) == (0, 8, 0)
+    periods = (hold_s + 0.5) / (TTL_S / 3)  # one renew_many per TTL/3 covers all 8 holds (+ idle linger)
+    assert 1 <= calls <= periods + 2, f"{calls} renewal calls for 8 holds over {periods:.1f} periods"
+    assert kept == 0
     ray.kill(proc)
 
 
@@ -253,7 +262,7 @@ def test_sync_hold_releases_on_exception(ray_4cpu_4gpu):
         with client.hold() as lease:
             assert lease.holder == "run-sync" and _stats(handle).in_flight == 1
             raise RuntimeError("endpoint failed")
-    stats = _stats(handle)
+    stats = _settled(handle)
     assert (stats.in_flight, stats.released, stats.expired) == (0, 1, 0)
 
 
@@ -268,7 +277,7 @@ def test_async_hold_releases_on_exception(ray_4cpu_4gpu):
 
     with pytest.raises(RuntimeError, match="endpoint failed"):
         asyncio.run(body())
-    stats = _stats(handle)
+    stats = _settled(handle)
     assert (stats.in_flight, stats.released, stats.expired) == (0, 1, 0)
 
 

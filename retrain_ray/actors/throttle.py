@@ -16,6 +16,14 @@ round trip carries many grants, and a process with 32 holders makes two calls wh
 session that stops polling for longer than the lease TTL (its process died) loses its queued requests
 and the slots granted to it, so they return within TTL + one reaper period like any dead holder's.
 
+Local pools (`exchange`, `poll_pool`): the client keeps the slots its process was granted and hands
+them from one local hold to the next without a call. The `PoolState` this actor computes for it says
+whether others wait (then each slot comes back here after a short block of local holds, and the FIFO
+queue serves it) and how many slots it may keep: all of them, none while a batch heads the queue,
+fewer than it holds after a shrink. A long `poll_pool` returns as soon as a process's state changes,
+so it hears that others wait within one round trip. Queued single-slot requests of a process whose
+leases expire (it stopped renewing: dead or hung) are dropped before the freed slots are granted.
+
 The actor is named `<campaign>/throttle/<endpoint>` in the caller's namespace, created with
 `get_if_exists=True`, `num_cpus=0` and a high `max_concurrency` (each waiter is a pending coroutine),
 and is not detached: it lives as long as the campaign driver that created it (DESIGN decision 2).
@@ -28,68 +36,28 @@ import asyncio
 import contextlib
 import logging
 import time
-from dataclasses import dataclass, field
 from typing import Any
 
 import ray
-from ray.util.metrics import Gauge
 
+from retrain_ray.actors.throttle_support import (
+    THROTTLE_GAUGES,
+    Gauges,
+    Outcome,
+    Request,
+    Session,
+    throttle_name,
+)
 from retrain_ray.throttle.errors import ThrottleTimeout
 from retrain_ray.throttle.semaphore import LeasedSemaphore, check_capacity, check_ttl
-from retrain_ray.throttle.types import Lease, ThrottleStats
+from retrain_ray.throttle.types import Lease, PoolState, ThrottleStats
 
-__all__ = ["ThrottleActor", "get_throttle", "start_throttle", "throttle_name"]
+__all__ = ["THROTTLE_GAUGES", "ThrottleActor", "get_throttle", "start_throttle", "throttle_name"]
 
 log = logging.getLogger(__name__)
 
+SESSION_GRACE_S = 10.0  # a live client polls at least every 5 s while it waits or holds
 MAX_CONCURRENCY = 10_000  # pending acquires are coroutines; this bounds queued waiters, not threads
-
-
-def throttle_name(campaign: str, endpoint: str) -> str:
-    """The actor name of `endpoint`'s throttle in `campaign`."""
-    for label, value in (("campaign", campaign), ("endpoint", endpoint)):
-        if not isinstance(value, str) or not value:
-            raise ValueError(f"throttle {label} must be a non-empty string, got {value!r}")
-    return f"{campaign}/throttle/{endpoint}"
-
-
-THROTTLE_GAUGES = ("capacity", "in_flight", "waiting", "expired_leases")  # retrain_throttle_<name>
-
-
-class _Gauges:
-    """Prometheus gauges of one throttle (exported as ray_retrain_throttle_* by Ray's metrics agent)."""
-
-    def __init__(self, campaign: str, endpoint: str) -> None:
-        tags = {"campaign": campaign, "endpoint": endpoint}
-        self._gauges = {}
-        for name in THROTTLE_GAUGES:
-            gauge = Gauge(f"retrain_throttle_{name}", description=f"throttle {name}", tag_keys=tuple(tags))
-            gauge.set_default_tags(tags)
-            self._gauges[name] = gauge
-
-    def update(self, stats: ThrottleStats) -> None:
-        values = (stats.capacity, stats.in_flight, stats.waiting, stats.expired)
-        for gauge, value in zip(self._gauges.values(), values, strict=True):
-            gauge.set(value)
-
-
-Request = tuple[int, str, int, float]  # (request id, holder, count, timeout_s) of one client process
-Outcome = tuple[int, "list[Lease] | BaseException"]  # (request id, leases granted, or why not)
-
-
-@dataclass
-class _Session:
-    """Queued requests and undelivered outcomes of one client process."""
-
-    last_seen: float
-    tickets: dict[int, tuple[int, float, float]] = field(default_factory=dict)  # ticket -> (request, since, deadline)
-    ready: list[Outcome] = field(default_factory=list)
-    event: asyncio.Event = field(default_factory=asyncio.Event)
-    polling: int = 0
-
-    def deliver(self, outcome: Outcome) -> None:
-        self.ready.append(outcome)
-        self.event.set()
 
 
 @ray.remote(num_cpus=0, max_concurrency=MAX_CONCURRENCY)  # pyright: ignore[reportCallIssue]  # ray's overloads omit max_concurrency
@@ -100,10 +68,12 @@ class ThrottleActor:
         self._endpoint = endpoint
         self._sem = LeasedSemaphore(capacity, lease_ttl_s)
         self._futures: dict[int, asyncio.Future[list[Lease]]] = {}
-        self._sessions: dict[str, _Session] = {}
+        self._sessions: dict[str, Session] = {}
         self._ticket_session: dict[int, str] = {}
         self._reaper: asyncio.Task[None] | None = None
-        self._gauges = _Gauges(campaign, endpoint)
+        self._seq = 0
+        self._incarnations = 0
+        self._gauges = Gauges(campaign, endpoint)
         self._gauges.update(self._sem.stats())
 
     async def acquire(self, holder: str, timeout_s: float) -> Lease:
@@ -145,6 +115,7 @@ class ThrottleActor:
         self._ensure_reaper()
         unknown = self._sem.release_many(releases) if releases else []
         state = self._session(session)
+        state.held.difference_update(releases)
         now = state.last_seen = time.monotonic()
         loop = asyncio.get_running_loop()
         for request_id, holder, count, timeout_s in requests:
@@ -153,11 +124,50 @@ class ThrottleActor:
             except ValueError as err:
                 state.deliver((request_id, err))
                 continue
-            state.tickets[ticket] = (request_id, now, now + timeout_s)
+            state.tickets[ticket] = (request_id, now, count)
             self._ticket_session[ticket] = session
             loop.call_later(max(timeout_s, 0.0), self._expire_request, session, ticket)
         self._wake()
         return unknown
+
+    async def exchange(
+        self, session: str, releases: list[str], requests: list[Request], cancels: list[int]
+    ) -> tuple[list[str], list[Outcome], PoolState]:
+        """`submit` for a client with a local pool, which may also withdraw queued requests (`cancels`,
+        request ids) and gets back the outcomes ready now (a withdrawn request granted before it was
+        withdrawn is among them) and the session's `PoolState`."""
+        state = self._session(session)
+        for ticket, (request_id, _, _) in list(state.tickets.items()):
+            if request_id in cancels:
+                del state.tickets[ticket]
+                self._ticket_session.pop(ticket, None)
+                self._sem.release_many([lease.lease_id for lease in self._sem.cancel(ticket)])
+        unknown = await self.submit(session, releases, requests)
+        ready, state.ready = state.ready, []
+        return unknown, ready, self._pool_state(state)
+
+    async def poll_pool(
+        self, session: str, max_wait_s: float, told: tuple[int, bool, int] | None
+    ) -> tuple[list[Outcome], PoolState]:
+        """`poll` that also returns at once when the session's `PoolState.key()` differs from `told`."""
+        state = self._session(session)
+        state.polling += 1
+        try:
+            if not state.ready and self._pool_state(state).key() == told:
+                state.told = told
+                state.event.clear()
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(state.event.wait(), timeout=max_wait_s)
+        finally:
+            state.polling -= 1
+            state.told = None
+            state.last_seen = time.monotonic()
+        ready, state.ready = state.ready, []
+        return ready, self._pool_state(state)
+
+    async def cpu_s(self) -> float:
+        """CPU seconds this actor's process has used (benchmarks report CPU per grant)."""
+        return time.process_time()
 
     async def poll(self, session: str, max_wait_s: float) -> list[Outcome]:
         """Wait up to `max_wait_s` for outcomes of `session`'s requests; return (and forget) all of them."""
@@ -216,8 +226,10 @@ class ThrottleActor:
             for ticket, leases in by_ticket.items():
                 session = self._ticket_session.pop(ticket, None)
                 if session is not None:
-                    request_id, _, _ = self._sessions[session].tickets.pop(ticket)
-                    self._sessions[session].deliver((request_id, leases))
+                    state = self._sessions[session]
+                    request_id, _, _ = state.tickets.pop(ticket)
+                    state.held.update(lease.lease_id for lease in leases)
+                    state.deliver((request_id, leases))
                     continue
                 future = self._futures.pop(ticket, None)
                 if future is None or future.done():
@@ -225,6 +237,28 @@ class ThrottleActor:
                 else:
                     future.set_result(leases)
             grants = self._sem.pop_grants()
+        self._notify()
+
+    def _pool_state(self, state: Session) -> PoolState:
+        """How many slots the session of `state` may keep between holds now (see the module doc)."""
+        sem = self._sem
+        state.held = {lease_id for lease_id in state.held if sem.holds(lease_id)}
+        own_asks = sum(1 for _, _, count in state.tickets.values() if count == 1)
+        others = sem.waiting > own_asks
+        if sem.in_flight > sem.capacity:  # shrunk: give back the excess
+            keep = max(0, len(state.held) - (sem.in_flight - sem.capacity))
+        elif others and sem.head_count > 1:  # a batch needs whole slots back
+            keep = 0
+        else:
+            keep = sem.capacity
+        self._seq += 1
+        return PoolState(self._endpoint, sem.capacity, others, keep, self._seq, state.incarnation)
+
+    def _notify(self) -> None:
+        """Wake each pending poll_pool whose session's PoolState changed."""
+        for state in self._sessions.values():
+            if state.told is not None and self._pool_state(state).key() != state.told:
+                state.event.set()
 
     def _abandon(self, ticket: int, future: asyncio.Future[list[Lease]]) -> None:
         """Take a waiter that gave up out of the queue (or release what it was just granted)."""
@@ -235,10 +269,11 @@ class ThrottleActor:
             self._sem.release_many([lease.lease_id for lease in leases])
         self._wake()  # a cancelled batch at the head may have blocked smaller requests
 
-    def _session(self, session: str) -> _Session:
+    def _session(self, session: str) -> Session:
         state = self._sessions.get(session)
         if state is None:
-            state = self._sessions[session] = _Session(last_seen=time.monotonic())
+            self._incarnations += 1
+            state = self._sessions[session] = Session(time.monotonic(), self._incarnations)
         return state
 
     def _expire_request(self, session: str, ticket: int) -> None:
@@ -252,9 +287,31 @@ class ThrottleActor:
         state.deliver((request_id, ThrottleTimeout(self._endpoint, self._sem.capacity, time.monotonic() - since)))
         self._wake()
 
+    def _drop_asks_of_expiring(self) -> None:
+        """Before reclaiming, cancel the single-slot requests of sessions that stopped renewing.
+
+        They are answered with a ThrottleTimeout (a live but stalled client asks again), so the freed
+        slots go to live waiters, not to a dead process's queued requests.
+        """
+        expiring = {lease.lease_id for lease in self._sem.expiring()}
+        for name, state in self._sessions.items():
+            if not expiring & state.held:
+                continue
+            asks = [(ticket, entry) for ticket, entry in state.tickets.items() if entry[2] == 1]
+            for ticket, (request_id, since, _) in asks:
+                del state.tickets[ticket]
+                self._ticket_session.pop(ticket, None)
+                self._sem.release_many([lease.lease_id for lease in self._sem.cancel(ticket)])
+                waited_s = time.monotonic() - since
+                state.deliver((request_id, ThrottleTimeout(self._endpoint, self._sem.capacity, waited_s)))
+            if asks:
+                log.warning("throttle %s: session %s stopped renewing; %d queued requests dropped",
+                            self._endpoint, name, len(asks))
+
     def _drop_dead_sessions(self) -> None:
-        """Forget sessions that stopped polling for a TTL: cancel their requests, free their grants."""
-        stale = time.monotonic() - self._sem.lease_ttl_s
+        """Forget sessions that stopped polling (TTL, at least SESSION_GRACE_S): cancel their requests,
+        free their grants. (A dead session's leases expire by themselves after the TTL.)"""
+        stale = time.monotonic() - max(self._sem.lease_ttl_s, SESSION_GRACE_S)
         for name, state in list(self._sessions.items()):
             if state.polling or state.last_seen > stale:
                 continue
@@ -279,6 +336,7 @@ class ThrottleActor:
         while True:
             await asyncio.sleep(period_s)
             try:
+                self._drop_asks_of_expiring()
                 for lease in self._sem.reclaim_expired():
                     log.warning("throttle %s reclaimed lease %s of %s (not renewed within its TTL)",
                                 self._endpoint, lease.lease_id, lease.holder)

@@ -97,6 +97,19 @@ class LeasedSemaphore:
     def waiting(self) -> int:
         return len(self._waiters)
 
+    @property
+    def head_count(self) -> int:
+        """Slots asked by the oldest queued request (0 when nobody waits)."""
+        return next(iter(self._waiters.values()))[1] if self._waiters else 0
+
+    def holds(self, lease_id: str) -> bool:
+        return lease_id in self._leases
+
+    def expiring(self, now: float | None = None) -> list[Lease]:
+        """The leases `reclaim_expired(now)` would take back, without taking them."""
+        now = self._clock() if now is None else now
+        return [lease for lease in self._leases.values() if lease.expires_at <= now]
+
     def leases(self) -> list[Lease]:
         """The leases held now, oldest grant first."""
         return list(self._leases.values())

@@ -48,6 +48,30 @@ class ThrottleStats:
     wait_p99_s: float
 
 
+@dataclass(frozen=True)
+class PoolState:
+    """What the actor tells one client process about its local pool of slots (see `client.Channel`).
+
+    `others_waiting`: requests of other processes (or batches of this one) are queued, so every slot
+    of this process goes back to the actor after a short block of local holds, and idle slots at once.
+    `keep` is the most slots the process may keep between holds (hand over locally or keep idle): the
+    capacity, 0 while a batch heads the queue (it needs the slots back), fewer than held after a
+    shrink. `seq` orders replies that can arrive out of order; `key()` is what a change is judged on.
+    `incarnation` changes when the actor forgot the session (it stopped polling): its queued requests
+    are gone and the client asks again.
+    """
+
+    endpoint: str
+    capacity: int
+    others_waiting: bool
+    keep: int
+    seq: int = 0
+    incarnation: int = 0
+
+    def key(self) -> tuple[int, bool, int]:
+        return (self.capacity, self.others_waiting, self.keep)
+
+
 @runtime_checkable
 class Throttle(Protocol):
     """What the run loop asks of a throttle: hold a slot around every call to a shared endpoint.
