@@ -13,8 +13,9 @@ Sessions batch the traffic of one client process: `submit(session, releases, req
 leases and queues any number of requests in one call and returns at once; `poll(session, max_wait_s)`
 waits until some of that session's requests are granted or timed out and returns all of them. So one
 round trip carries many grants, and a process with 32 holders makes two calls where it made 64. A
-session that stops polling for longer than the lease TTL (its process died) loses its queued requests
-and the slots granted to it, so they return within TTL + one reaper period like any dead holder's.
+session that stops polling for longer than the lease TTL and `SESSION_GRACE_S` (its process died) is
+forgotten with its queued requests and undelivered grants; its held slots return within TTL + one
+reaper period like any dead holder's.
 
 Local pools (`exchange`, `poll_pool`): the client keeps the slots its process was granted and hands
 them from one local hold to the next without a call. The `PoolState` this actor computes for it says

@@ -1,7 +1,8 @@
 """Throttle for shared endpoints: a leased, fair, resizable counting semaphore and its clients.
 
-`semaphore` is the plain algorithm, `retrain_ray.actors.throttle` hosts it in a Ray actor, and
-`client` holds a slot around a call (`with client.hold(): ...`), renewing the lease while held.
+`semaphore` is the plain algorithm, `retrain_ray.actors.throttle` hosts it in a Ray actor, `client`
+holds a slot around a call (`with client.hold(): ...`) through the process's `channel` (a local pool
+of slots, batched calls to the actor), and `keeper` renews every lease a process holds in one call.
 """
 
 from typing import TYPE_CHECKING
