@@ -13,16 +13,19 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import tempfile
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import torch
 
-from retrain_ray.backends.local import LoraSettings, PolicySettings, build_shared_policy
+from retrain_ray.backends.local import LocalBackend, LoraSettings, PolicySettings, build_shared_policy
 from retrain_ray.backends.types import TrainBatch
 from retrain_ray.engines import NaiveEngine, SamplingParams
+from retrain_ray.engines.pytorch import PyTorchEngine
 from retrain_ray.models import encode_prompt
 
 PROMPTS = ["123", "4567", "89", "The answer is"]
@@ -94,26 +97,168 @@ def training_rows(cache: str, device: str, repeats: int) -> list[dict]:
                          "train_tok_s": batch.num_tokens / step_s, "step_ms": 1000 * step_s})
     return rows
 
+# ---- one full RL step of issue 13's configuration --------------------------------------------------
+# A 0.3 M-parameter Llama (builtin:tiny), LoRA rank 8, 4 prompts x 8 samples, 4 tokens, one thread:
+# RunLoop.rl_step (sync, sample, decode + score, credit, update) against the same step built from the
+# classes below, which undo this package's step optimisations (issue 13): decoding under no_grad, a
+# full module-tree walk for every train()/eval() switch, AdamW looping over the parameters in Python.
+ISSUE_STEP_TOML = """
+[model]
+model = "builtin:tiny"
+finetune = "lora"
+lora_rank = 8
+[backend]
+devices = "cpu"
+[backend.options]
+gradient_checkpointing = {checkpointing}
+[data]
+source = "builtin"
+task = "first_digit"
+[training]
+seed = 1
+max_steps = 100000
+batch_size = 4
+group_size = 8
+max_tokens = 4
+lr = 1e-3
+[logging]
+log_dir = "{log_dir}"
+"""
+
+
+class LegacyEngine(PyTorchEngine):
+    """The sampler as it was before issue 13's step work (same sampled tokens and log-probs)."""
+
+    def generate(self, prompt_ids_P, num_samples, params):
+        rows_N = [list(p) for p in prompt_ids_P for _ in range(num_samples)]
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            flat = self._legacy_decode(rows_N, params)
+        finally:
+            self.model.train(was_training)
+        return [flat[i * num_samples:(i + 1) * num_samples] for i in range(len(prompt_ids_P))]
+
+    _legacy_decode = torch.no_grad()(PyTorchEngine._decode.__wrapped__)
+
+
+class LegacyBackend(LocalBackend):
+    """The trainer as it was before issue 13's step work (same update)."""
+
+    def __init__(self, model, **kwargs) -> None:
+        super().__init__(model, **kwargs)
+        self.optimizer = torch.optim.AdamW(
+            self._params, lr=0.0, betas=(self.optim.beta1, self.optim.beta2), eps=self.optim.eps, weight_decay=0.0,
+            foreach=False,
+        )
+
+    def _begin_update(self) -> None:
+        self.model.train()
+        self.optimizer.zero_grad(set_to_none=True)
+
+
+class ParityReward:
+    """Reward 1 for completions whose characters sum to an odd code point, else 0: nearly every group
+    of 8 carries signal, so every step trains (the first-digit reward of an untrained model is 0 for
+    all, and a step without signal skips the update). Costs microseconds."""
+
+    name = "parity"
+
+    def score(self, completion: str, reference: str) -> float:
+        return float(sum(map(ord, completion)) % 2)
+
+    def score_batch(self, completions: list[str], references: list[str]) -> list[float]:
+        return [self.score(c, r) for c, r in zip(completions, references, strict=True)]
+
+
+def issue_step_loop(workdir: Path, *, legacy: bool, checkpointing: bool = True):
+    """(RunLoop, TrainerState) of issue 13's configuration; `legacy` builds it from the classes above."""
+    from retrain_ray.backends.local.policy import eos_ids, load_trainable_model, settings_from_config
+    from retrain_ray.config import load_config
+    from retrain_ray.logs import MultiObserver
+    from retrain_ray.run.build import build_components
+    from retrain_ray.run.loop import RunLoop
+    from retrain_ray.run.state import TrainerState, seed_everything
+
+    path = workdir / f"step-{'legacy' if legacy else 'current'}-{checkpointing}.toml"
+    path.write_text(ISSUE_STEP_TOML.format(checkpointing=str(checkpointing).lower(), log_dir=workdir / "logs"))
+    cfg = load_config(path)
+    seed_everything(cfg.training.seed)
+    settings = settings_from_config(cfg)
+    model, tok = load_trainable_model(cfg.model.model, settings, device="cpu", cache_dir=workdir / "models")
+    engine_cls, backend_cls = (LegacyEngine, LegacyBackend) if legacy else (PyTorchEngine, LocalBackend)
+    backend = backend_cls(model, shares_model_with_engine=True, **settings.backend_kwargs())
+    engine = engine_cls(model, eos_token_id=eos_ids(model, tok), pad_token_id=tok.pad_token_id,
+                        seed=settings.seed, shares_model_with_trainer=True)
+    parts = build_components(cfg, MultiObserver(), policy=(engine, backend, tok))
+    parts.reward = ParityReward()
+    loop = RunLoop(cfg, parts, run_name="step", run_dir=workdir / "run", condition="bench")
+    return loop, TrainerState(current_batch_size=cfg.training.batch_size, current_group_size=cfg.training.group_size)
+
+
+def rl_step_rows(steps: int, blocks: int) -> list[dict]:
+    """Median wall and CPU seconds of one RL step, current vs legacy, in alternating blocks of steps."""
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for checkpointing in (True, False):
+            loops = {name: issue_step_loop(Path(tmp), legacy=name == "legacy", checkpointing=checkpointing)
+                     for name in ("current", "legacy")}
+            wall: dict[str, list[float]] = {name: [] for name in loops}
+            cpu: dict[str, list[float]] = {name: [] for name in loops}
+            step = 0
+            for block in range(blocks + 1):  # block 0 warms up
+                for name, (loop, state) in loops.items():
+                    for i in range(steps):
+                        w, c = time.perf_counter(), time.process_time()
+                        loop.rl_step(step + i, state)
+                        if block:
+                            wall[name].append(time.perf_counter() - w)
+                            cpu[name].append(time.process_time() - c)
+                step += steps
+            med = {k: (statistics.median(wall[k]), statistics.median(cpu[k])) for k in loops}
+            rows.append({"what": f"RL step, gradient checkpointing {'on' if checkpointing else 'off'}",
+                         "steps": len(wall["current"]), "current_wall_s": med["current"][0],
+                         "current_cpu_s": med["current"][1], "legacy_wall_s": med["legacy"][0],
+                         "legacy_cpu_s": med["legacy"][1],
+                         "speedup_wall": med["legacy"][0] / med["current"][0],
+                         "speedup_cpu": med["legacy"][1] / med["current"][1]})
+    return rows
+
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--step-only", action="store_true", help="only the RL step of issue 13's configuration")
+    parser.add_argument("--step-blocks", type=int, default=6, help="timed blocks per engine (after one warm-up)")
+    parser.add_argument("--steps-per-block", type=int, default=10)
     args = parser.parse_args()
     torch.set_num_threads(1)
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    with tempfile.TemporaryDirectory() as cache:
-        sample, train = sampling_rows(cache, device, args.repeats), training_rows(cache, device, args.repeats)
+    sample, train = [], []
+    if not args.step_only:
+        with tempfile.TemporaryDirectory() as cache:
+            sample, train = sampling_rows(cache, device, args.repeats), training_rows(cache, device, args.repeats)
+    step = rl_step_rows(args.steps_per_block, args.step_blocks)
+    load = os.getloadavg()
     if args.json:
-        print(json.dumps({"device": device, "sampling": sample, "training": train}, indent=2))
+        print(json.dumps({"device": device, "load_average": load, "sampling": sample, "training": train,
+                          "rl_step": step}, indent=2))
         return
-    print(f"device: {device}, threads: 1, median of {args.repeats}")
-    print(f"{'setting':<32}{'tokens':>8}{'batched tok/s':>16}{'naive tok/s':>14}{'batched/naive':>15}")
+    print(f"device: {device}, threads: 1, median of {args.repeats}, load average {load[0]:.1f} {load[1]:.1f}")
+    if sample:
+        print(f"{'setting':<32}{'tokens':>8}{'batched tok/s':>16}{'naive tok/s':>14}{'batched/naive':>15}")
     for r in sample:
         print(f"{r['what']:<32}{r['tokens']:>8}{r['batched_tok_s']:>16.0f}{r['naive_tok_s']:>14.0f}{r['ratio']:>14.1f}x")
-    print(f"{'setting':<32}{'tokens':>8}{'train tok/s':>16}{'step ms':>14}")
+    if train:
+        print(f"{'setting':<32}{'tokens':>8}{'train tok/s':>16}{'step ms':>14}")
     for r in train:
         print(f"{r['what']:<32}{r['tokens']:>8}{r['train_tok_s']:>16.0f}{r['step_ms']:>14.1f}")
+    print("one RL step, builtin:tiny LoRA r8, 4x8 samples, 4 tokens (median s; legacy = before issue 13's step work)")
+    print(f"{'setting':<44}{'steps':>6}{'wall':>9}{'cpu':>9}{'legacy wall':>13}{'legacy cpu':>12}{'speedup':>9}")
+    for r in step:
+        print(f"{r['what']:<44}{r['steps']:>6}{r['current_wall_s']:>9.4f}{r['current_cpu_s']:>9.4f}"
+              f"{r['legacy_wall_s']:>13.4f}{r['legacy_cpu_s']:>12.4f}{r['speedup_cpu']:>8.2f}x")
 
 
 if __name__ == "__main__":

@@ -22,6 +22,7 @@ from typing import Any, cast
 import torch
 
 from retrain_ray.engines.distribution import LOG_MIN_PROB, entropy, filtered_logprobs
+from retrain_ray.engines.train_mode import ModeSwitch
 from retrain_ray.engines.types import SampleResult, SamplingParams, WeightUpdate
 from retrain_ray.engines.weights import install_weights
 
@@ -36,12 +37,8 @@ def autocast_for(device: torch.device) -> contextlib.AbstractContextManager[obje
 def left_pad(rows: list[list[int]], pad_id: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
     """(input_ids_N_L, attention_mask_N_L), left padded to the longest row."""
     width = max(len(r) for r in rows)
-    ids_N_L = torch.full((len(rows), width), pad_id, dtype=torch.long)
-    mask_N_L = torch.zeros((len(rows), width), dtype=torch.long)
-    for i, row in enumerate(rows):
-        if row:
-            ids_N_L[i, width - len(row):] = torch.tensor(row, dtype=torch.long)
-            mask_N_L[i, width - len(row):] = 1
+    ids_N_L = torch.tensor([[pad_id] * (width - len(r)) + list(r) for r in rows], dtype=torch.long)
+    mask_N_L = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows], dtype=torch.long)
     return ids_N_L.to(device), mask_N_L.to(device)
 
 
@@ -102,6 +99,7 @@ class PyTorchEngine:
         self.generator.manual_seed(seed)
         self.shares_model_with_trainer = shares_model_with_trainer
         self._version = weights_version
+        self._modes = ModeSwitch(model)
 
     @property
     def weights_version(self) -> int:
@@ -125,14 +123,14 @@ class PyTorchEngine:
         check_request(prompt_ids_P, num_samples, params)
         rows_N = [list(p) for p in prompt_ids_P for _ in range(num_samples)]
         was_training = self.model.training
-        self.model.eval()
+        self._modes.set(False)
         try:
             flat = self._decode(rows_N, params)
         finally:
-            self.model.train(was_training)
+            self._modes.set(was_training)
         return [flat[i * num_samples:(i + 1) * num_samples] for i in range(len(prompt_ids_P))]
 
-    @torch.no_grad()
+    @torch.inference_mode()  # no autograd bookkeeping at all: every tensor of a decode ends as a Python list
     def _decode(self, rows_N: list[list[int]], params: SamplingParams) -> list[SampleResult]:
         ids_N_L, mask_N_L = left_pad(rows_N, self.pad_token_id, self.device)
         trace = _Trace(len(rows_N), self.device)

@@ -29,6 +29,7 @@ from retrain_ray.backends.local.batching import count_action_tokens, microbatche
 from retrain_ray.backends.local.scoring import scored_logprobs
 from retrain_ray.backends.registry import BUILTIN_CAPABILITIES
 from retrain_ray.backends.types import TrainBatch, TrainStepResult
+from retrain_ray.engines.train_mode import ModeSwitch
 from retrain_ray.engines.types import WeightUpdate
 from retrain_ray.engines.weights import export_trainable, trainable_parameters
 from retrain_ray.finite import NonFiniteError
@@ -55,6 +56,17 @@ class OptimizerSettings:
     beta2: float = 0.95
     eps: float = 1e-8
     grad_clip_norm: float = 0.0
+
+
+def _adamw(params: list[torch.nn.Parameter], optim: OptimizerSettings) -> torch.optim.AdamW:
+    """AdamW with `fused=True` where torch has the fused kernel (CPU, CUDA): one kernel for all
+    parameters instead of a Python loop over them (torch's CPU default), about 1 ms of a 10 ms tiny-model
+    step; same update up to float rounding (1e-8 on the tiny model). Else torch's default."""
+    kwargs = {"lr": 0.0, "betas": (optim.beta1, optim.beta2), "eps": optim.eps, "weight_decay": 0.0}
+    try:
+        return torch.optim.AdamW(params, fused=True, **kwargs)
+    except RuntimeError:  # a device or dtype without the fused kernel
+        return torch.optim.AdamW(params, **kwargs)
 
 
 class LocalBackend:
@@ -85,9 +97,8 @@ class LocalBackend:
         self.optim = optimizer or OptimizerSettings()
         self.shares_model_with_engine = shares_model_with_engine
         self._params = list(trainable_parameters(model).values())
-        self.optimizer = torch.optim.AdamW(
-            self._params, lr=0.0, betas=(self.optim.beta1, self.optim.beta2), eps=self.optim.eps, weight_decay=0.0
-        )
+        self.optimizer = _adamw(self._params, self.optim)
+        self._modes = ModeSwitch(model)
         self._loss_generator = torch.Generator(device=self.device)
         self._loss_generator.manual_seed(seed)
         self._version = 0
@@ -148,7 +159,7 @@ class LocalBackend:
         return -(-len(batch.tokens_D) // self.accumulation_steps)
 
     def _begin_update(self) -> None:
-        self.model.train()
+        self._modes.set(True)
         self.optimizer.zero_grad(set_to_none=True)
 
     def _finish_update(self, lr: float, weight_decay: float) -> float:

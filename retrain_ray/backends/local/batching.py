@@ -34,10 +34,8 @@ def count_action_tokens(batch: TrainBatch) -> int:
 
 
 def _pad(rows: list[list[float]] | list[list[int]], width: int, dtype: torch.dtype) -> torch.Tensor:
-    out = torch.zeros((len(rows), width), dtype=dtype)
-    for i, row in enumerate(rows):
-        out[i, : len(row)] = torch.tensor(row, dtype=dtype)
-    return out
+    """Right-padded with zeros, built in one `torch.tensor` call (not one per row)."""
+    return torch.tensor([list(row) + [0] * (width - len(row)) for row in rows], dtype=dtype)
 
 
 def make_microbatch(batch: TrainBatch, rows: range, device: torch.device) -> MicroBatch:
