@@ -42,7 +42,7 @@ def test_backends_json_reports_the_backends_own_capabilities_and_option_schemas(
     local, tinker = catalog["backends"]["local"], catalog["backends"]["tinker"]
     assert local["capabilities"] == LocalBackend.capabilities.__dict__
     assert tinker["capabilities"]["resume_runtime_dependent"] is TINKER_CAPABILITIES.resume_runtime_dependent is True
-    assert local["option_schema"]["gradient_checkpointing"] == {"type": "bool", "default": True}
+    assert local["option_schema"]["gradient_checkpointing"] == {"type": "str", "default": "auto"}
     assert tinker["option_schema"]["max_attempts"]["type"] == "int"
     for dep in local["dependencies"] + tinker["dependencies"]:
         assert dep["available"] == (importlib.util.find_spec(dep["module"]) is not None)

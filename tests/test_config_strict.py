@@ -102,6 +102,16 @@ def test_local_options_without_an_implementation_are_refused(option):
     build_config({"backend": {"options": {option: default}}})  # what retrain-ray does is accepted
 
 
+def test_gradient_checkpointing_takes_true_false_or_auto():
+    for value in (True, False, "auto"):
+        build_config({"backend": {"options": {"gradient_checkpointing": value}}})
+    for bad in ("sometimes", 1):
+        with pytest.raises(ConfigError) as info:
+            build_config({"backend": {"options": {"gradient_checkpointing": bad}}})
+        assert "backend.options.gradient_checkpointing" in info.value.locations
+        assert '"auto"' in str(info.value)
+
+
 def _group(rewards: list[float]) -> Group:
     samples = [SampleResult((5, 6), (-0.5, -1.5), "stop") for _ in rewards]
     return Group(Example("p", "r"), [1, 2], samples, ["t"] * len(rewards), list(rewards), [[0, 0]] * len(rewards))
@@ -162,11 +172,14 @@ def _checkpointing(model) -> bool:
 def test_local_options_shape_the_trainable_model(tiny_settings, tiny_cache):
     from retrain_ray.backends.local import load_trainable_model
 
-    model, _ = load_trainable_model("builtin:tiny", tiny_settings(), device="cpu", cache_dir=tiny_cache)
-    assert _checkpointing(model)  # on by default, as in the original
+    model, _ = load_trainable_model("builtin:tiny", tiny_settings(gradient_checkpointing=True), device="cpu",
+                                    cache_dir=tiny_cache)
+    assert _checkpointing(model)
     plain, _ = load_trainable_model("builtin:tiny", tiny_settings(gradient_checkpointing=False), device="cpu",
                                     cache_dir=tiny_cache)
     assert not _checkpointing(plain)
+    auto, _ = load_trainable_model("builtin:tiny", tiny_settings(), device="cpu", cache_dir=tiny_cache)
+    assert not _checkpointing(auto)  # "auto" (the default): on for a GPU only
 
     shaped, _ = load_trainable_model(
         "builtin:tiny", tiny_settings(lora_freeze_a=True, lora_layers_to_transform="0"), device="cpu",

@@ -18,7 +18,9 @@ from retrain_ray.config.tinker_options import TINKER_OPTION_DEFAULTS, parse_tink
 LOCAL_OPTIONS: dict[str, Any] = {
     # acted on by the local backend (backends/local/policy.py: settings_from_config)
     "train_microbatch_size": 0,
-    "gradient_checkpointing": True,
+    # "auto": on when the model trains on a GPU, off on CPU (issue 13: there it only trades a recompute,
+    # about a fifth of a tiny-model step, for host memory; results are identical either way)
+    "gradient_checkpointing": "auto",
     "gradient_checkpointing_use_reentrant": "auto",
     "lora_target_modules": "",
     "lora_layers_to_transform": "",
@@ -102,7 +104,13 @@ def schema_for(backend: str, options: dict[str, Any]) -> dict[str, Any] | None:
     return SCHEMAS.get(backend)
 
 
-def _type_ok(value: Any, default: Any) -> bool:
+BOOL_OR_AUTO = frozenset({"gradient_checkpointing"})
+"""Local options that take true, false or "auto"."""
+
+
+def _type_ok(value: Any, default: Any, key: str = "") -> bool:
+    if key in BOOL_OR_AUTO:
+        return isinstance(value, bool) or value == "auto"
     if isinstance(default, bool):
         return isinstance(value, bool)
     if isinstance(default, int):
@@ -126,8 +134,8 @@ def check_options(backend: str, options: dict[str, Any]) -> list[ConfigIssue]:
             else:
                 hint = did_you_mean(key, schema) or f"known options: {', '.join(sorted(schema))}"
             issues.append(ConfigIssue(loc, value, f"unknown option for backend {backend!r}", hint))
-        elif not _type_ok(value, schema[key]):
-            kind = type(schema[key]).__name__
+        elif not _type_ok(value, schema[key], key if backend == "local" else ""):
+            kind = "bool or \"auto\"" if backend == "local" and key in BOOL_OR_AUTO else type(schema[key]).__name__
             issues.append(ConfigIssue(loc, value, f"expected a {kind}", f"default is {schema[key]!r}"))
         elif backend == "local":
             issues += _local_value(key, value)

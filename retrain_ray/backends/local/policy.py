@@ -44,7 +44,7 @@ class PolicySettings:
     revision: str = ""  # [model] revision of a Hub id
     local_files_only: bool = False  # [model] local_files_only: never download
     trust_remote_code: bool = False  # [backend.options] trust_remote_code: run the repo's own modelling code
-    gradient_checkpointing: bool = False
+    gradient_checkpointing: bool | str = False  # "auto": on for a CUDA device, off on CPU
     use_reentrant: bool = False
     strict_deterministic: bool = False
 
@@ -94,7 +94,7 @@ def settings_from_config(cfg: RetrainConfig) -> PolicySettings:
         revision=cfg.model.revision,
         local_files_only=bool(cfg.model.local_files_only),
         trust_remote_code=bool(options["trust_remote_code"]),
-        gradient_checkpointing=bool(options["gradient_checkpointing"]),
+        gradient_checkpointing=options["gradient_checkpointing"],
         # "auto" is non-reentrant: it needs no input grads under LoRA and is what torch recommends
         use_reentrant=str(options["gradient_checkpointing_use_reentrant"]).lower() == "true",
         strict_deterministic=bool(options["strict_deterministic"]),
@@ -112,6 +112,13 @@ def enable_activation_checkpointing(model: PreTrainedModel, *, use_reentrant: bo
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)  # pyright: ignore[reportUnknownMemberType]
 
 
+def checkpointing_on(option: bool | str, device: str | torch.device) -> bool:
+    """`gradient_checkpointing` for a model trained on `device` ("auto": on for CUDA only)."""
+    if option == "auto":
+        return torch.device(device).type == "cuda"
+    return bool(option)
+
+
 def load_trainable_model(
     name_or_path: str | Path, settings: PolicySettings, *, device: str | torch.device,
     cache_dir: Path | None = None,
@@ -123,7 +130,7 @@ def load_trainable_model(
         name_or_path, cache_dir=cache_dir, dtype=settings.dtype, device="cpu", revision=settings.revision,
         local_files_only=settings.local_files_only, trust_remote_code=settings.trust_remote_code,
     )
-    if settings.gradient_checkpointing:
+    if checkpointing_on(settings.gradient_checkpointing, device):
         # before PEFT wraps the model; takes effect in train mode only, so sampling keeps its KV cache
         enable_activation_checkpointing(model, use_reentrant=settings.use_reentrant)
         if settings.use_reentrant:
