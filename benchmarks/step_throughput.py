@@ -171,7 +171,7 @@ class ParityReward:
         return [self.score(c, r) for c, r in zip(completions, references, strict=True)]
 
 
-def issue_step_loop(workdir: Path, *, legacy: bool, checkpointing: bool = True):
+def issue_step_loop(workdir: Path, *, legacy: bool, checkpointing: bool | str = "auto"):
     """(RunLoop, TrainerState) of issue 13's configuration; `legacy` builds it from the classes above."""
     from retrain_ray.backends.local.policy import eos_ids, load_trainable_model, settings_from_config
     from retrain_ray.config import load_config
@@ -180,8 +180,8 @@ def issue_step_loop(workdir: Path, *, legacy: bool, checkpointing: bool = True):
     from retrain_ray.run.loop import RunLoop
     from retrain_ray.run.state import TrainerState, seed_everything
 
-    path = workdir / f"step-{'legacy' if legacy else 'current'}-{checkpointing}.toml"
-    path.write_text(ISSUE_STEP_TOML.format(checkpointing=str(checkpointing).lower(), log_dir=workdir / "logs"))
+    path = workdir / "step.toml"
+    path.write_text(ISSUE_STEP_TOML.format(checkpointing=json.dumps(checkpointing), log_dir=workdir / "logs"))
     cfg = load_config(path)
     seed_everything(cfg.training.seed)
     settings = settings_from_config(cfg)
@@ -196,33 +196,36 @@ def issue_step_loop(workdir: Path, *, legacy: bool, checkpointing: bool = True):
     return loop, TrainerState(current_batch_size=cfg.training.batch_size, current_group_size=cfg.training.group_size)
 
 
+STEP_VARIANTS = {  # name -> (legacy classes, gradient checkpointing)
+    "current (default: checkpointing off on CPU)": (False, False),
+    "current, checkpointing forced on": (False, True),
+    "previous step (checkpointing on, its default)": (True, True),
+}
+
+
 def rl_step_rows(steps: int, blocks: int) -> list[dict]:
-    """Median wall and CPU seconds of one RL step, current vs legacy, in alternating blocks of steps."""
-    rows = []
+    """Median wall and CPU seconds of one RL step per variant, in alternating blocks of `steps` steps
+    (block 0 warms up), so load changes hit every variant alike; ratios are against the previous step."""
     with tempfile.TemporaryDirectory() as tmp:
-        for checkpointing in (True, False):
-            loops = {name: issue_step_loop(Path(tmp), legacy=name == "legacy", checkpointing=checkpointing)
-                     for name in ("current", "legacy")}
-            wall: dict[str, list[float]] = {name: [] for name in loops}
-            cpu: dict[str, list[float]] = {name: [] for name in loops}
-            step = 0
-            for block in range(blocks + 1):  # block 0 warms up
-                for name, (loop, state) in loops.items():
-                    for i in range(steps):
-                        w, c = time.perf_counter(), time.process_time()
-                        loop.rl_step(step + i, state)
-                        if block:
-                            wall[name].append(time.perf_counter() - w)
-                            cpu[name].append(time.process_time() - c)
-                step += steps
-            med = {k: (statistics.median(wall[k]), statistics.median(cpu[k])) for k in loops}
-            rows.append({"what": f"RL step, gradient checkpointing {'on' if checkpointing else 'off'}",
-                         "steps": len(wall["current"]), "current_wall_s": med["current"][0],
-                         "current_cpu_s": med["current"][1], "legacy_wall_s": med["legacy"][0],
-                         "legacy_cpu_s": med["legacy"][1],
-                         "speedup_wall": med["legacy"][0] / med["current"][0],
-                         "speedup_cpu": med["legacy"][1] / med["current"][1]})
-    return rows
+        loops = {}
+        for n, (name, (legacy, checkpointing)) in enumerate(STEP_VARIANTS.items()):
+            (Path(tmp) / str(n)).mkdir()
+            loops[name] = issue_step_loop(Path(tmp) / str(n), legacy=legacy, checkpointing=checkpointing)
+        wall: dict[str, list[float]] = {name: [] for name in loops}
+        cpu: dict[str, list[float]] = {name: [] for name in loops}
+        for block in range(blocks + 1):
+            for name, (loop, state) in loops.items():
+                for i in range(steps):
+                    w, c = time.perf_counter(), time.process_time()
+                    loop.rl_step(block * steps + i, state)
+                    if block:
+                        wall[name].append(time.perf_counter() - w)
+                        cpu[name].append(time.process_time() - c)
+    base = list(STEP_VARIANTS)[-1]
+    base_wall, base_cpu = statistics.median(wall[base]), statistics.median(cpu[base])
+    return [{"what": name, "steps": len(wall[name]), "wall_s": statistics.median(wall[name]),
+             "cpu_s": statistics.median(cpu[name]), "speedup_wall": base_wall / statistics.median(wall[name]),
+             "speedup_cpu": base_cpu / statistics.median(cpu[name])} for name in loops]
 
 
 def main() -> None:
@@ -254,12 +257,12 @@ def main() -> None:
         print(f"{'setting':<32}{'tokens':>8}{'train tok/s':>16}{'step ms':>14}")
     for r in train:
         print(f"{r['what']:<32}{r['tokens']:>8}{r['train_tok_s']:>16.0f}{r['step_ms']:>14.1f}")
-    print("one RL step, builtin:tiny LoRA r8, 4x8 samples, 4 tokens (median s; legacy = before issue 13's step work)")
-    print(f"{'setting':<44}{'steps':>6}{'wall':>9}{'cpu':>9}{'legacy wall':>13}{'legacy cpu':>12}{'speedup':>9}")
+    print("one RL step, builtin:tiny LoRA r8, 4 prompts x 8 samples, 4 tokens: median s per step, speedup vs the "
+          "previous step")
+    print(f"{'variant':<48}{'steps':>6}{'wall s':>9}{'cpu s':>9}{'wall x':>8}{'cpu x':>8}")
     for r in step:
-        print(f"{r['what']:<44}{r['steps']:>6}{r['current_wall_s']:>9.4f}{r['current_cpu_s']:>9.4f}"
-              f"{r['legacy_wall_s']:>13.4f}{r['legacy_cpu_s']:>12.4f}{r['speedup_cpu']:>8.2f}x")
-
+        print(f"{r['what']:<48}{r['steps']:>6}{r['wall_s']:>9.4f}{r['cpu_s']:>9.4f}{r['speedup_wall']:>7.2f}x"
+              f"{r['speedup_cpu']:>7.2f}x")
 
 if __name__ == "__main__":
     main()

@@ -1,6 +1,6 @@
 """Issue 13's step work changes speed, not results: the optimised RL step (inference-mode decoding,
-flat train/eval switching, fused AdamW, one-call padding) samples the same tokens with the same
-log-probabilities and makes the same update as the step before it (kept in benchmarks/step_throughput.py
+flat train/eval switching, fused AdamW, one-call padding, no activation checkpointing on CPU) samples the
+same tokens with the same log-probabilities and makes the same update as the step before it (kept in benchmarks/step_throughput.py
 as LegacyEngine / LegacyBackend), on issue 13's configuration (builtin:tiny, LoRA r8, 4 x 8, 4 tokens)."""
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ def test_optimised_step_matches_the_previous_step(bench, tmp_path):
     (tmp_path / "a").mkdir()
     (tmp_path / "b").mkdir()
     current, cur_state = bench.issue_step_loop(tmp_path / "a", legacy=False)
-    legacy, old_state = bench.issue_step_loop(tmp_path / "b", legacy=True)
+    legacy, old_state = bench.issue_step_loop(tmp_path / "b", legacy=True, checkpointing=True)  # its default
     assert type(legacy.parts.engine) is bench.LegacyEngine and type(legacy.parts.backend) is bench.LegacyBackend
     trained = 0
     for step in range(4):
