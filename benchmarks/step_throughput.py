@@ -100,8 +100,8 @@ def training_rows(cache: str, device: str, repeats: int) -> list[dict]:
 # ---- one full RL step of issue 13's configuration --------------------------------------------------
 # A 0.3 M-parameter Llama (builtin:tiny), LoRA rank 8, 4 prompts x 8 samples, 4 tokens, one thread:
 # RunLoop.rl_step (sync, sample, decode + score, credit, update) against the same step built from the
-# classes below, which undo this package's step optimisations (issue 13): decoding under no_grad, a
-# full module-tree walk for every train()/eval() switch, AdamW looping over the parameters in Python.
+# classes below, which undo this package's step optimisations (issue 13): decoding under no_grad and a
+# full module-tree walk for every train()/eval() switch (activation checkpointing is set per variant).
 ISSUE_STEP_TOML = """
 [model]
 model = "builtin:tiny"
@@ -144,13 +144,6 @@ class LegacyEngine(PyTorchEngine):
 
 class LegacyBackend(LocalBackend):
     """The trainer as it was before issue 13's step work (same update)."""
-
-    def __init__(self, model, **kwargs) -> None:
-        super().__init__(model, **kwargs)
-        self.optimizer = torch.optim.AdamW(
-            self._params, lr=0.0, betas=(self.optim.beta1, self.optim.beta2), eps=self.optim.eps, weight_decay=0.0,
-            foreach=False,
-        )
 
     def _begin_update(self) -> None:
         self.model.train()

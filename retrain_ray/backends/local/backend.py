@@ -58,17 +58,6 @@ class OptimizerSettings:
     grad_clip_norm: float = 0.0
 
 
-def _adamw(params: list[torch.nn.Parameter], optim: OptimizerSettings) -> torch.optim.AdamW:
-    """AdamW with `fused=True` where torch has the fused kernel (CPU, CUDA): one kernel for all
-    parameters instead of a Python loop over them (torch's CPU default), about 1 ms of a 10 ms tiny-model
-    step; same update up to float rounding (1e-8 on the tiny model). Else torch's default."""
-    kwargs = {"lr": 0.0, "betas": (optim.beta1, optim.beta2), "eps": optim.eps, "weight_decay": 0.0}
-    try:
-        return torch.optim.AdamW(params, fused=True, **kwargs)
-    except RuntimeError:  # a device or dtype without the fused kernel
-        return torch.optim.AdamW(params, **kwargs)
-
-
 class LocalBackend:
     """TrainBackend on an in-process model (already wrapped for LoRA or marked for full fine-tuning)."""
 
@@ -97,7 +86,9 @@ class LocalBackend:
         self.optim = optimizer or OptimizerSettings()
         self.shares_model_with_engine = shares_model_with_engine
         self._params = list(trainable_parameters(model).values())
-        self.optimizer = _adamw(self._params, self.optim)
+        self.optimizer = torch.optim.AdamW(
+            self._params, lr=0.0, betas=(self.optim.beta1, self.optim.beta2), eps=self.optim.eps, weight_decay=0.0
+        )
         self._modes = ModeSwitch(model)
         self._loss_generator = torch.Generator(device=self.device)
         self._loss_generator.manual_seed(seed)
