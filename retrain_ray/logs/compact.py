@@ -8,12 +8,12 @@ import os
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
-
-import pyarrow as pa
-import pyarrow.parquet as pq
+from typing import TYPE_CHECKING, Any
 
 from retrain_ray.logs.stream import read_stream
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 
 def _atomic_target(path: Path) -> Path:
@@ -35,6 +35,8 @@ def write_atomically(target: Path, write: Callable[[Path], None]) -> Path:
 
 def write_parquet_atomic(table: pa.Table, target: Path) -> Path:
     """Write `table` to the Parquet file `target` atomically."""
+    import pyarrow.parquet as pq  # deferred: heavy import, only needed when a run ends (not before its first step)
+
     return write_atomically(target, lambda tmp: pq.write_table(table, tmp))
 
 

@@ -22,7 +22,6 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 SUFFIX = ".arrows"
 _BATCH, _ROW = "__batch", "__row"
@@ -179,6 +178,8 @@ def read_stream(path_or_run_dir: str | Path, name: str = "metrics", key: Sequenc
         return _empty(segments[0])
     table = _concat_with_positions(batches)
     if key:
+        import pyarrow.compute as pc  # deferred: heavy import, only needed when a stream is read back (run end, tools)
+
         table = _dedupe_last_batch_wins(table, key)
         table = table.take(pc.sort_indices(table, [(k, "ascending") for k in key] + [(_ROW, "ascending")]))
     return table.drop_columns([_BATCH, _ROW])

@@ -1,0 +1,75 @@
+"""Time to first step (issue 13): `retrain-ray train` imports nothing it does not use before the first step.
+
+Checked in fresh subprocesses through `sys.modules` (no timing): the CLI front (`retrain_ray.cli`,
+`retrain_ray.cli_train`) imports neither torch nor transformers, so `--help` and configuration errors
+answer at once; a one-step full fine-tuning run of the tiny model has imported no Ray, vLLM, PEFT,
+pandas, Parquet writer, Arrow compute kernels, math-verify or tracker package when its first step ends.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+NEVER_BEFORE_FIRST_STEP = ("ray", "vllm", "peft", "pandas", "pyarrow.parquet", "pyarrow.compute", "math_verify",
+                           "mlflow", "wandb", "tensorboard", "matplotlib", "plotly")
+
+
+def _python(code: str, tmp_path) -> str:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    done = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, env=env,
+                          timeout=300, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout.strip().splitlines()[-1]
+
+
+def test_cli_front_imports_no_ml_stack(tmp_path):
+    out = _python("""
+        import json, sys
+        import retrain_ray.cli, retrain_ray.cli_train
+        print(json.dumps(sorted(m for m in ("torch", "transformers", "ray", "pyarrow", "pydantic") if m in sys.modules)))
+    """, tmp_path)
+    assert json.loads(out) == []
+
+
+def test_one_step_run_imports_only_what_it_uses_before_its_first_step(tmp_path):
+    config = tmp_path / "run.toml"
+    config.write_text(textwrap.dedent(f"""
+        [model]
+        model = "builtin:tiny"
+        finetune = "full"
+        [backend]
+        devices = "cpu"
+        [data]
+        source = "builtin"
+        task = "first_digit"
+        [training]
+        max_steps = 1
+        batch_size = 2
+        group_size = 2
+        max_tokens = 4
+        [logging]
+        log_dir = "{tmp_path / 'run'}"
+    """))
+    out = _python(f"""
+        import json, sys
+        import retrain_ray.run.loop as loop
+
+        seen = []
+        step = loop.RunLoop.rl_step
+
+        def spy(self, *args):
+            result = step(self, *args)
+            seen.append(set(sys.modules))
+            return result
+
+        loop.RunLoop.rl_step = spy
+        from retrain_ray.cli import main
+
+        assert main(["train", {str(config)!r}, "--quiet"]) == 0
+        print(json.dumps(sorted(m for m in {NEVER_BEFORE_FIRST_STEP!r} if m in seen[0])))
+    """, tmp_path)
+    assert json.loads(out) == []
