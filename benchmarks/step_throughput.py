@@ -196,6 +196,14 @@ STEP_VARIANTS = {  # name -> (legacy classes, gradient checkpointing)
 }
 
 
+def step_once(loop, state, step: int) -> dict | None:
+    """One RL step of `loop`, applied to `state` as `RunLoop.run` does; its row (None: no update)."""
+    started = time.perf_counter()
+    result = loop.rl_step(step, state)
+    loop.apply(state, step, result, elapsed_s=time.perf_counter() - started)
+    return result.row
+
+
 def rl_step_rows(steps: int, blocks: int) -> list[dict]:
     """Median wall and CPU seconds of one RL step per variant, in alternating blocks of `steps` steps
     (block 0 warms up), so load changes hit every variant alike; ratios are against the previous step."""
@@ -210,7 +218,7 @@ def rl_step_rows(steps: int, blocks: int) -> list[dict]:
             for name, (loop, state) in loops.items():
                 for i in range(steps):
                     w, c = time.perf_counter(), time.process_time()
-                    loop.rl_step(block * steps + i, state)
+                    step_once(loop, state, block * steps + i)
                     if block:
                         wall[name].append(time.perf_counter() - w)
                         cpu[name].append(time.process_time() - c)

@@ -34,7 +34,7 @@ def test_optimised_step_matches_the_previous_step(bench, tmp_path):
     assert type(legacy.parts.engine) is bench.LegacyEngine and type(legacy.parts.backend) is bench.LegacyBackend
     trained = 0
     for step in range(4):
-        new_row, old_row = current.rl_step(step, cur_state), legacy.rl_step(step, old_state)
+        new_row, old_row = bench.step_once(current, cur_state, step), bench.step_once(legacy, old_state, step)
         assert (new_row is None) == (old_row is None)
         if new_row is not None:
             trained += 1

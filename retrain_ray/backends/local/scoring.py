@@ -20,7 +20,9 @@ def scored_logprobs(model: torch.nn.Module, mb: MicroBatch, temperature: float, 
     ids_B_T = mb.input_ids_B_T
     positions_B_T = torch.arange(ids_B_T.shape[1], device=ids_B_T.device).expand_as(ids_B_T)
     with autocast_for(ids_B_T.device):
-        logits_B_T_V = model(input_ids=ids_B_T, attention_mask=mb.attention_mask_B_T, position_ids=positions_B_T).logits
+        # use_cache=False: a scoring pass has no next token, so the KV cache the config asks for is waste
+        logits_B_T_V = model(input_ids=ids_B_T, attention_mask=mb.attention_mask_B_T, position_ids=positions_B_T,
+                             use_cache=False).logits
     logits_B_S_V = logits_B_T_V[:, :-1, :].float()
     b, s, v = logits_B_S_V.shape
     flat_N = token_logprobs(logits_B_S_V.reshape(b * s, v), mb.targets_B_S.reshape(b * s), temperature, top_p)
