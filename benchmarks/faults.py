@@ -67,7 +67,7 @@ SCENARIOS = (
 )
 
 
-def _ray_init(attempts: int = 3) -> None:
+def _ray_init(attempts: int = 6) -> None:
     """A local Ray; retried, since Ray 2.60 gives its raylet a fixed 30 s to register, which a heavily
     loaded machine can miss."""
     import ray
@@ -82,6 +82,7 @@ def _ray_init(attempts: int = 3) -> None:
             if attempt == attempts:
                 raise
             print(f"ray.init failed ({exc}); retrying", flush=True)
+            time.sleep(5.0)
 
 
 def run_scenario(name: str, fn, count: int, rng: random.Random, root: Path) -> tuple[list[fs.Trial], float]:

@@ -9,9 +9,9 @@ Routes (under the application's route prefix `/<name>`):
 Generation runs in a worker thread, so requests overlap and the in-flight counter sees real
 concurrency. `request_delay_s` adds a fixed wait inside the in-flight window: a simulated slow
 endpoint for tests and benchmarks, 0 otherwise. `fault_rate` > 0 injects failures into that share of
-completions (evenly: with 0.2, every fifth), for fault tests (benchmarks/faults.py): in turn HTTP 502,
-HTTP 504, and a stall of `fault_stall_s` (past a client's timeout) answered with 504; `/v1/stats`
-counts them as `injected`.
+completions (evenly: with 0.2, every fifth, after the first `fault_after` calls), for fault tests
+(benchmarks/faults.py): in turn HTTP 502, HTTP 504, and a stall of `fault_stall_s` (past a client's
+timeout) answered with 504; `/v1/stats` counts them as `injected`, `?reset=true` restarts the schedule.
 The endpoint listens on loopback addresses only.
 
 No `from __future__ import annotations` here: Serve's ingress loses the module globals FastAPI needs
@@ -43,7 +43,7 @@ class InferenceServer:
     """A Serve replica holding one `CompletionServer` over a model on CPU or GPU."""
 
     def __init__(self, model: str, model_name: str, device: str, request_delay_s: float, cache_dir: str | None,
-                 fault_rate: float = 0.0, fault_stall_s: float = 0.0) -> None:
+                 fault_rate: float = 0.0, fault_stall_s: float = 0.0, fault_after: int = 0) -> None:
         import torch
 
         from retrain_ray.models import load_model_and_tokenizer
@@ -54,11 +54,12 @@ class InferenceServer:
         self.core = CompletionServer(net, tokenizer, model_name=model_name)
         self.delay_s = float(request_delay_s)
         self.fault_rate, self.fault_stall_s = float(fault_rate), float(fault_stall_s)
-        self.calls = self.injected = 0
+        self.fault_after, self.calls, self.injected = int(fault_after), 0, 0
 
     async def _maybe_fail(self) -> None:
         self.calls += 1
-        if int(self.calls * self.fault_rate) == int((self.calls - 1) * self.fault_rate):
+        n = self.calls - self.fault_after
+        if n <= 0 or int(n * self.fault_rate) == int((n - 1) * self.fault_rate):
             return
         kind = self.injected % 3
         self.injected += 1
@@ -102,6 +103,8 @@ class InferenceServer:
 
     @api.get("/v1/stats")
     async def stats(self, reset: bool = False) -> dict[str, int]:
+        if reset:
+            self.calls = 0  # the fault schedule starts again (fault_after clean calls first)
         return {**self.core.in_flight.snapshot(reset_peak=reset), "injected": self.injected}
 
 
@@ -131,6 +134,7 @@ def start_inference_endpoint(
     cache_dir: str | None = None,
     fault_rate: float = 0.0,
     fault_stall_s: float = 0.0,
+    fault_after: int = 0,
 ) -> str:
     """Deploys the endpoint on the running Ray (Serve on `host:port`) and returns its base URL.
 
@@ -142,7 +146,7 @@ def start_inference_endpoint(
     serve.start(http_options={"host": host, "port": port})
     device = "cuda" if num_gpus > 0 else "cpu"
     app = InferenceServer.options(ray_actor_options={"num_cpus": num_cpus, "num_gpus": num_gpus}).bind(
-        model, model_name or model, device, request_delay_s, cache_dir, fault_rate, fault_stall_s
+        model, model_name or model, device, request_delay_s, cache_dir, fault_rate, fault_stall_s, fault_after
     )
     serve.run(app, name=name, route_prefix=f"/{name}")
     url = f"http://{host}:{port}/{name}"
