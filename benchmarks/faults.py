@@ -57,7 +57,7 @@ SCENARIOS = (
      "on, never more holders than capacity; recovery: kill to reclaim"),
     ("endpoint", fio.failing_endpoint, 2, 5, True,
      "Serve endpoint failing 20% of calls (502, 504, 3 s stalls vs a 2 s client timeout): 2 runs complete, "
-     "every step once, retries in the rows, back pressure cuts capacity after errors; recovery: campaign time"),
+     "every step once, retries in the rows, the advisor told of the errors and capacity <= max(1, capacity // 2) in the 2 decisions after each; recovery: campaign time"),
     ("disk_full", fio.disk_full, 2, 5, False,
      "run dir on a 6-13 MB tmpfs: exit 1 with the error and no traceback, every checkpoint in place verifies, "
      "--resume after freeing space completes with every step once; recovery: the resume"),

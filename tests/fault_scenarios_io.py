@@ -182,7 +182,9 @@ def _endpoint_trial(url: str, root: Path, name: str) -> Trial:
         retries += max((dict(e or {}).get("openai_retries", 0.0) for e in extras), default=0.0)
     bp = read_decision_log(root / name / "backpressure.arrows").to_pandas()
     caps = bp["capacity"].tolist()
-    cut = any(e > 0 and any(c < caps[i] for c in caps[i + 1:]) for i, e in enumerate(bp["endpoint_errors"]))
+    # after an error row, the next decisions keep capacity <= max(1, capacity // 2) (error_cut 0.5)
+    errors = bp["endpoint_errors"].tolist()
+    cut = all(c <= max(1, caps[i] // 2) for i, e in enumerate(errors) if e > 0 for c in caps[i + 1:i + 3])
     problems += [] if bp["endpoint_errors"].sum() > 0 else ["the advisor was told of no endpoint error"]
     problems += [] if retries > 0 else ["no retry counted in the metrics rows"]
     problems += [] if cut else [f"no capacity cut after an error (capacities {caps})"]

@@ -19,6 +19,7 @@ errors as its own exception type).
 from __future__ import annotations
 
 import dataclasses
+import errno
 import hashlib
 import json
 import logging
@@ -60,11 +61,15 @@ def write_text_atomic(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
-def _write_error(exc: Exception, final: Path) -> Exception:
-    """An OSError naming the checkpoint for a failed write (errno kept); other errors unchanged."""
+def _write_error(exc: Exception, final: Path, free_bytes: int) -> Exception:
+    """An OSError naming the checkpoint for a failed write (errno kept); other errors unchanged. A
+    writer that hides the I/O error (torch.save on a full disk: 'unexpected pos ...') counts as ENOSPC
+    when less than 1 MiB is free."""
     code = exc.errno if isinstance(exc, OSError) else None
     if code is None and (match := re.search(r"os error (\d+)", str(exc))):
         code = int(match.group(1))
+    if code is None and free_bytes < 2**20:
+        code = errno.ENOSPC
     if code is None:
         return exc
     return OSError(code, f"{os.strerror(code)}: writing checkpoint {final} failed ({exc}); nothing was saved, "
@@ -111,8 +116,9 @@ class CheckpointManager:
         try:
             write_payload(tmp)
         except Exception as exc:
+            error = _write_error(exc, final, shutil.disk_usage(self.root).free)
             shutil.rmtree(tmp, ignore_errors=True)
-            raise _write_error(exc, final) from exc
+            raise error from exc
         bad = nonfinite_tensors(tmp)
         if bad:
             shutil.rmtree(tmp, ignore_errors=True)
