@@ -3,7 +3,6 @@ terminal (job logs, CI, pipes) one plain line every `training.log_every` steps i
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from rich.console import Console
@@ -16,8 +15,10 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
+from retrain_ray.logs.types import RunObserver
 
-class ProgressObserver:
+
+class ProgressObserver(RunObserver):
     """RunObserver that drives a progress bar and keeps the reward history for the summary."""
 
     def __init__(self, total_steps: int, first_step: int = 0, *, log_every: int = 1,
@@ -48,7 +49,7 @@ class ProgressObserver:
         self._task = self._progress.add_task("run", total=total_steps, completed=first_step, status="starting")
         self._progress.start()
 
-    def on_step(self, row) -> None:
+    def on_step(self, row, **info: Any) -> None:
         step = int(row["step"])
         if row.get("phase") == "sft":
             self.sft_steps += 1
@@ -62,19 +63,13 @@ class ProgressObserver:
         else:
             self._progress.update(self._task, completed=step + 1, status=status)
 
-    def on_generations(self, rows) -> None:
-        pass
-
-    def on_eval(self, row) -> None:
+    def on_eval(self, row, **info: Any) -> None:
         self.evals.append(dict(row))
         self.console.log(
             f"eval @ step {row['step']}: reward {row['eval_mean_reward']:.3f}, correct {row['eval_correct_rate']:.2f}"
         )
 
-    def on_checkpoint(self, step: int, directory: Path) -> None:
-        pass
-
-    def close(self) -> None:
+    def close(self, **info: Any) -> None:
         if self._progress is not None:
             self._progress.stop()
 

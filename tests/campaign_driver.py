@@ -13,24 +13,19 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from typing import Any
+
+from retrain_ray.logs.types import RunObserver
 
 
-class SlowSteps:
+class SlowSteps(RunObserver):
     """RunObserver that sleeps after every step row."""
 
     def __init__(self, delay_s: float) -> None:
         self.delay_s = delay_s
 
-    def on_step(self, row) -> None:
+    def on_step(self, row, **info: Any) -> None:
         time.sleep(self.delay_s)
-
-    def on_generations(self, rows) -> None: ...
-
-    def on_eval(self, row) -> None: ...
-
-    def on_checkpoint(self, step, directory) -> None: ...
-
-    def close(self) -> None: ...
 
 
 def make_runner(delay_s: float):

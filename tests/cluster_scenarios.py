@@ -48,16 +48,12 @@ def split_packing() -> dict:
 
 def node_logging_runner(config, **kwargs):
     """train_run that records which node each attempt ran on and sleeps 0.4 s after every step."""
+    from retrain_ray.logs.types import RunObserver
     from retrain_ray.run.train import train_run
 
-    class SlowSteps:
-        def on_step(self, row):
+    class SlowSteps(RunObserver):
+        def on_step(self, row, **info):
             time.sleep(0.4)
-
-        def on_generations(self, rows): ...
-        def on_eval(self, row): ...
-        def on_checkpoint(self, step, directory): ...
-        def close(self): ...
 
     work = Path(kwargs["run_dir"])
     work.mkdir(parents=True, exist_ok=True)

@@ -99,22 +99,18 @@ def make_kill_runner(plan: dict[str, tuple[int, float]]):
     """train_run whose trial process SIGKILLs itself once, at step plan[run][0] after plan[run][1] s."""
 
     def runner(config, **kwargs):
+        from retrain_ray.logs.types import RunObserver
         from retrain_ray.run.train import train_run
 
         marker = Path(kwargs["run_dir"]).parent / "killed.json"
         step, delay = plan.get(kwargs["run_name"], (-1, 0.0))
 
-        class Kill:
-            def on_step(self, row):
+        class Kill(RunObserver):
+            def on_step(self, row, **info):
                 if row["step"] == step and not marker.exists():
                     time.sleep(delay)
                     marker.write_text(json.dumps({"step": step, "at": time.time()}))
                     os.kill(os.getpid(), signal.SIGKILL)
-
-            def on_generations(self, rows): ...
-            def on_eval(self, row): ...
-            def on_checkpoint(self, step, directory): ...
-            def close(self): ...
 
         kwargs["observers"] = [*kwargs["observers"], Kill()]
         return train_run(config, **kwargs)

@@ -15,6 +15,7 @@ from ray import cloudpickle
 from retrain_ray.campaign import Campaign
 from retrain_ray.cli_campaign import results_main, status_main
 from retrain_ray.logs import read_stream
+from retrain_ray.logs.types import RunObserver
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
@@ -117,16 +118,11 @@ def crash_once_runner(config, **kwargs):
 
     marker = Path(kwargs["run_dir"]).parent / "crashed_once"
 
-    class Crash:
-        def on_step(self, row):
+    class Crash(RunObserver):
+        def on_step(self, row, **info):
             if row["step"] == 4 and not marker.exists():
                 marker.write_text("x")
                 os._exit(1)
-
-        def on_generations(self, rows): ...
-        def on_eval(self, row): ...
-        def on_checkpoint(self, step, directory): ...
-        def close(self): ...
 
     kwargs["observers"] = [*kwargs["observers"], Crash()]
     return train_run(config, **kwargs)

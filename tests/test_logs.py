@@ -7,6 +7,7 @@ import io
 import json
 import subprocess
 import sys
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -174,7 +175,7 @@ def test_arrow_run_observer_writes_streams_and_parquet(tmp_path) -> None:
 
 
 class _Failing(NullObserver):
-    def close(self) -> None:
+    def close(self, **info: Any) -> None:
         raise RuntimeError("boom")
 
 
@@ -183,10 +184,10 @@ class _Recording(NullObserver):
         self.steps: list[int] = []
         self.closed = False
 
-    def on_step(self, row) -> None:
+    def on_step(self, row, **info: Any) -> None:
         self.steps.append(row["step"])
 
-    def close(self) -> None:
+    def close(self, **info: Any) -> None:
         self.closed = True
 
 

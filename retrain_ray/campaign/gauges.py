@@ -11,10 +11,11 @@ campaign / run / condition, for Prometheus and Grafana dashboards.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 from ray.util.metrics import Gauge
+
+from retrain_ray.logs.types import RunObserver
 
 # Gauge name (exported as ray_retrain_run_<name>) -> the row key it shows.
 STEP_GAUGES: dict[str, str] = {
@@ -40,7 +41,7 @@ def _number(value: Any) -> float | None:
     return None
 
 
-class RunGauges:
+class RunGauges(RunObserver):
     """RunObserver setting the run's gauges (STEP_GAUGES on each step, EVAL_GAUGES on each eval)."""
 
     def __init__(self, campaign: str, run: str, condition: str) -> None:
@@ -56,17 +57,8 @@ class RunGauges:
             if value is not None:
                 self._gauges[name].set(value, tags=self._tags)
 
-    def on_step(self, row: Mapping[str, Any]) -> None:
+    def on_step(self, row: Mapping[str, Any], **info: Any) -> None:
         self._set(STEP_GAUGES, row)
 
-    def on_generations(self, rows: list[Mapping[str, Any]]) -> None:
-        pass
-
-    def on_eval(self, row: Mapping[str, Any]) -> None:
+    def on_eval(self, row: Mapping[str, Any], **info: Any) -> None:
         self._set(EVAL_GAUGES, row)
-
-    def on_checkpoint(self, step: int, directory: Path) -> None:
-        pass
-
-    def close(self) -> None:
-        pass

@@ -35,6 +35,7 @@ from retrain_ray.logs.parquet_export import (
     export_run,
     run_identities,
 )
+from retrain_ray.logs.types import RunObserver
 
 RECORDER_KINDS = ("metrics", "generations", "eval")
 PARQUET_EVERY_S = 10.0
@@ -147,7 +148,7 @@ def start_recorder(campaign: str, campaign_dir: Path, *, namespace: str, timeout
     return handle
 
 
-class RecorderClient:
+class RecorderClient(RunObserver):
     """RunObserver forwarding rows to the recorder actor: batched, non-blocking, flushed at checkpoints.
 
     Picklable only before first use (holds an actor handle and a buffer); build one per run attempt.
@@ -195,19 +196,19 @@ class RecorderClient:
             ray.get(self._in_flight, timeout=self._timeout_s)
         self._in_flight = []
 
-    def on_step(self, row: Mapping[str, Any]) -> None:
+    def on_step(self, row: Mapping[str, Any], **info: Any) -> None:
         self._add("metrics", [row])
 
-    def on_generations(self, rows: list[Mapping[str, Any]]) -> None:
+    def on_generations(self, rows: list[Mapping[str, Any]], **info: Any) -> None:
         self._add("generations", rows)
 
-    def on_eval(self, row: Mapping[str, Any]) -> None:
+    def on_eval(self, row: Mapping[str, Any], **info: Any) -> None:
         self._add("eval", [row])
 
-    def on_checkpoint(self, step: int, directory: Path) -> None:
+    def on_checkpoint(self, step: int, directory: Path, **info: Any) -> None:
         self.flush()
 
-    def close(self) -> None:
+    def close(self, **info: Any) -> None:
         """Flushes, then lets the recorder close the run's segments and write its Parquet copies."""
         self.flush()
         ray.get(self._handle.close_run.remote(self._run), timeout=self._timeout_s)

@@ -30,6 +30,7 @@ from retrain_ray.campaign.plan import RunPlan
 from retrain_ray.campaign.recorder import RecorderClient, recorder_name
 from retrain_ray.campaign.split import split_policy
 from retrain_ray.campaign.stagger import wait_for_start_slot
+from retrain_ray.logs.types import RunObserver
 from retrain_ray.trackers import RunIdentity, build_trackers
 
 DEFAULT_RUNNER = "retrain_ray.run.train:train_run"
@@ -51,27 +52,18 @@ class TrialContext:
     mlflow_experiments: Mapping[str, str] = field(default_factory=dict)
 
 
-class TuneReporter:
+class TuneReporter(RunObserver):
     """RunObserver: remembers the last row and reports it to Tune with each checkpoint."""
 
     def __init__(self) -> None:
         self.last: dict[str, Any] = {}
 
-    def on_step(self, row: Mapping[str, Any]) -> None:
+    def on_step(self, row: Mapping[str, Any], **info: Any) -> None:
         self.last = {k: row[k] for k in ("step", *REPORTED) if isinstance(row.get(k), (int, float))}
 
-    def on_generations(self, rows: list[Mapping[str, Any]]) -> None:
-        pass
-
-    def on_eval(self, row: Mapping[str, Any]) -> None:
-        pass
-
-    def on_checkpoint(self, step: int, directory: Path) -> None:
+    def on_checkpoint(self, step: int, directory: Path, **info: Any) -> None:
         metrics = {**self.last, "step": step, "run_done": False}
         tune.report(metrics, checkpoint=tune.Checkpoint.from_directory(str(directory)))
-
-    def close(self) -> None:
-        pass
 
 
 def resolve_runner(runner: str | Callable[..., Any]) -> Callable[..., Any]:

@@ -1,4 +1,7 @@
-"""RunObserver implementations (retrain_ray/logs/types.py): Arrow files, console, fan-out, null.
+"""RunObserver and its implementations here: Arrow files, console, fan-out, null.
+
+`RunObserver` (defined in the leaf module retrain_ray/logs/types.py, re-exported here) is the base
+every observer inherits: no-op hooks that take `**info` keyword extras.
 
 `ArrowRunObserver` writes `metrics.arrows`, `generations.arrows` and `eval.arrows` in the run
 directory (new segments on resume) and compacts each to Parquet on `close()`. `MultiObserver`
@@ -17,26 +20,18 @@ import pyarrow as pa
 from retrain_ray.logs.compact import compact_to_parquet
 from retrain_ray.logs.schemas import EVAL_SCHEMA, GENERATIONS_SCHEMA, METRICS_SCHEMA, row_to_record
 from retrain_ray.logs.stream import ArrowStreamWriter, segment_paths
-from retrain_ray.logs.types import MetricsRow
+from retrain_ray.logs.types import MetricsRow, RunObserver
+
+__all__ = ["ArrowRunObserver", "ConsoleObserver", "MultiObserver", "NullObserver", "RunObserver"]
 
 STREAMS: dict[str, pa.Schema] = {"metrics": METRICS_SCHEMA, "generations": GENERATIONS_SCHEMA, "eval": EVAL_SCHEMA}
 
 
-class NullObserver:
-    """Discards everything."""
-
-    def on_step(self, row: MetricsRow) -> None: ...
-
-    def on_generations(self, rows: list[MetricsRow]) -> None: ...
-
-    def on_eval(self, row: MetricsRow) -> None: ...
-
-    def on_checkpoint(self, step: int, directory: Path) -> None: ...
-
-    def close(self) -> None: ...
+class NullObserver(RunObserver):
+    """Discards everything (every hook is the base's no-op)."""
 
 
-class ArrowRunObserver:
+class ArrowRunObserver(RunObserver):
     """Writes a run's metrics, generations and eval rows to Arrow streams; Parquet on close."""
 
     def __init__(self, run_dir: str | Path, run_name: str, *, fsync: bool = False) -> None:
@@ -48,27 +43,27 @@ class ArrowRunObserver:
     def _record(self, row: MetricsRow, name: str) -> dict[str, Any]:
         return row_to_record({"run": self.run_name, **row}, STREAMS[name])
 
-    def on_step(self, row: MetricsRow) -> None:
+    def on_step(self, row: MetricsRow, **info: Any) -> None:
         stamped = {"wall_time": dt.datetime.now(dt.timezone.utc), **row}
         self.writers["metrics"].write_rows([self._record(stamped, "metrics")])
 
-    def on_generations(self, rows: list[MetricsRow]) -> None:
+    def on_generations(self, rows: list[MetricsRow], **info: Any) -> None:
         self.writers["generations"].write_rows([self._record(row, "generations") for row in rows])
 
-    def on_eval(self, row: MetricsRow) -> None:
+    def on_eval(self, row: MetricsRow, **info: Any) -> None:
         self.writers["eval"].write_rows([self._record(row, "eval")])
 
-    def on_checkpoint(self, step: int, directory: Path) -> None:
+    def on_checkpoint(self, step: int, directory: Path, **info: Any) -> None:
         """Nothing to do: every row is already on disk when its call returns."""
 
-    def close(self) -> None:
+    def close(self, **info: Any) -> None:
         for name, writer in self.writers.items():
             writer.close()
             if segment_paths(self.run_dir, name):
                 compact_to_parquet(self.run_dir, name)
 
 
-class ConsoleObserver:
+class ConsoleObserver(RunObserver):
     """Prints one compact line every `log_every` steps (and every eval) with rich."""
 
     def __init__(self, log_every: int = 1, console: Any = None, run_name: str = "") -> None:
@@ -80,7 +75,7 @@ class ConsoleObserver:
         self.console = console or Console()
         self.prefix = f"[bold]{run_name}[/bold] " if run_name else ""
 
-    def on_step(self, row: MetricsRow) -> None:
+    def on_step(self, row: MetricsRow, **info: Any) -> None:
         step = int(row.get("step", 0))
         if step % self.log_every:
             return
@@ -91,30 +86,24 @@ class ConsoleObserver:
             f"loss {_fmt(row.get('loss'), '.4f')}"
         )
 
-    def on_generations(self, rows: list[MetricsRow]) -> None: ...
-
-    def on_eval(self, row: MetricsRow) -> None:
+    def on_eval(self, row: MetricsRow, **info: Any) -> None:
         self.console.print(
             f"{self.prefix}eval step {int(row.get('step', 0)):>5} | reward {_fmt(row.get('eval_mean_reward'), '.3f')} | "
             f"correct {_fmt(row.get('eval_correct_rate'), '.2f')} | n={row.get('num_examples', '-')}"
         )
-
-    def on_checkpoint(self, step: int, directory: Path) -> None: ...
-
-    def close(self) -> None: ...
 
 
 def _fmt(value: Any, spec: str) -> str:
     return "-" if value is None else format(value, spec)
 
 
-class MultiObserver:
+class MultiObserver(RunObserver):
     """Fans every call out to all observers; one failing does not stop the others."""
 
-    def __init__(self, *observers: Any) -> None:
+    def __init__(self, *observers: RunObserver) -> None:
         self.observers = list(observers)
 
-    def _each(self, call: Callable[[Any], None]) -> None:
+    def _each(self, call: Callable[[RunObserver], None]) -> None:
         errors = []
         for observer in self.observers:
             try:
@@ -124,17 +113,17 @@ class MultiObserver:
         if errors:
             raise errors[0]
 
-    def on_step(self, row: MetricsRow) -> None:
-        self._each(lambda o: o.on_step(row))
+    def on_step(self, row: MetricsRow, **info: Any) -> None:
+        self._each(lambda o: o.on_step(row, **info))
 
-    def on_generations(self, rows: list[MetricsRow]) -> None:
-        self._each(lambda o: o.on_generations(rows))
+    def on_generations(self, rows: list[MetricsRow], **info: Any) -> None:
+        self._each(lambda o: o.on_generations(rows, **info))
 
-    def on_eval(self, row: MetricsRow) -> None:
-        self._each(lambda o: o.on_eval(row))
+    def on_eval(self, row: MetricsRow, **info: Any) -> None:
+        self._each(lambda o: o.on_eval(row, **info))
 
-    def on_checkpoint(self, step: int, directory: Path) -> None:
-        self._each(lambda o: o.on_checkpoint(step, directory))
+    def on_checkpoint(self, step: int, directory: Path, **info: Any) -> None:
+        self._each(lambda o: o.on_checkpoint(step, directory, **info))
 
-    def close(self) -> None:
-        self._each(lambda o: o.close())
+    def close(self, **info: Any) -> None:
+        self._each(lambda o: o.close(**info))

@@ -1,8 +1,8 @@
 """Contract between the RunLoop and the world around it.
 
 The RunLoop knows nothing about Ray: the campaign layer passes in observers (Arrow files, Tune
-reports, the Ray recorder actor), a back-pressure advisor and a throttle, all behind these
-Protocols. Rows are plain dicts of str -> (int | float | str | bool) so they pickle cheaply.
+reports, the Ray recorder actor; all subclasses of `RunObserver`), a back-pressure advisor and a
+throttle (behind their Protocols). Rows are plain dicts of str -> (int | float | str | bool) so they pickle cheaply.
 
 The outcome contract, one way each:
 

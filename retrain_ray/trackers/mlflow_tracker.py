@@ -19,6 +19,7 @@ import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from retrain_ray.logs.types import RunObserver
 from retrain_ray.trackers.identity import RunIdentity, metric_values
 
 if TYPE_CHECKING:
@@ -56,7 +57,7 @@ def ensure_experiment(cfg: RetrainConfig, campaign: str, client: Any = None) -> 
         return found.experiment_id
 
 
-class MlflowTracker:
+class MlflowTracker(RunObserver):
     """`experiment_id`: the experiment the campaign's driver created ("": find or create it here)."""
 
     def __init__(self, cfg: RetrainConfig, identity: RunIdentity, config: Mapping[str, Any],
@@ -87,16 +88,14 @@ class MlflowTracker:
         metrics = [Metric(k, v, now_ms, step) for k, v in metric_values(row, prefix).items()]
         self.client.log_batch(self.run_id, metrics=metrics)
 
-    def on_step(self, row: Mapping[str, Any]) -> None:
+    def on_step(self, row: Mapping[str, Any], **info: Any) -> None:
         self._log(row, "train")
 
-    def on_generations(self, rows: list[Mapping[str, Any]]) -> None: ...
-
-    def on_eval(self, row: Mapping[str, Any]) -> None:
+    def on_eval(self, row: Mapping[str, Any], **info: Any) -> None:
         self._log(row, "eval")
 
-    def on_checkpoint(self, step: int, directory: Any) -> None:
+    def on_checkpoint(self, step: int, directory: Any, **info: Any) -> None:
         self.client.set_tag(self.run_id, "retrain_ray.last_checkpoint", f"{step}:{directory}")
 
-    def close(self) -> None:
+    def close(self, **info: Any) -> None:
         self.client.set_terminated(self.run_id)

@@ -11,12 +11,13 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from retrain_ray.logs.types import RunObserver
 from retrain_ray.trackers.identity import RunIdentity, metric_values
 
 SUBDIR = "tensorboard"
 
 
-class TensorBoardTracker:
+class TensorBoardTracker(RunObserver):
     def __init__(self, identity: RunIdentity, run_dir: Path) -> None:
         from torch.utils.tensorboard import SummaryWriter
 
@@ -29,16 +30,14 @@ class TensorBoardTracker:
         for name, value in metric_values(row, prefix).items():
             self.writer.add_scalar(name, value, step)
 
-    def on_step(self, row: Mapping[str, Any]) -> None:
+    def on_step(self, row: Mapping[str, Any], **info: Any) -> None:
         self._log(row, "train")
 
-    def on_generations(self, rows: list[Mapping[str, Any]]) -> None: ...
-
-    def on_eval(self, row: Mapping[str, Any]) -> None:
+    def on_eval(self, row: Mapping[str, Any], **info: Any) -> None:
         self._log(row, "eval")
 
-    def on_checkpoint(self, step: int, directory: Any) -> None:
+    def on_checkpoint(self, step: int, directory: Any, **info: Any) -> None:
         self.writer.flush()
 
-    def close(self) -> None:
+    def close(self, **info: Any) -> None:
         self.writer.close()

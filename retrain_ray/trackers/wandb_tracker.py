@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from retrain_ray.logs.types import RunObserver
 from retrain_ray.trackers.identity import RunIdentity, metric_values, safe_name
 
 if TYPE_CHECKING:
@@ -25,7 +26,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-class WandbTracker:
+class WandbTracker(RunObserver):
     def __init__(self, cfg: RetrainConfig, identity: RunIdentity, run_dir: Path, config: Mapping[str, Any]) -> None:
         import wandb
 
@@ -49,15 +50,13 @@ class WandbTracker:
             reinit="create_new",
         )
 
-    def on_step(self, row: Mapping[str, Any]) -> None:
+    def on_step(self, row: Mapping[str, Any], **info: Any) -> None:
         self.run.log(metric_values(row, "train"), step=int(row["step"]))
 
-    def on_generations(self, rows: list[Mapping[str, Any]]) -> None: ...
-
-    def on_eval(self, row: Mapping[str, Any]) -> None:
+    def on_eval(self, row: Mapping[str, Any], **info: Any) -> None:
         self.run.log(metric_values(row, "eval"), step=int(row["step"]))
 
-    def on_checkpoint(self, step: int, directory: Path) -> None:
+    def on_checkpoint(self, step: int, directory: Path, **info: Any) -> None:
         if not self.artifacts:
             return
         try:
@@ -73,5 +72,5 @@ class WandbTracker:
         artifact.add_dir(str(directory))
         self.run.log_artifact(artifact, aliases=["latest", directory.name])  # checkpoint_step_<n> or final
 
-    def close(self) -> None:
+    def close(self, **info: Any) -> None:
         self.run.finish()
