@@ -35,7 +35,7 @@ import torch
 from ray.util import get_current_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-from retrain_ray.backends.types import TrainStepResult
+from retrain_ray.backends.types import Policy, TrainStepResult
 from retrain_ray.engines.types import SamplingParams, WeightUpdate
 
 
@@ -231,10 +231,10 @@ class SplitActors:
     timeout_s: float
     one_step_off: bool = False
 
-    def policy(self) -> tuple[Any, Any, Any]:
+    def policy(self) -> Policy:
         tokenizer = ray.get(self.inference.tokenizer.remote(), timeout=self.timeout_s)
         backend = BackendProxy(self.trainer, self.timeout_s, one_step_off=self.one_step_off)
-        return EngineProxy(self.inference, self.timeout_s), backend, tokenizer
+        return Policy(EngineProxy(self.inference, self.timeout_s), backend, tokenizer)
 
     def placements(self) -> list[dict[str, Any]]:
         """Where each actor runs: role, node id, pid and the GPU ids Ray gave it."""

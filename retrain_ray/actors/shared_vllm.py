@@ -19,6 +19,7 @@ from typing import Any
 
 import ray
 
+from retrain_ray.backends.types import Policy
 from retrain_ray.engines.types import SampleResult, SamplingParams, WeightUpdate
 from retrain_ray.engines.vllm_embedded import VLLMCore
 
@@ -115,8 +116,8 @@ class SharedVLLMEngine:
             return self.call("generate", prompt_ids_P, num_samples, params, self._version)
 
 
-def shared_vllm_policy(config: Any, actor: Any, run: str, *, throttle: Any, timeout_s: float) -> tuple[Any, Any, Any]:
-    """(engine, backend, tokenizer): the run's LoRA trainer here, its sampler the campaign's engine."""
+def shared_vllm_policy(config: Any, actor: Any, run: str, *, throttle: Any, timeout_s: float) -> Policy:
+    """The run's LoRA trainer here, its sampler the campaign's engine."""
     # deferred: loads transformers, which importing this module does not need
     from retrain_ray.backends.local import LocalBackend, load_trainable_model, settings_from_config
     from retrain_ray.run.build import resolve_device
@@ -125,4 +126,4 @@ def shared_vllm_policy(config: Any, actor: Any, run: str, *, throttle: Any, time
     device = resolve_device(config.backend.devices)
     model, tokenizer = load_trainable_model(config.model.model, settings, device=device)
     backend = LocalBackend(model, shares_model_with_engine=False, **settings.backend_kwargs())
-    return SharedVLLMEngine(actor, run, throttle=throttle, timeout_s=timeout_s), backend, tokenizer
+    return Policy(SharedVLLMEngine(actor, run, throttle=throttle, timeout_s=timeout_s), backend, tokenizer)

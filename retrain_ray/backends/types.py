@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal, Protocol, runtime_checkable
+from typing import Any, Literal, NamedTuple, Protocol, runtime_checkable
 
-from retrain_ray.engines.types import WeightUpdate
+from retrain_ray.engines.types import SamplingEngine, WeightUpdate
 
 ResumeMode = Literal["exact", "adapter_only", "unsupported"]
 
@@ -85,3 +85,12 @@ class TrainBackend(Protocol):
         ...
 
     def load_checkpoint(self, directory: Path) -> None: ...
+
+
+class Policy(NamedTuple):
+    """What a run samples and trains with, as the policy builders return it (immutable; unpacks as
+    `engine, backend, tokenizer`)."""
+
+    engine: SamplingEngine
+    backend: TrainBackend
+    tokenizer: Any  # a Hugging Face tokenizer, or the remote service's with the calls the run makes

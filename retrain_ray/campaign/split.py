@@ -15,6 +15,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from retrain_ray.backends.types import Policy
+
 PLACEMENT_FILE = "placement.json"
 
 
@@ -27,7 +29,7 @@ def _record_placement(work_dir: Path, actors: Any) -> None:
 
 
 @contextmanager
-def split_policy(ctx: Any, plan: Any) -> Iterator[tuple[Any, Any, Any] | None]:
+def split_policy(ctx: Any, plan: Any) -> Iterator[Policy | None]:
     if ctx.control.engine is not None:  # the campaign's shared vLLM engine samples; the run trains here
         # deferred: loads torch, which importing this module does not need
         from retrain_ray.actors.shared_vllm import shared_vllm_policy

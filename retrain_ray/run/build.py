@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Any
 
 import torch
 
+from retrain_ray.algorithms.sepa import SEPAController
+from retrain_ray.backends.types import Policy
+from retrain_ray.backpressure.types import BackPressureAdvisor
+from retrain_ray.rewards.types import Reward
 from retrain_ray.run.loop import RunComponents
+from retrain_ray.run.rollout import PlanningDetector
 from retrain_ray.run.types import RunObserver
 
 log = logging.getLogger(__name__)
@@ -40,7 +44,7 @@ def build_task(cfg):
     return load_examples_from_config(cfg)
 
 
-def build_reward(cfg):
+def build_reward(cfg) -> Reward:
     from retrain_ray.algorithms.plugins import is_dotted_path
 
     if is_dotted_path(cfg.reward.type):
@@ -52,11 +56,9 @@ def build_reward(cfg):
     return build_reward_from_config(cfg)
 
 
-def build_sepa(cfg, uses_sepa: bool):
+def build_sepa(cfg, uses_sepa: bool) -> SEPAController | None:
     if not uses_sepa:
         return None
-    from retrain_ray.algorithms import SEPAController
-
     s = cfg.sepa
     return SEPAController(
         sepa_steps=s.steps, sepa_schedule=s.schedule, sepa_delay_steps=s.delay_steps,
@@ -64,7 +66,7 @@ def build_sepa(cfg, uses_sepa: bool):
     )
 
 
-def build_planning(cfg, needs_planning: bool):
+def build_planning(cfg, needs_planning: bool) -> PlanningDetector | None:
     """`[planning] detector`: "regex", "none" (no planning tokens) or a dotted plugin path."""
     detector = cfg.planning.detector
     if not needs_planning or detector in ("none", ""):
@@ -78,7 +80,7 @@ def build_planning(cfg, needs_planning: bool):
     return RegexPlanningDetector.from_grams_text(cfg.logging.strategic_grams)
 
 
-def build_advisor(cfg):
+def build_advisor(cfg) -> BackPressureAdvisor:
     """In-process USL control when `[backpressure] enabled`; otherwise the original's no-op defaults."""
     from retrain_ray.backpressure.advisor import LocalAdvisor
     from retrain_ray.backpressure.types import NoOpAdvisor
@@ -86,8 +88,8 @@ def build_advisor(cfg):
     return LocalAdvisor.from_config(cfg) if cfg.backpressure.enabled else NoOpAdvisor()
 
 
-def build_policy(cfg, *, throttle=None, run_name: str = "run", cache_dir: Path | None = None):
-    """(engine, backend, tokenizer) for this config.
+def build_policy(cfg, *, throttle=None, run_name: str = "run", cache_dir: Path | None = None) -> Policy:
+    """The sampler, trainer and tokenizer of this config.
 
     Remote engines take the throttle themselves and hold one slot per request (holding a slot around
     a whole `generate` would make a run wait for a second slot while it holds one):
@@ -118,19 +120,18 @@ def build_components(
     cfg,
     observer: RunObserver,
     *,
-    policy: tuple[Any, Any, Any],
-    advisor: Any | None = None,
+    policy: Policy,
+    advisor: BackPressureAdvisor | None = None,
 ) -> RunComponents:
     from retrain_ray.algorithms import resolve_modes
 
     alg = cfg.algorithm
     modes = resolve_modes(alg.advantage_mode, alg.transform_mode, alg.algorithm_mode, alg.uncertainty_kind)
-    engine, backend, tokenizer = policy
     task = build_task(cfg)
     return RunComponents(
-        engine=engine,
-        backend=backend,
-        tokenizer=tokenizer,
+        engine=policy.engine,
+        backend=policy.backend,
+        tokenizer=policy.tokenizer,
         reward=build_reward(cfg),
         train_examples=list(task.train),
         eval_examples=list(task.eval),

@@ -7,6 +7,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from retrain_ray.backends.types import Policy
+from retrain_ray.backpressure.types import BackPressureAdvisor
 from retrain_ray.run.build import build_components, build_policy
 from retrain_ray.run.checkpoint import CheckpointManager, load_state, resolve_resume_dir, verify_checkpoint
 from retrain_ray.run.loop import RunLoop
@@ -49,16 +51,16 @@ def train_run(
     run_name: str,
     run_dir: Path,
     observers: Sequence[RunObserver] = (),
-    advisor: Any | None = None,
+    advisor: BackPressureAdvisor | None = None,
     throttle: Any | None = None,
     resume_from: Path | None = None,
-    policy: tuple[Any, Any, Any] | None = None,
+    policy: Policy | None = None,
     local_logs: bool = True,
 ) -> RunOutcome:
     """Trains one run to `training.max_steps`, writing logs and checkpoints under `run_dir`.
 
     `resume_from` is a run directory or a checkpoint directory: the run continues after its last
-    complete checkpoint, and the metrics log keeps each step once. `policy` = (engine, backend,
+    complete checkpoint, and the metrics log keeps each step once. `policy` (engine, backend,
     tokenizer) lets a caller supply remote proxies (split placement); by default it is built from the
     config (`build_policy`), and `throttle` guards the calls of remote engines. `local_logs=False`
     skips the Arrow files in `run_dir` when an observer already records the rows elsewhere (the

@@ -9,6 +9,7 @@ from typing import Any
 
 from retrain_ray.backends.local.backend import LocalBackend
 from retrain_ray.backends.local.policy import load_trainable_model, settings_from_config
+from retrain_ray.backends.types import Policy
 from retrain_ray.engines.adapters import AdapterSpec
 from retrain_ray.engines.openai import DEFAULT_URLS, OpenAIEngine
 
@@ -16,8 +17,8 @@ from retrain_ray.engines.openai import DEFAULT_URLS, OpenAIEngine
 def build_openai_policy(
     cfg: Any, throttle: Any = None, *, adapter_name: str | None = None, device: str = "cpu",
     cache_dir: Path | None = None,
-) -> tuple[OpenAIEngine, Any, Any]:
-    """(engine, backend, tokenizer) for `[inference] engine = "openai" | "vllm" | "sglang"`.
+) -> Policy:
+    """The policy for `[inference] engine = "openai" | "vllm" | "sglang"`.
 
     The backend is the local trainer on its own model (`shares_model_with_engine=False`, so its
     `export_weights()` carries tensors); the engine samples from `[inference] url` (default per
@@ -37,4 +38,4 @@ def build_openai_policy(
         throttle=throttle, seed=settings.seed, max_parallel_requests=inf.max_concurrent,
         adapter_upload=upload, adapter_dir=Path(cfg.backend.adapter_path) / "_live_adapter" if upload == "path" else None,
     )
-    return engine, backend, tokenizer
+    return Policy(engine, backend, tokenizer)

@@ -21,6 +21,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from retrain_ray.backends.local.backend import LocalBackend, LossSettings, OptimizerSettings
 from retrain_ray.backends.local.finetune import DEFAULT_TARGET_MODULES, LoraSettings, prepare_trainable
+from retrain_ray.backends.types import Policy
 from retrain_ray.engines.pytorch import PyTorchEngine
 from retrain_ray.models.loading import load_model_and_tokenizer
 
@@ -184,9 +185,9 @@ def build_split_engine(
 
 def build_local_policy(
     cfg: RetrainConfig, *, device: str | torch.device, cache_dir: Path | None = None
-) -> tuple[PyTorchEngine, LocalBackend, PreTrainedTokenizerBase]:
-    """Single-process policy from a RetrainConfig: (engine, backend, tokenizer) sharing one model."""
-    return build_shared_policy(cfg.model.model, settings_from_config(cfg), device=device, cache_dir=cache_dir)
+) -> Policy:
+    """Single-process policy from a RetrainConfig: engine and backend sharing one model."""
+    return Policy(*build_shared_policy(cfg.model.model, settings_from_config(cfg), device=device, cache_dir=cache_dir))
 
 
 def build_local_backend(cfg: RetrainConfig, device: str | torch.device, *, cache_dir: Path | None = None) -> LocalBackend:

@@ -22,6 +22,8 @@ import torch
 
 from retrain_ray.backends.local.backend import LocalBackend
 from retrain_ray.backends.local.policy import load_trainable_model, settings_from_config
+from retrain_ray.backends.types import Policy, TrainBatch, TrainStepResult
+from retrain_ray.engines.types import WeightUpdate
 from retrain_ray.engines.vllm_embedded import VLLMEngine, VLLMSettings
 from retrain_ray.models.loading import resolve_model_path
 
@@ -53,32 +55,46 @@ def vllm_settings_from_config(cfg: RetrainConfig, *, device: str, cache_dir: Pat
 class SleepDuringUpdates:
     """A TrainBackend that puts the engine to sleep for each update (one GPU shared with vLLM)."""
 
-    def __init__(self, backend: Any, engine: VLLMEngine) -> None:
+    def __init__(self, backend: LocalBackend, engine: VLLMEngine) -> None:
         self._backend, self._engine = backend, engine
+        self.capabilities = backend.capabilities
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._backend, name)
 
-    def train_step(self, batch: Any, *, lr: float, weight_decay: float) -> Any:
+    @property
+    def version(self) -> int:
+        return self._backend.version
+
+    def train_step(self, batch: TrainBatch, *, lr: float, weight_decay: float) -> TrainStepResult:
         self._engine.sleep()
         return self._backend.train_step(batch, lr=lr, weight_decay=weight_decay)
 
-    def sft_step(self, batch: Any, *, lr: float, weight_decay: float) -> Any:
+    def sft_step(self, batch: TrainBatch, *, lr: float, weight_decay: float) -> TrainStepResult:
         self._engine.sleep()
         return self._backend.sft_step(batch, lr=lr, weight_decay=weight_decay)
+
+    def export_weights(self) -> WeightUpdate:
+        return self._backend.export_weights()
+
+    def save_checkpoint(self, directory: Path) -> None:
+        self._backend.save_checkpoint(directory)
+
+    def load_checkpoint(self, directory: Path) -> None:
+        self._backend.load_checkpoint(directory)
 
 
 def build_vllm_engine(cfg: RetrainConfig, *, device: str, cache_dir: Path | None = None, name: str = "run") -> VLLMEngine:
     return VLLMEngine.start(vllm_settings_from_config(cfg, device=device, cache_dir=cache_dir), name=name)
 
 
-def build_vllm_policy(cfg: RetrainConfig, *, device: str | torch.device, cache_dir: Path | None = None) -> tuple[Any, Any, Any]:
-    """(engine, backend, tokenizer): the local trainer on `device` and vLLM beside it."""
+def build_vllm_policy(cfg: RetrainConfig, *, device: str | torch.device, cache_dir: Path | None = None) -> Policy:
+    """The local trainer on `device` and vLLM beside it."""
     device = str(device)
     settings = settings_from_config(cfg)
     model, tokenizer = load_trainable_model(cfg.model.model, settings, device=device, cache_dir=cache_dir)
     backend = LocalBackend(model, shares_model_with_engine=False, **settings.backend_kwargs())
     engine = build_vllm_engine(cfg, device=device, cache_dir=cache_dir)
     if device.startswith("cuda"):
-        return engine, SleepDuringUpdates(backend, engine), tokenizer
-    return engine, backend, tokenizer
+        return Policy(engine, SleepDuringUpdates(backend, engine), tokenizer)
+    return Policy(engine, backend, tokenizer)

@@ -13,6 +13,7 @@ from retrain_ray.backends.tinker.backend import LOSS_STEPS, TINKER_CAPABILITIES,
 from retrain_ray.backends.tinker.engine import TinkerEngine
 from retrain_ray.backends.tinker.loss import ClipSettings, dual_clip_loss_and_grads
 from retrain_ray.backends.tinker.session import HoldsSlots, NullThrottle, TinkerSession, make_service_client
+from retrain_ray.backends.types import Policy
 from retrain_ray.config.tinker_options import TINKER_OPTION_DEFAULTS, TinkerOptions, parse_tinker_options
 
 __all__ = [
@@ -36,8 +37,8 @@ __all__ = [
 
 def build_tinker_policy(
     cfg: Any, throttle: HoldsSlots | None = None, *, service_client: Any = None, **standin_kwargs: Any
-) -> tuple[TinkerEngine, TinkerBackend, Any]:
-    """(engine, backend, tokenizer) from a RetrainConfig; `service_client` overrides the SDK's (tests)."""
+) -> Policy:
+    """The Tinker sampler and trainer from a RetrainConfig; `service_client` overrides the SDK's (tests)."""
     options = parse_tinker_options(cfg.backend.options)
     service = service_client or make_service_client(options, cfg.model.base_url, **standin_kwargs)
     session = TinkerSession(
@@ -50,7 +51,7 @@ def build_tinker_policy(
         beta1=o.beta1, beta2=o.beta2, eps=o.eps, grad_clip_norm=o.grad_clip_norm,
     )
     tokenizer = session.call("get_tokenizer", lambda: _Ready(session.training_client.get_tokenizer()))
-    return TinkerEngine(session), backend, tokenizer
+    return Policy(TinkerEngine(session), backend, tokenizer)
 
 
 class _Ready:
