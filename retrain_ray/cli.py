@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib
 import logging
+import os
 import sys
 from pathlib import Path
 
@@ -96,8 +97,6 @@ RETRAIN_RAY_TRACEBACK=1 shows the traceback as well."""
 
 
 def _guarded(command: str, argv: list[str]) -> int:
-    import os
-
     try:
         return _dispatch(command, argv)
     except USER_ERRORS as exc:

@@ -15,6 +15,7 @@ _EPILOG = "Set RAY_ADDRESS (or --address) to use a running cluster; without it a
 
 
 def _print_table(df, title: str) -> None:
+    # deferred: loads rich, which importing this module does not need
     from rich.console import Console
     from rich.table import Table
 
@@ -29,8 +30,10 @@ def _print_table(df, title: str) -> None:
 
 def _learning_table(results):
     """Per condition: mean reward at the first and the last logged RL step (mean over seeds, 95% CI)."""
+    # deferred: loads pandas, which importing this module does not need
     import pandas as pd
 
+    # deferred: loads ray, which importing this module does not need
     from retrain_ray.campaign.stats import ci95_halfwidth
 
     df = results.get_dataframe()
@@ -62,6 +65,7 @@ DASHBOARD_HELP = ("start the Ray dashboard (http://127.0.0.1:8265) with the loca
 
 
 def _run(make_campaign, address: str | None, dashboard: bool = False) -> int:
+    # deferred: loads ray, which importing this module does not need
     from retrain_ray.campaign.plan import CampaignError
 
     try:
@@ -92,6 +96,7 @@ def campaign_main(argv: list[str]) -> int:
     args, rest = parser.parse_known_args(argv)
 
     def make():
+        # deferred: loads ray, which importing this module does not need
         from retrain_ray.campaign import Campaign
         from retrain_ray.config import parse_overrides
 
@@ -110,6 +115,7 @@ def resume_main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
 
     def make():
+        # deferred: loads ray, which importing this module does not need
         from retrain_ray.campaign import Campaign
 
         return Campaign.from_dir(args.campaign_dir)
@@ -125,6 +131,7 @@ def results_main(argv: list[str]) -> int:
     fmt.add_argument("--json", action="store_true")
     fmt.add_argument("--csv", action="store_true")
     args = parser.parse_args(argv)
+    # deferred: loads ray, which importing this module does not need
     from retrain_ray.campaign import CampaignResults
 
     try:
@@ -160,9 +167,11 @@ def status_main(argv: list[str]) -> int:
     parser.add_argument("--interval", type=float, default=2.0, help="seconds between --watch refreshes")
     parser.add_argument("--count", type=int, default=None, help="stop --watch after N refreshes")
     args = parser.parse_args(argv)
+    # deferred: loads ray, which importing this module does not need
     from retrain_ray.campaign.status import campaign_status, find_campaigns, visible
 
     if args.watch:
+        # deferred: loads ray, which importing this module does not need
         from retrain_ray.campaign.live import watch
 
         return watch(Path(args.root), interval_s=args.interval, count=args.count, stale_after_s=args.stale_after,
@@ -192,8 +201,10 @@ def top_main(argv: list[str]) -> int:
 
 
 def _print_status(st: dict) -> None:
+    # deferred: loads pandas, which importing this module does not need
     import pandas as pd
 
+    # deferred: loads ray, which importing this module does not need
     from retrain_ray.campaign.live import summary_line
 
     print(f"{summary_line(st)}  ({st['dir']})")

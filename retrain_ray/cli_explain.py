@@ -31,10 +31,12 @@ from retrain_ray.config import (
 )
 from retrain_ray.config.names import gpu_count
 from retrain_ray.config.validate import effective_uncertainty_kind
+from retrain_ray.run.preflight import campaign_problems
 
 
 def capabilities(cfg: RetrainConfig) -> dict[str, Any]:
     """The backend's flags from the one registry (a plugin's hooks, else the conservative default)."""
+    # deferred: loads torch, which importing this module does not need
     from retrain_ray.backends.registry import PLUGIN_DEFAULT_CAPABILITIES, capabilities_for
 
     try:
@@ -125,6 +127,7 @@ def describe(cfg: RetrainConfig, median_step_time: float) -> dict[str, Any]:
 
 
 def _print_rich(info: dict[str, Any], warnings: list[str]) -> None:
+    # deferred: loads rich, which importing this module does not need
     from rich.console import Console
     from rich.table import Table
 
@@ -156,8 +159,6 @@ def _print_rich(info: dict[str, Any], warnings: list[str]) -> None:
 
 
 def _preflight_problems(cfg: RetrainConfig) -> list[str]:
-    from retrain_ray.run.preflight import campaign_problems
-
     return campaign_problems(cfg)
 
 

@@ -15,6 +15,12 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from retrain_ray.algorithms.api import compute_group_advantages
+from retrain_ray.algorithms.modes import resolve_modes
+from retrain_ray.algorithms.preflight import PROBE_GROUPS, PROBE_LAMBDA
+from retrain_ray.algorithms.preflight import _probe_entropies as probe_entropies
+from retrain_ray.run.preflight import PreflightError, backend_capabilities, check_run
+
 if TYPE_CHECKING:
     from retrain_ray.config.schema import RetrainConfig
 
@@ -29,6 +35,7 @@ def resume_check_main(argv: list[str]) -> int:
     if not Path(args.run_dir).is_dir():
         print(f"error: {args.run_dir} is not a directory", file=sys.stderr)
         return 2
+    # deferred: loads pydantic, which importing this module does not need
     from retrain_ray.config import ConfigError
     from retrain_ray.run.resume_check import check_resume
 
@@ -62,6 +69,7 @@ def diff_main(argv: list[str]) -> int:
     parser.add_argument("paths", nargs="+")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
+    # deferred: loads ray, which importing this module does not need
     from retrain_ray.campaign.compare import diff_conditions, diff_runs
 
     try:
@@ -86,6 +94,7 @@ def _fmt(value: Any) -> str:
 
 
 def _print_diff(result: dict[str, Any]) -> None:
+    # deferred: loads rich, which importing this module does not need
     from rich.console import Console
     from rich.table import Table
 
@@ -104,12 +113,6 @@ def _print_diff(result: dict[str, Any]) -> None:
 
 def trace_report(cfg: RetrainConfig) -> dict[str, Any]:
     """The resolved modes, the probe groups' token advantages, and every preflight issue."""
-    from retrain_ray.algorithms.api import compute_group_advantages
-    from retrain_ray.algorithms.modes import resolve_modes
-    from retrain_ray.algorithms.preflight import PROBE_GROUPS, PROBE_LAMBDA
-    from retrain_ray.algorithms.preflight import _probe_entropies as probe_entropies
-    from retrain_ray.run.preflight import PreflightError, backend_capabilities, check_run
-
     alg = cfg.algorithm
     report: dict[str, Any] = {"capabilities": backend_capabilities(cfg).__dict__, "probes": [], "issues": []}
     try:
@@ -146,6 +149,7 @@ def trace_main(argv: list[str]) -> int:
     parser.add_argument("config")
     parser.add_argument("--json", action="store_true")
     args, rest = parser.parse_known_args(argv)
+    # deferred: loads pydantic, which importing this module does not need
     from retrain_ray.config import ConfigError, load_config, parse_overrides
 
     try:

@@ -11,7 +11,9 @@ import argparse
 import sys
 from pathlib import Path
 
-from retrain_ray.campaign.plots import PLOT_METRICS
+from retrain_ray.campaign import CampaignResults
+from retrain_ray.campaign.plots import PLOT_METRICS, plot_metrics
+from retrain_ray.campaign.report import write_report
 
 DEFAULT_HTML_METRICS = ("mean_reward", "correct_rate", "loss", "kl", "eval_accuracy", "tokens_per_second",
                         "step_time")
@@ -34,9 +36,6 @@ def plot_main(argv: list[str]) -> int:
     if args.smooth < 1:
         print(f"--smooth {args.smooth}: must be >= 1", file=sys.stderr)
         return 2
-    from retrain_ray.campaign import CampaignResults
-    from retrain_ray.campaign.plots import plot_metrics
-
     try:
         results = CampaignResults.from_dir(args.campaign_dir)
     except FileNotFoundError as exc:
@@ -56,8 +55,6 @@ def plot_main(argv: list[str]) -> int:
     for path in written:
         print(path)
     if args.html:
-        from retrain_ray.campaign.report import write_report
-
         html_metrics = list(dict.fromkeys([*metrics, *DEFAULT_HTML_METRICS]))
         print(write_report(results, Path(args.campaign_dir) / "report.html", metrics=html_metrics,
                            smooth=args.smooth))

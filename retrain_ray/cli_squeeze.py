@@ -38,6 +38,7 @@ def _parser() -> argparse.ArgumentParser:
 def _settings(args: argparse.Namespace) -> tuple[str, SqueezeSettings]:
     path, settings = args.path, SqueezeSettings()
     if path.endswith(".toml"):
+        # deferred: loads pydantic, which importing this module does not need
         from retrain_ray.config import load_config
 
         cfg = load_config(path)
@@ -52,6 +53,7 @@ def _settings(args: argparse.Namespace) -> tuple[str, SqueezeSettings]:
 
 def squeeze_main(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
+    # deferred: loads pydantic, which importing this module does not need
     from retrain_ray.config import ConfigError
 
     try:

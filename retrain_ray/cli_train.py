@@ -7,12 +7,19 @@ they are the original's TrainConfig field names, parsed by `retrain_ray.config.o
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
+import shutil
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rich.console import Console
+
+from retrain_ray.finite import NonFiniteError
+from retrain_ray.progress import ProgressObserver
+from retrain_ray.rewards.custom import RewardTimeoutError
+from retrain_ray.run.preflight import PreflightError, check_run
 
 if TYPE_CHECKING:
     from retrain_ray.config.schema import RetrainConfig
@@ -35,6 +42,7 @@ _IMPORTED_AT = time.time()
 
 
 def _load(path: str, overrides: list[str]):
+    # deferred: loads pydantic, which importing this module does not need
     from retrain_ray.config import ConfigError, apply_overrides, load_config, parse_overrides
 
     try:
@@ -52,6 +60,7 @@ def _load(path: str, overrides: list[str]):
 
 def override_flags_help() -> str:
     """Every override flag, grouped by the TOML section it sets (the text after `train --help`)."""
+    # deferred: loads pydantic, which importing this module does not need
     from retrain_ray.config.fields import FIELD_INDEX
     from retrain_ray.config.overrides import ALIASES, TABLE_FLAGS
 
@@ -92,8 +101,6 @@ def _prepare_run_dir(run_dir: Path, *, resume: str | None, overwrite: bool) -> N
             highlight=False,
         )
         raise SystemExit(2)
-    import shutil
-
     shutil.rmtree(run_dir)
 
 
@@ -102,8 +109,6 @@ def train_main(argv: list[str]) -> int:
     if args.resume:
         rest = [*rest, "--resume", args.resume]
     cfg, _ = _load(args.config, rest)
-    from retrain_ray.run.preflight import PreflightError, check_run
-
     try:
         check_run(cfg)
     except PreflightError as exc:
@@ -113,7 +118,7 @@ def train_main(argv: list[str]) -> int:
     run_dir = Path(cfg.logging.log_dir)
     resume = cfg.resume.from_ or None  # `--resume DIR` or the file's `[resume] from`
     _prepare_run_dir(run_dir, resume=resume, overwrite=args.overwrite)
-    from retrain_ray.progress import ProgressObserver
+    # deferred: loads torch, which importing this module does not need
     from retrain_ray.run.checkpoint import load_state, resolve_resume_dir
     from retrain_ray.run.train import condition_of, train_run
     from retrain_ray.trackers import RunIdentity, build_trackers
@@ -128,9 +133,6 @@ def train_main(argv: list[str]) -> int:
     progress = None if args.quiet else ProgressObserver(cfg.training.max_steps, first, log_every=cfg.training.log_every)
     trackers = build_trackers(cfg, RunIdentity(run_dir.name, condition_of(cfg), cfg.training.seed), run_dir)
     started = time.perf_counter()
-    from retrain_ray.finite import NonFiniteError
-    from retrain_ray.rewards.custom import RewardTimeoutError
-
     try:
         outcome = train_run(
             cfg,
@@ -150,8 +152,7 @@ def train_main(argv: list[str]) -> int:
 
 def _squeeze_after(cfg: RetrainConfig, run_dir: Path) -> int:
     """`[squeeze]` in a run's file: squeeze its adapter (or `adapter_path`) into `<run_dir>/squeeze`."""
-    import dataclasses
-
+    # deferred: loads torch, which importing this module does not need
     from retrain_ray.squeeze import SqueezeError, SqueezeSettings, squeeze_adapter
 
     settings = SqueezeSettings.from_section(cfg.squeeze)

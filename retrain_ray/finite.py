@@ -33,6 +33,7 @@ def check_rewards(rewards: Sequence[float], completions: Sequence[str], reward_n
 
 def nonfinite_tensors(directory: Path, limit: int = 3) -> list[str]:
     """Names (file:tensor) of up to `limit` weight tensors under `directory` holding inf or NaN."""
+    # deferred: loads torch, which importing this module does not need
     import torch
     from safetensors import safe_open
 

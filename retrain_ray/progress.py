@@ -23,6 +23,7 @@ class ProgressObserver(RunObserver):
 
     def __init__(self, total_steps: int, first_step: int = 0, *, log_every: int = 1,
                  console: Console | None = None) -> None:
+        # deferred: loads pyarrow, which importing this module does not need
         from retrain_ray.logs import ConsoleObserver
 
         self.console = console or Console(stderr=True)

@@ -38,6 +38,7 @@ def is_transient(err: BaseException) -> bool:
     if isinstance(err, (TimeoutError, httpx.TimeoutException, httpx.TransportError)):
         return True
     try:
+        # deferred: tinker is an optional extra, imported only when used
         import tinker
 
         if isinstance(err, tinker.APIConnectionError):  # includes APITimeoutError

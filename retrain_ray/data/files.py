@@ -42,6 +42,7 @@ def _read_jsonl(path: Path) -> list[dict[str, Any]]:
 
 
 def _read_parquet(path: Path) -> list[dict[str, Any]]:
+    # deferred: loads pyarrow, which importing this module does not need
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -53,6 +54,7 @@ def _read_parquet(path: Path) -> list[dict[str, Any]]:
 
 def _columns(path: Path, rows: list[dict[str, Any]]) -> list[str]:
     if path.suffix in (".parquet", ".pq"):
+        # deferred: loads pyarrow, which importing this module does not need
         import pyarrow.parquet as pq
 
         try:

@@ -34,6 +34,7 @@ def load_math_examples(max_examples: int = 0) -> list[Example]:
     if _is_offline():
         raise DataUnavailableError(f"[data] source = \"math\" downloads {MATH_DATASET}, but HF_HUB_OFFLINE is set. {OFFLINE_HINT}")
     try:
+        # deferred: datasets is an optional extra, imported only when used
         import datasets
     except ImportError as exc:
         raise DataUnavailableError(

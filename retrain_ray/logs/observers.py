@@ -67,6 +67,7 @@ class ConsoleObserver(RunObserver):
     """Prints one compact line every `log_every` steps (and every eval) with rich."""
 
     def __init__(self, log_every: int = 1, console: Any = None, run_name: str = "") -> None:
+        # deferred: loads rich, which importing this module does not need
         from rich.console import Console
 
         if log_every < 1:

@@ -58,6 +58,7 @@ def how_to_get(repo_id: str, revision: str) -> str:
 
 def cached_snapshot(repo_id: str, revision: str = "") -> Path | None:
     """The cached snapshot folder holding `config.json` for (repo_id, revision), or None."""
+    # deferred: loads huggingface_hub, which importing this module does not need
     from huggingface_hub import try_to_load_from_cache
 
     found = try_to_load_from_cache(repo_id, "config.json", cache_dir=hub_cache_dir(), revision=revision or None)
@@ -66,6 +67,7 @@ def cached_snapshot(repo_id: str, revision: str = "") -> Path | None:
 
 def resolve_hub_model(repo_id: str, revision: str = "", *, local_files_only: bool = False) -> Path:
     """The snapshot folder of `repo_id` at `revision`, downloading it when allowed and missing."""
+    # deferred: loads huggingface_hub, which importing this module does not need
     from huggingface_hub import snapshot_download
     from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError
 
@@ -98,6 +100,7 @@ def hub_model_problem(repo_id: str, revision: str = "", *, local_files_only: boo
     offline = hub_offline(local_files_only)
     if offline:
         return _unavailable(repo_id, revision, offline=True)
+    # deferred: loads huggingface_hub, which importing this module does not need
     from huggingface_hub import HfApi
 
     try:

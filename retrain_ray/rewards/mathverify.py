@@ -26,6 +26,7 @@ _WORKER_CACHE: dict[str, Any] = {}
 
 
 def _parse(text: str, timeout_s: int) -> Any:
+    # deferred: math_verify is an optional extra, imported only when used
     from math_verify import parse
 
     return parse(boxed(text), parsing_timeout=timeout_s)
@@ -33,6 +34,7 @@ def _parse(text: str, timeout_s: int) -> Any:
 
 def score_pair(completion: str, reference: str, timeout_s: int, ref_cache: dict[str, Any]) -> float:
     """Score one pair in the calling thread (must be a main thread when timeout_s > 0)."""
+    # deferred: math_verify is an optional extra, imported only when used
     from math_verify import verify
 
     try:

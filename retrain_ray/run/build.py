@@ -7,9 +7,15 @@ from pathlib import Path
 
 import torch
 
+from retrain_ray.algorithms import RegexPlanningDetector, resolve_modes
+from retrain_ray.algorithms.plugins import is_dotted_path
 from retrain_ray.algorithms.sepa import SEPAController
 from retrain_ray.backends.types import Policy
-from retrain_ray.backpressure.types import BackPressureAdvisor
+from retrain_ray.backpressure.advisor import LocalAdvisor
+from retrain_ray.backpressure.types import BackPressureAdvisor, NoOpAdvisor
+from retrain_ray.data.loading import load_examples_from_config
+from retrain_ray.data.types import TaskData
+from retrain_ray.rewards import build_reward_from_config
 from retrain_ray.rewards.types import Reward
 from retrain_ray.run.loop import RunComponents
 from retrain_ray.run.rollout import PlanningDetector
@@ -30,11 +36,8 @@ def resolve_device(devices: str) -> str:
 
 
 def build_task(cfg):
-    from retrain_ray.algorithms.plugins import is_dotted_path
-    from retrain_ray.data.loading import load_examples_from_config
-    from retrain_ray.data.types import TaskData
-
     if is_dotted_path(cfg.data.source):
+        # deferred: loads pydantic, which importing this module does not need
         from retrain_ray.run.plugins import load_plugin_examples
 
         examples = load_plugin_examples(cfg)
@@ -45,14 +48,11 @@ def build_task(cfg):
 
 
 def build_reward(cfg) -> Reward:
-    from retrain_ray.algorithms.plugins import is_dotted_path
-
     if is_dotted_path(cfg.reward.type):
+        # deferred: loads pydantic, which importing this module does not need
         from retrain_ray.run.plugins import create_reward
 
         return create_reward(cfg)
-    from retrain_ray.rewards import build_reward_from_config
-
     return build_reward_from_config(cfg)
 
 
@@ -72,19 +72,15 @@ def build_planning(cfg, needs_planning: bool) -> PlanningDetector | None:
     if not needs_planning or detector in ("none", ""):
         return None
     if detector != "regex":
+        # deferred: loads pydantic, which importing this module does not need
         from retrain_ray.run.plugins import create_detector
 
         return create_detector(cfg)
-    from retrain_ray.algorithms import RegexPlanningDetector
-
     return RegexPlanningDetector.from_grams_text(cfg.logging.strategic_grams)
 
 
 def build_advisor(cfg) -> BackPressureAdvisor:
     """In-process USL control when `[backpressure] enabled`; otherwise the original's no-op defaults."""
-    from retrain_ray.backpressure.advisor import LocalAdvisor
-    from retrain_ray.backpressure.types import NoOpAdvisor
-
     return LocalAdvisor.from_config(cfg) if cfg.backpressure.enabled else NoOpAdvisor()
 
 
@@ -100,17 +96,21 @@ def build_policy(cfg, *, throttle=None, run_name: str = "run", cache_dir: Path |
     """
     device = resolve_device(cfg.backend.devices)
     if cfg.backend.backend == "tinker":
+        # deferred: loads rich, which importing this module does not need
         from retrain_ray.backends.tinker import build_tinker_policy
 
         return build_tinker_policy(cfg, throttle)
     if cfg.inference.engine in ("openai", "vllm", "sglang"):
+        # deferred: loads transformers, which importing this module does not need
         from retrain_ray.backends.local.openai_policy import build_openai_policy
 
         return build_openai_policy(cfg, throttle, adapter_name=run_name, device=device, cache_dir=cache_dir)
     if cfg.inference.engine == "vllm-embedded":
+        # deferred: loads transformers, which importing this module does not need
         from retrain_ray.backends.local.vllm_policy import build_vllm_policy
 
         return build_vllm_policy(cfg, device=device, cache_dir=cache_dir)
+    # deferred: loads transformers, which importing this module does not need
     from retrain_ray.backends.local import build_local_policy
 
     return build_local_policy(cfg, device=device, cache_dir=cache_dir)
@@ -123,8 +123,6 @@ def build_components(
     policy: Policy,
     advisor: BackPressureAdvisor | None = None,
 ) -> RunComponents:
-    from retrain_ray.algorithms import resolve_modes
-
     alg = cfg.algorithm
     modes = resolve_modes(alg.advantage_mode, alg.transform_mode, alg.algorithm_mode, alg.uncertainty_kind)
     task = build_task(cfg)

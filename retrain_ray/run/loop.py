@@ -29,6 +29,7 @@ from retrain_ray.backpressure.types import BackPressureAdvisor, Decision, StepOb
 from retrain_ray.data import next_batch
 from retrain_ray.data.types import Example
 from retrain_ray.engines.types import SamplingEngine, SamplingParams, WeightUpdate
+from retrain_ray.logs import select_generation_samples
 from retrain_ray.rewards.types import Reward
 from retrain_ray.run.checkpoint import CheckpointManager
 from retrain_ray.run.credit import CreditSettings, assign_credit, logical_batch_sha256
@@ -217,8 +218,6 @@ class RunLoop:
     def record_generations(self, step: int, groups: list[Group]) -> None:
         if not self.cfg.logging.log_generations:
             return
-        from retrain_ray.logs import select_generation_samples
-
         rows = select_generation_samples(
             step=step,
             run=self.run_name,

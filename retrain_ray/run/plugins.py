@@ -15,6 +15,7 @@ from typing import Any
 
 from retrain_ray.algorithms.plugins import load_callable, use_search_paths
 from retrain_ray.config.fields import FIELD_INDEX
+from retrain_ray.data.types import Example
 
 
 class OriginalConfigView:
@@ -38,8 +39,6 @@ def create_plugin(path: str, cfg: Any, kind: str) -> Any:
 
 def load_plugin_examples(cfg: Any) -> list:
     """`factory(config).load()` of a dotted `[data] source`, as our Examples."""
-    from retrain_ray.data.types import Example
-
     source = create_plugin(cfg.data.source, cfg, "[data] source")
     rows = source.load()
     examples = []

@@ -8,6 +8,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from retrain_ray.algorithms import preflight
+from retrain_ray.algorithms.plugins import is_dotted_path, load_callable, use_search_paths
+from retrain_ray.models.hub import model_problem
+
 if TYPE_CHECKING:  # explain imports this module: keep torch out of it
     from retrain_ray.backends.types import BackendCapabilities
 
@@ -22,6 +26,7 @@ class PreflightError(ValueError):
 
 def backend_capabilities(cfg) -> BackendCapabilities:
     """The flags of the configured backend, from the one registry (plugin hooks, conservative default)."""
+    # deferred: loads torch, which importing this module does not need
     from retrain_ray.backends.registry import capabilities_for
 
     return capabilities_for(cfg.backend.backend, cfg.backend.options)[0]
@@ -33,7 +38,7 @@ def engine_provides_entropy(cfg) -> bool:
 
 def backend_problems(cfg) -> list[str]:
     """A plugin backend whose module or hooks do not load, or whose options its schema does not know."""
-    from retrain_ray.algorithms.plugins import is_dotted_path
+    # deferred: loads torch, which importing this module does not need
     from retrain_ray.backends.registry import capabilities_for, plugin_option_schema
 
     name = cfg.backend.backend
@@ -49,8 +54,6 @@ def backend_problems(cfg) -> list[str]:
 
 
 def plugin_backend_refusal(cfg) -> list[str]:
-    from retrain_ray.algorithms.plugins import is_dotted_path
-
     if not is_dotted_path(cfg.backend.backend):
         return []
     return [f"preflight: backend.backend = {cfg.backend.backend!r}: training through a plugin backend is not "
@@ -60,8 +63,6 @@ def plugin_backend_refusal(cfg) -> list[str]:
 
 def plugin_problems(cfg) -> list[str]:
     """Dotted data/reward/detector plugins that do not import (factories are called only by the run)."""
-    from retrain_ray.algorithms.plugins import is_dotted_path, load_callable
-
     problems = []
     for kind, path in (("[data] source", cfg.data.source), ("[reward] type", cfg.reward.type),
                        ("[planning] detector", cfg.planning.detector)):
@@ -76,8 +77,6 @@ def plugin_problems(cfg) -> list[str]:
 def model_problems(configs) -> list[str]:
     """Why a run's model cannot be loaded here (not cached and not downloadable, no such folder), checked
     once per distinct model before anything starts. Only the local backend loads the model itself."""
-    from retrain_ray.models.hub import model_problem
-
     wanted = {(c.model.model, c.model.revision, bool(c.model.local_files_only))
               for c in configs if c.backend.backend == "local"}
     found = (model_problem(name, rev, local_files_only=lfo) for name, rev, lfo in sorted(wanted))
@@ -87,9 +86,6 @@ def model_problems(configs) -> list[str]:
 def run_problems(cfg, *, check_model: bool = True) -> list[str]:
     """Every reason one run's configuration cannot start (spec 1.3): plugins that do not import, a
     model that cannot be resolved, and the synthetic probe against the backend's capabilities."""
-    from retrain_ray.algorithms import preflight
-    from retrain_ray.algorithms.plugins import use_search_paths
-
     use_search_paths(cfg.plugins.search_paths)
     backend = backend_problems(cfg)
     if backend:  # the capability flags the probe needs are unknown
@@ -120,6 +116,7 @@ def check_run(cfg) -> None:
 def campaign_problems(cfg) -> list[str]:
     """Preflight of every condition of a campaign (or of a single run), all problems at once, each
     prefixed with its condition; models are checked once each. Runs in the driver, before Ray starts."""
+    # deferred: loads pydantic, which importing this module does not need
     from retrain_ray.config import expand_runs
 
     runs = expand_runs(cfg)

@@ -29,6 +29,7 @@ def _recorded_config(run_dir: Path) -> dict[str, Any] | None:
 def _max_steps(run_dir: Path, config_path: str | None) -> tuple[int | None, int]:
     """(max_steps, sft_warmup_steps) from --config or run_meta.json; (None, 0) when neither exists."""
     if config_path:
+        # deferred: loads pydantic, which importing this module does not need
         from retrain_ray.config import load_config
 
         cfg = load_config(config_path)

@@ -9,12 +9,15 @@ from typing import Any
 
 from retrain_ray.backends.types import Policy
 from retrain_ray.backpressure.types import BackPressureAdvisor
+from retrain_ray.logs import ArrowRunObserver, MultiObserver, read_stream, write_run_meta
+from retrain_ray.logs.stream import repair_torn_segments
 from retrain_ray.run.build import build_components, build_policy
 from retrain_ray.run.checkpoint import CheckpointManager, load_state, resolve_resume_dir, verify_checkpoint
 from retrain_ray.run.loop import RunLoop
 from retrain_ray.run.preflight import check_run
 from retrain_ray.run.state import TrainerState, engine_generators, restore_rng_state, seed_everything
 from retrain_ray.run.types import RunObserver, RunOutcome
+from retrain_ray.secrets import redact
 
 log = logging.getLogger(__name__)
 
@@ -26,8 +29,6 @@ def condition_of(cfg) -> str:
 
 
 def _fanout(run_dir: Path, run_name: str, observers: Sequence[RunObserver], local_logs: bool) -> RunObserver:
-    from retrain_ray.logs import ArrowRunObserver, MultiObserver
-
     local = [ArrowRunObserver(run_dir, run_name)] if local_logs else []
     return MultiObserver(*local, *observers)
 
@@ -73,9 +74,6 @@ def train_run(
     if checkpoint is not None and local_logs:
         checkpoint = rewind_past_torn_rows(run_dir, checkpoint)
     seed_everything(config.training.seed)
-    from retrain_ray.logs import write_run_meta
-    from retrain_ray.secrets import redact
-
     write_run_meta(run_dir, {"run_name": run_name, "condition": condition_of(config), "seed": config.training.seed,
                              "config": redact(config.model_dump(mode="json"))})
     observer = _fanout(run_dir, run_name, observers, local_logs)
@@ -95,9 +93,6 @@ def rewind_past_torn_rows(run_dir: Path, checkpoint: Path) -> Path | None:
     checkpoint past them would never write them again. The torn segments are cut back to their
     complete batches, and the run resumes from the newest valid checkpoint at or before the last
     logged step (None: from the start), so every step is logged once."""
-    from retrain_ray.logs import read_stream
-    from retrain_ray.logs.stream import repair_torn_segments
-
     if not repair_torn_segments(run_dir, "metrics"):
         return checkpoint
     steps = read_stream(run_dir)["step"].to_pylist() if (run_dir / "metrics.arrows").exists() else []

@@ -20,6 +20,7 @@ __all__ = [
 def __getattr__(name: str):
     """Ray Serve and FastAPI load only when the endpoint itself is asked for."""
     if name in ("start_inference_endpoint", "stop_inference_endpoint", "InferenceServer"):
+        # deferred: loads ray, which importing this module does not need
         from retrain_ray.serve import app
 
         return getattr(app, name)

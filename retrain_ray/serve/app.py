@@ -24,8 +24,11 @@ import time
 from typing import Any
 
 import httpx
+import torch
 from fastapi import FastAPI, HTTPException, Request
 from ray import serve
+
+from retrain_ray.serve.core import CompletionServer
 
 LOOPBACK = frozenset({"127.0.0.1", "localhost", "::1"})
 READY_TIMEOUT_S = 120.0
@@ -44,10 +47,8 @@ class InferenceServer:
 
     def __init__(self, model: str, model_name: str, device: str, request_delay_s: float, cache_dir: str | None,
                  fault_rate: float = 0.0, fault_stall_s: float = 0.0, fault_after: int = 0) -> None:
-        import torch
-
+        # deferred: loads transformers, which importing this module does not need
         from retrain_ray.models import load_model_and_tokenizer
-        from retrain_ray.serve.core import CompletionServer
 
         torch.set_num_threads(1)
         net, tokenizer = load_model_and_tokenizer(model, cache_dir=cache_dir, device=device)

@@ -133,6 +133,7 @@ class CompletionServer:
         return {"lora_name": spec.lora_name, "version": spec.version}
 
     def _fresh_model(self, spec: AdapterSpec) -> torch.nn.Module:
+        # deferred: loads transformers, which importing this module does not need
         from retrain_ray.backends.local.finetune import prepare_trainable
 
         model = prepare_trainable(copy.deepcopy(self.base), spec.finetune, spec.lora)
