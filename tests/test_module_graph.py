@@ -1,12 +1,15 @@
 """The import graph of retrain_ray has no cycle, at module or sub-package level.
 
 Imports inside functions count (a lazy import hides a cycle, it does not remove it);
-imports under ``if TYPE_CHECKING:`` do not (they never run).
+imports under ``if TYPE_CHECKING:`` do not (they never run). An import stays inside a function
+only to defer a heavy or optional library, and a comment on its line or the line above says so.
 """
 
 from __future__ import annotations
 
 import ast
+import io
+import tokenize
 from pathlib import Path
 
 import retrain_ray
@@ -141,3 +144,54 @@ def test_no_module_import_cycle() -> None:
 def test_no_subpackage_import_cycle() -> None:
     cycle = find_cycle(package_graph(module_graph()))
     assert cycle is None, "sub-package import cycle: " + " -> ".join(cycle or [])
+
+
+def _function_level_imports(tree: ast.AST) -> list[ast.Import | ast.ImportFrom]:
+    found: list[ast.Import | ast.ImportFrom] = []
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            found += [n for n in _runtime_imports(node) if isinstance(n, (ast.Import, ast.ImportFrom))]
+    return list({(n.lineno, n.col_offset): n for n in found}.values())  # nested functions: once
+
+
+def _comment_lines(source: str) -> set[int]:
+    tokens = tokenize.generate_tokens(io.StringIO(source).readline)
+    return {tok.start[0] for tok in tokens if tok.type == tokenize.COMMENT}
+
+
+def uncommented_function_level_imports() -> list[str]:
+    """`file:line: import ...` for each import inside a function with no comment on its own lines nor a
+    comment line right above it; a comment line above a block of consecutive imports covers the block."""
+    bare = []
+    for path in sorted(discover_modules().values()):
+        source = path.read_text()
+        comments = _comment_lines(source)
+        lines = source.splitlines()
+        covered_until = 0  # last line of the latest commented import (a block continues from it)
+        for node in sorted(_function_level_imports(ast.parse(source, str(path))), key=lambda n: n.lineno):
+            end = node.end_lineno or node.lineno
+            above = lines[node.lineno - 2].strip() if node.lineno > 1 else ""
+            if comments & set(range(node.lineno, end + 1)) or above.startswith("#") or covered_until == node.lineno - 1:
+                covered_until = end
+            else:
+                bare.append(f"{path.relative_to(ROOT.parent)}:{node.lineno}: {lines[node.lineno - 1].strip()}")
+    return sorted(bare)
+
+
+def test_function_level_import_check_sees_comments_on_the_line_or_above(tmp_path, monkeypatch) -> None:
+    source = ("def f():\n    # heavy\n    import torch\n    import peft\n\n    import json\n"
+              "    import ray  # optional\n    if x:  # about x\n        import os\n")
+    assert sorted(n.lineno for n in _function_level_imports(ast.parse(source))) == [3, 4, 6, 7, 9]
+    assert _comment_lines(source) == {2, 7, 8}
+    (tmp_path / "m.py").write_text(source)
+    monkeypatch.setattr(f"{__name__}.discover_modules", lambda: {"m": tmp_path / "m.py"})
+    monkeypatch.setattr(f"{__name__}.ROOT", tmp_path / "pkg")
+    assert uncommented_function_level_imports() == ["m.py:6: import json", "m.py:9: import os"]
+
+
+def test_every_function_level_import_says_why_it_is_deferred() -> None:
+    bare = uncommented_function_level_imports()
+    assert not bare, (
+        "imports inside functions need a comment (on the line or the line above) saying why they are "
+        "deferred (a heavy or optional library); cheap ones belong at the top of the module:\n"
+        + "\n".join(bare))

@@ -17,6 +17,7 @@ from typing import Any
 
 import torch
 
+from retrain_ray.run.checkpoint import CheckpointManager
 from retrain_ray.squeeze.adapter import AdapterError, read_adapter, write_adapter
 from retrain_ray.squeeze.analysis import (
     compress_layer,
@@ -76,8 +77,6 @@ def find_adapter(path: Path) -> Path:
         return path
     if (path / "adapter" / "adapter_config.json").is_file():
         return path / "adapter"
-    from retrain_ray.run.checkpoint import CheckpointManager
-
     checkpoint = CheckpointManager(path, keep_last=0).latest_valid()
     if checkpoint is not None and (checkpoint / "adapter" / "adapter_config.json").is_file():
         return checkpoint / "adapter"

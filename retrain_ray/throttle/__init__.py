@@ -29,6 +29,7 @@ __all__ = [
 def __getattr__(name: str):
     """The clients import Ray; load them only when asked, so the algorithm stays importable alone."""
     if name in ("NoThrottle", "ThrottleClient"):
+        # deferred: loads ray, which importing this module does not need
         from retrain_ray.throttle import client
 
         return getattr(client, name)

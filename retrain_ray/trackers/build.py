@@ -6,8 +6,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from retrain_ray.logs.types import RunObserver
+from retrain_ray.secrets import redact
 from retrain_ray.trackers.identity import RunIdentity
+from retrain_ray.trackers.mlflow_tracker import MlflowTracker
 from retrain_ray.trackers.requirements import missing_trackers
+from retrain_ray.trackers.tensorboard_tracker import TensorBoardTracker
+from retrain_ray.trackers.wandb_tracker import WandbTracker
 
 if TYPE_CHECKING:
     from retrain_ray.config.schema import RetrainConfig
@@ -32,16 +36,10 @@ def build_trackers(cfg: RetrainConfig, identity: RunIdentity, run_dir: Path, *,
     trackers: list[RunObserver] = []
     try:
         if lg.wandb_project:
-            from retrain_ray.trackers.wandb_tracker import WandbTracker
-
             trackers.append(WandbTracker(cfg, identity, run_dir, config))
         if lg.mlflow_tracking_uri:
-            from retrain_ray.trackers.mlflow_tracker import MlflowTracker
-
             trackers.append(MlflowTracker(cfg, identity, config, mlflow_experiment_id))
         if lg.tensorboard:
-            from retrain_ray.trackers.tensorboard_tracker import TensorBoardTracker
-
             trackers.append(TensorBoardTracker(identity, run_dir))
     except BaseException:
         for started in trackers:  # one tracker failed to start: close the ones already open
@@ -51,6 +49,4 @@ def build_trackers(cfg: RetrainConfig, identity: RunIdentity, run_dir: Path, *,
 
 def _config_record(cfg: RetrainConfig) -> dict[str, Any]:
     """The run's whole config with secrets redacted (what the manifest stores)."""
-    from retrain_ray.secrets import redact
-
     return redact(cfg.model_dump(mode="json"))

@@ -29,6 +29,7 @@ KEY_TAG = "retrain_ray.key"
 
 
 def _client(cfg: RetrainConfig) -> Any:
+    # deferred: mlflow is an optional extra, imported only when used
     from mlflow import MlflowClient
 
     uri = cfg.logging.mlflow_tracking_uri
@@ -81,6 +82,7 @@ class MlflowTracker(RunObserver):
         return run.info.run_id
 
     def _log(self, row: Mapping[str, Any], prefix: str) -> None:
+        # deferred: mlflow is an optional extra, imported only when used
         from mlflow.entities import Metric
 
         now_ms = int(time.time() * 1000)

@@ -19,6 +19,7 @@ SUBDIR = "tensorboard"
 
 class TensorBoardTracker(RunObserver):
     def __init__(self, identity: RunIdentity, run_dir: Path) -> None:
+        # deferred: loads torch, which importing this module does not need
         from torch.utils.tensorboard import SummaryWriter
 
         self.writer = SummaryWriter(log_dir=str(Path(run_dir) / SUBDIR))

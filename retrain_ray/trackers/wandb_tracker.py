@@ -28,6 +28,7 @@ log = logging.getLogger(__name__)
 
 class WandbTracker(RunObserver):
     def __init__(self, cfg: RetrainConfig, identity: RunIdentity, run_dir: Path, config: Mapping[str, Any]) -> None:
+        # deferred: wandb is an optional extra, imported only when used
         import wandb
 
         lg = cfg.logging
