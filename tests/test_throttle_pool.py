@@ -98,6 +98,12 @@ class Holders:
             ray.get(self.gauge.exit.remote(len(leases)), timeout=60)
         return len(leases)
 
+    def hold_once_then_release_idle(self, client: str) -> None:
+        throttle = ThrottleClient(self.handle, client, timeout_s=120, lease_ttl_s=TTL_S)
+        with throttle.hold():
+            pass
+        throttle.release_idle()  # what a campaign trial does when its run ends
+
     def hold_forever(self, client: str) -> None:
         with ThrottleClient(self.handle, client, timeout_s=120, lease_ttl_s=TTL_S).hold():
             threading.Event().wait(600)
@@ -179,3 +185,13 @@ def test_a_batch_gets_all_its_slots_at_once_while_processes_pool_theirs(ray_4cpu
     assert all(grants[f"engine-{i}"] == 1 for i in range(3))
     for proc in (pooled, batcher):
         ray.kill(proc)
+
+
+def test_release_idle_gives_the_process_idle_slots_back_at_once(ray_4cpu_4gpu):
+    """A run that ends gives its idle pooled slot back before its process may exit (not after the TTL)."""
+    handle, gauge = _throttle(capacity=2), Gauge.remote()
+    proc = Holders.remote(handle, gauge)
+    ray.get(proc.hold_once_then_release_idle.remote("run-1"), timeout=120)
+    stats = _stats(handle)  # no wait: the slot is back when the call returns
+    assert (stats.in_flight, stats.granted, stats.released, stats.expired) == (0, 1, 1, 0)
+    ray.kill(proc)

@@ -89,18 +89,23 @@ def _observers(ctx: TrialContext, plan: RunPlan, reporter: TuneReporter) -> list
 def _run(ctx: TrialContext, plan: RunPlan, resume_from: Path | None) -> Any:
     reporter = TuneReporter()
     runner = resolve_runner(ctx.runner)
-    with split_policy(ctx, plan) as policy:
-        outcome = runner(
-            plan.config,
-            run_name=plan.run_name,
-            run_dir=plan.work_dir,
-            observers=_observers(ctx, plan, reporter),
-            advisor=ctx.control.advisor_for(plan.run_name),
-            throttle=ctx.control.throttle_for(plan.run_name),
-            resume_from=resume_from,
-            policy=policy,
-            local_logs=False,
-        )
+    throttle = ctx.control.throttle_for(plan.run_name)
+    try:
+        with split_policy(ctx, plan) as policy:
+            outcome = runner(
+                plan.config,
+                run_name=plan.run_name,
+                run_dir=plan.work_dir,
+                observers=_observers(ctx, plan, reporter),
+                advisor=ctx.control.advisor_for(plan.run_name),
+                throttle=throttle,
+                resume_from=resume_from,
+                policy=policy,
+                local_logs=False,
+            )
+    finally:
+        if throttle is not None:  # the pool's idle slots go back before this process may exit
+            throttle.release_idle()
     return outcome, reporter
 
 

@@ -128,6 +128,15 @@ class Channel:
             time.sleep(0)
         return None
 
+    def release_idle(self) -> Future | None:
+        """Give every idle slot back now; the ack of that call, or None when none was idle."""
+        with self._cond:
+            if not self._idle:
+                return None
+            slots = list(self._idle.values())
+            self._idle.clear()
+            return self._give_back([slot.lease for slot in slots], Future())
+
     def forget(self, future: Future) -> Future | None:
         """The caller stopped waiting for `future`; returns the ack of withdrawing its surplus asks."""
         with self._cond:

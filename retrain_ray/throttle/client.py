@@ -86,6 +86,16 @@ class ThrottleClient:
         finally:
             await self._release_async(leases)
 
+    def release_idle(self) -> None:
+        """Give this process's idle pooled slots back now, e.g. when a run ends (its process may exit
+        before they would idle out, and would then keep them until the lease TTL). Never raises."""
+        ack = channel(self._actor).release_idle()
+        try:
+            if ack is not None:
+                ack.result(timeout=RPC_TIMEOUT_S)
+        except Exception as err:  # the slots then come back after the lease TTL
+            log.warning("throttle: idle slots of %s not given back at once: %s", self.holder, err)
+
     def _wait_s(self, count: int) -> float:
         """A single slot times out here; a batch's ThrottleTimeout comes from the actor (plus slack)."""
         return self.timeout_s if count == 1 else self.timeout_s + RPC_TIMEOUT_S
