@@ -154,6 +154,32 @@ def test_roofline_hint_uses_consistent_units():
     assert ctl.regime == "memory_bound"
 
 
+def test_peak_gflops_turns_the_roofline_on_with_the_models_flops_per_token():
+    """builtin:tiny: 6·N FLOP/token with N its real parameter count; lambda·C(10) ~ 580 tokens/s, so about
+    1.19e9 FLOP/s: compute_bound against a 1 GFLOP/s roof (ratio ~1.19 > 0.7), memory_bound against 10."""
+    from transformers import AutoModelForCausalLM
+
+    from retrain_ray.backpressure.settings import BackPressureSettings
+    from retrain_ray.config import RetrainConfig
+    from retrain_ray.models.loading import resolve_model_path
+
+    n = sum(p.numel() for p in AutoModelForCausalLM.from_pretrained(resolve_model_path("builtin:tiny")).parameters())
+
+    def cfg(**bp):
+        return RetrainConfig.model_validate({"model": {"model": "builtin:tiny"}, "backpressure": {"warmup_steps": 0, **bp}})
+
+    assert USLController.from_config(cfg()).flops_per_token == 0.0  # hint off by default
+    assert BackPressureSettings.from_config(cfg(peak_gflops=1.0)).controller().flops_per_token == 6.0 * n
+    regimes = []
+    for peak in (1.0, 10.0):
+        ctl = USLController.from_config(cfg(peak_gflops=peak))
+        assert ctl.flops_per_token == 6.0 * n
+        for p in (4, 8, 15, 10):
+            _feed(ctl, p, 0.05, 0.0005)
+        regimes.append(ctl.regime)
+    assert regimes == ["compute_bound", "memory_bound"]
+
+
 @pytest.mark.parametrize("kwargs", [
     {"warmup_steps": -1}, {"ema_decay": 1.5}, {"ema_decay": -0.1}, {"throttle_margin": 0.0},
     {"throttle_margin": 1.2}, {"increase_margin": 0.0}, {"min_batch_size": 0},

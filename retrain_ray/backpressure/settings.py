@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from retrain_ray.backpressure.pooled import PooledController
-from retrain_ray.backpressure.usl import USLController
+from retrain_ray.backpressure.usl import USLController, roofline_flops_per_token
 
 if TYPE_CHECKING:
     from retrain_ray.config.schema import RetrainConfig
@@ -38,12 +38,14 @@ class BackPressureSettings:
     pooled_sweep_drop: float = 0.05
     pooled_probe_every: int = 16
     pooled_keep_rounds: int = 8
+    flops_per_token: float = 0.0  # the roofline hint's, derived from the model (usl.roofline_flops_per_token)
 
     @classmethod
     def from_config(cls, cfg: RetrainConfig, **overrides: Any) -> BackPressureSettings:
         bp = cfg.backpressure
         names = {f.name for f in dataclasses.fields(cls)}
         values = {n: getattr(bp, n) for n in names if hasattr(bp, n)}
+        values["flops_per_token"] = roofline_flops_per_token(cfg)
         values.update(overrides)
         return cls(**values)
 
@@ -52,7 +54,7 @@ class BackPressureSettings:
             warmup_steps=self.warmup_steps, ema_decay=self.ema_decay,
             throttle_margin=self.throttle_margin, increase_margin=self.increase_margin,
             min_batch_size=self.min_batch_size, max_batch_size=self.max_batch_size,
-            peak_gflops=self.peak_gflops, peak_bw_gb_s=self.peak_bw_gb_s,
+            peak_gflops=self.peak_gflops, peak_bw_gb_s=self.peak_bw_gb_s, flops_per_token=self.flops_per_token,
         )
 
     def pooled_controller(self, resource: str) -> PooledController:

@@ -12,11 +12,12 @@ to [min_bs·min_gs, max_bs·max_gs]; retrograde -> "throttle" to int(safe/gs); p
 
 Departures from the original, deliberate:
 - Roofline hint. The original compares the unitless C(p) with peak_gflops·1e9, so it is always
-  "memory_bound". Here it is active only when `peak_gflops > 0` and `flops_per_token > 0` (a new
-  keyword): the predicted compute rate lambda·C(p) tokens/s × flops_per_token is compared with
-  peak_gflops·1e9 FLOP/s; > 0.7 of peak is "compute_bound", below "memory_bound". `peak_bw_gb_s` is
-  accepted and kept for the record but unused (it was only an enable flag in the original). With the
-  defaults (all 0) the branch is off, as in the original.
+  "memory_bound". Here it is active when `peak_gflops > 0`, and `from_config` derives `flops_per_token`
+  = 6·N of the run's model (models/flops.py): the predicted compute rate lambda·C(p) tokens/s ×
+  flops_per_token FLOP/token is compared with peak_gflops·1e9 FLOP/s; > 0.7 of peak is
+  "compute_bound", below "memory_bound". `peak_bw_gb_s` is refused at load (config/unimplemented.py):
+  the memory roof needs bytes moved per token, which is not measured. With the default 0 the branch is
+  off, as in the original.
 - Before the first fit lambda is 0, not the original's placeholder 1.0: the regime stays "optimal",
   utilization 1.0 and the action "hold" until a model exists (the original derives labels, and can
   throttle, from lambda = 1; docs/backpressure.md).
@@ -54,6 +55,17 @@ def _clamp_int(v: Any, lo: int, hi: int) -> int:
     except (TypeError, ValueError):
         i = 1
     return max(lo, min(hi, i))
+
+
+def roofline_flops_per_token(cfg: RetrainConfig) -> float:
+    """FLOPs per trained token of the run's model when `[backpressure] peak_gflops` turns the roofline
+    hint on (6·N, models/flops.py); 0 (hint off) otherwise."""
+    if cfg.backpressure.peak_gflops <= 0.0:
+        return 0.0
+    # deferred: builds the model's architecture with transformers, needed only when the hint is on
+    from retrain_ray.models.flops import train_flops_per_token
+
+    return train_flops_per_token(cfg.model.model, revision=cfg.model.revision)
 
 
 class USLController:
@@ -99,6 +111,7 @@ class USLController:
             warmup_steps=bp.warmup_steps, ema_decay=bp.ema_decay, throttle_margin=bp.throttle_margin,
             increase_margin=bp.increase_margin, min_batch_size=bp.min_batch_size,
             max_batch_size=bp.max_batch_size, peak_gflops=bp.peak_gflops, peak_bw_gb_s=bp.peak_bw_gb_s,
+            flops_per_token=roofline_flops_per_token(cfg),
         )
 
     def observe(self, step_time_s: float, batch_size: int, group_size: int, total_tokens: int,
