@@ -22,6 +22,7 @@ import json
 import sys
 from typing import Any
 
+from retrain_ray.actors.placement import mode_for_gpus
 from retrain_ray.config import (
     ConfigError,
     RetrainConfig,
@@ -47,9 +48,13 @@ def capabilities(cfg: RetrainConfig) -> dict[str, Any]:
 
 
 def resources_per_run(cfg: RetrainConfig) -> dict[str, Any]:
-    """CPUs, GPUs and placement of one run, from `backend.devices` (tinker needs no local GPU)."""
-    gpus = 0 if cfg.backend.backend == "tinker" else gpu_count(cfg.backend.devices)
-    placement = {0: "cpu", 1: "single"}.get(gpus, "split")
+    """CPUs, GPUs and placement of one run, from `backend.devices` as the registry places it (a remote
+    backend such as tinker needs no local GPU): the campaign plan places runs the same way."""
+    # deferred: the registry loads the plugin machinery, which importing this module does not need
+    from retrain_ray.backends.registry import placement_devices
+
+    gpus = gpu_count(placement_devices(cfg.backend.backend, cfg.backend.devices))
+    placement = mode_for_gpus(gpus)
     cpus = cfg.campaign.cpus_per_run if cfg.campaign is not None else 1.0
     return {"cpus": cpus, "gpus": gpus, "placement": placement}
 

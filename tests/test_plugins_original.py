@@ -134,6 +134,26 @@ def test_plugin_backend_capabilities_come_from_its_hooks_for_explain_and_preflig
         check_run(bad_option)
 
 
+
+@pytest.mark.parametrize(("backend", "gpus"), [("local", 1), ("tinker", 0), ("orig_backend.Declared", 1)])
+def test_explain_and_the_campaign_plan_place_a_run_alike(plugin_dir, backend, gpus):
+    """One registry (backends/registry.placement_devices): a remote backend holds no local GPU, a built-in
+    local or plugin backend holds what backend.devices asks, in `explain` and in the campaign's placement."""
+    from retrain_ray.actors.placement import placement_for
+    from retrain_ray.campaign.plan import build_plan
+    from retrain_ray.cli_explain import resources_per_run
+
+    (plugin_dir / "plugins" / "orig_backend.py").write_text(textwrap.dedent(BACKEND_PLUGIN))
+    cfg = RetrainConfig.model_validate({
+        **_cfg(plugin_dir).model_dump(), "backend": {"backend": backend, "devices": "gpu:0"},
+        "campaign": {"seeds": [1], "conditions": [{"advantage_mode": "grpo", "transform_mode": "none"}]}})
+    explained = resources_per_run(cfg)
+    run = build_plan(cfg, root=plugin_dir).runs[0]
+    placement, _ = placement_for(run.devices, cpus_per_run=1.0, cluster_gpus=1.0)
+    assert explained["gpus"] == placement.num_gpus == gpus
+    assert explained["placement"] == placement.mode
+
+
 MARKER = '''
 from pathlib import Path
 
@@ -141,10 +161,13 @@ Path(__file__).with_name("imported_" + Path(__file__).stem).write_text("x")
 '''
 
 
-def test_a_config_imports_only_the_plugin_modules_it_names(plugin_dir):
+def test_a_config_imports_only_the_plugin_modules_it_names(plugin_dir, monkeypatch):
     """Other modules in ./plugins, in the working directory, and ones named like stdlib modules stay
     unimported through loading, preflight and building the data source and reward."""
     import sys
+
+    for name in [m for m in sys.modules if m.startswith(("plugins", "orig_"))]:  # earlier tests' imports
+        monkeypatch.delitem(sys.modules, name)
 
     from retrain_ray.config import load_config
     from retrain_ray.run.plugins import create_reward, load_plugin_examples

@@ -31,12 +31,20 @@ BUILTIN_CAPABILITIES: dict[str, BackendCapabilities] = {
                                   supports_checkpoint_resume=True, resume_runtime_dependent=True,
                                   checkpoint_resume_mode="exact"),
 }
+REMOTE_BACKENDS = frozenset({"tinker"})
+"""Backends that train on a remote service: a run of one holds no local GPU, whatever `backend.devices` says."""
 PLUGIN_DEFAULT_CAPABILITIES = BackendCapabilities(preserves_token_advantages=False,
                                                   checkpoint_resume_mode="adapter_only")
 PLUGIN_HOOKS = {
     "capabilities": ["retrain_backend_capabilities", "RETRAIN_BACKEND_CAPABILITIES"],
     "option_schema": ["retrain_backend_option_schema", "RETRAIN_BACKEND_OPTION_SCHEMA"],
 }
+
+
+def placement_devices(backend: str, devices: str) -> str:
+    """The `backend.devices` a run is placed with: "cpu" for a remote backend, else `devices` (built-in
+    local and plugin backends train in the run's process). `explain` and the campaign plan both read it."""
+    return "cpu" if backend in REMOTE_BACKENDS else devices
 
 
 def _hook(path: str, names: list[str]) -> Any:

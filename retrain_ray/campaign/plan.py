@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow.fs
 
 from retrain_ray.actors.placement import Placement, parse_devices
+from retrain_ray.backends.registry import placement_devices
 from retrain_ray.config.matrix import expand_runs
 from retrain_ray.run.preflight import model_problems
 
@@ -138,7 +139,7 @@ def _schedule(config: Any, num_runs: int) -> tuple[Schedule, list[str]]:
 
 
 def _run_plan(spec: Any, campaign_dir: Path) -> tuple[RunPlan | None, list[str]]:
-    devices = spec.config.backend.devices
+    devices = placement_devices(spec.config.backend.backend, spec.config.backend.devices)
     try:
         parse_devices(devices)
     except ValueError as exc:
