@@ -95,7 +95,7 @@ def _print_backends(catalog: dict[str, Any]) -> None:
     table = Table(title="training backends")
     for col in ("backend", "source", *flags, "dependencies", "options"):
         table.add_column(col, overflow="fold")
-    rows: list[tuple[str, str, Any, list[str], int | str]] = [(n, b["source"], b["capabilities"], b["dependencies"], len(b["option_schema"]))
+    rows: list[tuple[str, str, Any, list[dict[str, Any]], int | str]] = [(n, b["source"], b["capabilities"], b["dependencies"], len(b["option_schema"]))
             for n, b in catalog["backends"].items()]
     rows.append(("<dotted path>", "plugin/default", catalog["plugin"]["default_capabilities"], [], "unchecked"))
     for name, source, caps, deps, options in rows:

@@ -61,7 +61,7 @@ class ProgressObserver(RunObserver):
             status = f"reward {reward:.3f}  correct {correct:.2f}  {row['tokens_per_second']:.0f} tok/s"
         if self._lines is not None:
             self._lines.on_step(row)
-        else:
+        elif self._progress is not None:
             self._progress.update(self._task, completed=step + 1, status=status)
 
     def on_eval(self, row, **info: Any) -> None:

@@ -40,7 +40,7 @@ def _at_fraction(hist: pd.DataFrame, metric: str, fraction: float) -> float:
     rows = hist.dropna(subset=[metric])
     target = fraction * float(rows["step"].max())
     nearest = (rows["step"] - target).abs().idxmin()
-    return float(rows.loc[nearest, metric])
+    return float(rows[metric].loc[nearest])
 
 
 def summarize_side(histories: list[pd.DataFrame], label: str) -> dict[str, Any]:

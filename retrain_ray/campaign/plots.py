@@ -63,8 +63,9 @@ def seed_bands(long: pd.DataFrame, column: str, *, smooth: int = 1) -> pd.DataFr
         n = wide.notna().sum(axis=1)
         mean, std = wide.mean(axis=1), wide.std(axis=1, ddof=1)
         half = [t95(int(k) - 1) * s / math.sqrt(k) if k >= 2 else float("nan") for k, s in zip(n, std, strict=True)]
-        frame = pd.DataFrame({"condition": condition, "step": wide.index, "mean": mean.values,
-                              "low": mean.values - half, "high": mean.values + half, "n": n.values})
+        centre = mean.to_numpy(dtype=float)
+        frame = pd.DataFrame({"condition": condition, "step": wide.index, "mean": centre,
+                              "low": centre - half, "high": centre + half, "n": n.values})
         out.append(frame)
     columns = ["condition", "step", "mean", "low", "high", "n"]
     return pd.concat(out, ignore_index=True)[columns] if out else pd.DataFrame(columns=columns)

@@ -78,19 +78,19 @@ def _default_conditions() -> list[CampaignCondition]:
 
 class CampaignSection(Section):
     seeds: IntList = Field(default_factory=lambda: list(DEFAULT_SEEDS), min_length=1)
-    max_steps: Int = Field(500, gt=0)
+    max_steps: Int = Field(default=500, gt=0)
     """Steps of every run. Defaults to 500 and REPLACES [training].max_steps (spec hazard 13.4)."""
     parallel: Bool = False
-    max_workers: Int = Field(0, ge=0)
-    stagger_seconds: Float = Field(0.0, ge=0.0)
+    max_workers: Int = Field(default=0, ge=0)
+    stagger_seconds: Float = Field(default=0.0, ge=0.0)
     summary_script: str = ""
     summary_args: StrList = Field(default_factory=list)
     conditions: list[CampaignCondition] = Field(default_factory=_default_conditions, min_length=1)
     # ours
     name: str = ""
-    max_failures: Int = Field(2, ge=0)
-    cpus_per_run: Float = Field(1.0, gt=0.0)
-    trial_start_timeout_s: Float = Field(600.0, gt=0.0)
+    max_failures: Int = Field(default=2, ge=0)
+    cpus_per_run: Float = Field(default=1.0, gt=0.0)
+    trial_start_timeout_s: Float = Field(default=600.0, gt=0.0)
     # GPU runs on a cluster without GPUs: false (default) waits for the autoscaler (or is an error on a
     # Ray this driver started); true runs them on CPU instead, with a warning.
     cpu_fallback: Bool = False
@@ -123,9 +123,9 @@ class SqueezeSection(Section):
     """LoRA-Squeeze settings (spec 5.4): accepted and parsed; 0 / "" mean "infer" or "off"."""
 
     adapter_path: str = ""
-    source_rank: Int = Field(0, ge=0)
+    source_rank: Int = Field(default=0, ge=0)
     target_ranks: IntList = Field(default_factory=list)
-    min_variance_retention: Float = Field(0.95, gt=0.0, le=1.0)
+    min_variance_retention: Float = Field(default=0.95, gt=0.0, le=1.0)
     output_path: str = ""
-    compress_to: Int = Field(0, ge=0)
+    compress_to: Int = Field(default=0, ge=0)
     device: str = "cpu"

@@ -32,7 +32,7 @@ class InferenceSection(Section):
     dtype: str = "auto"
     kv_cache_dtype: str = "auto"
     prefix_caching: Bool = True
-    max_concurrent: Int = Field(4, gt=0)  # ours: shared endpoint throttle capacity
+    max_concurrent: Int = Field(default=4, gt=0)  # ours: shared endpoint throttle capacity
     one_step_off: Bool = False  # ours
     # ours: more vLLM engine arguments for engine = "vllm-embedded" (e.g. max_model_len, gpu_memory_utilization)
     engine_args: Table = Field(default_factory=dict)
@@ -47,16 +47,16 @@ class InferenceSection(Section):
 
 class BackpressureSection(Section):
     enabled: Bool = False
-    warmup_steps: Int = Field(10, ge=0)
-    ema_decay: Float = Field(0.9, ge=0.0, lt=1.0)
-    throttle_margin: Float = Field(0.85, gt=0.0, le=1.0)
-    increase_margin: Float = Field(0.5, gt=0.0, le=1.0)
-    min_batch_size: Int = Field(1, ge=1)
-    max_batch_size: Int = Field(64, ge=1)
-    peak_gflops: Float = Field(0.0, ge=0.0)
-    peak_bw_gb_s: Float = Field(0.0, ge=0.0)
+    warmup_steps: Int = Field(default=10, ge=0)
+    ema_decay: Float = Field(default=0.9, ge=0.0, lt=1.0)
+    throttle_margin: Float = Field(default=0.85, gt=0.0, le=1.0)
+    increase_margin: Float = Field(default=0.5, gt=0.0, le=1.0)
+    min_batch_size: Int = Field(default=1, ge=1)
+    max_batch_size: Int = Field(default=64, ge=1)
+    peak_gflops: Float = Field(default=0.0, ge=0.0)
+    peak_bw_gb_s: Float = Field(default=0.0, ge=0.0)
     pooled: Bool = True  # ours
-    error_cut: Float = Field(0.5, gt=0.0)  # ours
+    error_cut: Float = Field(default=0.5, gt=0.0)  # ours
 
 
 class PlanningSection(Section):
@@ -73,13 +73,13 @@ class PlanningSection(Section):
 class DataSection(Section):
     source: str = "math"
     task: str = "first_digit"  # ours (the rest of this section too)
-    level: Int = Field(1, ge=1)
+    level: Int = Field(default=1, ge=1)
     path: str = ""
     prompt_column: str = "prompt"
     reference_column: str = "reference"
     eval_path: str = ""
-    num_examples: Int = Field(512, gt=0)
-    num_eval_examples: Int = Field(64, ge=0)
+    num_examples: Int = Field(default=512, gt=0)
+    num_eval_examples: Int = Field(default=64, ge=0)
 
     @field_validator("source")
     @classmethod
@@ -94,8 +94,8 @@ class EnvironmentSection(Section):
     """A JSON object as text; a TOML table here is JSON-dumped on load (as the original does)."""
     max_turns: Int = -1
     auto_install: Bool = False
-    rollout_env_workers: Int = Field(1, ge=1)
-    rollout_buffer_size: Int = Field(0, ge=0)
+    rollout_env_workers: Int = Field(default=1, ge=1)
+    rollout_buffer_size: Int = Field(default=0, ge=0)
 
     @field_validator("provider")
     @classmethod
@@ -133,7 +133,7 @@ class ResumeSection(Section):
     model_config = ConfigDict(frozen=True, extra="forbid", validate_by_name=True, validate_by_alias=True,
                               serialize_by_alias=True)
 
-    from_: str = Field("", alias="from")
+    from_: str = Field(default="", alias="from")
 
 
 class LoggingSection(Section):
@@ -149,8 +149,8 @@ class LoggingSection(Section):
     mlflow_experiment: str = ""
     tensorboard: Bool = False
     log_generations: Bool = True
-    generation_log_samples_per_prompt: Int = Field(1, ge=0)
-    generation_top_surprisal_limit: Int = Field(0, ge=0)
+    generation_log_samples_per_prompt: Int = Field(default=1, ge=0)
+    generation_top_surprisal_limit: Int = Field(default=0, ge=0)
     strategic_grams: str = ""
 
     @field_validator("checkpoint_artifacts")
@@ -166,13 +166,13 @@ class LoggingSection(Section):
 
 class EchoSection(Section):
     enabled: Bool = False
-    weight: Float = Field(0.05, ge=0.0, le=1.0)
+    weight: Float = Field(default=0.05, ge=0.0, le=1.0)
     loss_fn: str = "cross_entropy"
     target_retention: str = "bounded"
-    max_tokens_per_step: Int = Field(2048, ge=0)
-    max_token_ratio: Float = Field(0.5, ge=0.0)
-    entropy_floor: Float = Field(0.01, ge=0.0)
-    min_prompt_overlap: Float = Field(0.5, ge=0.0, le=1.0)
+    max_tokens_per_step: Int = Field(default=2048, ge=0)
+    max_token_ratio: Float = Field(default=0.5, ge=0.0)
+    entropy_floor: Float = Field(default=0.01, ge=0.0)
+    min_prompt_overlap: Float = Field(default=0.5, ge=0.0, le=1.0)
     require_live_observation_bridge: Bool = False
 
     @field_validator("target_retention")

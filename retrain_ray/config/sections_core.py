@@ -36,61 +36,61 @@ def _choice(value: str, known: frozenset[str], what: str, dotted: bool = True) -
 
 
 class TrainingSection(Section):
-    seed: Int = Field(-1, ge=-1, le=SEED_MAX)
-    max_steps: Int = Field(500, gt=0)
-    batch_size: Int = Field(8, gt=0)
-    group_size: Int = Field(16, gt=0)
-    max_tokens: Int = Field(10240, gt=0)
-    temperature: Float = Field(0.7, ge=0.0)
-    top_p: Float = Field(0.95, gt=0.0, le=1.0)
-    lr: Float = Field(4e-5, gt=0.0)
+    seed: Int = Field(default=-1, ge=-1, le=SEED_MAX)
+    max_steps: Int = Field(default=500, gt=0)
+    batch_size: Int = Field(default=8, gt=0)
+    group_size: Int = Field(default=16, gt=0)
+    max_tokens: Int = Field(default=10240, gt=0)
+    temperature: Float = Field(default=0.7, ge=0.0)
+    top_p: Float = Field(default=0.95, gt=0.0, le=1.0)
+    lr: Float = Field(default=4e-5, gt=0.0)
     weight_decay: Float = 0.0
-    clip_eps: Float = Field(0.0, ge=0.0)
-    clip_eps_high: Float = Field(0.0, ge=0.0)
-    clip_ratio_c: Float = Field(0.0, ge=0.0)
+    clip_eps: Float = Field(default=0.0, ge=0.0)
+    clip_eps_high: Float = Field(default=0.0, ge=0.0)
+    clip_ratio_c: Float = Field(default=0.0, ge=0.0)
     policy_loss_mode: Literal["standard", "kl_cov", "clip_cov"] = "standard"
-    kl_cov_percent: Float = Field(0.2, ge=0.0, le=100.0)
-    kl_cov_coef: Float = Field(1.0, ge=0.0)
-    clip_cov_ratio: Float = Field(0.0002, ge=0.0, le=1.0)
+    kl_cov_percent: Float = Field(default=0.2, ge=0.0, le=100.0)
+    kl_cov_coef: Float = Field(default=1.0, ge=0.0)
+    clip_cov_ratio: Float = Field(default=0.0002, ge=0.0, le=1.0)
     clip_cov_min: Float = 1.0
     clip_cov_max: Float = 5.0
-    adv_clip_max: Float = Field(0.0, ge=0.0)
+    adv_clip_max: Float = Field(default=0.0, ge=0.0)
     batch_advantage_norm: Bool = False
-    max_examples: Int = Field(0, ge=0)
-    save_every: Int = Field(20, ge=0)
+    max_examples: Int = Field(default=0, ge=0)
+    save_every: Int = Field(default=20, ge=0)
     trainer: str = "retrain"
     trainer_command: str = ""
     tl_grpo: Bool = False
     tl_grpo_branch_mode: str = "action_space"
-    tl_grpo_branch_size: Int = Field(4, ge=2)
-    tl_grpo_lookahead_steps: Int = Field(2, ge=0)
-    tl_grpo_ema_decay: Float = Field(0.9, gt=0.0, lt=1.0)
+    tl_grpo_branch_size: Int = Field(default=4, ge=2)
+    tl_grpo_lookahead_steps: Int = Field(default=2, ge=0)
+    tl_grpo_ema_decay: Float = Field(default=0.9, gt=0.0, lt=1.0)
     tl_grpo_ema_init: Float = 0.5
-    sft_warmup_steps: Int = Field(0, ge=0)
+    sft_warmup_steps: Int = Field(default=0, ge=0)
     sft_data_path: str = ""
     sft_data_sha256: str = ""
-    sft_data_rows: Int = Field(0, ge=0)
+    sft_data_rows: Int = Field(default=0, ge=0)
     sft_audit_path: str = ""
     sft_audit_sha256: str = ""
     sft_token_audit_path: str = ""
     sft_token_audit_sha256: str = ""
-    sft_batch_size: Int = Field(0, ge=0)
-    sft_max_tokens: Int = Field(0, ge=0)
-    sft_lr: Float = Field(0.0, ge=0.0)
+    sft_batch_size: Int = Field(default=0, ge=0)
+    sft_max_tokens: Int = Field(default=0, ge=0)
+    sft_lr: Float = Field(default=0.0, ge=0.0)
     sft_loss_fn: str = "auto"
     sft_batch_order: str = "shuffle"
-    sft_length_bucket_size: Int = Field(0, ge=0)
+    sft_length_bucket_size: Int = Field(default=0, ge=0)
     sft_reshuffle_each_epoch: Bool = False
     # ours
-    eval_every: Int = Field(0, ge=0)
-    eval_examples: Int = Field(64, gt=0)
-    log_every: Int = Field(1, gt=0)
-    micro_batch_size: Int = Field(0, ge=0)
-    gradient_accumulation_steps: Int = Field(1, ge=1)
-    keep_last_checkpoints: Int = Field(3, ge=0)
+    eval_every: Int = Field(default=0, ge=0)
+    eval_examples: Int = Field(default=64, gt=0)
+    log_every: Int = Field(default=1, gt=0)
+    micro_batch_size: Int = Field(default=0, ge=0)
+    gradient_accumulation_steps: Int = Field(default=1, ge=1)
+    keep_last_checkpoints: Int = Field(default=3, ge=0)
     # Warm start "until sampled accuracy reaches X": after each SFT step, sample the eval prompts at the
     # run's temperature and switch to RL once the correct rate reaches this (0 = run all SFT steps).
-    sft_target_correct_rate: Float = Field(0.0, ge=0.0, le=1.0)
+    sft_target_correct_rate: Float = Field(default=0.0, ge=0.0, le=1.0)
 
     @field_validator("tl_grpo_branch_mode")
     @classmethod
@@ -108,8 +108,8 @@ class AlgorithmSection(Section):
     advantage_mode: str = "maxrl"
     transform_mode: str = "gtpo_sepa"
     uncertainty_kind: str = "surprisal"
-    surprisal_mask_rho: Float = Field(0.0, ge=0.0, le=1.0)
-    entropy_mask_rho: Float = Field(0.0, ge=0.0, le=1.0)
+    surprisal_mask_rho: Float = Field(default=0.0, ge=0.0, le=1.0)
+    entropy_mask_rho: Float = Field(default=0.0, ge=0.0, le=1.0)
     params: Table = Field(default_factory=dict)
     advantage_params: Table = Field(default_factory=dict)
     transform_params: Table = Field(default_factory=dict)
@@ -139,30 +139,30 @@ class AlgorithmSection(Section):
 
 
 class OptimizerSection(Section):
-    beta1: Float = Field(0.9, ge=0.0, lt=1.0)
-    beta2: Float = Field(0.95, ge=0.0, lt=1.0)
-    eps: Float = Field(1e-8, gt=0.0)
-    grad_clip_norm: Float = Field(0.0, ge=0.0)
+    beta1: Float = Field(default=0.9, ge=0.0, lt=1.0)
+    beta2: Float = Field(default=0.95, ge=0.0, lt=1.0)
+    eps: Float = Field(default=1e-8, gt=0.0)
+    grad_clip_norm: Float = Field(default=0.0, ge=0.0)
 
 
 class LoraSection(Section):
-    alpha: Int = Field(0, ge=0)
-    dropout: Float = Field(0.0, ge=0.0, lt=1.0)
+    alpha: Int = Field(default=0, ge=0)
+    dropout: Float = Field(default=0.0, ge=0.0, lt=1.0)
 
 
 class GtpoSection(Section):
-    beta: Float = Field(0.1, ge=0.0)
+    beta: Float = Field(default=0.1, ge=0.0)
 
 
 class HicraSection(Section):
-    alpha: Float = Field(0.2, ge=0.0)
+    alpha: Float = Field(default=0.2, ge=0.0)
 
 
 class SepaSection(Section):
-    steps: Int = Field(500, ge=0)
+    steps: Int = Field(default=500, ge=0)
     schedule: str = "linear"
-    delay_steps: Int = Field(50, ge=0)
-    correct_rate_gate: Float = Field(0.1, ge=0.0, le=1.0)
+    delay_steps: Int = Field(default=50, ge=0)
+    correct_rate_gate: Float = Field(default=0.1, ge=0.0, le=1.0)
 
     @field_validator("schedule")
     @classmethod
@@ -176,7 +176,7 @@ class ModelSection(Section):
     revision: str = ""
     local_files_only: Bool = False
     base_url: str = ""
-    lora_rank: Int = Field(32, gt=0)
+    lora_rank: Int = Field(default=32, gt=0)
     finetune: Literal["lora", "full"] = "lora"  # ours
 
 
@@ -185,10 +185,10 @@ class BackendSection(Section):
     devices: str = "gpu:0"
     adapter_path: str = "/tmp/retrain_adapter"
     throttle_dir: str = ""
-    max_concurrent: Int = Field(4, gt=0)
+    max_concurrent: Int = Field(default=4, gt=0)
     options: Table = Field(default_factory=dict)
-    lease_ttl_s: Float = Field(30.0, gt=0.0)  # ours
-    acquire_timeout_s: Float = Field(600.0, gt=0.0)  # ours
+    lease_ttl_s: Float = Field(default=30.0, gt=0.0)  # ours
+    acquire_timeout_s: Float = Field(default=600.0, gt=0.0)  # ours
 
     @field_validator("devices")
     @classmethod

@@ -35,7 +35,7 @@ def load_math_examples(max_examples: int = 0) -> list[Example]:
         raise DataUnavailableError(f"[data] source = \"math\" downloads {MATH_DATASET}, but HF_HUB_OFFLINE is set. {OFFLINE_HINT}")
     try:
         # deferred: datasets is an optional extra, imported only when used
-        import datasets
+        import datasets  # pyright: ignore[reportMissingImports]
     except ImportError as exc:
         raise DataUnavailableError(
             f"[data] source = \"math\" needs the `datasets` package (pip install 'retrain-ray[data]'). {OFFLINE_HINT}"

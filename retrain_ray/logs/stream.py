@@ -72,18 +72,18 @@ class ArrowStreamWriter:
         if not rows:
             return
         batch = pa.RecordBatch.from_pylist(list(rows), schema=self.schema)
-        if self._writer is None:
-            self._open()
-        self._writer.write_batch(batch)
+        writer = self._writer if self._writer is not None else self._open()
+        writer.write_batch(batch)
         self._sink.flush()
         if self.fsync:
             os.fsync(self._sink.fileno())
 
-    def _open(self) -> None:
+    def _open(self) -> pa.ipc.RecordBatchStreamWriter:
         self.directory.mkdir(parents=True, exist_ok=True)
         self.path = next_segment_path(self.directory, self.name)
         self._sink = open(self.path, "xb")  # noqa: SIM115  (closed in close())
         self._writer = pa.ipc.new_stream(self._sink, self.schema)
+        return self._writer
 
     def close(self) -> None:
         """Write the end-of-stream marker and close the file (idempotent)."""
@@ -181,7 +181,7 @@ def read_stream(path_or_run_dir: str | Path, name: str = "metrics", key: Sequenc
         import pyarrow.compute as pc  # deferred: heavy import, only needed when a stream is read back (run end, tools)
 
         table = _dedupe_last_batch_wins(table, key)
-        table = table.take(pc.sort_indices(table, [(k, "ascending") for k in key] + [(_ROW, "ascending")]))
+        table = table.take(pc.sort_indices(table, [(k, "ascending") for k in key] + [(_ROW, "ascending")]))  # pyright: ignore[reportAttributeAccessIssue]  # pyarrow stubs lack it
     return table.drop_columns([_BATCH, _ROW])
 
 

@@ -24,6 +24,7 @@ import shutil
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any, cast
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
@@ -44,7 +45,7 @@ def default_cache_dir() -> Path:
     return Path(root) / "models"
 
 
-def _build_atomically(final: Path, build: Callable[[Path], None]) -> Path:
+def _build_atomically(final: Path, build: Callable[[Path], object]) -> Path:
     if (final / "config.json").exists():
         return final
     final.parent.mkdir(parents=True, exist_ok=True)
@@ -80,9 +81,9 @@ def _convert_smollm2(target: Path) -> None:
     kwargs = {"gguf_file": gguf.name, "local_files_only": True}
     model = AutoModelForCausalLM.from_pretrained(gguf.parent, dtype=torch.float32, **kwargs)
     tokenizer = AutoTokenizer.from_pretrained(gguf.parent, **kwargs)
-    model.hf_quantizer = None
+    model.hf_quantizer = None  # pyright: ignore[reportArgumentType]  # nn.Module types setattr as Tensor | Module
     if hasattr(model.config, "quantization_config"):
-        del model.config.quantization_config
+        delattr(model.config, "quantization_config")
     model.save_pretrained(target)
     tokenizer.save_pretrained(target)
 
@@ -138,7 +139,7 @@ def load_model_and_tokenizer(
     dev = torch.device(device)
     model = AutoModelForCausalLM.from_pretrained(path, dtype=resolve_dtype(dtype, dev), local_files_only=True,
                                                  trust_remote_code=trust_remote_code)
-    return model.to(dev), load_tokenizer(path, trust_remote_code=trust_remote_code)
+    return model.to(dev), load_tokenizer(path, trust_remote_code=trust_remote_code)  # pyright: ignore[reportArgumentType]  # transformers types `to` oddly
 
 
 def load_tokenizer(
@@ -157,9 +158,9 @@ def load_tokenizer(
 def encode_prompt(tokenizer: PreTrainedTokenizerBase, text: str) -> list[int]:
     """Token ids of a user prompt: the chat template (with generation prompt) if any, else plain text."""
     if getattr(tokenizer, "chat_template", None):
-        ids = tokenizer.apply_chat_template(
+        ids = cast(Any, tokenizer.apply_chat_template(  # ids, or a BatchEncoding holding them
             [{"role": "user", "content": text}], add_generation_prompt=True, tokenize=True
-        )
+        ))
         if isinstance(ids, dict) or hasattr(ids, "input_ids"):
             ids = ids["input_ids"]
         return [int(i) for i in ids]

@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from retrain_ray.models.tokenizer import build_char_tokenizer
+from retrain_ray.models.tokenizer import build_char_tokenizer, single_id
 
 BUILTIN_PREFIX = "builtin:"
 _TINY_NAME = re.compile(r"^builtin:tiny(?:-h(?P<hidden>\d+))?(?:-l(?P<layers>\d+))?(?:-s(?P<seed>\d+))?$")
@@ -79,12 +79,12 @@ def build_tiny_model(directory: str | Path, *, hidden_size: int = 128, num_layer
     directory.mkdir(parents=True, exist_ok=True)
     tokenizer = build_char_tokenizer()
     config = tiny_config(
-        len(tokenizer), hidden_size, num_layers, tokenizer.pad_token_id, tokenizer.bos_token_id,
-        tokenizer.eos_token_id,
+        len(tokenizer), hidden_size, num_layers, single_id(tokenizer.pad_token_id, "pad_token_id"),
+        single_id(tokenizer.bos_token_id, "bos_token_id"), single_id(tokenizer.eos_token_id, "eos_token_id"),
     )
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        model = LlamaForCausalLM(config).to(torch.float32)
+        model = LlamaForCausalLM(config).to(torch.float32)  # pyright: ignore[reportArgumentType]  # transformers types `to` oddly
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     model.save_pretrained(directory)
     tokenizer.save_pretrained(directory)

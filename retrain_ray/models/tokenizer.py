@@ -21,6 +21,13 @@ SPECIAL_TOKENS: tuple[str, ...] = (PAD, BOS, EOS, UNK)
 CHARACTERS: tuple[str, ...] = tuple(c for c in string.printable if c not in "\t\r\x0b\x0c")
 
 
+def single_id(value: object, what: str) -> int:
+    """A tokenizer's special token id (`pad_token_id`, ...) as one int; a missing or multiple id is refused."""
+    if not isinstance(value, int):
+        raise ValueError(f"the tokenizer's {what} is {value!r}, not a single token id: give the tokenizer that token")
+    return value
+
+
 def char_vocab() -> dict[str, int]:
     """Token -> id: special tokens first (pad = 0), then the characters in `string.printable` order."""
     return {tok: i for i, tok in enumerate(SPECIAL_TOKENS + CHARACTERS)}

@@ -123,7 +123,10 @@ def squeeze_adapter(path: str | Path, settings: SqueezeSettings = SqueezeSetting
     k = settings.compress_to or recommended
     output = Path(settings.output_path) if settings.output_path else _default_output(adapter)
     dtype = next(iter(layers.values()))[0].dtype
-    compressed = {name: tuple(t.cpu() for t in compress_layer(sp, k)) for name, sp in spectra.items()}
+    compressed: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
+    for name, sp in spectra.items():
+        a, b = compress_layer(sp, k)
+        compressed[name] = (a.cpu(), b.cpu())
     write_adapter(output / f"adapter_r{k}", config, compressed, k, dtype)
     report = SqueezeReport(
         adapter=str(adapter), source_rank=source_rank, target_ranks=ranks,

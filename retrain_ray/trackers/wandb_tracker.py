@@ -15,7 +15,7 @@ import logging
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 from retrain_ray.logs.types import RunObserver
 from retrain_ray.trackers.identity import RunIdentity, metric_values, safe_name
@@ -46,7 +46,7 @@ class WandbTracker(RunObserver):
             config={**dict(config), "run": identity.tags},
             id=f"rr-{identity.key}",
             resume="allow",
-            mode=lg.wandb_mode or None,
+            mode=cast("Literal['online', 'offline', 'disabled', 'shared'] | None", lg.wandb_mode or None),  # checked at load
             dir=None if os.environ.get("WANDB_DIR") else str(run_dir),
             reinit="create_new",
         )

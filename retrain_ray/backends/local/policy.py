@@ -24,6 +24,7 @@ from retrain_ray.backends.local.finetune import DEFAULT_TARGET_MODULES, LoraSett
 from retrain_ray.backends.types import Policy
 from retrain_ray.engines.pytorch import PyTorchEngine
 from retrain_ray.models.loading import load_model_and_tokenizer
+from retrain_ray.models.tokenizer import single_id
 
 if TYPE_CHECKING:
     from retrain_ray.config.schema import RetrainConfig
@@ -151,10 +152,7 @@ def eos_ids(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase) -> list[
 
 def pad_id(tokenizer: PreTrainedTokenizerBase) -> int:
     """The tokenizer's pad token id (`load_model_and_tokenizer` sets it to EOS when a tokenizer has none)."""
-    pad = tokenizer.pad_token_id
-    if not isinstance(pad, int):
-        raise ValueError(f"the tokenizer has no single pad token id (pad_token_id={pad!r}): give it a pad_token")
-    return pad
+    return single_id(tokenizer.pad_token_id, "pad_token_id")
 
 
 def build_shared_policy(
