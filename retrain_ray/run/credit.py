@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from retrain_ray.algorithms import (
     batch_normalize,
@@ -21,6 +21,9 @@ from retrain_ray.algorithms import (
 )
 from retrain_ray.backends.types import TrainBatch
 from retrain_ray.run.rollout import Group
+
+if TYPE_CHECKING:
+    from retrain_ray.config.schema import RetrainConfig
 
 SURPRISAL_STAT_KEYS = (
     "exec_surprisal_mean",
@@ -51,7 +54,7 @@ class CreditSettings:
     adv_clip_max: float = 0.0
 
     @classmethod
-    def from_config(cls, cfg) -> CreditSettings:
+    def from_config(cls, cfg: RetrainConfig) -> CreditSettings:
         alg = cfg.algorithm
         params = dict(alg.transform_params)
         # The original has one field for the two spellings; a transform_params entry wins.
@@ -150,7 +153,7 @@ def assign_credit(groups: list[Group], settings: CreditSettings, sepa_lambda: fl
     return Credit(batch=batch, metrics=metrics)
 
 
-def _action_token_metrics(groups: list[Group], logprobs_D: list[list[float]], prompt_lens_D: list[int]) -> dict:
+def _action_token_metrics(groups: list[Group], logprobs_D: list[list[float]], prompt_lens_D: list[int]) -> dict[str, float]:
     """Sampled vs datumized completion tokens (skipped groups sample but train nothing) and the mean
     surprisal of the datumized ones (spec 8)."""
     sampled = sum(len(s.token_ids) for g in groups for s in g.samples_G)
@@ -172,7 +175,7 @@ def logical_batch_sha256(batch: TrainBatch) -> str:
     return digest.hexdigest()
 
 
-def _batch_transforms(advantages_D: list[list[float]], settings: CreditSettings, metrics: dict) -> list[list[float]]:
+def _batch_transforms(advantages_D: list[list[float]], settings: CreditSettings, metrics: dict[str, float]) -> list[list[float]]:
     if settings.batch_advantage_norm:
         advantages_D, norm_metrics = batch_normalize(advantages_D)
         metrics.update(norm_metrics)

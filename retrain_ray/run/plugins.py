@@ -11,17 +11,21 @@ reward has `score(response, reference) -> float`; a detector has `detect(token_s
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from retrain_ray.algorithms.plugins import load_callable, use_search_paths
 from retrain_ray.config.fields import FIELD_INDEX
 from retrain_ray.data.types import Example
 
+if TYPE_CHECKING:
+    from retrain_ray.config.schema import RetrainConfig
+    from retrain_ray.data.types import Example
+
 
 class OriginalConfigView:
     """Read-only view of a RetrainConfig under the original's flat field names."""
 
-    def __init__(self, cfg: Any) -> None:
+    def __init__(self, cfg: RetrainConfig) -> None:
         self._cfg = cfg
 
     def __getattr__(self, name: str) -> Any:
@@ -31,17 +35,17 @@ class OriginalConfigView:
         return getattr(getattr(self._cfg, section), "from_" if key == "from" else key)
 
 
-def create_plugin(path: str, cfg: Any, kind: str) -> Any:
+def create_plugin(path: str, cfg: RetrainConfig, kind: str) -> Any:
     """`factory(config)` of the dotted `path`, looked up under `[plugins] search_paths`."""
     use_search_paths(cfg.plugins.search_paths)
     return load_callable(path, kind)(OriginalConfigView(cfg))
 
 
-def load_plugin_examples(cfg: Any) -> list:
+def load_plugin_examples(cfg: RetrainConfig) -> list[Example]:
     """`factory(config).load()` of a dotted `[data] source`, as our Examples."""
     source = create_plugin(cfg.data.source, cfg, "[data] source")
     rows = source.load()
-    examples = []
+    examples: list[Example] = []
     for i, row in enumerate(rows):
         prompt, reference = getattr(row, "prompt", None), getattr(row, "reference", None)
         if not isinstance(prompt, str) or reference is None:
@@ -64,13 +68,13 @@ class PluginReward:
         return [float(self.scorer.score(c, r)) for c, r in zip(completions, references, strict=True)]
 
 
-def create_reward(cfg: Any) -> PluginReward:
+def create_reward(cfg: RetrainConfig) -> PluginReward:
     return PluginReward(create_plugin(cfg.reward.type, cfg, "[reward] type"), cfg.reward.type)
 
 
-def create_detector(cfg: Any) -> Callable[[Sequence[str]], list[int]]:
+def create_detector(cfg: RetrainConfig) -> Callable[[Sequence[str]], list[int]]:
     detector = create_plugin(cfg.planning.detector, cfg, "[planning] detector")
-    detect = getattr(detector, "detect", None)
+    detect: Callable[[list[str]], list[int]] | None = getattr(detector, "detect", None)
     if not callable(detect):
         raise ValueError(f"[planning] detector {cfg.planning.detector!r}: the factory must return an object "
                          "with detect(token_strs) -> list[int]")

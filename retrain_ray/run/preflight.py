@@ -6,6 +6,7 @@ configured backend and engine can carry (token-varying advantages, per-token ent
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from retrain_ray.algorithms import preflight
@@ -14,6 +15,7 @@ from retrain_ray.models.hub import model_problem
 
 if TYPE_CHECKING:  # explain imports this module: keep torch out of it
     from retrain_ray.backends.types import BackendCapabilities
+    from retrain_ray.config.schema import RetrainConfig
 
 
 class PreflightError(ValueError):
@@ -24,7 +26,7 @@ class PreflightError(ValueError):
         super().__init__("\n".join(problems))
 
 
-def backend_capabilities(cfg) -> BackendCapabilities:
+def backend_capabilities(cfg: RetrainConfig) -> BackendCapabilities:
     """The flags of the configured backend, from the one registry (plugin hooks, conservative default)."""
     # deferred: loads torch, which importing this module does not need
     from retrain_ray.backends.registry import capabilities_for
@@ -32,11 +34,11 @@ def backend_capabilities(cfg) -> BackendCapabilities:
     return capabilities_for(cfg.backend.backend, cfg.backend.options)[0]
 
 
-def engine_provides_entropy(cfg) -> bool:
+def engine_provides_entropy(cfg: RetrainConfig) -> bool:
     return cfg.inference.engine == "pytorch" and cfg.backend.backend != "tinker"
 
 
-def backend_problems(cfg) -> list[str]:
+def backend_problems(cfg: RetrainConfig) -> list[str]:
     """A plugin backend whose module or hooks do not load, or whose options its schema does not know."""
     # deferred: loads torch, which importing this module does not need
     from retrain_ray.backends.registry import capabilities_for, plugin_option_schema
@@ -53,7 +55,7 @@ def backend_problems(cfg) -> list[str]:
             f"(known: {sorted(schema)})" for k in cfg.backend.options if schema is not None and k not in schema]
 
 
-def plugin_backend_refusal(cfg) -> list[str]:
+def plugin_backend_refusal(cfg: RetrainConfig) -> list[str]:
     if not is_dotted_path(cfg.backend.backend):
         return []
     return [f"preflight: backend.backend = {cfg.backend.backend!r}: training through a plugin backend is not "
@@ -61,9 +63,9 @@ def plugin_backend_refusal(cfg) -> list[str]:
             "\"local\" or \"tinker\""]
 
 
-def plugin_problems(cfg) -> list[str]:
+def plugin_problems(cfg: RetrainConfig) -> list[str]:
     """Dotted data/reward/detector plugins that do not import (factories are called only by the run)."""
-    problems = []
+    problems: list[str] = []
     for kind, path in (("[data] source", cfg.data.source), ("[reward] type", cfg.reward.type),
                        ("[planning] detector", cfg.planning.detector)):
         if is_dotted_path(path):
@@ -74,7 +76,7 @@ def plugin_problems(cfg) -> list[str]:
     return problems
 
 
-def model_problems(configs) -> list[str]:
+def model_problems(configs: Iterable[RetrainConfig]) -> list[str]:
     """Why a run's model cannot be loaded here (not cached and not downloadable, no such folder), checked
     once per distinct model before anything starts. Only the local backend loads the model itself."""
     wanted = {(c.model.model, c.model.revision, bool(c.model.local_files_only))
@@ -83,7 +85,7 @@ def model_problems(configs) -> list[str]:
     return [f"model.model: {p}" for p in found if p]
 
 
-def run_problems(cfg, *, check_model: bool = True) -> list[str]:
+def run_problems(cfg: RetrainConfig, *, check_model: bool = True) -> list[str]:
     """Every reason one run's configuration cannot start (spec 1.3): plugins that do not import, a
     model that cannot be resolved, and the synthetic probe against the backend's capabilities."""
     use_search_paths(cfg.plugins.search_paths)
@@ -106,14 +108,14 @@ def run_problems(cfg, *, check_model: bool = True) -> list[str]:
             + problems)
 
 
-def check_run(cfg) -> None:
+def check_run(cfg: RetrainConfig) -> None:
     """Raises PreflightError listing every problem; returns quietly when the run can start."""
     problems = run_problems(cfg)
     if problems:
         raise PreflightError(problems)
 
 
-def campaign_problems(cfg) -> list[str]:
+def campaign_problems(cfg: RetrainConfig) -> list[str]:
     """Preflight of every condition of a campaign (or of a single run), all problems at once, each
     prefixed with its condition; models are checked once each. Runs in the driver, before Ray starts."""
     # deferred: loads pydantic, which importing this module does not need

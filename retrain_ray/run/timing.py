@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, MutableMapping
+from collections.abc import Generator, MutableMapping
 from contextlib import contextmanager
 
 
 @contextmanager
-def timed(metrics: MutableMapping[str, float], key: str) -> Iterator[None]:
+def timed(metrics: MutableMapping[str, float], key: str) -> Generator[None, None, None]:
     """Adds the wall time of the block, in seconds, to `metrics[key]`."""
     start = time.perf_counter()
     try:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from retrain_ray.backends.types import Policy
 from retrain_ray.backpressure.types import BackPressureAdvisor
@@ -19,10 +19,13 @@ from retrain_ray.run.state import TrainerState, engine_generators, restore_rng_s
 from retrain_ray.run.types import RunObserver, RunOutcome
 from retrain_ray.secrets import redact
 
+if TYPE_CHECKING:
+    from retrain_ray.config.schema import RetrainConfig
+
 log = logging.getLogger(__name__)
 
 
-def condition_of(cfg) -> str:
+def condition_of(cfg: RetrainConfig) -> str:
     """The condition label of a single run (a campaign passes its own, with its overrides)."""
     alg = cfg.algorithm
     return alg.algorithm_mode or f"{alg.advantage_mode}+{alg.transform_mode}"
@@ -47,7 +50,7 @@ def _restore(loop: RunLoop, checkpoint: Path) -> TrainerState:
 
 
 def train_run(
-    config,
+    config: RetrainConfig,
     *,
     run_name: str,
     run_dir: Path,
@@ -95,7 +98,7 @@ def rewind_past_torn_rows(run_dir: Path, checkpoint: Path) -> Path | None:
     logged step (None: from the start), so every step is logged once."""
     if not repair_torn_segments(run_dir, "metrics"):
         return checkpoint
-    steps = read_stream(run_dir)["step"].to_pylist() if (run_dir / "metrics.arrows").exists() else []
+    steps: list[int] = read_stream(run_dir)["step"].to_pylist() if (run_dir / "metrics.arrows").exists() else []
     last_logged = max(steps, default=-1)
     if load_state(checkpoint).step <= last_logged:
         return checkpoint
@@ -107,7 +110,7 @@ def rewind_past_torn_rows(run_dir: Path, checkpoint: Path) -> Path | None:
     return chosen
 
 
-def _fresh_state(cfg, parts) -> TrainerState:
+def _fresh_state(cfg: RetrainConfig, parts) -> TrainerState:
     t = cfg.training
     initial = getattr(parts.advisor, "initial_batch_size", None)
     batch_size = initial(t.batch_size) if initial else t.batch_size
