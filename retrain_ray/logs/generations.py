@@ -7,7 +7,8 @@ earlier sample index; prompts are cut to 200 characters and completions to 500, 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+
+from retrain_ray.logs.types import MetricsRow
 
 PROMPT_PREVIEW_CHARS = 200
 COMPLETION_PREVIEW_CHARS = 500
@@ -28,14 +29,14 @@ def select_generation_samples(
     num_tokens_P_G: Sequence[Sequence[int]],
     samples_per_prompt: int,
     run: str = "",
-) -> list[dict[str, Any]]:
+) -> list[MetricsRow]:
     """Rows for GENERATIONS_SCHEMA: the best `samples_per_prompt` completions of each prompt."""
     if not (len(prompts_P) == len(completions_P_G) == len(rewards_P_G) == len(num_tokens_P_G)):
         raise ValueError(
             "select_generation_samples: prompts, completions, rewards and num_tokens need one entry per prompt; "
             f"got {len(prompts_P)}, {len(completions_P_G)}, {len(rewards_P_G)}, {len(num_tokens_P_G)}"
         )
-    rows = []
+    rows: list[MetricsRow] = []
     for p, prompt in enumerate(prompts_P):
         for g in top_indices_by_reward(rewards_P_G[p], samples_per_prompt):
             rows.append({

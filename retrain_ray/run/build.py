@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -21,6 +22,10 @@ from retrain_ray.run.loop import RunComponents
 from retrain_ray.run.rollout import PlanningDetector
 from retrain_ray.run.types import RunObserver
 
+if TYPE_CHECKING:
+    from retrain_ray.config.schema import RetrainConfig
+    from retrain_ray.throttle.types import Throttle
+
 log = logging.getLogger(__name__)
 
 
@@ -35,7 +40,7 @@ def resolve_device(devices: str) -> str:
     return f"cuda:{index}" if torch.cuda.device_count() > 1 else "cuda"
 
 
-def build_task(cfg):
+def build_task(cfg: RetrainConfig) -> TaskData:
     if is_dotted_path(cfg.data.source):
         # deferred: loads pydantic, which importing this module does not need
         from retrain_ray.run.plugins import load_plugin_examples
@@ -47,7 +52,7 @@ def build_task(cfg):
     return load_examples_from_config(cfg)
 
 
-def build_reward(cfg) -> Reward:
+def build_reward(cfg: RetrainConfig) -> Reward:
     if is_dotted_path(cfg.reward.type):
         # deferred: loads pydantic, which importing this module does not need
         from retrain_ray.run.plugins import create_reward
@@ -56,7 +61,7 @@ def build_reward(cfg) -> Reward:
     return build_reward_from_config(cfg)
 
 
-def build_sepa(cfg, uses_sepa: bool) -> SEPAController | None:
+def build_sepa(cfg: RetrainConfig, uses_sepa: bool) -> SEPAController | None:
     if not uses_sepa:
         return None
     s = cfg.sepa
@@ -66,7 +71,7 @@ def build_sepa(cfg, uses_sepa: bool) -> SEPAController | None:
     )
 
 
-def build_planning(cfg, needs_planning: bool) -> PlanningDetector | None:
+def build_planning(cfg: RetrainConfig, needs_planning: bool) -> PlanningDetector | None:
     """`[planning] detector`: "regex", "none" (no planning tokens) or a dotted plugin path."""
     detector = cfg.planning.detector
     if not needs_planning or detector in ("none", ""):
@@ -79,12 +84,14 @@ def build_planning(cfg, needs_planning: bool) -> PlanningDetector | None:
     return RegexPlanningDetector.from_grams_text(cfg.logging.strategic_grams)
 
 
-def build_advisor(cfg) -> BackPressureAdvisor:
+def build_advisor(cfg: RetrainConfig) -> BackPressureAdvisor:
     """In-process USL control when `[backpressure] enabled`; otherwise the original's no-op defaults."""
     return LocalAdvisor.from_config(cfg) if cfg.backpressure.enabled else NoOpAdvisor()
 
 
-def build_policy(cfg, *, throttle=None, run_name: str = "run", cache_dir: Path | None = None) -> Policy:
+def build_policy(
+    cfg: RetrainConfig, *, throttle: Throttle | None = None, run_name: str = "run", cache_dir: Path | None = None,
+) -> Policy:
     """The sampler, trainer and tokenizer of this config.
 
     Remote engines take the throttle themselves and hold one slot per request (holding a slot around
@@ -117,7 +124,7 @@ def build_policy(cfg, *, throttle=None, run_name: str = "run", cache_dir: Path |
 
 
 def build_components(
-    cfg,
+    cfg: RetrainConfig,
     observer: RunObserver,
     *,
     policy: Policy,

@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from retrain_ray.data.types import Example
 from retrain_ray.engines.types import SampleResult, SamplingEngine, SamplingParams
@@ -102,7 +102,8 @@ def _score(texts_P_G: list[list[str]], examples_P: Sequence[Example], reward: Re
 
 def _split(flat: list[Any], shape_P_G: Sequence[Sequence[Any]]) -> list[list[Any]]:
     """`flat` cut into consecutive runs with the lengths of the rows of `shape_P_G`."""
-    out, cursor = [], 0
+    out: list[list[Any]] = []
+    cursor = 0
     for row in shape_P_G:
         out.append(list(flat[cursor : cursor + len(row)]))
         cursor += len(row)
@@ -131,9 +132,10 @@ class EndpointCounters:
 
     def read(self, engine: object) -> dict[str, float]:
         counters = getattr(type(engine), "runtime_metrics", None)  # engines that have them, never a proxy's
-        values = counters(engine) if callable(counters) else None
-        if not isinstance(values, dict):
+        found: object = counters(engine) if callable(counters) else None
+        if not isinstance(found, dict):
             return {}
+        values = cast("dict[str, float]", found)
         total = float(sum(v for k, v in values.items() if k.endswith("_retries")))
         errors, self.seen = max(0.0, total - self.seen), total
         return {**{k: float(v) for k, v in values.items()}, "endpoint_errors": errors}

@@ -101,4 +101,4 @@ def seed_everything(seed: int) -> None:
         return
     random.seed(seed)
     np.random.seed(seed % 2**32)
-    torch.manual_seed(seed)
+    torch.manual_seed(seed)  # pyright: ignore[reportUnknownMemberType]

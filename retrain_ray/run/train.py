@@ -5,15 +5,20 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from retrain_ray.backends.types import Policy
 from retrain_ray.backpressure.types import BackPressureAdvisor
-from retrain_ray.logs import ArrowRunObserver, MultiObserver, read_stream, write_run_meta
+from retrain_ray.logs import (  # pyright: ignore[reportUnknownVariableType]  # read_stream: pyarrow ships no types
+    ArrowRunObserver,
+    MultiObserver,
+    read_stream,
+    write_run_meta,
+)
 from retrain_ray.logs.stream import repair_torn_segments
 from retrain_ray.run.build import build_components, build_policy
 from retrain_ray.run.checkpoint import CheckpointManager, load_state, resolve_resume_dir, verify_checkpoint
-from retrain_ray.run.loop import RunLoop
+from retrain_ray.run.loop import RunComponents, RunLoop
 from retrain_ray.run.preflight import check_run
 from retrain_ray.run.state import TrainerState, engine_generators, restore_rng_state, seed_everything
 from retrain_ray.run.types import RunObserver, RunOutcome
@@ -98,7 +103,9 @@ def rewind_past_torn_rows(run_dir: Path, checkpoint: Path) -> Path | None:
     logged step (None: from the start), so every step is logged once."""
     if not repair_torn_segments(run_dir, "metrics"):
         return checkpoint
-    steps: list[int] = read_stream(run_dir)["step"].to_pylist() if (run_dir / "metrics.arrows").exists() else []
+    steps: list[int] = []
+    if (run_dir / "metrics.arrows").exists():
+        steps = cast("list[int]", read_stream(run_dir)["step"].to_pylist())  # pyright: ignore[reportUnknownMemberType]
     last_logged = max(steps, default=-1)
     if load_state(checkpoint).step <= last_logged:
         return checkpoint
@@ -110,7 +117,7 @@ def rewind_past_torn_rows(run_dir: Path, checkpoint: Path) -> Path | None:
     return chosen
 
 
-def _fresh_state(cfg: RetrainConfig, parts) -> TrainerState:
+def _fresh_state(cfg: RetrainConfig, parts: RunComponents) -> TrainerState:
     t = cfg.training
     initial = getattr(parts.advisor, "initial_batch_size", None)
     batch_size = initial(t.batch_size) if initial else t.batch_size

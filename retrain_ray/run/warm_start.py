@@ -85,7 +85,7 @@ class WarmStart:
         positions = range(step * size, (step + 1) * size)
         if t.sft_batch_order == "sequential":
             return [train[p % len(train)] for p in positions]
-        picked = []
+        picked: list[Example] = []
         for p in positions:
             epoch, index = divmod(p, len(train))
             picked.append(train[self._order(epoch if t.sft_reshuffle_each_epoch else 0)[index]])
@@ -104,7 +104,9 @@ class WarmStart:
         as one, it cut every target off and the warm start trained on nothing (loss 0)."""
         tok = self.parts.tokenizer
         limit = self.cfg.training.sft_max_tokens or sys.maxsize
-        tokens_D, adv_D, lens = [], [], []
+        tokens_D: list[list[int]] = []
+        adv_D: list[list[float]] = []
+        lens: list[int] = []
         for ex in examples:
             prompt = self.encode(ex.prompt)
             target = tok.encode(self.parts.format_answer(ex.reference), add_special_tokens=False)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from retrain_ray.backends.local.backend import LocalBackend
 from retrain_ray.backends.local.policy import load_trainable_model, settings_from_config
@@ -13,9 +13,12 @@ from retrain_ray.backends.types import Policy
 from retrain_ray.engines.adapters import AdapterSpec
 from retrain_ray.engines.openai import DEFAULT_URLS, OpenAIEngine
 
+if TYPE_CHECKING:
+    from retrain_ray.config.schema import RetrainConfig
+
 
 def build_openai_policy(
-    cfg: Any, throttle: Any = None, *, adapter_name: str | None = None, device: str = "cpu",
+    cfg: RetrainConfig, throttle: Any = None, *, adapter_name: str | None = None, device: str = "cpu",
     cache_dir: Path | None = None,
 ) -> Policy:
     """The policy for `[inference] engine = "openai" | "vllm" | "sglang"`.

@@ -7,7 +7,7 @@ retries) shared by `TinkerEngine` (sampling) and `TinkerBackend` (training, chec
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from retrain_ray.backends.tinker.backend import LOSS_STEPS, TINKER_CAPABILITIES, TinkerBackend, loss_variant
 from retrain_ray.backends.tinker.engine import TinkerEngine
@@ -15,6 +15,9 @@ from retrain_ray.backends.tinker.loss import ClipSettings, dual_clip_loss_and_gr
 from retrain_ray.backends.tinker.session import HoldsSlots, NullThrottle, TinkerSession, make_service_client
 from retrain_ray.backends.types import Policy
 from retrain_ray.config.tinker_options import TINKER_OPTION_DEFAULTS, TinkerOptions, parse_tinker_options
+
+if TYPE_CHECKING:
+    from retrain_ray.config.schema import RetrainConfig
 
 __all__ = [
     "LOSS_STEPS",
@@ -36,7 +39,7 @@ __all__ = [
 
 
 def build_tinker_policy(
-    cfg: Any, throttle: HoldsSlots | None = None, *, service_client: Any = None, **standin_kwargs: Any
+    cfg: RetrainConfig, throttle: HoldsSlots | None = None, *, service_client: Any = None, **standin_kwargs: Any
 ) -> Policy:
     """The Tinker sampler and trainer from a RetrainConfig; `service_client` overrides the SDK's (tests)."""
     options = parse_tinker_options(cfg.backend.options)
