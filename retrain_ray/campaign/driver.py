@@ -252,7 +252,7 @@ def _connect(address: str | None, *, dashboard: bool = False) -> bool:
     if ray.is_initialized():
         return False
     target = address or os.environ.get("RAY_ADDRESS") or "local"
-    local = {"include_dashboard": dashboard} if target == "local" else {}
+    local: dict[str, Any] = {"include_dashboard": dashboard} if target == "local" else {}
     ray.init(address=target, namespace="retrain-ray", log_to_driver=target != "local", **local)
     if target != "local":
         print(f"[campaign] connected to the Ray cluster at {target}", flush=True)

@@ -22,7 +22,7 @@ def _atomic_target(path: Path) -> Path:
     return Path(tmp)
 
 
-def write_atomically(target: Path, write: Callable[[Path], None]) -> Path:
+def write_atomically(target: Path, write: Callable[[Path], object]) -> Path:
     """Calls `write(tmp)` for a temporary file next to `target`, then replaces `target` with it."""
     tmp = _atomic_target(target)
     try:

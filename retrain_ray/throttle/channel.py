@@ -261,7 +261,7 @@ class Channel:
             self._place(_Slot(outcome[0], time.monotonic()))
             return
         future, on_lost = self._batches.pop(request_id, (None, None))
-        if future is not None and future.set_running_or_notify_cancel():
+        if future is not None and on_lost is not None and future.set_running_or_notify_cancel():
             if isinstance(outcome, BaseException):
                 future.set_exception(outcome)
                 return
