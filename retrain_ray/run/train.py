@@ -9,10 +9,10 @@ from typing import TYPE_CHECKING, Any, cast
 
 from retrain_ray.backends.types import Policy
 from retrain_ray.backpressure.types import BackPressureAdvisor
-from retrain_ray.logs import (  # pyright: ignore[reportUnknownVariableType]  # read_stream: pyarrow ships no types
+from retrain_ray.logs import (
     ArrowRunObserver,
     MultiObserver,
-    read_stream,
+    read_stream,  # pyright: ignore[reportUnknownVariableType]  # pyarrow ships no types
     write_run_meta,
 )
 from retrain_ray.logs.stream import repair_torn_segments
