@@ -153,8 +153,17 @@ def _driver(toml: Path, root: Path, log: Path, ray_tmp: Path) -> subprocess.Pope
                   "--step-delay", "0.2"], env=isolated_env(ray_tmp), log=log)
 
 
-def _any_row(cdir: Path) -> bool:
-    return any((cdir / "runs").glob("*/metrics*.arrows")) if (cdir / "runs").is_dir() else False
+def _rows_logged(cdir: Path) -> int:
+    """Step rows logged so far by all runs of the campaign (a torn or half-written stream counts 0)."""
+    from retrain_ray.logs import read_stream
+
+    total = 0
+    for run_dir in (cdir / "runs").glob("*") if (cdir / "runs").is_dir() else []:
+        try:
+            total += read_stream(run_dir).num_rows
+        except (OSError, ValueError):
+            continue
+    return total
 
 
 def driver_kill_once(rng: random.Random, root: Path) -> Trial:
@@ -162,8 +171,11 @@ def driver_kill_once(rng: random.Random, root: Path) -> Trial:
     ray_tmp = short_temp_dir("rrf")
     driver = _driver(toml, root, root / "driver1.log", ray_tmp)
     try:
-        wait_for(lambda: _any_row(cdir) or driver.poll() is not None, timeout_s=300, what="the first step row")
-        time.sleep(rng.uniform(0.0, 20.0))
+        # The kill lands after a random number of logged steps, not a random time: a fast machine
+        # finishes the campaign within any fixed window.
+        kill_after = rng.randint(1, 2 * STEPS - 1)
+        wait_for(lambda: _rows_logged(cdir) >= kill_after or driver.poll() is not None, timeout_s=400,
+                 what=f"{kill_after} logged steps", poll_s=0.05)
         ended = driver.poll()
         driver.send_signal(signal.SIGKILL)
         driver.wait(timeout=30)

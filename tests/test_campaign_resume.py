@@ -74,6 +74,7 @@ def _run_to_end(cmd, env, log, timeout_s):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(600)  # two campaign drivers back to back; 285 s seen at load average 40
 def test_killed_driver_resumes_without_rerunning_finished_runs(tmp_path):
     toml = write_campaign(tmp_path / "killed.toml", **SECTIONS, campaign=CAMPAIGN)
     cdir = tmp_path / "killed"

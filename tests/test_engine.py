@@ -164,8 +164,9 @@ def test_filtered_distribution_properties(logits, temperature, top_p):
     z = torch.tensor([logits])
     p = filtered_logprobs(z, temperature, top_p).exp()[0]
     assert abs(float(p.sum()) - 1.0) < 1e-5
-    assert int(p.argmax()) == int(z[0].argmax()) or p[int(z[0].argmax())] == p.max()
     tempered = torch.softmax(z[0] / temperature, -1)
+    # the filtered mode is a mode of the tempered distribution (up to rounding: near-tied logits)
+    assert float(tempered.max() - tempered[int(p.argmax())]) <= 1e-6
     kept = p > 0
     # the kept set holds at least top_p of the tempered mass, and dropping its smallest member would not
     assert float(tempered[kept].sum()) >= min(top_p, 1.0) - 1e-5
