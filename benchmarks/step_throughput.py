@@ -23,7 +23,7 @@ from pathlib import Path
 import torch
 
 from retrain_ray.backends.local import LocalBackend, LoraSettings, PolicySettings, build_shared_policy
-from retrain_ray.backends.types import TrainBatch
+from retrain_ray.backends.types import Policy, TrainBatch
 from retrain_ray.engines import NaiveEngine, SamplingParams
 from retrain_ray.engines.pytorch import PyTorchEngine
 from retrain_ray.models import encode_prompt
@@ -183,7 +183,7 @@ def issue_step_loop(workdir: Path, *, legacy: bool, checkpointing: bool | str = 
     backend = backend_cls(model, shares_model_with_engine=True, **settings.backend_kwargs())
     engine = engine_cls(model, eos_token_id=eos_ids(model, tok), pad_token_id=tok.pad_token_id,
                         seed=settings.seed, shares_model_with_trainer=True)
-    parts = build_components(cfg, MultiObserver(), policy=(engine, backend, tok))
+    parts = build_components(cfg, MultiObserver(), policy=Policy(engine, backend, tok))
     parts.reward = ParityReward()
     loop = RunLoop(cfg, parts, run_name="step", run_dir=workdir / "run", condition="bench")
     return loop, TrainerState(current_batch_size=cfg.training.batch_size, current_group_size=cfg.training.group_size)

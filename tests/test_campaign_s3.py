@@ -9,8 +9,10 @@ The fast test squeezes an adapter straight from the bucket (no Ray).
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import shutil
+import subprocess
 
 import pyarrow.fs as pafs
 import pytest
@@ -23,24 +25,39 @@ from retrain_ray.campaign.manifest import Manifest
 from retrain_ray.config import load_config
 from retrain_ray.logs import read_stream
 
-pytest.importorskip("moto.server")
+if importlib.util.find_spec("moto") is None:
+    pytest.skip("moto[server] is not installed (`pip install -e .[dev]`)", allow_module_level=True)
 BUCKET = "rr-bucket"
 RUN = "grpo+none_s1"
+
+
+# moto's server runs in its own process: importing it pulls in flask, whose context proxies break vLLM's
+# module scan (`Working outside of application context`) in any later test of this pytest process.
+_SERVE = """
+import sys, threading
+from moto.server import ThreadedMotoServer
+server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+server.start()
+print("%s:%d" % server.get_host_and_port(), flush=True)
+sys.stdin.read()
+server.stop()
+"""
 
 
 @pytest.fixture(scope="module")
 def s3_server():
     """moto's S3 on a free local port; yields the environment a client needs to reach it."""
-    from moto.server import ThreadedMotoServer
-
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    env = {"AWS_ENDPOINT_URL": f"http://{host}:{port}", "AWS_ACCESS_KEY_ID": "testing",
-           "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1",
-           "AWS_EC2_METADATA_DISABLED": "true"}
-    yield env
-    server.stop()
+    proc = subprocess.Popen([PYTHON, "-c", _SERVE], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        address = proc.stdout.readline().strip() if proc.stdout else ""
+        assert address, "moto's server did not start"
+        env = {"AWS_ENDPOINT_URL": f"http://{address}", "AWS_ACCESS_KEY_ID": "testing",
+               "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1",
+               "AWS_EC2_METADATA_DISABLED": "true"}
+        yield env
+    finally:
+        proc.kill()
+        proc.wait(timeout=30)
 
 
 @pytest.fixture
