@@ -325,21 +325,27 @@ class Channel:
             except SystemExit:
                 return
             except Exception as err:
-                log.warning("throttle exchange failed: %s", err)
-                with self._cond:
-                    self._fail_all(err)
+                self._actor_failed("exchange", err)
                 for _, ack in releases:
                     if ack is not None:
                         ack.set_exception(err)
                 time.sleep(ERROR_PAUSE_S)
                 continue
-            with self._cond:
-                for request_id, outcome in outcomes:
-                    self._resolve(request_id, outcome)
-                self._update(state)
+            self._apply_reply(outcomes, state)
             for ids, ack in releases:
                 if ack is not None:
                     ack.set_result([lease_id for lease_id in ids if lease_id in unknown])
+
+    def _apply_reply(self, outcomes: list[tuple[int, list[Lease] | BaseException]], state: PoolState) -> None:
+        with self._cond:
+            for request_id, outcome in outcomes:
+                self._resolve(request_id, outcome)
+            self._update(state)
+
+    def _actor_failed(self, call: str, err: Exception) -> None:
+        log.warning("throttle %s failed: %s", call, err)
+        with self._cond:
+            self._fail_all(err)
 
     def _poll_forever(self) -> None:
         while True:
@@ -356,15 +362,10 @@ class Channel:
             except SystemExit:  # ray.shutdown() in this process
                 return
             except Exception as err:  # the actor died: nobody will be granted
-                log.warning("throttle poll failed: %s", err)
-                with self._cond:
-                    self._fail_all(err)
+                self._actor_failed("poll", err)
                 time.sleep(ERROR_PAUSE_S)
                 continue
-            with self._cond:
-                for request_id, outcome in outcomes:
-                    self._resolve(request_id, outcome)
-                self._update(state)
+            self._apply_reply(outcomes, state)
 
 
 _channels: dict[tuple[int, str], Channel] = {}
