@@ -12,7 +12,9 @@ endpoint for tests and benchmarks, 0 otherwise. `fault_rate` > 0 injects failure
 completions (evenly: with 0.2, every fifth, after the first `fault_after` calls), for fault tests
 (benchmarks/faults.py): in turn HTTP 502, HTTP 504, and a stall of `fault_stall_s` (past a client's
 timeout) answered with 504; `/v1/stats` counts them as `injected`, `?reset=true` restarts the schedule.
-The endpoint listens on loopback addresses only.
+The endpoint listens on loopback addresses only, unless the caller passes `allow_non_loopback=True`:
+it has no authentication, so any host that can reach the port can generate, load and unload adapters
+and read its stats (see docs/reliability.md).
 
 No `from __future__ import annotations` here: Serve's ingress loses the module globals FastAPI needs
 to resolve string annotations, and `Request` parameters then turn into query fields.
@@ -31,6 +33,7 @@ from ray import serve
 from retrain_ray.serve.core import CompletionServer
 
 LOOPBACK = frozenset({"127.0.0.1", "localhost", "::1"})
+WILDCARD = frozenset({"0.0.0.0", "::"})  # every interface: the returned URL names loopback instead
 READY_TIMEOUT_S = 120.0
 
 api = FastAPI(title="retrain-ray inference endpoint")
@@ -122,6 +125,17 @@ def _wait_ready(url: str, timeout_s: float) -> None:
     raise TimeoutError(f"inference endpoint {url} did not answer /v1/models within {timeout_s:.0f} s (last: {last!r})")
 
 
+def check_host(host: str, allow_non_loopback: bool) -> None:
+    """Refuses a host the endpoint would expose beyond this machine, unless the caller opted in."""
+    if host in LOOPBACK or allow_non_loopback:
+        return
+    raise ValueError(
+        f"host {host!r}: the inference endpoint listens on loopback only ({', '.join(sorted(LOOPBACK))}) by "
+        "default: it has no authentication, and anyone who can reach the port can generate and load or unload "
+        "adapters. Pass allow_non_loopback=True to listen on it anyway (behind a firewall or a private "
+        "network), or keep a loopback host and put an authenticating reverse proxy in front")
+
+
 def start_inference_endpoint(
     model: str,
     *,
@@ -136,21 +150,23 @@ def start_inference_endpoint(
     fault_rate: float = 0.0,
     fault_stall_s: float = 0.0,
     fault_after: int = 0,
+    allow_non_loopback: bool = False,
 ) -> str:
     """Deploys the endpoint on the running Ray (Serve on `host:port`) and returns its base URL.
 
     Requests name the base model as `model_name` (default: `model`). With `num_gpus > 0` the replica
     gets a GPU and runs the model there (bf16 autocast); otherwise on CPU.
+    `host` must be a loopback address unless `allow_non_loopback=True`: the endpoint has no
+    authentication, so anyone who reaches the port can use it and replace its adapters.
     """
-    if host not in LOOPBACK:
-        raise ValueError(f"host {host!r}: the inference endpoint listens on loopback only ({sorted(LOOPBACK)})")
+    check_host(host, allow_non_loopback)
     serve.start(http_options={"host": host, "port": port})
     device = "cuda" if num_gpus > 0 else "cpu"
     app = InferenceServer.options(ray_actor_options={"num_cpus": num_cpus, "num_gpus": num_gpus}).bind(
         model, model_name or model, device, request_delay_s, cache_dir, fault_rate, fault_stall_s, fault_after
     )
     serve.run(app, name=name, route_prefix=f"/{name}")
-    url = f"http://{host}:{port}/{name}"
+    url = f"http://{'127.0.0.1' if host in WILDCARD else host}:{port}/{name}"
     _wait_ready(url, READY_TIMEOUT_S)
     return url
 
