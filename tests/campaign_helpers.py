@@ -3,6 +3,10 @@
 Processes are started with `start_new_session=True`; cleanup kills exactly the processes of that
 session (the session id is the leader's pid) plus any process whose command line names the Ray
 temp dir the test created, and nothing else: never `ray stop`, never a kill by name.
+
+The kill-and-resume scaffolding of tests/test_campaign_resume.py, tests/test_campaign_bounded_copies.py
+and tests/fault_scenarios.py: `kill_driver_when` (start tests/campaign_driver.py, wait, SIGKILL),
+`run_to_end` (the same or another command again, to its end), `rows_logged`, `steps_once`.
 """
 
 from __future__ import annotations
@@ -15,7 +19,11 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
+
+from helpers import wait_for
 
 REPO = Path(__file__).resolve().parents[1]
 PYTHON = sys.executable
@@ -103,3 +111,101 @@ def read_manifest(campaign_dir: Path) -> dict | None:
         return json.loads((campaign_dir / "manifest.json").read_text())
     except (OSError, json.JSONDecodeError):
         return None
+
+
+# ---- a campaign driver killed, then run again -----------------------------------------------------------
+def driver_cmd(toml: Path, root: Path, step_delay: float) -> list[str]:
+    """tests/campaign_driver.py on `toml`, each step slowed by `step_delay` s."""
+    return [PYTHON, str(REPO / "tests" / "campaign_driver.py"), str(toml), "--root", str(root),
+            "--step-delay", str(step_delay)]
+
+
+@contextmanager
+def own_session(cmd: list[str], *, log: Path, prefix: str, **env: str) -> Iterator[tuple[subprocess.Popen, Path]]:
+    """Starts `cmd` in a new session with a Ray temp dir of its own (`isolated_env(..., **env)`); on
+    leaving, kills every process of that session and temp dir and removes the dir."""
+    ray_tmp = short_temp_dir(prefix)
+    try:
+        proc = start(cmd, env=isolated_env(ray_tmp, **env), log=log)
+    except BaseException:
+        remove_temp_dir(ray_tmp)
+        raise
+    try:
+        yield proc, ray_tmp
+    finally:
+        kill_owned(proc.pid, ray_tmp)
+        remove_temp_dir(ray_tmp)
+
+
+def kill_driver_when(ready: Callable[[], object], cmd: list[str], *, log: Path, prefix: str, timeout_s: float,
+                     what: str, poll_s: float = 0.2) -> int | None:
+    """Runs `cmd` (a driver) in its own session and Ray until `ready()` is true, then SIGKILLs it and
+    every process of its session and Ray temp dir. Returns None, or the driver's exit code when it
+    ended before `ready()` was (no fault was injected then)."""
+    with own_session(cmd, log=log, prefix=prefix) as (proc, _):
+        wait_for(lambda: ready() or proc.poll() is not None, timeout_s=timeout_s, what=what, poll_s=poll_s)
+        ended = proc.poll()
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+    return ended
+
+
+def run_to_end(cmd: list[str], *, log: Path, prefix: str, timeout_s: float, **env: str) -> tuple[int | None, list[int]]:
+    """Runs `cmd` in its own session and Ray temp dir to its end, then waits up to 30 s for that session
+    and temp dir to empty. Returns (exit code, None after `timeout_s`; pids still alive then); whatever
+    is left is killed and the temp dir removed."""
+    with own_session(cmd, log=log, prefix=prefix, **env) as (proc, ray_tmp):
+        try:
+            rc = proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            return None, owned_pids(proc.pid, ray_tmp)
+        try:
+            wait_for(lambda: not owned_pids(proc.pid, ray_tmp), timeout_s=30, what="the driver's Ray to exit")
+        except TimeoutError:
+            return rc, owned_pids(proc.pid, ray_tmp)
+        return rc, []
+
+
+def manifest_runs(campaign_dir: Path) -> dict[str, dict] | None:
+    """The manifest's runs by name (None before the manifest is written)."""
+    manifest = read_manifest(campaign_dir)
+    return None if manifest is None else {r["run_name"]: r for r in manifest["runs"]}
+
+
+def rows_logged(campaign_dir: Path) -> int:
+    """Step rows logged so far by all runs of the campaign (a torn or half-written stream counts 0)."""
+    from retrain_ray.logs import read_stream
+
+    total = 0
+    for run_dir in (campaign_dir / "runs").glob("*") if (campaign_dir / "runs").is_dir() else []:
+        try:
+            total += read_stream(run_dir).num_rows
+        except (OSError, ValueError):
+            continue
+    return total
+
+
+def steps_once(run_dir: Path, steps: int) -> str:
+    """'' when the run's log holds every step 0..steps-1 exactly once after de-duplication and no other."""
+    from retrain_ray.logs import read_stream
+
+    try:
+        logged = read_stream(run_dir)["step"].to_pylist()
+    except (OSError, ValueError) as exc:
+        return f"log unreadable: {exc}"
+    return "" if logged == list(range(steps)) else f"steps logged {logged}"
+
+
+def segment_steps(path: Path) -> list[int]:
+    """Steps in one Arrow stream segment (a killed writer may have left a partial last batch)."""
+    import pyarrow as pa
+
+    steps = []
+    with pa.OSFile(str(path)) as source:
+        reader = pa.ipc.open_stream(source)
+        try:
+            for batch in reader:
+                steps += batch.column("step").to_pylist()
+        except (pa.ArrowInvalid, OSError):
+            pass
+    return steps

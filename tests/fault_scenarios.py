@@ -26,23 +26,20 @@ import helpers
 from campaign_helpers import (
     PYTHON,
     REPO,
+    driver_cmd,
     isolated_env,
+    kill_driver_when,
     kill_owned,
-    owned_pids,
     read_manifest,
     remove_temp_dir,
+    rows_logged,
+    run_to_end,
     short_temp_dir,
     start,
+    steps_once,
 )
-from helpers import wait_for
 
 STEPS = 6
-SECTIONS = {
-    "reward": {"type": "custom", "custom_module": "operator:lt"},
-    # group_size 16: every group splits, so every step updates and logs a row
-    "training": {"batch_size": 2, "group_size": 16, "max_tokens": 4, "lr": 3e-3, "save_every": 2, "sft_warmup_steps": 2},
-    "logging": {"log_dir": "logs/x"},
-}
 
 
 @dataclass
@@ -54,20 +51,9 @@ class Trial:
 
 def write_campaign(root: Path, name: str, seeds: list[int], *, steps: int = STEPS, parallel: bool = True) -> Path:
     root.mkdir(parents=True, exist_ok=True)
-    return helpers.write_campaign(root / f"{name}.toml", **SECTIONS, campaign={
+    return helpers.write_campaign(root / f"{name}.toml", base=helpers.TINY_RUN, campaign={
         "name": name, "seeds": list(seeds), "max_steps": steps, "parallel": parallel, "max_workers": 2, "max_failures": 2,
         "trial_start_timeout_s": 240})
-
-
-def steps_once(run_dir: Path, steps: int = STEPS) -> str:
-    """'' when the run's log holds every step 0..steps-1 exactly once after de-duplication and no other."""
-    from retrain_ray.logs import read_stream
-
-    try:
-        logged = read_stream(run_dir)["step"].to_pylist()
-    except (OSError, ValueError) as exc:
-        return f"log unreadable: {exc}"
-    return "" if logged == list(range(steps)) else f"steps logged {logged}"
 
 
 def final_weights(run_dir: Path) -> dict:
@@ -136,7 +122,7 @@ def run_kill(trials: int, rng: random.Random, root: Path) -> list[Trial]:
     for name, (step, _) in plan.items():
         run_dir, base_dir = root / "killed" / "runs" / name, root / "baseline" / "runs" / name
         killed = json.loads((run_dir / "killed.json").read_text()) if (run_dir / "killed.json").exists() else {}
-        problems = [steps_once(run_dir)]
+        problems = [steps_once(run_dir, STEPS)]
         if runs[name]["status"] != "completed" or runs[name]["attempts"] != 2 or not killed:
             problems.append(f"status {runs[name]['status']}, attempts {runs[name]['attempts']}, killed {killed}")
         if not same_weights(final_weights(run_dir / "work"), final_weights(base_dir / "work")):
@@ -148,59 +134,24 @@ def run_kill(trials: int, rng: random.Random, root: Path) -> list[Trial]:
 
 
 # ---- 2. the campaign driver killed at a random moment, then the same command again ------------------
-def _driver(toml: Path, root: Path, log: Path, ray_tmp: Path) -> subprocess.Popen:
-    return start([PYTHON, str(REPO / "tests" / "campaign_driver.py"), str(toml), "--root", str(root),
-                  "--step-delay", "0.2"], env=isolated_env(ray_tmp), log=log)
-
-
-def _rows_logged(cdir: Path) -> int:
-    """Step rows logged so far by all runs of the campaign (a torn or half-written stream counts 0)."""
-    from retrain_ray.logs import read_stream
-
-    total = 0
-    for run_dir in (cdir / "runs").glob("*") if (cdir / "runs").is_dir() else []:
-        try:
-            total += read_stream(run_dir).num_rows
-        except (OSError, ValueError):
-            continue
-    return total
-
-
 def driver_kill_once(rng: random.Random, root: Path) -> Trial:
     toml, cdir = write_campaign(root, "driven", [1, 2], parallel=False), root / "driven"
-    ray_tmp = short_temp_dir("rrf")
-    driver = _driver(toml, root, root / "driver1.log", ray_tmp)
-    try:
-        # The kill lands after a random number of logged steps, not a random time: a fast machine
-        # finishes the campaign within any fixed window.
-        kill_after = rng.randint(1, 2 * STEPS - 1)
-        wait_for(lambda: _rows_logged(cdir) >= kill_after or driver.poll() is not None, timeout_s=400,
-                 what=f"{kill_after} logged steps", poll_s=0.05)
-        ended = driver.poll()
-        driver.send_signal(signal.SIGKILL)
-        driver.wait(timeout=30)
-    finally:
-        kill_owned(driver.pid, ray_tmp)
-        remove_temp_dir(ray_tmp)
+    # The kill lands after a random number of logged steps, not a random time: a fast machine
+    # finishes the campaign within any fixed window.
+    kill_after = rng.randint(1, 2 * STEPS - 1)
+    ended = kill_driver_when(lambda: rows_logged(cdir) >= kill_after, driver_cmd(toml, root, 0.2),
+                             log=root / "driver1.log", prefix="rrf", timeout_s=400,
+                             what=f"{kill_after} logged steps", poll_s=0.05)
     if ended is not None:  # no fault was injected: not a passed trial
         return Trial(False, None, f"the driver ended (exit {ended}) before the kill: "
                      f"{(root / 'driver1.log').read_text()[-300:]!r}")
     before = read_manifest(cdir) or {"runs": []}
     done_before = {r["run_name"]: r["attempts"] for r in before["runs"] if r["status"] == "completed"}
-    ray_tmp = short_temp_dir("rrf")
     started = time.time()
-    again = _driver(toml, root, root / "driver2.log", ray_tmp)
-    try:
-        rc = again.wait(timeout=400)
-        left = wait_for(lambda: owned_pids(again.pid, ray_tmp) == [], timeout_s=30, what="exit") and []
-    except (subprocess.TimeoutExpired, TimeoutError) as exc:
-        rc, left = -1, [str(exc)]
-    finally:
-        kill_owned(again.pid, ray_tmp)
-        remove_temp_dir(ray_tmp)
+    rc, left = run_to_end(driver_cmd(toml, root, 0.2), log=root / "driver2.log", prefix="rrf", timeout_s=400)
     recovery = time.time() - started
     after = read_manifest(cdir) or {"runs": [], "status": "?"}
-    problems = [f"second command exit {rc}"] if rc else []
+    problems = [f"second command exit {rc}"] if rc != 0 else []
     problems += [f"left running: {left}"] if left else []
     problems += [] if after.get("status") == "done" else [f"campaign status {after.get('status')}"]
     for run in after["runs"]:
@@ -208,7 +159,7 @@ def driver_kill_once(rng: random.Random, root: Path) -> Trial:
             problems.append(f"{run['run_name']} {run['status']}")
         if run["run_name"] in done_before and run["attempts"] != done_before[run["run_name"]]:
             problems.append(f"finished run {run['run_name']} ran again")
-        problems.append(steps_once(cdir / "runs" / run["run_name"]))
+        problems.append(steps_once(cdir / "runs" / run["run_name"], STEPS))
     problems = [p for p in problems if p]
     killed_at = f"killed with {sorted(done_before)} finished"
     return Trial(not problems, recovery, f"{killed_at}; " + ("; ".join(problems) or "ok"))

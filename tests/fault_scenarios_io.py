@@ -15,8 +15,8 @@ import uuid
 from pathlib import Path
 
 import ray
-from campaign_helpers import PYTHON, REPO
-from fault_scenarios import Trial, steps_once
+from campaign_helpers import PYTHON, REPO, steps_once
+from fault_scenarios import Trial
 from helpers import free_port, wait_for, write_config
 
 # ---- 4. throttle lease holders SIGKILLed among 32 clients -----------------------------------------------

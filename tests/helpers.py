@@ -20,6 +20,14 @@ TINY_CPU: dict[str, dict[str, Any]] = {
     "data": {"source": "builtin", "task": "first_digit"},
 }
 GRPO = {"advantage_mode": "grpo", "transform_mode": "none"}
+# A tiny CPU run that logs a row at every step (group_size 16: every group splits, so no step goes
+# without an update) and checkpoints every two steps: `write_config(path, base=TINY_RUN, ...)`.
+TINY_RUN: dict[str, dict[str, Any]] = {
+    **TINY_CPU,
+    "reward": {"type": "custom", "custom_module": "operator:lt"},
+    "training": {"batch_size": 2, "group_size": 16, "max_tokens": 4, "lr": 3e-3, "save_every": 2, "sft_warmup_steps": 2},
+    "logging": {"log_dir": "logs/x"},
+}
 
 
 def free_port() -> int:

@@ -6,32 +6,24 @@ the race `STATE_SYNC_S` in campaign/driver.py describes).
 
 from __future__ import annotations
 
-import signal
 import threading
 
 import pytest
 from campaign_helpers import (
     PYTHON,
-    isolated_env,
-    kill_owned,
+    driver_cmd,
+    kill_driver_when,
+    manifest_runs,
     read_manifest,
-    remove_temp_dir,
-    short_temp_dir,
-    start,
+    run_to_end,
+    segment_steps,
 )
-from helpers import wait_for, write_campaign
-from test_campaign_resume import _run_to_end, _segment_steps
+from helpers import TINY_RUN, write_campaign
 
 from retrain_ray.logs import read_stream
 from retrain_ray.logs.stream import segment_paths
 
 STEPS, KEEP = 24, 2
-SECTIONS = {
-    "reward": {"type": "custom", "custom_module": "operator:lt"},
-    "training": {"batch_size": 2, "group_size": 16, "max_tokens": 4, "lr": 3e-3, "save_every": 1,
-                 "keep_last_checkpoints": KEEP, "sft_warmup_steps": 2},
-    "logging": {"log_dir": "logs/x"},
-}
 CAMPAIGN = {"name": "bounded", "seeds": [1, 2], "max_steps": STEPS, "parallel": False, "max_failures": 0,
             "trial_start_timeout_s": 120}
 FIRST, SECOND = "grpo+none_s1", "grpo+none_s2"
@@ -63,43 +55,26 @@ class CopyWatch:
 
 def _killable(cdir) -> bool:
     """First run done and its copies pruned to KEEP; the second past step 14 (15 checkpoints reported)."""
-    manifest = read_manifest(cdir)
-    if manifest is None:
-        return False
-    runs = {r["run_name"]: r for r in manifest["runs"]}
-    return (runs[FIRST]["status"] == "completed" and _copies(cdir, FIRST) <= KEEP
+    runs = manifest_runs(cdir)
+    return (runs is not None and runs[FIRST]["status"] == "completed" and _copies(cdir, FIRST) <= KEEP
             and runs[SECOND]["result"].get("step", -1) >= 14)
 
 
 @pytest.mark.extended
 @pytest.mark.timeout(900)  # two driver processes, each with its own Ray, on shared cores
 def test_tune_copies_stay_bounded_and_a_killed_campaign_still_resumes(tmp_path):
-    toml = write_campaign(tmp_path / "bounded.toml", campaign=CAMPAIGN, **SECTIONS)
+    toml = write_campaign(tmp_path / "bounded.toml", base=TINY_RUN, campaign=CAMPAIGN,
+                          training={"save_every": 1, "keep_last_checkpoints": KEEP})
     cdir = tmp_path / "bounded"
     watch = CopyWatch(cdir)
-    ray_tmp = short_temp_dir("rrb")
-    driver = start([PYTHON, "tests/campaign_driver.py", str(toml), "--root", str(tmp_path), "--step-delay", "0.5"],
-                   env=isolated_env(ray_tmp), log=tmp_path / "driver1.log")
-    try:
-        wait_for(lambda: _killable(cdir) or driver.poll() is not None, timeout_s=300, what="a half-done campaign")
-        assert driver.poll() is None, (tmp_path / "driver1.log").read_text()[-3000:]
-        driver.send_signal(signal.SIGKILL)
-        driver.wait(timeout=30)
-    finally:
-        kill_owned(driver.pid, ray_tmp)
-        remove_temp_dir(ray_tmp)
+    ended = kill_driver_when(lambda: _killable(cdir), driver_cmd(toml, tmp_path, 0.5), log=tmp_path / "driver1.log",
+                             prefix="rrb", timeout_s=300, what="a half-done campaign")
+    assert ended is None, (tmp_path / "driver1.log").read_text()[-3000:]
     at_kill = _copies(cdir, SECOND)
     assert at_kill < 15, f"{at_kill} copies of 15 checkpoints: nothing pruned while the run went on"
 
-    resume_tmp = short_temp_dir("rrc")
-    pid = None
-    try:
-        rc, pid = _run_to_end([PYTHON, "-m", "retrain_ray.cli", "resume", str(cdir)],
-                              isolated_env(resume_tmp), tmp_path / "driver2.log", timeout_s=300)
-    finally:
-        if pid is not None:
-            kill_owned(pid, resume_tmp)
-        remove_temp_dir(resume_tmp)
+    rc, _ = run_to_end([PYTHON, "-m", "retrain_ray.cli", "resume", str(cdir)], log=tmp_path / "driver2.log",
+                       prefix="rrc", timeout_s=300)
     most = watch.stop()
     assert rc == 0, (tmp_path / "driver2.log").read_text()[-3000:]
 
@@ -117,6 +92,6 @@ def test_tune_copies_stay_bounded_and_a_killed_campaign_still_resumes(tmp_path):
     # (a step whose groups all score alike updates nothing and writes no row: rows are a subset of the steps)
     first = read_stream(cdir / "runs" / FIRST, key=None)["step"].to_pylist()
     assert first == sorted(set(first)), "the finished run was written once"
-    killed_steps, resumed_steps = (_segment_steps(p) for p in segment_paths(cdir / "runs" / SECOND, "metrics"))
+    killed_steps, resumed_steps = (segment_steps(p) for p in segment_paths(cdir / "runs" / SECOND, "metrics"))
     # restored from a copy the pruner kept: after a checkpoint, not from scratch
     assert 0 < resumed_steps[0] <= max(killed_steps) + 1 and resumed_steps == sorted(set(resumed_steps))

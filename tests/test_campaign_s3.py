@@ -16,9 +16,8 @@ import subprocess
 
 import pyarrow.fs as pafs
 import pytest
-from campaign_helpers import PYTHON, isolated_env, kill_owned, remove_temp_dir, short_temp_dir
+from campaign_helpers import PYTHON, run_to_end
 from test_campaign_e2e import write_toml
-from test_campaign_resume import _run_to_end
 
 from retrain_ray.campaign.afterwards import squeeze_first_completed
 from retrain_ray.campaign.manifest import Manifest
@@ -110,13 +109,7 @@ def test_campaign_on_s3_storage_runs_squeezes_and_resumes_from_the_bucket(s3_ser
     cdir = tmp_path / "campaigns" / "ons3"
     for n, cmd in enumerate(([PYTHON, "-m", "retrain_ray.cli", str(toml), "--root", str(tmp_path / "campaigns")],
                              [PYTHON, "-m", "retrain_ray.cli", "resume", str(cdir)])):
-        ray_tmp, pid = short_temp_dir("rrs"), None
-        try:
-            rc, pid = _run_to_end(cmd, isolated_env(ray_tmp, **s3_server), tmp_path / f"driver{n}.log", timeout_s=280)
-        finally:
-            if pid is not None:
-                kill_owned(pid, ray_tmp)
-            remove_temp_dir(ray_tmp)
+        rc, _ = run_to_end(cmd, log=tmp_path / f"driver{n}.log", prefix="rrs", timeout_s=280, **s3_server)
         assert rc == 0, (tmp_path / f"driver{n}.log").read_text()[-3000:]
         if n == 0:
             tune_files = _files(bucket, f"{BUCKET}/prefix/ons3/tune")
