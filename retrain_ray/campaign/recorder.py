@@ -6,7 +6,9 @@ campaign directory: `<campaign_dir>/runs/<run>/<kind>.arrows` (kind: metrics, ge
 Each actor lifetime writes a new stream *segment* per run and kind (`metrics.arrows`,
 `metrics.1.arrows`, ...), because an Arrow IPC stream cannot be reopened for append; readers read
 all segments and de-duplicate on (run, step), last write wins, so a step re-run after a retry or a
-campaign resume appears exactly once.
+campaign resume appears exactly once. A run that resumes asks the recorder first to cut a torn
+segment (a recorder killed mid-write) back to its complete batches (`repair_metrics`), and resumes at
+or before the last step it still holds (campaign/trial.py).
 
 Every `parquet_every_s` seconds per run, and when a run closes, the recorder also rewrites
 `<run>/<kind>.parquet` (de-duplicated, with campaign/run/condition/seed columns) atomically, so
@@ -35,6 +37,7 @@ from retrain_ray.logs.parquet_export import (
     export_run,
     run_identities,
 )
+from retrain_ray.logs.stream import repair_and_last_step
 from retrain_ray.logs.types import RunObserver
 
 RECORDER_KINDS = ("metrics", "generations", "eval")
@@ -95,13 +98,21 @@ class RecorderCore:
         except Exception as exc:  # a copy only; the streams hold every row
             log.warning("recorder: Parquet copy of run %s failed (%s); the Arrow streams are complete", run, exc)
 
-    def close_run(self, run: str) -> None:
+    def close_run(self, run: str, *, export: bool = True) -> None:
         for kind in RECORDER_KINDS:
             writer = self._writers.pop((run, kind), None)
             if writer is not None:
                 writer.close()
-        if run in self.rows_written:
+        if export and run in self.rows_written:
             self.export_parquet(run)
+
+    def repair_metrics(self, run: str) -> int | None:
+        """At a run's resume: closes the run's open segments (a writer of its previous attempt), cuts
+        torn metrics segments back to their complete batches and returns the last step still logged
+        (None: nothing was torn; -1: no row left), so the run resumes at or before it."""
+        self.close_run(run, export=False)
+        run_dir = self.campaign_dir / "runs" / run
+        return repair_and_last_step(run_dir, "metrics") if run_dir.is_dir() else None
 
     def close(self) -> None:
         for run in {r for r, _ in list(self._writers)}:
@@ -123,6 +134,9 @@ class RecorderActor:
 
     async def close(self) -> None:
         self._core.close()
+
+    async def repair_metrics(self, run: str) -> int | None:
+        return self._core.repair_metrics(run)
 
     async def rows_written(self) -> dict[str, int]:
         return dict(self._core.rows_written)

@@ -5,7 +5,9 @@ that forward rows to the recorder actor, export gauges and report each checkpoin
 (`tune.report(metrics, checkpoint=...)`). On a retry (Tune's FailureConfig) or after a campaign
 restore, `tune.get_checkpoint()` gives the last reported checkpoint and the run continues after it.
 A run that fails raises (the contract in run/types.py); the exception reaches Tune, which retries
-it from that checkpoint up to `[campaign].max_failures` times.
+it from that checkpoint up to `[campaign].max_failures` times; when the recorder finds the run's
+metrics log torn before that checkpoint, from the run's newest checkpoint at or before the last step
+logged (run/torn_log.py).
 
 Tune reuses a trial's process for the next run (`reuse_actors`): imports and the Ray worker start
 are paid once per concurrent slot, not once per run. Each run sets everything it depends on itself
@@ -86,7 +88,21 @@ def _observers(ctx: TrialContext, plan: RunPlan, reporter: TuneReporter) -> list
     ]
 
 
+def resume_point(ctx: TrialContext, plan: RunPlan, checkpoint: Path) -> Path | None:
+    """Tune's checkpoint, or an earlier one of the run's own when the recorder found the run's metrics
+    log torn before it (rows a killed recorder lost are then logged again; None: from the start)."""
+    recorder = ray.get_actor(recorder_name(ctx.campaign), namespace=ctx.namespace)
+    last_logged = ray.get(recorder.repair_metrics.remote(plan.run_name), timeout=ctx.timeout_s)
+    if last_logged is None:
+        return checkpoint
+    from retrain_ray.run.torn_log import resume_point as at_or_before  # deferred: loads torch
+
+    return at_or_before(checkpoint, last_logged, Path(plan.work_dir))
+
+
 def _run(ctx: TrialContext, plan: RunPlan, resume_from: Path | None) -> Any:
+    if resume_from is not None:
+        resume_from = resume_point(ctx, plan, resume_from)
     reporter = TuneReporter()
     runner = resolve_runner(ctx.runner)
     throttle = ctx.control.throttle_for(plan.run_name)

@@ -140,6 +140,17 @@ def repair_torn_segments(directory: Path, name: str = "metrics") -> list[Path]:
     return repaired
 
 
+def repair_and_last_step(directory: Path, name: str = "metrics") -> int | None:
+    """`repair_torn_segments`, then the last step stream `name` still holds: None when nothing was
+    torn, -1 when no row is left. For a resume that must re-run the steps a torn tail lost."""
+    if not repair_torn_segments(directory, name):
+        return None
+    if not segment_paths(Path(directory), name):
+        return -1
+    steps = read_stream(directory, name)["step"].to_pylist()
+    return max(steps, default=-1)
+
+
 def _concat_with_positions(batches: list[pa.RecordBatch]) -> pa.Table:
     """One table of all batches plus each row's batch ordinal and global row number."""
     try:

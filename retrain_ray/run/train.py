@@ -5,22 +5,21 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 from retrain_ray.backends.types import Policy
 from retrain_ray.backpressure.types import BackPressureAdvisor
 from retrain_ray.logs import (
     ArrowRunObserver,
     MultiObserver,
-    read_stream,  # pyright: ignore[reportUnknownVariableType]  # pyarrow ships no types
     write_run_meta,
 )
-from retrain_ray.logs.stream import repair_torn_segments
 from retrain_ray.run.build import build_components, build_policy
-from retrain_ray.run.checkpoint import CheckpointManager, load_state, resolve_resume_dir, verify_checkpoint
+from retrain_ray.run.checkpoint import load_state, resolve_resume_dir
 from retrain_ray.run.loop import RunComponents, RunLoop
 from retrain_ray.run.preflight import check_run
 from retrain_ray.run.state import TrainerState, engine_generators, restore_rng_state, seed_everything
+from retrain_ray.run.torn_log import rewind_past_torn_rows
 from retrain_ray.run.types import RunObserver, RunOutcome
 from retrain_ray.secrets import redact
 
@@ -93,28 +92,6 @@ def train_run(
         return loop.run(state)
     finally:
         observer.close()
-
-
-def rewind_past_torn_rows(run_dir: Path, checkpoint: Path) -> Path | None:
-    """A torn `metrics.arrows` (a write cut off by a full disk or a power loss, after a later
-    checkpoint reached the disk) lost the rows after its last complete batch; resuming from a
-    checkpoint past them would never write them again. The torn segments are cut back to their
-    complete batches, and the run resumes from the newest valid checkpoint at or before the last
-    logged step (None: from the start), so every step is logged once."""
-    if not repair_torn_segments(run_dir, "metrics"):
-        return checkpoint
-    steps: list[int] = []
-    if (run_dir / "metrics.arrows").exists():
-        steps = cast("list[int]", read_stream(run_dir)["step"].to_pylist())  # pyright: ignore[reportUnknownMemberType]
-    last_logged = max(steps, default=-1)
-    if load_state(checkpoint).step <= last_logged:
-        return checkpoint
-    earlier = [c for c in CheckpointManager(run_dir).candidates()
-               if not verify_checkpoint(c) and load_state(c).step <= last_logged]
-    chosen = earlier[0] if earlier else None
-    log.warning("%s/metrics.arrows was torn after step %d; resuming from %s so the lost rows are written again",
-                run_dir, last_logged, chosen or "the start")
-    return chosen
 
 
 def _fresh_state(cfg: RetrainConfig, parts: RunComponents) -> TrainerState:

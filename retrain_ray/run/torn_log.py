@@ -1,0 +1,38 @@
+"""Resuming after a torn metrics log: the checkpoint to continue from so every step is logged once.
+
+A torn `metrics.arrows` (a write cut off by a killed writer, a full disk or a power loss, after a
+later checkpoint reached the disk) lost the rows after its last complete batch; resuming from a
+checkpoint past them would never write them again. Whoever owns the log cuts its torn segments back
+to their complete batches (`retrain-ray train --resume`: `rewind_past_torn_rows` here; a campaign
+run: the recorder actor, which writes its runs' logs) and the run resumes from the newest valid
+checkpoint at or before the last logged step (None: from the start).
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from retrain_ray.logs.stream import repair_and_last_step
+from retrain_ray.run.checkpoint import CheckpointManager, load_state, verify_checkpoint
+
+log = logging.getLogger(__name__)
+
+
+def resume_point(checkpoint: Path, last_logged: int, checkpoints_dir: Path) -> Path | None:
+    """`checkpoint` if its step is logged, else the newest valid checkpoint of the run in
+    `checkpoints_dir` whose step is (None: none is, resume from the start)."""
+    if load_state(checkpoint).step <= last_logged:
+        return checkpoint
+    earlier = [c for c in CheckpointManager(checkpoints_dir).candidates()
+               if not verify_checkpoint(c) and load_state(c).step <= last_logged]
+    chosen = earlier[0] if earlier else None
+    log.warning("%s: the metrics log was torn after step %d; resuming from %s so the lost rows are written again",
+                checkpoints_dir, last_logged, chosen or "the start")
+    return chosen
+
+
+def rewind_past_torn_rows(run_dir: Path, checkpoint: Path) -> Path | None:
+    """For a run that writes its own log into `run_dir` (`retrain-ray train --resume`)."""
+    last_logged = repair_and_last_step(run_dir)
+    return checkpoint if last_logged is None else resume_point(checkpoint, last_logged, run_dir)
