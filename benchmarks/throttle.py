@@ -14,9 +14,10 @@ and 32, three clients interleaved over `--reps` repetitions: the current one (pe
 slots), the previous one (`throttle_previous.py`: per-process batched channel, every grant through the
 actor) and the one before (rebuilt here: an acquire and a release RPC per hold, a renewal thread per
 hold). Each prints grants/s, grants per client (max/min, Jain), client wait p50/p99 and CPU time per
-grant (client processes plus the throttle actor: robust to a loaded machine), min / median / max; then
-the slot-back time after a SIGKILL of a holder, and of a process holding a block of 4 slots, against
-TTL + 1 s. Run: `.venv/bin/python benchmarks/throttle.py [--reps 3] [--scale-only]`.
+grant (client processes plus the throttle actor: robust to a loaded machine), min / median / max, and
+where the spread of grants per client comes from (clients inside one process: the throttle's hand-out
+order; whole processes: their CPU shares, printed next to it); then the slot-back time after a SIGKILL
+of a holder, and of a process holding a block of 4 slots, against TTL + 1 s. Run: `.venv/bin/python benchmarks/throttle.py [--reps 3] [--scale-only]`.
 """
 
 from __future__ import annotations
@@ -177,7 +178,7 @@ def run_ray(procs: list, n_clients: int, body_s: float, campaign: str, capacity:
             client: str = "pooled", cpu: list | None = None) -> list[tuple[int, list[float]]]:
     """`procs`: 4 client processes (actors) reused across cases, each with room for 8 client threads.
 
-    `cpu`, if given, gets the CPU seconds the client processes and the throttle actor used.
+    `cpu`, if given, gets the CPU seconds each client process and (last) the throttle actor used.
     """
     handle = start_throttle(campaign, "bench", capacity, namespace="bench", lease_ttl_s=RAY_TTL_S)
     cpu_before = _cpu_s(procs, handle)
@@ -189,7 +190,7 @@ def run_ray(procs: list, n_clients: int, body_s: float, campaign: str, capacity:
     ]
     results = ray.get(refs, timeout=120)
     if cpu is not None:
-        cpu.append(_cpu_s(procs, handle) - cpu_before)
+        cpu.append(list(np.array(_cpu_s(procs, handle)) - cpu_before))
     _wait_for(lambda: ray.get(handle.stats.remote(), timeout=30).in_flight == 0)  # idle pooled slots return
     stats = ray.get(handle.stats.remote(), timeout=30)
     assert stats.peak_in_flight <= capacity, f"throttle exceeded capacity: {stats.peak_in_flight}"
@@ -198,8 +199,8 @@ def run_ray(procs: list, n_clients: int, body_s: float, campaign: str, capacity:
     return results
 
 
-def _cpu_s(procs: list, handle) -> float:
-    return sum(ray.get([proc.cpu_s.remote() for proc in procs] + [handle.cpu_s.remote()], timeout=60))
+def _cpu_s(procs: list, handle) -> np.ndarray:
+    return np.array(ray.get([proc.cpu_s.remote() for proc in procs] + [handle.cpu_s.remote()], timeout=60))
 
 
 def run_flock(n_clients: int, body_s: float) -> list[tuple[int, list[float]]]:
@@ -316,13 +317,24 @@ def run_scale(procs: list, reps: int) -> dict[tuple[int, str], list[dict[str, fl
         for capacity in SCALE_CAPACITIES:
             kinds = SCALE_CLIENT_KINDS[rep % 3:] + SCALE_CLIENT_KINDS[:rep % 3]
             for client in kinds:
-                cpu: list[float] = []
+                cpu: list[list[float]] = []
                 results = run_ray(procs, SCALE_CLIENTS, 0.0, f"scale-{rep}-{capacity}-{client}", capacity,
                                   client, cpu)
                 summary = summarize(results)
-                summary["cpu_ms_per_grant"] = cpu[0] * 1e3 / max(1.0, summary["pairs_s"] * DURATION_S)
+                summary["cpu_ms_per_grant"] = sum(cpu[0]) * 1e3 / max(1.0, summary["pairs_s"] * DURATION_S)
+                summary.update(_by_process(results, cpu[0][:len(procs)]))
                 out.setdefault((capacity, client), []).append(summary)
     return out
+
+
+def _by_process(results: list[tuple[int, list[float]]], cpu_s: list[float]) -> dict[str, float]:
+    """Where the spread of grants per client comes from: clients of one process (the throttle's hand-out
+    order), or whole processes (their CPU shares: grants per process against CPU per process)."""
+    counts = np.array([count for count, _ in results], dtype=float).reshape(len(cpu_s), -1)
+    per_process = counts.sum(axis=1)
+    return {"inside": float(max(row.max() / max(row.min(), 1.0) for row in counts)),
+            "across": float(per_process.max() / max(per_process.min(), 1.0)),
+            "cpu_spread": float(max(cpu_s) / max(min(cpu_s), 1e-9))}
 
 
 def _spread(values: list[float], fmt: str = "{:.0f}") -> str:
@@ -346,6 +358,15 @@ def print_scale(scale: dict, reps: int, load: tuple[float, float]) -> None:
                   f"{_spread(spread, '{:.2f}')} | {_spread([r['jain'] for r in rows], '{:.3f}')} | "
                   f"{np.median([r['p50_ms'] for r in rows]):.2f} / {np.median([r['p99_ms'] for r in rows]):.1f} | "
                   f"{_spread([r['cpu_ms_per_grant'] for r in rows], '{:.2f}')} |")
+    print("\nwhere the spread of grants per client comes from: inside a process (max/min among its 8 clients, "
+          "worst process) and across processes (grants per process, CPU seconds per process); min / median / max")
+    print("| capacity | client | inside a process | across processes | process CPU max/min |")
+    print("|---|---|---|---|---|")
+    for capacity in SCALE_CAPACITIES:
+        for client in SCALE_CLIENT_KINDS:
+            rows = scale[capacity, client]
+            print(f"| {capacity} | {client} | " + " | ".join(
+                _spread([r[key] for r in rows], "{:.2f}") for key in ("inside", "across", "cpu_spread")) + " |")
 
 
 def block_reclaim_s(campaign: str, block: int = 4) -> float:

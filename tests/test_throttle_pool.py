@@ -18,6 +18,7 @@ from helpers import wait_for
 
 from retrain_ray.actors.throttle import start_throttle
 from retrain_ray.throttle import ThrottleClient
+from retrain_ray.throttle.channel import channel
 
 TTL_S = 5.0  # a holder process starved of CPU on a loaded machine (load average 30) still renews in time
 KILL_TTL_S = 2.0  # the kill test waits for it
@@ -195,3 +196,44 @@ def test_release_idle_gives_the_process_idle_slots_back_at_once(ray_4cpu_4gpu):
     stats = _stats(handle)  # no wait: the slot is back when the call returns
     assert (stats.in_flight, stats.granted, stats.released, stats.expired) == (0, 1, 1, 0)
     ray.kill(proc)
+
+
+def test_a_freed_slot_goes_to_the_least_served_local_holder(ray_4cpu_4gpu):
+    """Capacity 1, clients in this process, driven hand-over by hand-over (each release hands the slot on
+    at once, in this thread: no call, no timing). After 4 holds of `a`, a queued `a` and later `b` and `c`
+    want the slot: b and c (0 holds) go first. In the closed loop that follows (whoever is served asks
+    again), c sits out 3 hand-overs (a thread that did not get the CPU in time) and then catches up, so
+    the counts end equal; a FIFO would have served a first and never given c its lost turns back."""
+    handle = _throttle(capacity=1)
+    link = channel(handle)
+
+    def ask(holder: str):
+        return link.acquire(holder, 1, 120.0, TTL_S, lambda lease: None)
+
+    for _ in range(3):
+        assert link.release([ask("a").result(timeout=60)]) is None
+    lease = ask("a").result(timeout=60)
+    waiting = {holder: ask(holder) for holder in "abc"}
+    assert not any(future.done() for future in waiting.values())
+    order, away = [], 0
+    for _ in range(14):
+        link.release([lease])
+        (holder,) = [h for h, future in waiting.items() if future.done()]
+        lease = waiting.pop(holder).result(timeout=0)
+        assert lease.holder == holder
+        order.append(holder)
+        away -= 1
+        if away == 0:
+            waiting["c"] = ask("c")
+        if holder == "c" and order.count("c") == 1:
+            away = 3
+        else:
+            waiting[holder] = ask(holder)
+    link.release([lease])
+    for future in waiting.values():
+        link.release([future.result(timeout=60)])
+    counts = {holder: order.count(holder) + 4 * (holder == "a") for holder in "abc"}
+    print(f"order {''.join(order)}; holds {counts}")
+    assert "".join(order) == "bcbbbcccabcabc"
+    assert counts == {"a": 6, "b": 6, "c": 6}
+    assert _settled(handle).peak_in_flight == 1

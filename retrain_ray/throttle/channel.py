@@ -1,11 +1,11 @@
 """A process's link to one throttle actor: a local pool of slots, batched calls, three daemon threads.
 
 Single-slot holds are served from a local pool. The channel asks the actor for one slot per local
-waiter (all asks of a moment in one `exchange` call), and a released slot goes straight to the next
-local waiter (FIFO) without a call, or stays idle for the next local hold, as long as the process
-holds no more than the actor's `PoolState.keep`: the whole capacity while nobody else waits, an equal
-share per active process while others wait, nothing while a batch heads the actor's queue or after a
-shrink. Slots above that go back to the actor, whose FIFO queue serves everybody's asks, so no
+waiter (all asks of a moment in one `exchange` call), and a released slot goes straight to a local
+waiter without a call (the least-served holder first, `fairqueue`), or stays idle for the next local
+hold, as long as the process holds no more than the actor's `PoolState.keep`: the whole capacity
+while nobody else waits, an equal share per active process while others wait, nothing while a batch
+heads the actor's queue or after a shrink. Slots above that go back to the actor, whose FIFO queue serves everybody's asks, so no
 process hoards slots while others queue. An idle slot goes back when others wait or after `IDLE_S`.
 A long `poll_pool` call collects grants and returns early when the process's `PoolState` changes.
 
@@ -25,7 +25,6 @@ import os
 import threading
 import time
 import uuid
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
@@ -34,6 +33,7 @@ import ray
 import ray.exceptions
 
 from retrain_ray.throttle.errors import ThrottleTimeout
+from retrain_ray.throttle.fairqueue import FairQueue
 from retrain_ray.throttle.keeper import RPC_TIMEOUT_S, lease_keeper
 from retrain_ray.throttle.types import Lease, PoolState
 
@@ -46,6 +46,7 @@ IDLE_S = 0.2  # an idle slot nobody else waits for is kept this long for the nex
 BLOCK_USES = 32  # while others wait, a slot serves at most this many local holds per grant ...
 QUANTUM_S = 0.05  # ... and is passed on locally only this long after its grant, then goes back
 ERROR_PAUSE_S = 1.0  # after a failed call to the actor, before the next one
+CATCH_UP = BLOCK_USES  # holds a holder that fell behind may take ahead of the others (see fairqueue)
 
 OnLost = Callable[[Lease], None]
 Future = concurrent.futures.Future
@@ -85,7 +86,7 @@ class Channel:
         self._batch_leases: set[str] = set()
         self._asks: set[int] = set()  # single-slot requests the actor has not answered yet
         self._ask_timeout_s = 600.0
-        self._waiters: deque[_Waiter] = deque()  # local single-slot holds waiting, FIFO
+        self._waiters: FairQueue[_Waiter] = FairQueue(CATCH_UP)  # local single-slot holds, least-served first
         self._idle: dict[str, _Slot] = {}  # by lease id
         self._in_use: dict[str, _Slot] = {}
         self._state: PoolState | None = None
@@ -140,7 +141,7 @@ class Channel:
     def forget(self, future: Future) -> Future | None:
         """The caller stopped waiting for `future`; returns the ack of withdrawing its surplus asks."""
         with self._cond:
-            self._waiters = deque(w for w in self._waiters if w.future is not future)
+            self._waiters.remove(lambda w: w.future is future)
             self._batches = {rid: entry for rid, entry in self._batches.items() if entry[0] is not future}
             surplus = sorted(self._asks)[len(self._waiters):]
             if not surplus:
@@ -164,7 +165,7 @@ class Channel:
         if not self._waiters and self._idle:
             self._hand(self._idle.pop(next(iter(self._idle))), waiter)
             return
-        self._waiters.append(waiter)
+        self._waiters.push(waiter.holder, waiter)
         self._ask()
 
     def _ask(self) -> None:
@@ -178,6 +179,7 @@ class Channel:
         if not waiter.future.set_running_or_notify_cancel():
             return False  # an async caller gave up
         slot.uses += 1
+        self._waiters.charge(waiter.holder)
         slot.on_lost = waiter.on_lost
         self._in_use[slot.lease.lease_id] = slot
         self.local_grants += 1
@@ -194,9 +196,9 @@ class Channel:
         return not (state.others_waiting and spent)
 
     def _place(self, slot: _Slot) -> None:
-        """A free slot of ours: the oldest local waiter, else idle (if allowed), else the actor."""
+        """A free slot of ours: the least-served local waiter, else idle (if allowed), else the actor."""
         while self._waiters:
-            if self._hand(slot, self._waiters.popleft()):
+            if self._hand(slot, self._waiters.pop()[1]):
                 return
         self._withdraw_asks()  # a free slot and nobody here waits: the asks still queued are surplus
         state = self._state
@@ -282,8 +284,7 @@ class Channel:
 
     def _fail_all(self, err: BaseException) -> None:
         """The actor is gone or stuck: every waiting caller gets `err`."""
-        futures = [w.future for w in self._waiters] + [f for f, _ in self._batches.values()]
-        self._waiters.clear()
+        futures = [w.future for w in self._waiters.clear()] + [f for f, _ in self._batches.values()]
         self._batches.clear()
         self._asks.clear()
         for future in futures:
