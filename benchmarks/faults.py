@@ -1,7 +1,8 @@
 """Fault-injection benchmark (issue 15): repeated, randomized faults on real Ray, each trial checked.
 
 Scenarios (tests/fault_scenarios.py and tests/fault_scenarios_io.py; tests/test_faults.py runs each
-once): a run's trial process SIGKILLed at a random step; the campaign driver SIGKILLed at a random
+once): a run's trial process SIGKILLed at a random step; one actor (sampler or trainer) of a split run
+SIGKILLed at a random step (4 fake GPUs); the campaign driver SIGKILLed at a random
 moment and the same command run again; a worker node removed mid-run (ray.cluster_utils.Cluster);
 throttle lease holders SIGKILLed among 32 clients; a shared Serve endpoint failing 20% of its calls
 (502, 504, stalls past the client's timeout); a full disk and a read-only run directory under
@@ -39,6 +40,7 @@ for key, value in (("RAY_AUTH_MODE", "disabled"), ("HF_HUB_OFFLINE", "1"), ("TOK
 
 import fault_scenarios as fs  # noqa: E402
 import fault_scenarios_io as fio  # noqa: E402
+import fault_scenarios_split as fss  # noqa: E402
 
 DOCS = REPO / "docs" / "reliability.md"
 BEGIN, END = "<!-- faults-table:begin -->", "<!-- faults-table:end -->"
@@ -46,6 +48,10 @@ BEGIN, END = "<!-- faults-table:begin -->", "<!-- faults-table:end -->"
 SCENARIOS = (
     ("run_kill", fs.run_kill, 2, 10, True,
      "run completes (2 attempts), every step once, final weights bit-identical to an uninterrupted run; "
+     "recovery: kill to the first row of the retry"),
+    ("split_actor_kill", fss.split_actor_kill, 2, 10, True,
+     "split run (2 fake GPUs): its inference or trainer actor SIGKILLed (alternating), the run completes "
+     "(2 attempts, new actors), every step once, final weights bit-identical to an uninterrupted split run; "
      "recovery: kill to the first row of the retry"),
     ("driver_kill", fs.driver_kill, 2, 5, False,
      "same command again: campaign done, no finished run rerun, every step once, no process left; "
@@ -74,7 +80,7 @@ def _ray_init(attempts: int = 6) -> None:
 
     for attempt in range(1, attempts + 1):
         try:
-            ray.init(address="local", num_cpus=4, num_gpus=0, include_dashboard=False, log_to_driver=False,
+            ray.init(address="local", num_cpus=4, num_gpus=4, include_dashboard=False, log_to_driver=False,
                      object_store_memory=300 * 2**20, namespace="faults-benchmark")
             return
         except Exception as exc:

@@ -8,6 +8,7 @@ import random
 
 import fault_scenarios as fs
 import fault_scenarios_io as fio
+import fault_scenarios_split as fss
 import pytest
 
 pytestmark = pytest.mark.extended
@@ -22,6 +23,11 @@ def _check(trials: list[fs.Trial], count: int) -> None:
 
 def test_a_run_killed_at_a_random_step_completes_with_the_uninterrupted_weights(ray_4cpu_4gpu, tmp_path):
     _check(fs.run_kill(1, random.Random(1), tmp_path), 1)
+
+
+def test_a_split_run_that_loses_its_sampler_or_trainer_completes_with_the_uninterrupted_weights(
+        ray_4cpu_4gpu, tmp_path):
+    _check(fss.split_actor_kill(2, random.Random(8), tmp_path), 2)  # 2 trials: each role once
 
 
 def test_a_killed_driver_run_again_finishes_without_rerunning_finished_runs(tmp_path):
