@@ -1,7 +1,25 @@
-"""Campaigns on Ray: `Campaign(...).run()` runs conditions x seeds as one Ray Tune trial per run."""
+"""Campaigns on Ray: `Campaign(...).run()` runs conditions x seeds as one Ray Tune trial per run.
 
-from retrain_ray.campaign.driver import Campaign
-from retrain_ray.campaign.plan import CampaignError
-from retrain_ray.campaign.results import CampaignResults, RunResult
+Names are imported lazily (PEP 562): a trial process imports `retrain_ray.campaign.trial` and never
+needs the driver (`Campaign`, with Tune's driver side, the report, plots and Parquet export).
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # what type checkers see; at run time __getattr__ imports on first use
+    from retrain_ray.campaign.driver import Campaign
+    from retrain_ray.campaign.plan import CampaignError
+    from retrain_ray.campaign.results import CampaignResults, RunResult
+
+_EXPORTS = {"Campaign": "driver", "CampaignError": "plan", "CampaignResults": "results", "RunResult": "results"}
 
 __all__ = ["Campaign", "CampaignError", "CampaignResults", "RunResult"]
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'retrain_ray.campaign' has no attribute {name!r}")
+    return getattr(importlib.import_module(f"retrain_ray.campaign.{_EXPORTS[name]}"), name)

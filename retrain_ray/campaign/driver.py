@@ -22,10 +22,12 @@ from typing import Any
 
 import ray
 from ray import tune
+from ray.tune.logger import JsonLoggerCallback
 
 from retrain_ray.actors.placement import alive_node_resources, decide_placement
 from retrain_ray.campaign.afterwards import run_afterwards
 from retrain_ray.campaign.control import start_control_plane
+from retrain_ray.campaign.local_ray import connect
 from retrain_ray.campaign.manifest import Manifest, read_manifest, write_json_atomic
 from retrain_ray.campaign.plan import CampaignError, CampaignPlan, RunPlan, build_plan
 from retrain_ray.campaign.progress_line import CampaignProgress
@@ -97,7 +99,7 @@ class Campaign:
         problems = campaign_problems(self.config)
         if problems:
             raise CampaignError(problems)
-        started = _connect(address, dashboard=dashboard)
+        started = connect(address, dashboard=dashboard)
         try:
             return self._run(progress, can_scale=not started)
         finally:
@@ -182,6 +184,7 @@ class Campaign:
         callbacks: list[tune.Callback] = [
             ManifestCallback(manifest, progress=progress, start_timeout_s=p.schedule.trial_start_timeout_s),
             TuneCopyPruner({r.run_name: r.config.training.keep_last_checkpoints for r in p.runs}),
+            JsonLoggerCallback(),  # the only Tune logger kept (local_ray.tune_settings): fit()'s ResultGrid reads it
         ]
         if progress:
             callbacks.append(CampaignProgress(p.campaign_dir))
@@ -238,25 +241,6 @@ def _run_entry(r: RunPlan) -> dict[str, Any]:
     return {"run_name": r.run_name, "condition": r.condition, "seed": r.seed, "overrides": redact(r.overrides),
             "run_dir": str(r.run_dir), "placement": r.placement.mode if r.placement else "",
             "max_steps": int(r.config.training.max_steps)}
-
-
-def _connect(address: str | None, *, dashboard: bool = False) -> bool:
-    """Connects to `address`, else RAY_ADDRESS, else starts a local Ray; True if this call started Ray.
-
-    Tune's experiment state is snapshotted every 2 s (`TUNE_GLOBAL_CHECKPOINT_S`, Tune's own default
-    is 10 s or more) and copied to the campaign directory as often (`STATE_SYNC_S`), so a restore
-    after a killed driver finds each run's checkpoint of about 2 s before the kill.
-    """
-    os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
-    os.environ.setdefault("TUNE_GLOBAL_CHECKPOINT_S", "2")
-    if ray.is_initialized():
-        return False
-    target = address or os.environ.get("RAY_ADDRESS") or "local"
-    local: dict[str, Any] = {"include_dashboard": dashboard} if target == "local" else {}
-    ray.init(address=target, namespace="retrain-ray", log_to_driver=target != "local", **local)
-    if target != "local":
-        print(f"[campaign] connected to the Ray cluster at {target}", flush=True)
-    return target == "local"
 
 
 def _place(plan: CampaignPlan, *, cpu_fallback: bool, can_scale: bool) -> CampaignPlan:

@@ -1,0 +1,87 @@
+"""The Ray a campaign driver connects to, and the Tune settings its driver runs with.
+
+`connect()` joins `address`, else RAY_ADDRESS, else starts a local Ray. A local Ray started without
+the dashboard is lean: besides the GCS, the raylet and its two agents it starts no log monitor (it
+streams worker output to drivers; a local campaign driver does not take it, `log_to_driver=False`)
+and no autoscaler monitor (one machine, nothing to scale), and its dashboard agent listens on a free
+port instead of the fixed 52365 (on a machine with other Rays it otherwise retries the bind for 3-4 s
+before the raylet can finish starting). Each of those is a Python process importing much of Ray,
+which on a small machine takes CPU from the driver while the campaign starts.
+
+`tune_settings()` turns off what Tune's `fit()` does by default that a campaign does not use: its
+CSV and TensorBoardX result loggers (the campaign records every row itself; TensorBoardX loads torch
+into the driver, which costs seconds to import and seconds more at exit; the driver passes Tune's JSON
+logger itself, which the ResultGrid `fit()` returns reads) and the usage tag of the callbacks passed
+in, which imports every integration Tune knows (mlflow, wandb, comet, aim) to compare class names.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator
+from typing import Any
+
+import ray
+import ray._private.parameter as ray_parameter
+import ray.air._internal.usage as air_usage
+
+# Tune's experiment state is snapshotted every 2 s (`TUNE_GLOBAL_CHECKPOINT_S`, Tune's own default is
+# 10 s or more) and copied to the campaign directory as often (driver.STATE_SYNC_S), so a restore after
+# a killed driver finds each run's checkpoint of about 2 s before the kill.
+TUNE_ENV = {
+    "TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S": "0",
+    "TUNE_GLOBAL_CHECKPOINT_S": "2",
+    "TUNE_DISABLE_AUTO_CALLBACK_LOGGERS": "1",
+}
+
+
+def tune_settings() -> None:
+    """Tune's environment for a campaign driver (a value the user set wins) and no callback usage tag."""
+    for key, value in TUNE_ENV.items():
+        os.environ.setdefault(key, value)
+    air_usage.tag_callbacks = _no_tag
+
+
+def _no_tag(callbacks: Any) -> bool:
+    return False
+
+
+def connect(address: str | None, *, dashboard: bool = False) -> bool:
+    """Connects to `address`, else RAY_ADDRESS, else starts a local Ray; True if this call started Ray."""
+    tune_settings()
+    if ray.is_initialized():
+        return False
+    target = address or os.environ.get("RAY_ADDRESS") or "local"
+    if target != "local":
+        ray.init(address=target, namespace="retrain-ray", log_to_driver=True)
+        print(f"[campaign] connected to the Ray cluster at {target}", flush=True)
+        return False
+    with contextlib.nullcontext() if dashboard else lean_local_ray():
+        ray.init(address="local", namespace="retrain-ray", log_to_driver=False, include_dashboard=dashboard)
+    return True
+
+
+class _LeanParams(ray_parameter.RayParams):
+    """RayParams of a local node without log monitor, autoscaler monitor or fixed agent port."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.include_log_monitor = False
+        self.no_monitor = True
+        self.dashboard_agent_listen_port = 0
+
+
+@contextlib.contextmanager
+def lean_local_ray() -> Iterator[None]:
+    """While inside, a `ray.init()` that starts a local node starts it lean (see the module doc).
+
+    `ray.init` builds its node's parameters with `ray._private.parameter.RayParams(...)`, which offers
+    none of these three; they are set on the object it builds, for this call only.
+    """
+    original = ray_parameter.RayParams
+    ray_parameter.RayParams = _LeanParams  # type: ignore[misc]
+    try:
+        yield
+    finally:
+        ray_parameter.RayParams = original  # type: ignore[misc]
