@@ -17,7 +17,7 @@ from pathlib import Path
 import ray
 from campaign_helpers import PYTHON, REPO, steps_once
 from fault_scenarios import Trial
-from helpers import free_port, wait_for, write_config
+from helpers import TINY_RUN, free_port, wait_for, write_campaign, write_config
 
 # ---- 4. throttle lease holders SIGKILLed among 32 clients -----------------------------------------------
 TTL_S, CAPACITY, PROCESSES, HOLDERS_PER_PROCESS = 1.0, 4, 8, 4
@@ -103,49 +103,15 @@ def throttle_kills(trials: int, rng: random.Random, root: Path) -> list[Trial]:
 # ---- 5. a shared endpoint failing 20% of its calls (Serve, injected 502 / 504 / stalls) -----------------
 CLIENT_TIMEOUT_S, STALL_S, FAULT_RATE = 2.0, 3.0, 0.2
 CLEAN_CALLS = 12  # each trial's first calls succeed: the pooled warmup reaches capacity 2 before errors start
-ENDPOINT_CAMPAIGN = """[model]
-model = "builtin:tiny"
-finetune = "full"
-[backend]
-devices = "cpu"
-lease_ttl_s = 3
-[inference]
-engine = "openai"
-url = "{url}"
-max_concurrent = 4
-[data]
-source = "builtin"
-task = "first_digit"
-[reward]
-type = "custom"
-custom_module = "operator:lt"
-[training]
-batch_size = 2
-group_size = 16  # every group splits: every step updates and logs a row
-max_tokens = 3
-lr = 3e-3
-save_every = 2
-sft_warmup_steps = 0
-[backpressure]
-enabled = true
-warmup_steps = 2
-min_batch_size = 1
-max_batch_size = 4
-[logging]
-log_dir = "logs"
-[campaign]
-name = "{name}"
-seeds = [1, 2]
-max_steps = 8
-parallel = true
-max_workers = 2
-cpus_per_run = 0.5
-max_failures = 2
-trial_start_timeout_s = 240
-[[campaign.conditions]]
-advantage_mode = "grpo"
-transform_mode = "none"
-"""
+
+
+def _write_endpoint_campaign(path: Path, url: str, name: str) -> Path:
+    return write_campaign(
+        path, base=TINY_RUN, backend={"lease_ttl_s": 3}, inference={"engine": "openai", "url": url, "max_concurrent": 4},
+        training={"max_tokens": 3, "sft_warmup_steps": 0}, logging={"log_dir": "logs"},
+        backpressure={"enabled": True, "warmup_steps": 2, "min_batch_size": 1, "max_batch_size": 4},
+        campaign={"name": name, "seeds": [1, 2], "max_steps": 8, "parallel": True, "max_workers": 2,
+                  "cpus_per_run": 0.5, "max_failures": 2, "trial_start_timeout_s": 240})
 
 
 def short_timeout_runner(config, **kwargs):
@@ -168,7 +134,7 @@ def _endpoint_trial(url: str, root: Path, name: str) -> Trial:
     from retrain_ray.logs import read_stream
 
     root.mkdir(parents=True, exist_ok=True)
-    (root / "c.toml").write_text(ENDPOINT_CAMPAIGN.format(url=url, name=name))
+    _write_endpoint_campaign(root / "c.toml", url, name)
     injected = httpx.get(f"{url}/v1/stats", params={"reset": "true"}, timeout=30).json()["injected"]
     started = time.monotonic()
     results = Campaign.from_toml(root / "c.toml", root=root, runner=short_timeout_runner).run(progress=False)
@@ -212,9 +178,7 @@ DISK_STEPS = 8
 
 
 def _write_train(path: Path, *, steps: int, run_dir: Path) -> Path:
-    return write_config(path, reward={"type": "custom", "custom_module": "operator:lt"}, logging={"log_dir": str(run_dir)},
-                        training={"batch_size": 2, "group_size": 16, "max_tokens": 4, "lr": 3e-3, "save_every": 2,
-                                  "sft_warmup_steps": 2, "max_steps": steps})
+    return write_config(path, base=TINY_RUN, logging={"log_dir": str(run_dir)}, training={"max_steps": steps})
 
 
 def _mount(*args: str) -> bool:

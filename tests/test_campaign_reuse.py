@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers import write_campaign
 from ray import cloudpickle
 from safetensors.torch import load_file
 
@@ -19,35 +20,11 @@ from retrain_ray.logs import read_stream
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
-TOML = """
-[model]
-model = "builtin:tiny"
-lora_rank = 8
-[backend]
-devices = "cpu"
-[data]
-source = "builtin"
-task = "first_digit"
-[reward]
-type = "custom"
-custom_module = "operator:lt"
-[training]
-batch_size = 2
-group_size = 8
-max_tokens = 4
-lr = 3e-3
-save_every = 3
-[logging]
-log_dir = "{root}/logs/x"
-[campaign]
-name = "{name}"
-seeds = [1]
-max_steps = 6
-parallel = false
-cpus_per_run = 2
-max_failures = 0
-{conditions}"""
-CONDITION = '[[campaign.conditions]]\nadvantage_mode = "{}"\ntransform_mode = "none"\n'
+SECTIONS = {
+    "model": {"finetune": None, "lora_rank": 8},
+    "reward": {"type": "custom", "custom_module": "operator:lt"},
+    "training": {"batch_size": 2, "group_size": 8, "max_tokens": 4, "lr": 3e-3, "save_every": 3},
+}
 RUN = "maxrl+none_s1"
 
 
@@ -61,8 +38,10 @@ def threads_runner(config, **kwargs):
 
 
 def _campaign(tmp_path: Path, name: str, modes: list[str]) -> Path:
-    toml = tmp_path / f"{name}.toml"
-    toml.write_text(TOML.format(root=tmp_path, name=name, conditions="".join(CONDITION.format(m) for m in modes)))
+    toml = write_campaign(tmp_path / f"{name}.toml", **SECTIONS, logging={"log_dir": f"{tmp_path}/logs/x"},
+                          campaign={"name": name, "seeds": [1], "max_steps": 6, "parallel": False, "cpus_per_run": 2,
+                                    "max_failures": 0},
+                          conditions=[{"advantage_mode": m, "transform_mode": "none"} for m in modes])
     results = Campaign.from_toml(toml, root=tmp_path / "campaigns", runner=threads_runner).run(progress=False)
     assert not results.errors
     return tmp_path / "campaigns" / name

@@ -16,18 +16,13 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from helpers import write_campaign
+from helpers import TINY_RUN, write_campaign
 
 from retrain_ray.campaign import Campaign
 from retrain_ray.logs import read_stream
 from retrain_ray.logs.stream import segment_paths
 
 STEPS, TEAR_AT = 8, 5
-SECTIONS = {
-    "reward": {"type": "custom", "custom_module": "operator:lt"},
-    # group_size 16: every group splits, so every step updates and logs a row
-    "training": {"batch_size": 2, "group_size": 16, "max_tokens": 4, "lr": 3e-3, "save_every": 2, "sft_warmup_steps": 2},
-}
 RUN = "grpo+none_s1"
 
 
@@ -102,7 +97,7 @@ def test_a_campaign_run_resumed_after_a_torn_log_logs_every_step_once(ray_4cpu_4
     from ray import cloudpickle
 
     cloudpickle.register_pickle_by_value(sys.modules[__name__])
-    toml = write_campaign(tmp_path / "torn.toml", **SECTIONS, logging={"log_dir": f"{tmp_path}/logs/x"},
+    toml = write_campaign(tmp_path / "torn.toml", base=TINY_RUN, logging={"log_dir": f"{tmp_path}/logs/x"},
                           campaign={"name": "torn", "seeds": [1], "max_steps": STEPS, "parallel": True,
                                     "max_failures": 0, "trial_start_timeout_s": 240})
     first = Campaign.from_toml(toml, root=tmp_path, runner=tearing_runner).run(progress=False)

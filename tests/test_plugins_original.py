@@ -8,6 +8,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from helpers import write_config
 
 from retrain_ray.config import RetrainConfig
 from retrain_ray.logs import read_stream
@@ -178,9 +179,8 @@ def test_a_config_imports_only_the_plugin_modules_it_names(plugin_dir, monkeypat
         (plugin_dir / path).write_text(MARKER)
     before = set(sys.modules)
     toml = plugin_dir / "c.toml"
-    toml.write_text('[model]\nmodel = "builtin:tiny"\n[backend]\ndevices = "cpu"\n'
-                    '[data]\nsource = "orig_data.DigitSource"\n[reward]\ntype = "orig_reward.make"\n'
-                    f'[logging]\nlog_dir = "{plugin_dir / "run"}"\n')
+    write_config(toml, model={"finetune": None}, data={"source": "orig_data.DigitSource", "task": None},
+                 reward={"type": "orig_reward.make"}, logging={"log_dir": str(plugin_dir / "run")})
     cfg = load_config(toml)
     assert not {m for m in set(sys.modules) - before if m.startswith(("plugins", "orig_"))}  # loading imports none
     check_run(cfg)

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers import TINY_RUN, write_config
 
 from retrain_ray.config import apply_overrides, load_config, parse_overrides
 from retrain_ray.logs import read_stream
@@ -93,30 +94,6 @@ def test_resume_after_interruption_matches_uninterrupted_run(tmp_path):
         torch.testing.assert_close(wa[name], wb[name], rtol=1e-4, atol=1e-5)
 
 
-TINY = """[model]
-model = "builtin:tiny"
-finetune = "full"
-[backend]
-devices = "cpu"
-[data]
-source = "builtin"
-task = "first_digit"
-[reward]
-type = "custom"
-custom_module = "operator:lt"
-[training]
-batch_size = 2
-group_size = 16
-max_tokens = 4
-lr = 3e-3
-save_every = 2
-sft_warmup_steps = 2
-max_steps = 6
-[logging]
-log_dir = "{run_dir}"
-"""
-
-
 def _tear_after(segment: Path, rows: int) -> None:
     """Cuts `segment` in the middle of its batch number `rows` (0-based): as a full disk or a power
     loss leaves it after the later checkpoints reached the disk."""
@@ -133,7 +110,7 @@ def _tear_after(segment: Path, rows: int) -> None:
 
 def test_resume_after_a_torn_metrics_log_writes_the_lost_rows_again(tmp_path):
     run_dir = tmp_path / "run"
-    (tmp_path / "t.toml").write_text(TINY.format(run_dir=run_dir))
+    write_config(tmp_path / "t.toml", base=TINY_RUN, logging={"log_dir": str(run_dir)}, training={"max_steps": 6})
     cfg = load_config(tmp_path / "t.toml")
     train_run(cfg, run_name="r", run_dir=run_dir)
     whole = _final_weights(run_dir)

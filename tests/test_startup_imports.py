@@ -14,6 +14,8 @@ import subprocess
 import sys
 import textwrap
 
+from helpers import write_config
+
 NEVER_BEFORE_FIRST_STEP = ("ray", "vllm", "peft", "pandas", "pyarrow.parquet", "pyarrow.compute", "math_verify",
                            "mlflow", "wandb", "tensorboard", "matplotlib", "plotly")
 
@@ -36,24 +38,8 @@ def test_cli_front_imports_no_ml_stack(tmp_path):
 
 
 def test_one_step_run_imports_only_what_it_uses_before_its_first_step(tmp_path):
-    config = tmp_path / "run.toml"
-    config.write_text(textwrap.dedent(f"""
-        [model]
-        model = "builtin:tiny"
-        finetune = "full"
-        [backend]
-        devices = "cpu"
-        [data]
-        source = "builtin"
-        task = "first_digit"
-        [training]
-        max_steps = 1
-        batch_size = 2
-        group_size = 2
-        max_tokens = 4
-        [logging]
-        log_dir = "{tmp_path / 'run'}"
-    """))
+    config = write_config(tmp_path / "run.toml", training={"max_steps": 1, "batch_size": 2, "group_size": 2, "max_tokens": 4},
+                          logging={"log_dir": str(tmp_path / "run")})
     out = _python(f"""
         import json, sys
         import retrain_ray.run.loop as loop
