@@ -15,6 +15,8 @@ from retrain_ray.algorithms import (
     preflight,
     reward_tie_stats,
 )
+from retrain_ray.algorithms.recipes import ALGORITHMS
+from retrain_ray.algorithms.registry import TRANSFORMS, TransformSpec
 
 approx = pytest.approx
 
@@ -182,6 +184,32 @@ def test_dotted_path_plugins():
     ctx = compute_group_advantages([1.0, 3.0], [[-1.0, -1.0], [-1.0]], None, advantage_mode="grpo",
                                    transform_mode=f"{here}:_plugin_transform")
     assert ctx.token_advantages == [approx([-1.0, -1.1]), [1.0]]
+
+
+_NOT_A_PLUGIN = 3
+_TRANSFORM_SPEC = TransformSpec("mine", use_gtpo=True)
+
+
+def _planning_algorithm(ctx):
+    return [[1.0] * len(lp) for lp in ctx.logprobs_G_T]
+
+
+_planning_algorithm.needs_planning = True
+
+
+def test_plugin_specs_pass_through_functions_are_wrapped_and_other_objects_are_refused():
+    here = __name__
+    assert TRANSFORMS.resolve(f"{here}:_TRANSFORM_SPEC") is _TRANSFORM_SPEC
+    wrapped = TRANSFORMS.resolve(f"{here}:_plugin_transform")
+    assert (wrapped.name, wrapped.compute_context, wrapped.needs_planning) == (f"{here}:_plugin_transform",
+                                                                               _plugin_transform, False)
+    algorithm = ALGORITHMS.resolve(f"{here}:_planning_algorithm")
+    assert (algorithm.needs_planning, algorithm.uses_sepa_controller) == (True, False)
+    with pytest.raises(ValueError, match=r"transform_mode='.*:_NOT_A_PLUGIN': expected an instance of TransformSpec "
+                                         r"or a function of the TransformContext, got int"):
+        TRANSFORMS.resolve(f"{here}:_NOT_A_PLUGIN")
+    with pytest.raises(ValueError, match=r"algorithm_mode='.*:_NOT_A_PLUGIN': expected an instance of AlgorithmSpec"):
+        ALGORITHMS.resolve(f"{here}:_NOT_A_PLUGIN")
 
 
 # --- preflight (spec 1.3) -----------------------------------------------------------------------------

@@ -14,7 +14,9 @@ import inspect
 import os
 import sys
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
+
+S = TypeVar("S")
 
 
 def is_dotted_path(name: str) -> bool:
@@ -73,6 +75,23 @@ def load_callable(path: str, kind: str) -> Callable[..., Any]:
     if not callable(obj):
         raise ValueError(f"{kind}={path!r} is not callable (got {type(obj).__name__}).")
     return obj
+
+
+def load_spec(path: str, kind: str, spec_type: type[S], context: str, wrap: Callable[[Callable[..., Any]], S]) -> S:
+    """The `spec_type` instance `path` names, or `wrap(fn)` for the function of a `context` it names."""
+    obj = load_object(path, kind)
+    if isinstance(obj, spec_type):
+        return obj
+    if not callable(obj):
+        raise ValueError(f"{kind}={path!r}: expected an instance of {spec_type.__name__} or a function of the "
+                         f"{context}, got {type(obj).__name__}.")
+    return wrap(obj)
+
+
+def plugin_flags(fn: Callable[..., Any]) -> dict[str, bool]:
+    """The `needs_planning` and `uses_sepa_controller` attributes a plugin function may carry."""
+    return {"needs_planning": bool(getattr(fn, "needs_planning", False)),
+            "uses_sepa_controller": bool(getattr(fn, "uses_sepa_controller", False))}
 
 
 def positional_arity(fn: Callable[..., Any]) -> tuple[int, str]:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from retrain_ray.algorithms.pipeline import GroupInput, Knobs, as_group_advantages, broadcast, run_pipeline
-from retrain_ray.algorithms.plugins import load_object
+from retrain_ray.algorithms.plugins import load_spec, plugin_flags
 from retrain_ray.algorithms.registry import ADVANTAGES, TRANSFORMS, UNCERTAINTIES, Registry
 from retrain_ray.algorithms.types import AlgorithmContext, GroupAdvantages
 
@@ -115,19 +115,13 @@ def discover_entropic(ctx: AlgorithmContext) -> GroupAdvantages:
 
 
 def _algorithm_plugin(path: str) -> AlgorithmSpec:
-    obj = load_object(path, "algorithm_mode")
-    if isinstance(obj, AlgorithmSpec):
-        return obj
-    if not callable(obj):
-        raise ValueError(f"algorithm_mode={path!r} must be an AlgorithmSpec or a function of an AlgorithmContext.")
+    def wrap(fn: Callable[..., Any]) -> AlgorithmSpec:
+        def compute(ctx: AlgorithmContext) -> GroupAdvantages:
+            return as_group_advantages(fn(ctx), ctx.logprobs_G_T, f"algorithm_mode={path!r}")
 
-    def compute(ctx: AlgorithmContext) -> GroupAdvantages:
-        return as_group_advantages(obj(ctx), ctx.logprobs_G_T, f"algorithm_mode={path!r}")
+        return AlgorithmSpec(path, compute, **plugin_flags(fn))
 
-    return AlgorithmSpec(
-        path, compute, needs_planning=bool(getattr(obj, "needs_planning", False)),
-        uses_sepa_controller=bool(getattr(obj, "uses_sepa_controller", False)),
-    )
+    return load_spec(path, "algorithm_mode", AlgorithmSpec, "AlgorithmContext", wrap)
 
 
 _RECIPES = (

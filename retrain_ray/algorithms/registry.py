@@ -13,7 +13,13 @@ from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from retrain_ray.algorithms import credit, episode, uncertainty
-from retrain_ray.algorithms.plugins import is_dotted_path, load_callable, load_object, positional_arity
+from retrain_ray.algorithms.plugins import (
+    is_dotted_path,
+    load_callable,
+    load_spec,
+    plugin_flags,
+    positional_arity,
+)
 from retrain_ray.algorithms.types import AdvantageContext, UncertaintyInput
 
 EntropyTransform = Callable[[Sequence[float], Sequence[int], float], list[float]]
@@ -127,17 +133,8 @@ def _advantage_plugin(path: str) -> AdvantageSpec:
 
 
 def _transform_plugin(path: str) -> TransformSpec:
-    obj = load_object(path, "transform_mode")
-    if isinstance(obj, TransformSpec):
-        return obj
-    if not callable(obj):
-        raise ValueError(f"transform_mode={path!r} must be a TransformSpec or a function of a TransformContext.")
-    return TransformSpec(
-        name=path,
-        compute_context=obj,
-        needs_planning=bool(getattr(obj, "needs_planning", False)),
-        uses_sepa_controller=bool(getattr(obj, "uses_sepa_controller", False)),
-    )
+    return load_spec(path, "transform_mode", TransformSpec, "TransformContext",
+                     lambda fn: TransformSpec(name=path, compute_context=fn, **plugin_flags(fn)))
 
 
 def _uncertainty_plugin(path: str) -> UncertaintySpec:
