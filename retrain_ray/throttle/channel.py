@@ -5,9 +5,10 @@ waiter (all asks of a moment in one `exchange` call), and a released slot goes s
 waiter without a call (the least-served holder first, `fairqueue`), or stays idle for the next local
 hold, as long as the process holds no more than the actor's `PoolState.keep`: the whole capacity
 while nobody else waits, an equal share per active process while others wait, nothing while a batch
-heads the actor's queue or after a shrink. Slots above that go back to the actor, whose FIFO queue serves everybody's asks, so no
-process hoards slots while others queue. An idle slot goes back when others wait or after `IDLE_S`.
-A long `poll_pool` call collects grants and returns early when the process's `PoolState` changes.
+heads the actor's queue or after a shrink. Slots above that go back to the actor, whose FIFO queue
+serves everybody's asks, so no process hoards slots while others queue. An idle slot goes back when
+others wait or after `IDLE_S`. A long `poll_pool` call collects grants and returns early when the
+process's `PoolState` changes.
 
 Batches (`count > 1`, an engine sending many requests at once) are one all-or-nothing request to the
 actor and go back to it on release. Every lease the process holds, pooled or not, is renewed by the
@@ -204,8 +205,9 @@ class Channel:
         state = self._state
         if state is not None and not state.others_waiting and self._owned() + 1 <= state.keep:
             slot.idle_since = time.monotonic()
+            if not self._idle:  # the sender times idle slots; while one is idle it wakes by itself
+                self._cond.notify_all()
             self._idle[slot.lease.lease_id] = slot
-            self._cond.notify_all()  # the sender times idle slots
         else:
             self._give_back([slot.lease], None)
 
