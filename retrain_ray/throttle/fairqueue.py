@@ -18,7 +18,9 @@ Plain Python, no threads: the `Channel` calls it under its lock.
 
 from __future__ import annotations
 
+import heapq
 import itertools
+from collections import deque
 from collections.abc import Callable, Iterator
 from typing import Generic, TypeVar
 
@@ -30,23 +32,28 @@ FORGET_AT = 256  # holders remembered before those at the floor (equivalent to u
 
 
 class FairQueue(Generic[T]):
-    """Waiters (`item`s of `holder`s); `pop()` returns one of the least-served holder waiting."""
+    """Waiters (`item`s of `holder`s); `pop()` returns one of the least-served holder waiting.
+
+    A pop costs O(holders waiting), not O(items): one FIFO per holder, and the rank of a holder is its
+    count and the arrival of its oldest item.
+    """
 
     def __init__(self, catch_up: int) -> None:
         if catch_up < 0:
             raise ValueError(f"catch_up must be >= 0, got {catch_up!r}")
         self.catch_up = catch_up
-        self._items: list[tuple[int, str, T]] = []  # (arrival, holder, item), in arrival order
+        self._queues: dict[str, deque[tuple[int, T]]] = {}  # holder -> its (arrival, item)s, oldest first
+        self._len = 0
         self._served: dict[str, int] = {}
         self._level = 0
         self._arrivals = itertools.count()
 
     def __len__(self) -> int:
-        return len(self._items)
+        return self._len
 
     def __iter__(self) -> Iterator[T]:
         """The waiting items, in arrival order."""
-        return (item for _, _, item in self._items)
+        return (item for _, item in heapq.merge(*self._queues.values(), key=lambda entry: entry[0]))
 
     def served(self, holder: str) -> int:
         """The count `holder` is ranked by (its holds, lifted to the floor when it joined)."""
@@ -55,14 +62,22 @@ class FairQueue(Generic[T]):
     def push(self, holder: str, item: T) -> None:
         """`item` of `holder` waits; a holder that fell more than `catch_up` behind is lifted."""
         self._served[holder] = self._lifted(holder)
-        self._items.append((next(self._arrivals), holder, item))
+        self._queues.setdefault(holder, deque()).append((next(self._arrivals), item))
+        self._len += 1
 
     def pop(self) -> tuple[str, T]:
         """Remove and return (holder, item) of the least-served waiting holder, earliest arrival first."""
-        if not self._items:
+        if not self._queues:
             raise IndexError("pop from an empty FairQueue")
-        best = min(range(len(self._items)), key=lambda i: (self._served[self._items[i][1]], self._items[i][0]))
-        _, holder, item = self._items.pop(best)
+        if len(self._queues) == 1:
+            holder = next(iter(self._queues))
+        else:
+            holder = min(self._queues, key=lambda h: (self._served[h], self._queues[h][0][0]))
+        queue = self._queues[holder]
+        _, item = queue.popleft()
+        if not queue:
+            del self._queues[holder]
+        self._len -= 1
         return holder, item
 
     def charge(self, holder: str) -> None:
@@ -74,15 +89,23 @@ class FairQueue(Generic[T]):
             self._forget()
 
     def remove(self, gone: Callable[[T], bool]) -> list[T]:
-        """Take out the items for which `gone(item)` holds; return them."""
-        removed = [item for _, _, item in self._items if gone(item)]
-        self._items = [entry for entry in self._items if not gone(entry[2])]
+        """Take out the items for which `gone(item)` holds; return them (in arrival order)."""
+        removed = [item for item in self if gone(item)]
+        if removed:
+            for holder, queue in list(self._queues.items()):
+                kept = deque(entry for entry in queue if not gone(entry[1]))
+                if kept:
+                    self._queues[holder] = kept
+                else:
+                    del self._queues[holder]
+            self._len -= len(removed)
         return removed
 
     def clear(self) -> list[T]:
         """Take out every item; return them in arrival order."""
         items = list(self)
-        self._items.clear()
+        self._queues.clear()
+        self._len = 0
         return items
 
     def _lifted(self, holder: str) -> int:
@@ -90,5 +113,4 @@ class FairQueue(Generic[T]):
 
     def _forget(self) -> None:
         floor = self._level - self.catch_up
-        waiting = {holder for _, holder, _ in self._items}
-        self._served = {h: n for h, n in self._served.items() if n > floor or h in waiting}
+        self._served = {h: n for h, n in self._served.items() if n > floor or h in self._queues}
