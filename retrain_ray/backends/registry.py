@@ -7,7 +7,10 @@ the original's hooks (seed 002), on the backend callable/class or on its module:
 * `retrain_backend_capabilities` / `RETRAIN_BACKEND_CAPABILITIES`: a `BackendCapabilities`, a dict of
   its fields, or a callable of the options returning either;
 * `retrain_backend_option_schema` / `RETRAIN_BACKEND_OPTION_SCHEMA`: a mapping of option name to a
-  spec (or a callable returning one).
+  spec (or a callable returning one);
+* `retrain_backend_resources` / `RETRAIN_BACKEND_RESOURCES` (ours): `{"gpus": n}`, or a callable of the
+  options returning it: the GPUs one run holds in its own process (0: it trains remotely and holds
+  none). Without it a plugin run holds what `backend.devices` asks, all in its own process.
 
 A plugin that declares nothing gets `PLUGIN_DEFAULT_CAPABILITIES`: it does not preserve token
 advantages, so token-varying flows fail preflight instead of silently degrading.
@@ -18,10 +21,14 @@ from __future__ import annotations
 import dataclasses
 import importlib
 from collections.abc import Mapping
-from typing import Any, cast
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, cast
 
-from retrain_ray.algorithms.plugins import load_object
+from retrain_ray.algorithms.plugins import is_dotted_path, load_object, use_search_paths
 from retrain_ray.backends.types import BackendCapabilities
+
+if TYPE_CHECKING:
+    from retrain_ray.config.schema import RetrainConfig
 
 BUILTIN_CAPABILITIES: dict[str, BackendCapabilities] = {
     "local": BackendCapabilities(reports_sync_loss=True, preserves_token_advantages=True,
@@ -38,13 +45,55 @@ PLUGIN_DEFAULT_CAPABILITIES = BackendCapabilities(preserves_token_advantages=Fal
 PLUGIN_HOOKS = {
     "capabilities": ["retrain_backend_capabilities", "RETRAIN_BACKEND_CAPABILITIES"],
     "option_schema": ["retrain_backend_option_schema", "RETRAIN_BACKEND_OPTION_SCHEMA"],
+    "resources": ["retrain_backend_resources", "RETRAIN_BACKEND_RESOURCES"],
 }
 
 
-def placement_devices(backend: str, devices: str) -> str:
-    """The `backend.devices` a run is placed with: "cpu" for a remote backend, else `devices` (built-in
-    local and plugin backends train in the run's process). `explain` and the campaign plan both read it."""
-    return "cpu" if backend in REMOTE_BACKENDS else devices
+@dataclass(frozen=True)
+class RunDevices:
+    """How a run is placed: the `backend.devices` it asks for, and whether every GPU goes to the run's own
+    process (`in_process`) or, with two, to the built-in local backend's split sampler and trainer actors."""
+
+    devices: str
+    in_process: bool
+
+
+def run_devices(backend: str, devices: str, options: Mapping[str, Any] | None = None) -> RunDevices:
+    """The placement of one run of `backend`; `explain` and the campaign plan both read it. A remote
+    built-in backend holds no GPU; a plugin holds what its resources hook declares, else `devices`."""
+    if backend in REMOTE_BACKENDS:
+        return RunDevices("cpu", in_process=True)
+    if backend in BUILTIN_CAPABILITIES:
+        return RunDevices(devices, in_process=False)
+    gpus = plugin_gpus(backend, options)
+    if gpus is None:
+        return RunDevices(devices, in_process=True)
+    return RunDevices(",".join(f"gpu:{i}" for i in range(gpus)) or "cpu", in_process=True)
+
+
+def placed_devices(cfg: RetrainConfig) -> RunDevices:
+    """How one run of `cfg` is placed (the registry's `run_devices`); a dotted `[inference] engine`
+    samples in the run's process, so its run is never split either."""
+    use_search_paths(cfg.plugins.search_paths)
+    placed = run_devices(cfg.backend.backend, cfg.backend.devices, cfg.backend.options)
+    if is_dotted_path(cfg.inference.engine):
+        return dataclasses.replace(placed, in_process=True)
+    return placed
+
+
+def plugin_gpus(backend: str, options: Mapping[str, Any] | None = None) -> int | None:
+    """The GPUs a plugin backend's resources hook declares for one run (None: it declares none)."""
+    value = _hook(backend, PLUGIN_HOOKS["resources"])
+    if callable(value) and not isinstance(value, Mapping):
+        value = value(dict(options or {}))
+    if value is None:
+        return None
+    declared: Mapping[str, Any] = cast("Mapping[str, Any]", value) if isinstance(value, Mapping) else {}
+    gpus = declared.get("gpus")
+    if set(declared) != {"gpus"} or type(gpus) is not int or gpus < 0:
+        raise ValueError(f"[backend] backend {backend!r}: resources hook returned {value!r}; "
+                         'return {"gpus": n} with n >= 0 GPUs per run (0: it holds no local GPU)')
+    return gpus
 
 
 def _hook(path: str, names: list[str]) -> Any:

@@ -253,7 +253,7 @@ def _place(plan: CampaignPlan, *, cpu_fallback: bool, can_scale: bool) -> Campai
     runs, problems, notes = [], [], set()
     for r in plan.runs:
         d = decide_placement(r.devices, cpus_per_run=plan.schedule.cpus_per_run, nodes=nodes,
-                             cpu_fallback=cpu_fallback, can_scale=can_scale)
+                             cpu_fallback=cpu_fallback, can_scale=can_scale, in_process=r.in_process)
         config = r.config
         if d.warning:
             notes.add(f"warning: {d.warning}")

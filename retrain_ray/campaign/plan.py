@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow.fs
 
 from retrain_ray.actors.placement import Placement, parse_devices
-from retrain_ray.backends.registry import placement_devices
+from retrain_ray.backends.registry import placed_devices
 from retrain_ray.config.matrix import expand_runs
 from retrain_ray.run.preflight import model_problems
 
@@ -51,6 +51,7 @@ class RunPlan:
     work_dir: Path  # train_run's run_dir on the node that runs it
     devices: str
     placement: Placement | None = None
+    in_process: bool = False  # every GPU in the run's own process (never split actors): plugin backends/engines
 
 
 @dataclass(frozen=True)
@@ -139,9 +140,9 @@ def _schedule(config: Any, num_runs: int) -> tuple[Schedule, list[str]]:
 
 
 def _run_plan(spec: Any, campaign_dir: Path) -> tuple[RunPlan | None, list[str]]:
-    devices = placement_devices(spec.config.backend.backend, spec.config.backend.devices)
     try:
-        parse_devices(devices)
+        placed = placed_devices(spec.config)
+        parse_devices(placed.devices)
     except ValueError as exc:
         return None, [f"run {spec.run_name}: {exc}"]
     run_dir = campaign_dir / "runs" / spec.run_name
@@ -153,7 +154,8 @@ def _run_plan(spec: Any, campaign_dir: Path) -> tuple[RunPlan | None, list[str]]
         config=spec.config,
         run_dir=run_dir,
         work_dir=run_dir / "work",
-        devices=devices,
+        devices=placed.devices,
+        in_process=placed.in_process,
     )
     return plan, []
 

@@ -47,7 +47,7 @@ WANDB_MODES = frozenset({"online", "offline", "disabled"})
 ECHO_TARGET_RETENTION = frozenset({"all", "bounded"})
 SEPA_SCHEDULES = frozenset({"linear", "auto"})
 
-_DOTTED = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)+([:.][A-Za-z_]\w*)?$")
+_DOTTED = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*[:.][A-Za-z_]\w*$")
 _DEVICES = re.compile(r"^(cpu|gpu:\d+(,\s*gpu:\d+)*)$")
 
 

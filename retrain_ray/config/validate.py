@@ -253,4 +253,8 @@ def _shared_engine_issues(cfg: RetrainConfig) -> list[ConfigIssue]:
         return [ConfigIssue("inference.shared", True,
                             "runs with full fine-tuning cannot share one vLLM engine (one set of weights per engine)",
                             'use [model] finetune = "lora", or shared = false')]
+    if cfg.backend.backend != "local":
+        return [ConfigIssue("inference.shared", True, f"the shared engine samples for the local backend, not for "
+                            f"{cfg.backend.backend!r} (a plugin or remote backend builds its own sampler)",
+                            'use [backend] backend = "local", or shared = false')]
     return []

@@ -97,6 +97,7 @@ def build_policy(
     Remote engines take the throttle themselves and hold one slot per request (holding a slot around
     a whole `generate` would make a run wait for a second slot while it holds one):
       * `[backend] backend = "tinker"`: the remote training API's sampler and trainer;
+      * a dotted `[backend] backend` or `[inference] engine`: the plugin's factory (`_plugin_policy`);
       * `[inference] engine` = openai / vllm / sglang: an HTTP sampler + the local trainer;
       * `[inference] engine = "vllm-embedded"`: vLLM in this process + the local trainer;
       * otherwise the PyTorch engine and the local trainer share one model in this process.
@@ -107,6 +108,14 @@ def build_policy(
         from retrain_ray.backends.tinker import build_tinker_policy
 
         return build_tinker_policy(cfg, throttle)
+    if is_dotted_path(cfg.backend.backend) or is_dotted_path(cfg.inference.engine):
+        return _plugin_policy(cfg, throttle=throttle, run_name=run_name, device=device, cache_dir=cache_dir)
+    return _builtin_policy(cfg, throttle=throttle, run_name=run_name, device=device, cache_dir=cache_dir)
+
+
+def _builtin_policy(
+    cfg: RetrainConfig, *, throttle: Throttle | None, run_name: str, device: str, cache_dir: Path | None,
+) -> Policy:
     if cfg.inference.engine in ("openai", "vllm", "sglang"):
         # deferred: loads transformers, which importing this module does not need
         from retrain_ray.backends.local.openai_policy import build_openai_policy
@@ -121,6 +130,28 @@ def build_policy(
     from retrain_ray.backends.local import build_local_policy
 
     return build_local_policy(cfg, device=device, cache_dir=cache_dir)
+
+
+def _plugin_policy(
+    cfg: RetrainConfig, *, throttle: Throttle | None, run_name: str, device: str, cache_dir: Path | None,
+) -> Policy:
+    """A plugin backend's policy, or a plugin engine's with the local trainer. `context.builtin_policy()`
+    is what `_builtin_policy` builds for the local backend (its default options under a plugin backend,
+    the PyTorch engine under a plugin engine)."""
+    # deferred: loads transformers, which importing this module does not need
+    from retrain_ray.backends.local import build_local_trainer
+    from retrain_ray.backends.plugin_backend import build_plugin_backend_policy
+    from retrain_ray.backends.plugin_context import PluginContext
+    from retrain_ray.backends.plugin_engine import build_plugin_engine_policy
+
+    plugin_backend = is_dotted_path(cfg.backend.backend)
+    base = cfg.replace_section("backend", backend="local", options={}) if plugin_backend else \
+        cfg.replace_section("inference", engine="pytorch")
+    context = PluginContext(cfg, device, run_name, throttle, build_builtin=lambda: _builtin_policy(
+        base, throttle=throttle, run_name=run_name, device=device, cache_dir=cache_dir))
+    if plugin_backend:
+        return build_plugin_backend_policy(context)
+    return build_plugin_engine_policy(context, lambda: build_local_trainer(cfg, device, cache_dir=cache_dir))
 
 
 def build_components(

@@ -14,25 +14,12 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from retrain_ray.algorithms.plugins import load_callable, use_search_paths
-from retrain_ray.config.fields import FIELD_INDEX
+from retrain_ray.config.original_view import OriginalConfigView
 from retrain_ray.data.types import Example
 
 if TYPE_CHECKING:
     from retrain_ray.config.schema import RetrainConfig
     from retrain_ray.data.types import Example
-
-
-class OriginalConfigView:
-    """Read-only view of a RetrainConfig under the original's flat field names."""
-
-    def __init__(self, cfg: RetrainConfig) -> None:
-        self._cfg = cfg
-
-    def __getattr__(self, name: str) -> Any:
-        if name not in FIELD_INDEX:
-            raise AttributeError(f"the original TrainConfig has no field {name!r}")
-        section, key = FIELD_INDEX[name]
-        return getattr(getattr(self._cfg, section), "from_" if key == "from" else key)
 
 
 def create_plugin(path: str, cfg: RetrainConfig, kind: str) -> Any:

@@ -35,7 +35,8 @@ def backend_capabilities(cfg: RetrainConfig) -> BackendCapabilities:
 
 
 def engine_provides_entropy(cfg: RetrainConfig) -> bool:
-    return cfg.inference.engine == "pytorch" and cfg.backend.backend != "tinker"
+    """Only the built-in PyTorch engine under a built-in local backend is known to return entropies."""
+    return cfg.inference.engine == "pytorch" and cfg.backend.backend == "local"
 
 
 def backend_problems(cfg: RetrainConfig) -> list[str]:
@@ -55,19 +56,26 @@ def backend_problems(cfg: RetrainConfig) -> list[str]:
             f"(known: {sorted(schema)})" for k in cfg.backend.options if schema is not None and k not in schema]
 
 
-def plugin_backend_refusal(cfg: RetrainConfig) -> list[str]:
-    if not is_dotted_path(cfg.backend.backend):
+def engine_plugin_problems(cfg: RetrainConfig) -> list[str]:
+    """A dotted `[inference] engine` samples for the built-in local backend, in the run's own process."""
+    engine = cfg.inference.engine
+    if not is_dotted_path(engine):
         return []
-    return [f"preflight: backend.backend = {cfg.backend.backend!r}: training through a plugin backend is not "
-            "implemented (its capabilities and option schema are read for explain and preflight); use backend = "
-            "\"local\" or \"tinker\""]
+    where = f"preflight: inference.engine = {engine!r}: a plugin engine samples for the local backend"
+    if cfg.backend.backend != "local":
+        return [f"{where}, not for backend {cfg.backend.backend!r} (which samples itself): use a built-in engine, "
+                "or build the plugin engine inside the plugin backend's factory"]
+    if "," in cfg.backend.devices:
+        return [f"{where} in the run's own process, on one device: set backend.devices to one device "
+                f"(not {cfg.backend.devices!r})"]
+    return []
 
 
 def plugin_problems(cfg: RetrainConfig) -> list[str]:
-    """Dotted data/reward/detector plugins that do not import (factories are called only by the run)."""
+    """Dotted data/reward/detector/engine plugins that do not import (factories are called only by the run)."""
     problems: list[str] = []
     for kind, path in (("[data] source", cfg.data.source), ("[reward] type", cfg.reward.type),
-                       ("[planning] detector", cfg.planning.detector)):
+                       ("[planning] detector", cfg.planning.detector), ("[inference] engine", cfg.inference.engine)):
         if is_dotted_path(path):
             try:
                 load_callable(path, kind)
@@ -104,7 +112,7 @@ def run_problems(cfg: RetrainConfig, *, check_model: bool = True) -> list[str]:
         advantage_params=alg.advantage_params,
         algorithm_params=alg.params,
     )
-    return (plugin_problems(cfg) + plugin_backend_refusal(cfg) + (model_problems([cfg]) if check_model else [])
+    return (plugin_problems(cfg) + engine_plugin_problems(cfg) + (model_problems([cfg]) if check_model else [])
             + problems)
 
 

@@ -188,8 +188,15 @@ def build_local_policy(
     return Policy(*build_shared_policy(cfg.model.model, settings_from_config(cfg), device=device, cache_dir=cache_dir))
 
 
+def build_local_trainer(
+    cfg: RetrainConfig, device: str | torch.device, *, cache_dir: Path | None = None
+) -> tuple[LocalBackend, PreTrainedTokenizerBase]:
+    """A trainer with its own model, whose `export_weights()` carries tensors, and its tokenizer."""
+    settings = settings_from_config(cfg)
+    model, tokenizer = load_trainable_model(cfg.model.model, settings, device=device, cache_dir=cache_dir)
+    return LocalBackend(model, **settings.backend_kwargs()), tokenizer
+
+
 def build_local_backend(cfg: RetrainConfig, device: str | torch.device, *, cache_dir: Path | None = None) -> LocalBackend:
     """A trainer with its own model, from a RetrainConfig (the split layout's learner side)."""
-    settings = settings_from_config(cfg)
-    model, _ = load_trainable_model(cfg.model.model, settings, device=device, cache_dir=cache_dir)
-    return LocalBackend(model, **settings.backend_kwargs())
+    return build_local_trainer(cfg, device, cache_dir=cache_dir)[0]

@@ -1,0 +1,161 @@
+"""Training through a dotted-path plugin backend (issue 12, spec 1.6 / seed 002): the factory contract
+of backends/plugin_context.py and backends/plugin_backend.py, with the test plugins of tests/plugins/.
+
+Real runs: the tiny CPU model trains through `retrain-ray train` with a plugin that wraps the local
+backend, writes its rows and checkpoints, and resumes through it."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+from helpers import install_test_plugins, write_config
+
+from retrain_ray.cli import main as cli_main
+from retrain_ray.config import load_config
+from retrain_ray.logs import read_stream
+from retrain_ray.run.build import build_policy
+from retrain_ray.run.preflight import PreflightError, check_run
+
+TOKEN_VARYING = {"advantage_mode": "grpo", "transform_mode": "gtpo"}
+
+
+@pytest.fixture
+def workdir(tmp_path, monkeypatch):
+    return install_test_plugins(tmp_path, monkeypatch)
+
+
+def _toml(workdir: Path, backend: str, *, steps: int = 2, algorithm=TOKEN_VARYING, **backend_keys) -> Path:
+    return write_config(
+        workdir / "run.toml", backend={"backend": backend, "devices": "cpu", **backend_keys},
+        reward={"type": "varied_reward.make"}, algorithm=algorithm,
+        training={"seed": 3, "batch_size": 2, "group_size": 4, "max_tokens": 4, "max_steps": steps, "save_every": 1},
+        logging={"log_dir": str(workdir / "logs" / "run")})
+
+
+def _train(argv: list[str], capsys) -> tuple[int, str]:
+    rc = cli_main(argv)
+    out = capsys.readouterr()
+    return rc, out.out + out.err
+
+
+def test_a_plugin_backend_wrapping_the_local_one_trains_checkpoints_and_resumes(workdir, capsys):
+    toml = _toml(workdir, "counting_backend:make_backend")
+    rc, output = _train(["train", str(toml), "--quiet"], capsys)
+    assert rc == 0, output
+    plugin = sys.modules["plugins.counting_backend"]
+    assert plugin.UPDATES == [8, 8]  # two updates of batch_size x group_size rows went through the plugin
+    run_dir = workdir / "logs" / "run"
+    rows = read_stream(run_dir, "metrics").to_pylist()
+    assert [r["step"] for r in rows] == [0, 1]
+    assert all(r["loss"] is not None and r["loss_is_placeholder"] is False for r in rows)  # bare float losses
+    saved = sorted(run_dir.glob("checkpoints/*/counting_backend.json"))
+    assert [json.loads(p.read_text())["updates"] for p in saved] == [1, 2]
+    assert all(any(p.parent.glob("*.safetensors")) for p in saved)  # the wrapped backend's weights too
+
+    rc, output = _train(["train", str(toml), "--quiet", "--max-steps", "3", "--resume", str(run_dir)], capsys)
+    assert rc == 0, output
+    assert plugin.UPDATES == [8, 8, 8]
+    assert [r["step"] for r in read_stream(run_dir, "metrics").to_pylist()] == [0, 1, 2]
+    newest = max(run_dir.glob("checkpoints/*/counting_backend.json"), key=lambda p: p.stat().st_mtime)
+    assert json.loads(newest.read_text())["updates"] == 3  # the count was restored from the checkpoint
+
+
+def test_a_factory_returning_a_whole_policy_trains(workdir):
+    from retrain_ray.run.train import train_run
+
+    cfg = load_config(_toml(workdir, "counting_backend.whole_policy", steps=1))
+    outcome = train_run(cfg, run_name="whole", run_dir=workdir / "logs" / "whole")
+    assert outcome.status == "completed"
+    assert sys.modules["plugins.counting_backend"].UPDATES == [8]
+
+
+def test_a_plugin_backend_that_declares_nothing_fails_preflight_for_a_token_varying_flow(workdir, capsys):
+    toml = _toml(workdir, "counting_backend.undeclared")
+    with pytest.raises(PreflightError, match="one advantage per sequence"):
+        check_run(load_config(toml))
+    rc, output = _train(["train", str(toml), "--quiet"], capsys)
+    assert rc != 0 and "one advantage per sequence" in output and "gtpo" in output
+    assert not (workdir / "logs" / "run" / "checkpoints").exists()
+    check_run(load_config(_toml(workdir, "counting_backend.undeclared",
+                                algorithm={"advantage_mode": "grpo", "transform_mode": "none"})))
+
+
+def test_a_plugin_backend_that_does_not_import_fails_preflight_naming_key_and_path(workdir, capsys):
+    toml = _toml(workdir, "broken_backend.make_backend")
+    rc, output = _train(["train", str(toml), "--quiet"], capsys)
+    assert rc != 0
+    assert "[backend] backend='broken_backend.make_backend'" in output
+    assert "retrain_ray_no_such_dependency" in output
+
+
+@pytest.mark.parametrize(("factory", "expected"), [
+    ("original_helper", "neither a Policy(engine, backend, tokenizer) nor a training backend"),
+    ("alone", "nothing samples for it"),
+    ("remote", "the factory raised AssertionError"),
+])
+def test_a_factory_that_returns_the_wrong_thing_is_named_with_its_key(workdir, factory, expected):
+    cfg = load_config(_toml(workdir, f"counting_backend.{factory}",
+                            algorithm={"advantage_mode": "grpo", "transform_mode": "none"}))
+    with pytest.raises(ValueError) as info:
+        build_policy(cfg)
+    text = str(info.value)
+    assert f"[backend] backend='counting_backend.{factory}'" in text and expected in text
+    if factory == "original_helper":
+        assert "original's TrainHelper" in text
+
+
+def test_the_run_reports_the_registry_flags_not_the_wrapped_backends(workdir):
+    """The wrapped local backend says checkpoint_resume_mode="exact" on its class; the plugin declares
+    its own flags, and those are what the run's backend carries (as explain and preflight read them)."""
+    from retrain_ray.backends.registry import capabilities_for
+    from retrain_ray.cli_explain import capabilities
+
+    cfg = load_config(_toml(workdir, "counting_backend.whole_policy", steps=1))
+    policy = build_policy(cfg)
+    flags, source = capabilities_for("counting_backend.whole_policy")
+    assert policy.backend.capabilities == flags and source == "plugin/hook"
+    assert flags.checkpoint_resume_mode == "adapter_only"  # the conservative default for what it left out
+    assert capabilities(cfg)["checkpoint_resume_mode"] == "adapter_only"
+
+
+@pytest.mark.parametrize(("backend", "devices", "options", "gpus", "mode"), [
+    ("counting_backend.remote", "gpu:0", {}, 0, "cpu"),  # declares it holds no local GPU
+    ("counting_backend.two_gpus", "cpu", {}, 2, "gpu"),  # declares 2 (whatever devices says), one process
+    ("counting_backend.two_gpus", "cpu", {"gpus_per_run": 3}, 3, "gpu"),  # a hook of the options
+    ("counting_backend.make_backend", "gpu:0,gpu:1", {}, 2, "gpu"),  # no hook: devices, never split actors
+    ("local", "gpu:0,gpu:1", {}, 2, "split"),  # the built-in local backend splits sampler and trainer
+])
+def test_plugin_resources_place_a_run_alike_in_explain_and_the_campaign(workdir, backend, devices, options, gpus,
+                                                                         mode):
+    from retrain_ray.actors.placement import decide_placement
+    from retrain_ray.campaign.plan import build_plan
+    from retrain_ray.cli_explain import resources_per_run
+    from retrain_ray.config.toml_writer import dumps
+
+    toml = _toml(workdir, backend, algorithm={"advantage_mode": "grpo", "transform_mode": "none"},
+                 devices=devices, options=options)
+    toml.write_text(toml.read_text() + "\n" + dumps({"campaign": {"seeds": [1]}}))
+    cfg = load_config(toml)
+    run = build_plan(cfg, root=workdir).runs[0]
+    fake_node = [{"CPU": 4.0, "GPU": 4.0}]
+    decided = decide_placement(run.devices, cpus_per_run=1.0, nodes=fake_node, cpu_fallback=False, can_scale=False,
+                               in_process=run.in_process)
+    assert not decided.problem
+    assert (decided.placement.num_gpus, decided.placement.mode) == (gpus, mode)
+    assert resources_per_run(cfg) == {"cpus": 1.0, "gpus": gpus, "placement": mode}
+    if mode == "gpu":
+        assert decided.placement.bundle_dicts == [{"CPU": 1.0, "GPU": float(gpus)}]  # all in the trial's process
+
+
+def test_a_malformed_resources_hook_stops_the_campaign_plan_naming_it(workdir):
+    from retrain_ray.campaign.plan import CampaignError, build_plan
+    from retrain_ray.config.toml_writer import dumps
+
+    toml = _toml(workdir, "counting_backend.bad_resources", algorithm={"advantage_mode": "grpo",
+                                                                       "transform_mode": "none"})
+    toml.write_text(toml.read_text() + "\n" + dumps({"campaign": {"seeds": [1]}}))
+    with pytest.raises(CampaignError, match=r"counting_backend.bad_resources.*resources hook returned \{'gpu': 1\}"):
+        build_plan(load_config(toml), root=workdir)

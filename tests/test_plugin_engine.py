@@ -1,0 +1,80 @@
+"""Sampling through a dotted-path plugin engine (issue 12): `[inference] engine = "module.factory"`, the
+factory contract of backends/plugin_engine.py, with the test plugins of tests/plugins/recording_engine.py.
+Real short runs of the tiny CPU model: the local backend trains, the plugin engine samples."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+from helpers import install_test_plugins, write_config
+
+from retrain_ray.cli_explain import describe_run
+from retrain_ray.config import load_config
+from retrain_ray.logs import read_stream
+from retrain_ray.run.build import build_policy
+from retrain_ray.run.preflight import PreflightError, check_run, run_problems
+from retrain_ray.run.train import train_run
+
+
+@pytest.fixture
+def workdir(tmp_path, monkeypatch):
+    return install_test_plugins(tmp_path, monkeypatch)
+
+
+def _toml(workdir: Path, engine: str, **backend) -> Path:
+    return write_config(
+        workdir / "run.toml", inference={"engine": engine}, backend={"devices": "cpu", **backend},
+        reward={"type": "varied_reward.make"}, algorithm={"advantage_mode": "grpo", "transform_mode": "none"},
+        training={"seed": 5, "batch_size": 2, "group_size": 3, "max_tokens": 4, "max_steps": 2, "save_every": 2},
+        logging={"log_dir": str(workdir / "logs" / "run")})
+
+
+def _train(workdir: Path, engine: str) -> tuple[list[dict], object]:
+    cfg = load_config(_toml(workdir, engine))
+    check_run(cfg)
+    run_dir = workdir / "logs" / "run"
+    outcome = train_run(cfg, run_name="engine", run_dir=run_dir)
+    assert outcome.status == "completed"
+    assert any(run_dir.glob("checkpoints/*/*.safetensors"))
+    return read_stream(run_dir, "metrics").to_pylist(), sys.modules["plugins.recording_engine"]
+
+
+def test_a_plugin_engine_wrapping_the_pytorch_engine_samples_a_run(workdir):
+    rows, plugin = _train(workdir, "recording_engine:make_engine")
+    assert [r["step"] for r in rows] == [0, 1]
+    assert plugin.GENERATED == [(2, 3, 0), (2, 3, 1)]  # every rollout went through it, on the trainer's weights
+    assert plugin.LOADED == [(1, 0)]  # shares the local backend's model: a sync moves only the version
+    assert all(0 < r["rl/sampled_action_tokens"] <= 2 * 3 * 4 for r in rows)
+
+
+def test_a_plugin_engine_with_its_own_model_receives_the_trainers_tensors(workdir):
+    rows, plugin = _train(workdir, "recording_engine.own_copy")
+    assert [r["step"] for r in rows] == [0, 1]
+    assert [v for _, _, v in plugin.GENERATED] == [0, 1]
+    (version, tensors), = plugin.LOADED
+    assert version == 1 and tensors > 0  # the full fine-tuned weights, exported after step 0
+
+
+def test_a_factory_returning_no_engine_is_named_with_its_key(workdir):
+    cfg = load_config(_toml(workdir, "recording_engine.not_an_engine"))
+    with pytest.raises(ValueError) as info:
+        build_policy(cfg)
+    text = str(info.value)
+    assert "[inference] engine='recording_engine.not_an_engine'" in text
+    assert "['weights_version', 'generate', 'load_weights']" in text
+
+
+def test_preflight_refuses_a_plugin_engine_it_cannot_use(workdir):
+    missing = load_config(_toml(workdir, "recording_engine.no_such_factory"))
+    with pytest.raises(PreflightError, match=r"recording_engine.no_such_factory.*has no attribute"):
+        check_run(missing)
+    two = load_config(_toml(workdir, "recording_engine.make_engine", devices="gpu:0,gpu:1"))
+    assert any("set backend.devices to one device" in p for p in run_problems(two, check_model=False))
+    assert describe_run(two)["inference_engine"] == ("recording_engine.make_engine: plugin engine in the run's "
+                                                      "process, for the local backend")
+    plugin_backend = load_config(_toml(workdir, "recording_engine.make_engine",
+                                       backend="counting_backend.make_backend"))
+    assert any("not for backend 'counting_backend.make_backend'" in p
+               for p in run_problems(plugin_backend, check_model=False))
