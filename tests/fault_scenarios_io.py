@@ -54,14 +54,23 @@ def _stats(handle):
     return ray.get(handle.stats.remote(), timeout=30)
 
 
+def _owner(lease) -> int:
+    """The Holders process (its key in `procs`) of a lease: holder names are `p<key>-<thread>`."""
+    return int(lease.holder.split("-")[0][1:])
+
+
 def _kill_one(handle, procs: dict, rng: random.Random) -> Trial:
-    leases = wait_for(lambda: ray.get(handle.leases.remote(), timeout=30), timeout_s=60, what="a lease", poll_s=0.02)
-    k = int(rng.choice(leases).holder.split("-")[0][1:])
-    theirs = {lease.lease_id for lease in leases if lease.holder.startswith(f"p{k}-")}
+    # A lease of a process killed earlier can still be listed (taken between that trial's snapshot and
+    # its kill, reclaimed within the TTL): only a live process's lease picks the next victim.
+    leases = wait_for(lambda: [x for x in ray.get(handle.leases.remote(), timeout=30) if _owner(x) in procs],
+                      timeout_s=60, what="a lease of a live process", poll_s=0.02)
+    k = _owner(rng.choice(leases))
+    theirs = {lease.lease_id for lease in leases if _owner(lease) == k}
     before = _stats(handle)
     killed_at = time.monotonic()
     os.kill(procs.pop(k)[1], signal.SIGKILL)
-    wait_for(lambda: not theirs & {x.lease_id for x in ray.get(handle.leases.remote(), timeout=30)},
+    # every lease of the killed process, including one it took after the snapshot above, must go
+    wait_for(lambda: all(_owner(x) != k for x in ray.get(handle.leases.remote(), timeout=30)),
              timeout_s=60, what="the killed holder's leases to expire", poll_s=0.02)
     recovery = time.monotonic() - killed_at
     try:
