@@ -138,11 +138,11 @@ def own_session(cmd: list[str], *, log: Path, prefix: str, **env: str) -> Iterat
 
 
 def kill_driver_when(ready: Callable[[], object], cmd: list[str], *, log: Path, prefix: str, timeout_s: float,
-                     what: str, poll_s: float = 0.2) -> int | None:
-    """Runs `cmd` (a driver) in its own session and Ray until `ready()` is true, then SIGKILLs it and
-    every process of its session and Ray temp dir. Returns None, or the driver's exit code when it
-    ended before `ready()` was (no fault was injected then)."""
-    with own_session(cmd, log=log, prefix=prefix) as (proc, _):
+                     what: str, poll_s: float = 0.2, **env: str) -> int | None:
+    """Runs `cmd` (a driver; `env`: extra environment) in its own session and Ray until `ready()` is
+    true, then SIGKILLs it and every process of its session and Ray temp dir. Returns None, or the
+    driver's exit code when it ended before `ready()` was (no fault was injected then)."""
+    with own_session(cmd, log=log, prefix=prefix, **env) as (proc, _):
         wait_for(lambda: ready() or proc.poll() is not None, timeout_s=timeout_s, what=what, poll_s=poll_s)
         ended = proc.poll()
         proc.send_signal(signal.SIGKILL)

@@ -147,6 +147,7 @@ def driver_kill_once(rng: random.Random, root: Path) -> Trial:
                      f"{(root / 'driver1.log').read_text()[-300:]!r}")
     before = read_manifest(cdir) or {"runs": []}
     done_before = {r["run_name"]: r["attempts"] for r in before["runs"] if r["status"] == "completed"}
+    segments = {name: _segments(cdir / "runs" / name) for name in done_before}
     started = time.time()
     rc, left = run_to_end(driver_cmd(toml, root, 0.2), log=root / "driver2.log", prefix="rrf", timeout_s=400)
     recovery = time.time() - started
@@ -157,12 +158,21 @@ def driver_kill_once(rng: random.Random, root: Path) -> Trial:
     for run in after["runs"]:
         if run["status"] != "completed":
             problems.append(f"{run['run_name']} {run['status']}")
-        if run["run_name"] in done_before and run["attempts"] != done_before[run["run_name"]]:
-            problems.append(f"finished run {run['run_name']} ran again")
+        name = run["run_name"]
+        # ran again: started again (attempts) or wrote a row again (a new log segment of its own)
+        if name in done_before and (run["attempts"], _segments(cdir / "runs" / name)) != (done_before[name],
+                                                                                          segments[name]):
+            problems.append(f"finished run {name} ran again (attempts {done_before[name]} -> {run['attempts']})")
         problems.append(steps_once(cdir / "runs" / run["run_name"], STEPS))
     problems = [p for p in problems if p]
     killed_at = f"killed with {sorted(done_before)} finished"
     return Trial(not problems, recovery, f"{killed_at}; " + ("; ".join(problems) or "ok"))
+
+
+def _segments(run_dir: Path) -> list[str]:
+    from retrain_ray.logs.stream import segment_paths
+
+    return [p.name for p in segment_paths(run_dir, "metrics")]
 
 
 def driver_kill(trials: int, rng: random.Random, root: Path) -> list[Trial]:

@@ -69,3 +69,39 @@ def test_killed_driver_resumes_without_rerunning_finished_runs(tmp_path):
     # the second session continued after one of the run's checkpoints (steps 1, 3, 5), not from scratch
     assert resumed_steps == list(range(resumed_steps[0], STEPS))
     assert resumed_steps[0] in (2, 4, 6) and resumed_steps[0] <= max(killed_steps) + 1
+
+
+@pytest.mark.extended
+@pytest.mark.timeout(900)
+def test_a_run_completed_just_before_the_driver_was_killed_is_not_run_again(tmp_path):
+    """The manifest records a run completed when Tune reports it complete; Tune's own experiment state
+    reaches the campaign directory seconds later. This driver snapshots Tune's state only once
+    (`TUNE_GLOBAL_CHECKPOINT_S` = 3600), so the state the resume restores predates the first run's end
+    every time: without the manifest's record the resume ran that run again (attempt 2, steps 2.. logged
+    again; issue 15, driver_kill)."""
+    steps = 4
+    toml = write_campaign(tmp_path / "stale.toml", base=TINY_RUN,
+                          campaign={**CAMPAIGN, "name": "stale", "max_steps": steps, "trial_start_timeout_s": 240})
+    cdir = tmp_path / "stale"
+    ended = kill_driver_when(lambda: (manifest_runs(cdir) or {}).get(FIRST, {}).get("status") == "completed",
+                             driver_cmd(toml, tmp_path, 0.3), log=tmp_path / "driver1.log", prefix="rrs",
+                             timeout_s=400, what=f"{FIRST} completed", poll_s=0.02, TUNE_GLOBAL_CHECKPOINT_S="3600")
+    assert ended is None, (tmp_path / "driver1.log").read_text()[-3000:]
+    before = read_manifest(cdir)
+    assert before["status"] == "running"
+    first_segments = segment_paths(cdir / "runs" / FIRST, "metrics")
+
+    rc, _ = run_to_end([PYTHON, "-m", "retrain_ray.cli", "resume", str(cdir)], log=tmp_path / "driver2.log",
+                       prefix="rrs", timeout_s=400)
+    log = (tmp_path / "driver2.log").read_text()
+    assert rc == 0, log[-3000:]
+    manifest = read_manifest(cdir)
+    assert manifest["status"] == "done" and len(manifest["sessions"]) == 2
+    runs = {r["run_name"]: r for r in manifest["runs"]}
+    assert runs[FIRST]["attempts"] == 1  # the finished run was not started again
+    assert runs[FIRST]["result"] == {r["run_name"]: r for r in before["runs"]}[FIRST]["result"]
+    assert runs[SECOND]["status"] == "completed" and not steps_once(cdir / "runs" / SECOND, steps)
+    # no step of the finished run was executed again: its rows are the first session's only
+    assert segment_paths(cdir / "runs" / FIRST, "metrics") == first_segments
+    assert read_stream(cdir / "runs" / FIRST, key=None)["step"].to_pylist() == list(range(steps))
+    assert f"{FIRST}: already completed (manifest.json), not run again" in log

@@ -9,7 +9,8 @@
 local Ray), checks the placements against the cluster, starts the recorder (and the control actors
 the config needs), then either starts a new Tune experiment or, when the campaign directory already
 holds one, restores it with `Tuner.restore(..., resume_errored=True)`: finished runs are kept,
-unfinished and failed runs continue from their last checkpoint.
+unfinished and failed runs continue from their last checkpoint. A run that `manifest.json` records
+completed is never run again, even where Tune's last synced experiment state predates its end.
 """
 
 from __future__ import annotations
@@ -175,7 +176,7 @@ class Campaign:
         p = self.plan
         ctx = TrialContext(campaign=p.name, namespace=namespace, runs={r.run_name: r for r in p.runs},
                            control=control, runner=self.runner, timeout_s=p.schedule.trial_start_timeout_s,
-                           mlflow_experiments=_mlflow_experiments(p))
+                           mlflow_experiments=_mlflow_experiments(p), finished=_finished(manifest))
         factories = {r.run_name: _resources(r) for r in p.runs}
         trainable = tune.with_resources(tune.with_parameters(run_trial, context=ctx),
                                         resources=lambda cfg: factories[cfg["run_name"]])
@@ -212,6 +213,11 @@ def _mlflow_experiments(plan: CampaignPlan) -> dict[str, str]:
             key = (lg.mlflow_tracking_uri, experiment_name(r.config, plan.name))
             ids[r.run_name] = made[key] = made.get(key) or ensure_experiment(r.config, plan.name)
     return ids
+
+
+def _finished(manifest: Manifest) -> dict[str, dict[str, Any]]:
+    """Runs the manifest records completed (with their results): a resume never runs them again."""
+    return {r["run_name"]: dict(r.get("result") or {}) for r in manifest.data["runs"] if r["status"] == "completed"}
 
 
 def _with_secrets(config_json: dict[str, Any], source: str, snapshot: Path) -> dict[str, Any]:

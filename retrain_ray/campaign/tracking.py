@@ -2,8 +2,11 @@
 
 Attempts count trial starts (first start, each retry, each campaign resume). A run is "failed"
 only when Tune gives up on it (max_failures exhausted); a retried run is "running" with its last
-error kept. It also enforces `trial_start_timeout_s`: if runs are pending and none has started
-or reported for that long, the campaign stops with an error instead of waiting forever.
+error kept. A run already completed when this driver session started keeps its record untouched:
+Tune may restore it as unfinished (its state synced before the run ended), and its trial then only
+reports the recorded result (campaign/trial.py). It also enforces `trial_start_timeout_s`: if runs
+are pending and none has started or reported for that long, the campaign stops with an error
+instead of waiting forever.
 """
 
 from __future__ import annotations
@@ -32,11 +35,17 @@ class ManifestCallback(Callback):
         self.progress = progress
         self.start_timeout_s = start_timeout_s
         self._last_activity = time.monotonic()
+        self._finished: set[str] = set()
 
     def setup(self, **info: Any) -> None:
         """Re-reads the manifest: after `Tuner.restore` this callback is an unpickled copy."""
         self.manifest = Manifest.load(self.manifest.path.parent)
+        self._finished = {r["run_name"] for r in self.manifest.data["runs"] if r["status"] == "completed"}
         self._last_activity = time.monotonic()
+
+    def _recorded(self, trial: Any) -> bool:
+        """True for a run completed before this session: its manifest entry is final."""
+        return _run_name(trial) in self._finished
 
     def _say(self, text: str) -> None:
         if self.progress:
@@ -44,16 +53,24 @@ class ManifestCallback(Callback):
 
     def on_trial_start(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
         name = _run_name(trial)
+        if self._recorded(trial):
+            self._last_activity = time.monotonic()
+            self._say(f"{name}: already completed (manifest.json), not run again")
+            return
         attempts = self.manifest.run(name)["attempts"] + 1
         self.manifest.update_run(name, status="running", attempts=attempts, started_at=time.time())
         self._last_activity = time.monotonic()
         self._say(f"{name}: started (attempt {attempts})")
 
     def on_trial_result(self, iteration: int, trials: list, trial: Any, result: dict, **info: Any) -> None:
+        if self._recorded(trial):
+            return
         self._last_activity = time.monotonic()
         self.manifest.update_run(_run_name(trial), result=_result_summary(result))
 
     def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+        if self._recorded(trial):
+            return
         name = _run_name(trial)
         last = trial.last_result or {}
         checkpoint = getattr(trial, "checkpoint", None)  # the run's last reported checkpoint (for squeeze)
@@ -62,11 +79,15 @@ class ManifestCallback(Callback):
         self._say(f"{name}: completed at step {last.get('step', '?')}")
 
     def on_trial_recover(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+        if self._recorded(trial):
+            return
         name = _run_name(trial)
         self.manifest.update_run(name, error=_error_text(trial))
         self._say(f"{name}: failed, retrying from its last checkpoint")
 
     def on_trial_error(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+        if self._recorded(trial):
+            return
         name = _run_name(trial)
         self.manifest.update_run(name, status="failed", error=_error_text(trial))
         self._say(f"{name}: FAILED ({self.manifest.run(name)['error'].splitlines()[-1:]})")

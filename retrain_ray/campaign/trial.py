@@ -52,6 +52,9 @@ class TrialContext:
     timeout_s: float = 600.0
     # run name -> the MLflow experiment id the driver created for it (runs without MLflow: absent)
     mlflow_experiments: Mapping[str, str] = field(default_factory=dict)
+    # run name -> its recorded result, for runs manifest.json records completed when this driver
+    # session started: Tune's experiment state may not know yet (see `run_trial`)
+    finished: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
 
 
 class TuneReporter(RunObserver):
@@ -140,7 +143,18 @@ def _set_threads(count: int) -> None:
 
 
 def run_trial(config: dict[str, Any], context: TrialContext) -> None:
-    """Tune function trainable: `config` holds only `run_name`; the rest comes in `context`."""
+    """Tune function trainable: `config` holds only `run_name`; the rest comes in `context`.
+
+    A run the manifest records completed is never run again: the manifest is written when Tune
+    reports the run complete, Tune's own experiment state reaches the campaign directory up to
+    `STATE_SYNC_S` + `TUNE_GLOBAL_CHECKPOINT_S` later, and a driver killed in between restores the
+    run as unfinished. Such a trial reports the recorded result and returns without running a step.
+    """
+    recorded = context.finished.get(config["run_name"])
+    if recorded is not None:
+        numbers = {k: v for k, v in recorded.items() if isinstance(v, (int, float))}
+        tune.report({**numbers, "run_done": True, "run_status": "completed", "already_completed": True})
+        return
     plan = context.runs[config["run_name"]]
     _RUNS_IN_PROCESS[0] += 1
     _set_threads(cpu_threads(plan))
