@@ -54,10 +54,12 @@ SCENARIOS = (
      "(2 attempts, new actors), every step once, final weights bit-identical to an uninterrupted split run; "
      "recovery: kill to the first row of the retry"),
     ("driver_kill", fs.driver_kill, 2, 5, False,
-     "same command again: campaign done, no finished run rerun, every step once, no process left; "
+     "same command again: campaign done, no finished run rerun (attempts and log segments unchanged), "
+     "every step once, no process left; "
      "recovery: the second command's whole run"),
     ("node_removal", fs.node_removal, 2, 5, False,
-     "run finishes on the other worker, every step once; recovery: removal to the first row on the new node"),
+     "node lost (raylet and every process under it SIGKILLed) while the run runs: the run finishes on the "
+     "other worker, every step once; recovery: removal to the first row on the new node"),
     ("throttle", fio.throttle_kills, 10, 100, True,
      "32 clients, capacity 4, TTL 1 s: the killed holder's leases are reclaimed within TTL + 1 s, grants go "
      "on, never more holders than capacity; recovery: kill to reclaim"),

@@ -11,12 +11,18 @@ Cluster: a head with no CPUs and no GPUs (driver, recorder) and two worker nodes
 1. split packing: two split placements ([{CPU}, {GPU:1}, {GPU:1}], STRICT_PACK) are reserved;
    each lands whole on one node, and they take different nodes.
 2. node removal: a one-run CPU campaign (steps slowed down) starts on a worker; once Tune has a
-   checkpoint of it, that worker is removed; Tune retries the run on the other worker.
+   checkpoint of it, that worker is lost: its raylet and every process under it (the run's trial
+   worker included) are SIGKILLed at once, as when a machine goes away, then the node is removed
+   from the cluster; Tune retries the run on the other worker. (`Cluster.remove_node` alone kills
+   the raylet but not its workers, which run on for a second or more: a run near its end finished
+   on the "removed" node, issue 15.)
 """
 
 from __future__ import annotations
 
 import json
+import os
+import signal
 import sys
 import threading
 import time
@@ -47,7 +53,8 @@ def split_packing() -> dict:
 
 
 def node_logging_runner(config, **kwargs):
-    """train_run that records which node each attempt ran on and sleeps 0.4 s after every step."""
+    """train_run that records the node and start time of each attempt (`nodes.txt`, one line each)
+    and sleeps 0.4 s after every step."""
     from retrain_ray.logs.types import RunObserver
     from retrain_ray.run.train import train_run
 
@@ -58,7 +65,7 @@ def node_logging_runner(config, **kwargs):
     work = Path(kwargs["run_dir"])
     work.mkdir(parents=True, exist_ok=True)
     with open(work / "nodes.txt", "a") as fh:
-        fh.write(ray.get_runtime_context().get_node_id() + "\n")
+        fh.write(f"{ray.get_runtime_context().get_node_id()} {time.time()}\n")
     kwargs["observers"] = [*kwargs["observers"], SlowSteps()]
     return train_run(config, **kwargs)
 
@@ -72,7 +79,7 @@ def _running_node(cluster: Cluster, cdir: Path, at_step: int) -> tuple[object, i
         return None
     if step < at_step or not nodes_file.is_file():
         return None
-    node_id = nodes_file.read_text().split()[0]
+    node_id = _attempts(nodes_file)[0][0]
     return next(((node, step) for node in cluster.worker_nodes if node.node_id == node_id), None)
 
 
@@ -85,8 +92,31 @@ def _remove_running_node(cluster: Cluster, cdir: Path, removed: dict, timeout_s:
     except TimeoutError as err:
         removed["error"] = str(err)
         return
+    killed = _lose(node)
+    removed.update(node_id=node.node_id, at_step=step, at=time.time(), processes_killed=killed)
     cluster.remove_node(node, allow_graceful=False)
-    removed.update(node_id=node.node_id, at_step=step, at=time.time())
+
+
+def _attempts(nodes_file: Path) -> list[tuple[str, float]]:
+    """(node id, start time) of each attempt of the run, from `node_logging_runner`'s file."""
+    return [(node, float(at)) for node, at in (line.split() for line in nodes_file.read_text().splitlines())]
+
+
+def _lose(node) -> int:
+    """SIGKILLs the node's raylet and every process under it at once (a machine that went away);
+    returns how many processes it killed."""
+    import psutil
+    from ray._private import ray_constants
+
+    raylet = psutil.Process(node.all_processes[ray_constants.PROCESS_TYPE_RAYLET][0].process.pid)
+    killed = 0
+    for proc in [raylet, *raylet.children(recursive=True)]:
+        try:
+            os.kill(proc.pid, signal.SIGKILL)
+            killed += 1
+        except ProcessLookupError:
+            pass
+    return killed
 
 
 def node_removal(cluster: Cluster, root: Path, at_step: int = 1, name: str = "nodes") -> dict:
@@ -103,31 +133,46 @@ def node_removal(cluster: Cluster, root: Path, at_step: int = 1, name: str = "no
     results = campaign.run(progress=False)
     watcher.join(timeout=10)
     run = results.runs[0]
-    nodes = (campaign.campaign_dir / "runs" / run["run_name"] / "work" / "nodes.txt").read_text().split()
-    return {"removed": removed, "attempt_nodes": nodes, "status": run["status"], "attempts": run["attempts"],
-            "steps": [int(s) for s in results.history(run["run_name"])["step"]],
-            "errors": results.error_by_run, "max_steps": 8,
-            "recovery_s": _first_row_after(campaign.campaign_dir / "runs" / run["run_name"], removed.get("at"))}
+    run_dir = campaign.campaign_dir / "runs" / run["run_name"]
+    attempts = _attempts(run_dir / "work" / "nodes.txt")
+    return {"removed": removed, "attempt_nodes": [node for node, _ in attempts], "status": run["status"],
+            "attempts": run["attempts"], "steps": [int(s) for s in results.history(run["run_name"])["step"]],
+            "errors": results.error_by_run, "max_steps": CAMPAIGN["max_steps"],
+            "finished_before_removal": _finished_before(run_dir, removed.get("at"), CAMPAIGN["max_steps"]),
+            "recovery_s": _first_row_after(run_dir, removed.get("at"), attempts[1][1] if len(attempts) > 1 else None)}
 
 
-def _first_row_after(run_dir: Path, moment: float | None) -> float | None:
+def _rows(run_dir: Path) -> list[tuple[int, float]]:
+    """(step, wall time) of every row written, retries included."""
     from retrain_ray.logs import read_stream
 
-    if moment is None:
+    table = read_stream(run_dir, key=None)
+    return [(s, w.timestamp()) for s, w in zip(table["step"].to_pylist(), table["wall_time"].to_pylist(), strict=True)
+            if w is not None]
+
+
+def _finished_before(run_dir: Path, moment: float | None, max_steps: int) -> bool:
+    """True when the run had logged its last step before `moment` (the removal came too late)."""
+    return moment is not None and any(s == max_steps - 1 and w < moment for s, w in _rows(run_dir))
+
+
+def _first_row_after(run_dir: Path, moment: float | None, retry_started: float | None) -> float | None:
+    """Seconds from the removal to the first row of the retry (on the new node)."""
+    if moment is None or retry_started is None:
         return None
-    walls = [w.timestamp() for w in read_stream(run_dir, key=None)["wall_time"].to_pylist() if w is not None]
-    later = [w for w in walls if w > moment]
+    later = [w for _, w in _rows(run_dir) if w > max(moment, retry_started)]
     return min(later) - moment if later else None
 
 
 def repeated_removals(cluster: Cluster, root: Path, count: int, seed: int) -> list[dict]:
-    """Scenario 2 `count` times, each at a random step (1-5), a fresh worker replacing the removed one."""
+    """Scenario 2 `count` times, each at a random checkpoint (after step 1 or 3 of 8, so steps are left
+    to run whatever the manifest's lag), a fresh worker replacing the removed one."""
     import random
 
     rng, reports = random.Random(seed), []
     for i in range(count):
         try:
-            reports.append(node_removal(cluster, root / f"r{i}", at_step=rng.randint(1, 5), name=f"nodes{i}"))
+            reports.append(node_removal(cluster, root / f"r{i}", at_step=rng.randint(1, 3), name=f"nodes{i}"))
         except Exception as exc:  # reported as a failed trial
             reports.append({"errors": repr(exc)})
         while len(cluster.worker_nodes) < 2:

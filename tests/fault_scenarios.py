@@ -200,6 +200,8 @@ def node_removal(trials: int, rng: random.Random, root: Path) -> list[Trial]:
     for removal in json.loads(lines[-1])["removals"]:
         nodes, removed = removal.get("attempt_nodes", []), removal.get("removed", {})
         problems = [removal["errors"] and f"errors {removal['errors']}", removed.get("error", "")]
+        if removal.get("finished_before_removal"):
+            problems.append("the run had logged its last step before the removal (no fault injected)")
         if removal.get("status") != "completed" or len(nodes) < 2 or nodes[-1] == removed.get("node_id"):
             problems.append(f"status {removal.get('status')}, attempts on {nodes}, removed {removed}")
         if removal.get("steps") != list(range(removal.get("max_steps", -1))):

@@ -100,7 +100,7 @@ def throttle_kills(trials: int, rng: random.Random, root: Path) -> list[Trial]:
     try:
         for _ in range(trials):
             out.append(_kill_one(handle, procs, rng))
-            k = max(procs, default=PROCESSES) + 1 + len(out)
+            k = PROCESSES - 1 + len(out)  # a new key each time: a killed process's name is never reused
             procs[k] = _spawn(handle, k, rng)
     finally:
         for actor, _pid in procs.values():
