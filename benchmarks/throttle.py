@@ -367,6 +367,11 @@ def print_scale(scale: dict, reps: int, load: tuple[float, float]) -> None:
             rows = scale[capacity, client]
             print(f"| {capacity} | {client} | " + " | ".join(
                 _spread([r[key] for r in rows], "{:.2f}") for key in ("inside", "across", "cpu_spread")) + " |")
+    for capacity in SCALE_CAPACITIES:  # paired per repetition: does the spread follow the CPU shares?
+        print(f"pooled, capacity {capacity}, each repetition (grants per client max/min, across processes, "
+              "process CPU max/min): " + "; ".join(
+                  f"{1 / r['min_max'] if r['min_max'] else float('inf'):.2f}, {r['across']:.2f}, "
+                  f"{r['cpu_spread']:.2f}" for r in scale[capacity, "pooled"]))
 
 
 def block_reclaim_s(campaign: str, block: int = 4) -> float:
