@@ -32,7 +32,8 @@ from retrain_ray.campaign import Campaign
 
 results = Campaign.from_toml(sys.argv[1], root=sys.argv[2]).run(progress=False)
 print(json.dumps({"errors": len(results.errors), "modules": [m for m in ("torch", "transformers", "peft", "mlflow",
-                  "wandb", "tensorboardX") if m in sys.modules]}))
+                  "wandb", "tensorboardX") if m in sys.modules],
+                  "preloaded": [r["result"].get("process_preloaded") for r in results.manifest["runs"]]}))
 """
 
 
@@ -63,12 +64,13 @@ def test_a_local_ray_for_a_campaign_starts_without_log_monitor_autoscaler_or_fix
 
 @pytest.mark.extended
 @pytest.mark.timeout(600)
-def test_a_campaign_driver_never_imports_torch_or_the_tracker_integrations(tmp_path):
+def test_a_campaign_driver_never_imports_torch_and_its_trial_starts_in_a_preloaded_process(tmp_path):
     toml = write_campaign(tmp_path / "lean.toml", campaign={"name": "lean", "seeds": [1], "max_steps": 2},
                           training={"batch_size": 2, "group_size": 4, "max_tokens": 4, "save_every": 2},
                           logging={"log_dir": "logs/x"})
     seen = _run(DRIVER, str(toml), str(tmp_path), log=tmp_path / "driver.log", timeout_s=540)
-    assert seen == {"errors": 0, "modules": []}
+    # the driver loads none of these; the run's trial process had them imported before Tune gave it the trial
+    assert seen == {"errors": 0, "modules": [], "preloaded": [True]}
     trial_dir = tmp_path / "lean" / "tune" / "grpo+none_s1"
     assert (trial_dir / "result.json").is_file()  # the JSON logger stays: fit()'s ResultGrid reads it
     assert not (trial_dir / "progress.csv").exists() and not list(trial_dir.glob("events.out.tfevents*"))

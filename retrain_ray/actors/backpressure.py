@@ -24,6 +24,7 @@ import ray
 import ray.exceptions
 from ray.util.metrics import Gauge
 
+from retrain_ray.actors.worker_env import SERVICE_RUNTIME_ENV
 from retrain_ray.backpressure.advisor import LocalAdvisor
 from retrain_ray.backpressure.arrow_log import DecisionLog, free_log_path
 from retrain_ray.backpressure.pooled import PooledController, PooledDecision
@@ -65,7 +66,7 @@ class _Gauges:
             self.g[name].set(float(v), tags=tags)
 
 
-@ray.remote(num_cpus=0, max_concurrency=MAX_CONCURRENCY)  # pyright: ignore[reportCallIssue]  # ray's overloads omit max_concurrency
+@ray.remote(num_cpus=0, max_concurrency=MAX_CONCURRENCY, runtime_env=SERVICE_RUNTIME_ENV)  # pyright: ignore[reportCallIssue]  # ray's overloads omit max_concurrency
 class BackPressureActor:
     """Receives every run's step observations; per-run and pooled USL fits; logs and gauges."""
 

@@ -49,6 +49,7 @@ from retrain_ray.actors.throttle_support import (
     Session,
     throttle_name,
 )
+from retrain_ray.actors.worker_env import SERVICE_RUNTIME_ENV
 from retrain_ray.throttle.errors import ThrottleTimeout
 from retrain_ray.throttle.semaphore import LeasedSemaphore, check_capacity, check_ttl
 from retrain_ray.throttle.types import Lease, PoolState, ThrottleStats
@@ -61,7 +62,7 @@ SESSION_GRACE_S = 10.0  # a live client polls at least every 5 s while it waits 
 MAX_CONCURRENCY = 10_000  # pending acquires are coroutines; this bounds queued waiters, not threads
 
 
-@ray.remote(num_cpus=0, max_concurrency=MAX_CONCURRENCY)  # pyright: ignore[reportCallIssue]  # ray's overloads omit max_concurrency
+@ray.remote(num_cpus=0, max_concurrency=MAX_CONCURRENCY, runtime_env=SERVICE_RUNTIME_ENV)  # pyright: ignore[reportCallIssue]  # ray's overloads omit max_concurrency
 class ThrottleActor:
     """Leased, fair, resizable counting semaphore for one endpoint of one campaign."""
 

@@ -28,7 +28,7 @@ from ray.tune.logger import JsonLoggerCallback
 from retrain_ray.actors.placement import alive_node_resources, decide_placement
 from retrain_ray.campaign.afterwards import run_afterwards
 from retrain_ray.campaign.control import start_control_plane
-from retrain_ray.campaign.local_ray import connect
+from retrain_ray.campaign.local_ray import connect, trial_modules
 from retrain_ray.campaign.manifest import Manifest, read_manifest, write_json_atomic
 from retrain_ray.campaign.plan import CampaignError, CampaignPlan, RunPlan, build_plan
 from retrain_ray.campaign.progress_line import CampaignProgress
@@ -100,7 +100,8 @@ class Campaign:
         problems = campaign_problems(self.config)
         if problems:
             raise CampaignError(problems)
-        started = connect(address, dashboard=dashboard)
+        started = connect(address, dashboard=dashboard,
+                          preload=trial_modules(r.config.model.finetune for r in self.plan.runs))
         try:
             return self._run(progress, can_scale=not started)
         finally:

@@ -8,6 +8,12 @@ port instead of the fixed 52365 (on a machine with other Rays it otherwise retri
 before the raylet can finish starting). Each of those is a Python process importing much of Ray,
 which on a small machine takes CPU from the driver while the campaign starts.
 
+It also starts the first trials' processes warm: Ray starts one worker process per CPU as soon as the
+driver connects, and each imports what a trial imports (`preload`, campaign/preload.py) while the
+driver starts the recorder and Tune. Tune gives its trials a runtime env of their own (the variable
+`PL_DISABLE_FORK`, for PyTorch Lightning, which no run uses); without it a trial's env is the empty
+one of those processes, so Ray hands them to the trials instead of starting new ones.
+
 `tune_settings()` turns off what Tune's `fit()` does by default that a campaign does not use: its
 CSV and TensorBoardX result loggers (the campaign records every row itself; TensorBoardX loads torch
 into the driver, which costs seconds to import and seconds more at exit; the driver passes Tune's JSON
@@ -19,12 +25,15 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 import ray
 import ray._private.parameter as ray_parameter
 import ray.air._internal.usage as air_usage
+import ray.tune.execution.class_cache as tune_class_cache
+
+from retrain_ray.actors.worker_env import PRELOAD_ENV_VAR, PRELOAD_MODULE
 
 # Tune's experiment state is snapshotted every 2 s (`TUNE_GLOBAL_CHECKPOINT_S`, Tune's own default is
 # 10 s or more) and copied to the campaign directory as often (driver.STATE_SYNC_S), so a restore after
@@ -34,6 +43,15 @@ TUNE_ENV = {
     "TUNE_GLOBAL_CHECKPOINT_S": "2",
     "TUNE_DISABLE_AUTO_CALLBACK_LOGGERS": "1",
 }
+
+
+# What a trial imports before its run's first step: Tune's trainable, the trial and the run loop (torch)
+TRIAL_MODULES = ("ray.tune.trainable.function_trainable", "retrain_ray.campaign.trial", "retrain_ray.run.train")
+
+
+def trial_modules(finetunes: Iterable[str]) -> list[str]:
+    """The modules to preload for runs with these `[model] finetune` modes (LoRA: peft, transformers)."""
+    return [*TRIAL_MODULES, *(["peft"] if "lora" in set(finetunes) else [])]
 
 
 def tune_settings() -> None:
@@ -47,8 +65,9 @@ def _no_tag(callbacks: Any) -> bool:
     return False
 
 
-def connect(address: str | None, *, dashboard: bool = False) -> bool:
-    """Connects to `address`, else RAY_ADDRESS, else starts a local Ray; True if this call started Ray."""
+def connect(address: str | None, *, dashboard: bool = False, preload: Sequence[str] = ()) -> bool:
+    """Connects to `address`, else RAY_ADDRESS, else starts a local Ray; True if this call started Ray.
+    `preload`: modules the worker processes of a local Ray import as they start (see the module doc)."""
     tune_settings()
     if ray.is_initialized():
         return False
@@ -57,9 +76,26 @@ def connect(address: str | None, *, dashboard: bool = False) -> bool:
         ray.init(address=target, namespace="retrain-ray", log_to_driver=True)
         print(f"[campaign] connected to the Ray cluster at {target}", flush=True)
         return False
-    with contextlib.nullcontext() if dashboard else lean_local_ray():
-        ray.init(address="local", namespace="retrain-ray", log_to_driver=False, include_dashboard=dashboard)
+    tune_class_cache.DEFAULT_ENV_VARS.pop("PL_DISABLE_FORK", None)
+    with contextlib.nullcontext() if dashboard else lean_local_ray(), _worker_env(PRELOAD_ENV_VAR, ",".join(preload)):
+        ray.init(address="local", namespace="retrain-ray", log_to_driver=False, include_dashboard=dashboard,
+                 _system_config={"preload_python_modules": [PRELOAD_MODULE]} if preload else None)
     return True
+
+
+@contextlib.contextmanager
+def _worker_env(key: str, value: str) -> Iterator[None]:
+    """`key=value` in the environment of the Ray processes started inside (they inherit the driver's),
+    not in the driver's after."""
+    before = os.environ.get(key)
+    os.environ[key] = value
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = before
 
 
 class _LeanParams(ray_parameter.RayParams):

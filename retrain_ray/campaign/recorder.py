@@ -30,6 +30,7 @@ from typing import Any
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+from retrain_ray.actors.worker_env import SERVICE_RUNTIME_ENV
 from retrain_ray.logs import EVAL_SCHEMA, GENERATIONS_SCHEMA, METRICS_SCHEMA, ArrowStreamWriter, row_to_record
 from retrain_ray.logs.parquet_export import (
     campaign_name,
@@ -119,7 +120,7 @@ class RecorderCore:
             self.close_run(run)
 
 
-@ray.remote(num_cpus=0, max_concurrency=64)  # pyright: ignore[reportCallIssue]  # ray's overloads omit max_concurrency
+@ray.remote(num_cpus=0, max_concurrency=64, runtime_env=SERVICE_RUNTIME_ENV)  # pyright: ignore[reportCallIssue]  # ray's overloads omit max_concurrency
 class RecorderActor:
     """Async Ray host of `RecorderCore`. Methods run one at a time on the actor's event loop."""
 

@@ -12,6 +12,8 @@ from typing import Any, cast
 
 import ray
 
+from retrain_ray.actors.worker_env import SERVICE_RUNTIME_ENV
+
 
 class StaggerClock:
     """Plain-Python slot arithmetic; `reserve(now)` returns how long the caller must wait."""
@@ -26,7 +28,7 @@ class StaggerClock:
         return slot - now
 
 
-@ray.remote(num_cpus=0, max_concurrency=16)  # pyright: ignore[reportCallIssue]  # ray's overloads omit max_concurrency
+@ray.remote(num_cpus=0, max_concurrency=16, runtime_env=SERVICE_RUNTIME_ENV)  # pyright: ignore[reportCallIssue]  # ray's overloads omit max_concurrency
 class StartGate:
     def __init__(self, stagger_seconds: float) -> None:
         self._clock = StaggerClock(stagger_seconds)

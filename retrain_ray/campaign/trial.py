@@ -18,6 +18,7 @@ process computes exactly what it computes in a fresh one (tests/test_campaign_re
 from __future__ import annotations
 
 import importlib
+import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,6 +27,7 @@ from typing import Any
 import ray
 from ray import tune
 
+from retrain_ray.actors.worker_env import PRELOAD_MODULE
 from retrain_ray.campaign.control import ControlPlane
 from retrain_ray.campaign.gauges import RunGauges
 from retrain_ray.campaign.plan import RunPlan
@@ -168,4 +170,9 @@ def run_trial(config: dict[str, Any], context: TrialContext) -> None:
     final = {k: v for k, v in outcome.metrics.items() if isinstance(v, (int, float))}
     timing = {"first_step_at": outcome.first_step_at} if outcome.first_step_at else {}
     tune.report({**reporter.last, **final, **timing, "step": outcome.last_step, "run_done": True,
-                 "run_status": outcome.status, "process_runs": _RUNS_IN_PROCESS[0]})
+                 "run_status": outcome.status, "process_runs": _RUNS_IN_PROCESS[0], "process_preloaded": _preloaded()})
+
+
+def _preloaded() -> bool:
+    """Whether this process imported the trial's modules as it started (campaign/preload.py)."""
+    return bool(getattr(sys.modules.get(PRELOAD_MODULE), "PRELOADED", None))
