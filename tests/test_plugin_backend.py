@@ -159,3 +159,22 @@ def test_a_malformed_resources_hook_stops_the_campaign_plan_naming_it(workdir):
     toml.write_text(toml.read_text() + "\n" + dumps({"campaign": {"seeds": [1]}}))
     with pytest.raises(CampaignError, match=r"counting_backend.bad_resources.*resources hook returned \{'gpu': 1\}"):
         build_plan(load_config(toml), root=workdir)
+
+
+@pytest.mark.extended
+def test_a_campaign_places_a_plugin_run_on_the_gpus_its_hook_declares(ray_4cpu_4gpu, workdir):
+    """Real Tune on the session Ray (4 fake GPUs): the plugin's run holds the 2 GPUs its resources hook
+    declares, both in its own trial process, and trains through the plugin (on the CPU: the GPUs are fake)."""
+    from retrain_ray.campaign import Campaign
+    from retrain_ray.config.toml_writer import dumps
+
+    toml = _toml(workdir, "counting_backend.on_two_gpus")
+    toml.write_text(toml.read_text() + "\n" + dumps({"campaign": {"name": "gpus", "seeds": [1], "max_steps": 2,
+                                                                  "conditions": [TOKEN_VARYING]}}))
+    Campaign.from_toml(toml, root=workdir / "campaigns").run(progress=False)
+    manifest = json.loads((workdir / "campaigns" / "gpus" / "manifest.json").read_text())
+    assert [r["status"] for r in manifest["runs"]] == ["completed"]
+    (record,) = [json.loads(p.read_text()) for p in (workdir / "campaigns").rglob("plugin_gpus.json")]
+    assert len(record["gpu_ids"]) == 2 and len(record["cuda_visible"].split(",")) == 2
+    rows = [r for p in (workdir / "campaigns" / "gpus" / "runs").iterdir() for r in read_stream(p, "metrics").to_pylist()]
+    assert [r["step"] for r in rows] == [0, 1]

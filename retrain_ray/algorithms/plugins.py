@@ -42,9 +42,20 @@ def use_search_paths(paths: list[str] | tuple[str, ...]) -> None:
     _search_paths = tuple(dict.fromkeys(p.strip().strip(".").replace("/", ".") for p in paths if p.strip()))
 
 
+_roots: list[str] = []
+
+
+def use_plugin_root(directory: str) -> None:
+    """Also look for plugin modules under `directory`: a campaign's trials run in another working
+    directory than the driver whose ./plugins the config means."""
+    if directory and directory not in _roots:
+        _roots.append(directory)
+
+
 def _import(module_name: str, path: str, kind: str) -> Any:
-    if os.getcwd() not in sys.path:  # ./plugins/<module>.py imports as plugins.<module>
-        sys.path.append(os.getcwd())
+    for root in (os.getcwd(), *_roots):  # ./plugins/<module>.py imports as plugins.<module>
+        if root not in sys.path:
+            sys.path.append(root)
     candidates = [*(f"{prefix}.{module_name}" for prefix in _search_paths), module_name]
     errors: list[str] = []
     for candidate in candidates:

@@ -18,6 +18,7 @@ process computes exactly what it computes in a fresh one (tests/test_campaign_re
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -28,6 +29,7 @@ import ray
 from ray import tune
 
 from retrain_ray.actors.worker_env import PRELOAD_MODULE
+from retrain_ray.algorithms.plugins import use_plugin_root
 from retrain_ray.campaign.control import ControlPlane
 from retrain_ray.campaign.gauges import RunGauges
 from retrain_ray.campaign.plan import RunPlan
@@ -57,6 +59,8 @@ class TrialContext:
     # run name -> its recorded result, for runs manifest.json records completed when this driver
     # session started: Tune's experiment state may not know yet (see `run_trial`)
     finished: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    # the driver's working directory: where the config's [plugins] search_paths are (trials run elsewhere)
+    plugin_root: str = field(default_factory=os.getcwd)
 
 
 class TuneReporter(RunObserver):
@@ -108,6 +112,7 @@ def resume_point(ctx: TrialContext, plan: RunPlan, checkpoint: Path) -> Path | N
 def _run(ctx: TrialContext, plan: RunPlan, resume_from: Path | None) -> Any:
     if resume_from is not None:
         resume_from = resume_point(ctx, plan, resume_from)
+    use_plugin_root(ctx.plugin_root)
     reporter = TuneReporter()
     runner = resolve_runner(ctx.runner)
     throttle = ctx.control.throttle_for(plan.run_name)

@@ -103,3 +103,21 @@ def bad_resources(config):
 
 
 bad_resources.retrain_backend_resources = {"gpu": 1}
+
+
+def on_two_gpus(config, context):
+    """Trains on the CPU like make_backend, after writing which GPUs Ray gave this run's process."""
+    import json
+    import os
+
+    import ray
+
+    record = {"gpu_ids": [str(i) for i in ray.get_gpu_ids()], "cuda_visible": os.environ.get("CUDA_VISIBLE_DEVICES")}
+    log_dir = Path(context.config.logging.log_dir)
+    log_dir.mkdir(parents=True, exist_ok=True)
+    (log_dir / "plugin_gpus.json").write_text(json.dumps(record))
+    return make_backend(config, context)
+
+
+on_two_gpus.retrain_backend_resources = {"gpus": 2}
+on_two_gpus.retrain_backend_capabilities = {"preserves_token_advantages": True}
