@@ -137,8 +137,8 @@ BUILTIN_COMPONENTS: dict[str, tuple[str, frozenset[str]]] = {
 """component -> (config key, built-in names). Each key also takes a dotted plugin path."""
 
 FACTORIES: dict[str, str] = {
-    "backend": "factory(config, context) -> Policy(engine, backend, tokenizer), or a training backend built on "
-               "context.builtin_policy() (whose engine samples)",
+    "backend": "factory(config, context) -> Policy(engine, backend, tokenizer), a training backend built on "
+               "context.builtin_policy() (whose engine samples), or the original's TrainHelper",
     "inference_engine": "factory(config, context) -> a sampling engine: weights_version, generate(prompt_ids_P, "
                         "num_samples, params), load_weights(update)",
     "reward": "factory(config) -> an object with score(response, reference) -> float",

@@ -4,7 +4,9 @@ The factory (called as `plugin_context.call_factory` says) returns either
 * a `Policy(engine, backend, tokenizer)` (or a 3-tuple): the plugin samples and trains with its own
   objects, which must have the members of `SamplingEngine` and `TrainBackend`; or
 * a training backend alone, built on `context.builtin_policy()`: it trains, and the built-in engine
-  and tokenizer of that policy sample (so a plugin can wrap or extend the local backend).
+  and tokenizer of that policy sample (so a plugin can wrap or extend the local backend); or
+* the original's `TrainHelper`, which samples and trains (`original_helper.py` adapts it; its own
+  `tokenizer` attribute, else the configured model's tokenizer, encodes prompts).
 
 Whatever the object says about itself, the run's capability flags are the registry's
 (`capabilities_for`: the plugin's hooks, else the conservative default), so `explain`, preflight,
@@ -17,6 +19,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, cast
 
+from retrain_ray.backends.original_helper import HELPER_METHODS, HelperBackend, HelperSampler, is_train_helper
 from retrain_ray.backends.plugin_context import (
     BACKEND_MEMBERS,
     ENGINE_MEMBERS,
@@ -67,14 +70,23 @@ class RegisteredBackend:
 
 def _wrong_type(path: str, made: Any) -> ValueError:
     lacking = missing_members(made, BACKEND_MEMBERS)
-    hint = ""
-    if callable(getattr(made, "sample", None)) and callable(getattr(made, "checkpoint", None)):
-        hint = (" It looks like the original's TrainHelper (sample/checkpoint/train_step on token lists): "
-                "retrain-ray splits it into a sampling engine and a training backend.")
+    helper = [n for n in HELPER_METHODS if not callable(getattr(made, n, None))]
     return ValueError(
         f"{KIND}={path!r}: the factory returned {type(made).__name__}, which is neither a Policy(engine, backend, "
-        f"tokenizer) nor a training backend (missing {lacking}).{hint} Return a Policy, or a backend with "
-        f"{list(BACKEND_MEMBERS)} built on context.builtin_policy() (docs/configuration.md, plugin backends)")
+        f"tokenizer), nor a training backend (missing {lacking}), nor the original's TrainHelper (missing "
+        f"{helper}). Return a Policy, or a backend with {list(BACKEND_MEMBERS)} built on context.builtin_policy() "
+        "(docs/configuration.md, plugin backends)")
+
+
+def _helper_tokenizer(helper: Any, context: PluginContext) -> Any:
+    """The helper's own tokenizer, else the configured model's."""
+    if getattr(helper, "tokenizer", None) is not None:
+        return helper.tokenizer
+    # deferred: loads transformers, which importing this module does not need
+    from retrain_ray.models.loading import load_tokenizer
+
+    m = context.config.model
+    return load_tokenizer(m.model, revision=m.revision, local_files_only=bool(m.local_files_only))
 
 
 def _unpack(path: str, made: Any, context: PluginContext) -> tuple[Any, Any, Any]:
@@ -84,6 +96,8 @@ def _unpack(path: str, made: Any, context: PluginContext) -> tuple[Any, Any, Any
             raise _wrong_type(path, made)
         return parts[0], parts[1], parts[2]
     if missing_members(made, BACKEND_MEMBERS):
+        if is_train_helper(made):
+            return HelperSampler(made), HelperBackend(made), _helper_tokenizer(made, context)
         raise _wrong_type(path, made)
     built = context.built
     if built is None:

@@ -62,8 +62,8 @@ def whole_policy(config, context):
 whole_policy.retrain_backend_capabilities = {"preserves_token_advantages": True}
 
 
-class OriginalHelper:
-    """The original's TrainHelper shape (sample / checkpoint / train_step on token lists)."""
+class HalfHelper:
+    """Only part of the original's TrainHelper (no save_adapter / load_state)."""
 
     def checkpoint(self, name): ...
 
@@ -72,8 +72,8 @@ class OriginalHelper:
     def train_step(self, all_tokens, all_logprobs, all_advantages, lr, weight_decay): ...
 
 
-def original_helper(config):
-    return OriginalHelper()
+def half_helper(config):
+    return HalfHelper()
 
 
 def alone(config, context):
