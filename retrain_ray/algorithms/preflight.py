@@ -64,7 +64,8 @@ def _run_probe(
 def _scalar_error(modes: ResolvedModes, detail: str) -> str:
     return (
         f"preflight: the backend keeps one advantage per sequence, but {modes.label} gives token-varying "
-        f"advantages ({detail}). Use a token-preserving backend (local), or transform_mode='none'."
+        f"advantages ({detail}). Use a token-preserving backend (local, or a plugin backend whose "
+        "retrain_backend_capabilities hook declares preserves_token_advantages), or transform_mode='none'."
     )
 
 
