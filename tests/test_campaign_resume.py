@@ -73,12 +73,14 @@ def test_killed_driver_resumes_without_rerunning_finished_runs(tmp_path):
 
 @pytest.mark.extended
 @pytest.mark.timeout(900)
-def test_a_run_completed_just_before_the_driver_was_killed_is_not_run_again(tmp_path):
+@pytest.mark.parametrize("torn", [False, True], ids=["stale", "torn"])
+def test_a_run_completed_just_before_the_driver_was_killed_is_not_run_again(tmp_path, torn):
     """The manifest records a run completed when Tune reports it complete; Tune's own experiment state
     reaches the campaign directory seconds later. This driver snapshots Tune's state only once
     (`TUNE_GLOBAL_CHECKPOINT_S` = 3600), so the state the resume restores predates the first run's end
     every time: without the manifest's record the resume ran that run again (attempt 2, steps 2.. logged
-    again; issue 15, driver_kill)."""
+    again; issue 15, driver_kill). `torn`: the searcher's state file is also emptied, as a driver killed
+    while Tune copied it left it (the resume crashed with `KeyError: 'run_name'`): Tune starts afresh."""
     steps = 4
     toml = write_campaign(tmp_path / "stale.toml", base=TINY_RUN,
                           campaign={**CAMPAIGN, "name": "stale", "max_steps": steps, "trial_start_timeout_s": 240})
@@ -90,6 +92,9 @@ def test_a_run_completed_just_before_the_driver_was_killed_is_not_run_again(tmp_
     before = read_manifest(cdir)
     assert before["status"] == "running"
     first_segments = segment_paths(cdir / "runs" / FIRST, "metrics")
+    if torn:
+        (searcher,) = (cdir / "tune").glob("basic-variant-state-*.json")
+        searcher.write_bytes(b"")
 
     rc, _ = run_to_end([PYTHON, "-m", "retrain_ray.cli", "resume", str(cdir)], log=tmp_path / "driver2.log",
                        prefix="rrs", timeout_s=400)
@@ -105,3 +110,4 @@ def test_a_run_completed_just_before_the_driver_was_killed_is_not_run_again(tmp_
     assert segment_paths(cdir / "runs" / FIRST, "metrics") == first_segments
     assert read_stream(cdir / "runs" / FIRST, key=None)["step"].to_pylist() == list(range(steps))
     assert f"{FIRST}: already completed (manifest.json), not run again" in log
+    assert ("Tune's experiment state is torn" in log) == torn

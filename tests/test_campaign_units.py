@@ -14,6 +14,7 @@ from retrain_ray.campaign.manifest import REDACTED, Manifest, redact
 from retrain_ray.campaign.stagger import StaggerClock
 from retrain_ray.campaign.stats import ci95_halfwidth, t95
 from retrain_ray.campaign.status import cell
+from retrain_ray.campaign.tune_state import set_aside, torn_state
 
 
 @pytest.mark.parametrize("devices,gpus", [("cpu", 0), ("gpu:0", 1), ("gpu:0,gpu:1", 2), ("cuda:0, cuda:1", 2)])
@@ -153,3 +154,44 @@ def test_status_finds_campaigns_under_their_log_dir(tmp_path):
     found = [p.relative_to(tmp_path / "logs").as_posix() for p in find_campaigns(tmp_path / "logs")]
     assert found == ["direct", "other/campaign_b", "smoke/campaign_a"]
     assert find_campaigns(tmp_path / "logs/smoke/campaign_a") == [tmp_path / "logs/smoke/campaign_a"]
+
+
+def _tune_dir(tmp_path):
+    """The files a Tune experiment leaves in `<campaign>/tune` (searcher state and Tuner are pickles)."""
+    from ray import cloudpickle
+
+    tune_dir = tmp_path / "tune"
+    for run in ("grpo+none_s1", "grpo+none_s2"):
+        (tune_dir / run / "checkpoint_000000").mkdir(parents=True)
+    (tune_dir / "experiment_state-2026-11-23_23-33-19.json").write_text(json.dumps({"trial_data": []}))
+    (tune_dir / "basic-variant-state-2026-11-23_23-33-19.json").write_bytes(cloudpickle.dumps({"_iterators": []}))
+    (tune_dir / "tuner.pkl").write_bytes(cloudpickle.dumps({"param_space": {}}))
+    return tune_dir
+
+
+def test_whole_tune_state_is_not_torn(tmp_path):
+    assert torn_state(_tune_dir(tmp_path)) == ""
+    assert torn_state(tmp_path / "absent") == ""
+
+
+@pytest.mark.parametrize("name,content", [
+    ("basic-variant-state-2026-11-23_23-33-19.json", b""),  # seen: a driver killed while Tune copied it
+    ("basic-variant-state-2026-11-23_23-33-19.json", b"\x80\x05\x95"),  # cut short
+    ("experiment_state-2026-11-23_23-33-19.json", b'{"trial_data": ['),
+    ("tuner.pkl", b""),
+])
+def test_a_torn_tune_state_file_is_named(tmp_path, name, content):
+    tune_dir = _tune_dir(tmp_path)
+    (tune_dir / name).write_bytes(content)
+    assert str(tune_dir / name) in torn_state(tune_dir)
+
+
+def test_a_torn_tune_state_is_set_aside_with_the_unfinished_runs_only(tmp_path):
+    tune_dir = _tune_dir(tmp_path)
+    (tune_dir / "basic-variant-state-2026-11-23_23-33-19.json").write_bytes(b"")
+    aside = set_aside(tune_dir, ["grpo+none_s2"])
+    assert sorted(p.name for p in tune_dir.iterdir()) == [aside.name, "grpo+none_s1"]
+    assert (tune_dir / "grpo+none_s1" / "checkpoint_000000").is_dir()  # the manifest names it
+    assert sorted(p.name for p in aside.iterdir()) == [
+        "basic-variant-state-2026-11-23_23-33-19.json", "experiment_state-2026-11-23_23-33-19.json",
+        "grpo+none_s2", "tuner.pkl"]

@@ -10,7 +10,8 @@ local Ray), checks the placements against the cluster, starts the recorder (and 
 the config needs), then either starts a new Tune experiment or, when the campaign directory already
 holds one, restores it with `Tuner.restore(..., resume_errored=True)`: finished runs are kept,
 unfinished and failed runs continue from their last checkpoint. A run that `manifest.json` records
-completed is never run again, even where Tune's last synced experiment state predates its end.
+completed is never run again, even where Tune's last synced experiment state predates its end; a
+torn Tune state (a driver killed mid-copy) is set aside and Tune starts afresh (campaign/tune_state.py).
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from retrain_ray.campaign.stagger import start_gate
 from retrain_ray.campaign.tracking import ManifestCallback
 from retrain_ray.campaign.trial import DEFAULT_RUNNER, TrialContext, run_trial
 from retrain_ray.campaign.tune_copies import TuneCopyPruner
+from retrain_ray.campaign.tune_state import set_aside, torn_state
 from retrain_ray.config import ConfigError, RetrainConfig, load_config
 from retrain_ray.logs.parquet_export import export_campaign
 from retrain_ray.run.preflight import campaign_problems
@@ -144,7 +146,7 @@ class Campaign:
             known = {r["run_name"] for r in manifest.data["runs"]}
             if known != {r.run_name for r in self.plan.runs}:
                 raise CampaignError([f"{cdir} holds a campaign with other runs; choose another [campaign].name"])
-            resuming = tune.Tuner.can_restore(self.plan.tune_path)
+            resuming = tune.Tuner.can_restore(self.plan.tune_path) and self._tune_state_whole(manifest)
         else:
             cdir.mkdir(parents=True, exist_ok=True)
             manifest = Manifest.create(cdir, self._header(), [_run_entry(r) for r in self.plan.runs])
@@ -154,6 +156,20 @@ class Campaign:
         os.chmod(cdir / RESUME_CONFIG, 0o600)
         manifest.start_session()
         return manifest, resuming
+
+    def _tune_state_whole(self, manifest: Manifest) -> bool:
+        """False (after setting the torn state aside) when Tune's experiment state does not load."""
+        if "://" in self.plan.tune_path:  # remote storage: Tune's own restore reads it
+            return True
+        tune_dir = Path(self.plan.tune_path)
+        problem = torn_state(tune_dir)
+        if not problem:
+            return True
+        aside = set_aside(tune_dir, [r["run_name"] for r in manifest.data["runs"] if r["status"] != "completed"])
+        print(f"[campaign] warning: Tune's experiment state is torn ({problem}: the driver was killed while Tune "
+              f"copied it); set aside in {aside}. Starting Tune afresh: runs the manifest records completed are "
+              "not run again, the others start over from step 0", flush=True)
+        return False
 
     def _header(self) -> dict[str, Any]:
         p = self.plan
