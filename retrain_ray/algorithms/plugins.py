@@ -14,7 +14,7 @@ import inspect
 import os
 import sys
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, TypedDict, TypeVar
 
 S = TypeVar("S")
 
@@ -99,7 +99,12 @@ def load_spec(path: str, kind: str, spec_type: type[S], context: str, wrap: Call
     return wrap(obj)
 
 
-def plugin_flags(fn: Callable[..., Any]) -> dict[str, bool]:
+class PluginFlags(TypedDict):
+    needs_planning: bool
+    uses_sepa_controller: bool
+
+
+def plugin_flags(fn: Callable[..., Any]) -> PluginFlags:
     """The `needs_planning` and `uses_sepa_controller` attributes a plugin function may carry."""
     return {"needs_planning": bool(getattr(fn, "needs_planning", False)),
             "uses_sepa_controller": bool(getattr(fn, "uses_sepa_controller", False))}

@@ -23,7 +23,7 @@ import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import ray
 from ray import tune
@@ -101,7 +101,7 @@ def resume_point(ctx: TrialContext, plan: RunPlan, checkpoint: Path) -> Path | N
     """Tune's checkpoint, or an earlier one of the run's own when the recorder found the run's metrics
     log torn before it (rows a killed recorder lost are then logged again; None: from the start)."""
     recorder = ray.get_actor(recorder_name(ctx.campaign), namespace=ctx.namespace)
-    last_logged = ray.get(recorder.repair_metrics.remote(plan.run_name), timeout=ctx.timeout_s)
+    last_logged = cast("int | None", ray.get(recorder.repair_metrics.remote(plan.run_name), timeout=ctx.timeout_s))
     if last_logged is None:
         return checkpoint
     from retrain_ray.run.torn_log import resume_point as at_or_before  # deferred: loads torch
