@@ -139,7 +139,13 @@ def main(argv: list[str] | None = None) -> int:
     if any(s[4] for s in chosen):
         _ray_init()
     rows = []
-    for name, fn, quick, full, _, invariant in chosen:
+    # the scenarios on this process's Ray first; it is shut down before those that start their own
+    chosen.sort(key=lambda s: not s[4])
+    for i, (name, fn, quick, full, _, invariant) in enumerate(chosen):
+        if i and chosen[i - 1][4] and not chosen[i][4]:
+            import ray
+
+            ray.shutdown()
         count = full if args.full else quick
         trials, wall = run_scenario(name, fn, count, random.Random(f"{seed}-{name}"), root)
         rows.append((name, invariant, trials, wall))

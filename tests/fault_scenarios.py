@@ -49,11 +49,25 @@ class Trial:
     detail: str
 
 
-def write_campaign(root: Path, name: str, seeds: list[int], *, steps: int = STEPS, parallel: bool = True) -> Path:
+# The uninterrupted twin of a GRPO run in the same campaign: save_every is 2 already, so the override
+# changes the run's name only; one campaign holds both (one Tune start and one set of trial processes
+# instead of a separate baseline campaign).
+TWIN = {**helpers.GRPO, "save_every": 2}
+
+
+def write_campaign(root: Path, name: str, seeds: list[int], *, steps: int = STEPS, parallel: bool = True,
+                   twins: bool = False, max_workers: int = 2, **sections) -> Path:
     root.mkdir(parents=True, exist_ok=True)
-    return helpers.write_campaign(root / f"{name}.toml", base=helpers.TINY_RUN, campaign={
-        "name": name, "seeds": list(seeds), "max_steps": steps, "parallel": parallel, "max_workers": 2, "max_failures": 2,
-        "trial_start_timeout_s": 240})
+    return helpers.write_campaign(
+        root / f"{name}.toml", base=helpers.TINY_RUN, **sections,
+        conditions=[helpers.GRPO, TWIN] if twins else [helpers.GRPO],
+        campaign={"name": name, "seeds": list(seeds), "max_steps": steps, "parallel": parallel,
+                  "max_workers": max_workers, "max_failures": 2, "trial_start_timeout_s": 240})
+
+
+def twin_of(runs: list[dict], run: dict) -> dict:
+    """The uninterrupted twin (condition TWIN, same seed) of a run of a `twins=True` campaign."""
+    return next(r for r in runs if r["seed"] == run["seed"] and r["run_name"] != run["run_name"])
 
 
 def final_weights(run_dir: Path) -> dict:
@@ -106,21 +120,21 @@ def make_kill_runner(plan: dict[str, tuple[int, float]]):
 
 def run_kill(trials: int, rng: random.Random, root: Path) -> list[Trial]:
     """`trials` runs (one per seed) of one campaign, each killed once at a random step; compared with
-    the same runs of an uninterrupted campaign."""
+    their uninterrupted twins (same config and seed) in the same campaign."""
     from ray import cloudpickle
 
     from retrain_ray.campaign import Campaign
 
     cloudpickle.register_pickle_by_value(sys.modules[__name__])
     seeds = list(range(1, trials + 1))
-    Campaign.from_toml(write_campaign(root, "baseline", seeds), root=root).run(progress=False)
     plan = {f"grpo+none_s{s}": (rng.randrange(STEPS), rng.uniform(0.0, 0.3)) for s in seeds}
-    results = Campaign.from_toml(write_campaign(root, "killed", seeds), root=root,
+    results = Campaign.from_toml(write_campaign(root, "killed", seeds, twins=True, max_workers=4), root=root,
                                  runner=make_kill_runner(plan)).run(progress=False)
     runs = {r["run_name"]: r for r in results.runs}
     out = []
     for name, (step, _) in plan.items():
-        run_dir, base_dir = root / "killed" / "runs" / name, root / "baseline" / "runs" / name
+        twin = twin_of(results.runs, runs[name])["run_name"]
+        run_dir, base_dir = root / "killed" / "runs" / name, root / "killed" / "runs" / twin
         killed = json.loads((run_dir / "killed.json").read_text()) if (run_dir / "killed.json").exists() else {}
         problems = [steps_once(run_dir, STEPS)]
         if runs[name]["status"] != "completed" or runs[name]["attempts"] != 2 or not killed:
