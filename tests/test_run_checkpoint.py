@@ -141,8 +141,11 @@ def test_a_save_that_cannot_write_is_an_oserror_naming_the_checkpoint_and_leaves
     def broken(directory: Path) -> None:
         raise ValueError("not an I/O error")
 
-    with pytest.raises(ValueError, match="not an I/O error"):  # other errors pass through unchanged
+    with pytest.raises(ValueError, match="not an I/O error") as passed:  # other errors pass through unchanged
         mgr.save("checkpoint_step_4", TrainerState(step=3), broken)
+    # ... and are not their own cause (a split run's dead trainer raised through here; Ray Tune walks
+    # __cause__ and recursed on the cycle until RecursionError)
+    assert passed.value.__cause__ is not passed.value
     assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["checkpoint_step_2"]
 
 

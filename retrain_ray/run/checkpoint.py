@@ -118,6 +118,8 @@ class CheckpointManager:
         except Exception as exc:
             error = _write_error(exc, final, shutil.disk_usage(self.root).free)
             shutil.rmtree(tmp, ignore_errors=True)
+            if error is exc:  # `raise exc from exc` makes a cause cycle: Tune recursed on it until RecursionError
+                raise
             raise error from exc
         bad = nonfinite_tensors(tmp)
         if bad:
