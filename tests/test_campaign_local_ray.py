@@ -33,7 +33,9 @@ from retrain_ray.campaign import Campaign
 results = Campaign.from_toml(sys.argv[1], root=sys.argv[2]).run(progress=False)
 print(json.dumps({"errors": len(results.errors), "modules": [m for m in ("torch", "transformers", "peft", "mlflow",
                   "wandb", "tensorboardX") if m in sys.modules],
-                  "preloaded": [r["result"].get("process_preloaded") for r in results.manifest["runs"]]}))
+                  "preloaded": [r["result"].get("process_preloaded") for r in results.manifest["runs"]],
+                  "started_before_the_driver_set_up": [r["result"]["process_started_at"] < results.manifest["sessions"][0]["started"]
+                                                       for r in results.manifest["runs"]]}))
 """
 
 
@@ -69,8 +71,9 @@ def test_a_campaign_driver_never_imports_torch_and_its_trial_starts_in_a_preload
                           training={"batch_size": 2, "group_size": 4, "max_tokens": 4, "save_every": 2},
                           logging={"log_dir": "logs/x"})
     seen = _run(DRIVER, str(toml), str(tmp_path), log=tmp_path / "driver.log", timeout_s=540)
-    # the driver loads none of these; the run's trial process had them imported before Tune gave it the trial
-    assert seen == {"errors": 0, "modules": [], "preloaded": [True]}
+    # the driver loads none of these; the run's trial process is one Ray started as the driver connected
+    # (before the driver opened the campaign directory), and it had imported them
+    assert seen == {"errors": 0, "modules": [], "preloaded": [True], "started_before_the_driver_set_up": [True]}
     trial_dir = tmp_path / "lean" / "tune" / "grpo+none_s1"
     assert (trial_dir / "result.json").is_file()  # the JSON logger stays: fit()'s ResultGrid reads it
     assert not (trial_dir / "progress.csv").exists() and not list(trial_dir.glob("events.out.tfevents*"))

@@ -10,9 +10,9 @@ which on a small machine takes CPU from the driver while the campaign starts.
 
 It also starts the first trials' processes warm: Ray starts one worker process per CPU as soon as the
 driver connects, and each imports what a trial imports (`preload`, campaign/preload.py) while the
-driver starts the recorder and Tune. Tune gives its trials a runtime env of their own (the variable
-`PL_DISABLE_FORK`, for PyTorch Lightning, which no run uses); without it a trial's env is the empty
-one of those processes, so Ray hands them to the trials instead of starting new ones.
+driver starts the recorder and Tune. Tune gives its trials a runtime env of their own (environment
+variables); without it a trial's env is the empty one of those processes, so Ray hands them to the
+trials instead of starting new ones.
 
 `tune_settings()` turns off what Tune's `fit()` does by default that a campaign does not use: its
 CSV and TensorBoardX result loggers (the campaign records every row itself; TensorBoardX loads torch
@@ -76,11 +76,29 @@ def connect(address: str | None, *, dashboard: bool = False, preload: Sequence[s
         ray.init(address=target, namespace="retrain-ray", log_to_driver=True)
         print(f"[campaign] connected to the Ray cluster at {target}", flush=True)
         return False
-    tune_class_cache.DEFAULT_ENV_VARS.pop("PL_DISABLE_FORK", None)
+    _trials_in_the_workers_env()
     with contextlib.nullcontext() if dashboard else lean_local_ray(), _worker_env(PRELOAD_ENV_VAR, ",".join(preload)):
         ray.init(address="local", namespace="retrain-ray", log_to_driver=False, include_dashboard=dashboard,
-                 _system_config={"preload_python_modules": [PRELOAD_MODULE]} if preload else None)
+                 _system_config=_warm_workers_config() if preload else None)
     return True
+
+
+def _trials_in_the_workers_env() -> None:
+    """Tune's trials get no runtime env of their own, so Ray can hand them the processes it started
+    ahead. Tune gives them `PL_DISABLE_FORK` (for PyTorch Lightning, which no run uses) and copies of
+    driver variables it knows (AWS credentials, RAY_TRAIN_*, ...): the workers of a local Ray started by
+    this driver inherit its environment at `ray.init` anyway, variables included."""
+    tune_class_cache.DEFAULT_ENV_VARS.pop("PL_DISABLE_FORK", None)
+    tune_class_cache.ENV_VARS_TO_PROPAGATE = set()  # pyright: ignore[reportAttributeAccessIssue]
+
+
+def _warm_workers_config() -> dict[str, Any]:
+    """Ray's settings for warm trial processes: each worker process imports `PRELOAD_MODULE` as it
+    starts, and an idle one is kept 60 s (Ray's default: 1 s) before Ray ends it for exceeding one
+    worker per CPU. The recorder's process counts against that limit, so with the default Ray ended
+    the processes it had started ahead while they were still importing, before Tune's trials came
+    (seen at load 14-25), and the trials waited for new ones."""
+    return {"preload_python_modules": [PRELOAD_MODULE], "idle_worker_killing_time_threshold_ms": 60_000}
 
 
 @contextlib.contextmanager

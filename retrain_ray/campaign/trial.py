@@ -20,6 +20,7 @@ from __future__ import annotations
 import importlib
 import os
 import sys
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -175,7 +176,18 @@ def run_trial(config: dict[str, Any], context: TrialContext) -> None:
     final = {k: v for k, v in outcome.metrics.items() if isinstance(v, (int, float))}
     timing = {"first_step_at": outcome.first_step_at} if outcome.first_step_at else {}
     tune.report({**reporter.last, **final, **timing, "step": outcome.last_step, "run_done": True,
-                 "run_status": outcome.status, "process_runs": _RUNS_IN_PROCESS[0], "process_preloaded": _preloaded()})
+                 "run_status": outcome.status, "process_runs": _RUNS_IN_PROCESS[0], "process_preloaded": _preloaded(),
+                 "process_started_at": _process_started_at()})
+
+
+def _process_started_at() -> float:
+    """When this process started, Unix time (Linux /proc: seconds since boot, less its age); 0.0 elsewhere."""
+    try:
+        ticks = int(Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[19])
+        uptime = float(Path("/proc/uptime").read_text().split()[0])
+    except (OSError, IndexError, ValueError):
+        return 0.0
+    return time.time() - (uptime - ticks / os.sysconf("SC_CLK_TCK"))
 
 
 def _preloaded() -> bool:
