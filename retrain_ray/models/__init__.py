@@ -1,4 +1,5 @@
-"""Models: the offline tiny default, loading of local, packaged and Hub models, prompt encoding.
+"""Models: the offline tiny default (and its torch-only Llama), loading of local, packaged and Hub models,
+prompt encoding.
 
 Names are imported lazily (PEP 562) so that `retrain_ray.models.hub`, which `explain` and the
 campaign's pre-Ray checks use, can be imported without torch and transformers.
@@ -10,6 +11,10 @@ import importlib
 from typing import Any
 
 _EXPORTS = {
+    "LeanLlamaForCausalLM": "lean_llama",
+    "LightTokenizer": "light_tokenizer",
+    "load_lean_model": "lean_loading",
+    "load_lean_model_and_tokenizer": "lean_loading",
     "SMOLLM2_NAME": "loading",
     "default_cache_dir": "loading",
     "encode_prompt": "loading",

@@ -24,14 +24,15 @@ import shutil
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
-from transformers.utils import logging as hf_logging
 
 from retrain_ray.models.hub import looks_like_hub_id, resolve_hub_model
 from retrain_ray.models.tiny import BUILTIN_PREFIX, build_tiny_model, parse_builtin_name
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 SMOLLM2_NAME = "smollm2:135m"
 _SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -78,6 +79,9 @@ def _convert_smollm2(target: Path) -> None:
     gguf = smollm2_gguf_path()
     if importlib.util.find_spec("gguf") is None:
         raise ModuleNotFoundError(f"model {SMOLLM2_NAME!r} needs the 'gguf' package: run `make smollm2`")
+    # deferred: transformers costs seconds of imports that resolving a model name does not need
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
     kwargs = {"gguf_file": gguf.name, "local_files_only": True}
     model = AutoModelForCausalLM.from_pretrained(gguf.parent, dtype=torch.float32, **kwargs)
     tokenizer = AutoTokenizer.from_pretrained(gguf.parent, **kwargs)
@@ -134,6 +138,10 @@ def load_model_and_tokenizer(
     trust_remote_code: bool = False,
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     """Loads a causal LM and its tokenizer from a resolved local folder; the tokenizer pads on the left."""
+    # deferred: transformers costs seconds of imports that resolving a model name does not need
+    from transformers import AutoModelForCausalLM
+    from transformers.utils import logging as hf_logging
+
     hf_logging.disable_progress_bar()  # its bars interleave with the run's own progress bar
     path = resolve_model_path(name_or_path, cache_dir, revision=revision, local_files_only=local_files_only)
     dev = torch.device(device)
@@ -147,6 +155,9 @@ def load_tokenizer(
     local_files_only: bool = False, trust_remote_code: bool = False,
 ) -> PreTrainedTokenizerBase:
     """The model's tokenizer, padding on the left (EOS as pad when it has none)."""
+    # deferred: transformers costs seconds of imports that resolving a model name does not need
+    from transformers import AutoTokenizer
+
     path = resolve_model_path(name_or_path, cache_dir, revision=revision, local_files_only=local_files_only)
     tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True, trust_remote_code=trust_remote_code)
     tokenizer.padding_side = "left"

@@ -15,11 +15,14 @@ import hashlib
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
-from transformers import LlamaConfig, LlamaForCausalLM
 
 from retrain_ray.models.tokenizer import build_char_tokenizer, single_id
+
+if TYPE_CHECKING:
+    from transformers import LlamaConfig
 
 BUILTIN_PREFIX = "builtin:"
 _TINY_NAME = re.compile(r"^builtin:tiny(?:-h(?P<hidden>\d+))?(?:-l(?P<layers>\d+))?(?:-s(?P<seed>\d+))?$")
@@ -56,8 +59,12 @@ def parse_builtin_name(name: str) -> TinySpec:
     return spec
 
 
-def tiny_config(vocab_size: int, hidden_size: int, num_layers: int, pad_id: int, bos_id: int, eos_id: int):
+def tiny_config(vocab_size: int, hidden_size: int, num_layers: int, pad_id: int, bos_id: int,
+                eos_id: int) -> LlamaConfig:
     """Llama config of the tiny model: 4 heads of hidden/4, MLP width 2x hidden, tied embeddings."""
+    # deferred: transformers costs seconds of imports; a run of an already built model never needs it
+    from transformers import LlamaConfig
+
     return LlamaConfig(
         vocab_size=vocab_size,
         hidden_size=hidden_size,
@@ -75,6 +82,9 @@ def tiny_config(vocab_size: int, hidden_size: int, num_layers: int, pad_id: int,
 
 def build_tiny_model(directory: str | Path, *, hidden_size: int = 128, num_layers: int = 2, seed: int = 0) -> Path:
     """Builds the tiny model and its tokenizer into `directory` (created if missing); returns the path."""
+    # deferred: transformers costs seconds of imports; a run of an already built model never needs it
+    from transformers import LlamaForCausalLM
+
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     tokenizer = build_char_tokenizer()

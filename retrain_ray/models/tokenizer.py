@@ -12,9 +12,12 @@ are encoded as plain text (see `encode_prompt`).
 from __future__ import annotations
 
 import string
+from typing import TYPE_CHECKING
 
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
-from transformers import PreTrainedTokenizerFast
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerFast
 
 PAD, BOS, EOS, UNK = "<pad>", "<bos>", "<eos>", "<unk>"
 SPECIAL_TOKENS: tuple[str, ...] = (PAD, BOS, EOS, UNK)
@@ -35,6 +38,9 @@ def char_vocab() -> dict[str, int]:
 
 def build_char_tokenizer() -> PreTrainedTokenizerFast:
     """A fresh character-level tokenizer (deterministic: no training, fixed vocabulary)."""
+    # deferred: transformers costs a second of imports; a run reads the saved files with LightTokenizer
+    from transformers import PreTrainedTokenizerFast
+
     core = Tokenizer(models.WordLevel(vocab=char_vocab(), unk_token=UNK))
     core.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")
     core.decoder = decoders.Fuse()

