@@ -105,7 +105,7 @@ def training_rows(cache: str, device: str, repeats: int) -> list[dict]:
 ISSUE_STEP_TOML = """
 [model]
 model = "builtin:tiny"
-finetune = "lora"
+finetune = "{finetune}"
 lora_rank = 8
 [backend]
 devices = "cpu"
@@ -143,7 +143,13 @@ class LegacyEngine(PyTorchEngine):
 
 
 class LegacyBackend(LocalBackend):
-    """The trainer as it was before issue 13's step work (same update)."""
+    """The trainer as it was before issue 13's step work (same update): torch's AdamW (whose first call
+    imports torch._dynamo) where the current trainer has PlainAdamW on CPU."""
+
+    def __init__(self, model: torch.nn.Module, **kwargs) -> None:
+        super().__init__(model, **kwargs)
+        self.optimizer = torch.optim.AdamW(self._params, lr=0.0, betas=(self.optim.beta1, self.optim.beta2),
+                                           eps=self.optim.eps, weight_decay=0.0)
 
     def _begin_update(self) -> None:
         self.model.train()
@@ -164,21 +170,31 @@ class ParityReward:
         return [self.score(c, r) for c, r in zip(completions, references, strict=True)]
 
 
-def issue_step_loop(workdir: Path, *, legacy: bool, checkpointing: bool | str = "auto"):
-    """(RunLoop, TrainerState) of issue 13's configuration; `legacy` builds it from the classes above."""
+def issue_step_loop(workdir: Path, *, legacy: bool, checkpointing: bool | str = "auto", finetune: str = "lora",
+                    transformers_model: bool = False):
+    """(RunLoop, TrainerState) of issue 13's configuration; `legacy` builds it from the classes above;
+    `transformers_model` trains transformers' LlamaForCausalLM where a full fine-tune gets the lean Llama
+    (LoRA always has transformers' model)."""
+    from retrain_ray.backends.local.finetune import prepare_trainable
     from retrain_ray.backends.local.policy import eos_ids, load_trainable_model, settings_from_config
     from retrain_ray.config import load_config
     from retrain_ray.logs import MultiObserver
+    from retrain_ray.models.loading import load_model_and_tokenizer
     from retrain_ray.run.build import build_components
     from retrain_ray.run.loop import RunLoop
     from retrain_ray.run.state import TrainerState, seed_everything
 
     path = workdir / "step.toml"
-    path.write_text(ISSUE_STEP_TOML.format(checkpointing=json.dumps(checkpointing), log_dir=workdir / "logs"))
+    path.write_text(ISSUE_STEP_TOML.format(checkpointing=json.dumps(checkpointing), log_dir=workdir / "logs",
+                                           finetune=finetune))
     cfg = load_config(path)
     seed_everything(cfg.training.seed)
     settings = settings_from_config(cfg)
-    model, tok = load_trainable_model(cfg.model.model, settings, device="cpu", cache_dir=workdir / "models")
+    if transformers_model:
+        model, tok = load_model_and_tokenizer(cfg.model.model, cache_dir=workdir / "models")
+        model = prepare_trainable(model, settings.finetune, settings.lora)
+    else:
+        model, tok = load_trainable_model(cfg.model.model, settings, device="cpu", cache_dir=workdir / "models")
     engine_cls, backend_cls = (LegacyEngine, LegacyBackend) if legacy else (PyTorchEngine, LocalBackend)
     backend = backend_cls(model, shares_model_with_engine=True, **settings.backend_kwargs())
     engine = engine_cls(model, eos_token_id=eos_ids(model, tok), pad_token_id=tok.pad_token_id,
@@ -189,10 +205,12 @@ def issue_step_loop(workdir: Path, *, legacy: bool, checkpointing: bool | str = 
     return loop, TrainerState(current_batch_size=cfg.training.batch_size, current_group_size=cfg.training.group_size)
 
 
-STEP_VARIANTS = {  # name -> (legacy classes, gradient checkpointing)
-    "current (default: checkpointing off on CPU)": (False, False),
-    "current, checkpointing forced on": (False, True),
-    "previous step (checkpointing on, its default)": (True, True),
+STEP_VARIANTS = {  # name -> (legacy classes, gradient checkpointing, finetune, transformers' model)
+    "full fine-tune, lean Llama (its default)": (False, False, "full", False),
+    "full fine-tune, transformers' Llama": (False, False, "full", True),
+    "current (default: checkpointing off on CPU)": (False, False, "lora", False),
+    "current, checkpointing forced on": (False, True, "lora", False),
+    "previous step (checkpointing on, its default)": (True, True, "lora", False),
 }
 
 
@@ -209,9 +227,10 @@ def rl_step_rows(steps: int, blocks: int) -> list[dict]:
     (block 0 warms up), so load changes hit every variant alike; ratios are against the previous step."""
     with tempfile.TemporaryDirectory() as tmp:
         loops = {}
-        for n, (name, (legacy, checkpointing)) in enumerate(STEP_VARIANTS.items()):
+        for n, (name, (legacy, checkpointing, finetune, hf)) in enumerate(STEP_VARIANTS.items()):
             (Path(tmp) / str(n)).mkdir()
-            loops[name] = issue_step_loop(Path(tmp) / str(n), legacy=legacy, checkpointing=checkpointing)
+            loops[name] = issue_step_loop(Path(tmp) / str(n), legacy=legacy, checkpointing=checkpointing,
+                                          finetune=finetune, transformers_model=hf)
         wall: dict[str, list[float]] = {name: [] for name in loops}
         cpu: dict[str, list[float]] = {name: [] for name in loops}
         for block in range(blocks + 1):
@@ -258,8 +277,8 @@ def main() -> None:
         print(f"{'setting':<32}{'tokens':>8}{'train tok/s':>16}{'step ms':>14}")
     for r in train:
         print(f"{r['what']:<32}{r['tokens']:>8}{r['train_tok_s']:>16.0f}{r['step_ms']:>14.1f}")
-    print("one RL step, builtin:tiny LoRA r8, 4 prompts x 8 samples, 4 tokens: median s per step, speedup vs the "
-          "previous step")
+    print("one RL step, builtin:tiny LoRA r8 (and full fine-tuning), 4 prompts x 8 samples, 4 tokens: median s "
+          "per step, speedup vs the previous step")
     print(f"{'variant':<48}{'steps':>6}{'wall s':>9}{'cpu s':>9}{'wall x':>8}{'cpu x':>8}")
     for r in step:
         print(f"{r['what']:<48}{r['steps']:>6}{r['wall_s']:>9.4f}{r['cpu_s']:>9.4f}{r['speedup_wall']:>7.2f}x"

@@ -1,8 +1,9 @@
 """Issue 13's step work changes speed, not results: the optimised RL step (inference-mode decoding,
 flat train/eval switching, one-call padding, no activation checkpointing on CPU) samples the same
 tokens with bit-identical log-probabilities and makes the bit-identical update of the step before it
-(kept in benchmarks/step_throughput.py as LegacyEngine / LegacyBackend), on issue 13's configuration
-(builtin:tiny, LoRA r8, 4 x 8, 4 tokens)."""
+(kept in benchmarks/step_throughput.py as LegacyEngine / LegacyBackend, with torch's AdamW where the
+current trainer has PlainAdamW), on issue 13's configuration (builtin:tiny, LoRA r8, 4 x 8, 4 tokens);
+and a full fine-tune's RL steps on the lean torch-only Llama are bitwise those on transformers' Llama."""
 
 from __future__ import annotations
 
@@ -52,6 +53,30 @@ def test_optimised_step_matches_the_previous_step(bench, tmp_path):
     new_params = dict(current.parts.backend.model.named_parameters())
     for name, old_param in legacy.parts.backend.model.named_parameters():
         assert torch.equal(new_params[name], old_param), name
+
+
+def test_full_finetune_steps_on_the_lean_llama_equal_transformers_llama(bench, tmp_path):
+    from retrain_ray.models.lean_llama import LeanLlamaForCausalLM
+
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    lean, lean_state = bench.issue_step_loop(tmp_path / "a", legacy=False, finetune="full")
+    hf, hf_state = bench.issue_step_loop(tmp_path / "b", legacy=True, checkpointing=False, finetune="full",
+                                         transformers_model=True)
+    assert isinstance(lean.parts.backend.model, LeanLlamaForCausalLM)
+    assert type(hf.parts.backend.model).__name__ == "LlamaForCausalLM"
+    trained = 0
+    for step in range(3):
+        row, hf_row = bench.step_once(lean, lean_state, step), bench.step_once(hf, hf_state, step)
+        assert (row is None) == (hf_row is None)
+        if row is not None:
+            trained += 1
+            for key in ("loss", "grad_norm", "optimizer/logical_batch_sha256", "mean_reward"):
+                assert row[key] == hf_row[key], key
+    assert trained >= 2
+    hf_params = dict(hf.parts.backend.model.named_parameters())
+    for name, param in lean.parts.backend.model.named_parameters():
+        assert torch.equal(param, hf_params[name]), name
 
 
 def test_mode_switch_sets_every_module_like_train(bench, tmp_path):

@@ -25,6 +25,7 @@ import torch
 
 from retrain_ray.algorithms.loss import policy_loss
 from retrain_ray.backends.local import checkpoint as ckpt
+from retrain_ray.backends.local.adamw import make_adamw
 from retrain_ray.backends.local.batching import count_action_tokens, microbatches
 from retrain_ray.backends.local.scoring import scored_logprobs
 from retrain_ray.backends.registry import BUILTIN_CAPABILITIES
@@ -86,9 +87,8 @@ class LocalBackend:
         self.optim = optimizer or OptimizerSettings()
         self.shares_model_with_engine = shares_model_with_engine
         self._params = list(trainable_parameters(model).values())
-        self.optimizer = torch.optim.AdamW(
-            self._params, lr=0.0, betas=(self.optim.beta1, self.optim.beta2), eps=self.optim.eps, weight_decay=0.0
-        )
+        # torch's AdamW on a GPU; on CPU the same step without torch.optim's torch._dynamo import (adamw.py)
+        self.optimizer = make_adamw(self._params, betas=(self.optim.beta1, self.optim.beta2), eps=self.optim.eps)
         self._modes = ModeSwitch(model)
         self._loss_generator = torch.Generator(device=self.device)
         self._loss_generator.manual_seed(seed)

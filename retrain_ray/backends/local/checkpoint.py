@@ -21,6 +21,8 @@ from safetensors.torch import load_file, save_file  # pyright: ignore[reportUnkn
 if TYPE_CHECKING:
     from peft import PeftModel
 
+    from retrain_ray.backends.local.adamw import PlainAdamW
+
 from retrain_ray.engines.weights import export_trainable, install_weights
 
 ADAPTER_DIR = "adapter"
@@ -62,11 +64,11 @@ def load_weights(model: torch.nn.Module, directory: Path) -> None:
     install_weights(model, load_file(str(path)))
 
 
-def save_optimizer(optimizer: torch.optim.Optimizer, version: int, directory: Path) -> None:
+def save_optimizer(optimizer: torch.optim.Optimizer | PlainAdamW, version: int, directory: Path) -> None:
     torch.save({"optimizer": optimizer.state_dict(), "version": version}, directory / OPTIMIZER_FILE)
 
 
-def load_optimizer(optimizer: torch.optim.Optimizer, directory: Path) -> int:
+def load_optimizer(optimizer: torch.optim.Optimizer | PlainAdamW, directory: Path) -> int:
     """Restores the optimizer state; returns the saved version (update count)."""
     path = directory / OPTIMIZER_FILE
     if not path.is_file():
