@@ -9,6 +9,7 @@ that comparison is `allclose` at 1e-5.
 from __future__ import annotations
 
 import json
+import pickle
 import string
 
 import pytest
@@ -156,6 +157,8 @@ def test_light_tokenizer_special_tokens_match(tokenizers):
     assert len(light) == len(hf) and light.padding_side == hf.padding_side == "left"
     assert light.chat_template is None and not getattr(hf, "chat_template", None)
     assert light.all_special_ids == sorted(hf.all_special_ids)
+    copy = pickle.loads(pickle.dumps(light))  # split placement returns the sampler actor's tokenizer through Ray
+    assert copy.encode("12 ab") == light.encode("12 ab") and copy.eos_token_id == light.eos_token_id
 
 
 @settings(max_examples=60, deadline=None)
