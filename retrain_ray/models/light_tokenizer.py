@@ -118,7 +118,7 @@ class LightTokenizer:
     def batch_decode(self, sequences: list[list[int]], skip_special_tokens: bool = False) -> list[str]:
         return [self.decode(seq, skip_special_tokens=skip_special_tokens) for seq in sequences]
 
-    def convert_ids_to_tokens(self, ids: int | list[int]) -> str | list[str]:
+    def convert_ids_to_tokens(self, ids: int | list[int]) -> str | None | list[str | None]:
         if isinstance(ids, int):
             return self._tokenizer.id_to_token(ids)
         return [self._tokenizer.id_to_token(int(i)) for i in ids]

@@ -206,7 +206,7 @@ def build_local_policy(
 
 def build_local_trainer(
     cfg: RetrainConfig, device: str | torch.device, *, cache_dir: Path | None = None
-) -> tuple[LocalBackend, PreTrainedTokenizerBase]:
+) -> tuple[LocalBackend, Tokenizer]:
     """A trainer with its own model, whose `export_weights()` carries tensors, and its tokenizer."""
     settings = settings_from_config(cfg)
     model, tokenizer = load_trainable_model(cfg.model.model, settings, device=device, cache_dir=cache_dir)
