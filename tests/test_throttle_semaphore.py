@@ -82,6 +82,23 @@ def test_renew_extends_and_reclaim_takes_back_stale_leases(clock):
     assert (stats.in_flight, stats.expired, stats.waiting) == (2, 1, 0)
 
 
+def test_every_renewal_extends_by_the_granted_ttl_not_the_lease_age(clock):
+    # Issue 15: renew used expires_at - granted_at as the TTL, which grows with every renewal, so a dead
+    # holder's long-held lease outlived its last renewal by its age + TTL.
+    sem = LeasedSemaphore(1, lease_ttl_s=1.0, clock=clock)
+    lease = sem.try_acquire("h")
+    for _ in range(5):
+        clock.now += 0.4
+        renewed = sem.renew(lease.lease_id)
+        assert (renewed.expires_at, renewed.ttl_s) == (clock.now + 1.0, 1.0)
+    last_heard = clock.now
+    assert sem.reclaim_expired(last_heard + 0.999) == []
+    (reclaimed,) = sem.reclaim_expired(last_heard + 1.0)
+    assert reclaimed.lease_id == lease.lease_id
+    (record,) = sem.reclaims()
+    assert (record.lease.expires_at - record.lease.ttl_s, record.reclaimed_at) == (last_heard, last_heard + 1.0)
+
+
 def test_release_twice_is_an_error(clock):
     sem = LeasedSemaphore(1, clock=clock)
     lease = sem.try_acquire("h")

@@ -52,7 +52,7 @@ from retrain_ray.actors.throttle_support import (
 from retrain_ray.actors.worker_env import SERVICE_RUNTIME_ENV
 from retrain_ray.throttle.errors import ThrottleTimeout
 from retrain_ray.throttle.semaphore import LeasedSemaphore, check_capacity, check_ttl
-from retrain_ray.throttle.types import Lease, PoolState, ThrottleStats
+from retrain_ray.throttle.types import Lease, PoolState, Reclaim, ThrottleStats
 
 __all__ = ["THROTTLE_GAUGES", "ThrottleActor", "get_throttle", "start_throttle", "throttle_name"]
 
@@ -217,6 +217,10 @@ class ThrottleActor:
     async def leases(self) -> list[Lease]:
         """Leases held now, oldest grant first (times are this actor's monotonic clock)."""
         return self._sem.leases()
+
+    async def reclaims(self) -> list[Reclaim]:
+        """The most recent leases reclaimed for want of renewal, with when (this actor's monotonic clock)."""
+        return self._sem.reclaims()
 
     def _wake(self) -> None:
         """Resolve the futures of every ticket the semaphore granted; hand back orphaned grants."""

@@ -9,13 +9,14 @@ from typing import TYPE_CHECKING
 
 from retrain_ray.throttle.errors import ThrottleTimeout, UnknownLease
 from retrain_ray.throttle.semaphore import LeasedSemaphore
-from retrain_ray.throttle.types import Lease, Throttle, ThrottleStats
+from retrain_ray.throttle.types import Lease, Reclaim, Throttle, ThrottleStats
 
 if TYPE_CHECKING:
     from retrain_ray.throttle.client import NoThrottle, ThrottleClient
 
 __all__ = [
     "Lease",
+    "Reclaim",
     "LeasedSemaphore",
     "NoThrottle",
     "Throttle",

@@ -31,11 +31,12 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from retrain_ray.throttle.errors import UnknownLease
-from retrain_ray.throttle.types import Lease, ThrottleStats
+from retrain_ray.throttle.types import Lease, Reclaim, ThrottleStats
 
 __all__ = ["LeasedSemaphore", "Lease", "check_capacity", "check_ttl"]
 
 WAIT_WINDOW = 10_000  # wait times kept for the percentiles (most recent grants)
+RECLAIM_WINDOW = 1_000  # reclaimed leases kept for `reclaims()` (most recent)
 
 
 def check_capacity(capacity: object) -> int:
@@ -80,6 +81,7 @@ class LeasedSemaphore:
         self._next_id = 0
         self._granted = self._released = self._expired = self._peak = 0
         self._waits_s: deque[float] = deque(maxlen=WAIT_WINDOW)
+        self._reclaims: deque[Reclaim] = deque(maxlen=RECLAIM_WINDOW)
 
     @property
     def capacity(self) -> int:
@@ -113,6 +115,10 @@ class LeasedSemaphore:
     def leases(self) -> list[Lease]:
         """The leases held now, oldest grant first."""
         return list(self._leases.values())
+
+    def reclaims(self) -> list[Reclaim]:
+        """The last RECLAIM_WINDOW leases taken back by `reclaim_expired`, oldest first."""
+        return list(self._reclaims)
 
     def try_acquire(self, holder: str) -> Lease | None:
         """Grant a lease at once if a slot is free and nobody is queued, else return None."""
@@ -159,7 +165,7 @@ class LeasedSemaphore:
         lease = self._leases.get(lease_id)
         if lease is None:
             raise UnknownLease(lease_id)
-        renewed = replace(lease, expires_at=self._clock() + lease.ttl_s)
+        renewed = replace(lease, expires_at=self._clock() + lease.ttl_s)  # the granted TTL, not the age
         self._leases[lease_id] = renewed
         return renewed
 
@@ -197,6 +203,7 @@ class LeasedSemaphore:
         expired = [lease for lease in self._leases.values() if lease.expires_at <= now]
         for lease in expired:
             del self._leases[lease.lease_id]
+        self._reclaims.extend(Reclaim(lease, now) for lease in expired)
         self._expired += len(expired)
         self._grant_waiters()
         return expired
@@ -223,7 +230,7 @@ class LeasedSemaphore:
 
     def _grant(self, holder: str, waited_s: float) -> Lease:
         now = self._clock()
-        lease = Lease(f"{self._next_id}:{holder}", holder, now, now + self._ttl_s)
+        lease = Lease(f"{self._next_id}:{holder}", holder, now, now + self._ttl_s, self._ttl_s)
         self._next_id += 1
         self._leases[lease.lease_id] = lease
         self._granted += 1

@@ -14,17 +14,27 @@ from typing import Protocol, runtime_checkable
 
 @dataclass(frozen=True)
 class Lease:
-    """One granted slot. Valid until `expires_at` unless renewed; picklable."""
+    """One granted slot. Valid until `expires_at` unless renewed; picklable.
+
+    `ttl_s` is the time to live it was granted with: a renewal sets `expires_at` to its arrival + `ttl_s`
+    (never `expires_at - granted_at`, which grows with the lease's age).
+    """
 
     lease_id: str
     holder: str
     granted_at: float
     expires_at: float
+    ttl_s: float
 
-    @property
-    def ttl_s(self) -> float:
-        """The time to live this lease was granted with (renewals extend by the same amount)."""
-        return self.expires_at - self.granted_at
+
+@dataclass(frozen=True)
+class Reclaim:
+    """A lease the throttle took back because it was not renewed: the lease as last renewed (its
+    `expires_at - ttl_s` is when the actor last heard from the holder) and when it was reclaimed
+    (`reclaimed_at`, the actor's monotonic clock)."""
+
+    lease: Lease
+    reclaimed_at: float
 
 
 @dataclass(frozen=True)
