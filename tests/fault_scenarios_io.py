@@ -67,12 +67,16 @@ def _kill_one(handle, procs: dict, rng: random.Random) -> Trial:
     k = _owner(rng.choice(leases))
     theirs = {lease.lease_id for lease in leases if _owner(lease) == k}
     before = _stats(handle)
-    killed_at = time.monotonic()
+    killed_at = time.monotonic()  # CLOCK_MONOTONIC is system-wide: comparable with the actor's times
     os.kill(procs.pop(k)[1], signal.SIGKILL)
     # every lease of the killed process, including one it took after the snapshot above, must go
     wait_for(lambda: all(_owner(x) != k for x in ray.get(handle.leases.remote(), timeout=30)),
              timeout_s=60, what="the killed holder's leases to expire", poll_s=0.02)
-    recovery = time.monotonic() - killed_at
+    polled = time.monotonic() - killed_at
+    # "capacity back" is when the actor reclaimed the last of them (its own record), not when the poll,
+    # queued behind 32 clients' calls, saw it; with none reclaimed (all released), the poll's time
+    reclaims = [r for r in ray.get(handle.reclaims.remote(), timeout=30) if _owner(r.lease) == k]
+    recovery = max((r.reclaimed_at - killed_at for r in reclaims), default=polled)
     try:
         wait_for(lambda: _stats(handle).granted > before.granted, timeout_s=30, what="a grant after the kill", poll_s=0.05)
         deadlock = ""
@@ -81,9 +85,21 @@ def _kill_one(handle, procs: dict, rng: random.Random) -> Trial:
     stats = _stats(handle)
     problems = [p for p in (deadlock, recovery > TTL_S + 1.0 and f"reclaimed after {recovery:.2f} s",
                             stats.peak_in_flight > CAPACITY and f"peak {stats.peak_in_flight}") if p]
-    expired = stats.expired - before.expired  # 0: the holder released its lease just before the kill
-    return Trial(not problems, recovery, f"killed p{k} holding {len(theirs)} lease(s), {expired} reclaimed by TTL; "
-                 + ("; ".join(problems) or "ok"))
+    return Trial(not problems, recovery, f"killed p{k} holding {len(theirs)} lease(s), {len(reclaims)} reclaimed by "
+                 f"TTL; {_timeline(reclaims, killed_at, polled)}; " + ("; ".join(problems) or "ok"))
+
+
+def _timeline(reclaims: list, killed_at: float, polled: float) -> str:
+    """Where the time went: last renewal or grant heard (relative to the kill), leases granted to the
+    dead process's queued requests after the kill, reclaim after expiry, the poll."""
+    if not reclaims:
+        return f"poll saw them gone {polled:.2f} s after the kill"
+    heard = max(r.lease.expires_at - r.lease.ttl_s for r in reclaims) - killed_at
+    late = max(r.reclaimed_at - r.lease.expires_at for r in reclaims)
+    after = [r.lease.granted_at - killed_at for r in reclaims if r.lease.granted_at > killed_at]
+    granted = f"{len(after)} granted after the kill (last +{max(after):.2f} s)" if after else "none granted after the kill"
+    return (f"last renewal or grant heard {heard:+.2f} s from the kill, {granted}, reclaimed {late:.2f} s after "
+            f"expiry, poll saw it {polled:.2f} s after the kill")
 
 
 def throttle_kills(trials: int, rng: random.Random, root: Path) -> list[Trial]:
