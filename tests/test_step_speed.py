@@ -27,20 +27,28 @@ def bench():
     return module
 
 
+def _steps_agree(bench, a, b, steps: int, keys: tuple[str, ...]) -> int:
+    """Steps both loops `a` and `b` (loop, state) take in lockstep; each logged row agrees on `keys`.
+    Returns how many steps trained (a step with no signal logs no row in either)."""
+    trained = 0
+    for step in range(steps):
+        row_a, row_b = bench.step_once(*a, step), bench.step_once(*b, step)
+        assert (row_a is None) == (row_b is None)
+        if row_a is not None:
+            trained += 1
+            for key in keys:
+                assert row_a[key] == row_b[key], key
+    return trained
+
+
 def test_optimised_step_matches_the_previous_step(bench, tmp_path):
     (tmp_path / "a").mkdir()
     (tmp_path / "b").mkdir()
     current, cur_state = bench.issue_step_loop(tmp_path / "a", legacy=False)
     legacy, old_state = bench.issue_step_loop(tmp_path / "b", legacy=True, checkpointing=True)  # its default
     assert type(legacy.parts.engine) is bench.LegacyEngine and type(legacy.parts.backend) is bench.LegacyBackend
-    trained = 0
-    for step in range(4):
-        new_row, old_row = bench.step_once(current, cur_state, step), bench.step_once(legacy, old_state, step)
-        assert (new_row is None) == (old_row is None)
-        if new_row is not None:
-            trained += 1
-            assert new_row["loss"] == old_row["loss"] and new_row["grad_norm"] == old_row["grad_norm"]
-            assert new_row["optimizer/logical_batch_sha256"] == old_row["optimizer/logical_batch_sha256"]
+    trained = _steps_agree(bench, (current, cur_state), (legacy, old_state), 4,
+                           ("loss", "grad_norm", "optimizer/logical_batch_sha256"))
     assert trained >= 3  # the parity reward gives (nearly) every step a signal, so updates are compared
 
     prompts = [[1, 10, 11, 12], [1, 13, 14]]
@@ -65,14 +73,8 @@ def test_full_finetune_steps_on_the_lean_llama_equal_transformers_llama(bench, t
                                          transformers_model=True)
     assert isinstance(lean.parts.backend.model, LeanLlamaForCausalLM)
     assert type(hf.parts.backend.model).__name__ == "LlamaForCausalLM"
-    trained = 0
-    for step in range(3):
-        row, hf_row = bench.step_once(lean, lean_state, step), bench.step_once(hf, hf_state, step)
-        assert (row is None) == (hf_row is None)
-        if row is not None:
-            trained += 1
-            for key in ("loss", "grad_norm", "optimizer/logical_batch_sha256", "mean_reward"):
-                assert row[key] == hf_row[key], key
+    trained = _steps_agree(bench, (lean, lean_state), (hf, hf_state), 3,
+                           ("loss", "grad_norm", "optimizer/logical_batch_sha256", "mean_reward"))
     assert trained >= 2
     hf_params = dict(hf.parts.backend.model.named_parameters())
     for name, param in lean.parts.backend.model.named_parameters():
