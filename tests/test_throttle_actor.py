@@ -200,6 +200,28 @@ def test_a_session_batches_requests_and_a_silent_session_loses_its_slots(ray_4cp
     assert _stats(handle).waiting == 0
 
 
+def test_a_silent_session_loses_the_leases_granted_to_its_queue_with_its_first_expiry(ray_4cpu_4gpu):
+    """Issue 15: a dead process's queued request granted after it died is taken back with its older lease,
+    at the first expiry, not a TTL after that late grant."""
+    handle = _throttle(capacity=2)
+    (other,) = ray.get(handle.acquire_many.remote("other", 1, 60.0), timeout=30)
+    ray.get(handle.submit.remote("dead", [], [(0, "d0", 1, 60.0)]), timeout=30)
+    ((_, (first,)),) = ray.get(handle.poll.remote("dead", 5.0), timeout=30)
+    ray.get(handle.submit.remote("dead", [], [(1, "d1", 1, 60.0)]), timeout=30)  # queued: capacity is full
+    time.sleep(TTL_S / 2)
+    ray.get(handle.release.remote(other.lease_id), timeout=30)  # the dead process's queued request gets it
+    late = wait_for(lambda: [x for x in ray.get(handle.leases.remote(), timeout=30) if x.holder == "d1"],
+                    timeout_s=30, what="the grant to the queued request", poll_s=0.02)[0]
+    assert late.expires_at > first.expires_at  # granted later: without the fix it would outlive the first
+    reclaims = wait_for(lambda: [r for r in ray.get(handle.reclaims.remote(), timeout=30)
+                                 if r.lease.lease_id == late.lease_id], timeout_s=30, what="the late grant's reclaim")
+    (first_reclaim,) = [r for r in ray.get(handle.reclaims.remote(), timeout=30) if r.lease.lease_id == first.lease_id]
+    assert reclaims[0].reclaimed_at == first_reclaim.reclaimed_at  # the same reaper tick
+    assert reclaims[0].reclaimed_at < late.expires_at
+    survivor = ray.get(handle.acquire_many.remote("survivor", 2, 60.0), timeout=30)
+    assert [lease.holder for lease in survivor] == ["survivor"] * 2
+
+
 def test_waiters_are_served_in_arrival_order(ray_4cpu_4gpu):
     handle = _throttle(capacity=1)
     current = ray.get(handle.acquire.remote("first", 10.0), timeout=30)

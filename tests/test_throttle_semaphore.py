@@ -82,6 +82,20 @@ def test_renew_extends_and_reclaim_takes_back_stale_leases(clock):
     assert (stats.in_flight, stats.expired, stats.waiting) == (2, 1, 0)
 
 
+def test_reclaim_takes_back_named_leases_before_expiry_and_grants_waiters(clock):
+    sem = LeasedSemaphore(2, lease_ttl_s=10.0, clock=clock)
+    dead = sem.try_acquire("dead")
+    alive = sem.try_acquire("alive")
+    sem.enqueue("waiter")
+    clock.now = 103.0
+    assert sem.reclaim({dead.lease_id, "gone"}) == [dead]
+    (_, granted), = sem.pop_grants()
+    assert granted.holder == "waiter" and sem.holds(alive.lease_id) and not sem.holds(dead.lease_id)
+    (record,) = sem.reclaims()
+    assert (record.lease, record.reclaimed_at) == (dead, 103.0)
+    assert (sem.stats().expired, sem.stats().in_flight) == (1, 2)
+
+
 def test_every_renewal_extends_by_the_granted_ttl_not_the_lease_age(clock):
     # Issue 15: renew used expires_at - granted_at as the TTL, which grows with every renewal, so a dead
     # holder's long-held lease outlived its last renewal by its age + TTL.

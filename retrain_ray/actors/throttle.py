@@ -22,8 +22,9 @@ them from one local hold to the next without a call. The `PoolState` this actor 
 whether others wait (then each slot comes back here after a short block of local holds, and the FIFO
 queue serves it) and how many slots it may keep: all of them, none while a batch heads the queue,
 fewer than it holds after a shrink. A long `poll_pool` returns as soon as a process's state changes,
-so it hears that others wait within one round trip. Queued single-slot requests of a process whose
-leases expire (it stopped renewing: dead or hung) are dropped before the freed slots are granted.
+so it hears that others wait within one round trip. When one lease of a process expires (it stopped
+renewing: dead or hung), all of its leases are taken back at once, those granted to its queued
+requests after it went silent included, and its queued single-slot requests are dropped.
 
 The actor is named `<campaign>/throttle/<endpoint>` in the caller's namespace, created with
 `get_if_exists=True`, `num_cpus=0` and a high `max_concurrency` (each waiter is a pending coroutine),
@@ -293,13 +294,14 @@ class ThrottleActor:
         state.deliver((request_id, ThrottleTimeout(self._endpoint, self._sem.capacity, time.monotonic() - since)))
         self._wake()
 
-    def _drop_asks_of_expiring(self) -> None:
-        """Before reclaiming, cancel the single-slot requests of sessions that stopped renewing.
-
-        They are answered with a ThrottleTimeout (a live but stalled client asks again), so the freed
-        slots go to live waiters, not to a dead process's queued requests.
+    def _reclaim_silent_sessions(self, now: float) -> None:
+        """A session with a lease past its expiry stopped renewing (the keeper renews all of a process's
+        leases in one call): its process is dead or stalled past the TTL. Take back all of its leases,
+        including those granted to its queued requests since it went silent, and answer its queued
+        single-slot requests with a ThrottleTimeout (a live but stalled client asks again), so the
+        slots go to live waiters, and a dead process's slots all come back at its first missed expiry.
         """
-        expiring = {lease.lease_id for lease in self._sem.expiring()}
+        expiring = {lease.lease_id for lease in self._sem.expiring(now)}
         for name, state in self._sessions.items():
             if not expiring & state.held:
                 continue
@@ -310,9 +312,10 @@ class ThrottleActor:
                 self._sem.release_many([lease.lease_id for lease in self._sem.cancel(ticket)])
                 waited_s = time.monotonic() - since
                 state.deliver((request_id, ThrottleTimeout(self._endpoint, self._sem.capacity, waited_s)))
-            if asks:
-                log.warning("throttle %s: session %s stopped renewing; %d queued requests dropped",
-                            self._endpoint, name, len(asks))
+            taken = self._sem.reclaim(state.held, now)
+            state.held.clear()
+            log.warning("throttle %s: session %s stopped renewing; %d leases reclaimed, %d queued requests "
+                        "dropped", self._endpoint, name, len(taken), len(asks))
 
     def _drop_dead_sessions(self) -> None:
         """Forget sessions that stopped polling (TTL, at least SESSION_GRACE_S): cancel their requests,
@@ -342,8 +345,9 @@ class ThrottleActor:
         while True:
             await asyncio.sleep(period_s)
             try:
-                self._drop_asks_of_expiring()
-                for lease in self._sem.reclaim_expired():
+                now = time.monotonic()
+                self._reclaim_silent_sessions(now)
+                for lease in self._sem.reclaim_expired(now):
                     log.warning("throttle %s reclaimed lease %s of %s (not renewed within its TTL)",
                                 self._endpoint, lease.lease_id, lease.holder)
                 self._wake()

@@ -208,6 +208,16 @@ class LeasedSemaphore:
         self._grant_waiters()
         return expired
 
+    def reclaim(self, lease_ids: list[str] | set[str], now: float | None = None) -> list[Lease]:
+        """Take back the held leases among `lease_ids` before they expire (their holder was found dead);
+        recorded and counted like expired ones. Grants the freed slots to waiters."""
+        now = self._clock() if now is None else now
+        taken = [self._leases.pop(lease_id) for lease_id in lease_ids if lease_id in self._leases]
+        self._reclaims.extend(Reclaim(lease, now) for lease in taken)
+        self._expired += len(taken)
+        self._grant_waiters()
+        return taken
+
     def resize(self, capacity: int) -> None:
         """Change the capacity at once. Growing grants to waiters; shrinking revokes no lease."""
         self._capacity = check_capacity(capacity)
