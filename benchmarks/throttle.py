@@ -10,7 +10,7 @@ The baseline is built here exactly as spec section 6 describes `TinkerThrottle`:
 with flock(LOCK_EX|LOCK_NB), else block on slot 0.
 
 Then the scale section: 32 clients (8 threads in each of 4 processes) with an empty body at capacity 4
-and 32, three clients interleaved over `--reps` repetitions: the current one (per-process local pool of
+and 32, and with a 5 ms body at capacity 32 (uncontended, as a real endpoint call holds a slot), three clients interleaved over `--reps` repetitions: the current one (per-process local pool of
 slots), the previous one (`throttle_previous.py`: per-process batched channel, every grant through the
 actor) and the one before (rebuilt here: an acquire and a release RPC per hold, a renewal thread per
 hold). Each prints grants/s, grants per client (max/min, Jain), client wait p50/p99 and CPU time per
@@ -306,24 +306,26 @@ def _row(label: str, ray_s: dict, flock_s: dict) -> str:
 
 
 SCALE_CLIENTS = 32
-SCALE_CAPACITIES = (4, 32)
+# (capacity, body): an empty body at capacity 4 (contended) and 32 (nothing to ration: the clients race for
+# CPU), and at capacity 32 a 5 ms body, a stand-in for the endpoint call a real client holds its slot for
+SCALE_CASES = ((4, 0.0), (32, 0.0), (32, 0.005))
 SCALE_CLIENT_KINDS = ("pooled", "batched", "per-request")  # current, previous, the one before
 
 
-def run_scale(procs: list, reps: int) -> dict[tuple[int, str], list[dict[str, float]]]:
-    """32 clients, empty body: the three clients interleaved (order rotating), `reps` times per capacity."""
-    out: dict[tuple[int, str], list[dict[str, float]]] = {}
+def run_scale(procs: list, reps: int) -> dict[tuple[int, float, str], list[dict[str, float]]]:
+    """32 clients: the three clients interleaved (order rotating), `reps` times per (capacity, body) case."""
+    out: dict[tuple[int, float, str], list[dict[str, float]]] = {}
     for rep in range(reps):
-        for capacity in SCALE_CAPACITIES:
+        for capacity, body_s in SCALE_CASES:
             kinds = SCALE_CLIENT_KINDS[rep % 3:] + SCALE_CLIENT_KINDS[:rep % 3]
             for client in kinds:
                 cpu: list[list[float]] = []
-                results = run_ray(procs, SCALE_CLIENTS, 0.0, f"scale-{rep}-{capacity}-{client}", capacity,
-                                  client, cpu)
+                results = run_ray(procs, SCALE_CLIENTS, body_s, f"scale-{rep}-{capacity}-{body_s}-{client}",
+                                  capacity, client, cpu)
                 summary = summarize(results)
                 summary["cpu_ms_per_grant"] = sum(cpu[0]) * 1e3 / max(1.0, summary["pairs_s"] * DURATION_S)
                 summary.update(_by_process(results, cpu[0][:len(procs)]))
-                out.setdefault((capacity, client), []).append(summary)
+                out.setdefault((capacity, body_s, client), []).append(summary)
     return out
 
 
@@ -342,36 +344,40 @@ def _spread(values: list[float], fmt: str = "{:.0f}") -> str:
 
 
 def print_scale(scale: dict, reps: int, load: tuple[float, float]) -> None:
-    print(f"\nscale: {SCALE_CLIENTS} clients (8 threads in each of 4 processes), empty body, "
+    print(f"\nscale: {SCALE_CLIENTS} clients (8 threads in each of 4 processes), "
           f"{DURATION_S:.0f} s per case, {reps} repetitions interleaved (load average {load[0]:.1f} before, "
           f"{load[1]:.1f} after); min / median / max")
-    print("| capacity | client | grants/s | vs previous (median) | grants per client max/min | Jain | "
+    print("| capacity, body | client | grants/s | vs previous (median) | grants per client max/min | Jain | "
           "wait p50 / p99 ms (median) | CPU ms per grant |")
     print("|---|---|---|---|---|---|---|---|")
-    for capacity in SCALE_CAPACITIES:
-        base = np.median([r["pairs_s"] for r in scale[capacity, "batched"]])
+    for capacity, body_s in SCALE_CASES:
+        base = np.median([r["pairs_s"] for r in scale[capacity, body_s, "batched"]])
         for client in SCALE_CLIENT_KINDS:
-            rows = scale[capacity, client]
+            rows = scale[capacity, body_s, client]
             rate = [r["pairs_s"] for r in rows]
             spread = [1 / r["min_max"] if r["min_max"] else float("inf") for r in rows]
-            print(f"| {capacity} | {client} | {_spread(rate)} | {np.median(rate) / base:.2f} | "
+            print(f"| {_case(capacity, body_s)} | {client} | {_spread(rate)} | {np.median(rate) / base:.2f} | "
                   f"{_spread(spread, '{:.2f}')} | {_spread([r['jain'] for r in rows], '{:.3f}')} | "
                   f"{np.median([r['p50_ms'] for r in rows]):.2f} / {np.median([r['p99_ms'] for r in rows]):.1f} | "
                   f"{_spread([r['cpu_ms_per_grant'] for r in rows], '{:.2f}')} |")
     print("\nwhere the spread of grants per client comes from: inside a process (max/min among its 8 clients, "
           "worst process) and across processes (grants per process, CPU seconds per process); min / median / max")
-    print("| capacity | client | inside a process | across processes | process CPU max/min |")
+    print("| capacity, body | client | inside a process | across processes | process CPU max/min |")
     print("|---|---|---|---|---|")
-    for capacity in SCALE_CAPACITIES:
+    for capacity, body_s in SCALE_CASES:
         for client in SCALE_CLIENT_KINDS:
-            rows = scale[capacity, client]
-            print(f"| {capacity} | {client} | " + " | ".join(
+            rows = scale[capacity, body_s, client]
+            print(f"| {_case(capacity, body_s)} | {client} | " + " | ".join(
                 _spread([r[key] for r in rows], "{:.2f}") for key in ("inside", "across", "cpu_spread")) + " |")
-    for capacity in SCALE_CAPACITIES:  # paired per repetition: does the spread follow the CPU shares?
-        print(f"pooled, capacity {capacity}, each repetition (grants per client max/min, across processes, "
+    for capacity, body_s in SCALE_CASES:  # paired per repetition: does the spread follow the CPU shares?
+        print(f"pooled, {_case(capacity, body_s)}, each repetition (grants per client max/min, across processes, "
               "process CPU max/min): " + "; ".join(
                   f"{1 / r['min_max'] if r['min_max'] else float('inf'):.2f}, {r['across']:.2f}, "
-                  f"{r['cpu_spread']:.2f}" for r in scale[capacity, "pooled"]))
+                  f"{r['cpu_spread']:.2f}" for r in scale[capacity, body_s, "pooled"]))
+
+
+def _case(capacity: int, body_s: float) -> str:
+    return f"{capacity}, {body_s * 1e3:.0f} ms"
 
 
 def block_reclaim_s(campaign: str, block: int = 4) -> float:
