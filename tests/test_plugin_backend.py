@@ -200,3 +200,42 @@ def test_a_backend_plugin_written_for_the_original_trains_and_resumes(workdir):
     assert train_run(longer, run_name="helper", run_dir=run_dir, resume_from=run_dir).status == "completed"
     assert calls == ["load_state", "checkpoint:step_2", "sample", "train_step", "save_adapter"]
     assert [r["step"] for r in read_stream(run_dir, "metrics").to_pylist()] == [0, 1, 2]
+
+
+def test_the_sft_warm_start_of_a_train_helper_without_sft_train_step_calls_train_step_with_zero_logprobs(workdir):
+    """Spec 1.4 / 1.6: a warm-start step of a TrainHelper lacking `sft_train_step` is one `train_step(tokens,
+    all-zero logprobs, advantages, lr, wd)` (prompt advantages 0, target 1) with no `checkpoint` before it;
+    the RL steps after it sync (`checkpoint`), sample and train as usual."""
+    from retrain_ray.run.train import train_run
+
+    scalar = {"advantage_mode": "grpo", "transform_mode": "none"}
+    toml = write_config(
+        workdir / "sft.toml", backend={"backend": "original_helper.make_helper", "devices": "cpu"},
+        reward={"type": "varied_reward.make"}, algorithm=scalar,
+        training={"seed": 3, "batch_size": 2, "group_size": 4, "max_tokens": 4, "max_steps": 4, "save_every": 0,
+                  "sft_warmup_steps": 2, "sft_batch_size": 3, "sft_lr": 0.5, "lr": 0.25, "weight_decay": 0.125},
+        logging={"log_dir": str(workdir / "logs" / "sft")})
+    cfg = load_config(toml)
+    module = sys.modules.get("plugins.original_helper")
+    if module is not None:
+        module.CALLS.clear()
+        module.TRAIN_ARGS.clear()
+    run_dir = workdir / "logs" / "sft"
+    assert train_run(cfg, run_name="sft", run_dir=run_dir).status == "completed"
+    module = sys.modules["plugins.original_helper"]
+    assert module.CALLS == ["train_step", "train_step", "checkpoint:step_2", "sample", "train_step",
+                            "checkpoint:step_3", "sample", "train_step", "save_adapter"]
+    sft, rl = module.TRAIN_ARGS[:2], module.TRAIN_ARGS[2:]
+    for call in sft:
+        assert (call["lr"], call["weight_decay"]) == (0.5, 0.125) and len(call["tokens"]) == 3
+        assert all(lp == 0.0 for row in call["logprobs"] for lp in row)
+        for tokens, advs in zip(call["tokens"], call["advantages"], strict=True):
+            target = next(i for i, a in enumerate(advs) if a != 0.0)
+            assert 0 < target < len(tokens) and advs == [0.0] * target + [1.0] * (len(tokens) - target)
+    for call in rl:
+        assert (call["lr"], call["weight_decay"]) == (0.25, 0.125)
+        assert all(any(lp != 0.0 for lp in row) for row in call["logprobs"])  # sampled tokens' logprobs
+    rows = read_stream(run_dir, "metrics").to_pylist()
+    assert [(r["step"], r["phase"]) for r in rows] == [(0, "sft"), (1, "sft"), (2, "rl"), (3, "rl")]
+    # the targets were trained on: an RL loss with old logprobs 0 is -mean(p(target token)) < 0
+    assert all(r["loss"] is not None and -1.0 < r["loss"] < 0.0 for r in rows[:2]), [r["loss"] for r in rows]

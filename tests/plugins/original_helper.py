@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 CALLS: list[str] = []  # the helper methods called, in order (checkpoint names included)
+TRAIN_ARGS: list[dict] = []  # per train_step call: its token, logprob and advantage lists, lr and weight decay
 
 
 class TinyHelper:
@@ -33,8 +34,12 @@ class TinyHelper:
         from retrain_ray.backends.types import TrainBatch
 
         CALLS.append("train_step")
-        # prompt positions carry logprob 0.0 (the original's alignment); a sampled token's is never exactly 0
-        prompt_lens = [next((i for i, lp in enumerate(row) if lp != 0.0), len(row)) for row in all_logprobs]
+        TRAIN_ARGS.append({"tokens": all_tokens, "logprobs": all_logprobs, "advantages": all_advantages,
+                           "lr": lr, "weight_decay": weight_decay})
+        # prompt positions carry logprob and advantage 0.0 (the original's alignment); a sampled token's
+        # logprob is never exactly 0, an SFT target's advantage (all-zero logprobs: the SFT fallback) is 1
+        prompt_lens = [next((i for i, (lp, adv) in enumerate(zip(lps, advs, strict=True)) if lp != 0.0 or adv != 0.0),
+                            len(lps)) for lps, advs in zip(all_logprobs, all_advantages, strict=True)]
         batch = TrainBatch(all_tokens, all_logprobs, all_advantages, prompt_lens)
         return self.backend.train_step(batch, lr=lr, weight_decay=weight_decay).loss
 
