@@ -20,8 +20,11 @@ from typing import TYPE_CHECKING, Any
 
 from retrain_ray.backends.registry import (
     BUILTIN_CAPABILITIES,
+    ENGINE_HOOKS,
     PLUGIN_DEFAULT_CAPABILITIES,
+    PLUGIN_ENGINE_DEFAULT_CAPABILITIES,
     PLUGIN_HOOKS,
+    engine_capabilities,
 )
 from retrain_ray.backends.types import BackendCapabilities
 from retrain_ray.config import ConfigError, load_config, names
@@ -84,7 +87,14 @@ def backend_catalog() -> dict[str, Any]:
                    "factory": FACTORIES["backend"],
                    "default_capabilities": dataclasses.asdict(PLUGIN_DEFAULT_CAPABILITIES),
                    "hooks": PLUGIN_HOOKS},
+        "plugin_engine": _plugin_engine(),
     }
+
+
+def _plugin_engine() -> dict[str, Any]:
+    """What a dotted `[inference] engine` names, its capability hooks and their conservative default."""
+    return {"source": "plugin/default", "factory": FACTORIES["inference_engine"],
+            "default_capabilities": dataclasses.asdict(PLUGIN_ENGINE_DEFAULT_CAPABILITIES), "hooks": ENGINE_HOOKS}
 
 
 def _print_backends(catalog: dict[str, Any]) -> None:
@@ -109,6 +119,9 @@ def _print_backends(catalog: dict[str, Any]) -> None:
     hooks = "; ".join(" / ".join(v) for v in catalog["plugin"]["hooks"].values())
     console.print(f"plugin backend: {catalog['plugin']['factory']}", highlight=False, markup=False)
     console.print(f"plugin backend hooks (on the factory or its module): {hooks}", highlight=False, markup=False)
+    engine = catalog["plugin_engine"]
+    console.print(f"plugin engine hooks (on the factory or its module): {' / '.join(engine['hooks']['capabilities'])}"
+                  f"; default {engine['default_capabilities']}", highlight=False, markup=False)
 
 
 def backends_main(argv: list[str]) -> int:
@@ -201,9 +214,25 @@ def plugins_report(config: str | None) -> dict[str, Any]:
         "factories": FACTORIES,
         "search_paths": search_paths,
         "discovered": discover_plugin_modules(search_paths, base),
-        "references": {key: {"path": ref, "error": check_reference(ref, search_paths, base)}
-                       for key, ref in refs.items()},
+        "references": {key: _reference(key, ref, search_paths, base) for key, ref in refs.items()},
+        "engine_hooks": ENGINE_HOOKS,
     }
+
+
+def _reference(key: str, ref: str, search_paths: list[str], base: Path) -> dict[str, Any]:
+    """Whether a dotted path imports; for an `[inference] engine`, also what it declares it returns."""
+    found: dict[str, Any] = {"path": ref, "error": check_reference(ref, search_paths, base)}
+    if key == "inference.engine" and not found["error"]:
+        saved = list(sys.path)
+        sys.path[:0] = [str(Path(p) if Path(p).is_absolute() else base / p) for p in search_paths]
+        try:
+            flags, source = engine_capabilities(ref)
+            found["capabilities"], found["source"] = dataclasses.asdict(flags), source
+        except ValueError as exc:
+            found["error"] = str(exc)
+        finally:
+            sys.path[:] = saved
+    return found
 
 
 def plugins_main(argv: list[str]) -> int:
@@ -237,3 +266,6 @@ def _print_plugins(report: dict[str, Any]) -> None:
         print("  no plugin modules found")
     for key, ref in report["references"].items():
         print(f"{key} = {ref['path']}: {'ok' if not ref['error'] else 'ERROR ' + ref['error']}")
+        if "capabilities" in ref:
+            print(f"    {ref['source']}: {ref['capabilities']}")
+    print(f"plugin engine hooks (on the factory or its module): {' / '.join(report['engine_hooks']['capabilities'])}")

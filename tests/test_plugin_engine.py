@@ -78,3 +78,48 @@ def test_preflight_refuses_a_plugin_engine_it_cannot_use(workdir):
                                        backend="counting_backend.make_backend"))
     assert any("not for backend 'counting_backend.make_backend'" in p
                for p in run_problems(plugin_backend, check_model=False))
+
+
+def _entropy_toml(workdir: Path, engine: str) -> Path:
+    return write_config(
+        workdir / "entropy.toml", inference={"engine": engine}, backend={"devices": "cpu"},
+        reward={"type": "varied_reward.make"},
+        algorithm={"advantage_mode": "grpo", "transform_mode": "gtpo", "uncertainty_kind": "shannon_entropy"},
+        training={"seed": 5, "batch_size": 2, "group_size": 3, "max_tokens": 4, "max_steps": 2, "save_every": 0},
+        logging={"log_dir": str(workdir / "logs" / "entropy")})
+
+
+def test_shannon_entropy_is_refused_for_a_plugin_engine_that_does_not_declare_entropies(workdir):
+    (problem,) = run_problems(load_config(_entropy_toml(workdir, "recording_engine.make_engine")), check_model=False)
+    assert "uncertainty_kind='shannon_entropy' needs per-token entropies" in problem
+    assert "'recording_engine.make_engine' does not declare them" in problem
+    assert "retrain_engine_capabilities / RETRAIN_ENGINE_CAPABILITIES" in problem
+    (problem,) = run_problems(load_config(_entropy_toml(workdir, "entropy_engine.bad_hook")), check_model=False)
+    assert "entropy_engine.bad_hook" in problem and "{'entropies': 'yes'}" in problem
+
+
+def test_a_plugin_engine_declaring_entropies_trains_on_them(workdir):
+    """With the hook, preflight accepts and the engine's entropies reach the GTPO transform: every token's
+    uncertainty is the engine's constant, so the executed-token mean is that constant and its variance 0."""
+    cfg = load_config(_entropy_toml(workdir, "entropy_engine:make_engine"))
+    check_run(cfg)
+    run_dir = workdir / "logs" / "entropy"
+    assert train_run(cfg, run_name="entropy", run_dir=run_dir).status == "completed"
+    plugin = sys.modules["plugins.entropy_engine"]
+    assert plugin.ASKED == [True, True]
+    rows = read_stream(run_dir, "metrics").to_pylist()
+    assert [r["step"] for r in rows] == [0, 1]
+    for row in rows:
+        assert row["exec_surprisal_mean"] == pytest.approx(plugin.ENTROPY)
+        assert row["exec_surprisal_var"] == pytest.approx(0.0, abs=1e-12)
+
+
+def test_the_plugin_listing_shows_an_engines_declared_capabilities(workdir, capsys):
+    from retrain_ray.cli_catalog import backend_catalog, plugins_report
+
+    report = plugins_report(str(_entropy_toml(workdir, "entropy_engine:make_engine")))
+    engine = report["references"]["inference.engine"]
+    assert engine["capabilities"] == {"returns_token_entropies": True} and engine["source"] == "plugin/hook"
+    assert report["engine_hooks"] == {"capabilities": ["retrain_engine_capabilities", "RETRAIN_ENGINE_CAPABILITIES"]}
+    plugin_engine = backend_catalog()["plugin_engine"]
+    assert plugin_engine["default_capabilities"] == {"returns_token_entropies": False}

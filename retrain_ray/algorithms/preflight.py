@@ -80,8 +80,10 @@ def preflight(
     *,
     advantage_params: Mapping[str, Any] | None = None,
     algorithm_params: Mapping[str, Any] | None = None,
+    entropy_fix: str = "Use the PyTorch engine on a local backend, or uncertainty_kind='surprisal'.",
 ) -> list[str]:
-    """Error messages (empty when the configuration is usable)."""
+    """Error messages (empty when the configuration is usable); `entropy_fix` ends the message when the
+    engine returns no per-token entropies and the run asks for them."""
     try:
         modes = resolve_modes(advantage_mode, transform_mode, algorithm_mode, uncertainty_kind, transform_params)
     except ValueError as exc:
@@ -90,8 +92,7 @@ def preflight(
     if modes.uncertainty_kind == "shannon_entropy" and not engine_provides_entropy:
         errors.append(
             "preflight: uncertainty_kind='shannon_entropy' needs per-token entropies, which the configured "
-            "sampling engine cannot return. Use the PyTorch engine on a local backend, or uncertainty_kind="
-            "'surprisal'."
+            f"sampling engine cannot return. {entropy_fix}"
         )
     scalar_only = not capabilities_preserve_token_advantages
     if scalar_only and modes.builtin and modes.token_varying:

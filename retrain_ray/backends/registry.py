@@ -14,6 +14,12 @@ the original's hooks (seed 002), on the backend callable/class or on its module:
 
 A plugin that declares nothing gets `PLUGIN_DEFAULT_CAPABILITIES`: it does not preserve token
 advantages, so token-varying flows fail preflight instead of silently degrading.
+
+A dotted-path plugin `[inference] engine` declares what it returns the same way (ours, in the style of
+seed 002): `retrain_engine_capabilities` / `RETRAIN_ENGINE_CAPABILITIES` on the factory or its module,
+an `EngineCapabilities`, a dict of its fields, or a callable of the `[inference]` section (a dict)
+returning either. Undeclared: no per-token entropies (`uncertainty_kind = "shannon_entropy"` fails
+preflight, naming the hook).
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from retrain_ray.algorithms.plugins import is_dotted_path, load_object, use_search_paths
 from retrain_ray.backends.types import BackendCapabilities
+from retrain_ray.engines.types import EngineCapabilities
 
 if TYPE_CHECKING:
     from retrain_ray.config.schema import RetrainConfig
@@ -47,6 +54,10 @@ PLUGIN_HOOKS = {
     "option_schema": ["retrain_backend_option_schema", "RETRAIN_BACKEND_OPTION_SCHEMA"],
     "resources": ["retrain_backend_resources", "RETRAIN_BACKEND_RESOURCES"],
 }
+ENGINE_HOOKS = {"capabilities": ["retrain_engine_capabilities", "RETRAIN_ENGINE_CAPABILITIES"]}
+ENTROPY_ENGINES = frozenset({"pytorch"})
+"""Built-in engines that return per-token entropies (under the built-in local backend only)."""
+PLUGIN_ENGINE_DEFAULT_CAPABILITIES = EngineCapabilities(returns_token_entropies=False)
 
 
 @dataclass(frozen=True)
@@ -96,9 +107,9 @@ def plugin_gpus(backend: str, options: Mapping[str, Any] | None = None) -> int |
     return gpus
 
 
-def _hook(path: str, names: list[str]) -> Any:
+def _hook(path: str, names: list[str], kind: str = "[backend] backend") -> Any:
     """The first hook found on the plugin object, then on its module (None when it declares none)."""
-    obj = load_object(path, "[backend] backend")
+    obj = load_object(path, kind)
     module = importlib.import_module(obj.__module__) if hasattr(obj, "__module__") else None
     for holder in (obj, module):
         for name in names:
@@ -141,3 +152,26 @@ def plugin_option_schema(backend: str) -> dict[str, Any] | None:
     if callable(value) and not isinstance(value, Mapping):
         value = value()
     return dict(cast("Mapping[str, Any]", value)) if value is not None else None
+
+
+def engine_capabilities(engine: str, inference: Mapping[str, Any] | None = None,
+                        ) -> tuple[EngineCapabilities, str]:
+    """(flags, source) of an `[inference] engine`: "builtin", "plugin/hook" or "plugin/default".
+    `inference`: the `[inference]` section, the argument of a callable hook."""
+    if not is_dotted_path(engine):
+        return EngineCapabilities(returns_token_entropies=engine in ENTROPY_ENGINES), "builtin"
+    value = _hook(engine, ENGINE_HOOKS["capabilities"], "[inference] engine")
+    if value is None:
+        return PLUGIN_ENGINE_DEFAULT_CAPABILITIES, "plugin/default"
+    if callable(value) and not isinstance(value, (EngineCapabilities, Mapping)):
+        value = value(dict(inference or {}))
+    if isinstance(value, EngineCapabilities):
+        return value, "plugin/hook"
+    fields = {f.name for f in dataclasses.fields(EngineCapabilities)}
+    if isinstance(value, Mapping):
+        flags = cast("Mapping[str, Any]", value)
+        if set(flags) <= fields and all(type(v) is bool for v in flags.values()):
+            return EngineCapabilities(**flags), "plugin/hook"
+    hooks = " / ".join(ENGINE_HOOKS["capabilities"])
+    raise ValueError(f"[inference] engine {engine!r}: {hooks} gave {value!r}; give an EngineCapabilities or a "
+                     f"dict of booleans with keys among {sorted(fields)}")

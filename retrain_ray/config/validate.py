@@ -97,9 +97,12 @@ def _uncertainty(cfg: RetrainConfig) -> list[ConfigIssue]:
                                   "name the uncertainty kind in one place only"))
     issues.extend(_shared_engine_issues(cfg))
     kind = effective_uncertainty_kind(cfg)
-    if kind == "shannon_entropy" and (cfg.inference.engine != "pytorch" or cfg.backend.backend == "tinker"):
+    engine = cfg.inference.engine  # a plugin engine's declared capabilities are checked by preflight
+    if kind == "shannon_entropy" and ((engine != "pytorch" and not is_dotted_path(engine))
+                                      or cfg.backend.backend == "tinker"):
         issues.append(ConfigIssue("algorithm.uncertainty_kind", kind,
-                                  "shannon_entropy needs inference.engine = \"pytorch\" and a non-tinker backend",
+                                  "shannon_entropy needs inference.engine = \"pytorch\" (or a plugin engine that "
+                                  "declares entropies) and a non-tinker backend",
                                   "use surprisal or predictive_variance"))
     return issues
 

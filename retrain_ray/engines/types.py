@@ -32,6 +32,15 @@ class SampleResult:
 
 
 @dataclass(frozen=True)
+class EngineCapabilities:
+    """What a sampling engine returns besides tokens and logprobs. A plugin engine declares it with
+    `retrain_engine_capabilities` / `RETRAIN_ENGINE_CAPABILITIES` (backends/registry.py); the default is
+    conservative: no per-token entropies, so `uncertainty_kind = "shannon_entropy"` fails preflight."""
+
+    returns_token_entropies: bool = False  # fills `SampleResult.entropies` when `params.compute_entropy`
+
+
+@dataclass(frozen=True)
 class SamplingParams:
     max_tokens: int
     temperature: float = 1.0

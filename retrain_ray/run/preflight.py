@@ -35,8 +35,27 @@ def backend_capabilities(cfg: RetrainConfig) -> BackendCapabilities:
 
 
 def engine_provides_entropy(cfg: RetrainConfig) -> bool:
-    """Only the built-in PyTorch engine under a built-in local backend is known to return entropies."""
-    return cfg.inference.engine == "pytorch" and cfg.backend.backend == "local"
+    """The built-in PyTorch engine under the built-in local backend returns entropies, and a plugin engine
+    (which samples for the local backend) that declares them with its capability hook."""
+    # deferred: loads torch, which importing this module does not need
+    from retrain_ray.backends.registry import engine_capabilities
+
+    if cfg.backend.backend != "local":
+        return False
+    return engine_capabilities(cfg.inference.engine, cfg.inference.model_dump())[0].returns_token_entropies
+
+
+def entropy_fix(cfg: RetrainConfig) -> str:
+    """What to change when the run asks for entropies its engine does not return."""
+    from retrain_ray.backends.registry import ENGINE_HOOKS
+
+    if is_dotted_path(cfg.inference.engine) and cfg.backend.backend == "local":
+        hooks = " / ".join(ENGINE_HOOKS["capabilities"])
+        return (f"The plugin engine {cfg.inference.engine!r} does not declare them: give its factory or module "
+                f"{hooks} = {{'returns_token_entropies': True}} (and fill SampleResult.entropies when "
+                "params.compute_entropy), or use uncertainty_kind='surprisal'.")
+    return "Use the PyTorch engine (or a plugin engine that declares entropies) on a local backend, or " \
+           "uncertainty_kind='surprisal'."
 
 
 def backend_problems(cfg: RetrainConfig) -> list[str]:
@@ -100,6 +119,12 @@ def run_problems(cfg: RetrainConfig, *, check_model: bool = True) -> list[str]:
     backend = backend_problems(cfg)
     if backend:  # the capability flags the probe needs are unknown
         return plugin_problems(cfg) + backend
+    imports = plugin_problems(cfg)
+    try:
+        entropies = engine_provides_entropy(cfg)
+    except ValueError as exc:  # an engine that does not import (reported once) or a malformed hook
+        entropies = True  # unknown: its own problem is reported instead
+        imports += [] if f"preflight: {exc}" in imports else [f"preflight: {exc}"]
     alg = cfg.algorithm
     problems = preflight(
         backend_capabilities(cfg).preserves_token_advantages,
@@ -108,11 +133,12 @@ def run_problems(cfg: RetrainConfig, *, check_model: bool = True) -> list[str]:
         alg.algorithm_mode,
         alg.uncertainty_kind,
         alg.transform_params,
-        engine_provides_entropy(cfg),
+        entropies,
         advantage_params=alg.advantage_params,
         algorithm_params=alg.params,
+        entropy_fix=entropy_fix(cfg),
     )
-    return (plugin_problems(cfg) + engine_plugin_problems(cfg) + (model_problems([cfg]) if check_model else [])
+    return (imports + engine_plugin_problems(cfg) + (model_problems([cfg]) if check_model else [])
             + problems)
 
 
