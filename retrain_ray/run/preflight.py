@@ -47,7 +47,7 @@ def engine_provides_entropy(cfg: RetrainConfig) -> bool:
 
 def entropy_fix(cfg: RetrainConfig) -> str:
     """What to change when the run asks for entropies its engine does not return."""
-    from retrain_ray.backends.registry import ENGINE_HOOKS
+    from retrain_ray.backends.registry import ENGINE_HOOKS  # deferred: loads torch (as above)
 
     if is_dotted_path(cfg.inference.engine) and cfg.backend.backend == "local":
         hooks = " / ".join(ENGINE_HOOKS["capabilities"])
