@@ -101,7 +101,8 @@ def training_rows(cache: str, device: str, repeats: int) -> list[dict]:
 # A 0.3 M-parameter Llama (builtin:tiny), LoRA rank 8, 4 prompts x 8 samples, 4 tokens, one thread:
 # RunLoop.rl_step (sync, sample, decode + score, credit, update) against the same step built from the
 # classes below, which undo this package's step optimisations (issue 13): decoding under no_grad and a
-# full module-tree walk for every train()/eval() switch (activation checkpointing is set per variant).
+# full module-tree walk for every train()/eval() switch, on transformers' Llama with PEFT's LoRA
+# (activation checkpointing and the model, lean or transformers', are set per variant).
 ISSUE_STEP_TOML = """
 [model]
 model = "builtin:tiny"
@@ -173,10 +174,17 @@ class ParityReward:
 def issue_step_loop(workdir: Path, *, legacy: bool, checkpointing: bool | str = "auto", finetune: str = "lora",
                     transformers_model: bool = False):
     """(RunLoop, TrainerState) of issue 13's configuration; `legacy` builds it from the classes above;
-    `transformers_model` trains transformers' LlamaForCausalLM where a full fine-tune gets the lean Llama
-    (LoRA always has transformers' model)."""
+    `transformers_model` trains transformers' LlamaForCausalLM (with PEFT for LoRA) where the built-in model
+    gets the lean torch-only Llama (with the lean LoRA); the LoRA init is seeded as `load_trainable_model`
+    seeds it, so both start from the same adapter."""
     from retrain_ray.backends.local.finetune import prepare_trainable
-    from retrain_ray.backends.local.policy import eos_ids, load_trainable_model, settings_from_config
+    from retrain_ray.backends.local.policy import (
+        checkpointing_on,
+        enable_activation_checkpointing,
+        eos_ids,
+        load_trainable_model,
+        settings_from_config,
+    )
     from retrain_ray.config import load_config
     from retrain_ray.logs import MultiObserver
     from retrain_ray.models.loading import load_model_and_tokenizer
@@ -192,7 +200,11 @@ def issue_step_loop(workdir: Path, *, legacy: bool, checkpointing: bool | str = 
     settings = settings_from_config(cfg)
     if transformers_model:
         model, tok = load_model_and_tokenizer(cfg.model.model, cache_dir=workdir / "models")
-        model = prepare_trainable(model, settings.finetune, settings.lora)
+        if checkpointing_on(settings.gradient_checkpointing, "cpu"):
+            enable_activation_checkpointing(model, use_reentrant=settings.use_reentrant)
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(settings.seed)
+            model = prepare_trainable(model, settings.finetune, settings.lora)
     else:
         model, tok = load_trainable_model(cfg.model.model, settings, device="cpu", cache_dir=workdir / "models")
     engine_cls, backend_cls = (LegacyEngine, LegacyBackend) if legacy else (PyTorchEngine, LocalBackend)
@@ -208,9 +220,10 @@ def issue_step_loop(workdir: Path, *, legacy: bool, checkpointing: bool | str = 
 STEP_VARIANTS = {  # name -> (legacy classes, gradient checkpointing, finetune, transformers' model)
     "full fine-tune, lean Llama (its default)": (False, False, "full", False),
     "full fine-tune, transformers' Llama": (False, False, "full", True),
-    "current (default: checkpointing off on CPU)": (False, False, "lora", False),
-    "current, checkpointing forced on": (False, True, "lora", False),
-    "previous step (checkpointing on, its default)": (True, True, "lora", False),
+    "LoRA, lean Llama + lean LoRA (its default)": (False, False, "lora", False),
+    "LoRA, transformers' Llama + PEFT": (False, False, "lora", True),
+    "LoRA, transformers + PEFT, checkpointing on": (False, True, "lora", True),
+    "previous step (PEFT, checkpointing on)": (True, True, "lora", True),
 }
 
 

@@ -127,13 +127,20 @@ def test_save_pretrained_loads_in_transformers_with_equal_logits(tiny_dir, tmp_p
     assert json.loads((tmp_path / "config.json").read_text())["architectures"] == ["LlamaForCausalLM"]
 
 
-def test_a_builtin_full_finetune_gets_the_lean_model_and_lora_keeps_transformers(tiny_cache):
+def test_a_builtin_model_gets_the_lean_model_in_full_and_the_lean_lora_with_lora(tiny_cache, tiny_dir):
+    from retrain_ray.models.lean_lora import LeanLoraModel
+
     full, tok = load_trainable_model("builtin:tiny", PolicySettings(finetune="full"), device="cpu", cache_dir=tiny_cache)
     assert isinstance(full, LeanLlamaForCausalLM) and isinstance(tok, LightTokenizer)
     assert all(p.requires_grad for p in full.parameters())
-    lora, hf_tok = load_trainable_model("builtin:tiny", PolicySettings(finetune="lora", lora=LoraSettings(rank=2)),
-                                        device="cpu", cache_dir=tiny_cache)
-    assert type(lora).__name__ == "PeftModelForCausalLM" and not isinstance(hf_tok, LightTokenizer)
+    lora, lora_tok = load_trainable_model("builtin:tiny", PolicySettings(finetune="lora", lora=LoraSettings(rank=2)),
+                                          device="cpu", cache_dir=tiny_cache)
+    assert isinstance(lora, LeanLoraModel) and isinstance(lora.llama, LeanLlamaForCausalLM)
+    assert isinstance(lora_tok, LightTokenizer)
+    # a model folder (not a built-in name) keeps transformers and PEFT
+    peft, hf_tok = load_trainable_model(str(tiny_dir), PolicySettings(finetune="lora", lora=LoraSettings(rank=2)),
+                                        device="cpu")
+    assert type(peft).__name__ == "PeftModelForCausalLM" and not isinstance(hf_tok, LightTokenizer)
 
 
 def test_a_config_the_lean_model_does_not_compute_is_refused_with_the_key(tiny_dir, tmp_path):

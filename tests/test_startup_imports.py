@@ -4,8 +4,8 @@ Checked in fresh subprocesses through `sys.modules` (no timing): the CLI front (
 `retrain_ray.cli_train`) imports neither torch nor transformers, so `--help` and configuration errors
 answer at once; a one-step full fine-tuning run of the tiny model has imported no Ray, vLLM, PEFT,
 transformers, pandas, Parquet writer, Arrow compute kernels, math-verify or tracker package when its first
-step ends, and `retrain-ray train` of a built-in full fine-tune never imports transformers at all (the
-lean torch-only Llama, models/lean_llama.py).
+step ends, and `retrain-ray train` of a built-in model, in full or with LoRA, never imports transformers or
+PEFT at all (the lean torch-only Llama, models/lean_llama.py, and lean LoRA, models/lean_lora.py).
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
 from helpers import write_config
 
 NEVER_BEFORE_FIRST_STEP = ("ray", "vllm", "peft", "transformers", "pandas", "pyarrow.parquet", "pyarrow.compute",
@@ -41,10 +42,10 @@ def test_cli_front_imports_no_ml_stack(tmp_path):
     assert json.loads(out) == []
 
 
-def _one_step_config(tmp_path):
+def _one_step_config(tmp_path, finetune: str = "full"):
     return write_config(tmp_path / "run.toml", training={"max_steps": 1, "batch_size": 2, "group_size": 2,
                                                          "max_tokens": 4},
-                        logging={"log_dir": str(tmp_path / "run")})
+                        logging={"log_dir": str(tmp_path / "run")}, model={"finetune": finetune, "lora_rank": 4})
 
 
 def test_one_step_run_imports_only_what_it_uses_before_its_first_step(tmp_path):
@@ -70,14 +71,16 @@ def test_one_step_run_imports_only_what_it_uses_before_its_first_step(tmp_path):
     assert json.loads(out) == []
 
 
-def test_builtin_full_finetune_train_never_imports_transformers(tmp_path, tiny_cache):
+@pytest.mark.parametrize("finetune", ["full", "lora"])
+def test_builtin_model_train_never_imports_transformers(tmp_path, tiny_cache, finetune):
     """The whole `retrain-ray train` command, as a user runs it, under `-X importtime` (every import it
-    made, to the end of the run): no transformers, no PEFT; the summary prints the time to first step."""
+    made, to the end of the run): no transformers, no PEFT; the summary prints the
+    time to first step."""
     (tmp_path / "cache").mkdir()
     (tmp_path / "cache" / "models").symlink_to(tiny_cache)  # the session's built model: no build here
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "RETRAIN_RAY_CACHE": str(tmp_path / "cache")}
     done = subprocess.run([sys.executable, "-X", "importtime", "-m", "retrain_ray", "train",
-                           str(_one_step_config(tmp_path)), "--quiet"],
+                           str(_one_step_config(tmp_path, finetune)), "--quiet"],
                           capture_output=True, text=True, env=env, timeout=300, cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     imported = {line.rsplit("|", 1)[-1].strip() for line in done.stderr.splitlines() if line.startswith("import time:")}

@@ -1,9 +1,11 @@
 """Issue 13's step work changes speed, not results: the optimised RL step (inference-mode decoding,
-flat train/eval switching, one-call padding, no activation checkpointing on CPU) samples the same
+flat train/eval switching, one-call padding, no activation checkpointing on CPU, and for a built-in model
+the lean torch-only Llama with the lean LoRA instead of transformers' Llama with PEFT) samples the same
 tokens with bit-identical log-probabilities and makes the bit-identical update of the step before it
-(kept in benchmarks/step_throughput.py as LegacyEngine / LegacyBackend, with torch's AdamW where the
-current trainer has PlainAdamW), on issue 13's configuration (builtin:tiny, LoRA r8, 4 x 8, 4 tokens);
-and a full fine-tune's RL steps on the lean torch-only Llama are bitwise those on transformers' Llama."""
+(kept in benchmarks/step_throughput.py as LegacyEngine / LegacyBackend on transformers + PEFT, with
+torch's AdamW where the current trainer has PlainAdamW), on issue 13's configuration (builtin:tiny, LoRA
+r8, 4 x 8, 4 tokens); and a full fine-tune's RL steps on the lean torch-only Llama are bitwise those on
+transformers' Llama."""
 
 from __future__ import annotations
 
@@ -44,9 +46,14 @@ def _steps_agree(bench, a, b, steps: int, keys: tuple[str, ...]) -> int:
 def test_optimised_step_matches_the_previous_step(bench, tmp_path):
     (tmp_path / "a").mkdir()
     (tmp_path / "b").mkdir()
+    from retrain_ray.models.lean_lora import LeanLoraModel
+
     current, cur_state = bench.issue_step_loop(tmp_path / "a", legacy=False)
-    legacy, old_state = bench.issue_step_loop(tmp_path / "b", legacy=True, checkpointing=True)  # its default
+    legacy, old_state = bench.issue_step_loop(tmp_path / "b", legacy=True, checkpointing=True,  # its default
+                                              transformers_model=True)
     assert type(legacy.parts.engine) is bench.LegacyEngine and type(legacy.parts.backend) is bench.LegacyBackend
+    assert isinstance(current.parts.backend.model, LeanLoraModel)
+    assert type(legacy.parts.backend.model).__name__ == "PeftModelForCausalLM"
     trained = _steps_agree(bench, (current, cur_state), (legacy, old_state), 4,
                            ("loss", "grad_norm", "optimizer/logical_batch_sha256"))
     assert trained >= 3  # the parity reward gives (nearly) every step a signal, so updates are compared

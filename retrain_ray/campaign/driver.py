@@ -102,8 +102,8 @@ class Campaign:
         problems = campaign_problems(self.config)
         if problems:
             raise CampaignError(problems)
-        started = connect(address, dashboard=dashboard,
-                          preload=trial_modules(r.config.model.finetune for r in self.plan.runs))
+        models = [(r.config.model.model, r.config.model.finetune) for r in self.plan.runs]
+        started = connect(address, dashboard=dashboard, preload=trial_modules(models))
         try:
             return self._run(progress, can_scale=not started)
         finally:

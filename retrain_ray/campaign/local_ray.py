@@ -49,9 +49,12 @@ TUNE_ENV = {
 TRIAL_MODULES = ("ray.tune.trainable.function_trainable", "retrain_ray.campaign.trial", "retrain_ray.run.train")
 
 
-def trial_modules(finetunes: Iterable[str]) -> list[str]:
-    """The modules to preload for runs with these `[model] finetune` modes (LoRA: peft, transformers)."""
-    return [*TRIAL_MODULES, *(["peft"] if "lora" in set(finetunes) else [])]
+def trial_modules(models: Iterable[tuple[str, str]]) -> list[str]:
+    """The modules to preload for runs of these (`[model] model`, `[model] finetune`): peft (and with it
+    transformers) for LoRA on a model that is not built in; a built-in model's LoRA is torch-only
+    (models/lean_lora.py), so importing peft there would only take CPU from the campaign's start."""
+    peft = any(finetune == "lora" and not model.startswith("builtin:") for model, finetune in models)
+    return [*TRIAL_MODULES, *(["peft"] if peft else [])]
 
 
 def tune_settings() -> None:

@@ -1,8 +1,9 @@
 """Imported by every worker process of a campaign's local Ray as it starts (Ray's
 `preload_python_modules`, set by campaign/local_ray.py): a trial's heavy imports (Ray Tune's trainable,
-torch, the run loop, peft and transformers for LoRA) run in the worker processes Ray starts ahead, one
-per CPU, as soon as the driver connects, while the driver is still starting the recorder and Tune. The
-first runs' trials get these processes (their runtime env is the same empty one), warm.
+torch, the run loop, and peft and transformers for LoRA on a model that is not built in) run in the
+worker processes Ray starts ahead, one per CPU, as soon as the driver connects, while the driver is
+still starting the recorder and Tune. The first runs' trials get these processes (their runtime env is
+the same empty one), warm.
 
 The modules come from `PRELOAD_ENV_VAR` (comma-separated), which the driver sets while it starts the
 local Ray. A service actor's process (actors/worker_env.py) imports none of them.

@@ -1,4 +1,4 @@
-"""Models: the offline tiny default (and its torch-only Llama), loading of local, packaged and Hub models,
+"""Models: the offline tiny default (and its torch-only Llama and LoRA), loading of local, packaged and Hub models,
 prompt encoding.
 
 Names are imported lazily (PEP 562) so that `retrain_ray.models.hub`, which `explain` and the
@@ -12,6 +12,10 @@ from typing import Any
 
 _EXPORTS = {
     "LeanLlamaForCausalLM": "lean_llama",
+    "LeanLoraModel": "lean_lora",
+    "apply_lean_lora": "lean_lora",
+    "load_adapter": "lean_adapter",
+    "save_adapter": "lean_adapter",
     "LightTokenizer": "light_tokenizer",
     "load_lean_model": "lean_loading",
     "load_lean_model_and_tokenizer": "lean_loading",

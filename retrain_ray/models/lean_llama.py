@@ -224,6 +224,7 @@ class LeanLlamaForCausalLM(nn.Module):
         self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
         self.tie_weights()
         self._checkpointing: dict[str, Any] | None = None
+        self.name_or_path = ""  # the folder it was loaded from (an adapter's base_model_name_or_path)
 
     def tie_weights(self) -> None:
         if self.config.tie_word_embeddings:

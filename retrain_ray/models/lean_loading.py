@@ -1,10 +1,10 @@
 """Loading a built-in model without transformers: the lean Llama and the light tokenizer.
 
 `lean_applies` says when a run takes this path: a built-in model (`builtin:...`, which
-`models/tiny.py` writes as a Hugging Face Llama folder) trained with `finetune = "full"`. LoRA keeps
-transformers' model: PEFT wraps a `PreTrainedModel` (its config, generation hooks, adapter save) and
-imports transformers anyway, so the lean model would save no start-up there. Any other model (local
-folder, Hub id, smollm2) loads through transformers as before. The folder itself is still built by
+`models/tiny.py` writes as a Hugging Face Llama folder), trained in full (`finetune = "full"`) or with
+LoRA, which is then the torch-only lean LoRA (models/lean_lora.py: PEFT's computation, init, names and
+adapter files, models/lean_adapter.py), so neither transformers nor peft is imported. Any other model
+(local folder, Hub id, smollm2, `trust_remote_code`) loads through transformers, and LoRA on it is PEFT's. The folder itself is still built by
 transformers the first time a built-in name is used (once per cache: it fixes the weights' values).
 
 `load_lean_model_and_tokenizer` checks that the folder's config and weights are what the lean model
@@ -36,8 +36,8 @@ _REQUIRED: dict[str, object] = {"model_type": "llama", "hidden_act": "silu", "at
 
 
 def lean_applies(name: str | Path, *, finetune: str, trust_remote_code: bool = False) -> bool:
-    """True for a built-in model trained with full fine-tuning (see the module doc)."""
-    return str(name).startswith(BUILTIN_PREFIX) and finetune == "full" and not trust_remote_code
+    """True for a built-in model trained in full or with LoRA (see the module doc)."""
+    return str(name).startswith(BUILTIN_PREFIX) and finetune in ("full", "lora") and not trust_remote_code
 
 
 def lean_config_problem(raw: dict[str, Any]) -> str | None:
@@ -101,6 +101,7 @@ def load_lean_model(folder: str | Path, *, dtype: torch.dtype = torch.float32) -
         raise KeyError(f"{folder / WEIGHTS_FILE} does not match a Llama of its config.json: missing "
                        f"{missing[:3]}, unexpected {unexpected[:3]}")
     model.load_state_dict(state, strict=False)
+    model.name_or_path = str(folder)
     return model.to(dtype)
 
 

@@ -1,7 +1,8 @@
 """Checkpoint files of the local backend: trainable weights plus optimizer state, restored exactly.
 
 Layout inside the (existing) checkpoint directory:
-* LoRA: `adapter/` written by PEFT `save_pretrained` (loadable by any PEFT user);
+* LoRA: `adapter/` written by PEFT `save_pretrained`, or for the lean LoRA of a built-in model by
+  models/lean_adapter.py in PEFT's format (the same files: either kind resumes from the other's);
 * full fine-tuning: `model.safetensors` with the trainable parameters (tied weights stored once);
 * `optimizer.pt`: AdamW `state_dict()` (moments and step counts) and the update count (version).
 
@@ -24,6 +25,8 @@ if TYPE_CHECKING:
     from retrain_ray.backends.local.adamw import PlainAdamW
 
 from retrain_ray.engines.weights import export_trainable, install_weights
+from retrain_ray.models.lean_adapter import load_adapter, save_adapter
+from retrain_ray.models.lean_lora import LeanLoraModel
 
 ADAPTER_DIR = "adapter"
 FULL_WEIGHTS_FILE = "model.safetensors"
@@ -37,7 +40,9 @@ def _is_peft(model: torch.nn.Module) -> TypeGuard[PeftModel]:
 
 
 def save_weights(model: torch.nn.Module, directory: Path) -> None:
-    if _is_peft(model):
+    if isinstance(model, LeanLoraModel):
+        save_adapter(model, directory / ADAPTER_DIR)
+    elif _is_peft(model):
         model.save_pretrained(str(directory / ADAPTER_DIR))
     else:
         tensors = {k: v.contiguous() for k, v in export_trainable(model).items()}
@@ -46,6 +51,11 @@ def save_weights(model: torch.nn.Module, directory: Path) -> None:
 
 def load_weights(model: torch.nn.Module, directory: Path) -> None:
     device = next(model.parameters()).device
+    if isinstance(model, LeanLoraModel):
+        if not (directory / ADAPTER_DIR / "adapter_config.json").is_file():
+            raise FileNotFoundError(f"{directory / ADAPTER_DIR} holds no PEFT adapter: is {directory} a LoRA checkpoint?")
+        load_adapter(model, directory / ADAPTER_DIR)
+        return
     if _is_peft(model):
         from peft import load_peft_weights, set_peft_model_state_dict  # pyright: ignore[reportUnknownVariableType]
 

@@ -1,4 +1,7 @@
-"""What gets trained: PEFT LoRA adapters (default) or every weight (`finetune="full"`).
+"""What gets trained: LoRA adapters (default) or every weight (`finetune="full"`).
+
+LoRA is PEFT's on a transformers model, and the torch-only lean LoRA (models/lean_lora.py: PEFT's
+computation, init, parameter names and adapter files) on the lean Llama of a built-in model.
 
 LoRA follows the original local backend (spec 1.7): `r = rank`, `alpha = alpha if alpha > 0 else
 2 * rank`, `dropout`, target modules q,k,v,o,gate,up,down_proj by default. Departure: the requested
@@ -14,6 +17,8 @@ from typing import cast
 import torch
 
 from retrain_ray.engines.lora import DEFAULT_TARGET_MODULES, LoraSettings
+from retrain_ray.models.lean_llama import LeanLlamaForCausalLM
+from retrain_ray.models.lean_lora import apply_lean_lora
 
 __all__ = ["DEFAULT_TARGET_MODULES", "LoraSettings", "apply_full", "apply_lora", "prepare_trainable",
            "present_target_modules"]
@@ -35,13 +40,19 @@ def present_target_modules(model: torch.nn.Module, requested: tuple[str, ...]) -
 def apply_lora(model: torch.nn.Module, lora: LoraSettings) -> torch.nn.Module:
     if lora.rank <= 0:
         raise ValueError(f"model.lora_rank must be > 0 for LoRA fine-tuning, got {lora.rank}")
+    targets = present_target_modules(model, lora.target_modules)
+    if isinstance(model, LeanLlamaForCausalLM):
+        return apply_lean_lora(
+            model, rank=lora.rank, alpha=lora.effective_alpha, dropout=lora.dropout, target_modules=targets,
+            layers_to_transform=lora.layers_to_transform, layers_pattern=lora.layers_pattern, freeze_a=lora.freeze_a,
+        )
     from peft import LoraConfig, get_peft_model  # a second of imports that full fine-tuning never needs
 
     config = LoraConfig(
         r=lora.rank,
         lora_alpha=lora.effective_alpha,  # pyright: ignore[reportArgumentType]  # peft says int; a float scales alike
         lora_dropout=lora.dropout,
-        target_modules=present_target_modules(model, lora.target_modules),
+        target_modules=targets,
         layers_to_transform=list(lora.layers_to_transform) or None,
         layers_pattern=lora.layers_pattern if lora.layers_to_transform else None,
         task_type="CAUSAL_LM",

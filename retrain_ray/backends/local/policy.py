@@ -1,8 +1,8 @@
 """Building the policy of one run: a trainable model, its sampler, and (for split mode) a remote copy.
 
 * Single process (CPU, or one GPU): `build_shared_policy` returns an engine and a backend holding ONE
-  model object; the engine samples with the very PEFT model the backend trains, so a weight sync is
-  only a version bump (`export_weights()` carries no tensors).
+  model object; the engine samples with the very (PEFT or lean) LoRA model the backend trains, so a
+  weight sync is only a version bump (`export_weights()` carries no tensors).
 * Split mode (2+ GPUs, sampler in another actor): `build_split_engine` builds the same model layout
   (same base weights, same LoRA settings) on the sampler's device; it then receives `WeightUpdate`
   tensors from `LocalBackend.export_weights()` (built with `shares_model_with_engine=False`).
@@ -127,8 +127,8 @@ def checkpointing_on(option: bool | str, device: str | torch.device) -> bool:
 
 def _load_base(name_or_path: str | Path, settings: PolicySettings,
                cache_dir: Path | None) -> tuple[torch.nn.Module, Tokenizer]:
-    """The lean torch-only Llama for a built-in model trained in full (no transformers import), else
-    transformers' model (models/lean_loading.py says why LoRA keeps it)."""
+    """The lean torch-only Llama for a built-in model (no transformers import; LoRA on it is the lean
+    LoRA, no peft), else transformers' model (models/lean_loading.py)."""
     if lean_applies(name_or_path, finetune=settings.finetune, trust_remote_code=settings.trust_remote_code):
         return load_lean_model_and_tokenizer(name_or_path, cache_dir=cache_dir, dtype=settings.dtype)
     # deferred: transformers costs seconds of imports that the lean path above never needs
