@@ -55,6 +55,7 @@ class LoraLinear(nn.Module):
         self.lora_A = nn.ModuleDict({ADAPTER: lora_a})
         self.lora_B = nn.ModuleDict({ADAPTER: lora_b})
         self.scaling = scaling
+        self.has_dropout = dropout > 0.0  # nn.Identity otherwise: its call is skipped (it returns x)
         nn.init.kaiming_uniform_(lora_a.weight, a=math.sqrt(5))
         nn.init.zeros_(lora_b.weight)
         weight = base_layer.weight
@@ -69,8 +70,10 @@ class LoraLinear(nn.Module):
         a = _weight(self.lora_A)
         if x.dtype != a.dtype:
             x = x.to(a.dtype)
-        lora = F.linear(F.linear(self.lora_dropout[ADAPTER](x), a), _weight(self.lora_B))
-        return (result + lora * self.scaling).to(result.dtype)
+        if self.has_dropout:
+            x = self.lora_dropout[ADAPTER](x)
+        out = result + F.linear(F.linear(x, a), _weight(self.lora_B)) * self.scaling
+        return out if out.dtype == result.dtype else out.to(result.dtype)
 
 
 def _weight(modules: nn.ModuleDict) -> torch.Tensor:
