@@ -48,7 +48,7 @@ def _no_eos(model: torch.nn.Module, eos_id: int):
     def hook(_module, _inputs, output):
         output[..., eos_id] = -1e4
         return output
-    return model.get_output_embeddings().register_forward_hook(hook)
+    return model.lm_head.register_forward_hook(hook)  # the lean Llama has no get_output_embeddings()
 
 
 def _batch_from(groups, prompts, temperature: float) -> TrainBatch:

@@ -185,9 +185,11 @@ def test_weight_sync_and_squeeze_see_the_same_tensors(tiny_dir, tmp_path):
     lean, peft = _trained_pair(tiny_dir)
     ours, theirs = export_trainable(lean), export_trainable(peft)
     assert list(ours) == list(theirs) and all(torch.equal(ours[k], theirs[k]) for k in ours)
-    fresh, _ = _pair(tiny_dir, DEFAULT, seed=5)
+    fresh, peft_sampler = _pair(tiny_dir, DEFAULT, seed=5)
     install_weights(fresh, ours)  # a split sampler's copy takes the trainer's update
+    install_weights(peft_sampler, ours)  # ... and so does a PEFT model (the Ray Serve endpoint's)
     _assert_same_weights(fresh, lean)
+    _assert_same_weights(peft_sampler, lean)
     write_peft_adapter(tmp_path / "vllm", DEFAULT, ours)  # the vLLM LoRA sync's folder
     save_adapter(lean, tmp_path / "ckpt")
     config, layers = read_adapter(tmp_path / "ckpt")
