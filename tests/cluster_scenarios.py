@@ -16,6 +16,9 @@ Cluster: a head with no CPUs and no GPUs (driver, recorder) and two worker nodes
    from the cluster; Tune retries the run on the other worker. (`Cluster.remove_node` alone kills
    the raylet but not its workers, which run on for a second or more: a run near its end finished
    on the "removed" node, issue 15.)
+3. plugins: a one-run campaign whose reward plugin lives in the driver's ./plugins, which the run renames
+   away before it starts: the trial, on a worker node, imports the plugin from the bundle the driver
+   shipped (campaign/plugin_bundle.py).
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ import time
 from pathlib import Path
 
 import ray
-from helpers import wait_for, write_campaign
+from helpers import GRPO, SHIPPED_REWARD, wait_for, write_campaign
 from ray import cloudpickle
 from ray.cluster_utils import Cluster
 
@@ -68,6 +71,48 @@ def node_logging_runner(config, **kwargs):
         fh.write(f"{ray.get_runtime_context().get_node_id()} {time.time()}\n")
     kwargs["observers"] = [*kwargs["observers"], SlowSteps()]
     return train_run(config, **kwargs)
+
+
+def plugin_runner(folder: str):
+    """train_run that first renames the driver's plugin folder away and records its node (`node.txt`)."""
+
+    def runner(config, **kwargs):
+        from retrain_ray.run.train import train_run
+
+        if Path(folder).exists():
+            Path(folder).rename(folder + ".gone")
+        work = Path(kwargs["run_dir"])
+        work.mkdir(parents=True, exist_ok=True)
+        (work / "node.txt").write_text(ray.get_runtime_context().get_node_id())
+        return train_run(config, **kwargs)
+
+    return runner
+
+
+def plugin_shipping(root: Path) -> dict:
+    """Scenario 3: where the trial imported its reward plugin from, on which node, and what it scored."""
+    from retrain_ray.campaign import Campaign
+
+    driver, report = root / "plugin_driver", root / "plugin_imports.txt"
+    (driver / "plugins").mkdir(parents=True)
+    (driver / "plugins" / "node_reward.py").write_text(SHIPPED_REWARD.format(report=str(report)))
+    toml = write_campaign(driver / "c.toml", reward={"type": "node_reward:make"}, algorithm=GRPO,
+                          training={"batch_size": 2, "group_size": 4, "max_tokens": 4, "save_every": 0},
+                          campaign={"name": "plugins", "seeds": [1], "max_steps": 2, "max_failures": 0,
+                                    "trial_start_timeout_s": 120})
+    before = os.getcwd()
+    os.chdir(driver)
+    try:
+        campaign = Campaign.from_toml(toml, root=root, runner=plugin_runner(str(driver / "plugins")))
+        results = campaign.run(progress=False)
+    finally:
+        os.chdir(before)
+    run = results.runs[0]
+    work = campaign.campaign_dir / "runs" / run["run_name"] / "work"
+    return {"status": run["status"], "errors": results.error_by_run, "driver_plugins": str(driver / "plugins"),
+            "imports": report.read_text().split() if report.is_file() else [],
+            "node": (work / "node.txt").read_text() if (work / "node.txt").is_file() else "",
+            "mean_rewards": [float(r) for r in results.history(run["run_name"])["mean_reward"]]}
 
 
 def _running_node(cluster: Cluster, cdir: Path, at_step: int) -> tuple[object, int] | None:
@@ -195,6 +240,10 @@ def main(out_dir: str, removals: int = 0, seed: int = 0) -> None:
         else:
             report = {"workers": [w.node_id for w in workers], "head": cluster.head_node.node_id,
                       "split": split_packing(), "removal": node_removal(cluster, root)}
+            try:
+                report["plugins"] = plugin_shipping(root / "plugins")
+            except Exception as exc:  # reported to its own test; the other scenarios' results stand
+                report["plugins"] = {"error": repr(exc)}
     finally:
         ray.shutdown()
         cluster.shutdown()

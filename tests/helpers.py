@@ -77,6 +77,26 @@ def write_campaign(path: Path, *, campaign: Mapping[str, Any], conditions: Seque
     return write_config(path, base=base, **sections, campaign=table)
 
 
+# Source of a reward plugin written to the original's signature whose scores (1000 + a fraction) no built-in reward gives,
+# and which appends its module's file to REPORT when imported.
+SHIPPED_REWARD = '''
+with open({report!r}, "a") as out:
+    out.write(__file__ + "\\n")
+
+
+class Shipped:
+    def __init__(self, config):
+        pass
+
+    def score(self, response, reference):
+        return 1000.0 + (sum(map(ord, response)) % 97) / 97
+
+
+def make(config):
+    return Shipped(config)
+'''
+
+
 TEST_PLUGINS = Path(__file__).with_name("plugins")
 
 

@@ -60,3 +60,19 @@ def test_run_on_a_removed_node_finishes_on_the_other(scenarios):
     assert retries and all(n != first and n in scenarios["workers"] for n in retries)
     assert removal["status"] == "completed" and removal["attempts"] >= 2 and removal["errors"] == {}
     assert removal["steps"] == list(range(8))  # every step once
+
+
+@pytest.mark.slow
+@pytest.mark.cluster
+@pytest.mark.timeout(480)
+def test_a_trial_on_a_worker_node_imports_the_plugin_the_driver_shipped(scenarios):
+    """The driver's ./plugins was renamed away before the run started: the trial (on a worker node, the
+    head has no CPUs) could only import the reward plugin from the bundle the driver packed."""
+    plugins = scenarios["plugins"]
+    assert plugins.get("status") == "completed", plugins
+    assert plugins["node"] in scenarios["workers"]
+    driver_import, *trial_imports = plugins["imports"]
+    assert driver_import == plugins["driver_plugins"] + "/node_reward.py"  # the driver's preflight
+    assert trial_imports and all("retrain-ray-plugins" in f and not f.startswith(plugins["driver_plugins"])
+                                 for f in trial_imports)
+    assert len(plugins["mean_rewards"]) == 2 and all(1000.0 <= r < 1001.0 for r in plugins["mean_rewards"])

@@ -14,6 +14,7 @@ import inspect
 import os
 import sys
 from collections.abc import Callable
+from types import ModuleType
 from typing import Any, TypedDict, TypeVar
 
 S = TypeVar("S")
@@ -52,15 +53,17 @@ def use_plugin_root(directory: str) -> None:
         _roots.append(directory)
 
 
-def _import(module_name: str, path: str, kind: str) -> Any:
+def _import(module_name: str, path: str, kind: str) -> tuple[ModuleType, str]:
+    """The module and the search path prefix it was found under ("": as given)."""
     for root in (os.getcwd(), *_roots):  # ./plugins/<module>.py imports as plugins.<module>
         if root not in sys.path:
             sys.path.append(root)
-    candidates = [*(f"{prefix}.{module_name}" for prefix in _search_paths), module_name]
+    tries = [*((prefix, f"{prefix}.{module_name}") for prefix in _search_paths), ("", module_name)]
+    candidates = [candidate for _, candidate in tries]
     errors: list[str] = []
-    for candidate in candidates:
+    for prefix, candidate in tries:
         try:
-            return importlib.import_module(candidate)
+            return importlib.import_module(candidate), prefix
         except ModuleNotFoundError as exc:
             if exc.name is None or not candidate.startswith(exc.name):
                 raise ValueError(f"{kind}={path!r}: importing {candidate!r} failed: {exc}") from exc
@@ -71,10 +74,16 @@ def _import(module_name: str, path: str, kind: str) -> Any:
     )
 
 
+def plugin_module(path: str, kind: str) -> tuple[ModuleType, str]:
+    """The module a dotted `path` imports from, and the `[plugins] search_paths` prefix it was found
+    under ("" when found as given)."""
+    return _import(_split(path)[0], path, kind)
+
+
 def load_object(path: str, kind: str) -> Any:
     """Import the object named by `path`; `kind` (e.g. 'transform_mode') is used in error messages."""
     module_name, attr = _split(path)
-    module = _import(module_name, path, kind)
+    module, _ = _import(module_name, path, kind)
     try:
         return getattr(module, attr)
     except AttributeError as exc:

@@ -5,7 +5,8 @@
     for error in results.errors:                # RunError per failed run: listed, never hidden
         print(error.run_name, error.message)
 
-`run()` validates everything first, connects to Ray (`address`, else `RAY_ADDRESS`, else a new
+`run()` validates everything first, packs the code of the plugins the config names for the trials
+(campaign/plugin_bundle.py), connects to Ray (`address`, else `RAY_ADDRESS`, else a new
 local Ray), checks the placements against the cluster, starts the recorder (and the control actors
 the config needs), then either starts a new Tune experiment or, when the campaign directory already
 holds one, restores it with `Tuner.restore(..., resume_errored=True)`: finished runs are kept,
@@ -32,6 +33,7 @@ from retrain_ray.campaign.control import start_control_plane
 from retrain_ray.campaign.local_ray import connect, trial_modules
 from retrain_ray.campaign.manifest import Manifest, read_manifest, write_json_atomic
 from retrain_ray.campaign.plan import CampaignError, CampaignPlan, RunPlan, build_plan
+from retrain_ray.campaign.plugin_bundle import PluginBundle, build_bundle
 from retrain_ray.campaign.progress_line import CampaignProgress
 from retrain_ray.campaign.recorder import start_recorder
 from retrain_ray.campaign.results import CampaignResults
@@ -102,15 +104,26 @@ class Campaign:
         problems = campaign_problems(self.config)
         if problems:
             raise CampaignError(problems)
+        plugins = self._plugins(progress)
         models = [(r.config.model.model, r.config.model.finetune) for r in self.plan.runs]
         started = connect(address, dashboard=dashboard, preload=trial_modules(models))
         try:
-            return self._run(progress, can_scale=not started)
+            return self._run(progress, plugins, can_scale=not started)
         finally:
             if started:
                 ray.shutdown()
 
-    def _run(self, progress: bool, *, can_scale: bool) -> CampaignResults:
+    def _plugins(self, progress: bool) -> PluginBundle | None:
+        """The code of the plugins the runs name, packed for the trials (campaign/plugin_bundle.py)."""
+        try:
+            bundle = build_bundle(r.config for r in self.plan.runs)
+        except ValueError as exc:
+            raise CampaignError([str(exc)]) from exc
+        if bundle is not None and progress:
+            print(f"[campaign] plugins shipped to the trials: {bundle.describe()}", flush=True)
+        return bundle
+
+    def _run(self, progress: bool, plugins: PluginBundle | None, *, can_scale: bool) -> CampaignResults:
         self.plan = _place(self.plan, cpu_fallback=bool(self.config.campaign.cpu_fallback), can_scale=can_scale)
         manifest, resuming = self._open_dir()
         if progress:
@@ -120,7 +133,7 @@ class Campaign:
         namespace = ray.get_runtime_context().namespace
         actors = self._start_actors(namespace)
         try:
-            tuner = self._tuner(manifest, namespace, actors["control"], progress, resuming)
+            tuner = self._tuner(manifest, namespace, actors["control"], progress, resuming, plugins)
             tuner.fit()
         finally:
             ray.get(actors["recorder"].close.remote(), timeout=120)
@@ -189,11 +202,12 @@ class Campaign:
         actors["control"] = start_control_plane(self.config, p.name, namespace=namespace, campaign_dir=p.campaign_dir)
         return actors
 
-    def _tuner(self, manifest: Manifest, namespace: str, control: Any, progress: bool, resuming: bool) -> Any:
+    def _tuner(self, manifest: Manifest, namespace: str, control: Any, progress: bool, resuming: bool,
+               plugins: PluginBundle | None) -> Any:
         p = self.plan
         ctx = TrialContext(campaign=p.name, namespace=namespace, runs={r.run_name: r for r in p.runs},
                            control=control, runner=self.runner, timeout_s=p.schedule.trial_start_timeout_s,
-                           mlflow_experiments=_mlflow_experiments(p), finished=_finished(manifest))
+                           mlflow_experiments=_mlflow_experiments(p), finished=_finished(manifest), plugins=plugins)
         factories = {r.run_name: _resources(r) for r in p.runs}
         trainable = tune.with_resources(tune.with_parameters(run_trial, context=ctx),
                                         resources=lambda cfg: factories[cfg["run_name"]])

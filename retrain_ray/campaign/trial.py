@@ -34,6 +34,7 @@ from retrain_ray.algorithms.plugins import use_plugin_root
 from retrain_ray.campaign.control import ControlPlane
 from retrain_ray.campaign.gauges import RunGauges
 from retrain_ray.campaign.plan import RunPlan
+from retrain_ray.campaign.plugin_bundle import PluginBundle, activate
 from retrain_ray.campaign.recorder import RecorderClient, recorder_name
 from retrain_ray.campaign.split import split_policy
 from retrain_ray.campaign.stagger import wait_for_start_slot
@@ -62,6 +63,8 @@ class TrialContext:
     finished: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     # the driver's working directory: where the config's [plugins] search_paths are (trials run elsewhere)
     plugin_root: str = field(default_factory=os.getcwd)
+    # the code of the plugins the config names, packed by the driver (any node imports it from here)
+    plugins: PluginBundle | None = None
 
 
 class TuneReporter(RunObserver):
@@ -113,6 +116,8 @@ def resume_point(ctx: TrialContext, plan: RunPlan, checkpoint: Path) -> Path | N
 def _run(ctx: TrialContext, plan: RunPlan, resume_from: Path | None) -> Any:
     if resume_from is not None:
         resume_from = resume_point(ctx, plan, resume_from)
+    if ctx.plugins is not None:
+        activate(ctx.plugins)
     use_plugin_root(ctx.plugin_root)
     reporter = TuneReporter()
     runner = resolve_runner(ctx.runner)

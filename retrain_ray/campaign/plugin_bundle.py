@@ -1,0 +1,206 @@
+"""Plugins shipped to a campaign's trials, wherever Ray places them.
+
+A trial imports the config's dotted plugins (data source, reward, backend, engine, detector, advantage,
+transform, algorithm, uncertainty kind, a `custom` reward's module) in its own process, on any node of
+the cluster, where the driver's `./plugins` does not exist. The driver, after preflight imported them,
+packs the code they came from into one zip (`build_bundle`), which travels to the trials inside their
+`TrialContext` (Tune puts it in Ray's object store once); each trial unpacks it into a per-node cache
+keyed by its digest and puts that first on `sys.path` (`activate`).
+
+What is packed, per plugin module, is the narrowest unit that keeps its imports working:
+* found under a `[plugins] search_paths` prefix (`plugins.my_reward`): that search path's whole folder
+  (`plugins/`), plus the `__init__.py` of its parent packages (`a/b` ships `a/__init__.py` and `a/b/`);
+* found as given (`my_pkg.rewards`): its top-level package folder (`my_pkg/`), or the one file of a
+  top-level module (`my_reward.py`): never the folder it lies in, so never the working directory.
+Installed code (site-packages, the standard library) and retrain_ray itself are not packed: they are
+on every node already. `__pycache__`, `.git` and compiled files are left out. A bundle over
+`MAX_BUNDLE_BYTES` (Ray's limit for a runtime-env package) is refused, naming the folder.
+
+Ray's runtime env (`py_modules`) is not used on purpose: Tune gives trials a runtime env of its own
+(campaign/local_ray.py relies on it being empty so trials start in the warm worker processes), a job's
+runtime env cannot be changed once the driver is connected (a user's `ray.init`, or the session Ray of
+the tests), and a user's own runtime env is left exactly as they set it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import io
+import os
+import shutil
+import sys
+import sysconfig
+import tempfile
+import zipfile
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from types import ModuleType
+from typing import TYPE_CHECKING
+
+from retrain_ray.algorithms.plugins import is_dotted_path, plugin_module, use_search_paths
+
+if TYPE_CHECKING:
+    from retrain_ray.config.schema import RetrainConfig
+
+MAX_BUNDLE_BYTES = 100 * 2**20
+SKIPPED_DIRS = frozenset({"__pycache__", ".git"})
+PLUGIN_KEYS = (
+    ("[data] source", "data", "source"), ("[reward] type", "reward", "type"),
+    ("[planning] detector", "planning", "detector"), ("[inference] engine", "inference", "engine"),
+    ("[backend] backend", "backend", "backend"), ("advantage_mode", "algorithm", "advantage_mode"),
+    ("transform_mode", "algorithm", "transform_mode"), ("algorithm_mode", "algorithm", "algorithm_mode"),
+    ("uncertainty_kind", "algorithm", "uncertainty_kind"),
+)
+"""(kind, section, key) of every key that takes a dotted plugin path."""
+
+
+@dataclass(frozen=True)
+class PluginBundle:
+    """The zipped plugin code of a campaign: `units` are (name in the bundle, folder or file it came from)."""
+
+    digest: str
+    data: bytes
+    units: tuple[tuple[str, str], ...]
+    files: int
+
+    def unpack(self, base: Path | None = None) -> Path:
+        """The folder holding the bundle's files on this node, unpacked on first use (concurrent trials
+        of one node race to rename their copy into place; the loser discards its own)."""
+        base = base or Path(tempfile.gettempdir()) / f"retrain-ray-plugins-{os.getuid()}"
+        target = base / self.digest[:16]
+        if target.is_dir():
+            return target
+        base.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(dir=base, prefix=".unpacking-"))
+        with zipfile.ZipFile(io.BytesIO(self.data)) as archive:
+            archive.extractall(staging)
+        try:
+            staging.rename(target)
+        except OSError:
+            shutil.rmtree(staging, ignore_errors=True)
+            if not target.is_dir():
+                raise
+        return target
+
+    def describe(self) -> str:
+        size = len(self.data) / 1024
+        return f"{', '.join(name for name, _ in self.units)} ({self.files} files, {size:.0f} KiB zipped)"
+
+
+def activate(bundle: PluginBundle) -> Path:
+    """Unpacks `bundle` on this node and puts it first on `sys.path`: the trial imports the driver's code."""
+    root = bundle.unpack()
+    if str(root) not in sys.path:
+        sys.path.insert(0, str(root))
+        importlib.invalidate_caches()
+    return root
+
+
+def plugin_references(cfg: RetrainConfig) -> list[tuple[str, str]]:
+    """(kind, dotted path) of every plugin `cfg` names."""
+    refs = [(kind, getattr(getattr(cfg, section), key)) for kind, section, key in PLUGIN_KEYS]
+    return [(kind, value) for kind, value in refs if isinstance(value, str) and value and is_dotted_path(value)]
+
+
+def _installed(root: Path, top: str) -> bool:
+    stdlib = Path(sysconfig.get_paths()["stdlib"])
+    return (top == "retrain_ray" or bool({"site-packages", "dist-packages"} & set(root.parts))
+            or root == stdlib or root.is_relative_to(stdlib))
+
+
+def _unit(module: ModuleType, prefix: str) -> tuple[Path, PurePosixPath] | None:
+    """(sys.path folder, what under it to pack) for `module`, or None when it is installed code."""
+    file = getattr(module, "__file__", None)
+    if not file:
+        return None
+    parts = module.__name__.split(".")
+    path = Path(file).absolute()
+    is_package = path.name == "__init__.py"
+    root = path.parents[len(parts) - (0 if is_package else 1)]
+    if _installed(root, parts[0]):
+        return None
+    if prefix:
+        return root, PurePosixPath(*prefix.split("."))
+    return root, PurePosixPath(parts[0] if is_package or len(parts) > 1 else path.name)
+
+
+def _files(root: Path, rel: PurePosixPath) -> list[tuple[Path, str]]:
+    """(file, name in the bundle) of one unit: its parent packages' `__init__.py`, then its files."""
+    found = [(root.joinpath(*rel.parts[:i], "__init__.py"), "/".join([*rel.parts[:i], "__init__.py"]))
+             for i in range(1, len(rel.parts))]
+    found = [(f, name) for f, name in found if f.is_file()]
+    target = root / rel
+    if target.is_file():
+        return [*found, (target, rel.as_posix())]
+    for folder, dirnames, filenames in os.walk(target):
+        dirnames[:] = sorted(d for d in dirnames if d not in SKIPPED_DIRS)
+        for name in sorted(filenames):
+            if not name.endswith((".pyc", ".pyo")):
+                file = Path(folder) / name
+                found.append((file, file.relative_to(root).as_posix()))
+    return found
+
+
+def _custom_reward_module(cfg: RetrainConfig) -> ModuleType | None:
+    """The module of a `custom` reward, when it imports here (preflight reports one that does not)."""
+    if cfg.reward.type != "custom" or not cfg.reward.custom_module:
+        return None
+    try:
+        return importlib.import_module(cfg.reward.custom_module.partition(":")[0])
+    except ImportError:
+        return None
+
+
+def bundle_units(configs: Iterable[RetrainConfig]) -> list[tuple[Path, PurePosixPath]]:
+    """The folders and files to pack for the plugins these configs name (each imported as a run would)."""
+    units: dict[tuple[Path, PurePosixPath], None] = {}
+    for cfg in configs:
+        use_search_paths(cfg.plugins.search_paths)
+        modules = [plugin_module(path, kind) for kind, path in plugin_references(cfg)]
+        custom = _custom_reward_module(cfg)
+        modules += [(custom, "")] if custom is not None else []
+        for module, prefix in modules:
+            unit = _unit(module, prefix)
+            if unit is not None:
+                units[unit] = None
+    return list(units)
+
+
+def build_bundle(configs: Iterable[RetrainConfig]) -> PluginBundle | None:
+    """The bundle of the plugins these configs name; None when they name none (or only installed ones).
+    Raises ValueError naming the folder when the files exceed `MAX_BUNDLE_BYTES`."""
+    files: dict[str, Path] = {}
+    sources: list[tuple[str, str]] = []
+    for root, rel in bundle_units(configs):
+        unit_files = _files(root, rel)
+        size = sum(f.stat().st_size for f, _ in unit_files)
+        if size > MAX_BUNDLE_BYTES:
+            raise ValueError(
+                f"[plugins] {root / rel}: {size / 2**20:.1f} MiB of files to ship to the campaign's trials, over the "
+                f"{MAX_BUNDLE_BYTES // 2**20} MiB limit of a Ray package. Keep data out of the plugin folder (read it "
+                "from a path every node sees), or install the plugin as a package on every node")
+        sources.append((rel.as_posix(), str(root / rel)))
+        for file, name in unit_files:
+            files.setdefault(name, file)
+    if not files:
+        return None
+    total = sum(f.stat().st_size for f in files.values())
+    if total > MAX_BUNDLE_BYTES:
+        raise ValueError(f"[plugins] {', '.join(s for _, s in sources)}: {total / 2**20:.1f} MiB of files to ship "
+                         f"to the campaign's trials, over the {MAX_BUNDLE_BYTES // 2**20} MiB limit of a Ray package")
+    data = _zip(files)
+    return PluginBundle(hashlib.sha256(data).hexdigest(), data, tuple(sources), len(files))
+
+
+def _zip(files: dict[str, Path]) -> bytes:
+    """The files under their names, with fixed timestamps: the same code gives the same digest."""
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
+        for name in sorted(files):
+            info = zipfile.ZipInfo(name, date_time=(1980, 1, 1, 0, 0, 0))
+            info.external_attr = 0o644 << 16
+            info.compress_type = zipfile.ZIP_DEFLATED
+            archive.writestr(info, files[name].read_bytes())
+    return buffer.getvalue()
