@@ -120,7 +120,8 @@ def _print_backends(catalog: dict[str, Any]) -> None:
     console.print(f"plugin backend: {catalog['plugin']['factory']}", highlight=False, markup=False)
     console.print(f"plugin backend hooks (on the factory or its module): {hooks}", highlight=False, markup=False)
     engine = catalog["plugin_engine"]
-    console.print(f"plugin engine hooks (on the factory or its module): {' / '.join(engine['hooks']['capabilities'])}"
+    console.print("plugin engine hooks (on a plugin engine's or backend's factory, or its module): "
+                  f"{' / '.join(engine['hooks']['capabilities'])}"
                   f"; default {engine['default_capabilities']}", highlight=False, markup=False)
 
 
@@ -220,13 +221,14 @@ def plugins_report(config: str | None) -> dict[str, Any]:
 
 
 def _reference(key: str, ref: str, search_paths: list[str], base: Path) -> dict[str, Any]:
-    """Whether a dotted path imports; for an `[inference] engine`, also what it declares it returns."""
+    """Whether a dotted path imports; for an `[inference] engine` or `[backend] backend`, also what it declares
+    its sampling returns (the engine hook)."""
     found: dict[str, Any] = {"path": ref, "error": check_reference(ref, search_paths, base)}
-    if key == "inference.engine" and not found["error"]:
+    if key in ("inference.engine", "backend.backend") and not found["error"]:
         saved = list(sys.path)
         sys.path[:0] = [str(Path(p) if Path(p).is_absolute() else base / p) for p in search_paths]
         try:
-            flags, source = engine_capabilities(ref)
+            flags, source = engine_capabilities(ref, kind=f"[{key.replace('.', '] ')}")
             found["capabilities"], found["source"] = dataclasses.asdict(flags), source
         except ValueError as exc:
             found["error"] = str(exc)
@@ -268,4 +270,5 @@ def _print_plugins(report: dict[str, Any]) -> None:
         print(f"{key} = {ref['path']}: {'ok' if not ref['error'] else 'ERROR ' + ref['error']}")
         if "capabilities" in ref:
             print(f"    {ref['source']}: {ref['capabilities']}")
-    print(f"plugin engine hooks (on the factory or its module): {' / '.join(report['engine_hooks']['capabilities'])}")
+    print("plugin engine hooks (on a plugin engine's or backend's factory, or its module): "
+          f"{' / '.join(report['engine_hooks']['capabilities'])}")

@@ -17,7 +17,7 @@ from retrain_ray.cli import main as cli_main
 from retrain_ray.config import load_config
 from retrain_ray.logs import read_stream
 from retrain_ray.run.build import build_policy
-from retrain_ray.run.preflight import PreflightError, check_run
+from retrain_ray.run.preflight import PreflightError, check_run, run_problems
 
 TOKEN_VARYING = {"advantage_mode": "grpo", "transform_mode": "gtpo"}
 
@@ -239,3 +239,28 @@ def test_the_sft_warm_start_of_a_train_helper_without_sft_train_step_calls_train
     assert [(r["step"], r["phase"]) for r in rows] == [(0, "sft"), (1, "sft"), (2, "rl"), (3, "rl")]
     # the targets were trained on: an RL loss with old logprobs 0 is -mean(p(target token)) < 0
     assert all(r["loss"] is not None and -1.0 < r["loss"] < 0.0 for r in rows[:2]), [r["loss"] for r in rows]
+
+
+def test_an_original_helper_declaring_entropies_trains_on_sample_with_entropy(workdir):
+    """Spec 1.5: with shannon_entropy the helper's `sample_with_entropy` triples are used; preflight allows it
+    only when the backend factory declares entropies (the engine hook), and names that hook otherwise."""
+    from retrain_ray.run.train import train_run
+
+    entropy = {"advantage_mode": "grpo", "transform_mode": "gtpo", "uncertainty_kind": "shannon_entropy"}
+    undeclared = load_config(_toml(workdir, "original_helper.make_helper", algorithm=entropy))
+    problems = " ".join(run_problems(undeclared, check_model=False))
+    assert "plugin backend 'original_helper.make_helper' does not declare them" in problems
+    assert "retrain_engine_capabilities / RETRAIN_ENGINE_CAPABILITIES" in problems
+
+    cfg = load_config(_toml(workdir, "original_helper.make_entropy_helper", algorithm=entropy, steps=2))
+    check_run(cfg)
+    module = sys.modules["plugins.original_helper"]
+    module.CALLS.clear()
+    run_dir = workdir / "logs" / "run"
+    assert train_run(cfg, run_name="entropy", run_dir=run_dir).status == "completed"
+    assert module.CALLS.count("sample_with_entropy") == 2 and "sample" not in module.CALLS
+    rows = read_stream(run_dir, "metrics").to_pylist()
+    assert [r["step"] for r in rows] == [0, 1]
+    for row in rows:  # every token's uncertainty is the helper's entropy
+        assert row["exec_surprisal_mean"] == pytest.approx(module.ENTROPY)
+        assert row["exec_surprisal_var"] == pytest.approx(0.0, abs=1e-12)

@@ -8,6 +8,9 @@ weight_decay) -> loss` with the three lists aligned per token (prompt positions 
 advantages, lr, weight_decay)`. `HelperSampler` and `HelperBackend` share the helper:
 
 * a weight sync calls `checkpoint(f"step_{version}")`, as the original does before each step's sampling;
+* when the run asks for entropies (`uncertainty_kind = "shannon_entropy"`, which preflight allows only when
+  the factory declares them, backends/registry.py) and the helper has `sample_with_entropy`, its triples
+  `(ids, logprobs, entropies | None)` are used instead of `sample`'s pairs (spec 1.5);
 * a finish reason is "length" when a completion reached `max_tokens`, else "stop";
 * a checkpoint directory holds what `save_adapter(directory, "adapter")` wrote plus
   `original_helper.json` (its reference, relative when inside the directory, which is renamed once
@@ -43,10 +46,17 @@ class HelperSampler:
 
     def generate(self, prompt_ids_P: list[list[int]], num_samples: int, params: SamplingParams
                  ) -> list[list[SampleResult]]:
-        groups = self.helper.sample(prompt_ids_P, num_samples, params.max_tokens, params.temperature, params.top_p)
-        return [[SampleResult(tuple(ids), tuple(float(x) for x in lps),
-                              "length" if len(ids) >= params.max_tokens else "stop")
-                 for ids, lps in group] for group in groups]
+        args = (prompt_ids_P, num_samples, params.max_tokens, params.temperature, params.top_p)
+        with_entropy: Any = getattr(self.helper, "sample_with_entropy", None)
+        if params.compute_entropy and with_entropy is not None:  # triples (ids, logprobs, entropies | None)
+            triples: list[list[tuple[Any, Any, Any]]] = with_entropy(*args)
+            return [[self._result(ids, lps, ents, params) for ids, lps, ents in group] for group in triples]
+        return [[self._result(ids, lps, None, params) for ids, lps in group] for group in self.helper.sample(*args)]
+
+    @staticmethod
+    def _result(ids: Any, lps: Any, ents: Any, params: SamplingParams) -> SampleResult:
+        return SampleResult(tuple(ids), tuple(float(x) for x in lps), "length" if len(ids) >= params.max_tokens
+                            else "stop", tuple(float(x) for x in ents) if ents is not None else None)
 
     def load_weights(self, update: WeightUpdate) -> None:
         self.helper.checkpoint(f"step_{update.version}")

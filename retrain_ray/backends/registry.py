@@ -19,7 +19,9 @@ A dotted-path plugin `[inference] engine` declares what it returns the same way 
 seed 002): `retrain_engine_capabilities` / `RETRAIN_ENGINE_CAPABILITIES` on the factory or its module,
 an `EngineCapabilities`, a dict of its fields, or a callable of the `[inference]` section (a dict)
 returning either. Undeclared: no per-token entropies (`uncertainty_kind = "shannon_entropy"` fails
-preflight, naming the hook).
+preflight, naming the hook). A dotted `[backend] backend` samples through what its factory returns (its
+engine, the built-in one it built on, or the original's `TrainHelper.sample_with_entropy`), so it
+declares entropies with the same hook on its factory or module.
 """
 
 from __future__ import annotations
@@ -154,13 +156,14 @@ def plugin_option_schema(backend: str) -> dict[str, Any] | None:
     return dict(cast("Mapping[str, Any]", value)) if value is not None else None
 
 
-def engine_capabilities(engine: str, inference: Mapping[str, Any] | None = None,
-                        ) -> tuple[EngineCapabilities, str]:
-    """(flags, source) of an `[inference] engine`: "builtin", "plugin/hook" or "plugin/default".
-    `inference`: the `[inference]` section, the argument of a callable hook."""
+def engine_capabilities(engine: str, inference: Mapping[str, Any] | None = None, *,
+                        kind: str = "[inference] engine") -> tuple[EngineCapabilities, str]:
+    """(flags, source) of an `[inference] engine`, or of a dotted `[backend] backend` (`kind`) that samples
+    itself: "builtin", "plugin/hook" or "plugin/default". `inference`: the `[inference]` section, the
+    argument of a callable hook."""
     if not is_dotted_path(engine):
         return EngineCapabilities(returns_token_entropies=engine in ENTROPY_ENGINES), "builtin"
-    value = _hook(engine, ENGINE_HOOKS["capabilities"], "[inference] engine")
+    value = _hook(engine, ENGINE_HOOKS["capabilities"], kind)
     if value is None:
         return PLUGIN_ENGINE_DEFAULT_CAPABILITIES, "plugin/default"
     if callable(value) and not isinstance(value, (EngineCapabilities, Mapping)):
@@ -173,5 +176,5 @@ def engine_capabilities(engine: str, inference: Mapping[str, Any] | None = None,
         if set(flags) <= fields and all(type(v) is bool for v in flags.values()):
             return EngineCapabilities(**flags), "plugin/hook"
     hooks = " / ".join(ENGINE_HOOKS["capabilities"])
-    raise ValueError(f"[inference] engine {engine!r}: {hooks} gave {value!r}; give an EngineCapabilities or a "
+    raise ValueError(f"{kind} {engine!r}: {hooks} gave {value!r}; give an EngineCapabilities or a "
                      f"dict of booleans with keys among {sorted(fields)}")

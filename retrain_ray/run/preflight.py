@@ -40,17 +40,25 @@ def engine_provides_entropy(cfg: RetrainConfig) -> bool:
     # deferred: loads torch, which importing this module does not need
     from retrain_ray.backends.registry import engine_capabilities
 
-    if cfg.backend.backend != "local":
+    backend, inference = cfg.backend.backend, cfg.inference.model_dump()
+    if is_dotted_path(backend):  # it samples through what its factory returns
+        return engine_capabilities(backend, inference, kind="[backend] backend")[0].returns_token_entropies
+    if backend != "local":
         return False
-    return engine_capabilities(cfg.inference.engine, cfg.inference.model_dump())[0].returns_token_entropies
+    return engine_capabilities(cfg.inference.engine, inference)[0].returns_token_entropies
 
 
 def entropy_fix(cfg: RetrainConfig) -> str:
     """What to change when the run asks for entropies its engine does not return."""
     from retrain_ray.backends.registry import ENGINE_HOOKS  # deferred: loads torch (as above)
 
+    hooks = " / ".join(ENGINE_HOOKS["capabilities"])
+    if is_dotted_path(cfg.backend.backend):
+        return (f"The plugin backend {cfg.backend.backend!r} does not declare them: give its factory or module "
+                f"{hooks} = {{'returns_token_entropies': True}} (and return entropies: its engine fills "
+                "SampleResult.entropies when params.compute_entropy, or its TrainHelper has sample_with_entropy), "
+                "or use uncertainty_kind='surprisal'.")
     if is_dotted_path(cfg.inference.engine) and cfg.backend.backend == "local":
-        hooks = " / ".join(ENGINE_HOOKS["capabilities"])
         return (f"The plugin engine {cfg.inference.engine!r} does not declare them: give its factory or module "
                 f"{hooks} = {{'returns_token_entropies': True}} (and fill SampleResult.entropies when "
                 "params.compute_entropy), or use uncertainty_kind='surprisal'.")

@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 CALLS: list[str] = []  # the helper methods called, in order (checkpoint names included)
+ENTROPY = 0.375  # what sample_with_entropy reports for every token
 TRAIN_ARGS: list[dict] = []  # per train_step call: its token, logprob and advantage lists, lr and weight decay
 
 
@@ -29,6 +30,13 @@ class TinyHelper:
         CALLS.append("sample")
         groups = self.engine.generate(prompt_ids_list, num_samples, SamplingParams(max_tokens, temperature, top_p))
         return [[(list(r.token_ids), list(r.logprobs)) for r in group] for group in groups]
+
+    def sample_with_entropy(self, prompt_ids_list, num_samples, max_tokens, temperature, top_p):
+        """Triples with every token's entropy `ENTROPY` (used only when the run asks for entropies)."""
+        CALLS.append("sample_with_entropy")
+        groups = self.sample(prompt_ids_list, num_samples, max_tokens, temperature, top_p)
+        CALLS.pop()  # the "sample" entry of the call above
+        return [[(ids, lps, [ENTROPY] * len(ids)) for ids, lps in group] for group in groups]
 
     def train_step(self, all_tokens, all_logprobs, all_advantages, lr, weight_decay):
         from retrain_ray.backends.types import TrainBatch
@@ -57,3 +65,12 @@ class TinyHelper:
 
 def make_helper(config):
     return TinyHelper(config)
+
+
+def make_entropy_helper(config):
+    return TinyHelper(config)
+
+
+# declares what the helper returns: token advantages reach its train_step, sample_with_entropy gives entropies
+make_entropy_helper.retrain_backend_capabilities = {"preserves_token_advantages": True}
+make_entropy_helper.retrain_engine_capabilities = {"returns_token_entropies": True}
