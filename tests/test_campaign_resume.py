@@ -18,7 +18,8 @@ from campaign_helpers import (
     segment_steps,
     steps_once,
 )
-from helpers import TINY_RUN, write_campaign
+from fault_scenarios import final_weights, same_weights
+from helpers import GRPO, TINY_RUN, write_campaign
 
 from retrain_ray.logs import read_stream
 from retrain_ray.logs.stream import segment_paths
@@ -111,3 +112,52 @@ def test_a_run_completed_just_before_the_driver_was_killed_is_not_run_again(tmp_
     assert read_stream(cdir / "runs" / FIRST, key=None)["step"].to_pylist() == list(range(steps))
     assert f"{FIRST}: already completed (manifest.json), not run again" in log
     assert ("Tune's experiment state is torn" in log) == torn
+
+
+def _one_done_one_checkpointed(cdir):
+    """Names (finished, unfinished) once one run completed and the other reported its checkpoint after
+    step index 3 (so its work directory holds checkpoint_step_3); else None."""
+    runs = manifest_runs(cdir) or {}
+    done = [n for n, r in runs.items() if r["status"] == "completed"]
+    going = [n for n, r in runs.items() if r["status"] == "running" and r["result"].get("step", -1) >= 3]
+    return (done[0], going[0]) if done and going else None
+
+
+@pytest.mark.extended
+@pytest.mark.timeout(900)
+def test_a_torn_tune_state_resumes_an_unfinished_run_from_its_own_checkpoint(tmp_path):
+    """A torn Tune state makes the resume start Tune afresh, which has no checkpoint of the unfinished
+    run; the run continues after its own newest verified checkpoint in its work directory (before: from
+    step 0, every step trained again). Two runs differing only in name (`save_every` set to its default):
+    the finished one is the uninterrupted twin, so the resumed run's final weights must equal its own."""
+    steps = 8
+    toml = write_campaign(tmp_path / "own.toml", base=TINY_RUN, conditions=[GRPO, {**GRPO, "save_every": 2}],
+                          campaign={**CAMPAIGN, "name": "own", "seeds": [1], "max_steps": steps,
+                                    "trial_start_timeout_s": 240})
+    cdir = tmp_path / "own"
+    ended = kill_driver_when(lambda: _one_done_one_checkpointed(cdir), driver_cmd(toml, tmp_path, 0.3),
+                             log=tmp_path / "driver1.log", prefix="rro", timeout_s=400,
+                             what="one run completed, the other checkpointed")
+    assert ended is None, (tmp_path / "driver1.log").read_text()[-3000:]
+    twin, killed = _one_done_one_checkpointed(cdir)
+    (searcher,) = (cdir / "tune").glob("basic-variant-state-*.json")
+    searcher.write_bytes(b"")  # as a driver killed while Tune copied it left it
+    killed_segments = segment_paths(cdir / "runs" / killed, "metrics")
+
+    rc, _ = run_to_end([PYTHON, "-m", "retrain_ray.cli", "resume", str(cdir)], log=tmp_path / "driver2.log",
+                       prefix="rro", timeout_s=400)
+    log = (tmp_path / "driver2.log").read_text()
+    assert rc == 0, log[-3000:]
+    assert "Tune's experiment state is torn" in log
+    runs = {r["run_name"]: r for r in read_manifest(cdir)["runs"]}
+    assert runs[twin]["attempts"] == 1 and runs[killed]["attempts"] == 2
+    assert runs[killed]["status"] == "completed"
+    restored = runs[killed]["result"]["resumed_own_step"]  # the step of the checkpoint it continued after
+    assert restored >= 3
+    assert f"{killed}: completed at step {steps - 1} (continued after its own checkpoint of step {restored}" in log
+    # steps up to the checkpoint were not trained again: the resumed session's segment starts after it
+    new_segments = [p for p in segment_paths(cdir / "runs" / killed, "metrics") if p not in killed_segments]
+    resumed_steps = [s for p in new_segments for s in segment_steps(p)]
+    assert resumed_steps == list(range(restored + 1, steps))
+    assert not steps_once(cdir / "runs" / killed, steps)  # every step once
+    assert same_weights(final_weights(cdir / "runs" / killed / "work"), final_weights(cdir / "runs" / twin / "work"))

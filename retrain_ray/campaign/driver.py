@@ -181,7 +181,8 @@ class Campaign:
         aside = set_aside(tune_dir, [r["run_name"] for r in manifest.data["runs"] if r["status"] != "completed"])
         print(f"[campaign] warning: Tune's experiment state is torn ({problem}: the driver was killed while Tune "
               f"copied it); set aside in {aside}. Starting Tune afresh: runs the manifest records completed are "
-              "not run again, the others start over from step 0", flush=True)
+              "not run again, the others continue after their own newest verified checkpoint (step 0 without one)",
+              flush=True)
         return False
 
     def _header(self) -> dict[str, Any]:

@@ -38,7 +38,7 @@ from retrain_ray.logs.parquet_export import (
     export_run,
     run_identities,
 )
-from retrain_ray.logs.stream import repair_and_last_step
+from retrain_ray.logs.stream import logged_through, repair_and_last_step
 from retrain_ray.logs.types import RunObserver
 
 RECORDER_KINDS = ("metrics", "generations", "eval")
@@ -115,6 +115,13 @@ class RecorderCore:
         run_dir = self.campaign_dir / "runs" / run
         return repair_and_last_step(run_dir, "metrics") if run_dir.is_dir() else None
 
+    def logged_through(self, run: str) -> int:
+        """At a resume from the run's own checkpoints (Tune has none to give): closes the run's open
+        segments, repairs torn ones and returns the last step logged with every step before it (-1: none)."""
+        self.close_run(run, export=False)
+        run_dir = self.campaign_dir / "runs" / run
+        return logged_through(run_dir, "metrics") if run_dir.is_dir() else -1
+
     def close(self) -> None:
         for run in {r for r, _ in list(self._writers)}:
             self.close_run(run)
@@ -138,6 +145,9 @@ class RecorderActor:
 
     async def repair_metrics(self, run: str) -> int | None:
         return self._core.repair_metrics(run)
+
+    async def logged_through(self, run: str) -> int:
+        return self._core.logged_through(run)
 
     async def rows_written(self) -> dict[str, int]:
         return dict(self._core.rows_written)

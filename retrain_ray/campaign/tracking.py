@@ -76,7 +76,9 @@ class ManifestCallback(Callback):
         checkpoint = getattr(trial, "checkpoint", None)  # the run's last reported checkpoint (for squeeze)
         self.manifest.update_run(name, status="completed", result=_result_summary(last),
                                  checkpoint=checkpoint.path if checkpoint is not None else "")
-        self._say(f"{name}: completed at step {last.get('step', '?')}")
+        own = last.get("resumed_own_step")  # Tune had no checkpoint of it (campaign/own_checkpoint.py)
+        how = "" if own is None else f" (continued after its own checkpoint of step {own}: Tune had none)"
+        self._say(f"{name}: completed at step {last.get('step', '?')}{how}")
 
     def on_trial_recover(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
         if self._recorded(trial):

@@ -4,6 +4,9 @@ At trial start it waits for its stagger slot, then calls the runner (`train_run`
 that forward rows to the recorder actor, export gauges and report each checkpoint to Tune
 (`tune.report(metrics, checkpoint=...)`). On a retry (Tune's FailureConfig) or after a campaign
 restore, `tune.get_checkpoint()` gives the last reported checkpoint and the run continues after it.
+When Tune has none (a fresh Tune experiment after a torn state, a restart that lost its copies), the
+run continues after its own newest verified checkpoint in its work directory, if that directory is
+this run's with a matching config (campaign/own_checkpoint.py; another's is an error, never reused).
 A run that fails raises (the contract in run/types.py); the exception reaches Tune, which retries
 it from that checkpoint up to `[campaign].max_failures` times; when the recorder finds the run's
 metrics log torn before that checkpoint, from the run's newest checkpoint at or before the last step
@@ -33,6 +36,7 @@ from retrain_ray.actors.worker_env import PRELOAD_MODULE
 from retrain_ray.algorithms.plugins import use_plugin_root
 from retrain_ray.campaign.control import ControlPlane
 from retrain_ray.campaign.gauges import RunGauges
+from retrain_ray.campaign.own_checkpoint import own_checkpoint
 from retrain_ray.campaign.plan import RunPlan
 from retrain_ray.campaign.plugin_bundle import PluginBundle, activate
 from retrain_ray.campaign.recorder import RecorderClient, recorder_name
@@ -70,14 +74,15 @@ class TrialContext:
 class TuneReporter(RunObserver):
     """RunObserver: remembers the last row and reports it to Tune with each checkpoint."""
 
-    def __init__(self) -> None:
+    def __init__(self, extra: Mapping[str, Any] | None = None) -> None:
         self.last: dict[str, Any] = {}
+        self.extra = dict(extra or {})  # reported with every checkpoint (where the run resumed from)
 
     def on_step(self, row: Mapping[str, Any], **info: Any) -> None:
         self.last = {k: row[k] for k in ("step", *REPORTED) if isinstance(row.get(k), (int, float))}
 
     def on_checkpoint(self, step: int, directory: Path, **info: Any) -> None:
-        metrics = {**self.last, "step": step, "run_done": False}
+        metrics = {**self.last, **self.extra, "step": step, "run_done": False}
         tune.report(metrics, checkpoint=tune.Checkpoint.from_directory(str(directory)))
 
 
@@ -113,13 +118,32 @@ def resume_point(ctx: TrialContext, plan: RunPlan, checkpoint: Path) -> Path | N
     return at_or_before(checkpoint, last_logged, Path(plan.work_dir))
 
 
-def _run(ctx: TrialContext, plan: RunPlan, resume_from: Path | None) -> Any:
+def own_resume_point(ctx: TrialContext, plan: RunPlan) -> tuple[Path, int] | None:
+    """For a trial Tune gives no checkpoint (a fresh Tune experiment after a torn state, a restart that
+    lost its copies): the run's own newest verified checkpoint with every step up to it logged, and its
+    step (campaign/own_checkpoint.py; raises ForeignRunDir for another run's or config's directory)."""
+    # deferred: run/checkpoint.py loads torch, which the driver (importing this module) never needs
+    from retrain_ray.run.checkpoint import load_state
+
+    work_dir = Path(plan.work_dir)
+    if not (work_dir / "checkpoints").is_dir():
+        return None
+    recorder = ray.get_actor(recorder_name(ctx.campaign), namespace=ctx.namespace)
+    logged = cast("int", ray.get(recorder.logged_through.remote(plan.run_name), timeout=ctx.timeout_s))
+    found = own_checkpoint(work_dir, plan.run_name, plan.config.model_dump(mode="json"), logged)
+    if found is None:
+        return None
+    step = load_state(found).step
+    return found, step
+
+
+def _run(ctx: TrialContext, plan: RunPlan, resume_from: Path | None, extra: Mapping[str, Any] | None = None) -> Any:
     if resume_from is not None:
         resume_from = resume_point(ctx, plan, resume_from)
     if ctx.plugins is not None:
         activate(ctx.plugins)
     use_plugin_root(ctx.plugin_root)
-    reporter = TuneReporter()
+    reporter = TuneReporter(extra)
     runner = resolve_runner(ctx.runner)
     throttle = ctx.control.throttle_for(plan.run_name)
     try:
@@ -173,14 +197,17 @@ def run_trial(config: dict[str, Any], context: TrialContext) -> None:
     _set_threads(cpu_threads(plan))
     wait_for_start_slot(context.campaign, context.namespace, timeout_s=context.timeout_s)
     checkpoint = tune.get_checkpoint()
+    resumed: dict[str, int] = {}
     if checkpoint is None:
-        outcome, reporter = _run(context, plan, None)
+        own = own_resume_point(context, plan)
+        resumed = {} if own is None else {"resumed_own_step": own[1]}
+        outcome, reporter = _run(context, plan, None if own is None else own[0], resumed)
     else:
         with checkpoint.as_directory() as resume_dir:
             outcome, reporter = _run(context, plan, Path(resume_dir))
     final = {k: v for k, v in outcome.metrics.items() if isinstance(v, (int, float))}
     timing = {"first_step_at": outcome.first_step_at} if outcome.first_step_at else {}
-    tune.report({**reporter.last, **final, **timing, "step": outcome.last_step, "run_done": True,
+    tune.report({**reporter.last, **reporter.extra, **final, **timing, "step": outcome.last_step, "run_done": True,
                  "run_status": outcome.status, "process_runs": _RUNS_IN_PROCESS[0], "process_preloaded": _preloaded(),
                  "process_started_at": _process_started_at()})
 

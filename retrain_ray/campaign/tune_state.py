@@ -10,8 +10,13 @@ without its search space and crashes on a trial with no config (`KeyError: 'run_
 `torn_state` names the torn file; `set_aside` moves Tune's experiment-level state and the trial
 directories of runs that had not completed into `tune/.torn-<time>/`, so the campaign starts a fresh
 Tune experiment. The manifest stays the record: its completed runs are not run again (campaign/trial.py)
-and keep their Tune directories (the manifest names their last checkpoint there); the other runs start
-over from step 0 (their logs keep each step once, last write wins).
+and keep their Tune directories (the manifest names their last checkpoint there). The other runs get no
+checkpoint from the fresh Tune experiment; each continues after its own newest checkpoint in its work
+directory that verifies (checksums), whose step its metrics log holds with every step before it, and
+whose `run_meta.json` names the same run and config (campaign/own_checkpoint.py); a run without one
+starts from step 0, and a directory of another run or config fails the run with an error naming it.
+Rows a resumed run writes again (steps after its checkpoint) go to a new log segment and replace the
+killed session's (readers de-duplicate on step, last write wins), as on any resume.
 """
 
 from __future__ import annotations

@@ -151,6 +151,19 @@ def repair_and_last_step(directory: Path, name: str = "metrics") -> int | None:
     return max(steps, default=-1)
 
 
+def logged_through(directory: Path, name: str = "metrics") -> int:
+    """`repair_torn_segments`, then the last step S such that stream `name` holds every step 0..S (-1:
+    none). For a resume from a checkpoint the log did not report: rows after S were never logged."""
+    repair_torn_segments(directory, name)
+    if not segment_paths(Path(directory), name):
+        return -1
+    steps = set(read_stream(directory, name)["step"].to_pylist())
+    last = -1
+    while last + 1 in steps:
+        last += 1
+    return last
+
+
 def _concat_with_positions(batches: list[pa.RecordBatch]) -> pa.Table:
     """One table of all batches plus each row's batch ordinal and global row number."""
     try:
