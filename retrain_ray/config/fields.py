@@ -8,53 +8,31 @@ collisions at import time.
 
 from __future__ import annotations
 
+from retrain_ray.config import sections_aux as aux
+from retrain_ray.config import sections_core as core
 from retrain_ray.config.base import Section
-from retrain_ray.config.sections_aux import (
-    BackpressureSection,
-    DataSection,
-    EchoSection,
-    EnvironmentSection,
-    InferenceSection,
-    LoggingSection,
-    OptimizerBatchSection,
-    PlanningSection,
-    PluginsSection,
-    ResumeSection,
-    RewardSection,
-)
-from retrain_ray.config.sections_core import (
-    AlgorithmSection,
-    BackendSection,
-    GtpoSection,
-    HicraSection,
-    LoraSection,
-    ModelSection,
-    OptimizerSection,
-    SepaSection,
-    TrainingSection,
-)
 
 TRAIN_SECTIONS: dict[str, type[Section]] = {
-    "training": TrainingSection,
-    "algorithm": AlgorithmSection,
-    "backend": BackendSection,
-    "model": ModelSection,
-    "optimizer": OptimizerSection,
-    "lora": LoraSection,
-    "gtpo": GtpoSection,
-    "hicra": HicraSection,
-    "sepa": SepaSection,
-    "inference": InferenceSection,
-    "backpressure": BackpressureSection,
-    "planning": PlanningSection,
-    "data": DataSection,
-    "environment": EnvironmentSection,
-    "reward": RewardSection,
-    "resume": ResumeSection,
-    "logging": LoggingSection,
-    "echo": EchoSection,
-    "optimizer_batch": OptimizerBatchSection,
-    "plugins": PluginsSection,
+    "training": core.TrainingSection,
+    "algorithm": core.AlgorithmSection,
+    "backend": core.BackendSection,
+    "model": core.ModelSection,
+    "optimizer": core.OptimizerSection,
+    "lora": core.LoraSection,
+    "gtpo": core.GtpoSection,
+    "hicra": core.HicraSection,
+    "sepa": core.SepaSection,
+    "inference": aux.InferenceSection,
+    "backpressure": aux.BackpressureSection,
+    "planning": aux.PlanningSection,
+    "data": aux.DataSection,
+    "environment": aux.EnvironmentSection,
+    "reward": aux.RewardSection,
+    "resume": aux.ResumeSection,
+    "logging": aux.LoggingSection,
+    "echo": aux.EchoSection,
+    "optimizer_batch": aux.OptimizerBatchSection,
+    "plugins": aux.PluginsSection,
 }
 """Sections that form the original's TrainConfig (everything but [campaign] and [squeeze])."""
 
