@@ -10,29 +10,22 @@ import torch
 
 from retrain_ray.engines.distribution import LOG_MIN_PROB, entropy, filtered_logprobs
 from retrain_ray.engines.pytorch import autocast_for, check_request
-from retrain_ray.engines.types import SampleResult, SamplingParams, WeightUpdate
-from retrain_ray.engines.weights import install_weights
+from retrain_ray.engines.types import SampleResult, SamplingParams, WeightsVersion, WeightUpdate
+from retrain_ray.engines.weights import install_update, seeded_generator
 
 
-class NaiveEngine:
+class NaiveEngine(WeightsVersion):
     """SamplingEngine that decodes each row alone with full recomputation (baseline)."""
 
     def __init__(self, model: torch.nn.Module, *, eos_token_id: int, seed: int = 0) -> None:
         self.model = model
         self.eos_token_id = int(eos_token_id)
         self.device = next(model.parameters()).device
-        self.generator = torch.Generator(device=self.device)
-        self.generator.manual_seed(seed)
+        self.generator = seeded_generator(model, seed)
         self._version = 0
 
-    @property
-    def weights_version(self) -> int:
-        return self._version
-
     def load_weights(self, update: WeightUpdate) -> None:
-        if update.tensors:
-            install_weights(self.model, update.tensors)
-        self._version = update.version
+        self._version = install_update(self.model, update)
 
     def generate(
         self, prompt_ids_P: list[list[int]], num_samples: int, params: SamplingParams

@@ -30,7 +30,7 @@ from typing import Any
 import httpx
 
 from retrain_ray.engines.adapters import AdapterSpec, encode_adapter
-from retrain_ray.engines.types import SampleResult, SamplingParams, WeightUpdate
+from retrain_ray.engines.types import SampleResult, SamplingParams, WeightsVersion, WeightUpdate
 from retrain_ray.retry import RetryCounters, RetryPolicy, call_with_retry
 from retrain_ray.secrets import scrub
 
@@ -67,7 +67,7 @@ def _raise_for_status(response: httpx.Response, what: str) -> None:
                                     response=response)
 
 
-class OpenAIEngine:
+class OpenAIEngine(WeightsVersion):
     """Samples from an adapter (or the base model) on a shared OpenAI-compatible server."""
 
     def __init__(
@@ -101,10 +101,6 @@ class OpenAIEngine:
         self.adapter_upload, self.adapter_dir = adapter_upload, adapter_dir
         self._client = httpx.Client(timeout=timeout_s)
         self._version, self._calls, self._served = 0, 0, model_name
-
-    @property
-    def weights_version(self) -> int:
-        return self._version
 
     def runtime_metrics(self) -> dict[str, float]:
         return {"openai_retries": float(self.counters.retries)}

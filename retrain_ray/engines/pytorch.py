@@ -23,8 +23,8 @@ import torch
 
 from retrain_ray.engines.distribution import LOG_MIN_PROB, entropy, filtered_logprobs
 from retrain_ray.engines.train_mode import ModeSwitch
-from retrain_ray.engines.types import SampleResult, SamplingParams, WeightUpdate
-from retrain_ray.engines.weights import install_weights
+from retrain_ray.engines.types import SampleResult, SamplingParams, WeightsVersion, WeightUpdate
+from retrain_ray.engines.weights import install_update, seeded_generator
 
 
 def autocast_for(device: torch.device) -> contextlib.AbstractContextManager[object]:
@@ -78,7 +78,7 @@ class _Trace:
         return out
 
 
-class PyTorchEngine:
+class PyTorchEngine(WeightsVersion):
     """SamplingEngine over a Hugging Face causal LM (plain or PEFT) in this process."""
 
     def __init__(
@@ -95,15 +95,10 @@ class PyTorchEngine:
         self.eos_ids = [eos_token_id] if isinstance(eos_token_id, int) else list(eos_token_id)
         self.pad_token_id = int(pad_token_id)
         self.device = next(model.parameters()).device
-        self.generator = torch.Generator(device=self.device)
-        self.generator.manual_seed(seed)
+        self.generator = seeded_generator(model, seed)
         self.shares_model_with_trainer = shares_model_with_trainer
         self._version = weights_version
         self._modes = ModeSwitch(model)
-
-    @property
-    def weights_version(self) -> int:
-        return self._version
 
     def load_weights(self, update: WeightUpdate) -> None:
         """Installs the update's tensors (strict names and shapes), or only the version if shared."""
@@ -112,9 +107,7 @@ class PyTorchEngine:
                 f"WeightUpdate version {update.version} carries no tensors, but this engine does not share "
                 "its model with the trainer: export the trainer's weights with tensors (split placement)"
             )
-        if update.tensors:
-            install_weights(self.model, update.tensors)
-        self._version = update.version
+        self._version = install_update(self.model, update)
 
     def generate(
         self, prompt_ids_P: list[list[int]], num_samples: int, params: SamplingParams

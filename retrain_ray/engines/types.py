@@ -60,6 +60,16 @@ class WeightUpdate:
     tensors: dict[str, torch.Tensor] = field(default_factory=dict)
 
 
+class WeightsVersion:
+    """`weights_version` of an engine that keeps it itself: the version of the last update it loaded."""
+
+    _version: int = 0
+
+    @property
+    def weights_version(self) -> int:
+        return self._version
+
+
 @runtime_checkable
 class SamplingEngine(Protocol):
     """Generates `num_samples` completions for each prompt, in one batch where it can."""

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import torch
 
+from retrain_ray.engines.types import WeightUpdate
+
 
 def trainable_parameters(model: torch.nn.Module) -> dict[str, torch.nn.Parameter]:
     """name -> parameter for every parameter with requires_grad (tied weights appear once)."""
@@ -43,6 +45,20 @@ def install_weights(model: torch.nn.Module, tensors: dict[str, torch.Tensor]) ->
     with torch.no_grad():
         for name, tensor in tensors.items():
             params[name].copy_(tensor.to(device=params[name].device, dtype=params[name].dtype))
+
+
+def install_update(model: torch.nn.Module, update: WeightUpdate) -> int:
+    """Installs `update`'s tensors (none: only its version, the model is the trainer's); returns its version."""
+    if update.tensors:
+        install_weights(model, update.tensors)
+    return update.version
+
+
+def seeded_generator(model: torch.nn.Module, seed: int) -> torch.Generator:
+    """A sampling generator on the device of `model`'s parameters, seeded with `seed`."""
+    generator = torch.Generator(device=next(model.parameters()).device)
+    generator.manual_seed(seed)
+    return generator
 
 
 def export_trainable(model: torch.nn.Module) -> dict[str, torch.Tensor]:

@@ -20,7 +20,7 @@ import time
 from typing import Any
 
 from retrain_ray.backends.tinker.session import TinkerSession
-from retrain_ray.engines.types import SampleResult, SamplingParams, WeightUpdate
+from retrain_ray.engines.types import SampleResult, SamplingParams, WeightsVersion, WeightUpdate
 from retrain_ray.retry import is_transient
 
 log = logging.getLogger(__name__)
@@ -45,16 +45,12 @@ def to_sample_results(response: Any) -> list[SampleResult]:
     return out
 
 
-class TinkerEngine:
+class TinkerEngine(WeightsVersion):
     """Samples from the newest server-side checkpoint of a `TinkerSession`."""
 
     def __init__(self, session: TinkerSession) -> None:
         self.session = session
         self._version = 0
-
-    @property
-    def weights_version(self) -> int:
-        return self._version
 
     def load_weights(self, update: WeightUpdate) -> None:
         if update.tensors:
