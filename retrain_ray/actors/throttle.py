@@ -12,10 +12,8 @@ of its leases in one call (the client's per-process lease keeper renews this way
 Sessions batch the traffic of one client process: `submit(session, releases, requests)` releases
 leases and queues any number of requests in one call and returns at once; `poll(session, max_wait_s)`
 waits until some of that session's requests are granted or timed out and returns all of them. So one
-round trip carries many grants, and a process with 32 holders makes two calls where it made 64. A
-session that stops polling for longer than the lease TTL and `SESSION_GRACE_S` (its process died) is
-forgotten with its queued requests and undelivered grants; its held slots return within TTL + one
-reaper period like any dead holder's.
+round trip carries many grants, and a process with 32 holders makes two calls where it made 64. The
+sessions' bookkeeping (dead and silent sessions included) lives in `throttle_sessions.Sessions`.
 
 Local pools (`exchange`, `poll_pool`): the client keeps the slots its process was granted and hands
 them from one local hold to the next without a call. The `PoolState` this actor computes for it says
@@ -42,14 +40,8 @@ from typing import Any
 
 import ray
 
-from retrain_ray.actors.throttle_support import (
-    THROTTLE_GAUGES,
-    Gauges,
-    Outcome,
-    Request,
-    Session,
-    throttle_name,
-)
+from retrain_ray.actors.throttle_sessions import Sessions
+from retrain_ray.actors.throttle_support import THROTTLE_GAUGES, Gauges, Outcome, Request, throttle_name
 from retrain_ray.actors.worker_env import SERVICE_RUNTIME_ENV
 from retrain_ray.throttle.errors import ThrottleTimeout
 from retrain_ray.throttle.semaphore import LeasedSemaphore, check_capacity, check_ttl
@@ -59,7 +51,6 @@ __all__ = ["THROTTLE_GAUGES", "ThrottleActor", "get_throttle", "start_throttle",
 
 log = logging.getLogger(__name__)
 
-SESSION_GRACE_S = 10.0  # a live client polls at least every 5 s while it waits or holds
 MAX_CONCURRENCY = 10_000  # pending acquires are coroutines; this bounds queued waiters, not threads
 
 
@@ -71,11 +62,8 @@ class ThrottleActor:
         self._endpoint = endpoint
         self._sem = LeasedSemaphore(capacity, lease_ttl_s)
         self._futures: dict[int, asyncio.Future[list[Lease]]] = {}
-        self._sessions: dict[str, Session] = {}
-        self._ticket_session: dict[int, str] = {}
+        self._sessions = Sessions(endpoint, self._sem)
         self._reaper: asyncio.Task[None] | None = None
-        self._seq = 0
-        self._incarnations = 0
         self._gauges = Gauges(campaign, endpoint)
         self._gauges.update(self._sem.stats())
 
@@ -117,7 +105,7 @@ class ThrottleActor:
         """
         self._ensure_reaper()
         unknown = self._sem.release_many(releases) if releases else []
-        state = self._session(session)
+        state = self._sessions.get(session)
         state.held.difference_update(releases)
         now = state.last_seen = time.monotonic()
         loop = asyncio.get_running_loop()
@@ -127,8 +115,7 @@ class ThrottleActor:
             except ValueError as err:
                 state.deliver((request_id, err))
                 continue
-            state.tickets[ticket] = (request_id, now, count)
-            self._ticket_session[ticket] = session
+            self._sessions.track(session, ticket, request_id, now, count)
             loop.call_later(max(timeout_s, 0.0), self._expire_request, session, ticket)
         self._wake()
         return unknown
@@ -139,24 +126,20 @@ class ThrottleActor:
         """`submit` for a client with a local pool, which may also withdraw queued requests (`cancels`,
         request ids) and gets back the outcomes ready now (a withdrawn request granted before it was
         withdrawn is among them) and the session's `PoolState`."""
-        state = self._session(session)
-        for ticket, (request_id, _, _) in list(state.tickets.items()):
-            if request_id in cancels:
-                del state.tickets[ticket]
-                self._ticket_session.pop(ticket, None)
-                self._sem.release_many([lease.lease_id for lease in self._sem.cancel(ticket)])
+        state = self._sessions.get(session)
+        self._sessions.cancel(state, cancels)
         unknown = await self.submit(session, releases, requests)
         ready, state.ready = state.ready, []
-        return unknown, ready, self._pool_state(state)
+        return unknown, ready, self._sessions.pool_state(state)
 
     async def poll_pool(
         self, session: str, max_wait_s: float, told: tuple[int, bool, int] | None
     ) -> tuple[list[Outcome], PoolState]:
         """`poll` that also returns at once when the session's `PoolState.key()` differs from `told`."""
-        state = self._session(session)
+        state = self._sessions.get(session)
         state.polling += 1
         try:
-            if not state.ready and self._pool_state(state).key() == told:
+            if not state.ready and self._sessions.pool_state(state).key() == told:
                 state.told = told
                 state.event.clear()
                 with contextlib.suppress(asyncio.TimeoutError):
@@ -166,7 +149,7 @@ class ThrottleActor:
             state.told = None
             state.last_seen = time.monotonic()
         ready, state.ready = state.ready, []
-        return ready, self._pool_state(state)
+        return ready, self._sessions.pool_state(state)
 
     async def cpu_s(self) -> float:
         """CPU seconds this actor's process has used (benchmarks report CPU per grant)."""
@@ -174,7 +157,7 @@ class ThrottleActor:
 
     async def poll(self, session: str, max_wait_s: float) -> list[Outcome]:
         """Wait up to `max_wait_s` for outcomes of `session`'s requests; return (and forget) all of them."""
-        state = self._session(session)
+        state = self._sessions.get(session)
         state.polling += 1
         try:
             if not state.ready:
@@ -231,12 +214,7 @@ class ThrottleActor:
             for ticket, lease in grants:
                 by_ticket.setdefault(ticket, []).append(lease)
             for ticket, leases in by_ticket.items():
-                session = self._ticket_session.pop(ticket, None)
-                if session is not None:
-                    state = self._sessions[session]
-                    request_id, _, _ = state.tickets.pop(ticket)
-                    state.held.update(lease.lease_id for lease in leases)
-                    state.deliver((request_id, leases))
+                if self._sessions.deliver_grant(ticket, leases):
                     continue
                 future = self._futures.pop(ticket, None)
                 if future is None or future.done():
@@ -244,28 +222,7 @@ class ThrottleActor:
                 else:
                     future.set_result(leases)
             grants = self._sem.pop_grants()
-        self._notify()
-
-    def _pool_state(self, state: Session) -> PoolState:
-        """How many slots the session of `state` may keep between holds now (see the module doc)."""
-        sem = self._sem
-        state.held = {lease_id for lease_id in state.held if sem.holds(lease_id)}
-        own_asks = sum(1 for _, _, count in state.tickets.values() if count == 1)
-        others = sem.waiting > own_asks
-        if sem.in_flight > sem.capacity:  # shrunk: give back the excess
-            keep = max(0, len(state.held) - (sem.in_flight - sem.capacity))
-        elif others and sem.head_count > 1:  # a batch needs whole slots back
-            keep = 0
-        else:
-            keep = sem.capacity
-        self._seq += 1
-        return PoolState(self._endpoint, sem.capacity, others, keep, self._seq, state.incarnation)
-
-    def _notify(self) -> None:
-        """Wake each pending poll_pool whose session's PoolState changed."""
-        for state in self._sessions.values():
-            if state.told is not None and self._pool_state(state).key() != state.told:
-                state.event.set()
+        self._sessions.notify()
 
     def _abandon(self, ticket: int, future: asyncio.Future[list[Lease]]) -> None:
         """Take a waiter that gave up out of the queue (or release what it was just granted)."""
@@ -276,65 +233,10 @@ class ThrottleActor:
             self._sem.release_many([lease.lease_id for lease in leases])
         self._wake()  # a cancelled batch at the head may have blocked smaller requests
 
-    def _session(self, session: str) -> Session:
-        state = self._sessions.get(session)
-        if state is None:
-            self._incarnations += 1
-            state = self._sessions[session] = Session(time.monotonic(), self._incarnations)
-        return state
-
     def _expire_request(self, session: str, ticket: int) -> None:
-        """A request's timeout passed: if it is still queued, answer it with a ThrottleTimeout."""
-        if self._ticket_session.get(ticket) != session:
-            return  # granted (or its session dropped) in time
-        del self._ticket_session[ticket]
-        state = self._sessions[session]
-        request_id, since, _ = state.tickets.pop(ticket)
-        self._sem.release_many([lease.lease_id for lease in self._sem.cancel(ticket)])
-        state.deliver((request_id, ThrottleTimeout(self._endpoint, self._sem.capacity, time.monotonic() - since)))
-        self._wake()
-
-    def _reclaim_silent_sessions(self, now: float) -> None:
-        """A session with a lease past its expiry stopped renewing (the keeper renews all of a process's
-        leases in one call): its process is dead or stalled past the TTL. Take back all of its leases,
-        including those granted to its queued requests since it went silent, and answer its queued
-        single-slot requests with a ThrottleTimeout (a live but stalled client asks again), so the
-        slots go to live waiters, and a dead process's slots all come back at its first missed expiry.
-        """
-        expiring = {lease.lease_id for lease in self._sem.expiring(now)}
-        for name, state in self._sessions.items():
-            if not expiring & state.held:
-                continue
-            asks = [(ticket, entry) for ticket, entry in state.tickets.items() if entry[2] == 1]
-            for ticket, (request_id, since, _) in asks:
-                del state.tickets[ticket]
-                self._ticket_session.pop(ticket, None)
-                self._sem.release_many([lease.lease_id for lease in self._sem.cancel(ticket)])
-                waited_s = time.monotonic() - since
-                state.deliver((request_id, ThrottleTimeout(self._endpoint, self._sem.capacity, waited_s)))
-            taken = self._sem.reclaim(state.held, now)
-            state.held.clear()
-            log.warning("throttle %s: session %s stopped renewing; %d leases reclaimed, %d queued requests "
-                        "dropped", self._endpoint, name, len(taken), len(asks))
-
-    def _drop_dead_sessions(self) -> None:
-        """Forget sessions that stopped polling (TTL, at least SESSION_GRACE_S): cancel their requests,
-        free their grants. (A dead session's leases expire by themselves after the TTL.)"""
-        stale = time.monotonic() - max(self._sem.lease_ttl_s, SESSION_GRACE_S)
-        for name, state in list(self._sessions.items()):
-            if state.polling or state.last_seen > stale:
-                continue
-            for ticket in state.tickets:
-                self._ticket_session.pop(ticket, None)
-                self._sem.cancel(ticket)
-            undelivered = [lease for _, leases in state.ready if isinstance(leases, list) for lease in leases]
-            self._sem.release_many([lease.lease_id for lease in undelivered])
-            del self._sessions[name]
-            if state.tickets or undelivered:
-                log.warning("throttle %s dropped session %s (no poll within the lease TTL): %d queued "
-                            "requests, %d undelivered leases", self._endpoint, name, len(state.tickets),
-                            len(undelivered))
-        self._wake()
+        """A request's timeout passed: answered with a ThrottleTimeout if still queued."""
+        if self._sessions.expire(session, ticket):
+            self._wake()
 
     def _ensure_reaper(self) -> None:
         if self._reaper is None or self._reaper.done():
@@ -346,12 +248,13 @@ class ThrottleActor:
             await asyncio.sleep(period_s)
             try:
                 now = time.monotonic()
-                self._reclaim_silent_sessions(now)
+                self._sessions.reclaim_silent(now)
                 for lease in self._sem.reclaim_expired(now):
                     log.warning("throttle %s reclaimed lease %s of %s (not renewed within its TTL)",
                                 self._endpoint, lease.lease_id, lease.holder)
                 self._wake()
-                self._drop_dead_sessions()
+                self._sessions.drop_dead()
+                self._wake()
                 self._gauges.update(self._sem.stats())
             except Exception:  # keep reaping; a failed gauge export must not stop reclaiming
                 log.exception("throttle %s reaper tick failed", self._endpoint)
