@@ -6,7 +6,8 @@ temp dir the test created, and nothing else: never `ray stop`, never a kill by n
 
 The kill-and-resume scaffolding of tests/test_campaign_resume.py, tests/test_campaign_bounded_copies.py
 and tests/fault_scenarios.py: `kill_driver_when` (start tests/campaign_driver.py, wait, SIGKILL),
-`run_to_end` (the same or another command again, to its end), `rows_logged`, `steps_once`.
+`run_to_end` (the same or another command again, to its end), `rows_logged`, `steps_once`; for a test,
+`kill_campaign_when` (the driver killed, or the test fails with its log) and `resume_campaign`.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from helpers import wait_for
 
@@ -164,6 +166,25 @@ def run_to_end(cmd: list[str], *, log: Path, prefix: str, timeout_s: float, **en
         except TimeoutError:
             return rc, owned_pids(proc.pid, ray_tmp)
         return rc, []
+
+
+def kill_campaign_when(ready: Callable[[], object], toml: Path, root: Path, step_delay: float, *, prefix: str,
+                       timeout_s: float, what: str, **kwargs: Any) -> None:
+    """`kill_driver_when` for the campaign driver of `toml` (log: root/driver1.log); fails the test with the
+    end of that log when the driver ended before `ready()` was true. `kwargs`: poll_s and environment."""
+    log = root / "driver1.log"
+    ended = kill_driver_when(ready, driver_cmd(toml, root, step_delay), log=log, prefix=prefix, timeout_s=timeout_s,
+                             what=what, **kwargs)
+    assert ended is None, log.read_text()[-3000:]
+
+
+def resume_campaign(campaign_dir: Path, root: Path, *, prefix: str, timeout_s: float) -> tuple[int | None, list[int], str]:
+    """`retrain-ray resume campaign_dir` to its end (log: root/driver2.log): `run_to_end`'s exit code and
+    pids left, and the text of that log."""
+    log = root / "driver2.log"
+    rc, left = run_to_end([PYTHON, "-m", "retrain_ray.cli", "resume", str(campaign_dir)], log=log, prefix=prefix,
+                          timeout_s=timeout_s)
+    return rc, left, log.read_text()
 
 
 def manifest_runs(campaign_dir: Path) -> dict[str, dict] | None:

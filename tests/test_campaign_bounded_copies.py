@@ -9,15 +9,7 @@ from __future__ import annotations
 import threading
 
 import pytest
-from campaign_helpers import (
-    PYTHON,
-    driver_cmd,
-    kill_driver_when,
-    manifest_runs,
-    read_manifest,
-    run_to_end,
-    segment_steps,
-)
+from campaign_helpers import kill_campaign_when, manifest_runs, read_manifest, resume_campaign, segment_steps
 from helpers import TINY_RUN, write_campaign
 
 from retrain_ray.logs import read_stream
@@ -67,16 +59,14 @@ def test_tune_copies_stay_bounded_and_a_killed_campaign_still_resumes(tmp_path):
                           training={"save_every": 1, "keep_last_checkpoints": KEEP})
     cdir = tmp_path / "bounded"
     watch = CopyWatch(cdir)
-    ended = kill_driver_when(lambda: _killable(cdir), driver_cmd(toml, tmp_path, 0.5), log=tmp_path / "driver1.log",
-                             prefix="rrb", timeout_s=300, what="a half-done campaign")
-    assert ended is None, (tmp_path / "driver1.log").read_text()[-3000:]
+    kill_campaign_when(lambda: _killable(cdir), toml, tmp_path, 0.5, prefix="rrb", timeout_s=300,
+                       what="a half-done campaign")
     at_kill = _copies(cdir, SECOND)
     assert at_kill < 15, f"{at_kill} copies of 15 checkpoints: nothing pruned while the run went on"
 
-    rc, _ = run_to_end([PYTHON, "-m", "retrain_ray.cli", "resume", str(cdir)], log=tmp_path / "driver2.log",
-                       prefix="rrc", timeout_s=300)
+    rc, _, log = resume_campaign(cdir, tmp_path, prefix="rrc", timeout_s=300)
     most = watch.stop()
-    assert rc == 0, (tmp_path / "driver2.log").read_text()[-3000:]
+    assert rc == 0, log[-3000:]
 
     manifest = read_manifest(cdir)
     runs = {r["run_name"]: r for r in manifest["runs"]}

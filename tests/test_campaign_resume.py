@@ -9,12 +9,10 @@ from __future__ import annotations
 
 import pytest
 from campaign_helpers import (
-    PYTHON,
-    driver_cmd,
-    kill_driver_when,
+    kill_campaign_when,
     manifest_runs,
     read_manifest,
-    run_to_end,
+    resume_campaign,
     segment_steps,
     steps_once,
 )
@@ -42,15 +40,12 @@ def _killable(cdir):
 def test_killed_driver_resumes_without_rerunning_finished_runs(tmp_path):
     toml = write_campaign(tmp_path / "killed.toml", base=TINY_RUN, campaign=CAMPAIGN)
     cdir = tmp_path / "killed"
-    ended = kill_driver_when(lambda: _killable(cdir), driver_cmd(toml, tmp_path, 0.5), log=tmp_path / "driver1.log",
-                             prefix="rrk", timeout_s=240, what="a half-done campaign")
-    assert ended is None, (tmp_path / "driver1.log").read_text()[-3000:]
+    kill_campaign_when(lambda: _killable(cdir), toml, tmp_path, 0.5, prefix="rrk", timeout_s=240,
+                       what="a half-done campaign")
     before = read_manifest(cdir)
     assert before["status"] == "running" and {r["run_name"]: r["status"] for r in before["runs"]}[SECOND] == "running"
 
-    rc, left = run_to_end([PYTHON, "-m", "retrain_ray.cli", "resume", str(cdir)], log=tmp_path / "driver2.log",
-                          prefix="rrr", timeout_s=240)
-    log = (tmp_path / "driver2.log").read_text()
+    rc, left, log = resume_campaign(cdir, tmp_path, prefix="rrr", timeout_s=240)
     assert rc == 0, log[-3000:]
     assert f"results: {cdir}" in log
     # the resumed driver shut its own Ray down on exit: nothing of its session or temp dir is left
@@ -86,10 +81,9 @@ def test_a_run_completed_just_before_the_driver_was_killed_is_not_run_again(tmp_
     toml = write_campaign(tmp_path / "stale.toml", base=TINY_RUN,
                           campaign={**CAMPAIGN, "name": "stale", "max_steps": steps, "trial_start_timeout_s": 240})
     cdir = tmp_path / "stale"
-    ended = kill_driver_when(lambda: (manifest_runs(cdir) or {}).get(FIRST, {}).get("status") == "completed",
-                             driver_cmd(toml, tmp_path, 0.3), log=tmp_path / "driver1.log", prefix="rrs",
-                             timeout_s=400, what=f"{FIRST} completed", poll_s=0.02, TUNE_GLOBAL_CHECKPOINT_S="3600")
-    assert ended is None, (tmp_path / "driver1.log").read_text()[-3000:]
+    kill_campaign_when(lambda: (manifest_runs(cdir) or {}).get(FIRST, {}).get("status") == "completed", toml,
+                       tmp_path, 0.3, prefix="rrs", timeout_s=400, what=f"{FIRST} completed", poll_s=0.02,
+                       TUNE_GLOBAL_CHECKPOINT_S="3600")
     before = read_manifest(cdir)
     assert before["status"] == "running"
     first_segments = segment_paths(cdir / "runs" / FIRST, "metrics")
@@ -97,9 +91,7 @@ def test_a_run_completed_just_before_the_driver_was_killed_is_not_run_again(tmp_
         (searcher,) = (cdir / "tune").glob("basic-variant-state-*.json")
         searcher.write_bytes(b"")
 
-    rc, _ = run_to_end([PYTHON, "-m", "retrain_ray.cli", "resume", str(cdir)], log=tmp_path / "driver2.log",
-                       prefix="rrs", timeout_s=400)
-    log = (tmp_path / "driver2.log").read_text()
+    rc, _, log = resume_campaign(cdir, tmp_path, prefix="rrs", timeout_s=400)
     assert rc == 0, log[-3000:]
     manifest = read_manifest(cdir)
     assert manifest["status"] == "done" and len(manifest["sessions"]) == 2
@@ -135,18 +127,14 @@ def test_a_torn_tune_state_resumes_an_unfinished_run_from_its_own_checkpoint(tmp
                           campaign={**CAMPAIGN, "name": "own", "seeds": [1], "max_steps": steps,
                                     "trial_start_timeout_s": 240})
     cdir = tmp_path / "own"
-    ended = kill_driver_when(lambda: _one_done_one_checkpointed(cdir), driver_cmd(toml, tmp_path, 0.3),
-                             log=tmp_path / "driver1.log", prefix="rro", timeout_s=400,
-                             what="one run completed, the other checkpointed")
-    assert ended is None, (tmp_path / "driver1.log").read_text()[-3000:]
+    kill_campaign_when(lambda: _one_done_one_checkpointed(cdir), toml, tmp_path, 0.3, prefix="rro", timeout_s=400,
+                       what="one run completed, the other checkpointed")
     twin, killed = _one_done_one_checkpointed(cdir)
     (searcher,) = (cdir / "tune").glob("basic-variant-state-*.json")
     searcher.write_bytes(b"")  # as a driver killed while Tune copied it left it
     killed_segments = segment_paths(cdir / "runs" / killed, "metrics")
 
-    rc, _ = run_to_end([PYTHON, "-m", "retrain_ray.cli", "resume", str(cdir)], log=tmp_path / "driver2.log",
-                       prefix="rro", timeout_s=400)
-    log = (tmp_path / "driver2.log").read_text()
+    rc, _, log = resume_campaign(cdir, tmp_path, prefix="rro", timeout_s=400)
     assert rc == 0, log[-3000:]
     assert "Tune's experiment state is torn" in log
     runs = {r["run_name"]: r for r in read_manifest(cdir)["runs"]}
