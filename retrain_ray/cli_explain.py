@@ -10,6 +10,10 @@ capacity estimate of the original's capacity-planning page:
     estimated wall time   = total_steps * median_step_time / effective_parallelism
     effective_parallelism = min(max_workers or num_runs, num_runs) if parallel else 1
 
+A campaign also says which plugin code it ships to its trials ("plugins shipped"): the folders and
+files `Campaign.run()` would pack (campaign/plugin_bundle.py, the same code), their raw and zipped
+size, "none" with why, or the driver's size-limit error (then explain exits 2 after the description).
+
 Capabilities come from the one backend registry (`retrain_ray/backends/registry.py`), the same flags
 preflight and the backend classes use.
 """
@@ -23,6 +27,7 @@ import sys
 from typing import Any
 
 from retrain_ray.actors.placement import mode_for_gpus
+from retrain_ray.campaign.plugin_bundle import shipment
 from retrain_ray.config import (
     ConfigError,
     RetrainConfig,
@@ -139,6 +144,23 @@ def describe(cfg: RetrainConfig, median_step_time: float) -> dict[str, Any]:
     return out
 
 
+def _files(n: int) -> str:
+    return f"{n} file" if n == 1 else f"{n} files"
+
+
+def plugins_text(shipped: dict[str, Any]) -> str:
+    """The "plugins shipped" part of the text output."""
+    if shipped["status"] == "none":
+        return f"plugins shipped to the trials: none: {shipped['reason']}"
+    if shipped["status"] == "refused":
+        return f"plugins shipped to the trials: refused: {shipped['error']}"
+    lines = [f"plugins shipped to the trials: {_files(shipped['files'])}, {shipped['raw_bytes'] / 1024:.1f} KiB raw, "
+             f"{shipped['zipped_bytes'] / 1024:.1f} KiB zipped (digest {shipped['digest']})"]
+    lines += [f"  {u['name']}  from {u['source']}  ({_files(u['files'])}, {u['bytes'] / 1024:.1f} KiB raw)"
+              for u in shipped["units"]]
+    return "\n".join(lines)
+
+
 def _print_rich(info: dict[str, Any], warnings: list[str]) -> None:
     # deferred: loads rich, which importing this module does not need
     from rich.console import Console
@@ -164,6 +186,8 @@ def _print_rich(info: dict[str, Any], warnings: list[str]) -> None:
         for key, value in camp["capacity"].items():
             cap.add_row(key, f"{value:.1f}" if isinstance(value, float) else str(value))
         console.print(cap)
+    if "plugins_shipped" in info:
+        console.print(plugins_text(info["plugins_shipped"]), highlight=False, markup=False, soft_wrap=True)
     if "squeeze" in info:
         console.print("squeeze after training: " + ", ".join(f"{k}={v!r}" for k, v in info["squeeze"].items()),
                       highlight=False, markup=False)
@@ -196,10 +220,15 @@ def explain_main(argv: list[str] | None = None) -> int:
     if problems:
         print(f"{args.file}: the runs could not start:\n" + "\n".join(f"  - {p}" for p in problems), file=sys.stderr)
         return 2
+    if cfg.campaign is not None:  # after preflight: the plugins it imported are the ones packed
+        info["plugins_shipped"] = shipment(r.config for r in expand_runs(cfg))
     if args.json:
         print(json.dumps({**info, "warnings": warnings}, indent=2))
     else:
         _print_rich(info, warnings)
+    if info.get("plugins_shipped", {}).get("status") == "refused":
+        print(f"{args.file}: the campaign would be refused: {info['plugins_shipped']['error']}", file=sys.stderr)
+        return 2
     return 0
 
 

@@ -8,7 +8,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from helpers import write_campaign
+from helpers import GRPO, SHIPPED_REWARD, write_campaign
 from hf_cache import ORIGINAL_MODEL, stub_original_model
 
 from retrain_ray.config import RetrainConfig
@@ -18,8 +18,8 @@ ROOT = Path(__file__).resolve().parents[1]
 _HF_HOME = stub_original_model(Path(tempfile.mkdtemp(prefix="explain-hf-")))
 
 
-def _explain(*args: str, hf_home: Path = _HF_HOME) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "retrain_ray.cli_explain", *args], cwd=ROOT,
+def _explain(*args: str, hf_home: Path = _HF_HOME, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "retrain_ray.cli_explain", *args], cwd=cwd,
                           capture_output=True, text=True, timeout=120,
                           env={"PATH": "/usr/bin:/bin", "COLUMNS": "200", "HF_HUB_OFFLINE": "1",
                                "HF_HOME": str(hf_home)})
@@ -57,6 +57,42 @@ def test_campaign_json_capacity_formulas(tmp_path):
                                 "median_step_time_s": 2.0, "effective_parallelism": 2,
                                 "estimated_wall_time_s": 400.0}
     assert info["run"]["resources_per_run"] == {"cpus": 1.0, "gpus": 0, "placement": "cpu"}
+
+
+def test_campaign_lists_the_plugin_folder_it_ships(tmp_path):
+    (tmp_path / "plugins").mkdir()
+    (tmp_path / "plugins" / "shipped_reward.py").write_text(SHIPPED_REWARD.format(report=str(tmp_path / "r.txt")))
+    (tmp_path / "notes.py").write_text("NOT_SHIPPED = 1\n")
+    campaign = {"seeds": [1], "max_steps": 2}
+    path = write_campaign(tmp_path / "c.toml", base={}, backend={"devices": "cpu"}, campaign=campaign,
+                          reward={"type": "shipped_reward:make"}, algorithm=GRPO)
+    text = _explain(str(path), cwd=tmp_path)
+    assert text.returncode == 0, text.stderr
+    assert "plugins shipped to the trials: 1 file, " in text.stdout
+    assert f"plugins  from {tmp_path / 'plugins'}  (1 file, " in text.stdout and "notes.py" not in text.stdout
+    out = _explain(str(path), "--json", cwd=tmp_path)
+    shipped = json.loads(out.stdout)["plugins_shipped"]
+    size = (tmp_path / "plugins" / "shipped_reward.py").stat().st_size
+    assert shipped["status"] == "shipped" and shipped["files"] == 1 and shipped["raw_bytes"] == size
+    assert shipped["units"] == [{"name": "plugins", "source": str(tmp_path / "plugins"), "files": 1, "bytes": size}]
+    none = write_campaign(tmp_path / "none.toml", base={}, backend={"devices": "cpu"}, campaign=campaign)
+    assert "plugins shipped to the trials: none: no plugin named" in _explain(str(none), cwd=tmp_path).stdout
+    assert json.loads(_explain(str(none), "--json", cwd=tmp_path).stdout)["plugins_shipped"] == {
+        "status": "none", "reason": "no plugin named"}
+
+
+def test_a_plugin_folder_over_the_limit_is_shown_refused_and_exits_2(tmp_path):
+    (tmp_path / "plugins").mkdir()
+    (tmp_path / "plugins" / "shipped_reward.py").write_text(SHIPPED_REWARD.format(report=str(tmp_path / "r.txt")))
+    with open(tmp_path / "plugins" / "weights.bin", "wb") as sparse:
+        sparse.truncate(100 * 2**20 + 1)
+    path = write_campaign(tmp_path / "c.toml", base={}, backend={"devices": "cpu"}, campaign={"seeds": [1]},
+                          reward={"type": "shipped_reward:make"}, algorithm=GRPO)
+    out = _explain(str(path), "--json", cwd=tmp_path)
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    shipped = json.loads(out.stdout)["plugins_shipped"]
+    assert shipped["status"] == "refused" and f"[plugins] {tmp_path / 'plugins'}: 100.0 MiB" in shipped["error"]
+    assert "the campaign would be refused: [plugins]" in out.stderr
 
 
 def test_single_run_split_and_tinker():

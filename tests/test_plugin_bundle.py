@@ -16,7 +16,7 @@ from helpers import GRPO, SHIPPED_REWARD, write_campaign, write_config
 from ray import cloudpickle
 
 from retrain_ray.campaign import Campaign, CampaignError
-from retrain_ray.campaign.plugin_bundle import MAX_BUNDLE_BYTES, build_bundle
+from retrain_ray.campaign.plugin_bundle import MAX_BUNDLE_BYTES, build_bundle, shipment
 from retrain_ray.config import load_config
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -98,6 +98,40 @@ def test_a_plugin_folder_over_the_limit_is_refused_naming_it(driver_dir):
         Campaign.from_toml(toml, root=driver_dir / "campaigns").run(progress=False)
     assert f"[plugins] {driver_dir / 'plugins'}: 100.0 MiB" in str(info.value) and "100 MiB limit" in str(info.value)
     assert not (driver_dir / "campaigns" / "big").exists()  # refused before the campaign started
+
+
+def test_shipment_describes_what_build_bundle_packs(driver_dir, tmp_path):
+    """`retrain-ray explain`'s "plugins shipped" part: the same units, files and bytes as the bundle."""
+    (driver_dir / "plugins" / "shipped_reward.py").write_text(SHIPPED_REWARD.format(report=str(tmp_path / "r.txt")))
+    (driver_dir / "plugins" / "helper_data.json").write_text("{}")
+    cfg = load_config(_reward_config(driver_dir, "shipped_reward:make"))
+    shipped = shipment([cfg, cfg])
+    bundle = build_bundle([cfg])
+    assert bundle is not None
+    raw = sum(f.stat().st_size for f in (driver_dir / "plugins").iterdir() if f.is_file())
+    assert shipped == {"status": "shipped", "files": 2, "raw_bytes": raw, "zipped_bytes": len(bundle.data),
+                       "digest": bundle.digest[:16],
+                       "units": [{"name": "plugins", "source": str(driver_dir / "plugins"), "files": 2, "bytes": raw}]}
+
+
+def test_shipment_says_none_and_why(driver_dir):
+    assert shipment([load_config(_reward_config(driver_dir, "match"))]) == {"status": "none",
+                                                                          "reason": "no plugin named"}
+    installed = shipment([load_config(_reward_config(driver_dir, "json:loads"))])
+    assert installed == {"status": "none", "reason": "only installed plugins named (on every node already)"}
+
+
+def test_shipment_reports_the_drivers_size_refusal(driver_dir):
+    (driver_dir / "plugins" / "shipped_reward.py").write_text(SHIPPED_REWARD.format(report=str(driver_dir / "r.txt")))
+    with open(driver_dir / "plugins" / "weights.bin", "wb") as sparse:
+        sparse.truncate(MAX_BUNDLE_BYTES + 1)
+    cfg = load_config(_reward_config(driver_dir, "shipped_reward:make"))
+    shipped = shipment([cfg])
+    assert shipped["status"] == "refused"
+    assert shipped["error"].startswith(f"[plugins] {driver_dir / 'plugins'}: 100.0 MiB")
+    with pytest.raises(ValueError) as info:
+        build_bundle([cfg])
+    assert str(info.value) == shipped["error"]
 
 
 def make_renaming_runner(folder: str):

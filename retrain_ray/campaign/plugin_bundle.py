@@ -14,7 +14,9 @@ What is packed, per plugin module, is the narrowest unit that keeps its imports 
   top-level module (`my_reward.py`): never the folder it lies in, so never the working directory.
 Installed code (site-packages, the standard library) and retrain_ray itself are not packed: they are
 on every node already. `__pycache__`, `.git` and compiled files are left out. A bundle over
-`MAX_BUNDLE_BYTES` (Ray's limit for a runtime-env package) is refused, naming the folder.
+`MAX_BUNDLE_BYTES` (Ray's limit for a runtime-env package) is refused, naming the folder. `packing` is
+that choice of files; `build_bundle` zips it for the driver and `shipment` describes it for
+`retrain-ray explain`, so explain shows exactly what a campaign ships.
 
 Ray's runtime env (`py_modules`) is not used on purpose: Tune gives trials a runtime env of its own
 (campaign/local_ray.py relies on it being empty so trials start in the warm worker processes), a job's
@@ -37,7 +39,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from types import ModuleType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from retrain_ray.algorithms.plugins import is_dotted_path, plugin_module, use_search_paths
 
@@ -168,11 +170,24 @@ def bundle_units(configs: Iterable[RetrainConfig]) -> list[tuple[Path, PurePosix
     return list(units)
 
 
-def build_bundle(configs: Iterable[RetrainConfig]) -> PluginBundle | None:
-    """The bundle of the plugins these configs name; None when they name none (or only installed ones).
-    Raises ValueError naming the folder when the files exceed `MAX_BUNDLE_BYTES`."""
+@dataclass(frozen=True)
+class Packing:
+    """What a bundle holds before zipping: `files` by their name in the bundle; `units` are (name in the
+    bundle, folder or file it came from, its files, their bytes)."""
+
+    files: dict[str, Path]
+    units: tuple[tuple[str, str, int, int], ...]
+
+    @property
+    def raw_bytes(self) -> int:
+        return sum(f.stat().st_size for f in self.files.values())
+
+
+def packing(configs: Iterable[RetrainConfig]) -> Packing | None:
+    """What `build_bundle` would pack for these configs; None when they name no plugin (or only installed
+    ones). Raises ValueError naming the folder when the files exceed `MAX_BUNDLE_BYTES`."""
     files: dict[str, Path] = {}
-    sources: list[tuple[str, str]] = []
+    units: list[tuple[str, str, int, int]] = []
     for root, rel in bundle_units(configs):
         unit_files = _files(root, rel)
         size = sum(f.stat().st_size for f, _ in unit_files)
@@ -181,17 +196,49 @@ def build_bundle(configs: Iterable[RetrainConfig]) -> PluginBundle | None:
                 f"[plugins] {root / rel}: {size / 2**20:.1f} MiB of files to ship to the campaign's trials, over the "
                 f"{MAX_BUNDLE_BYTES // 2**20} MiB limit of a Ray package. Keep data out of the plugin folder (read it "
                 "from a path every node sees), or install the plugin as a package on every node")
-        sources.append((rel.as_posix(), str(root / rel)))
+        units.append((rel.as_posix(), str(root / rel), len(unit_files), size))
         for file, name in unit_files:
             files.setdefault(name, file)
     if not files:
         return None
-    total = sum(f.stat().st_size for f in files.values())
-    if total > MAX_BUNDLE_BYTES:
-        raise ValueError(f"[plugins] {', '.join(s for _, s in sources)}: {total / 2**20:.1f} MiB of files to ship "
-                         f"to the campaign's trials, over the {MAX_BUNDLE_BYTES // 2**20} MiB limit of a Ray package")
-    data = _zip(files)
-    return PluginBundle(hashlib.sha256(data).hexdigest(), data, tuple(sources), len(files))
+    packed = Packing(files, tuple(units))
+    if packed.raw_bytes > MAX_BUNDLE_BYTES:
+        raise ValueError(f"[plugins] {', '.join(u[1] for u in units)}: {packed.raw_bytes / 2**20:.1f} MiB of files "
+                         f"to ship to the campaign's trials, over the {MAX_BUNDLE_BYTES // 2**20} MiB limit of a "
+                         "Ray package")
+    return packed
+
+
+def build_bundle(configs: Iterable[RetrainConfig]) -> PluginBundle | None:
+    """The bundle of the plugins these configs name; None when they name none (or only installed ones).
+    Raises ValueError naming the folder when the files exceed `MAX_BUNDLE_BYTES`."""
+    packed = packing(configs)
+    return None if packed is None else _bundle(packed)
+
+
+def _bundle(packed: Packing) -> PluginBundle:
+    data = _zip(packed.files)
+    sources = tuple((name, source) for name, source, _, _ in packed.units)
+    return PluginBundle(hashlib.sha256(data).hexdigest(), data, sources, len(packed.files))
+
+
+def shipment(configs: Iterable[RetrainConfig]) -> dict[str, Any]:
+    """What a campaign of these configs would ship to its trials, for `retrain-ray explain`: status
+    "shipped" (units, files, raw and zipped bytes), "none" (with why) or "refused" (the driver's error)."""
+    configs = list(configs)
+    try:
+        packed = packing(configs)
+    except ValueError as exc:
+        return {"status": "refused", "error": str(exc)}
+    if packed is None:
+        named = any(plugin_references(c) or _custom_reward_module(c) is not None for c in configs)
+        return {"status": "none", "reason": "only installed plugins named (on every node already)" if named
+                else "no plugin named"}
+    bundle = _bundle(packed)
+    return {"status": "shipped",
+            "units": [{"name": n, "source": s, "files": f, "bytes": b} for n, s, f, b in packed.units],
+            "files": bundle.files, "raw_bytes": packed.raw_bytes, "zipped_bytes": len(bundle.data),
+            "digest": bundle.digest[:16]}
 
 
 def _zip(files: dict[str, Path]) -> bytes:
