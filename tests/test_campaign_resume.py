@@ -7,6 +7,9 @@ that session (and of that Ray temp dir) are killed. The resumed driver must leav
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 from campaign_helpers import (
     kill_campaign_when,
@@ -117,11 +120,14 @@ def _one_done_one_checkpointed(cdir):
 
 @pytest.mark.extended
 @pytest.mark.timeout(900)
-def test_a_torn_tune_state_resumes_an_unfinished_run_from_its_own_checkpoint(tmp_path):
+@pytest.mark.parametrize("elsewhere", [False, True], ids=["same_node", "other_node"])
+def test_a_torn_tune_state_resumes_an_unfinished_run_from_its_own_checkpoint(tmp_path, elsewhere):
     """A torn Tune state makes the resume start Tune afresh, which has no checkpoint of the unfinished
     run; the run continues after its own newest verified checkpoint in its work directory (before: from
     step 0, every step trained again). Two runs differing only in name (`save_every` set to its default):
-    the finished one is the uninterrupted twin, so the resumed run's final weights must equal its own."""
+    the finished one is the uninterrupted twin, so the resumed run's final weights must equal its own.
+    `elsewhere`: the run's work directory is moved away, as on a node other than the one that wrote it
+    (no shared file system): the run continues after Tune's set-aside copy of its checkpoint instead."""
     steps = 8
     toml = write_campaign(tmp_path / "own.toml", base=TINY_RUN, conditions=[GRPO, {**GRPO, "save_every": 2}],
                           campaign={**CAMPAIGN, "name": "own", "seeds": [1], "max_steps": steps,
@@ -133,6 +139,8 @@ def test_a_torn_tune_state_resumes_an_unfinished_run_from_its_own_checkpoint(tmp
     (searcher,) = (cdir / "tune").glob("basic-variant-state-*.json")
     searcher.write_bytes(b"")  # as a driver killed while Tune copied it left it
     killed_segments = segment_paths(cdir / "runs" / killed, "metrics")
+    if elsewhere:
+        (cdir / "runs" / killed / "work").rename(tmp_path / "other-node-work")
 
     rc, _, log = resume_campaign(cdir, tmp_path, prefix="rro", timeout_s=400)
     assert rc == 0, log[-3000:]
@@ -140,9 +148,19 @@ def test_a_torn_tune_state_resumes_an_unfinished_run_from_its_own_checkpoint(tmp
     runs = {r["run_name"]: r for r in read_manifest(cdir)["runs"]}
     assert runs[twin]["attempts"] == 1 and runs[killed]["attempts"] == 2
     assert runs[killed]["status"] == "completed"
-    restored = runs[killed]["result"]["resumed_own_step"]  # the step of the checkpoint it continued after
+    result = runs[killed]["result"]
+    restored = result["resumed_own_step"]  # the step of the checkpoint it continued after
     assert restored >= 3
-    assert f"{killed}: completed at step {steps - 1} (continued after its own checkpoint of step {restored}" in log
+    if elsewhere:
+        copy = Path(result["resumed_path"])
+        (aside,) = (cdir / "tune").glob(".torn-*")
+        assert result["resumed_from"] == "tune_copy" and copy.parent == aside / killed
+        assert json.loads((copy / ".metadata.json").read_text())["run_name"] == killed  # no run_meta.json to read
+        assert (f"{killed}: completed at step {steps - 1} (continued after Tune's set-aside copy {copy} of step "
+                f"{restored}") in log
+    else:
+        assert result["resumed_from"] == "own"
+        assert f"{killed}: completed at step {steps - 1} (continued after its own checkpoint of step {restored}" in log
     # steps up to the checkpoint were not trained again: the resumed session's segment starts after it
     new_segments = [p for p in segment_paths(cdir / "runs" / killed, "metrics") if p not in killed_segments]
     resumed_steps = [s for p in new_segments for s in segment_steps(p)]

@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import json
 import logging
+import shutil
 from pathlib import Path
 
 import pytest
 from helpers import TINY_RUN, write_campaign
 
-from retrain_ray.campaign.own_checkpoint import ForeignRunDir, config_differences, own_checkpoint
+from retrain_ray.campaign.own_checkpoint import ForeignRunDir, config_differences, own_checkpoint, tune_copy
 from retrain_ray.campaign.plan import build_plan
 from retrain_ray.config import load_config
 from retrain_ray.logs import write_run_meta
@@ -85,6 +86,55 @@ def test_a_run_directory_of_another_config_or_run_is_an_error_and_left_as_it_is(
     (work / "run_meta.json").unlink()
     with pytest.raises(ForeignRunDir, match="an unknown run"):
         own_checkpoint(work, plan.run_name, config, logged_through=5)
+
+
+def _tune_copies(tune_dir: Path, aside: str, run_name: str, source: Path, meta: dict | None) -> list[Path]:
+    """Tune's copies of `source`'s checkpoints (checkpoint_000000 ...) as set_aside leaves them in `aside`."""
+    copies = []
+    for index, checkpoint in enumerate(CheckpointManager(source, keep_last=0).step_checkpoints()):
+        copy = tune_dir / aside / run_name / f"checkpoint_{index:06d}"
+        shutil.copytree(checkpoint, copy)
+        if meta is not None:
+            (copy / ".metadata.json").write_text(json.dumps(meta))
+        copies.append(copy)
+    return copies
+
+
+def test_tune_copies_set_aside_stand_in_for_a_work_directory_on_another_node(tmp_path, caplog):
+    plan = _plan_config(tmp_path)
+    config = plan.config.model_dump(mode="json")
+    source = _run_dir(tmp_path / "source", plan.run_name, config, steps=(1, 3))
+    tune, work = tmp_path / "tune", tmp_path / "work"  # work: nothing there (the other node's)
+    meta = {"run_name": plan.run_name, "config": redact(config)}
+    first, second = _tune_copies(tune, ".torn-20261124T010000", plan.run_name, source, meta)
+    _tune_copies(tune, ".torn-20261124T000000", plan.run_name, _run_dir(tmp_path / "older", plan.run_name, config,
+                                                                          steps=(1, 3, 5)), meta)
+    # the newest set-aside directory only; the newest copy whose step is logged
+    assert tune_copy(tune, work, plan.run_name, config, logged_through=5) == second
+    assert tune_copy(tune, work, plan.run_name, config, logged_through=2) == first
+    assert tune_copy(tune, work, plan.run_name, config, logged_through=0) is None
+    (second / "weights.bin").write_bytes(b"damaged")
+    with caplog.at_level(logging.WARNING):
+        assert tune_copy(tune, work, plan.run_name, config, logged_through=5) == first
+    assert "skipping damaged checkpoint" in caplog.text and str(second) in caplog.text
+    assert tune_copy(tmp_path / "no-tune", work, plan.run_name, config, logged_through=5) is None
+
+    other = redact(_plan_config(tmp_path, lr=1e-2).config.model_dump(mode="json"))
+    (first / ".metadata.json").write_text(json.dumps({**meta, "config": other}))
+    with pytest.raises(ForeignRunDir, match=r"another config \(differs in training\.lr\)") as caught:
+        tune_copy(tune, work, plan.run_name, config, logged_through=5)
+    assert str(first) in str(caught.value)
+    # no metadata in the copy: the run's run_meta.json, when its work directory is here, says whose it is
+    (first / ".metadata.json").unlink()
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        assert tune_copy(tune, work, plan.run_name, config, logged_through=5) is None
+    assert "neither it nor" in caplog.text
+    write_run_meta(work, meta)
+    assert tune_copy(tune, work, plan.run_name, config, logged_through=5) == first
+    write_run_meta(work, {**meta, "run_name": "someone_else"})
+    with pytest.raises(ForeignRunDir, match="run 'someone_else', not"):
+        tune_copy(tune, work, plan.run_name, config, logged_through=5)
 
 
 def test_config_differences_ignore_only_the_settings_that_do_not_change_the_steps():

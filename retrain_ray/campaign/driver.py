@@ -208,7 +208,8 @@ class Campaign:
         p = self.plan
         ctx = TrialContext(campaign=p.name, namespace=namespace, runs={r.run_name: r for r in p.runs},
                            control=control, runner=self.runner, timeout_s=p.schedule.trial_start_timeout_s,
-                           mlflow_experiments=_mlflow_experiments(p), finished=_finished(manifest), plugins=plugins)
+                           mlflow_experiments=_mlflow_experiments(p), finished=_finished(manifest), plugins=plugins,
+                           tune_dir="" if "://" in p.tune_path else p.tune_path)
         factories = {r.run_name: _resources(r) for r in p.runs}
         trainable = tune.with_resources(tune.with_parameters(run_trial, context=ctx),
                                         resources=lambda cfg: factories[cfg["run_name"]])

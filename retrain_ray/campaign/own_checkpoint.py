@@ -10,7 +10,15 @@ run is this trial's run: `run_meta.json` beside them names the same run and a co
 trial's in every setting that shapes the steps. Settings that do not (`[campaign]`, `[logging]`,
 `[resume]`, `[squeeze]`, `training.max_steps`: raising it continues a run) may differ.
 
-A run directory of another run or config is an error (`ForeignRunDir`), never picked up and never
+A run's work directory lies on the node that wrote it. On a multi-node cluster without a shared file
+system a trial placed elsewhere finds none there; `tune_copy` then picks, with the same checks, the
+newest of Tune's copies of the run's checkpoints that `tune_state.set_aside` moved into the newest
+`tune/.torn-<time>/<run>/` (Tune's storage, which Ray requires every node to reach): the run and
+config come from the copy's `.metadata.json` (Ray's `Checkpoint.set_metadata` file, which the trial
+writes into every checkpoint it reports) or else the run's `run_meta.json`; a copy with neither is
+skipped with a warning.
+
+A run directory (or Tune copy) of another run or config is an error (`ForeignRunDir`), never picked up and never
 overwritten: the trial fails naming the directory, the differing settings and the fix.
 """
 
@@ -27,6 +35,8 @@ from retrain_ray.secrets import redact
 log = logging.getLogger(__name__)
 
 RUN_META = "run_meta.json"
+# what trial.TuneReporter writes into each reported checkpoint (Ray's `Checkpoint.set_metadata` file)
+TUNE_META = ".metadata.json"
 # config keys a run may change between its attempts: they do not change what its steps compute
 IGNORED = ("campaign", "logging", "resume", "squeeze", "training.max_steps")
 
@@ -62,6 +72,17 @@ def _foreign(work_dir: Path, what: str) -> ForeignRunDir:
         "away (or delete it) to start this run from step 0, or run the campaign with the config that wrote it")
 
 
+def _check_meta(meta: Any, meta_path: Path, where: Path, run_name: str, config: Mapping[str, Any]) -> None:
+    if not isinstance(meta, dict) or not isinstance(meta.get("config"), dict):
+        raise _foreign(where, f"an unknown run ({meta_path} records no config)")
+    if meta.get("run_name") != run_name:
+        raise _foreign(where, f"run {meta.get('run_name')!r}, not {run_name!r}")
+    differ = config_differences(meta["config"], redact(dict(config)))
+    if differ:
+        shown = ", ".join(differ[:8]) + (f" and {len(differ) - 8} more" if len(differ) > 8 else "")
+        raise _foreign(where, f"run {run_name!r} with another config (differs in {shown})")
+
+
 def check_same_run(work_dir: Path, run_name: str, config: Mapping[str, Any]) -> None:
     """Raises ForeignRunDir unless `work_dir/run_meta.json` records `run_name` and a matching config
     (`config`: the trial's `model_dump(mode="json")`, redacted here as run_meta's is)."""
@@ -70,26 +91,13 @@ def check_same_run(work_dir: Path, run_name: str, config: Mapping[str, Any]) -> 
         meta = json.loads(meta_path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise _foreign(work_dir, f"an unknown run ({meta_path} does not load: {exc})") from exc
-    if not isinstance(meta, dict) or not isinstance(meta.get("config"), dict):
-        raise _foreign(work_dir, f"an unknown run ({meta_path} records no config)")
-    if meta.get("run_name") != run_name:
-        raise _foreign(work_dir, f"run {meta.get('run_name')!r}, not {run_name!r}")
-    differ = config_differences(meta["config"], redact(dict(config)))
-    if differ:
-        shown = ", ".join(differ[:8]) + (f" and {len(differ) - 8} more" if len(differ) > 8 else "")
-        raise _foreign(work_dir, f"run {run_name!r} with another config (differs in {shown})")
+    _check_meta(meta, meta_path, work_dir, run_name, config)
 
 
-def own_checkpoint(work_dir: Path, run_name: str, config: Mapping[str, Any], logged_through: int) -> Path | None:
-    """The newest verified checkpoint in `work_dir` whose step is <= `logged_through` (the last step
-    such that every step up to it is logged), after `check_same_run`; None: start from step 0."""
-    # deferred: run/checkpoint.py loads torch, which the driver (importing campaign/trial.py) never needs
-    from retrain_ray.run.checkpoint import CheckpointManager, load_state, verify_checkpoint
+def _newest_usable(candidates: list[Path], logged_through: int) -> Path | None:
+    """The first of `candidates` (newest first) that verifies and whose step is <= `logged_through`."""
+    from retrain_ray.run.checkpoint import load_state, verify_checkpoint  # deferred: loads torch
 
-    candidates = CheckpointManager(work_dir, keep_last=0).candidates()
-    if not candidates:
-        return None
-    check_same_run(work_dir, run_name, config)
     for candidate in candidates:
         problem = verify_checkpoint(candidate)
         if problem:
@@ -100,5 +108,61 @@ def own_checkpoint(work_dir: Path, run_name: str, config: Mapping[str, Any], log
             return candidate
         log.warning("skipping checkpoint %s: its step %d is past the last step logged without a gap (%d)",
                     candidate, step, logged_through)
-    log.warning("%s: no usable checkpoint; run %s starts from step 0", work_dir, run_name)
+    return None
+
+
+def own_checkpoint(work_dir: Path, run_name: str, config: Mapping[str, Any], logged_through: int) -> Path | None:
+    """The newest verified checkpoint in `work_dir` whose step is <= `logged_through` (the last step
+    such that every step up to it is logged), after `check_same_run`; None: start from step 0."""
+    # deferred: run/checkpoint.py loads torch, which the driver (importing campaign/trial.py) never needs
+    from retrain_ray.run.checkpoint import CheckpointManager
+
+    candidates = CheckpointManager(work_dir, keep_last=0).candidates()
+    if not candidates:
+        return None
+    check_same_run(work_dir, run_name, config)
+    found = _newest_usable(candidates, logged_through)
+    if found is None:
+        log.warning("%s: no usable checkpoint of run %s", work_dir, run_name)
+    return found
+
+
+def set_aside_copies(tune_dir: Path, run_name: str) -> list[Path]:
+    """Tune's copies of `run_name`'s checkpoints in the newest `tune/.torn-<time>/<run>/`, newest first."""
+    asides = sorted(p for p in tune_dir.glob(".torn-*") if (p / run_name).is_dir())
+    if not asides:
+        return []
+    copies = [p for p in (asides[-1] / run_name).glob("checkpoint_*") if p.is_dir()]
+    return sorted(copies, key=lambda p: p.name, reverse=True)  # checkpoint_NNNNNN: Tune's report index
+
+
+def _copy_meta(copy: Path, work_dir: Path) -> tuple[Any, Path] | None:
+    """The run and config a Tune copy belongs to: its `.metadata.json` (trial.TuneReporter writes it),
+    else the run's `run_meta.json` when its work directory is on this node; None when neither loads."""
+    for path in (copy / TUNE_META, work_dir / RUN_META):
+        try:
+            meta = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+            continue
+        if isinstance(meta, dict) and "run_name" in meta:
+            return meta, path
+    return None
+
+
+def tune_copy(tune_dir: Path, work_dir: Path, run_name: str, config: Mapping[str, Any],
+              logged_through: int) -> Path | None:
+    """For a run whose own work directory has no usable checkpoint (on a multi-node cluster it lies on
+    the node that wrote it): the newest of Tune's set-aside copies of its checkpoints that verifies, whose
+    step is <= `logged_through` and whose run and config match (ForeignRunDir otherwise); None: none."""
+    for copy in set_aside_copies(tune_dir, run_name):
+        found = _newest_usable([copy], logged_through)
+        if found is None:
+            continue
+        meta = _copy_meta(copy, work_dir)
+        if meta is None:
+            log.warning("skipping Tune's copy %s: neither it nor %s says which run and config it is of",
+                        copy, work_dir / RUN_META)
+            continue
+        _check_meta(meta[0], meta[1], copy, run_name, config)
+        return found
     return None

@@ -77,7 +77,9 @@ class ManifestCallback(Callback):
         self.manifest.update_run(name, status="completed", result=_result_summary(last),
                                  checkpoint=checkpoint.path if checkpoint is not None else "")
         own = last.get("resumed_own_step")  # Tune had no checkpoint of it (campaign/own_checkpoint.py)
-        how = "" if own is None else f" (continued after its own checkpoint of step {own}: Tune had none)"
+        source = ("its own checkpoint" if last.get("resumed_from", "own") == "own"
+                  else f"Tune's set-aside copy {last.get('resumed_path', '?')}")
+        how = "" if own is None else f" (continued after {source} of step {own}: Tune had none)"
         self._say(f"{name}: completed at step {last.get('step', '?')}{how}")
 
     def on_trial_recover(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:

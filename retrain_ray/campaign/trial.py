@@ -6,7 +6,9 @@ that forward rows to the recorder actor, export gauges and report each checkpoin
 restore, `tune.get_checkpoint()` gives the last reported checkpoint and the run continues after it.
 When Tune has none (a fresh Tune experiment after a torn state, a restart that lost its copies), the
 run continues after its own newest verified checkpoint in its work directory, if that directory is
-this run's with a matching config (campaign/own_checkpoint.py; another's is an error, never reused).
+this run's with a matching config, else after the newest such of Tune's copies set aside with the torn
+state (its work directory is on another node), restored as Tune's checkpoint is
+(campaign/own_checkpoint.py; another run's or config's is an error, never reused).
 A run that fails raises (the contract in run/types.py); the exception reaches Tune, which retries
 it from that checkpoint up to `[campaign].max_failures` times; when the recorder finds the run's
 metrics log torn before that checkpoint, from the run's newest checkpoint at or before the last step
@@ -36,13 +38,14 @@ from retrain_ray.actors.worker_env import PRELOAD_MODULE
 from retrain_ray.algorithms.plugins import use_plugin_root
 from retrain_ray.campaign.control import ControlPlane
 from retrain_ray.campaign.gauges import RunGauges
-from retrain_ray.campaign.own_checkpoint import own_checkpoint
+from retrain_ray.campaign.own_checkpoint import own_checkpoint, set_aside_copies, tune_copy
 from retrain_ray.campaign.plan import RunPlan
 from retrain_ray.campaign.plugin_bundle import PluginBundle, activate
 from retrain_ray.campaign.recorder import RecorderClient, recorder_name
 from retrain_ray.campaign.split import split_policy
 from retrain_ray.campaign.stagger import wait_for_start_slot
 from retrain_ray.logs.types import RunObserver
+from retrain_ray.secrets import redact
 from retrain_ray.trackers import RunIdentity, build_trackers
 
 DEFAULT_RUNNER = "retrain_ray.run.train:train_run"
@@ -69,21 +72,27 @@ class TrialContext:
     plugin_root: str = field(default_factory=os.getcwd)
     # the code of the plugins the config names, packed by the driver (any node imports it from here)
     plugins: PluginBundle | None = None
+    # Tune's experiment directory when local (its set-aside `.torn-*` copies: campaign/tune_state.py); else ""
+    tune_dir: str = ""
 
 
 class TuneReporter(RunObserver):
     """RunObserver: remembers the last row and reports it to Tune with each checkpoint."""
 
-    def __init__(self, extra: Mapping[str, Any] | None = None) -> None:
+    def __init__(self, extra: Mapping[str, Any] | None = None, meta: Mapping[str, Any] | None = None) -> None:
         self.last: dict[str, Any] = {}
         self.extra = dict(extra or {})  # reported with every checkpoint (where the run resumed from)
+        self.meta = dict(meta or {})  # run name and config, written into each checkpoint Tune copies
 
     def on_step(self, row: Mapping[str, Any], **info: Any) -> None:
         self.last = {k: row[k] for k in ("step", *REPORTED) if isinstance(row.get(k), (int, float))}
 
     def on_checkpoint(self, step: int, directory: Path, **info: Any) -> None:
         metrics = {**self.last, **self.extra, "step": step, "run_done": False}
-        tune.report(metrics, checkpoint=tune.Checkpoint.from_directory(str(directory)))
+        checkpoint = tune.Checkpoint.from_directory(str(directory))
+        if self.meta:  # its copy then says which run and config it is of (own_checkpoint.tune_copy)
+            checkpoint.set_metadata(self.meta)
+        tune.report(metrics, checkpoint=checkpoint)
 
 
 def resolve_runner(runner: str | Callable[..., Any]) -> Callable[..., Any]:
@@ -118,23 +127,29 @@ def resume_point(ctx: TrialContext, plan: RunPlan, checkpoint: Path) -> Path | N
     return at_or_before(checkpoint, last_logged, Path(plan.work_dir))
 
 
-def own_resume_point(ctx: TrialContext, plan: RunPlan) -> tuple[Path, int] | None:
+def own_resume_point(ctx: TrialContext, plan: RunPlan) -> tuple[tune.Checkpoint, dict[str, Any]] | None:
     """For a trial Tune gives no checkpoint (a fresh Tune experiment after a torn state, a restart that
-    lost its copies): the run's own newest verified checkpoint with every step up to it logged, and its
-    step (campaign/own_checkpoint.py; raises ForeignRunDir for another run's or config's directory)."""
+    lost its copies): the run's own newest verified checkpoint with every step up to it logged, else
+    (its work directory is on another node) the newest such of Tune's set-aside copies of it, as a Tune
+    checkpoint, and what to record of it (campaign/own_checkpoint.py; raises ForeignRunDir for another
+    run's or config's directory)."""
     # deferred: run/checkpoint.py loads torch, which the driver (importing this module) never needs
     from retrain_ray.run.checkpoint import load_state
 
     work_dir = Path(plan.work_dir)
-    if not (work_dir / "checkpoints").is_dir():
+    tune_dir = Path(ctx.tune_dir) if ctx.tune_dir else None
+    if not (work_dir / "checkpoints").is_dir() and not (tune_dir and set_aside_copies(tune_dir, plan.run_name)):
         return None
     recorder = ray.get_actor(recorder_name(ctx.campaign), namespace=ctx.namespace)
     logged = cast("int", ray.get(recorder.logged_through.remote(plan.run_name), timeout=ctx.timeout_s))
-    found = own_checkpoint(work_dir, plan.run_name, plan.config.model_dump(mode="json"), logged)
+    config = plan.config.model_dump(mode="json")
+    found, kind = own_checkpoint(work_dir, plan.run_name, config, logged), "own"
+    if found is None and tune_dir is not None:
+        found, kind = tune_copy(tune_dir, work_dir, plan.run_name, config, logged), "tune_copy"
     if found is None:
         return None
-    step = load_state(found).step
-    return found, step
+    extra = {"resumed_own_step": load_state(found).step, "resumed_from": kind, "resumed_path": str(found)}
+    return tune.Checkpoint(str(found)), extra
 
 
 def _run(ctx: TrialContext, plan: RunPlan, resume_from: Path | None, extra: Mapping[str, Any] | None = None) -> Any:
@@ -143,7 +158,7 @@ def _run(ctx: TrialContext, plan: RunPlan, resume_from: Path | None, extra: Mapp
     if ctx.plugins is not None:
         activate(ctx.plugins)
     use_plugin_root(ctx.plugin_root)
-    reporter = TuneReporter(extra)
+    reporter = TuneReporter(extra, {"run_name": plan.run_name, "config": redact(plan.config.model_dump(mode="json"))})
     runner = resolve_runner(ctx.runner)
     throttle = ctx.control.throttle_for(plan.run_name)
     try:
@@ -196,15 +211,15 @@ def run_trial(config: dict[str, Any], context: TrialContext) -> None:
     _RUNS_IN_PROCESS[0] += 1
     _set_threads(cpu_threads(plan))
     wait_for_start_slot(context.campaign, context.namespace, timeout_s=context.timeout_s)
-    checkpoint = tune.get_checkpoint()
-    resumed: dict[str, int] = {}
+    checkpoint, resumed = tune.get_checkpoint(), {}
     if checkpoint is None:
         own = own_resume_point(context, plan)
-        resumed = {} if own is None else {"resumed_own_step": own[1]}
-        outcome, reporter = _run(context, plan, None if own is None else own[0], resumed)
-    else:
+        checkpoint, resumed = own if own is not None else (None, {})
+    if checkpoint is None:
+        outcome, reporter = _run(context, plan, None)
+    else:  # Tune's checkpoint or one of the run's own: the same restore
         with checkpoint.as_directory() as resume_dir:
-            outcome, reporter = _run(context, plan, Path(resume_dir))
+            outcome, reporter = _run(context, plan, Path(resume_dir), resumed)
     final = {k: v for k, v in outcome.metrics.items() if isinstance(v, (int, float))}
     timing = {"first_step_at": outcome.first_step_at} if outcome.first_step_at else {}
     tune.report({**reporter.last, **reporter.extra, **final, **timing, "step": outcome.last_step, "run_done": True,

@@ -13,8 +13,12 @@ Tune experiment. The manifest stays the record: its completed runs are not run a
 and keep their Tune directories (the manifest names their last checkpoint there). The other runs get no
 checkpoint from the fresh Tune experiment; each continues after its own newest checkpoint in its work
 directory that verifies (checksums), whose step its metrics log holds with every step before it, and
-whose `run_meta.json` names the same run and config (campaign/own_checkpoint.py); a run without one
-starts from step 0, and a directory of another run or config fails the run with an error naming it.
+whose `run_meta.json` names the same run and config (campaign/own_checkpoint.py). A run whose work
+directory has none (it lies on another node of a cluster without a shared file system) continues after
+the newest of Tune's copies of its checkpoints set aside here (`.torn-<time>/<run>/checkpoint_*`, the
+newest `.torn-*`), with the same checks, the run and config read from the copy's `.metadata.json`
+(campaign/trial.py writes it into every reported checkpoint) or the run's `run_meta.json`. A run with
+neither starts from step 0, and a directory of another run or config fails the run with an error naming it.
 Rows a resumed run writes again (steps after its checkpoint) go to a new log segment and replace the
 killed session's (readers de-duplicate on step, last write wins), as on any resume.
 """
