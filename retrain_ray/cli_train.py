@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import os
 import shutil
 import time
 from pathlib import Path
@@ -17,6 +16,7 @@ from typing import TYPE_CHECKING
 from rich.console import Console
 
 from retrain_ray.finite import NonFiniteError
+from retrain_ray.process_clock import process_started_at as started_at_from_proc
 from retrain_ray.progress import ProgressObserver
 from retrain_ray.rewards.custom import RewardTimeoutError
 from retrain_ray.run.preflight import PreflightError, check_run
@@ -29,13 +29,8 @@ err = Console(stderr=True)
 
 def process_started_at() -> float:
     """time.time() at which this process was created (Linux /proc), else when this module was imported."""
-    try:
-        fields = Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()
-        boot = next(int(line.split()[1]) for line in Path("/proc/stat").read_text().splitlines()
-                    if line.startswith("btime"))
-        return boot + int(fields[19]) / os.sysconf("SC_CLK_TCK")
-    except (OSError, StopIteration, ValueError, IndexError):
-        return _IMPORTED_AT
+    started = started_at_from_proc()
+    return _IMPORTED_AT if started is None else started
 
 
 _IMPORTED_AT = time.time()

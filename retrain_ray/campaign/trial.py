@@ -25,7 +25,6 @@ from __future__ import annotations
 import importlib
 import os
 import sys
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -45,6 +44,7 @@ from retrain_ray.campaign.recorder import RecorderClient, recorder_name
 from retrain_ray.campaign.split import split_policy
 from retrain_ray.campaign.stagger import wait_for_start_slot
 from retrain_ray.logs.types import RunObserver
+from retrain_ray.process_clock import process_started_at
 from retrain_ray.secrets import redact
 from retrain_ray.trackers import RunIdentity, build_trackers
 
@@ -228,13 +228,8 @@ def run_trial(config: dict[str, Any], context: TrialContext) -> None:
 
 
 def _process_started_at() -> float:
-    """When this process started, Unix time (Linux /proc: seconds since boot, less its age); 0.0 elsewhere."""
-    try:
-        ticks = int(Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[19])
-        uptime = float(Path("/proc/uptime").read_text().split()[0])
-    except (OSError, IndexError, ValueError):
-        return 0.0
-    return time.time() - (uptime - ticks / os.sysconf("SC_CLK_TCK"))
+    """When this process started, Unix time; 0.0 where /proc cannot tell."""
+    return process_started_at() or 0.0
 
 
 def _preloaded() -> bool:
