@@ -56,10 +56,10 @@ TWIN = {**helpers.GRPO, "save_every": 2}
 
 
 def write_campaign(root: Path, name: str, seeds: list[int], *, steps: int = STEPS, parallel: bool = True,
-                   twins: bool = False, max_workers: int = 2, **sections) -> Path:
+                   twins: bool = False, max_workers: int = 2) -> Path:
     root.mkdir(parents=True, exist_ok=True)
     return helpers.write_campaign(
-        root / f"{name}.toml", base=helpers.TINY_RUN, **sections,
+        root / f"{name}.toml", base=helpers.TINY_RUN,
         conditions=[helpers.GRPO, TWIN] if twins else [helpers.GRPO],
         campaign={"name": name, "seeds": list(seeds), "max_steps": steps, "parallel": parallel,
                   "max_workers": max_workers, "max_failures": 2, "trial_start_timeout_s": 240})

@@ -19,7 +19,7 @@ from campaign_helpers import (
     segment_steps,
     steps_once,
 )
-from fault_scenarios import final_weights, same_weights
+from fault_scenarios import TWIN, final_weights, same_weights
 from helpers import GRPO, TINY_RUN, write_campaign
 
 from retrain_ray.logs import read_stream
@@ -129,7 +129,7 @@ def test_a_torn_tune_state_resumes_an_unfinished_run_from_its_own_checkpoint(tmp
     `elsewhere`: the run's work directory is moved away, as on a node other than the one that wrote it
     (no shared file system): the run continues after Tune's set-aside copy of its checkpoint instead."""
     steps = 8
-    toml = write_campaign(tmp_path / "own.toml", base=TINY_RUN, conditions=[GRPO, {**GRPO, "save_every": 2}],
+    toml = write_campaign(tmp_path / "own.toml", base=TINY_RUN, conditions=[GRPO, TWIN],
                           campaign={**CAMPAIGN, "name": "own", "seeds": [1], "max_steps": steps,
                                     "trial_start_timeout_s": 240})
     cdir = tmp_path / "own"

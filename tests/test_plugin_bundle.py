@@ -64,7 +64,10 @@ def test_a_search_path_folder_is_shipped_without_the_working_directory(driver_di
     assert root == tmp_path / "cache" / bundle.digest[:16]
     assert (root / "plugins" / "shipped_reward.py").read_text() == (driver_dir / "plugins" / "shipped_reward.py"
                                                                      ).read_text()
+    marker = root / "plugins" / "shipped_reward.py"
+    marker.write_text("# left as it was\n")  # a second unpack would write the file again
     assert bundle.unpack(tmp_path / "cache") == root  # unpacked once per node
+    assert marker.read_text() == "# left as it was\n"
 
 
 def test_a_top_level_module_ships_alone_and_a_nested_search_path_keeps_its_packages(driver_dir, tmp_path):

@@ -203,12 +203,14 @@ def test_a_session_batches_requests_and_a_silent_session_loses_its_slots(ray_4cp
 def test_a_silent_session_loses_the_leases_granted_to_its_queue_with_its_first_expiry(ray_4cpu_4gpu):
     """Issue 15: a dead process's queued request granted after it died is taken back with its older lease,
     at the first expiry, not a TTL after that late grant."""
-    handle = _throttle(capacity=2)
+    ttl_s = 3.0  # room on a loaded machine: the release lands well before the first expiry, and the reaper
+    # (every ttl_s / 4) well before the late grant's expiry
+    handle = _throttle(capacity=2, ttl_s=ttl_s)
     (other,) = ray.get(handle.acquire_many.remote("other", 1, 60.0), timeout=30)
     ray.get(handle.submit.remote("dead", [], [(0, "d0", 1, 60.0)]), timeout=30)
     ((_, (first,)),) = ray.get(handle.poll.remote("dead", 5.0), timeout=30)
     ray.get(handle.submit.remote("dead", [], [(1, "d1", 1, 60.0)]), timeout=30)  # queued: capacity is full
-    time.sleep(TTL_S / 2)
+    time.sleep(ttl_s / 2)
     ray.get(handle.release.remote(other.lease_id), timeout=30)  # the dead process's queued request gets it
     late = wait_for(lambda: [x for x in ray.get(handle.leases.remote(), timeout=30) if x.holder == "d1"],
                     timeout_s=30, what="the grant to the queued request", poll_s=0.02)[0]

@@ -99,7 +99,7 @@ class Sessions:
 
     def drop_dead(self) -> None:
         """Forget sessions that stopped polling (TTL, at least SESSION_GRACE_S): cancel their requests,
-        free their grants. (A dead session's leases expire by themselves after the TTL.)"""
+        free their grants. (Its leases went back at its first missed expiry: `reclaim_silent`.)"""
         stale = time.monotonic() - max(self._sem.lease_ttl_s, SESSION_GRACE_S)
         for name, state in list(self._by_name.items()):
             if state.polling or state.last_seen > stale:

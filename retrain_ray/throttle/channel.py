@@ -25,10 +25,10 @@ import ray.exceptions
 
 from retrain_ray.throttle.errors import ThrottleTimeout
 from retrain_ray.throttle.keeper import RPC_TIMEOUT_S, lease_keeper
-from retrain_ray.throttle.pool import IDLE_S, Future, LocalPool, OnLost, Waiter
+from retrain_ray.throttle.pool import Future, LocalPool, OnLost, Waiter
 from retrain_ray.throttle.types import Lease, PoolState
 
-__all__ = ["IDLE_S", "POLL_S", "Channel", "channel"]
+__all__ = ["POLL_S", "Channel", "channel"]
 
 log = logging.getLogger(__name__)
 

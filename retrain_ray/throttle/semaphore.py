@@ -200,13 +200,7 @@ class LeasedSemaphore:
     def reclaim_expired(self, now: float | None = None) -> list[Lease]:
         """Take back every lease whose expiry is at or before `now`; grant the freed slots to waiters."""
         now = self._clock() if now is None else now
-        expired = [lease for lease in self._leases.values() if lease.expires_at <= now]
-        for lease in expired:
-            del self._leases[lease.lease_id]
-        self._reclaims.extend(Reclaim(lease, now) for lease in expired)
-        self._expired += len(expired)
-        self._grant_waiters()
-        return expired
+        return self.reclaim([lease.lease_id for lease in self.expiring(now)], now)
 
     def reclaim(self, lease_ids: list[str] | set[str], now: float | None = None) -> list[Lease]:
         """Take back the held leases among `lease_ids` before they expire (their holder was found dead);
