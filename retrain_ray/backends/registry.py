@@ -28,12 +28,13 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from retrain_ray.algorithms.plugins import is_dotted_path, load_object, use_search_paths
 from retrain_ray.backends.types import BackendCapabilities
+from retrain_ray.config.names import ENTROPY_ENGINES
 from retrain_ray.engines.types import EngineCapabilities
 
 if TYPE_CHECKING:
@@ -57,9 +58,8 @@ PLUGIN_HOOKS = {
     "resources": ["retrain_backend_resources", "RETRAIN_BACKEND_RESOURCES"],
 }
 ENGINE_HOOKS = {"capabilities": ["retrain_engine_capabilities", "RETRAIN_ENGINE_CAPABILITIES"]}
-ENTROPY_ENGINES = frozenset({"pytorch"})
-"""Built-in engines that return per-token entropies (under the built-in local backend only)."""
 PLUGIN_ENGINE_DEFAULT_CAPABILITIES = EngineCapabilities(returns_token_entropies=False)
+_Flags = TypeVar("_Flags", BackendCapabilities, EngineCapabilities)
 
 
 @dataclass(frozen=True)
@@ -121,31 +121,44 @@ def _hook(path: str, names: list[str], kind: str = "[backend] backend") -> Any:
     return None
 
 
-def _as_capabilities(value: Any, path: str) -> BackendCapabilities:
-    if isinstance(value, BackendCapabilities):
-        return value
+def _plugin_flags(path: str, names: list[str], arg: Mapping[str, Any] | None, default: _Flags,
+                  error: Callable[[Any, set[str]], str], *, kind: str, only_bools: bool = False) -> tuple[_Flags, str]:
+    """(flags, source) a plugin declares with a capability hook (`default`, "plugin/default" when none): an
+    instance of `default`'s class, a dict of its fields over `default`, or a callable of `arg` returning
+    either; anything else (or, with `only_bools`, a non-bool value) raises `error(value, fields)`."""
+    cls = type(default)
+    value = _hook(path, names, kind)
+    if value is None:
+        return default, "plugin/default"
+    if callable(value) and not isinstance(value, (cls, Mapping)):
+        value = value(dict(arg or {}))
+    if isinstance(value, cls):
+        return value, "plugin/hook"
+    fields = {f.name for f in dataclasses.fields(cls)}
     if isinstance(value, Mapping):
-        flags = cast("Mapping[str, Any]", value)  # a plugin hook's dict: its keys are checked next
-        fields = {f.name for f in dataclasses.fields(BackendCapabilities)}
-        unknown = set(flags) - fields
-        if unknown:
-            raise ValueError(f"[backend] backend {path!r}: capability hook has unknown keys {sorted(unknown)}; "
-                             f"known: {sorted(fields)}")
-        return BackendCapabilities(**{**dataclasses.asdict(PLUGIN_DEFAULT_CAPABILITIES), **flags})
-    raise ValueError(f"[backend] backend {path!r}: capability hook returned {type(value).__name__}; "
-                     "return a BackendCapabilities or a dict of its fields")
+        flags = cast("Mapping[str, Any]", value)  # a plugin hook's dict: its keys are checked here
+        if set(flags) <= fields and (not only_bools or all(type(v) is bool for v in flags.values())):
+            return cls(**{**dataclasses.asdict(default), **flags}), "plugin/hook"
+    raise ValueError(error(value, fields))
+
+
+def _backend_hook_error(path: str) -> Callable[[Any, set[str]], str]:
+    def error(value: Any, fields: set[str]) -> str:
+        if isinstance(value, Mapping):
+            unknown = set(cast("Mapping[str, Any]", value)) - fields
+            return (f"[backend] backend {path!r}: capability hook has unknown keys {sorted(unknown)}; "
+                    f"known: {sorted(fields)}")
+        return (f"[backend] backend {path!r}: capability hook returned {type(value).__name__}; "
+                "return a BackendCapabilities or a dict of its fields")
+    return error
 
 
 def capabilities_for(backend: str, options: Mapping[str, Any] | None = None) -> tuple[BackendCapabilities, str]:
     """(flags, source) of a backend name: "builtin", "plugin/hook" or "plugin/default"."""
     if backend in BUILTIN_CAPABILITIES:
         return BUILTIN_CAPABILITIES[backend], "builtin"
-    value = _hook(backend, PLUGIN_HOOKS["capabilities"])
-    if value is None:
-        return PLUGIN_DEFAULT_CAPABILITIES, "plugin/default"
-    if callable(value) and not isinstance(value, (BackendCapabilities, Mapping)):
-        value = value(dict(options or {}))
-    return _as_capabilities(value, backend), "plugin/hook"
+    return _plugin_flags(backend, PLUGIN_HOOKS["capabilities"], options, PLUGIN_DEFAULT_CAPABILITIES,
+                         _backend_hook_error(backend), kind="[backend] backend")
 
 
 def plugin_option_schema(backend: str) -> dict[str, Any] | None:
@@ -163,18 +176,8 @@ def engine_capabilities(engine: str, inference: Mapping[str, Any] | None = None,
     argument of a callable hook."""
     if not is_dotted_path(engine):
         return EngineCapabilities(returns_token_entropies=engine in ENTROPY_ENGINES), "builtin"
-    value = _hook(engine, ENGINE_HOOKS["capabilities"], kind)
-    if value is None:
-        return PLUGIN_ENGINE_DEFAULT_CAPABILITIES, "plugin/default"
-    if callable(value) and not isinstance(value, (EngineCapabilities, Mapping)):
-        value = value(dict(inference or {}))
-    if isinstance(value, EngineCapabilities):
-        return value, "plugin/hook"
-    fields = {f.name for f in dataclasses.fields(EngineCapabilities)}
-    if isinstance(value, Mapping):
-        flags = cast("Mapping[str, Any]", value)
-        if set(flags) <= fields and all(type(v) is bool for v in flags.values()):
-            return EngineCapabilities(**flags), "plugin/hook"
     hooks = " / ".join(ENGINE_HOOKS["capabilities"])
-    raise ValueError(f"{kind} {engine!r}: {hooks} gave {value!r}; give an EngineCapabilities or a "
-                     f"dict of booleans with keys among {sorted(fields)}")
+    return _plugin_flags(engine, ENGINE_HOOKS["capabilities"], inference, PLUGIN_ENGINE_DEFAULT_CAPABILITIES,
+                         lambda value, fields: f"{kind} {engine!r}: {hooks} gave {value!r}; give an "
+                         f"EngineCapabilities or a dict of booleans with keys among {sorted(fields)}",
+                         kind=kind, only_bools=True)

@@ -37,6 +37,8 @@ ORIGINAL_ONLY_BACKENDS = frozenset({"unsloth", "prime_rl"})
 # "vllm" (with or without url) is a client of a vLLM server, as in the original; "vllm-embedded" (ours)
 # runs vLLM inside the run (retrain_ray/engines/vllm_embedded.py).
 INFERENCE_ENGINES = frozenset({"pytorch", "max", "vllm", "vllm-embedded", "sglang", "trtllm", "mlx", "openai"})
+ENTROPY_ENGINES = frozenset({"pytorch"})
+"""Built-in engines that return per-token entropies (under the built-in local backend only)."""
 PLANNING_DETECTORS = frozenset({"regex", "semantic", "none"})
 REWARD_TYPES = frozenset({"match", "math", "judge", "custom"})
 DATA_SOURCES = frozenset({"math", "builtin", "file"})

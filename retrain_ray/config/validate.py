@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 from retrain_ray.config.backend_options import check_options
 from retrain_ray.config.errors import ConfigIssue
 from retrain_ray.config.names import (
+    ENTROPY_ENGINES,
     ORIGINAL_ONLY_BACKENDS,
     SUPPORTED_BACKENDS,
     UNCERTAINTY_PARAM_KEYS,
@@ -98,7 +99,7 @@ def _uncertainty(cfg: RetrainConfig) -> list[ConfigIssue]:
     issues.extend(_shared_engine_issues(cfg))
     kind = effective_uncertainty_kind(cfg)
     engine = cfg.inference.engine  # a plugin engine's declared capabilities are checked by preflight
-    if kind == "shannon_entropy" and ((engine != "pytorch" and not is_dotted_path(engine))
+    if kind == "shannon_entropy" and ((engine not in ENTROPY_ENGINES and not is_dotted_path(engine))
                                       or cfg.backend.backend == "tinker"):
         issues.append(ConfigIssue("algorithm.uncertainty_kind", kind,
                                   "shannon_entropy needs inference.engine = \"pytorch\" (or a plugin engine that "

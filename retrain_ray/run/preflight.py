@@ -34,36 +34,33 @@ def backend_capabilities(cfg: RetrainConfig) -> BackendCapabilities:
     return capabilities_for(cfg.backend.backend, cfg.backend.options)[0]
 
 
-def engine_provides_entropy(cfg: RetrainConfig) -> bool:
-    """The built-in PyTorch engine under the built-in local backend returns entropies, and a plugin engine
-    (which samples for the local backend) that declares them with its capability hook."""
+def entropy_support(cfg: RetrainConfig) -> tuple[bool, str]:
+    """(provides, fix): whether the run's sampler returns per-token entropies, and what to change when the
+    run asks for entropies it does not return. The built-in PyTorch engine under the built-in local backend
+    returns them, and a plugin engine (which samples for the local backend) or plugin backend (which samples
+    through what its factory returns) that declares them with its capability hook. Raises ValueError when
+    the plugin does not import or its hook is malformed."""
     # deferred: loads torch, which importing this module does not need
-    from retrain_ray.backends.registry import engine_capabilities
-
-    backend, inference = cfg.backend.backend, cfg.inference.model_dump()
-    if is_dotted_path(backend):  # it samples through what its factory returns
-        return engine_capabilities(backend, inference, kind="[backend] backend")[0].returns_token_entropies
-    if backend != "local":
-        return False
-    return engine_capabilities(cfg.inference.engine, inference)[0].returns_token_entropies
-
-
-def entropy_fix(cfg: RetrainConfig) -> str:
-    """What to change when the run asks for entropies its engine does not return."""
-    from retrain_ray.backends.registry import ENGINE_HOOKS  # deferred: loads torch (as above)
+    from retrain_ray.backends.registry import ENGINE_HOOKS, engine_capabilities
 
     hooks = " / ".join(ENGINE_HOOKS["capabilities"])
-    if is_dotted_path(cfg.backend.backend):
-        return (f"The plugin backend {cfg.backend.backend!r} does not declare them: give its factory or module "
+    backend, engine, inference = cfg.backend.backend, cfg.inference.engine, cfg.inference.model_dump()
+    if is_dotted_path(backend):
+        return (engine_capabilities(backend, inference, kind="[backend] backend")[0].returns_token_entropies,
+                f"The plugin backend {backend!r} does not declare them: give its factory or module "
                 f"{hooks} = {{'returns_token_entropies': True}} (and return entropies: its engine fills "
                 "SampleResult.entropies when params.compute_entropy, or its TrainHelper has sample_with_entropy), "
                 "or use uncertainty_kind='surprisal'.")
-    if is_dotted_path(cfg.inference.engine) and cfg.backend.backend == "local":
-        return (f"The plugin engine {cfg.inference.engine!r} does not declare them: give its factory or module "
-                f"{hooks} = {{'returns_token_entropies': True}} (and fill SampleResult.entropies when "
-                "params.compute_entropy), or use uncertainty_kind='surprisal'.")
-    return "Use the PyTorch engine (or a plugin engine that declares entropies) on a local backend, or " \
-           "uncertainty_kind='surprisal'."
+    generic = ("Use the PyTorch engine (or a plugin engine that declares entropies) on a local backend, or "
+               "uncertainty_kind='surprisal'.")
+    if backend != "local":
+        return False, generic
+    provides = engine_capabilities(engine, inference)[0].returns_token_entropies
+    if not is_dotted_path(engine):
+        return provides, generic
+    return provides, (f"The plugin engine {engine!r} does not declare them: give its factory or module "
+                      f"{hooks} = {{'returns_token_entropies': True}} (and fill SampleResult.entropies when "
+                      "params.compute_entropy), or use uncertainty_kind='surprisal'.")
 
 
 def backend_problems(cfg: RetrainConfig) -> list[str]:
@@ -129,9 +126,9 @@ def run_problems(cfg: RetrainConfig, *, check_model: bool = True) -> list[str]:
         return plugin_problems(cfg) + backend
     imports = plugin_problems(cfg)
     try:
-        entropies = engine_provides_entropy(cfg)
+        entropies, fix = entropy_support(cfg)
     except ValueError as exc:  # an engine that does not import (reported once) or a malformed hook
-        entropies = True  # unknown: its own problem is reported instead
+        entropies, fix = True, ""  # unknown: its own problem is reported instead (no entropy problem, no fix)
         imports += [] if f"preflight: {exc}" in imports else [f"preflight: {exc}"]
     alg = cfg.algorithm
     problems = preflight(
@@ -144,7 +141,7 @@ def run_problems(cfg: RetrainConfig, *, check_model: bool = True) -> list[str]:
         entropies,
         advantage_params=alg.advantage_params,
         algorithm_params=alg.params,
-        entropy_fix=entropy_fix(cfg),
+        entropy_fix=fix,
     )
     return (imports + engine_plugin_problems(cfg) + (model_problems([cfg]) if check_model else [])
             + problems)
