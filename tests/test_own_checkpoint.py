@@ -47,7 +47,10 @@ def _payload(step: int):
 
 def _chosen(*args, **kwargs) -> str | None:
     found = own_checkpoint(*args, **kwargs)
-    return None if found is None else found.name
+    if found is None:
+        return None
+    assert found[1] == int(found[0].name.removeprefix("checkpoint_step_"))  # its step comes with it
+    return found[0].name
 
 
 def test_the_newest_verified_logged_checkpoint_of_the_same_run_is_chosen(tmp_path, caplog):
@@ -110,12 +113,12 @@ def test_tune_copies_set_aside_stand_in_for_a_work_directory_on_another_node(tmp
     _tune_copies(tune, ".torn-20261124T000000", plan.run_name, _run_dir(tmp_path / "older", plan.run_name, config,
                                                                           steps=(1, 3, 5)), meta)
     # the newest set-aside directory only; the newest copy whose step is logged
-    assert tune_copy(tune, work, plan.run_name, config, logged_through=5) == second
-    assert tune_copy(tune, work, plan.run_name, config, logged_through=2) == first
+    assert tune_copy(tune, work, plan.run_name, config, logged_through=5) == (second, 3)
+    assert tune_copy(tune, work, plan.run_name, config, logged_through=2) == (first, 1)
     assert tune_copy(tune, work, plan.run_name, config, logged_through=0) is None
     (second / "weights.bin").write_bytes(b"damaged")
     with caplog.at_level(logging.WARNING):
-        assert tune_copy(tune, work, plan.run_name, config, logged_through=5) == first
+        assert tune_copy(tune, work, plan.run_name, config, logged_through=5) == (first, 1)
     assert "skipping damaged checkpoint" in caplog.text and str(second) in caplog.text
     assert tune_copy(tmp_path / "no-tune", work, plan.run_name, config, logged_through=5) is None
 
@@ -131,7 +134,7 @@ def test_tune_copies_set_aside_stand_in_for_a_work_directory_on_another_node(tmp
         assert tune_copy(tune, work, plan.run_name, config, logged_through=5) is None
     assert "neither it nor" in caplog.text
     write_run_meta(work, meta)
-    assert tune_copy(tune, work, plan.run_name, config, logged_through=5) == first
+    assert tune_copy(tune, work, plan.run_name, config, logged_through=5) == (first, 1)
     write_run_meta(work, {**meta, "run_name": "someone_else"})
     with pytest.raises(ForeignRunDir, match="run 'someone_else', not"):
         tune_copy(tune, work, plan.run_name, config, logged_through=5)

@@ -172,9 +172,10 @@ class Campaign:
 
     def _tune_state_whole(self, manifest: Manifest) -> bool:
         """False (after setting the torn state aside) when Tune's experiment state does not load."""
-        if "://" in self.plan.tune_path:  # remote storage: Tune's own restore reads it
+        local = self._local_tune_dir()
+        if not local:  # remote storage: Tune's own restore reads it
             return True
-        tune_dir = Path(self.plan.tune_path)
+        tune_dir = Path(local)
         problem = torn_state(tune_dir)
         if not problem:
             return True
@@ -184,6 +185,10 @@ class Campaign:
               "not run again, the others continue after their own newest verified checkpoint (step 0 without one)",
               flush=True)
         return False
+
+    def _local_tune_dir(self) -> str:
+        """Tune's experiment directory when it is on this machine's file system ("" for remote storage)."""
+        return "" if "://" in self.plan.tune_path else self.plan.tune_path
 
     def _header(self) -> dict[str, Any]:
         p = self.plan
@@ -209,7 +214,7 @@ class Campaign:
         ctx = TrialContext(campaign=p.name, namespace=namespace, runs={r.run_name: r for r in p.runs},
                            control=control, runner=self.runner, timeout_s=p.schedule.trial_start_timeout_s,
                            mlflow_experiments=_mlflow_experiments(p), finished=_finished(manifest), plugins=plugins,
-                           tune_dir="" if "://" in p.tune_path else p.tune_path)
+                           tune_dir=self._local_tune_dir())
         factories = {r.run_name: _resources(r) for r in p.runs}
         trainable = tune.with_resources(tune.with_parameters(run_trial, context=ctx),
                                         resources=lambda cfg: factories[cfg["run_name"]])

@@ -94,26 +94,18 @@ def check_same_run(work_dir: Path, run_name: str, config: Mapping[str, Any]) -> 
     _check_meta(meta, meta_path, work_dir, run_name, config)
 
 
-def _newest_usable(candidates: list[Path], logged_through: int) -> Path | None:
-    """The first of `candidates` (newest first) that verifies and whose step is <= `logged_through`."""
-    from retrain_ray.run.checkpoint import load_state, verify_checkpoint  # deferred: loads torch
+def _newest_usable(candidates: list[Path], logged_through: int) -> tuple[Path, int] | None:
+    """The first of `candidates` (newest first) that verifies and whose step is <= `logged_through`,
+    with its step, warning of each one skipped."""
+    from retrain_ray.run.torn_log import newest_logged  # deferred: loads torch
 
-    for candidate in candidates:
-        problem = verify_checkpoint(candidate)
-        if problem:
-            log.warning("skipping damaged checkpoint %s: %s; trying the previous one", candidate, problem)
-            continue
-        step = load_state(candidate).step
-        if step <= logged_through:
-            return candidate
-        log.warning("skipping checkpoint %s: its step %d is past the last step logged without a gap (%d)",
-                    candidate, step, logged_through)
-    return None
+    return newest_logged(candidates, logged_through, warn=log)
 
 
-def own_checkpoint(work_dir: Path, run_name: str, config: Mapping[str, Any], logged_through: int) -> Path | None:
+def own_checkpoint(work_dir: Path, run_name: str, config: Mapping[str, Any],
+                   logged_through: int) -> tuple[Path, int] | None:
     """The newest verified checkpoint in `work_dir` whose step is <= `logged_through` (the last step
-    such that every step up to it is logged), after `check_same_run`; None: start from step 0."""
+    such that every step up to it is logged) and its step, after `check_same_run`; None: start from step 0."""
     # deferred: run/checkpoint.py loads torch, which the driver (importing campaign/trial.py) never needs
     from retrain_ray.run.checkpoint import CheckpointManager
 
@@ -150,10 +142,11 @@ def _copy_meta(copy: Path, work_dir: Path) -> tuple[Any, Path] | None:
 
 
 def tune_copy(tune_dir: Path, work_dir: Path, run_name: str, config: Mapping[str, Any],
-              logged_through: int) -> Path | None:
+              logged_through: int) -> tuple[Path, int] | None:
     """For a run whose own work directory has no usable checkpoint (on a multi-node cluster it lies on
     the node that wrote it): the newest of Tune's set-aside copies of its checkpoints that verifies, whose
-    step is <= `logged_through` and whose run and config match (ForeignRunDir otherwise); None: none."""
+    step is <= `logged_through` and whose run and config match (ForeignRunDir otherwise), with its step;
+    None: none."""
     for copy in set_aside_copies(tune_dir, run_name):
         found = _newest_usable([copy], logged_through)
         if found is None:

@@ -111,16 +111,20 @@ class RecorderCore:
         """At a run's resume: closes the run's open segments (a writer of its previous attempt), cuts
         torn metrics segments back to their complete batches and returns the last step still logged
         (None: nothing was torn; -1: no row left), so the run resumes at or before it."""
-        self.close_run(run, export=False)
-        run_dir = self.campaign_dir / "runs" / run
-        return repair_and_last_step(run_dir, "metrics") if run_dir.is_dir() else None
+        run_dir = self._closed_run_dir(run)
+        return repair_and_last_step(run_dir, "metrics") if run_dir else None
 
     def logged_through(self, run: str) -> int:
         """At a resume from the run's own checkpoints (Tune has none to give): closes the run's open
         segments, repairs torn ones and returns the last step logged with every step before it (-1: none)."""
+        run_dir = self._closed_run_dir(run)
+        return logged_through(run_dir, "metrics") if run_dir else -1
+
+    def _closed_run_dir(self, run: str) -> Path | None:
+        """Closes the run's open segments (a writer of its previous attempt); its directory, None when absent."""
         self.close_run(run, export=False)
         run_dir = self.campaign_dir / "runs" / run
-        return logged_through(run_dir, "metrics") if run_dir.is_dir() else -1
+        return run_dir if run_dir.is_dir() else None
 
     def close(self) -> None:
         for run in {r for r, _ in list(self._writers)}:

@@ -133,9 +133,6 @@ def own_resume_point(ctx: TrialContext, plan: RunPlan) -> tuple[tune.Checkpoint,
     (its work directory is on another node) the newest such of Tune's set-aside copies of it, as a Tune
     checkpoint, and what to record of it (campaign/own_checkpoint.py; raises ForeignRunDir for another
     run's or config's directory)."""
-    # deferred: run/checkpoint.py loads torch, which the driver (importing this module) never needs
-    from retrain_ray.run.checkpoint import load_state
-
     work_dir = Path(plan.work_dir)
     tune_dir = Path(ctx.tune_dir) if ctx.tune_dir else None
     if not (work_dir / "checkpoints").is_dir() and not (tune_dir and set_aside_copies(tune_dir, plan.run_name)):
@@ -148,12 +145,13 @@ def own_resume_point(ctx: TrialContext, plan: RunPlan) -> tuple[tune.Checkpoint,
         found, kind = tune_copy(tune_dir, work_dir, plan.run_name, config, logged), "tune_copy"
     if found is None:
         return None
-    extra = {"resumed_own_step": load_state(found).step, "resumed_from": kind, "resumed_path": str(found)}
-    return tune.Checkpoint(str(found)), extra
+    path, step = found
+    extra = {"resumed_own_step": step, "resumed_from": kind, "resumed_path": str(path)}
+    return tune.Checkpoint(str(path)), extra
 
 
 def _run(ctx: TrialContext, plan: RunPlan, resume_from: Path | None, extra: Mapping[str, Any] | None = None) -> Any:
-    if resume_from is not None:
+    if resume_from is not None and not extra:  # an own checkpoint: logged_through already repaired the log
         resume_from = resume_point(ctx, plan, resume_from)
     if ctx.plugins is not None:
         activate(ctx.plugins)

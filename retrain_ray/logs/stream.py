@@ -140,24 +140,26 @@ def repair_torn_segments(directory: Path, name: str = "metrics") -> list[Path]:
     return repaired
 
 
+def _steps_held(directory: Path, name: str) -> list[int]:
+    """The steps of every row stream `name` holds (none: no segment)."""
+    if not segment_paths(Path(directory), name):
+        return []
+    return read_stream(directory, name)["step"].to_pylist()
+
+
 def repair_and_last_step(directory: Path, name: str = "metrics") -> int | None:
     """`repair_torn_segments`, then the last step stream `name` still holds: None when nothing was
     torn, -1 when no row is left. For a resume that must re-run the steps a torn tail lost."""
     if not repair_torn_segments(directory, name):
         return None
-    if not segment_paths(Path(directory), name):
-        return -1
-    steps = read_stream(directory, name)["step"].to_pylist()
-    return max(steps, default=-1)
+    return max(_steps_held(directory, name), default=-1)
 
 
 def logged_through(directory: Path, name: str = "metrics") -> int:
     """`repair_torn_segments`, then the last step S such that stream `name` holds every step 0..S (-1:
     none). For a resume from a checkpoint the log did not report: rows after S were never logged."""
     repair_torn_segments(directory, name)
-    if not segment_paths(Path(directory), name):
-        return -1
-    steps = set(read_stream(directory, name)["step"].to_pylist())
+    steps = set(_steps_held(directory, name))
     last = -1
     while last + 1 in steps:
         last += 1

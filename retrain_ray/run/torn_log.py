@@ -24,12 +24,30 @@ def resume_point(checkpoint: Path, last_logged: int, checkpoints_dir: Path) -> P
     `checkpoints_dir` whose step is (None: none is, resume from the start)."""
     if load_state(checkpoint).step <= last_logged:
         return checkpoint
-    earlier = [c for c in CheckpointManager(checkpoints_dir).candidates()
-               if not verify_checkpoint(c) and load_state(c).step <= last_logged]
+    earlier = newest_logged(CheckpointManager(checkpoints_dir).candidates(), last_logged)
     chosen = earlier[0] if earlier else None
     log.warning("%s: the metrics log was torn after step %d; resuming from %s so the lost rows are written again",
                 checkpoints_dir, last_logged, chosen or "the start")
     return chosen
+
+
+def newest_logged(candidates: list[Path], last_logged: int,
+                  warn: logging.Logger | None = None) -> tuple[Path, int] | None:
+    """The first of `candidates` (newest first) that verifies and whose step is <= `last_logged`, with
+    its step (None: none is); `warn`: the logger that says why each one before it was skipped."""
+    for candidate in candidates:
+        problem = verify_checkpoint(candidate)
+        if problem:
+            if warn:
+                warn.warning("skipping damaged checkpoint %s: %s; trying the previous one", candidate, problem)
+            continue
+        step = load_state(candidate).step
+        if step <= last_logged:
+            return candidate, step
+        if warn:
+            warn.warning("skipping checkpoint %s: its step %d is past the last step logged without a gap (%d)",
+                         candidate, step, last_logged)
+    return None
 
 
 def rewind_past_torn_rows(run_dir: Path, checkpoint: Path) -> Path | None:
