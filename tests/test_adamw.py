@@ -83,3 +83,15 @@ def test_cpu_parameters_get_plain_adamw_and_it_imports_no_dynamo():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip() == "False"
+
+
+def test_zero_grad_keeps_only_set_to_none():
+    params = _params(0)
+    opt = PlainAdamW(params, lr=1e-2, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.0)
+    for p in params:
+        p.grad = torch.ones_like(p)
+    with pytest.raises(ValueError, match="set_to_none=False"):
+        opt.zero_grad(set_to_none=False)
+    assert all(p.grad is not None for p in params)
+    opt.zero_grad()
+    assert all(p.grad is None for p in params)

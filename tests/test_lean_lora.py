@@ -181,6 +181,16 @@ def test_a_checkpoint_resumes_across_lean_and_peft(tiny_dir, tmp_path, direction
     _assert_same_weights(lean, peft)
 
 
+def test_both_lora_kinds_refuse_a_checkpoint_without_an_adapter(tiny_dir, tmp_path):
+    """One check, one message, for the lean LoRA and PEFT's (backends/local/checkpoint.py)."""
+    from retrain_ray.backends.local.checkpoint import load_weights
+
+    (tmp_path / "adapter").mkdir()
+    for model in _pair(tiny_dir, DEFAULT):
+        with pytest.raises(FileNotFoundError, match=r"adapter holds no PEFT adapter: is .* a LoRA checkpoint\?"):
+            load_weights(model, tmp_path)
+
+
 def test_weight_sync_and_squeeze_see_the_same_tensors(tiny_dir, tmp_path):
     lean, peft = _trained_pair(tiny_dir)
     ours, theirs = export_trainable(lean), export_trainable(peft)

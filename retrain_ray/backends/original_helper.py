@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from retrain_ray.backends.types import TrainBatch, TrainStepResult
-from retrain_ray.engines.types import SampleResult, SamplingParams, WeightUpdate
+from retrain_ray.engines.types import SampleResult, SamplingParams, WeightsVersion, WeightUpdate
 
 HELPER_METHODS = ("checkpoint", "sample", "train_step", "save_adapter", "load_state")
 STATE_FILE = "original_helper.json"
@@ -34,15 +34,11 @@ def is_train_helper(obj: Any) -> bool:
     return all(callable(getattr(obj, name, None)) for name in HELPER_METHODS)
 
 
-class HelperSampler:
+class HelperSampler(WeightsVersion):
     """SamplingEngine over a TrainHelper's `sample` and `checkpoint`."""
 
     def __init__(self, helper: Any) -> None:
-        self.helper, self._version = helper, 0
-
-    @property
-    def weights_version(self) -> int:
-        return self._version
+        self.helper = helper
 
     def generate(self, prompt_ids_P: list[list[int]], num_samples: int, params: SamplingParams
                  ) -> list[list[SampleResult]]:

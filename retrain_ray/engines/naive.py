@@ -11,7 +11,7 @@ import torch
 from retrain_ray.engines.distribution import LOG_MIN_PROB, entropy, filtered_logprobs
 from retrain_ray.engines.pytorch import autocast_for, check_request
 from retrain_ray.engines.types import SampleResult, SamplingParams, WeightsVersion, WeightUpdate
-from retrain_ray.engines.weights import install_update, seeded_generator
+from retrain_ray.engines.weights import install_update
 
 
 class NaiveEngine(WeightsVersion):
@@ -21,8 +21,7 @@ class NaiveEngine(WeightsVersion):
         self.model = model
         self.eos_token_id = int(eos_token_id)
         self.device = next(model.parameters()).device
-        self.generator = seeded_generator(model, seed)
-        self._version = 0
+        self.generator = torch.Generator(device=self.device).manual_seed(seed)
 
     def load_weights(self, update: WeightUpdate) -> None:
         self._version = install_update(self.model, update)

@@ -24,7 +24,7 @@ import torch
 from retrain_ray.engines.distribution import LOG_MIN_PROB, entropy, filtered_logprobs
 from retrain_ray.engines.train_mode import ModeSwitch
 from retrain_ray.engines.types import SampleResult, SamplingParams, WeightsVersion, WeightUpdate
-from retrain_ray.engines.weights import install_update, seeded_generator
+from retrain_ray.engines.weights import install_update
 
 
 def autocast_for(device: torch.device) -> contextlib.AbstractContextManager[object]:
@@ -95,7 +95,7 @@ class PyTorchEngine(WeightsVersion):
         self.eos_ids = [eos_token_id] if isinstance(eos_token_id, int) else list(eos_token_id)
         self.pad_token_id = int(pad_token_id)
         self.device = next(model.parameters()).device
-        self.generator = seeded_generator(model, seed)
+        self.generator = torch.Generator(device=self.device).manual_seed(seed)
         self.shares_model_with_trainer = shares_model_with_trainer
         self._version = weights_version
         self._modes = ModeSwitch(model)

@@ -54,13 +54,6 @@ def install_update(model: torch.nn.Module, update: WeightUpdate) -> int:
     return update.version
 
 
-def seeded_generator(model: torch.nn.Module, seed: int) -> torch.Generator:
-    """A sampling generator on the device of `model`'s parameters, seeded with `seed`."""
-    generator = torch.Generator(device=next(model.parameters()).device)
-    generator.manual_seed(seed)
-    return generator
-
-
 def export_trainable(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     """CPU copies of the trainable parameters, keyed as `install_weights` expects."""
     return {name: p.detach().to("cpu", copy=True) for name, p in trainable_parameters(model).items()}

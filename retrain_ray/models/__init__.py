@@ -11,25 +11,12 @@ import importlib
 from typing import Any
 
 _EXPORTS = {
-    "LeanLlamaForCausalLM": "lean_llama",
-    "LeanLoraModel": "lean_lora",
-    "apply_lean_lora": "lean_lora",
-    "load_adapter": "lean_adapter",
-    "save_adapter": "lean_adapter",
-    "LightTokenizer": "light_tokenizer",
-    "load_lean_model": "lean_loading",
-    "load_lean_model_and_tokenizer": "lean_loading",
-    "SMOLLM2_NAME": "loading",
-    "default_cache_dir": "loading",
     "encode_prompt": "loading",
     "load_model_and_tokenizer": "loading",
-    "load_tokenizer": "loading",
     "resolve_model_path": "loading",
-    "smollm2_gguf_path": "loading",
     "build_tiny_model": "tiny",
     "parse_builtin_name": "tiny",
     "state_dict_sha256": "tiny",
-    "build_char_tokenizer": "tokenizer",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -48,7 +48,6 @@ class LeanLlamaConfig:
     eos_token_id: int | list[int] | None
     use_cache: bool
     raw: dict[str, Any]
-    model_type: str = "llama"
 
 
 @dataclass
@@ -113,8 +112,8 @@ class RotaryEmbedding(nn.Module):
         return (emb.cos() * 1.0).to(dtype=x.dtype), (emb.sin() * 1.0).to(dtype=x.dtype)
 
 
-def inverse_frequencies(config: LeanLlamaConfig, device: torch.device | str | None = None) -> torch.Tensor:
-    steps = torch.arange(0, config.head_dim, 2, dtype=torch.float, device=device)
+def inverse_frequencies(config: LeanLlamaConfig) -> torch.Tensor:
+    steps = torch.arange(0, config.head_dim, 2, dtype=torch.float)
     return 1.0 / (config.rope_theta ** (steps / config.head_dim))
 
 
@@ -231,10 +230,6 @@ class LeanLlamaForCausalLM(nn.Module):
             self.lm_head.weight = self.model.embed_tokens.weight
 
     @property
-    def device(self) -> torch.device:
-        return self.model.embed_tokens.weight.device
-
-    @property
     def is_gradient_checkpointing(self) -> bool:
         return self._checkpointing is not None
 
@@ -242,15 +237,9 @@ class LeanLlamaForCausalLM(nn.Module):
         """Recompute each decoder layer's activations in backward (train mode only, as transformers)."""
         self._checkpointing = {"use_reentrant": True, **(gradient_checkpointing_kwargs or {})}
 
-    def gradient_checkpointing_disable(self) -> None:
-        self._checkpointing = None
-
     def enable_input_require_grads(self) -> None:
         """Embeddings output requires grad, so reentrant checkpointing sees a differentiable input."""
         self.model.embed_tokens.register_forward_hook(lambda _m, _i, out: out.requires_grad_(True))
-
-    def get_input_embeddings(self) -> nn.Embedding:
-        return self.model.embed_tokens
 
     def save_pretrained(self, directory: str | Path) -> None:
         """config.json, generation_config.json and model.safetensors as transformers writes them (the tied

@@ -35,9 +35,9 @@ _REQUIRED: dict[str, object] = {"model_type": "llama", "hidden_act": "silu", "at
                                 "mlp_bias": False, "attention_dropout": 0.0, "pretraining_tp": 1}
 
 
-def lean_applies(name: str | Path, *, finetune: str, trust_remote_code: bool = False) -> bool:
-    """True for a built-in model trained in full or with LoRA (see the module doc)."""
-    return str(name).startswith(BUILTIN_PREFIX) and finetune in ("full", "lora") and not trust_remote_code
+def lean_applies(name: str | Path, *, trust_remote_code: bool = False) -> bool:
+    """True for a built-in model (trained in full or with LoRA, the only modes; see the module doc)."""
+    return str(name).startswith(BUILTIN_PREFIX) and not trust_remote_code
 
 
 def lean_config_problem(raw: dict[str, Any]) -> str | None:
@@ -107,10 +107,8 @@ def load_lean_model(folder: str | Path, *, dtype: torch.dtype = torch.float32) -
 
 def load_lean_model_and_tokenizer(
     name_or_path: str | Path, *, cache_dir: str | Path | None = None, dtype: str | torch.dtype = "auto",
-    device: str | torch.device = "cpu",
 ) -> tuple[LeanLlamaForCausalLM, LightTokenizer]:
-    """`load_model_and_tokenizer` for a built-in model, without transformers (left padding)."""
+    """`load_model_and_tokenizer` for a built-in model on the CPU, without transformers (left padding)."""
     path = resolve_model_path(name_or_path, cache_dir)
-    dev = torch.device(device)
-    model = load_lean_model(path, dtype=resolve_dtype(dtype, dev)).to(dev)
+    model = load_lean_model(path, dtype=resolve_dtype(dtype, torch.device("cpu")))
     return model, LightTokenizer.from_folder(path, padding_side="left")

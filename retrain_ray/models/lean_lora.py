@@ -111,17 +111,6 @@ class LeanLoraModel(nn.Module):
     def generation_config(self) -> GenerationSettings:
         return self.base_model.model.generation_config
 
-    @property
-    def device(self) -> torch.device:
-        return self.base_model.model.device
-
-    def get_input_embeddings(self) -> nn.Embedding:
-        return self.base_model.model.get_input_embeddings()
-
-    def lora_layers(self) -> dict[str, LoraLinear]:
-        """Module name (as `named_modules()` of this wrapper) -> adapted layer."""
-        return {name: m for name, m in self.named_modules() if isinstance(m, LoraLinear)}
-
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 position_ids: torch.Tensor | None = None, past_key_values: KVCache | None = None,
                 use_cache: bool | None = None) -> LeanOutput:

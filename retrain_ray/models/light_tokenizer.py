@@ -70,10 +70,6 @@ class LightTokenizer:
         config = json.loads((folder / CONFIG_FILE).read_text())
         return cls(Tokenizer.from_file(str(folder / TOKENIZER_FILE)), config, padding_side=padding_side)
 
-    @property
-    def backend_tokenizer(self) -> Tokenizer:
-        return self._tokenizer
-
     def _id(self, token: str | None) -> int | None:
         return None if token is None else self._tokenizer.token_to_id(token)
 
@@ -98,15 +94,8 @@ class LightTokenizer:
         tokens = (self.bos_token, self.eos_token, self.unk_token, self.pad_token)
         return sorted({i for i in map(self._id, tokens) if i is not None})
 
-    @property
-    def vocab_size(self) -> int:
-        return self._tokenizer.get_vocab_size(with_added_tokens=False)
-
     def __len__(self) -> int:
         return self._tokenizer.get_vocab_size(with_added_tokens=True)
-
-    def get_vocab(self) -> dict[str, int]:
-        return self._tokenizer.get_vocab(with_added_tokens=True)
 
     def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
         return list(self._tokenizer.encode(text, add_special_tokens=add_special_tokens).ids)
@@ -122,11 +111,6 @@ class LightTokenizer:
         if isinstance(ids, int):
             return self._tokenizer.id_to_token(ids)
         return [self._tokenizer.id_to_token(int(i)) for i in ids]
-
-    def convert_tokens_to_ids(self, tokens: str | list[str]) -> int | None | list[int | None]:
-        if isinstance(tokens, str):
-            return self._tokenizer.token_to_id(tokens)
-        return [self._tokenizer.token_to_id(t) for t in tokens]
 
     def save_pretrained(self, directory: str | Path) -> None:
         """tokenizer.json and tokenizer_config.json, loadable by `AutoTokenizer.from_pretrained`."""

@@ -35,17 +35,11 @@ class PlainAdamW:
         self.state: dict[torch.Tensor, dict[str, torch.Tensor]] = {}
 
     def zero_grad(self, set_to_none: bool = True) -> None:
+        if not set_to_none:
+            raise ValueError("PlainAdamW.zero_grad(set_to_none=False) is not supported: gradients are always "
+                             "set to None; call zero_grad() or zero_grad(set_to_none=True)")
         for p in self.param_groups[0]["params"]:
-            if p.grad is None:
-                continue
-            if set_to_none:
-                p.grad = None
-                continue
-            if p.grad.grad_fn is not None:
-                p.grad.detach_()
-            else:
-                p.grad.requires_grad_(False)
-            p.grad.zero_()
+            p.grad = None
 
     @torch.no_grad()
     def step(self) -> None:

@@ -49,19 +49,23 @@ def save_weights(model: torch.nn.Module, directory: Path) -> None:
         save_file(tensors, str(directory / FULL_WEIGHTS_FILE))
 
 
+def _adapter_folder(directory: Path) -> Path:
+    """The checkpoint's adapter folder (either LoRA kind), or a clear error when it holds none."""
+    adapter = directory / ADAPTER_DIR
+    if not (adapter / "adapter_config.json").is_file():
+        raise FileNotFoundError(f"{adapter} holds no PEFT adapter: is {directory} a LoRA checkpoint?")
+    return adapter
+
+
 def load_weights(model: torch.nn.Module, directory: Path) -> None:
-    device = next(model.parameters()).device
     if isinstance(model, LeanLoraModel):
-        if not (directory / ADAPTER_DIR / "adapter_config.json").is_file():
-            raise FileNotFoundError(f"{directory / ADAPTER_DIR} holds no PEFT adapter: is {directory} a LoRA checkpoint?")
-        load_adapter(model, directory / ADAPTER_DIR)
+        load_adapter(model, _adapter_folder(directory))
         return
     if _is_peft(model):
         from peft import load_peft_weights, set_peft_model_state_dict  # pyright: ignore[reportUnknownVariableType]
 
-        adapter = directory / ADAPTER_DIR
-        if not (adapter / "adapter_config.json").is_file():
-            raise FileNotFoundError(f"{adapter} holds no PEFT adapter: is {directory} a LoRA checkpoint?")
+        adapter = _adapter_folder(directory)
+        device = next(model.parameters()).device
         weights = cast("dict[str, torch.Tensor]", load_peft_weights(str(adapter), device=str(device)))
         result = cast(object, set_peft_model_state_dict(model, weights))
         unexpected: list[str] = list(getattr(result, "unexpected_keys", []) or [])

@@ -129,7 +129,7 @@ def _load_base(name_or_path: str | Path, settings: PolicySettings,
                cache_dir: Path | None) -> tuple[torch.nn.Module, Tokenizer]:
     """The lean torch-only Llama for a built-in model (no transformers import; LoRA on it is the lean
     LoRA, no peft), else transformers' model (models/lean_loading.py)."""
-    if lean_applies(name_or_path, finetune=settings.finetune, trust_remote_code=settings.trust_remote_code):
+    if lean_applies(name_or_path, trust_remote_code=settings.trust_remote_code):
         return load_lean_model_and_tokenizer(name_or_path, cache_dir=cache_dir, dtype=settings.dtype)
     # deferred: transformers costs seconds of imports that the lean path above never needs
     from retrain_ray.models.loading import load_model_and_tokenizer

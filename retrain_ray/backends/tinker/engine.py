@@ -50,7 +50,6 @@ class TinkerEngine(WeightsVersion):
 
     def __init__(self, session: TinkerSession) -> None:
         self.session = session
-        self._version = 0
 
     def load_weights(self, update: WeightUpdate) -> None:
         if update.tensors:
