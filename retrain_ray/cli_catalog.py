@@ -10,6 +10,7 @@ config FILE it also checks that every dotted path the file names imports.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import importlib
 import importlib.util
@@ -31,6 +32,8 @@ from retrain_ray.config import ConfigError, load_config, names
 from retrain_ray.config.backend_options import schema_for
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+
     from retrain_ray.config.schema import RetrainConfig
 
 _DEPENDENCIES: dict[str, list[tuple[str, str]]] = {
@@ -138,15 +141,7 @@ def backends_main(argv: list[str]) -> int:
 
 
 BUILTIN_COMPONENTS: dict[str, tuple[str, frozenset[str]]] = {
-    "advantage_mode": ("algorithm.advantage_mode", names.ADVANTAGE_MODES),
-    "transform_mode": ("algorithm.transform_mode", names.TRANSFORM_MODES),
-    "algorithm_mode": ("algorithm.algorithm_mode", names.ALGORITHM_MODES - {""}),
-    "uncertainty_kind": ("algorithm.uncertainty_kind", frozenset(names.UNCERTAINTY_ALIASES.values())),
-    "backend": ("backend.backend", names.SUPPORTED_BACKENDS),
-    "inference_engine": ("inference.engine", names.INFERENCE_ENGINES),
-    "reward": ("reward.type", names.REWARD_TYPES),
-    "data_source": ("data.source", names.DATA_SOURCES),
-    "planning_detector": ("planning.detector", names.PLANNING_DETECTORS),
+    k.component: (k.config_key, k.builtin) for k in names.PLUGIN_KEYS
 }
 """component -> (config key, built-in names). Each key also takes a dotted plugin path."""
 
@@ -177,63 +172,69 @@ def discover_plugin_modules(search_paths: list[str], base: Path) -> list[dict[st
     return found
 
 
-def check_reference(ref: str, search_paths: list[str], base: Path) -> str:
-    """"" if the dotted path `pkg.mod:name` / `pkg.mod.name` imports and resolves, else why not."""
-    module, _, attr = ref.partition(":") if ":" in ref else ref.rpartition(".")
+@contextlib.contextmanager
+def _search_paths_first(search_paths: list[str], base: Path) -> Iterator[None]:
+    """`search_paths` (relative to `base`) put first on `sys.path` where not on it already, then `sys.path`
+    restored."""
     extra = [str(Path(p) if Path(p).is_absolute() else base / p) for p in search_paths]
     saved = list(sys.path)
     sys.path[:0] = [p for p in extra if p not in sys.path]
     try:
-        obj = importlib.import_module(module)
-        if not hasattr(obj, attr):
-            return f"module {module!r} has no attribute {attr!r}"
-        return ""
-    except Exception as exc:  # a plugin may fail to import in any way; report it, do not crash
-        return f"import {module!r} failed: {type(exc).__name__}: {exc}"
+        yield
     finally:
         sys.path[:] = saved
 
 
+def check_reference(ref: str, search_paths: list[str], base: Path) -> str:
+    """"" if the dotted path `pkg.mod:name` / `pkg.mod.name` imports and resolves, else why not."""
+    module, _, attr = ref.partition(":") if ":" in ref else ref.rpartition(".")
+    with _search_paths_first(search_paths, base):
+        try:
+            obj = importlib.import_module(module)
+            if not hasattr(obj, attr):
+                return f"module {module!r} has no attribute {attr!r}"
+            return ""
+        except Exception as exc:  # a plugin may fail to import in any way; report it, do not crash
+            return f"import {module!r} failed: {type(exc).__name__}: {exc}"
+
+
 def _config_references(cfg: RetrainConfig) -> dict[str, str]:
     refs = {}
-    for key, _ in BUILTIN_COMPONENTS.values():
-        section, _, field = key.partition(".")
-        value = getattr(getattr(cfg, section), field)
+    for plugin_key in names.PLUGIN_KEYS:
+        value = getattr(getattr(cfg, plugin_key.section), plugin_key.key)
         if isinstance(value, str) and names.is_dotted_path(value):
-            refs[key] = value
+            refs[plugin_key.config_key] = value
     return refs
 
 
 def plugins_report(config: str | None) -> dict[str, Any]:
-    search_paths, base, refs = ["plugins"], Path.cwd(), {}
+    search_paths, base, refs, inference = ["plugins"], Path.cwd(), {}, {}
     if config:
         cfg = load_config(config)
         search_paths, refs = list(cfg.plugins.search_paths), _config_references(cfg)
-        base = Path(config).resolve().parent
+        base, inference = Path(config).resolve().parent, cfg.inference.model_dump()
     return {
         "builtin": {comp: {"key": key, "names": sorted(known)} for comp, (key, known) in BUILTIN_COMPONENTS.items()},
         "factories": FACTORIES,
         "search_paths": search_paths,
         "discovered": discover_plugin_modules(search_paths, base),
-        "references": {key: _reference(key, ref, search_paths, base) for key, ref in refs.items()},
+        "references": {key: _reference(key, ref, search_paths, base, inference) for key, ref in refs.items()},
         "engine_hooks": ENGINE_HOOKS,
     }
 
 
-def _reference(key: str, ref: str, search_paths: list[str], base: Path) -> dict[str, Any]:
+def _reference(key: str, ref: str, search_paths: list[str], base: Path,
+               inference: dict[str, Any]) -> dict[str, Any]:
     """Whether a dotted path imports; for an `[inference] engine` or `[backend] backend`, also what it declares
-    its sampling returns (the engine hook)."""
+    its sampling returns (the engine hook, given the `[inference]` section as preflight gives it)."""
     found: dict[str, Any] = {"path": ref, "error": check_reference(ref, search_paths, base)}
     if key in ("inference.engine", "backend.backend") and not found["error"]:
-        saved = list(sys.path)
-        sys.path[:0] = [str(Path(p) if Path(p).is_absolute() else base / p) for p in search_paths]
-        try:
-            flags, source = engine_capabilities(ref, kind=f"[{key.replace('.', '] ')}")
-            found["capabilities"], found["source"] = dataclasses.asdict(flags), source
-        except ValueError as exc:
-            found["error"] = str(exc)
-        finally:
-            sys.path[:] = saved
+        with _search_paths_first(search_paths, base):
+            try:  # a malformed hook: preflight reports the same ValueError
+                flags, source = engine_capabilities(ref, inference, kind=f"[{key.replace('.', '] ')}")
+                found["capabilities"], found["source"] = dataclasses.asdict(flags), source
+            except ValueError as exc:
+                found["error"] = str(exc)
     return found
 
 

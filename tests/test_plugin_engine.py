@@ -123,3 +123,12 @@ def test_the_plugin_listing_shows_an_engines_declared_capabilities(workdir, caps
     assert report["engine_hooks"] == {"capabilities": ["retrain_engine_capabilities", "RETRAIN_ENGINE_CAPABILITIES"]}
     plugin_engine = backend_catalog()["plugin_engine"]
     assert plugin_engine["default_capabilities"] == {"returns_token_entropies": False}
+
+
+def test_the_plugin_listing_gives_a_callable_hook_the_inference_section_as_preflight_does(workdir):
+    from retrain_ray.cli_catalog import plugins_report
+
+    toml = _entropy_toml(workdir, "entropy_engine.section_hook")
+    assert run_problems(load_config(toml), check_model=False) == []
+    engine = plugins_report(str(toml))["references"]["inference.engine"]
+    assert engine["capabilities"] == {"returns_token_entropies": True} and engine["source"] == "plugin/hook"

@@ -42,20 +42,13 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from retrain_ray.algorithms.plugins import is_dotted_path, plugin_module, use_search_paths
+from retrain_ray.config.names import PLUGIN_KEYS
 
 if TYPE_CHECKING:
     from retrain_ray.config.schema import RetrainConfig
 
 MAX_BUNDLE_BYTES = 100 * 2**20
 SKIPPED_DIRS = frozenset({"__pycache__", ".git"})
-PLUGIN_KEYS = (
-    ("[data] source", "data", "source"), ("[reward] type", "reward", "type"),
-    ("[planning] detector", "planning", "detector"), ("[inference] engine", "inference", "engine"),
-    ("[backend] backend", "backend", "backend"), ("advantage_mode", "algorithm", "advantage_mode"),
-    ("transform_mode", "algorithm", "transform_mode"), ("algorithm_mode", "algorithm", "algorithm_mode"),
-    ("uncertainty_kind", "algorithm", "uncertainty_kind"),
-)
-"""(kind, section, key) of every key that takes a dotted plugin path."""
 
 
 @dataclass(frozen=True)
@@ -102,14 +95,14 @@ def activate(bundle: PluginBundle) -> Path:
 
 def plugin_references(cfg: RetrainConfig) -> list[tuple[str, str]]:
     """(kind, dotted path) of every plugin `cfg` names."""
-    refs = [(kind, getattr(getattr(cfg, section), key)) for kind, section, key in PLUGIN_KEYS]
+    refs = [(k.label, getattr(getattr(cfg, k.section), k.key)) for k in PLUGIN_KEYS]
     return [(kind, value) for kind, value in refs if isinstance(value, str) and value and is_dotted_path(value)]
 
 
 def _installed(root: Path, top: str) -> bool:
     stdlib = Path(sysconfig.get_paths()["stdlib"])
     return (top == "retrain_ray" or bool({"site-packages", "dist-packages"} & set(root.parts))
-            or root == stdlib or root.is_relative_to(stdlib))
+            or root.is_relative_to(stdlib))
 
 
 def _unit(module: ModuleType, prefix: str) -> tuple[Path, PurePosixPath] | None:

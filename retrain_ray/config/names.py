@@ -7,6 +7,7 @@ A dotted path (`pkg.module.name` or `pkg.module:name`) is always accepted as a p
 from __future__ import annotations
 
 import re
+from typing import NamedTuple
 
 ADVANTAGE_MODES = frozenset({"grpo", "maxrl", "reinforce_pp"})
 TRANSFORM_MODES = frozenset(
@@ -48,6 +49,35 @@ CHECKPOINT_ARTIFACTS = frozenset({"auto", "off", "wandb"})
 WANDB_MODES = frozenset({"online", "offline", "disabled"})
 ECHO_TARGET_RETENTION = frozenset({"all", "bounded"})
 SEPA_SCHEDULES = frozenset({"linear", "auto"})
+
+
+class PluginKey(NamedTuple):
+    """A config key that takes a dotted plugin path as well as its built-in names."""
+
+    component: str  # its name in `retrain-ray plugins`
+    label: str  # how messages name the key
+    section: str
+    key: str
+    builtin: frozenset[str]
+
+    @property
+    def config_key(self) -> str:
+        return f"{self.section}.{self.key}"
+
+
+PLUGIN_KEYS: tuple[PluginKey, ...] = (
+    PluginKey("advantage_mode", "advantage_mode", "algorithm", "advantage_mode", ADVANTAGE_MODES),
+    PluginKey("transform_mode", "transform_mode", "algorithm", "transform_mode", TRANSFORM_MODES),
+    PluginKey("algorithm_mode", "algorithm_mode", "algorithm", "algorithm_mode", ALGORITHM_MODES - {""}),
+    PluginKey("uncertainty_kind", "uncertainty_kind", "algorithm", "uncertainty_kind",
+              frozenset(UNCERTAINTY_ALIASES.values())),
+    PluginKey("backend", "[backend] backend", "backend", "backend", SUPPORTED_BACKENDS),
+    PluginKey("inference_engine", "[inference] engine", "inference", "engine", INFERENCE_ENGINES),
+    PluginKey("reward", "[reward] type", "reward", "type", REWARD_TYPES),
+    PluginKey("data_source", "[data] source", "data", "source", DATA_SOURCES),
+    PluginKey("planning_detector", "[planning] detector", "planning", "detector", PLANNING_DETECTORS),
+)
+"""Every key that takes a dotted plugin path: `retrain-ray plugins` checks them, a campaign ships their code."""
 
 _DOTTED = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*[:.][A-Za-z_]\w*$")
 _DEVICES = re.compile(r"^(cpu|gpu:\d+(,\s*gpu:\d+)*)$")

@@ -38,3 +38,12 @@ def bad_hook(config, context):
 
 
 bad_hook.retrain_engine_capabilities = {"entropies": "yes"}  # the hook on the factory wins over the module's
+
+
+def section_hook(config, context):
+    return ConstantEntropyEngine(context.builtin_policy().engine)
+
+
+# a callable hook: it declares entropies only when given its own [inference] section, as preflight gives it
+section_hook.retrain_engine_capabilities = lambda inference: {
+    "returns_token_entropies": inference.get("engine") == "entropy_engine.section_hook"}
