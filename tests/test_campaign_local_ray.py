@@ -17,12 +17,13 @@ import ray
 from retrain_ray.campaign.local_ray import connect
 import ray.air._internal.usage as air_usage
 
-started = connect(None)
+started = connect(None, dashboard=sys.argv[1:] == ["--dashboard"])
 node = ray._private.worker._global_node
 print(json.dumps({"started": started, "processes": sorted(node.all_processes),
                   "agent_port": node.dashboard_agent_listen_port,
                   "tag": air_usage.tag_callbacks([object()]),
-                  "resources": ray.cluster_resources()}))
+                  "resources": ray.cluster_resources(), "dashboard_url": node.webui_url,
+                  "patched_after": ray._private.node.Node.start_api_server.__name__ != "start_api_server"}))
 ray.shutdown()
 """
 
@@ -54,14 +55,22 @@ def _run(code: str, *args: str, log: Path, timeout_s: float) -> dict:
 
 
 @pytest.mark.timeout(300)
-def test_a_local_ray_for_a_campaign_starts_without_log_monitor_autoscaler_or_fixed_agent_port(tmp_path):
+def test_a_local_ray_for_a_campaign_starts_without_dashboard_head_log_monitor_autoscaler_or_fixed_agent_port(tmp_path):
     seen = _run(LEAN, log=tmp_path / "lean.log", timeout_s=240)
     assert seen["started"] is True
     assert "gcs_server" in seen["processes"] and "raylet" in seen["processes"]
     assert "log_monitor" not in seen["processes"] and "monitor" not in seen["processes"]
+    assert "dashboard" not in seen["processes"] and seen["dashboard_url"] is None
+    assert seen["patched_after"] is False  # the next ray.init in this process starts Ray's own way
     assert seen["agent_port"] != 52365  # Ray's fixed default, often held by another Ray on a shared machine
     assert seen["tag"] is False  # Tune's callback usage tag (which imports mlflow, wandb, ...) is skipped
     assert seen["resources"]["CPU"] >= 1
+
+
+@pytest.mark.timeout(300)
+def test_with_the_dashboard_asked_for_the_local_ray_starts_its_dashboard_head(tmp_path):
+    seen = _run(LEAN, "--dashboard", log=tmp_path / "full.log", timeout_s=240)
+    assert "dashboard" in seen["processes"] and seen["dashboard_url"]
 
 
 @pytest.mark.extended

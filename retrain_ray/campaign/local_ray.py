@@ -1,12 +1,16 @@
 """The Ray a campaign driver connects to, and the Tune settings its driver runs with.
 
 `connect()` joins `address`, else RAY_ADDRESS, else starts a local Ray. A local Ray started without
-the dashboard is lean: besides the GCS, the raylet and its two agents it starts no log monitor (it
+the dashboard is lean: besides the GCS, the raylet and its two agents it starts no dashboard head
+(with the dashboard off Ray still starts one serving only its usage-stats module, and `ray.init`
+waits about a second for it to publish its address before it starts the raylet), no log monitor (it
 streams worker output to drivers; a local campaign driver does not take it, `log_to_driver=False`)
 and no autoscaler monitor (one machine, nothing to scale), and its dashboard agent listens on a free
 port instead of the fixed 52365 (on a machine with other Rays it otherwise retries the bind for 3-4 s
 before the raylet can finish starting). Each of those is a Python process importing much of Ray,
-which on a small machine takes CPU from the driver while the campaign starts.
+which on a small machine takes CPU from the driver while the campaign starts. Without the head, Ray's
+state API and job submission (both served by it) are not available on that Ray; the campaign uses
+neither, and `--dashboard` starts the full Ray.
 
 It also starts the first trials' processes warm: Ray starts one worker process per CPU as soon as the
 driver connects, and each imports what a trial imports (`preload`, campaign/preload.py) while the
@@ -14,7 +18,7 @@ driver starts the recorder and Tune. Tune gives its trials a runtime env of thei
 variables); without it a trial's env is the empty one of those processes, so Ray hands them to the
 trials instead of starting new ones.
 
-`tune_settings()` turns off what Tune's `fit()` does by default that a campaign does not use: its
+`connect()` also turns off what Tune's `fit()` does by default that a campaign does not use: its
 CSV and TensorBoardX result loggers (the campaign records every row itself; TensorBoardX loads torch
 into the driver, which costs seconds to import and seconds more at exit; the driver passes Tune's JSON
 logger itself, which the ResultGrid `fit()` returns reads) and the usage tag of the callbacks passed
@@ -29,14 +33,13 @@ from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 import ray
+import ray._private.node as ray_node
 import ray._private.parameter as ray_parameter
-import ray.air._internal.usage as air_usage
-import ray.tune.execution.class_cache as tune_class_cache
 
 from retrain_ray.actors.worker_env import PRELOAD_ENV_VAR, PRELOAD_MODULE
 
 # Tune's experiment state is snapshotted every 2 s (`TUNE_GLOBAL_CHECKPOINT_S`, Tune's own default is
-# 10 s or more) and copied to the campaign directory as often (driver.STATE_SYNC_S), so a restore after
+# 10 s or more) and copied to the campaign directory as often (experiment.STATE_SYNC_S), so a restore after
 # a killed driver finds each run's checkpoint of about 2 s before the kill.
 TUNE_ENV = {
     "TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S": "0",
@@ -57,10 +60,15 @@ def trial_modules(models: Iterable[tuple[str, str]]) -> list[str]:
     return [*TRIAL_MODULES, *(["peft"] if peft else [])]
 
 
-def tune_settings() -> None:
-    """Tune's environment for a campaign driver (a value the user set wins) and no callback usage tag."""
+def _tune_env() -> None:
+    """Tune's environment for a campaign driver (a value the user set wins)."""
     for key, value in TUNE_ENV.items():
         os.environ.setdefault(key, value)
+
+
+def _no_usage_tag() -> None:
+    import ray.air._internal.usage as air_usage  # here: loads Tune, which the driver imports after Ray starts
+
     air_usage.tag_callbacks = _no_tag
 
 
@@ -71,15 +79,23 @@ def _no_tag(callbacks: Any) -> bool:
 def connect(address: str | None, *, dashboard: bool = False, preload: Sequence[str] = ()) -> bool:
     """Connects to `address`, else RAY_ADDRESS, else starts a local Ray; True if this call started Ray.
     `preload`: modules the worker processes of a local Ray import as they start (see the module doc)."""
-    tune_settings()
+    _tune_env()
     if ray.is_initialized():
+        _no_usage_tag()
         return False
+    started = _init(address, dashboard=dashboard, preload=preload)
+    _no_usage_tag()
+    if started:
+        _trials_in_the_workers_env()
+    return started
+
+
+def _init(address: str | None, *, dashboard: bool, preload: Sequence[str]) -> bool:
     target = address or os.environ.get("RAY_ADDRESS") or "local"
     if target != "local":
         ray.init(address=target, namespace="retrain-ray", log_to_driver=True)
         print(f"[campaign] connected to the Ray cluster at {target}", flush=True)
         return False
-    _trials_in_the_workers_env()
     with contextlib.nullcontext() if dashboard else lean_local_ray(), _worker_env(PRELOAD_ENV_VAR, ",".join(preload)):
         ray.init(address="local", namespace="retrain-ray", log_to_driver=False, include_dashboard=dashboard,
                  _system_config=_warm_workers_config() if preload else None)
@@ -91,6 +107,8 @@ def _trials_in_the_workers_env() -> None:
     ahead. Tune gives them `PL_DISABLE_FORK` (for PyTorch Lightning, which no run uses) and copies of
     driver variables it knows (AWS credentials, RAY_TRAIN_*, ...): the workers of a local Ray started by
     this driver inherit its environment at `ray.init` anyway, variables included."""
+    import ray.tune.execution.class_cache as tune_class_cache  # here: loads Tune
+
     tune_class_cache.DEFAULT_ENV_VARS.pop("PL_DISABLE_FORK", None)
     tune_class_cache.ENV_VARS_TO_PROPAGATE = set()  # pyright: ignore[reportAttributeAccessIssue]
 
@@ -129,16 +147,24 @@ class _LeanParams(ray_parameter.RayParams):
         self.dashboard_agent_listen_port = 0
 
 
+def _no_api_server(node: Any, **options: Any) -> None:
+    """Stands in for `Node.start_api_server`: no dashboard head (the node's dashboard URL stays None)."""
+
+
 @contextlib.contextmanager
 def lean_local_ray() -> Iterator[None]:
     """While inside, a `ray.init()` that starts a local node starts it lean (see the module doc).
 
     `ray.init` builds its node's parameters with `ray._private.parameter.RayParams(...)`, which offers
-    none of these three; they are set on the object it builds, for this call only.
+    none of these three; they are set on the object it builds, for this call only. The node starts its
+    dashboard head with `Node.start_api_server` whatever the parameters say; that is replaced, for this
+    call only, by one that starts nothing.
     """
-    original = ray_parameter.RayParams
+    params, api_server = ray_parameter.RayParams, ray_node.Node.start_api_server
     ray_parameter.RayParams = _LeanParams  # type: ignore[misc]
+    ray_node.Node.start_api_server = _no_api_server  # type: ignore[method-assign]
     try:
         yield
     finally:
-        ray_parameter.RayParams = original  # type: ignore[misc]
+        ray_parameter.RayParams = params  # type: ignore[misc]
+        ray_node.Node.start_api_server = api_server  # type: ignore[method-assign]
