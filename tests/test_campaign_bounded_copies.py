@@ -1,7 +1,7 @@
 """A 24-step campaign with keep_last_checkpoints = 2 and a checkpoint after every step: Tune's copies under
 `<campaign>/tune` are pruned while it runs, two per run remain at the end, and a driver killed with
 SIGKILL mid-run still resumes (the pruner never deletes the copy the synced experiment state names,
-the race `STATE_SYNC_S` in campaign/driver.py describes).
+the race `STATE_SYNC_S` in campaign/experiment.py describes).
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ import json
 import re
 from types import SimpleNamespace
 
-from retrain_ray.campaign.driver import trial_name
+from retrain_ray.campaign.experiment import trial_name
 from retrain_ray.campaign.gauges import RunGauges, run_gauge_names
 from retrain_ray.campaign.grafana import DEFAULT_PATH, EXPORT_PREFIX, dashboard, exported_metric_names
 

@@ -161,17 +161,17 @@ def tracked_campaign(tmp_path: Path, mlruns: str) -> Path:
 def test_the_driver_creates_the_campaigns_mlflow_experiment_once_for_all_runs(tmp_path):
     from mlflow import MlflowClient
 
-    from retrain_ray.campaign.driver import _mlflow_experiments
+    from retrain_ray.campaign.experiment import mlflow_experiments
     from retrain_ray.campaign.plan import build_plan
     from retrain_ray.config import load_config
 
     mlruns = (tmp_path / "mlruns").as_uri()
     plan = build_plan(load_config(tracked_campaign(tmp_path, mlruns)), root=tmp_path / "campaigns")
-    ids = _mlflow_experiments(plan)
+    ids = mlflow_experiments(plan)
     (experiment,) = [e for e in MlflowClient(tracking_uri=mlruns).search_experiments() if e.name != "Default"]
     assert experiment.name == "tracked"
     assert ids == {"grpo+none_s1": experiment.experiment_id, "grpo+none_s2": experiment.experiment_id}
-    assert _mlflow_experiments(plan) == ids  # a resumed campaign finds it again
+    assert mlflow_experiments(plan) == ids  # a resumed campaign finds it again
 
 
 @pytest.mark.extended

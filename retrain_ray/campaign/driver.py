@@ -21,44 +21,30 @@ import dataclasses
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import ray
-from ray import tune
-from ray.tune.logger import JsonLoggerCallback
 
 from retrain_ray.actors.placement import alive_node_resources, decide_placement
 from retrain_ray.campaign.afterwards import run_afterwards
 from retrain_ray.campaign.control import start_control_plane
 from retrain_ray.campaign.local_ray import connect, trial_modules
 from retrain_ray.campaign.manifest import Manifest, read_manifest, write_json_atomic
-from retrain_ray.campaign.plan import CampaignError, CampaignPlan, RunPlan, build_plan
+from retrain_ray.campaign.plan import DEFAULT_RUNNER, CampaignError, CampaignPlan, RunPlan, build_plan
 from retrain_ray.campaign.plugin_bundle import PluginBundle, build_bundle
-from retrain_ray.campaign.progress_line import CampaignProgress
 from retrain_ray.campaign.recorder import start_recorder
-from retrain_ray.campaign.results import CampaignResults
 from retrain_ray.campaign.stagger import start_gate
-from retrain_ray.campaign.tracking import ManifestCallback
-from retrain_ray.campaign.trial import DEFAULT_RUNNER, TrialContext, run_trial
-from retrain_ray.campaign.tune_copies import TuneCopyPruner
 from retrain_ray.campaign.tune_state import set_aside, torn_state
 from retrain_ray.config import ConfigError, RetrainConfig, load_config
 from retrain_ray.logs.parquet_export import export_campaign
 from retrain_ray.run.preflight import campaign_problems
 from retrain_ray.secrets import has_redactions, redact, restore_secrets
-from retrain_ray.trackers.mlflow_tracker import ensure_experiment, experiment_name
+
+if TYPE_CHECKING:
+    from retrain_ray.campaign.results import CampaignResults
 
 __all__ = ["Campaign", "CampaignError"]
-TUNE_DIR = "tune"
 RESUME_CONFIG = ".resume_config.json"
-# Tune writes its experiment state (which names each run's latest checkpoint) into a staging dir and
-# copies it to `<campaign>/tune` only every `SyncConfig.sync_period` (default 300 s): with the default
-# a driver killed in its first 5 minutes restarts every unfinished run from scratch. Tune's own
-# `num_to_keep` deletes a checkpoint the last synced state may still name, and the restore fails
-# ("checkpoint does not exist on storage anymore"; seen in tests/test_campaign_resume.py): Tune keeps
-# every copy and `TuneCopyPruner` (campaign/tune_copies.py) bounds them by keep_last_checkpoints,
-# deleting only copies older than what the synced state names.
-STATE_SYNC_S = 2
 
 
 class Campaign:
@@ -133,8 +119,10 @@ class Campaign:
         namespace = ray.get_runtime_context().namespace
         actors = self._start_actors(namespace)
         try:
-            tuner = self._tuner(manifest, namespace, actors["control"], progress, resuming, plugins)
-            tuner.fit()
+            from retrain_ray.campaign.experiment import build_tuner  # deferred: loads Tune
+
+            build_tuner(self.plan, manifest, namespace=namespace, control=actors["control"], runner=self.runner,
+                        progress=progress, resuming=resuming, plugins=plugins, tune_dir=self._local_tune_dir()).fit()
         finally:
             ray.get(actors["recorder"].close.remote(), timeout=120)
             for handle in (actors["recorder"], actors.get("gate")):
@@ -145,6 +133,8 @@ class Campaign:
         run_afterwards(self.campaign_dir, self.config, progress=progress)
         if progress:
             print(f"[campaign] results: {self.campaign_dir}", flush=True)
+        from retrain_ray.campaign.results import CampaignResults  # deferred: loads Tune
+
         return CampaignResults.from_dir(self.campaign_dir)
 
     def _open_dir(self) -> tuple[Manifest, bool]:
@@ -159,7 +149,9 @@ class Campaign:
             known = {r["run_name"] for r in manifest.data["runs"]}
             if known != {r.run_name for r in self.plan.runs}:
                 raise CampaignError([f"{cdir} holds a campaign with other runs; choose another [campaign].name"])
-            resuming = tune.Tuner.can_restore(self.plan.tune_path) and self._tune_state_whole(manifest)
+            from retrain_ray.campaign.experiment import can_restore  # deferred: loads Tune
+
+            resuming = can_restore(self.plan) and self._tune_state_whole(manifest)
         else:
             cdir.mkdir(parents=True, exist_ok=True)
             manifest = Manifest.create(cdir, self._header(), [_run_entry(r) for r in self.plan.runs])
@@ -208,55 +200,6 @@ class Campaign:
         actors["control"] = start_control_plane(self.config, p.name, namespace=namespace, campaign_dir=p.campaign_dir)
         return actors
 
-    def _tuner(self, manifest: Manifest, namespace: str, control: Any, progress: bool, resuming: bool,
-               plugins: PluginBundle | None) -> Any:
-        p = self.plan
-        ctx = TrialContext(campaign=p.name, namespace=namespace, runs={r.run_name: r for r in p.runs},
-                           control=control, runner=self.runner, timeout_s=p.schedule.trial_start_timeout_s,
-                           mlflow_experiments=_mlflow_experiments(p), finished=_finished(manifest), plugins=plugins,
-                           tune_dir=self._local_tune_dir())
-        factories = {r.run_name: _resources(r) for r in p.runs}
-        trainable = tune.with_resources(tune.with_parameters(run_trial, context=ctx),
-                                        resources=lambda cfg: factories[cfg["run_name"]])
-        if resuming:
-            return tune.Tuner.restore(p.tune_path, trainable, resume_errored=True)
-        callbacks: list[tune.Callback] = [
-            ManifestCallback(manifest, progress=progress, start_timeout_s=p.schedule.trial_start_timeout_s),
-            TuneCopyPruner({r.run_name: r.config.training.keep_last_checkpoints for r in p.runs}),
-            JsonLoggerCallback(),  # the only Tune logger kept (local_ray.tune_settings): fit()'s ResultGrid reads it
-        ]
-        if progress:
-            callbacks.append(CampaignProgress(p.campaign_dir))
-        return tune.Tuner(
-            trainable,
-            param_space={"run_name": tune.grid_search([r.run_name for r in p.runs])},
-            tune_config=tune.TuneConfig(max_concurrent_trials=p.schedule.max_concurrent, reuse_actors=True,
-                                        trial_name_creator=trial_name, trial_dirname_creator=trial_name),
-            run_config=tune.RunConfig(
-                name=TUNE_DIR, storage_path=p.tune_storage, verbose=0, callbacks=callbacks,
-                failure_config=tune.FailureConfig(max_failures=p.schedule.max_failures),
-                checkpoint_config=tune.CheckpointConfig(num_to_keep=None),  # TuneCopyPruner bounds them
-                sync_config=tune.SyncConfig(sync_period=STATE_SYNC_S),
-            ),
-        )
-
-
-def _mlflow_experiments(plan: CampaignPlan) -> dict[str, str]:
-    """Each MLflow-tracked run's experiment id, created here once, before any trial could race to."""
-    ids: dict[str, str] = {}
-    made: dict[tuple[str, str], str] = {}
-    for r in plan.runs:
-        lg = r.config.logging
-        if lg.mlflow_tracking_uri:
-            key = (lg.mlflow_tracking_uri, experiment_name(r.config, plan.name))
-            ids[r.run_name] = made[key] = made.get(key) or ensure_experiment(r.config, plan.name)
-    return ids
-
-
-def _finished(manifest: Manifest) -> dict[str, dict[str, Any]]:
-    """Runs the manifest records completed (with their results): a resume never runs them again."""
-    return {r["run_name"]: dict(r.get("result") or {}) for r in manifest.data["runs"] if r["status"] == "completed"}
-
 
 def _with_secrets(config_json: dict[str, Any], source: str, snapshot: Path) -> dict[str, Any]:
     """The snapshot with its redacted secrets read back from the campaign's TOML file."""
@@ -274,11 +217,6 @@ def _with_secrets(config_json: dict[str, Any], source: str, snapshot: Path) -> d
             "and run `retrain-ray resume` again"
         ])
     return restored
-
-
-def trial_name(trial: Any) -> str:
-    """Tune trials (and their directories) are named after their runs, not `run_trial_<id>`."""
-    return str(trial.config["run_name"])
 
 
 def _run_entry(r: RunPlan) -> dict[str, Any]:
@@ -318,9 +256,3 @@ def _place(plan: CampaignPlan, *, cpu_fallback: bool, can_scale: bool) -> Campai
 def _compact(plan: CampaignPlan) -> None:
     """Rewrites the Parquet copies of every run's logs (de-duplicated, with campaign/condition/seed)."""
     export_campaign(plan.campaign_dir, plan.name)
-
-
-def _resources(run: RunPlan) -> tune.PlacementGroupFactory:
-    if run.placement is None:  # `_place` gives every run one before the tuner is built
-        raise CampaignError([f"run {run.run_name!r} has no placement; the campaign places runs before Tune starts"])
-    return tune.PlacementGroupFactory(run.placement.bundle_dicts, run.placement.strategy)

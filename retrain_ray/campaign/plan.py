@@ -38,6 +38,10 @@ class CampaignError(Exception):
         super().__init__("campaign cannot start:\n" + "\n".join(f"  - {p}" for p in problems))
 
 
+# What a trial calls to train its run (`module:function`; `Campaign(..., runner=...)` gives another)
+DEFAULT_RUNNER = "retrain_ray.run.train:train_run"
+
+
 @dataclass(frozen=True)
 class RunPlan:
     """One run of the matrix. Frozen and picklable: it travels to the run's Tune trial."""

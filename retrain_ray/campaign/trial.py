@@ -38,7 +38,7 @@ from retrain_ray.algorithms.plugins import use_plugin_root
 from retrain_ray.campaign.control import ControlPlane
 from retrain_ray.campaign.gauges import RunGauges
 from retrain_ray.campaign.own_checkpoint import own_checkpoint, set_aside_copies, tune_copy
-from retrain_ray.campaign.plan import RunPlan
+from retrain_ray.campaign.plan import DEFAULT_RUNNER, RunPlan
 from retrain_ray.campaign.plugin_bundle import PluginBundle, activate
 from retrain_ray.campaign.recorder import RecorderClient, recorder_name
 from retrain_ray.campaign.split import split_policy
@@ -48,7 +48,6 @@ from retrain_ray.process_clock import process_started_at
 from retrain_ray.secrets import redact
 from retrain_ray.trackers import RunIdentity, build_trackers
 
-DEFAULT_RUNNER = "retrain_ray.run.train:train_run"
 _RUNS_IN_PROCESS = [0]  # runs this trial process has started (1 = fresh process; more = reused by Tune)
 REPORTED = ("mean_reward", "correct_rate", "loss", "tokens_per_second", "step_time_s", "running_correct_rate")
 

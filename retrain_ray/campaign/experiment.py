@@ -1,0 +1,99 @@
+"""The campaign's Ray Tune experiment: one trial per run, new or restored, with the campaign's callbacks.
+
+The driver's Tune side: `Campaign` (campaign/driver.py) imports it only once the campaign is
+validated and Ray is up, so a config or plugin error is reported without the second it takes to
+import Tune.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ray import tune
+from ray.tune.logger import JsonLoggerCallback
+
+from retrain_ray.campaign.manifest import Manifest
+from retrain_ray.campaign.plan import CampaignError, CampaignPlan, RunPlan
+from retrain_ray.campaign.plugin_bundle import PluginBundle
+from retrain_ray.campaign.progress_line import CampaignProgress
+from retrain_ray.campaign.tracking import ManifestCallback
+from retrain_ray.campaign.trial import TrialContext, run_trial
+from retrain_ray.campaign.tune_copies import TuneCopyPruner
+from retrain_ray.trackers.mlflow_tracker import ensure_experiment, experiment_name
+
+TUNE_DIR = "tune"
+# Tune writes its experiment state (which names each run's latest checkpoint) into a staging dir and
+# copies it to `<campaign>/tune` only every `SyncConfig.sync_period` (default 300 s): with the default
+# a driver killed in its first 5 minutes restarts every unfinished run from scratch. Tune's own
+# `num_to_keep` deletes a checkpoint the last synced state may still name, and the restore fails
+# ("checkpoint does not exist on storage anymore"; seen in tests/test_campaign_resume.py): Tune keeps
+# every copy and `TuneCopyPruner` (campaign/tune_copies.py) bounds them by keep_last_checkpoints,
+# deleting only copies older than what the synced state names.
+STATE_SYNC_S = 2
+
+
+def can_restore(plan: CampaignPlan) -> bool:
+    """Whether the campaign's Tune directory holds an experiment Tune can restore."""
+    return tune.Tuner.can_restore(plan.tune_path)
+
+
+def build_tuner(plan: CampaignPlan, manifest: Manifest, *, namespace: str, control: Any, runner: Any,
+                progress: bool, resuming: bool, plugins: PluginBundle | None, tune_dir: str) -> Any:
+    """The campaign's tuner: restored from `plan.tune_path` when `resuming`, else a new experiment.
+    `tune_dir`: Tune's experiment directory when it is on this machine ("" for remote storage)."""
+    ctx = TrialContext(campaign=plan.name, namespace=namespace, runs={r.run_name: r for r in plan.runs},
+                       control=control, runner=runner, timeout_s=plan.schedule.trial_start_timeout_s,
+                       mlflow_experiments=mlflow_experiments(plan), finished=finished_runs(manifest),
+                       plugins=plugins, tune_dir=tune_dir)
+    factories = {r.run_name: _resources(r) for r in plan.runs}
+    trainable = tune.with_resources(tune.with_parameters(run_trial, context=ctx),
+                                    resources=lambda cfg: factories[cfg["run_name"]])
+    if resuming:
+        return tune.Tuner.restore(plan.tune_path, trainable, resume_errored=True)
+    callbacks: list[tune.Callback] = [
+        ManifestCallback(manifest, progress=progress, start_timeout_s=plan.schedule.trial_start_timeout_s),
+        TuneCopyPruner({r.run_name: r.config.training.keep_last_checkpoints for r in plan.runs}),
+        JsonLoggerCallback(),  # the only Tune logger kept (campaign/local_ray.py): fit()'s ResultGrid reads it
+    ]
+    if progress:
+        callbacks.append(CampaignProgress(plan.campaign_dir))
+    return tune.Tuner(
+        trainable,
+        param_space={"run_name": tune.grid_search([r.run_name for r in plan.runs])},
+        tune_config=tune.TuneConfig(max_concurrent_trials=plan.schedule.max_concurrent, reuse_actors=True,
+                                    trial_name_creator=trial_name, trial_dirname_creator=trial_name),
+        run_config=tune.RunConfig(
+            name=TUNE_DIR, storage_path=plan.tune_storage, verbose=0, callbacks=callbacks,
+            failure_config=tune.FailureConfig(max_failures=plan.schedule.max_failures),
+            checkpoint_config=tune.CheckpointConfig(num_to_keep=None),  # TuneCopyPruner bounds them
+            sync_config=tune.SyncConfig(sync_period=STATE_SYNC_S),
+        ),
+    )
+
+
+def mlflow_experiments(plan: CampaignPlan) -> dict[str, str]:
+    """Each MLflow-tracked run's experiment id, created here once, before any trial could race to."""
+    ids: dict[str, str] = {}
+    made: dict[tuple[str, str], str] = {}
+    for r in plan.runs:
+        lg = r.config.logging
+        if lg.mlflow_tracking_uri:
+            key = (lg.mlflow_tracking_uri, experiment_name(r.config, plan.name))
+            ids[r.run_name] = made[key] = made.get(key) or ensure_experiment(r.config, plan.name)
+    return ids
+
+
+def finished_runs(manifest: Manifest) -> dict[str, dict[str, Any]]:
+    """Runs the manifest records completed (with their results): a resume never runs them again."""
+    return {r["run_name"]: dict(r.get("result") or {}) for r in manifest.data["runs"] if r["status"] == "completed"}
+
+
+def trial_name(trial: Any) -> str:
+    """Tune trials (and their directories) are named after their runs, not `run_trial_<id>`."""
+    return str(trial.config["run_name"])
+
+
+def _resources(run: RunPlan) -> tune.PlacementGroupFactory:
+    if run.placement is None:  # `_place` gives every run one before the tuner is built
+        raise CampaignError([f"run {run.run_name!r} has no placement; the campaign places runs before Tune starts"])
+    return tune.PlacementGroupFactory(run.placement.bundle_dicts, run.placement.strategy)
