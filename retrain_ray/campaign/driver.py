@@ -37,6 +37,7 @@ from retrain_ray.campaign.stagger import start_gate
 from retrain_ray.campaign.tune_state import set_aside, torn_state
 from retrain_ray.config import ConfigError, RetrainConfig, load_config
 from retrain_ray.logs.parquet_export import export_campaign
+from retrain_ray.models.names import uses_peft
 from retrain_ray.run.preflight import campaign_problems
 from retrain_ray.secrets import has_redactions, redact, restore_secrets
 
@@ -91,8 +92,8 @@ class Campaign:
         if problems:
             raise CampaignError(problems)
         plugins = self._plugins(progress)
-        models = [(r.config.model.model, r.config.model.finetune) for r in self.plan.runs]
-        started = connect(address, dashboard=dashboard, preload=trial_modules(models))
+        peft = any(_uses_peft(r.config) for r in self.plan.runs)
+        started = connect(address, dashboard=dashboard, preload=trial_modules(peft=peft))
         try:
             return self._run(progress, plugins, can_scale=not started)
         finally:
@@ -256,3 +257,8 @@ def _place(plan: CampaignPlan, *, cpu_fallback: bool, can_scale: bool) -> Campai
 def _compact(plan: CampaignPlan) -> None:
     """Rewrites the Parquet copies of every run's logs (de-duplicated, with campaign/condition/seed)."""
     export_campaign(plan.campaign_dir, plan.name)
+
+
+def _uses_peft(config: RetrainConfig) -> bool:
+    m = config.model
+    return uses_peft(m.model, m.finetune, trust_remote_code=bool(config.backend.options.get("trust_remote_code")))

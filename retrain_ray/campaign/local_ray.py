@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import ray
@@ -52,11 +52,10 @@ TUNE_ENV = {
 TRIAL_MODULES = ("ray.tune.trainable.function_trainable", "retrain_ray.campaign.trial", "retrain_ray.run.train")
 
 
-def trial_modules(models: Iterable[tuple[str, str]]) -> list[str]:
-    """The modules to preload for runs of these (`[model] model`, `[model] finetune`): peft (and with it
-    transformers) for LoRA on a model that is not built in; a built-in model's LoRA is torch-only
-    (models/lean_lora.py), so importing peft there would only take CPU from the campaign's start."""
-    peft = any(finetune == "lora" and not model.startswith("builtin:") for model, finetune in models)
+def trial_modules(*, peft: bool) -> list[str]:
+    """The modules to preload, with peft (and with it transformers) when a run imports it
+    (models/names.py `uses_peft`): a built-in model's LoRA is torch-only, and importing peft for it
+    would only take CPU from the campaign's start."""
     return [*TRIAL_MODULES, *(["peft"] if peft else [])]
 
 

@@ -1,6 +1,6 @@
 """Loading a built-in model without transformers: the lean Llama and the light tokenizer.
 
-`lean_applies` says when a run takes this path: a built-in model (`builtin:...`, which
+`lean_applies` (models/names.py) says when a run takes this path: a built-in model (`builtin:...`, which
 `models/tiny.py` writes as a Hugging Face Llama folder), trained in full (`finetune = "full"`) or with
 LoRA, which is then the torch-only lean LoRA (models/lean_lora.py: PEFT's computation, init, names and
 adapter files, models/lean_adapter.py), so neither transformers nor peft is imported. Any other model
@@ -28,16 +28,10 @@ from retrain_ray.models.lean_llama import (
 )
 from retrain_ray.models.light_tokenizer import LightTokenizer
 from retrain_ray.models.loading import resolve_dtype, resolve_model_path
-from retrain_ray.models.tiny import BUILTIN_PREFIX
 
 # config.json values the lean model reproduces (anything else loads through transformers)
 _REQUIRED: dict[str, object] = {"model_type": "llama", "hidden_act": "silu", "attention_bias": False,
                                 "mlp_bias": False, "attention_dropout": 0.0, "pretraining_tp": 1}
-
-
-def lean_applies(name: str | Path, *, trust_remote_code: bool = False) -> bool:
-    """True for a built-in model (trained in full or with LoRA, the only modes; see the module doc)."""
-    return str(name).startswith(BUILTIN_PREFIX) and not trust_remote_code
 
 
 def lean_config_problem(raw: dict[str, Any]) -> str | None:

@@ -1,6 +1,6 @@
 """A torch-only LoRA for the lean Llama: what PEFT's LoRA computes, in PEFT's layout, without peft.
 
-A built-in model trained with LoRA gets it (`lean_applies` in models/lean_loading.py). PEFT's `lora.Linear`
+A built-in model trained with LoRA gets it (`lean_applies` in models/names.py). PEFT's `lora.Linear`
 checks adapters, merging, mixed batches and variants in Python on each of the 14 adapted Linears of every
 forward pass, and PEFT needs transformers' model under it: on issue 13's 0.3 M-parameter model that
 dispatch and set-up were about a quarter of an RL step. This module computes PEFT 0.21's vanilla LoRA op

@@ -24,7 +24,6 @@ from retrain_ray.models.tokenizer import build_char_tokenizer, single_id
 if TYPE_CHECKING:
     from transformers import LlamaConfig
 
-BUILTIN_PREFIX = "builtin:"
 _TINY_NAME = re.compile(r"^builtin:tiny(?:-h(?P<hidden>\d+))?(?:-l(?P<layers>\d+))?(?:-s(?P<seed>\d+))?$")
 
 

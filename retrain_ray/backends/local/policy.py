@@ -22,7 +22,8 @@ from retrain_ray.backends.local.backend import LocalBackend, LossSettings, Optim
 from retrain_ray.backends.local.finetune import DEFAULT_TARGET_MODULES, LoraSettings, prepare_trainable
 from retrain_ray.backends.types import Policy
 from retrain_ray.engines.pytorch import PyTorchEngine
-from retrain_ray.models.lean_loading import lean_applies, load_lean_model_and_tokenizer
+from retrain_ray.models.lean_loading import load_lean_model_and_tokenizer
+from retrain_ray.models.names import lean_applies
 from retrain_ray.models.tokenizer import single_id
 
 if TYPE_CHECKING:

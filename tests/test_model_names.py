@@ -1,0 +1,52 @@
+"""models/names.py: which loading path a model name takes, decided without torch, and the campaign's
+preload of trial processes (peft only where a run imports it)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+from helpers import write_campaign
+
+from retrain_ray.campaign.local_ray import TRIAL_MODULES, trial_modules
+from retrain_ray.models.names import lean_applies, uses_peft
+
+
+@pytest.mark.parametrize(("name", "finetune", "remote_code", "lean", "peft"), [
+    ("builtin:tiny", "lora", False, True, False),
+    ("builtin:tiny", "full", False, True, False),
+    ("builtin:tiny", "lora", True, False, True),  # the repo's own code: transformers, and PEFT's LoRA
+    ("smollm2:135m", "lora", False, False, True),
+    ("Qwen/Qwen3-4B-Instruct-2507", "lora", False, False, True),
+    ("Qwen/Qwen3-4B-Instruct-2507", "full", False, False, False),
+    ("/models/my-llama", "lora", False, False, True),
+])
+def test_lean_path_and_peft_by_model_name(name, finetune, remote_code, lean, peft):
+    assert lean_applies(name, trust_remote_code=remote_code) is lean
+    assert uses_peft(name, finetune, trust_remote_code=remote_code) is peft
+
+
+def test_the_names_module_imports_no_torch():
+    code = "import sys, retrain_ray.models.names; print('torch' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip() == "False"
+
+
+def test_trial_processes_preload_peft_only_when_a_run_uses_it():
+    assert trial_modules(peft=False) == list(TRIAL_MODULES)
+    assert trial_modules(peft=True) == [*TRIAL_MODULES, "peft"]
+
+
+def test_the_campaign_preloads_peft_for_a_lora_run_on_a_model_that_is_not_built_in(tmp_path):
+    from retrain_ray.campaign import Campaign
+    from retrain_ray.campaign.driver import _uses_peft
+
+    lora = {"model": "builtin:tiny", "finetune": "lora"}
+    builtin = Campaign.from_toml(write_campaign(tmp_path / "a.toml", campaign={"name": "a", "seeds": [1, 2]},
+                                                model=lora), root=tmp_path)
+    remote = Campaign.from_toml(write_campaign(tmp_path / "b.toml", campaign={"name": "b", "seeds": [1, 2]},
+                                               model=lora, backend={"devices": "cpu",
+                                                                    "options": {"trust_remote_code": True}}),
+                                root=tmp_path)
+    assert [_uses_peft(r.config) for r in builtin.plan.runs] == [False, False]
+    assert [_uses_peft(r.config) for r in remote.plan.runs] == [True, True]
