@@ -10,7 +10,7 @@ import pytest
 from helpers import write_campaign
 
 from retrain_ray.campaign.local_ray import TRIAL_MODULES, trial_modules
-from retrain_ray.models.names import lean_applies, uses_peft
+from retrain_ray.models.names import config_uses_peft, lean_applies, uses_peft
 
 
 @pytest.mark.parametrize(("name", "finetune", "remote_code", "lean", "peft"), [
@@ -39,7 +39,6 @@ def test_trial_processes_preload_peft_only_when_a_run_uses_it():
 
 def test_the_campaign_preloads_peft_for_a_lora_run_on_a_model_that_is_not_built_in(tmp_path):
     from retrain_ray.campaign import Campaign
-    from retrain_ray.campaign.driver import _uses_peft
 
     lora = {"model": "builtin:tiny", "finetune": "lora"}
     builtin = Campaign.from_toml(write_campaign(tmp_path / "a.toml", campaign={"name": "a", "seeds": [1, 2]},
@@ -48,5 +47,5 @@ def test_the_campaign_preloads_peft_for_a_lora_run_on_a_model_that_is_not_built_
                                                model=lora, backend={"devices": "cpu",
                                                                     "options": {"trust_remote_code": True}}),
                                 root=tmp_path)
-    assert [_uses_peft(r.config) for r in builtin.plan.runs] == [False, False]
-    assert [_uses_peft(r.config) for r in remote.plan.runs] == [True, True]
+    assert [config_uses_peft(r.config) for r in builtin.plan.runs] == [False, False]
+    assert [config_uses_peft(r.config) for r in remote.plan.runs] == [True, True]

@@ -37,7 +37,7 @@ from retrain_ray.campaign.stagger import start_gate
 from retrain_ray.campaign.tune_state import set_aside, torn_state
 from retrain_ray.config import ConfigError, RetrainConfig, load_config
 from retrain_ray.logs.parquet_export import export_campaign
-from retrain_ray.models.names import uses_peft
+from retrain_ray.models.names import config_uses_peft
 from retrain_ray.run.preflight import campaign_problems
 from retrain_ray.secrets import has_redactions, redact, restore_secrets
 
@@ -92,7 +92,7 @@ class Campaign:
         if problems:
             raise CampaignError(problems)
         plugins = self._plugins(progress)
-        peft = any(_uses_peft(r.config) for r in self.plan.runs)
+        peft = any(config_uses_peft(r.config) for r in self.plan.runs)
         started = connect(address, dashboard=dashboard, preload=trial_modules(peft=peft))
         try:
             return self._run(progress, plugins, can_scale=not started)
@@ -257,8 +257,3 @@ def _place(plan: CampaignPlan, *, cpu_fallback: bool, can_scale: bool) -> Campai
 def _compact(plan: CampaignPlan) -> None:
     """Rewrites the Parquet copies of every run's logs (de-duplicated, with campaign/condition/seed)."""
     export_campaign(plan.campaign_dir, plan.name)
-
-
-def _uses_peft(config: RetrainConfig) -> bool:
-    m = config.model
-    return uses_peft(m.model, m.finetune, trust_remote_code=bool(config.backend.options.get("trust_remote_code")))

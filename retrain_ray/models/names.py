@@ -8,6 +8,7 @@ the lean LoRA, so neither transformers nor peft is imported (models/lean_loading
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 BUILTIN_PREFIX = "builtin:"
 
@@ -20,3 +21,9 @@ def lean_applies(name: str | Path, *, trust_remote_code: bool = False) -> bool:
 def uses_peft(name: str | Path, finetune: str, *, trust_remote_code: bool = False) -> bool:
     """Whether a run of this model and `[model] finetune` imports peft (and with it transformers)."""
     return finetune == "lora" and not lean_applies(name, trust_remote_code=trust_remote_code)
+
+
+def config_uses_peft(config: Any) -> bool:
+    """`uses_peft` for a run's config: `[model] model` and `finetune`, `[backend.options] trust_remote_code`."""
+    m = config.model
+    return uses_peft(m.model, m.finetune, trust_remote_code=bool(config.backend.options.get("trust_remote_code")))
