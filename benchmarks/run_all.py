@@ -15,6 +15,7 @@ BENCHMARKS = (
     ("throttle", ["throttle.py"]),
     ("back pressure", ["backpressure.py", "--seconds", "6", "--runs", "4", "8"]),
     ("campaign of short runs", ["campaign.py", "--reps", "1"]),
+    ("campaign floor", ["campaign_floor.py", "--reps", "1"]),
 )
 
 
