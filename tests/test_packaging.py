@@ -15,6 +15,8 @@ from pathlib import Path
 import pytest
 import tomllib
 
+from retrain_ray import __version__
+
 ROOT = Path(__file__).resolve().parents[1]
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
 # Imported only inside `try: ... except ImportError` or behind a feature that says how to install it.
@@ -77,6 +79,24 @@ def test_python_dash_m_runs_the_cli():
                          timeout=120, cwd=ROOT)
     assert out.returncode == 0, out.stderr
     assert "retrain-ray train" in out.stdout
+
+
+def test_the_cli_entry_ends_the_process_with_the_commands_code_after_atexit_handlers():
+    """`entry()` (console script and `python -m`) freezes the GC before exiting (cli.py): the exit code
+    still comes from the command, and atexit handlers (a tracker's final sync) still run."""
+    bad = subprocess.run([sys.executable, "-m", "retrain_ray", "no-such-command"], capture_output=True, text=True,
+                         timeout=120, cwd=ROOT)
+    assert bad.returncode == 2 and "unknown command" in bad.stderr
+    code = ("import atexit, sys\n"
+            "atexit.register(lambda: print('atexit handler ran', flush=True))\n"
+            "from retrain_ray.cli import entry\n"
+            "sys.argv = ['retrain-ray', '--version']\n"
+            "entry()\n")
+    ok = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert ok.returncode == 0, ok.stderr
+    assert ok.stdout.splitlines() == [f"retrain-ray {__version__}", "atexit handler ran"]
+    script = Path(sys.executable).with_name("retrain-ray")  # the console script the install made
+    assert subprocess.run([str(script), "--version"], capture_output=True, text=True, timeout=120).returncode == 0
 
 
 @pytest.mark.slow
