@@ -33,7 +33,7 @@ import textwrap
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from campaign import DEFAULT_CONFIG, REPO, baseline, retrain_ray  # noqa: E402
+from campaign import DEFAULT_CONFIG, REPO, _max_workers, baseline, retrain_ray  # noqa: E402
 
 IMPORT_RAY = """
 import time
@@ -93,8 +93,7 @@ def parts(config_path: Path, reps: int) -> dict[str, float]:
 
     config = load_config(config_path)
     peft = any(config_uses_peft(spec.config) for spec in expand_runs(config))
-    section = config.campaign
-    slots = max(1, int(section.max_workers)) if section.parallel else 1
+    slots = _max_workers(config_path)
     measured = {"import_ray_s": IMPORT_RAY, "ray_init_s": RAY_INIT, "trial_imports_s": TRIAL_IMPORTS.format(peft=peft)}
     found = {key: min(_seconds(code) for _ in range(reps)) for key, code in measured.items()}
     found["runs_s"] = min(_seconds(RUNS, str(config_path)) for _ in range(reps)) / slots

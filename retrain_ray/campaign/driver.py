@@ -123,7 +123,7 @@ class Campaign:
             from retrain_ray.campaign.experiment import build_tuner  # deferred: loads Tune
 
             build_tuner(self.plan, manifest, namespace=namespace, control=actors["control"], runner=self.runner,
-                        progress=progress, resuming=resuming, plugins=plugins, tune_dir=self._local_tune_dir()).fit()
+                        progress=progress, resuming=resuming, plugins=plugins).fit()
         finally:
             ray.get(actors["recorder"].close.remote(), timeout=120)
             for handle in (actors["recorder"], actors.get("gate")):
@@ -165,7 +165,7 @@ class Campaign:
 
     def _tune_state_whole(self, manifest: Manifest) -> bool:
         """False (after setting the torn state aside) when Tune's experiment state does not load."""
-        local = self._local_tune_dir()
+        local = self.plan.local_tune_path
         if not local:  # remote storage: Tune's own restore reads it
             return True
         tune_dir = Path(local)
@@ -178,10 +178,6 @@ class Campaign:
               "not run again, the others continue after their own newest verified checkpoint (step 0 without one)",
               flush=True)
         return False
-
-    def _local_tune_dir(self) -> str:
-        """Tune's experiment directory when it is on this machine's file system ("" for remote storage)."""
-        return "" if "://" in self.plan.tune_path else self.plan.tune_path
 
     def _header(self) -> dict[str, Any]:
         p = self.plan

@@ -13,7 +13,7 @@ from ray import tune
 from ray.tune.logger import JsonLoggerCallback
 
 from retrain_ray.campaign.manifest import Manifest
-from retrain_ray.campaign.plan import CampaignError, CampaignPlan, RunPlan
+from retrain_ray.campaign.plan import TUNE_DIR, CampaignError, CampaignPlan, RunPlan
 from retrain_ray.campaign.plugin_bundle import PluginBundle
 from retrain_ray.campaign.progress_line import CampaignProgress
 from retrain_ray.campaign.tracking import ManifestCallback
@@ -21,7 +21,6 @@ from retrain_ray.campaign.trial import TrialContext, run_trial
 from retrain_ray.campaign.tune_copies import TuneCopyPruner
 from retrain_ray.trackers.mlflow_tracker import ensure_experiment, experiment_name
 
-TUNE_DIR = "tune"
 # Tune writes its experiment state (which names each run's latest checkpoint) into a staging dir and
 # copies it to `<campaign>/tune` only every `SyncConfig.sync_period` (default 300 s): with the default
 # a driver killed in its first 5 minutes restarts every unfinished run from scratch. Tune's own
@@ -38,13 +37,12 @@ def can_restore(plan: CampaignPlan) -> bool:
 
 
 def build_tuner(plan: CampaignPlan, manifest: Manifest, *, namespace: str, control: Any, runner: Any,
-                progress: bool, resuming: bool, plugins: PluginBundle | None, tune_dir: str) -> Any:
-    """The campaign's tuner: restored from `plan.tune_path` when `resuming`, else a new experiment.
-    `tune_dir`: Tune's experiment directory when it is on this machine ("" for remote storage)."""
+                progress: bool, resuming: bool, plugins: PluginBundle | None) -> Any:
+    """The campaign's tuner: restored from `plan.tune_path` when `resuming`, else a new experiment."""
     ctx = TrialContext(campaign=plan.name, namespace=namespace, runs={r.run_name: r for r in plan.runs},
                        control=control, runner=runner, timeout_s=plan.schedule.trial_start_timeout_s,
                        mlflow_experiments=mlflow_experiments(plan), finished=finished_runs(manifest),
-                       plugins=plugins, tune_dir=tune_dir)
+                       plugins=plugins, tune_dir=plan.local_tune_path)
     factories = {r.run_name: _resources(r) for r in plan.runs}
     trainable = tune.with_resources(tune.with_parameters(run_trial, context=ctx),
                                     resources=lambda cfg: factories[cfg["run_name"]])

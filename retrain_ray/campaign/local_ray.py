@@ -79,10 +79,7 @@ def connect(address: str | None, *, dashboard: bool = False, preload: Sequence[s
     """Connects to `address`, else RAY_ADDRESS, else starts a local Ray; True if this call started Ray.
     `preload`: modules the worker processes of a local Ray import as they start (see the module doc)."""
     _tune_env()
-    if ray.is_initialized():
-        _no_usage_tag()
-        return False
-    started = _init(address, dashboard=dashboard, preload=preload)
+    started = False if ray.is_initialized() else _init(address, dashboard=dashboard, preload=preload)
     _no_usage_tag()
     if started:
         _trials_in_the_workers_env()

@@ -38,6 +38,7 @@ class CampaignError(Exception):
         super().__init__("campaign cannot start:\n" + "\n".join(f"  - {p}" for p in problems))
 
 
+TUNE_DIR = "tune"  # Tune's experiment directory, under the campaign directory or `[campaign] storage`
 # What a trial calls to train its run (`module:function`; `Campaign(..., runner=...)` gives another)
 DEFAULT_RUNNER = "retrain_ray.run.train:train_run"
 
@@ -84,7 +85,12 @@ class CampaignPlan:
     @property
     def tune_path(self) -> str:
         """Tune's experiment directory (local path or URI): checkpoints and experiment state."""
-        return f"{self.tune_storage or self.campaign_dir}/tune"
+        return f"{self.tune_storage or self.campaign_dir}/{TUNE_DIR}"
+
+    @property
+    def local_tune_path(self) -> str:
+        """`tune_path` when it is on this machine's file system ("" for remote storage)."""
+        return "" if "://" in self.tune_path else self.tune_path
 
 
 def tune_storage(config: Any, name: str, campaign_dir: Path) -> tuple[str, list[str]]:

@@ -196,7 +196,7 @@ def run_trial(config: dict[str, Any], context: TrialContext) -> None:
 
     A run the manifest records completed is never run again: the manifest is written when Tune
     reports the run complete, Tune's own experiment state reaches the campaign directory up to
-    `STATE_SYNC_S` + `TUNE_GLOBAL_CHECKPOINT_S` later, and a driver killed in between restores the
+    `STATE_SYNC_S` (campaign/experiment.py) + `TUNE_GLOBAL_CHECKPOINT_S` later, and a driver killed in between restores the
     run as unfinished. Such a trial reports the recorded result and returns without running a step.
     """
     recorded = context.finished.get(config["run_name"])
@@ -221,12 +221,7 @@ def run_trial(config: dict[str, Any], context: TrialContext) -> None:
     timing = {"first_step_at": outcome.first_step_at} if outcome.first_step_at else {}
     tune.report({**reporter.last, **reporter.extra, **final, **timing, "step": outcome.last_step, "run_done": True,
                  "run_status": outcome.status, "process_runs": _RUNS_IN_PROCESS[0], "process_preloaded": _preloaded(),
-                 "process_started_at": _process_started_at()})
-
-
-def _process_started_at() -> float:
-    """When this process started, Unix time; 0.0 where /proc cannot tell."""
-    return process_started_at() or 0.0
+                 "process_started_at": process_started_at() or 0.0})
 
 
 def _preloaded() -> bool:

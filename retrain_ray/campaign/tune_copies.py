@@ -33,7 +33,7 @@ from ray.tune import Callback
 # Tune's own reader of its run metadata (Ray is pinned to one minor version in pyproject.toml)
 from ray.tune.trainable.metadata import _TrainingRunMetadata
 
-PRUNE_EVERY_S = 2.0  # as often as Tune syncs its state (STATE_SYNC_S)
+PRUNE_EVERY_S = 2.0  # as often as Tune syncs its state (STATE_SYNC_S, campaign/experiment.py)
 STATE_PATTERN = "experiment_state-*.json"
 _COPY = re.compile(r"checkpoint_(\d+)$")
 
