@@ -10,12 +10,12 @@ retry is counted in `RetryCounters.retries` so the metrics row shows it (`tinker
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
 import httpx
+import tenacity
 
 log = logging.getLogger(__name__)
 
@@ -81,38 +81,52 @@ class RetryPolicy:
     backoff_s: float = 1.0
 
     def delay_s(self, attempt: int) -> float:
-        """Wait before attempt `attempt + 1` (attempt counts from 1)."""
+        """Wait before attempt `attempt + 1` (attempt counts from 1); tenacity's `wait_exponential`."""
         return min(self.backoff_s * 2 ** (attempt - 1), MAX_BACKOFF_S)
 
 
 def call_with_retry(fn: Callable[[], T], *, what: str, policy: RetryPolicy, counters: RetryCounters,
                     idempotent: bool = True) -> T:
-    """`fn()`, retried on transient errors up to `policy.max_attempts` attempts in all.
+    """`fn()`, retried (by tenacity) on transient errors up to `policy.max_attempts` attempts in all.
 
     `idempotent=False` (a call that changes server state, e.g. a gradient accumulation): only failures
     that prove the server did not run it are retried; an ambiguous one raises `AmbiguousCallError`,
     so a retry never applies the call twice.
     """
-    for attempt in range(1, policy.max_attempts + 1):
-        try:
-            return fn()
-        except Exception as err:
-            if not idempotent and is_transient(err) and not was_not_processed(err):
-                counters.failures += 1
-                raise AmbiguousCallError(
-                    f"{what} failed with {err!r} after it may have reached the server; it is not retried, "
-                    "since running it twice would apply it twice. The run stops here and resumes from its last "
-                    "checkpoint (a campaign retries it; `retrain-ray train --resume RUN_DIR` by hand)"
-                ) from err
-            if not is_transient(err) or attempt == policy.max_attempts:
-                counters.failures += is_transient(err)
-                if is_transient(err):
-                    raise RuntimeError(
-                        f"{what} failed {attempt} time(s) with transient errors, last: {err!r}; the endpoint "
-                        "is unhealthy or overloaded: retry later, or raise [backend.options] max_attempts"
-                    ) from err
-                raise
-            counters.retries += 1
-            log.warning("%s: transient failure %r (attempt %d/%d), retrying", what, err, attempt, policy.max_attempts)
-            time.sleep(policy.delay_s(attempt))
-    raise AssertionError("unreachable")
+
+    def retryable(err: BaseException) -> bool:
+        return is_transient(err) and (idempotent or was_not_processed(err))
+
+    def count_retry(state: tenacity.RetryCallState) -> None:
+        counters.retries += 1
+        err = state.outcome.exception() if state.outcome else None
+        log.warning("%s: transient failure %r (attempt %d/%d), retrying", what, err, state.attempt_number,
+                    policy.max_attempts)
+
+    retrying = tenacity.Retrying(
+        stop=tenacity.stop_after_attempt(policy.max_attempts),
+        wait=tenacity.wait_exponential(multiplier=policy.backoff_s, max=MAX_BACKOFF_S),
+        retry=tenacity.retry_if_exception(retryable),
+        before_sleep=count_retry,
+        reraise=True,
+    )
+    try:
+        return retrying(fn)
+    except Exception as err:
+        if not is_transient(err):
+            raise
+        counters.failures += 1
+        raise _final_error(err, what, retrying.statistics.get("attempt_number", 1), idempotent) from err
+
+
+def _final_error(err: Exception, what: str, attempts: int, idempotent: bool) -> Exception:
+    if not idempotent and not was_not_processed(err):
+        return AmbiguousCallError(
+            f"{what} failed with {err!r} after it may have reached the server; it is not retried, "
+            "since running it twice would apply it twice. The run stops here and resumes from its last "
+            "checkpoint (a campaign retries it; `retrain-ray train --resume RUN_DIR` by hand)"
+        )
+    return RuntimeError(
+        f"{what} failed {attempts} time(s) with transient errors, last: {err!r}; the endpoint "
+        "is unhealthy or overloaded: retry later, or raise [backend.options] max_attempts"
+    )
