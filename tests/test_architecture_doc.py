@@ -1,0 +1,33 @@
+"""docs/architecture.md stays a true map: every package it names exists and every package is named."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+MAP = ROOT / "docs" / "architecture.md"
+
+
+def _packages() -> set[str]:
+    return {".".join(init.parent.relative_to(ROOT).parts) for init in (ROOT / "retrain_ray").rglob("__init__.py")}
+
+
+def _named_in_table() -> set[str]:
+    return set(re.findall(r"^\| `(retrain_ray(?:\.\w+)*)` ", MAP.read_text(encoding="utf-8"), flags=re.MULTILINE))
+
+
+def test_every_package_named_on_the_map_exists():
+    missing = _named_in_table() - _packages()
+    assert not missing, f"docs/architecture.md names packages that do not exist: {sorted(missing)}"
+
+
+def test_every_package_is_on_the_map():
+    unnamed = _packages() - _named_in_table()
+    assert not unnamed, f"packages missing from docs/architecture.md's table: {sorted(unnamed)}"
+
+
+def test_every_module_path_on_the_map_exists():
+    paths = set(re.findall(r"`((?:[a-z_]+/)+[a-z_]+\.py)`", MAP.read_text(encoding="utf-8")))
+    missing = sorted(p for p in paths if not (ROOT / "retrain_ray" / p).exists() and not (ROOT / p).exists())
+    assert not missing, f"docs/architecture.md names files that do not exist: {missing}"
