@@ -32,6 +32,7 @@ from typing import Any
 from retrain_ray.campaign.manifest import Manifest
 from retrain_ray.campaign.own_checkpoint import flat_config
 from retrain_ray.campaign.plan import CampaignError
+from retrain_ray.config import CampaignSection, RetrainConfig
 
 EXTENDS = "campaign.max_steps"
 MAY_CHANGE = ("campaign.name", "campaign.parallel", "campaign.max_workers", "campaign.stagger_seconds",
@@ -50,8 +51,6 @@ class Extension:
 
 @cache
 def _defaults() -> dict[str, Any]:
-    from retrain_ray.config import CampaignSection, RetrainConfig
-
     return flat_config(RetrainConfig(campaign=CampaignSection()).model_dump(mode="json"))
 
 
