@@ -179,8 +179,11 @@ def test_gpu_runs_get_distinct_gpus_bounded_concurrency_and_staggered_starts(ray
 
 def test_bad_campaign_reports_every_problem_before_ray(tmp_path):
     from retrain_ray.campaign import CampaignError
-    from retrain_ray.config import load_config
+    from retrain_ray.config import ConfigError, load_config
 
-    cfg = load_config(write_toml(tmp_path, name="bad/name"))
+    with pytest.raises(ConfigError, match="campaign.name = 'bad/name'.*plain directory name"):
+        load_config(write_toml(tmp_path, name="bad/name"))
+    cfg = load_config(write_toml(tmp_path, name="good"))
     with pytest.raises(CampaignError, match="plain directory name"):
-        Campaign(cfg)
+        Campaign(cfg, name="bad/name")  # --name is checked when the campaign is planned
+    assert not (tmp_path / "logs").exists()  # nothing written

@@ -13,6 +13,8 @@ holds one, restores it with `Tuner.restore(..., resume_errored=True)`: finished 
 unfinished and failed runs continue from their last checkpoint. A run that `manifest.json` records
 completed is never run again, even where Tune's last synced experiment state predates its end; a
 torn Tune state (a driver killed mid-copy) is set aside and Tune starts afresh (campaign/tune_state.py).
+A config that differs from the one the campaign ran with is refused naming each changed key, before Ray
+starts; a raised `[campaign] max_steps` extends every run instead (campaign/edits.py).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ import ray
 from retrain_ray.actors.placement import alive_node_resources, decide_placement
 from retrain_ray.campaign.afterwards import run_afterwards
 from retrain_ray.campaign.control import start_control_plane
+from retrain_ray.campaign.edits import Extension, check_edits, record_extension
 from retrain_ray.campaign.local_ray import connect, trial_modules
 from retrain_ray.campaign.manifest import Manifest, read_manifest, write_json_atomic
 from retrain_ray.campaign.plan import DEFAULT_RUNNER, CampaignError, CampaignPlan, RunPlan, build_plan
@@ -91,6 +94,7 @@ class Campaign:
         problems = campaign_problems(self.config)
         if problems:
             raise CampaignError(problems)
+        self._existing()  # a changed config is refused before Ray starts and before anything is written
         plugins = self._plugins(progress)
         peft = any(config_uses_peft(r.config) for r in self.plan.runs)
         started = connect(address, dashboard=dashboard, preload=trial_modules(peft=peft))
@@ -114,7 +118,7 @@ class Campaign:
         self.plan = _place(self.plan, cpu_fallback=bool(self.config.campaign.cpu_fallback), can_scale=can_scale)
         manifest, resuming = self._open_dir()
         if progress:
-            verb = "resuming" if resuming else "starting"
+            verb = "resuming" if resuming or len(manifest.data.get("sessions", [])) > 1 else "starting"
             print(f"[campaign] {verb} {self.plan.name}: {len(self.plan.runs)} runs -> {self.campaign_dir}",
                   flush=True)
         namespace = ray.get_runtime_context().namespace
@@ -138,30 +142,62 @@ class Campaign:
 
         return CampaignResults.from_dir(self.campaign_dir)
 
+    def _existing(self) -> tuple[Manifest, Extension | None] | None:
+        """The campaign directory's manifest and the extension the config asks of it (None: a new
+        campaign); CampaignError when the directory holds another campaign or the config changed in
+        a way that is refused (campaign/edits.py)."""
+        cdir = self.campaign_dir
+        if not (cdir / "manifest.json").is_file():
+            return None
+        manifest = Manifest.load(cdir)
+        recorded = manifest.data.get("name")
+        if recorded != self.plan.name:
+            raise CampaignError([f"{cdir / 'manifest.json'} belongs to campaign {recorded!r}, not "
+                                 f"{self.plan.name!r}: it was copied from another campaign; remove it or "
+                                 "choose another [campaign].name"])
+        extension = None
+        if isinstance(manifest.data.get("config"), dict):
+            extension = check_edits(manifest.data["config"], self._config_json(), campaign=self.plan.name,
+                                    campaign_dir=cdir, local_tune=bool(self.plan.local_tune_path))
+        known = {r["run_name"] for r in manifest.data["runs"]}
+        if known != {r.run_name for r in self.plan.runs}:
+            raise CampaignError([f"{cdir} holds a campaign with other runs; choose another [campaign].name"])
+        return manifest, extension
+
+    def _config_json(self) -> dict[str, Any]:
+        return redact(self.config.model_dump(mode="json"))
+
     def _open_dir(self) -> tuple[Manifest, bool]:
         cdir = self.campaign_dir
-        if (cdir / "manifest.json").is_file():
-            manifest = Manifest.load(cdir)
-            recorded = manifest.data.get("name")
-            if recorded != self.plan.name:
-                raise CampaignError([f"{cdir / 'manifest.json'} belongs to campaign {recorded!r}, not "
-                                     f"{self.plan.name!r}: it was copied from another campaign; remove it or "
-                                     "choose another [campaign].name"])
-            known = {r["run_name"] for r in manifest.data["runs"]}
-            if known != {r.run_name for r in self.plan.runs}:
-                raise CampaignError([f"{cdir} holds a campaign with other runs; choose another [campaign].name"])
-            from retrain_ray.campaign.experiment import can_restore  # deferred: loads Tune
-
-            resuming = can_restore(self.plan) and self._tune_state_whole(manifest)
-        else:
+        existing = self._existing()
+        if existing is None:
             cdir.mkdir(parents=True, exist_ok=True)
             manifest = Manifest.create(cdir, self._header(), [_run_entry(r) for r in self.plan.runs])
             resuming = False
+        elif existing[1] is not None:
+            manifest = existing[0]
+            self._extend(manifest, existing[1])
+            resuming = False
+        else:
+            manifest = existing[0]
+            from retrain_ray.campaign.experiment import can_restore  # deferred: loads Tune
+
+            resuming = can_restore(self.plan) and self._tune_state_whole(manifest)
         # secrets redacted: `from_dir` takes them back from the campaign's TOML file on resume
-        write_json_atomic(cdir / RESUME_CONFIG, redact(self.config.model_dump(mode="json")))
+        write_json_atomic(cdir / RESUME_CONFIG, self._config_json())
         os.chmod(cdir / RESUME_CONFIG, 0o600)
         manifest.start_session()
         return manifest, resuming
+
+    def _extend(self, manifest: Manifest, extension: Extension) -> None:
+        """Records the extension and sets Tune's state aside: Tune never runs a finished trial again, so a
+        fresh Tune experiment runs every run on from its own newest checkpoint (campaign/edits.py)."""
+        runs = [r["run_name"] for r in manifest.data["runs"]]
+        aside = set_aside(Path(self.plan.local_tune_path), runs, kind="extended")
+        finished = record_extension(manifest, extension, self._config_json())
+        print(f"[campaign] extending {self.plan.name} from {extension.from_steps} to {extension.to_steps} steps: "
+              f"{len(finished)} finished run(s) continue after their final checkpoints, the others after their "
+              f"newest (Tune's state set aside in {aside})", flush=True)
 
     def _tune_state_whole(self, manifest: Manifest) -> bool:
         """False (after setting the torn state aside) when Tune's experiment state does not load."""
@@ -186,7 +222,7 @@ class Campaign:
             "conditions": p.conditions, "seeds": p.seeds, "max_steps": p.max_steps, "num_runs": len(p.runs),
             "max_concurrent": p.schedule.max_concurrent, "stagger_seconds": p.schedule.stagger_seconds,
             "max_failures": p.schedule.max_failures,
-            "config": redact(self.config.model_dump(mode="json")),
+            "config": self._config_json(),
         }
 
     def _start_actors(self, namespace: str) -> dict[str, Any]:

@@ -30,6 +30,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from retrain_ray.campaign.tune_state import ASIDE_KINDS
 from retrain_ray.secrets import redact
 
 log = logging.getLogger(__name__)
@@ -45,12 +46,12 @@ class ForeignRunDir(RuntimeError):
     """The run directory holds checkpoints of another run or config."""
 
 
-def _flat(data: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+def flat_config(data: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     flat: dict[str, Any] = {}
     for key, value in data.items():
         name = f"{prefix}{key}"
         if isinstance(value, Mapping):
-            flat.update(_flat(value, f"{name}."))
+            flat.update(flat_config(value, f"{name}."))
         else:
             flat[name] = value
     return flat
@@ -62,7 +63,7 @@ def _ignored(key: str) -> bool:
 
 def config_differences(recorded: Mapping[str, Any], current: Mapping[str, Any]) -> list[str]:
     """Dotted keys whose values differ between two (redacted) config dumps, ignoring `IGNORED`."""
-    old, new = _flat(recorded), _flat(current)
+    old, new = flat_config(recorded), flat_config(current)
     return sorted(k for k in old.keys() | new.keys() if not _ignored(k) and old.get(k) != new.get(k))
 
 
@@ -120,8 +121,10 @@ def own_checkpoint(work_dir: Path, run_name: str, config: Mapping[str, Any],
 
 
 def set_aside_copies(tune_dir: Path, run_name: str) -> list[Path]:
-    """Tune's copies of `run_name`'s checkpoints in the newest `tune/.torn-<time>/<run>/`, newest first."""
-    asides = sorted(p for p in tune_dir.glob(".torn-*") if (p / run_name).is_dir())
+    """Tune's copies of `run_name`'s checkpoints in the newest `tune/.torn-<time>/<run>/` (or
+    `.extended-<time>/`: campaign/edits.py), newest first."""
+    asides = sorted((p for kind in ASIDE_KINDS for p in tune_dir.glob(f".{kind}-*") if (p / run_name).is_dir()),
+                    key=lambda p: p.name.split("-", 1)[1])  # by the time they were set aside
     if not asides:
         return []
     copies = [p for p in (asides[-1] / run_name).glob("checkpoint_*") if p.is_dir()]

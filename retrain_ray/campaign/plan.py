@@ -24,6 +24,7 @@ import pyarrow.fs
 from retrain_ray.actors.placement import Placement, parse_devices
 from retrain_ray.backends.registry import placed_devices
 from retrain_ray.config.matrix import expand_runs
+from retrain_ray.config.run_names import RULES, name_problem
 from retrain_ray.run.preflight import model_problems
 
 if TYPE_CHECKING:
@@ -122,8 +123,10 @@ def campaign_name(config: Any, name: str | None) -> str:
 
 
 def _check_name(name: str) -> list[str]:
-    if "/" in name or name in (".", "..") or not name.strip():
-        return [f"campaign name {name!r} must be a plain directory name (no '/'); set [campaign].name"]
+    problem = name_problem(name)
+    if problem:
+        return [f"campaign name {name!r} cannot be a directory name: {problem}; it must be {RULES}. Fix: "
+                "set [campaign].name (or --name) to such a name"]
     return []
 
 
@@ -185,6 +188,11 @@ def build_plan(config: Any, *, name: str | None = None, root: str | Path | None 
     specs = expand_runs(config, run_dir=lambda run_name: campaign_dir / "runs" / run_name / "work")
     runs: list[RunPlan] = []
     for spec in specs:
+        bad_name = name_problem(spec.run_name)  # config/run_names.py names the key at load; this is the plan's net
+        if bad_name:
+            problems.append(f"run name {spec.run_name!r} of condition {spec.condition_label!r} cannot be a directory "
+                            f"name: {bad_name}; it must be {RULES}. Fix: change the condition's values that put it there")
+            continue
         plan, errs = _run_plan(spec, campaign_dir)
         problems += errs
         if plan is not None:

@@ -80,6 +80,8 @@ class ManifestCallback(Callback):
         source = ("its own checkpoint" if last.get("resumed_from", "own") == "own"
                   else f"Tune's set-aside copy {last.get('resumed_path', '?')}")
         how = "" if own is None else f" (continued after {source} of step {own}: Tune had none)"
+        if own is not None and str(last.get("resumed_path", "")).endswith("/final"):
+            how = f" (extended: continued after its final checkpoint of step {own})"
         self._say(f"{name}: completed at step {last.get('step', '?')}{how}")
 
     def on_trial_recover(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:

@@ -59,9 +59,12 @@ def torn_state(tune_dir: Path) -> str:
     return ""
 
 
-def set_aside(tune_dir: Path, unfinished: Iterable[str]) -> Path:
-    """Moves the experiment-level state and the unfinished runs' trial dirs into `tune/.torn-<time>/`."""
-    aside = tune_dir / f".torn-{time.strftime('%Y%m%dT%H%M%S')}"
+ASIDE_KINDS = ("torn", "extended")  # why a Tune state was set aside: torn, or a campaign extended (campaign/edits.py)
+
+
+def set_aside(tune_dir: Path, unfinished: Iterable[str], kind: str = "torn") -> Path:
+    """Moves the experiment-level state and the unfinished runs' trial dirs into `tune/.<kind>-<time>/`."""
+    aside = tune_dir / f".{kind}-{time.strftime('%Y%m%dT%H%M%S')}"
     aside.mkdir(parents=True, exist_ok=True)
     paths = [p for pattern in (*_JSON, *_PICKLES, "search_gen_state-*.json") for p in tune_dir.glob(pattern)]
     paths += [tune_dir / name for name in unfinished if (tune_dir / name).exists()]

@@ -105,6 +105,7 @@ def _validate_section(name: str, table: dict[str, Any], issues: list[ConfigIssue
                 key = str(err["loc"][0]) if err["loc"] else ""
                 default = fields[key].get_default(call_default_factory=True) if key in fields else None
                 hint = f"edit [{name}] {key} (default: {default!r})" if key in fields else f"fix [{name}]"
+                hint = "" if "Fix:" in err["msg"] else hint  # the validator's message says how already
                 issues.append(ConfigIssue(_loc(name, err["loc"]), err.get("input"), err["msg"], hint))
                 bad.add(f"{name}.{key}")
             table = {k: v for k, v in table.items() if f"{name}.{k}" not in bad}

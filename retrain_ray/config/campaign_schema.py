@@ -11,11 +11,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import Field, field_validator, model_serializer, model_validator
+from pydantic import Field, ValidationInfo, field_validator, model_serializer, model_validator
 
 from retrain_ray.config.base import Bool, Float, Int, IntList, Section, StrList
 from retrain_ray.config.errors import did_you_mean
 from retrain_ray.config.fields import FIELD_INDEX, TRAIN_SECTIONS
+from retrain_ray.config.run_names import RULES, condition_name_problems, name_problem
 from retrain_ray.config.sections_core import SEED_MAX
 
 DEFAULT_SEEDS = [42, 101, 202, 303, 404, 505, 606, 707]
@@ -116,6 +117,25 @@ class CampaignSection(Section):
         dupes = sorted({x for x in labels if labels.count(x) > 1})
         if dupes:
             raise ValueError(f"duplicate condition labels {dupes} would give runs the same name")
+        return v
+
+    @field_validator("name")
+    @classmethod
+    def _plain_name(cls, v: str) -> str:
+        problem = name_problem(v) if v else ""  # "" = a dated name (campaign/plan.py)
+        if problem:
+            raise ValueError(f"the campaign name becomes its directory name, so it must be {RULES}: {problem}")
+        return v
+
+    @field_validator("conditions")
+    @classmethod
+    def _plain_run_names(cls, v: list[CampaignCondition], info: ValidationInfo) -> list[CampaignCondition]:
+        """Every run name (a directory name) is plain: a `/` or `..` in an override would escape."""
+        seeds = list(info.data.get("seeds") or [0])
+        problems = [p for i, c in enumerate(v)
+                    for p in condition_name_problems(i, c.label, c.advantage_mode, c.transform_mode, c.overrides, seeds)]
+        if problems:
+            raise ValueError("; ".join(problems))
         return v
 
 

@@ -29,6 +29,7 @@ from typing import Any
 from retrain_ray.config.campaign_schema import CampaignCondition
 from retrain_ray.config.errors import ConfigError, ConfigIssue
 from retrain_ray.config.overrides import apply_condition
+from retrain_ray.config.run_names import run_name
 from retrain_ray.config.schema import RetrainConfig
 
 RunDirFn = Callable[[str], Path]
@@ -50,10 +51,6 @@ def condition_label(condition: CampaignCondition | dict[str, Any]) -> str:
     if not isinstance(condition, CampaignCondition):
         condition = CampaignCondition.model_validate(condition)
     return condition.label
-
-
-def run_name(label: str, seed: int) -> str:
-    return f"{label}_s{seed}"
 
 
 def _finish(cfg: RetrainConfig, name: str, label: str, seed: int, max_steps: int,
