@@ -38,6 +38,7 @@ VERBS: dict[str, tuple[str, str, str]] = {
     "doctor": ("cli_doctor", "doctor_main", "doctor [--json] [--address A]   check this install and machine"),
     "squeeze": ("cli_squeeze", "squeeze_main", "squeeze RUN_DIR|ADAPTER|FILE [--json]   LoRA rank analysis, compression"),
     "init": ("cli_init", "init_main", "init [--template NAME] [--output PATH] [--list]   write a starter TOML"),
+    "bottleneck": ("cli_bottleneck", "bottleneck_main", "bottleneck DIR [--json] [--plot FILE.png]   where step time goes"),
     "plot": ("cli_plot", "plot_main", "plot DIR [--metric M] [--smooth N] [--html]   curves with seed bands"),
 }
 

@@ -11,6 +11,7 @@ from typing import Any
 
 from ray import tune
 from ray.tune.logger import JsonLoggerCallback
+from ray.tune.trainable.function_trainable import wrap_function
 
 from retrain_ray.campaign.manifest import Manifest
 from retrain_ray.campaign.plan import TUNE_DIR, CampaignError, CampaignPlan, RunPlan
@@ -43,9 +44,7 @@ def build_tuner(plan: CampaignPlan, manifest: Manifest, *, namespace: str, contr
                        control=control, runner=runner, timeout_s=plan.schedule.trial_start_timeout_s,
                        mlflow_experiments=mlflow_experiments(plan), finished=finished_runs(manifest),
                        plugins=plugins, tune_dir=plan.local_tune_path)
-    factories = {r.run_name: _resources(r) for r in plan.runs}
-    trainable = tune.with_resources(tune.with_parameters(run_trial, context=ctx),
-                                    resources=lambda cfg: factories[cfg["run_name"]])
+    trainable = make_trainable(ctx, {r.run_name: _resources(r) for r in plan.runs})
     if resuming:
         return tune.Tuner.restore(plan.tune_path, trainable, resume_errored=True)
     callbacks: list[tune.Callback] = [
@@ -67,6 +66,21 @@ def build_tuner(plan: CampaignPlan, manifest: Manifest, *, namespace: str, contr
             sync_config=tune.SyncConfig(sync_period=STATE_SYNC_S),
         ),
     )
+
+
+TRIAL_CLASS_NAME = "RetrainRun"
+
+
+def make_trainable(ctx: TrialContext, factories: dict[str, Any]) -> Any:
+    """`run_trial` with the campaign's context and each run's resources, as the class Tune would
+    wrap it into (`wrap_function`, a fresh class per call) under the product's name: Ray names an
+    actor after its class, so the dashboard's actor list and `ray.util.state.list_actors()` show
+    each trial's process as `RetrainRun`, not Tune's `ImplicitFunc`."""
+    wrapped = wrap_function(tune.with_parameters(run_trial, context=ctx))
+    trainable = tune.with_resources(wrapped, resources=lambda cfg: factories[cfg["run_name"]])
+    for cls in (wrapped, trainable):  # Ray takes the actor's class name from __qualname__
+        cls.__name__ = cls.__qualname__ = TRIAL_CLASS_NAME
+    return trainable
 
 
 def mlflow_experiments(plan: CampaignPlan) -> dict[str, str]:

@@ -227,3 +227,4 @@ def run_trial(config: dict[str, Any], context: TrialContext) -> None:
 def _preloaded() -> bool:
     """Whether this process imported the trial's modules as it started (campaign/preload.py)."""
     return bool(getattr(sys.modules.get(PRELOAD_MODULE), "PRELOADED", None))
+

@@ -122,6 +122,7 @@ class RewardSection(Section):
     judge_model: str = ""
     custom_module: str = ""
     custom_function: str = "score"
+    workers: Int = Field(default=1, ge=1)  # ours: worker processes scoring a batch (math, custom)
 
     @field_validator("type")
     @classmethod

@@ -8,6 +8,11 @@ a running loop, e.g. a Ray async actor), waited on for at most `timeout_s`. Sync
 bounded too: the batch runs on a daemon thread, and a batch still running after `timeout_s` raises
 `RewardTimeoutError` naming the function (the thread cannot be stopped; the run fails and its
 process ends, which ends the thread).
+
+With `[reward] workers = N` > 1 a synchronous function is called item by item across N worker
+processes (`rewards/parallel.py`), each item bounded by `timeout_s`; the module must be importable
+in a fresh process (it is: the workers inherit `sys.path`). An async function keeps the one event
+loop and its concurrency: `workers` does not apply to it.
 """
 
 from __future__ import annotations
@@ -20,7 +25,10 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from retrain_ray.rewards.parallel import ItemTimeoutError, WorkerPool
 from retrain_ray.rewards.types import check_batch
+
+_WORKER_FUNCTIONS: dict[tuple[str, str], Callable[..., Any]] = {}
 
 
 def resolve_function(module_name: str, function_name: str) -> Callable[..., Any]:
@@ -99,31 +107,68 @@ def _run_coroutines(awaitables: list[Any], timeout_s: float) -> list[Any]:
         return pool.submit(asyncio.run, bounded).result()
 
 
+def _score_in_worker(module: str, function: str, label: str, completion: str, reference: str) -> float:
+    """One pair, in a worker process (the function is imported once per process)."""
+    key = (module, function)
+    if key not in _WORKER_FUNCTIONS:
+        _WORKER_FUNCTIONS[key] = resolve_function(module, function)
+    try:
+        value = _WORKER_FUNCTIONS[key](completion, reference)
+        if inspect.isawaitable(value):
+            value = asyncio.run(_gather([value]))[0]
+    except Exception as exc:
+        raise RewardFunctionError(f"custom reward {label} raised {type(exc).__name__}: {exc} "
+                                  f"(completion {completion[:80]!r}); fix the reward function") from exc
+    return to_float(value, label)
+
+
+def to_float(value: Any, label: str) -> float:
+    """`float(value)`, or an error naming the reward function."""
+    try:
+        return float(value)
+    except (TypeError, ValueError) as exc:
+        raise TypeError(
+            f"custom reward {label} returned {value!r}, which is not a number; return a float"
+        ) from exc
+
+
 class CustomReward:
     """Calls a user function per pair; awaits coroutine results together."""
 
     name = "custom"
 
-    def __init__(self, module: str, function: str = "score", timeout_s: float = 300.0) -> None:
+    def __init__(self, module: str, function: str = "score", timeout_s: float = 300.0, workers: int = 1) -> None:
         self.fn = resolve_function(module, function)
         self.label = f"{module}:{function}" if ":" not in module else module
         self.timeout_s = timeout_s
+        self._target = (module, function)
+        parallel = workers > 1 and not inspect.iscoroutinefunction(self.fn)
+        self._workers = WorkerPool(workers, _score_in_worker, self.label) if parallel else None
 
     def score_batch(self, completions: list[str], references: list[str]) -> list[float]:
         check_batch(completions, references)
         pairs = list(zip(completions, references, strict=True))
+        if self._workers is not None:
+            return self._score_in_workers(self._workers, pairs)
         results = _call_bounded(self.fn, pairs, self.timeout_s, self.label)
         pending = [i for i, value in enumerate(results) if inspect.isawaitable(value)]
         if pending:
             awaited = _run_coroutines([results[i] for i in pending], self.timeout_s)
             for i, value in zip(pending, awaited, strict=True):
                 results[i] = value
-        return [self._to_float(value) for value in results]
+        return [to_float(value, self.label) for value in results]
 
-    def _to_float(self, value: Any) -> float:
+    def _score_in_workers(self, workers: WorkerPool, pairs: list[tuple[str, str]]) -> list[float]:
+        items = [(*self._target, self.label, c, r) for c, r in pairs]
         try:
-            return float(value)
-        except (TypeError, ValueError) as exc:
-            raise TypeError(
-                f"custom reward {self.label} returned {value!r}, which is not a number; return a float"
-            ) from exc
+            return workers.map(items, timeout_s=self.timeout_s)
+        except ItemTimeoutError as exc:
+            raise RewardTimeoutError(
+                f"custom reward {self.label} did not return within {self.timeout_s:g} s for completion "
+                f"{exc.index} of a batch of {len(pairs)}; make it faster"
+            ) from None
+
+    def close(self) -> None:
+        """Stop the worker processes, if any were started."""
+        if self._workers is not None:
+            self._workers.close()

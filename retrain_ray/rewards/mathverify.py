@@ -9,6 +9,10 @@ main thread. Scoring from the main thread calls it directly; scoring from any ot
 async actors, thread pools) sends the batch to one spawned worker process, where the timeouts work,
 and waits at most `timeout_s` per pair (plus start-up slack). A batch that overruns scores 0.0 and
 the worker is replaced.
+
+With `[reward] workers = N` > 1 every batch is scored item by item across N worker processes
+(`rewards/parallel.py`), each item waited on for at most twice `timeout_s` (two parses and a
+verify, each bounded by `timeout_s`); an item that overruns scores 0.0.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import weakref
 from typing import Any
 
 from retrain_ray.rewards.boxed import boxed, extract_boxed
+from retrain_ray.rewards.parallel import WorkerPool
 from retrain_ray.rewards.types import check_batch
 
 WORKER_START_SLACK_S = 60.0
@@ -56,6 +61,10 @@ def _score_pairs_in_worker(pairs: list[tuple[str, str]], timeout_s: int) -> list
     return [score_pair(c, r, timeout_s, _WORKER_CACHE) for c, r in pairs]
 
 
+def _score_one_in_worker(completion: str, reference: str, timeout_s: int) -> float:
+    return score_pair(completion, reference, timeout_s, _WORKER_CACHE)
+
+
 def _terminate(pool: Any) -> None:
     pool.terminate()
 
@@ -65,7 +74,7 @@ class MathVerifyReward:
 
     name = "math"
 
-    def __init__(self, timeout_s: int = 5) -> None:
+    def __init__(self, timeout_s: int = 5, workers: int = 1) -> None:
         if timeout_s <= 0:
             raise ValueError(f"math reward timeout_s must be > 0 seconds, got {timeout_s}")
         import math_verify  # noqa: F401  (fail at build time, not at the first step)
@@ -74,9 +83,13 @@ class MathVerifyReward:
         self._ref_cache: dict[str, Any] = {}
         self._pool: Any = None
         self._finalizer: Any = None
+        self._workers = WorkerPool(workers, _score_one_in_worker, "math") if workers > 1 else None
 
     def score_batch(self, completions: list[str], references: list[str]) -> list[float]:
         check_batch(completions, references)
+        if self._workers is not None:
+            items = [(c, r, self.timeout_s) for c, r in zip(completions, references, strict=True)]
+            return self._workers.map(items, timeout_s=self.timeout_s * 2, timeout_value=0.0)
         if threading.current_thread() is threading.main_thread():
             return [score_pair(c, r, self.timeout_s, self._ref_cache) for c, r in zip(completions, references, strict=True)]
         return self._score_in_worker(list(zip(completions, references, strict=True)))
@@ -95,7 +108,9 @@ class MathVerifyReward:
             return [0.0] * len(pairs)
 
     def close(self) -> None:
-        """Stop the worker process, if one was started."""
+        """Stop the worker processes, if any were started."""
+        if self._workers is not None:
+            self._workers.close()
         if self._finalizer is not None:
             self._finalizer()
         self._pool = None
