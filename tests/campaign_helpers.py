@@ -230,3 +230,22 @@ def segment_steps(path: Path) -> list[int]:
         except (pa.ArrowInvalid, OSError):
             pass
     return steps
+
+
+# ---- the real CLI in a working directory of its own, with steps slowed by a reward plugin ------------------
+def cli_cmd(*args: str) -> list[str]:
+    """`retrain-ray ARGS` as this interpreter runs it (the repository's code, from any working directory)."""
+    return [PYTHON, "-m", "retrain_ray.cli", *args]
+
+
+def cli_env(ray_tmp: Path) -> dict[str, str]:
+    """`isolated_env` with the repository first on the path, for a CLI started in another working directory."""
+    return isolated_env(ray_tmp, PYTHONPATH=os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p))
+
+
+def slow_workdir(workdir: Path) -> Path:
+    """`workdir` with tests/plugins/slow_reward.py in its `plugins/` (the default `[plugins] search_paths`): a
+    config there with `reward = {type = "slow_reward.make"}` takes about 20 ms per completion."""
+    (workdir / "plugins").mkdir(parents=True, exist_ok=True)
+    shutil.copy(REPO / "tests" / "plugins" / "slow_reward.py", workdir / "plugins" / "slow_reward.py")
+    return workdir
