@@ -136,14 +136,14 @@ class Campaign:
         try:
             from retrain_ray.campaign.experiment import build_tuner  # deferred: loads Tune
 
-            grid = build_tuner(self.plan, manifest, namespace=namespace, control=actors["control"],
-                               runner=self.runner, progress=progress, resuming=resuming, plugins=plugins).fit()
+            build_tuner(self.plan, manifest, namespace=namespace, control=actors["control"], runner=self.runner,
+                        progress=progress, resuming=resuming, plugins=plugins).fit()
         finally:
             ray.get(actors["recorder"].close.remote(), timeout=120)
             for handle in (actors["recorder"], actors.get("gate")):
                 if handle is not None:
                     ray.kill(handle)
-        if was_interrupted(grid):  # Tune stopped on Ctrl-C or SIGTERM: nothing to finish or compact
+        if was_interrupted(self.campaign_dir):  # Tune stopped on Ctrl-C or SIGTERM: nothing to finish or compact
             record_interruption(self.campaign_dir)
             raise CampaignInterrupted(self.campaign_dir)
         Manifest.load(self.campaign_dir).finish()

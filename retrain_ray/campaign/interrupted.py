@@ -1,8 +1,10 @@
 """A campaign stopped by Ctrl-C or SIGTERM: recorded in its manifest, reported with the command that continues it.
 
 On the first Ctrl-C (or a SIGTERM, retrain_ray/interrupts.py) Ray Tune stops the experiment gracefully:
-it saves its experiment state, stops the trials and `Tuner.fit()` returns with some trials neither
-terminated nor errored. The driver then records the interruption (the campaign `interrupted`, its
+it saves its experiment state, stops the trials and `Tuner.fit()` returns as if the experiment had ended
+(its ResultGrid even counts the stopped trials as terminated). A fit that really ended leaves every run
+completed or failed in the manifest (campaign/tracking.py), so a run still pending or running there
+means the fit was stopped. The driver then records the interruption (the campaign `interrupted`, its
 unfinished runs `pending` again: nothing runs them now) and raises `CampaignInterrupted`, a
 `KeyboardInterrupt`, instead of finishing (no compaction, no results table of runs that did not end).
 `retrain-ray resume DIR` continues every unfinished run from its last checkpoint.
@@ -11,8 +13,6 @@ unfinished runs `pending` again: nothing runs them now) and raises `CampaignInte
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
-
 from retrain_ray.campaign.manifest import Manifest, read_manifest
 from retrain_ray.campaign.status import campaign_status
 
@@ -25,9 +25,9 @@ class CampaignInterrupted(KeyboardInterrupt):
         super().__init__(f"campaign interrupted; continue it with: retrain-ray resume {campaign_dir}")
 
 
-def was_interrupted(grid: Any) -> bool:
-    """Whether `Tuner.fit()` returned before every trial ended (Tune's graceful stop on a signal)."""
-    return grid.num_terminated + grid.num_errors < len(grid)
+def was_interrupted(campaign_dir: Path) -> bool:
+    """Whether `Tuner.fit()` returned before every run ended (Tune's graceful stop on a signal)."""
+    return any(r["status"] in ("pending", "running") for r in read_manifest(campaign_dir)["runs"])
 
 
 def record_interruption(campaign_dir: Path) -> None:
