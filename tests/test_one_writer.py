@@ -136,4 +136,4 @@ def test_a_second_driver_of_a_campaign_in_use_stops_at_once_naming_the_first(tmp
         manifest = read_manifest(cdir)
         assert manifest is not None and len(manifest["sessions"]) == 1  # the second driver wrote nothing
         assert read_holder(cdir)["pid"] == driver.pid
-        assert json.loads((cdir / HOLDER_FILE).read_text())["command"].endswith(f"--step-delay 0.5")
+        assert json.loads((cdir / HOLDER_FILE).read_text())["command"].endswith("--step-delay 0.5")

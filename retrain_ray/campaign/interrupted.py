@@ -13,6 +13,7 @@ unfinished runs `pending` again: nothing runs them now) and raises `CampaignInte
 from __future__ import annotations
 
 from pathlib import Path
+
 from retrain_ray.campaign.manifest import Manifest, read_manifest
 from retrain_ray.campaign.status import campaign_status
 
