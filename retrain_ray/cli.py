@@ -102,6 +102,9 @@ RETRAIN_RAY_TRACEBACK=1 shows the traceback as well."""
 def _guarded(command: str, argv: list[str]) -> int:
     try:
         return _dispatch(command, argv)
+    except KeyboardInterrupt:  # a verb that can say where it stopped catches it itself (train, campaign)
+        print(f"\ninterrupted ({command}): stopped by Ctrl-C", file=sys.stderr)
+        return 130
     except USER_ERRORS as exc:
         if os.environ.get("RETRAIN_RAY_TRACEBACK"):
             raise

@@ -1,15 +1,19 @@
 """CLI verbs for campaigns: `retrain-ray FILE` (campaign), `resume DIR`, `results DIR`, `status [DIR]`.
 
 Each is a function `*_main(argv) -> exit code`, wired into `retrain_ray.cli` by the CLI owner.
-Exit codes: 0 all runs completed, 1 some run failed, 2 bad input (config, directory).
+Exit codes: 0 all runs completed, 1 some run failed, 2 bad input (config, directory; a campaign
+directory another driver holds), 130 stopped by Ctrl-C (143 by SIGTERM).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import sys
 from pathlib import Path
+
+from retrain_ray.interrupts import Stops, sigterm_as_ctrl_c
 
 _EPILOG = "Set RAY_ADDRESS (or --address) to use a running cluster; without it a local Ray is started."
 
@@ -78,11 +82,31 @@ def _run(make_campaign, address: str | None, dashboard: bool = False) -> int:
             raise
         print(exc, file=sys.stderr)
         return 2
-    try:
-        return _finish(campaign.run(address=address, dashboard=dashboard))
-    except CampaignError as exc:
-        print(exc, file=sys.stderr)
-        return 2
+    with sigterm_as_ctrl_c() as stops:
+        try:
+            return _finish(campaign.run(address=address, dashboard=dashboard))
+        except CampaignError as exc:
+            print(exc, file=sys.stderr)
+            return 2
+        except KeyboardInterrupt:  # Tune's graceful stop (CampaignInterrupted), or a second Ctrl-C
+            return _interrupted(campaign.campaign_dir, address, stops)
+
+
+def _interrupted(campaign_dir: Path, address: str | None, stops: Stops) -> int:
+    """Where each run stopped and the command that continues the campaign; exit 130 (143 on SIGTERM)."""
+    # deferred: loads ray, which importing this module does not need
+    from retrain_ray.campaign.interrupted import run_lines
+
+    lines = run_lines(campaign_dir)
+    print(f"\ninterrupted by {stops.name()}: campaign {campaign_dir} stopped", file=sys.stderr)
+    if not lines:
+        print("  no run had started; run the same command again", file=sys.stderr)
+        return stops.exit_code()
+    for line in lines:
+        print(f"  {line}", file=sys.stderr)
+    command = ["retrain-ray", "resume", str(campaign_dir), *(["--address", address] if address else [])]
+    print(f"  continue with: {shlex.join(command)}", file=sys.stderr)
+    return stops.exit_code()
 
 
 def campaign_main(argv: list[str]) -> int:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import shlex
 import shutil
 import time
 from pathlib import Path
@@ -16,6 +17,8 @@ from typing import TYPE_CHECKING
 from rich.console import Console
 
 from retrain_ray.finite import NonFiniteError
+from retrain_ray.interrupts import Stops, sigterm_as_ctrl_c
+from retrain_ray.logs.dir_lock import LOCK_FILES, DirectoryInUse, DirLock
 from retrain_ray.process_clock import process_started_at as started_at_from_proc
 from retrain_ray.progress import ProgressObserver
 from retrain_ray.rewards.custom import RewardTimeoutError
@@ -96,7 +99,9 @@ def _prepare_run_dir(run_dir: Path, *, resume: str | None, overwrite: bool) -> N
             highlight=False,
         )
         raise SystemExit(2)
-    shutil.rmtree(run_dir)
+    for entry in run_dir.iterdir():  # everything but this process's lock on the directory
+        if entry.name not in LOCK_FILES:
+            shutil.rmtree(entry) if entry.is_dir() and not entry.is_symlink() else entry.unlink()
 
 
 def train_main(argv: list[str]) -> int:
@@ -111,6 +116,24 @@ def train_main(argv: list[str]) -> int:
         err.print(str(exc), highlight=False, markup=False)
         return 2
     run_dir = Path(cfg.logging.log_dir)
+    lock = DirLock(run_dir, what="run", fix="give this run another directory with --log-dir DIR")
+    try:
+        lock.acquire()  # before anything is written or removed there (--overwrite)
+    except DirectoryInUse as exc:
+        err.print("[bold red]error:[/]", highlight=False, end=" ")
+        err.print(str(exc), highlight=False, markup=False, soft_wrap=True)
+        return 2
+    try:
+        with sigterm_as_ctrl_c() as stops:
+            try:
+                return _train_locked(cfg, args, run_dir)
+            except KeyboardInterrupt:
+                return _interrupted(cfg, argv, run_dir, stops)
+    finally:
+        lock.release()
+
+
+def _train_locked(cfg: RetrainConfig, args: argparse.Namespace, run_dir: Path) -> int:
     resume = cfg.resume.from_ or None  # `--resume DIR` or the file's `[resume] from`
     _prepare_run_dir(run_dir, resume=resume, overwrite=args.overwrite)
     # deferred: loads torch, which importing this module does not need
@@ -143,6 +166,58 @@ def train_main(argv: list[str]) -> int:
     first_step_s = outcome.first_step_at - process_started_at() if outcome.first_step_at else None
     _print_summary(outcome, progress, run_dir, time.perf_counter() - started, first_step_s)
     return _squeeze_after(cfg, run_dir) if cfg.squeeze is not None else 0
+
+
+def continue_command(argv: list[str], run_dir: Path | None) -> str:
+    """The command that continues this one: its own arguments with `--resume RUN_DIR` in place of any
+    `--resume`/`--overwrite` it had; `run_dir` None: as it was, with `--overwrite` unless it resumes."""
+    if run_dir is None:
+        resumes = any(a == "--resume" or a.startswith("--resume=") for a in argv)
+        return shlex.join(["retrain-ray", "train", *argv, *([] if resumes or "--overwrite" in argv else ["--overwrite"])])
+    kept, skip = [], False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg in ("--resume", "--overwrite") or arg.startswith("--resume="):
+            skip = arg == "--resume"
+        else:
+            kept.append(arg)
+    return shlex.join(["retrain-ray", "train", *kept, "--resume", str(run_dir)])
+
+
+def _interrupted(cfg: RetrainConfig, argv: list[str], run_dir: Path, stops: Stops) -> int:
+    """Where an interrupted run stopped and the exact command that continues it; exit 130 (143 on SIGTERM)."""
+    # deferred: loads torch, which importing this module does not need
+    from retrain_ray.run.checkpoint import CheckpointManager, load_state
+
+    logged = _last_logged_step(run_dir)
+    rows = f"its last logged step is {logged}" if logged is not None else "it logged no step"
+    err.print(f"\n[bold yellow]interrupted[/] by {stops.name()}: run {run_dir} stopped ({rows}, of steps 0-"
+              f"{cfg.training.max_steps - 1}).", highlight=False)
+    for checkpoint in CheckpointManager(run_dir).candidates():  # newest first; the resume verifies it
+        try:
+            step = load_state(checkpoint).step
+        except (OSError, ValueError):
+            continue
+        err.print(f"  last checkpoint: after step {step} ({checkpoint}); a resume continues from there",
+                  highlight=False)
+        err.print(f"  continue with: {continue_command(argv, run_dir)}", highlight=False, markup=False, soft_wrap=True)
+        break
+    else:
+        err.print(f"  no checkpoint was saved yet ([training] save_every = {cfg.training.save_every}); "
+                  f"start it again with: {continue_command(argv, None)}", highlight=False, markup=False, soft_wrap=True)
+    return stops.exit_code()
+
+
+def _last_logged_step(run_dir: Path) -> int | None:
+    # deferred: loads pyarrow, which importing this module does not need
+    from retrain_ray.logs import read_stream
+
+    try:
+        steps = read_stream(run_dir)["step"].to_pylist()
+    except (OSError, ValueError, KeyError):
+        return None
+    return max(steps) if steps else None
 
 
 def _squeeze_after(cfg: RetrainConfig, run_dir: Path) -> int:

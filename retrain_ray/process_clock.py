@@ -14,10 +14,10 @@ from pathlib import Path
 __all__ = ["process_started_at"]
 
 
-def process_started_at() -> float | None:
-    """time.time() at which this process was created; None where /proc cannot tell."""
+def process_started_at(pid: int | None = None) -> float | None:
+    """time.time() at which this process (or process `pid`) was created; None where /proc cannot tell."""
     try:
-        ticks = int(Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[19])
+        ticks = int(Path(f"/proc/{pid or 'self'}/stat").read_text().rsplit(")", 1)[1].split()[19])
         uptime = float(Path("/proc/uptime").read_text().split()[0])
     except (OSError, IndexError, ValueError):
         return None

@@ -123,12 +123,13 @@ def driver_cmd(toml: Path, root: Path, step_delay: float) -> list[str]:
 
 
 @contextmanager
-def own_session(cmd: list[str], *, log: Path, prefix: str, **env: str) -> Iterator[tuple[subprocess.Popen, Path]]:
+def own_session(cmd: list[str], *, log: Path, prefix: str, cwd: Path = REPO,
+                **env: str) -> Iterator[tuple[subprocess.Popen, Path]]:
     """Starts `cmd` in a new session with a Ray temp dir of its own (`isolated_env(..., **env)`); on
     leaving, kills every process of that session and temp dir and removes the dir."""
     ray_tmp = short_temp_dir(prefix)
     try:
-        proc = start(cmd, env=isolated_env(ray_tmp, **env), log=log)
+        proc = start(cmd, env=isolated_env(ray_tmp, **env), log=log, cwd=cwd)
     except BaseException:
         remove_temp_dir(ray_tmp)
         raise
@@ -152,11 +153,12 @@ def kill_driver_when(ready: Callable[[], object], cmd: list[str], *, log: Path, 
     return ended
 
 
-def run_to_end(cmd: list[str], *, log: Path, prefix: str, timeout_s: float, **env: str) -> tuple[int | None, list[int]]:
+def run_to_end(cmd: list[str], *, log: Path, prefix: str, timeout_s: float, cwd: Path = REPO,
+               **env: str) -> tuple[int | None, list[int]]:
     """Runs `cmd` in its own session and Ray temp dir to its end, then waits up to 30 s for that session
     and temp dir to empty. Returns (exit code, None after `timeout_s`; pids still alive then); whatever
     is left is killed and the temp dir removed."""
-    with own_session(cmd, log=log, prefix=prefix, **env) as (proc, ray_tmp):
+    with own_session(cmd, log=log, prefix=prefix, cwd=cwd, **env) as (proc, ray_tmp):
         try:
             rc = proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
@@ -230,3 +232,27 @@ def segment_steps(path: Path) -> list[int]:
         except (pa.ArrowInvalid, OSError):
             pass
     return steps
+
+
+# ---- the real CLI in a working directory of its own, with steps slowed by a reward plugin ------------------
+def cli_cmd(*args: str) -> list[str]:
+    """`retrain-ray ARGS` as this interpreter runs it (the repository's code, from any working directory)."""
+    return [PYTHON, "-m", "retrain_ray.cli", *args]
+
+
+def repo_path() -> str:
+    """PYTHONPATH with the repository first: a CLI started in another working directory runs this code."""
+    return os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p)
+
+
+def cli_env(ray_tmp: Path) -> dict[str, str]:
+    """`isolated_env` with `repo_path()`, for a CLI started in another working directory."""
+    return isolated_env(ray_tmp, PYTHONPATH=repo_path())
+
+
+def slow_workdir(workdir: Path) -> Path:
+    """`workdir` with tests/plugins/slow_reward.py in its `plugins/` (the default `[plugins] search_paths`): a
+    config there with `reward = {type = "slow_reward.make"}` takes about 20 ms per completion."""
+    (workdir / "plugins").mkdir(parents=True, exist_ok=True)
+    shutil.copy(REPO / "tests" / "plugins" / "slow_reward.py", workdir / "plugins" / "slow_reward.py")
+    return workdir

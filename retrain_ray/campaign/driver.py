@@ -31,6 +31,7 @@ from retrain_ray.actors.placement import alive_node_resources, decide_placement
 from retrain_ray.campaign.afterwards import run_afterwards
 from retrain_ray.campaign.control import start_control_plane
 from retrain_ray.campaign.edits import Extension, check_edits, record_extension
+from retrain_ray.campaign.interrupted import CampaignInterrupted, record_interruption, was_interrupted
 from retrain_ray.campaign.local_ray import connect, trial_modules
 from retrain_ray.campaign.manifest import Manifest, read_manifest, write_json_atomic
 from retrain_ray.campaign.plan import DEFAULT_RUNNER, CampaignError, CampaignPlan, RunPlan, build_plan
@@ -39,6 +40,7 @@ from retrain_ray.campaign.recorder import start_recorder
 from retrain_ray.campaign.stagger import start_gate
 from retrain_ray.campaign.tune_state import set_aside, torn_state
 from retrain_ray.config import ConfigError, RetrainConfig, load_config
+from retrain_ray.logs.dir_lock import DirectoryInUse, DirLock
 from retrain_ray.logs.parquet_export import export_campaign
 from retrain_ray.models.names import config_uses_peft
 from retrain_ray.run.preflight import campaign_problems
@@ -90,19 +92,31 @@ class Campaign:
         leaves no Ray processes behind; a Ray that was already connected is left as it was. Every
         condition is preflighted first (`CampaignError` with all problems, before Ray starts).
         `dashboard`: a local Ray this call starts runs the Ray dashboard (off: it starts faster).
+        The campaign directory is locked for the call (logs/dir_lock.py): a second driver of the same
+        campaign gets a `CampaignError` naming this one. Stopped by Ctrl-C (or SIGTERM at the CLI), it
+        raises `CampaignInterrupted` (a KeyboardInterrupt) once Tune has saved its state.
         """
         problems = campaign_problems(self.config)
         if problems:
             raise CampaignError(problems)
         self._existing()  # a changed config is refused before Ray starts and before anything is written
         plugins = self._plugins(progress)
-        peft = any(config_uses_peft(r.config) for r in self.plan.runs)
-        started = connect(address, dashboard=dashboard, preload=trial_modules(peft=peft))
+        lock = DirLock(self.campaign_dir, what="campaign",
+                       fix="give this campaign another name ([campaign].name or --name)")
         try:
-            return self._run(progress, plugins, can_scale=not started)
+            lock.acquire()  # before Ray starts: a second driver of this campaign stops at once
+        except DirectoryInUse as exc:
+            raise CampaignError([str(exc)]) from None
+        try:
+            peft = any(config_uses_peft(r.config) for r in self.plan.runs)
+            started = connect(address, dashboard=dashboard, preload=trial_modules(peft=peft))
+            try:
+                return self._run(progress, plugins, can_scale=not started)
+            finally:
+                if started:
+                    ray.shutdown()
         finally:
-            if started:
-                ray.shutdown()
+            lock.release()
 
     def _plugins(self, progress: bool) -> PluginBundle | None:
         """The code of the plugins the runs name, packed for the trials (campaign/plugin_bundle.py)."""
@@ -133,6 +147,9 @@ class Campaign:
             for handle in (actors["recorder"], actors.get("gate")):
                 if handle is not None:
                     ray.kill(handle)
+        if was_interrupted(self.campaign_dir):  # Tune stopped on Ctrl-C or SIGTERM: nothing to finish or compact
+            record_interruption(self.campaign_dir)
+            raise CampaignInterrupted(self.campaign_dir)
         Manifest.load(self.campaign_dir).finish()
         _compact(self.plan)
         run_afterwards(self.campaign_dir, self.config, progress=progress)

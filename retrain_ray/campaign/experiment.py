@@ -7,6 +7,7 @@ import Tune.
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from ray import tune
@@ -44,6 +45,7 @@ def build_tuner(plan: CampaignPlan, manifest: Manifest, *, namespace: str, contr
                        control=control, runner=runner, timeout_s=plan.schedule.trial_start_timeout_s,
                        mlflow_experiments=mlflow_experiments(plan), finished=finished_runs(manifest),
                        plugins=plugins, tune_dir=plan.local_tune_path)
+    _drop_tune_restore_hint()
     trainable = make_trainable(ctx, {r.run_name: _resources(r) for r in plan.runs})
     if resuming:
         return tune.Tuner.restore(plan.tune_path, trainable, resume_errored=True)
@@ -81,6 +83,22 @@ def make_trainable(ctx: TrialContext, factories: dict[str, Any]) -> Any:
     for cls in (wrapped, trainable):  # Ray takes the actor's class name from __qualname__
         cls.__name__ = cls.__qualname__ = TRIAL_CLASS_NAME
     return trainable
+
+
+class _NoRestoreHint(logging.Filter):
+    """Drops Tune's advice after an interrupted fit (`Tuner.restore(...)`, "Trials did not complete"): the
+    campaign says which runs stopped where and that `retrain-ray resume DIR` continues them
+    (campaign/interrupted.py)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        return "Tuner.restore" not in message and "Trials did not complete" not in message
+
+
+def _drop_tune_restore_hint() -> None:
+    tune_log = logging.getLogger("ray.tune.tune")  # the module that prints them (ray/tune/tune.py)
+    if not any(isinstance(f, _NoRestoreHint) for f in tune_log.filters):
+        tune_log.addFilter(_NoRestoreHint())
 
 
 def mlflow_experiments(plan: CampaignPlan) -> dict[str, str]:
