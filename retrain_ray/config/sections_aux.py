@@ -80,6 +80,9 @@ class DataSection(Section):
     eval_path: str = ""
     num_examples: Int = Field(default=512, gt=0)
     num_eval_examples: Int = Field(default=64, ge=0)
+    # ours: a prompt longer than the model's context minus [training] max_tokens keeps its last tokens
+    # (with a warning) instead of being refused at load
+    truncate_prompts: Bool = False
 
     @field_validator("source")
     @classmethod

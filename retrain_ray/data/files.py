@@ -91,6 +91,20 @@ def load_file_examples(
     return [_example(path, i, row, prompt_column, reference_column) for i, row in enumerate(rows)]
 
 
+def row_origin(path: str | Path, index: int) -> str:
+    """Where example `index` of a data file is, for messages: a JSONL file's line (blank lines are
+    skipped when loading, so rows and lines differ), a Parquet file's row."""
+    path = Path(path)
+    if SUFFIXES.get(path.suffix.lower()) == "jsonl":
+        seen = -1
+        with path.open("rb") as handle:
+            for line_no, raw in enumerate(handle, start=1):
+                seen += bool(raw.strip())
+                if seen == index:
+                    return f"data file {path}, line {line_no} (row {index})"
+    return f"data file {path}, row {index}"
+
+
 def _text(path: Path, index: int, column: str, value: Any, *, numbers_ok: bool) -> str:
     """A cell as text: strings as they are, UTF-8 bytes decoded, numbers for references only."""
     where = f"data file {path}, row {index}, column {column!r}"

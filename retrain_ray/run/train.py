@@ -14,7 +14,7 @@ from retrain_ray.logs import (
     MultiObserver,
     write_run_meta,
 )
-from retrain_ray.run.build import build_components, build_policy
+from retrain_ray.run.build import build_components, build_policy, build_task
 from retrain_ray.run.checkpoint import load_state, resolve_resume_dir
 from retrain_ray.run.loop import RunComponents, RunLoop
 from retrain_ray.run.preflight import check_run
@@ -75,6 +75,7 @@ def train_run(
     campaign's recorder actor).
     """
     check_run(config)
+    task = build_task(config)  # before anything is written or the model loads: bad data stops the run here
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     checkpoint = resolve_resume_dir(resume_from) if resume_from else None
@@ -86,7 +87,7 @@ def train_run(
     observer = _fanout(run_dir, run_name, observers, local_logs)
     try:
         policy = policy or build_policy(config, throttle=throttle, run_name=run_name)
-        parts = build_components(config, observer, policy=policy, advisor=advisor)
+        parts = build_components(config, observer, policy=policy, advisor=advisor, task=task)
         loop = RunLoop(config, parts, run_name=run_name, run_dir=run_dir, condition=condition_of(config))
         state = _restore(loop, checkpoint) if checkpoint else _fresh_state(config, parts)
         return loop.run(state)
