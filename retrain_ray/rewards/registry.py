@@ -26,8 +26,8 @@ def _build_math(**_: Any) -> Reward:
     return MathVerifyReward()
 
 
-def _build_custom(custom_module: str, custom_function: str, **_: Any) -> Reward:
-    return CustomReward(custom_module, custom_function)
+def _build_custom(custom_module: str, custom_function: str, timeout_s: float, **_: Any) -> Reward:
+    return CustomReward(custom_module, custom_function, timeout_s=timeout_s)
 
 
 def _build_judge(**_: Any) -> Reward:
@@ -45,17 +45,18 @@ REWARD_BUILDERS: dict[str, Callable[..., Reward]] = {
 }
 
 
-def build_reward(type: str, custom_module: str = "", custom_function: str = "score") -> Reward:  # noqa: A002
-    """Build the reward named by `[reward] type`."""
+def build_reward(type: str, custom_module: str = "", custom_function: str = "score",  # noqa: A002
+                 timeout_s: float = 300.0) -> Reward:
+    """Build the reward named by `[reward] type`; `timeout_s` bounds a custom reward's batch."""
     builder = REWARD_BUILDERS.get(type)
     if builder is None:
         raise ValueError(
             f"unknown [reward] type {type!r}; choose one of {sorted(REWARD_BUILDERS)}"
         )
-    return builder(custom_module=custom_module, custom_function=custom_function or "score")
+    return builder(custom_module=custom_module, custom_function=custom_function or "score", timeout_s=timeout_s)
 
 
 def build_reward_from_config(cfg: RetrainConfig) -> Reward:
-    """Build from a `RetrainConfig` (reads `cfg.reward.type / custom_module / custom_function`)."""
+    """Build from a `RetrainConfig` (reads `cfg.reward.type / custom_module / custom_function / timeout_s`)."""
     section = cfg.reward
-    return build_reward(section.type, section.custom_module, section.custom_function)
+    return build_reward(section.type, section.custom_module, section.custom_function, section.timeout_s)

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from retrain_ray.backends.types import Policy
 from retrain_ray.backpressure.types import BackPressureAdvisor
+from retrain_ray.file_kinds import path_kind
 from retrain_ray.logs import (
     ArrowRunObserver,
     MultiObserver,
@@ -75,8 +76,9 @@ def train_run(
     campaign's recorder actor).
     """
     check_run(config)
-    task = build_task(config)  # before anything is written or the model loads: bad data stops the run here
     run_dir = Path(run_dir)
+    _check_run_dir(run_dir)
+    task = build_task(config)  # before anything is written or the model loads: bad data stops the run here
     run_dir.mkdir(parents=True, exist_ok=True)
     checkpoint = resolve_resume_dir(resume_from) if resume_from else None
     if checkpoint is not None and local_logs:
@@ -93,6 +95,20 @@ def train_run(
         return loop.run(state)
     finally:
         observer.close()
+
+
+def _check_run_dir(run_dir: Path) -> None:
+    """A run directory (or one of its parents) that exists as a file, a device, ... is refused naming it."""
+    for path in (run_dir, *run_dir.parents):
+        kind = path_kind(path)
+        if kind == "missing":
+            continue
+        if kind != "directory":
+            what = "a file" if kind == "file" else kind
+            where = "" if path == run_dir else f" (inside {path})"
+            raise NotADirectoryError(f"run directory {run_dir}{where}: {path} is {what}, not a directory; set "
+                                     "[logging] log_dir (--log-dir DIR) to a directory, or move the file away")
+        return
 
 
 def _fresh_state(cfg: RetrainConfig, parts: RunComponents) -> TrainerState:
