@@ -125,7 +125,7 @@ class RewardSection(Section):
     judge_model: str = ""
     custom_module: str = ""
     custom_function: str = "score"
-    timeout_s: Float = Field(default=300.0, gt=0.0)  # ours: a custom reward's limit per batch (the original's 300 s)
+    timeout_s: Float = Field(default=300.0, gt=0.0, allow_inf_nan=False)  # ours: a custom reward's limit per batch (the original's 300 s)
 
     @field_validator("type")
     @classmethod
