@@ -31,8 +31,7 @@ SHOWN = 5  # rows named in a refusal; the rest are counted
 class PromptCodecLike(Protocol):
     """models/context.py's PromptCodec, as this module uses it."""
 
-    @property
-    def max_token_chars(self) -> int: ...
+    max_token_chars: int
     def prompt_ids(self, text: str) -> list[int]: ...
     def content_ids(self, text: str) -> list[int]: ...
     def decode(self, ids: list[int]) -> str: ...
@@ -116,7 +115,7 @@ def fit_prompts(
             fitted.append(Example(prompt=cut, reference=example.reference))
     if overlong:
         raise PromptTooLongError(_refusal(overlong, limit, origin, truncate))
-    truncated = sum(a.prompt != b.prompt for a, b in zip(examples, fitted))
+    truncated = sum(a.prompt != b.prompt for a, b in zip(examples, fitted, strict=True))
     if truncated:
         log.warning("%d of %d prompts were longer than the %d tokens that model %r leaves beside [training] "
                     "max_tokens = %d (context %d): kept the last tokens of each ([data] truncate_prompts)",

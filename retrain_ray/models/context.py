@@ -11,8 +11,6 @@ and the longest vocabulary entry, which bounds how many characters one token can
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
-from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -42,11 +40,15 @@ def context_length(folder: str | Path) -> int | None:
     return None
 
 
-@dataclass(frozen=True)
 class PromptCodec:
-    """The run's tokenizer as the prompt check uses it (see the module doc)."""
+    """The run's tokenizer as the prompt check uses it (see the module doc).
 
-    tokenizer: PreTrainedTokenizerBase | LightTokenizer
+    `max_token_chars`: characters one token covers at most (its longest vocabulary entry, at least 1): a
+    prompt of n characters has at least n / max_token_chars tokens, so it is refused without tokenising it."""
+
+    def __init__(self, tokenizer: PreTrainedTokenizerBase | LightTokenizer) -> None:
+        self.tokenizer = tokenizer
+        self.max_token_chars = max(1, max((len(token) for token in tokenizer.get_vocab()), default=1))
 
     def prompt_ids(self, text: str) -> list[int]:
         """What the engine feeds for this prompt (`encode_prompt`: chat template, generation prompt)."""
@@ -60,10 +62,3 @@ class PromptCodec:
 
     def decode(self, ids: list[int]) -> str:
         return str(self.tokenizer.decode(ids, skip_special_tokens=False))
-
-    @cached_property
-    def max_token_chars(self) -> int:
-        """Characters one token covers at most (its longest vocabulary entry, at least 1): a prompt of
-        n characters has at least n / max_token_chars tokens, so it is refused without tokenising it."""
-        vocab = self.tokenizer.get_vocab()
-        return max(1, max((len(token) for token in vocab), default=1))
