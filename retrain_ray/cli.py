@@ -20,6 +20,7 @@ else:  # Python 3.10: the same parser, from PyPI
     import tomli as tomllib
 
 from retrain_ray import __version__
+from retrain_ray.file_kinds import path_kind
 
 # verb -> (module, function, usage line); modules are imported only when their verb runs.
 VERBS: dict[str, tuple[str, str, str]] = {
@@ -55,11 +56,13 @@ def usage() -> str:
 
 def _verb_for_file(path: str) -> str:
     """By content, as the original: [campaign] -> campaign, [squeeze] with an adapter_path -> squeeze,
-    else train (a file that does not parse goes to train, which reports the error)."""
+    else train (a file that is not one, or does not parse, goes to train, which reports the error)."""
+    if path_kind(path) != "file":  # a device or a pipe would be read forever
+        return "train"
     try:
         with open(path, "rb") as fh:
             data = tomllib.load(fh)
-    except (OSError, tomllib.TOMLDecodeError):
+    except (OSError, ValueError):  # TOMLDecodeError, and UnicodeDecodeError of a binary file
         return "train"
     if "campaign" in data:
         return "campaign"

@@ -173,6 +173,10 @@ def results_main(argv: list[str]) -> int:
     else:
         _print_table(df, f"runs of {res.manifest['name']}")
         _print_table(res.summary(), "by condition (mean, std, 95% CI of last values across seeds)")
+        missing = [] if df.empty else list(df.loc[df["status"] == "missing", "run_name"])
+        if missing:
+            print(f"missing: {', '.join(missing)}: the manifest lists them as finished, but their directories "
+                  f"under {res.campaign_dir / 'runs'} are gone (no logs to read)", file=sys.stderr)
     return 0
 
 

@@ -93,11 +93,13 @@ def _prepare_run_dir(run_dir: Path, *, resume: str | None, overwrite: bool) -> N
     if resume or not run_dir.exists() or not holds_run:  # checkpoints alone are a run too (a crash before row 1)
         return
     if not overwrite:
-        err.print(
-            f"[bold red]error:[/] {run_dir} already holds a run. Continue it with --resume {run_dir}, "
-            "replace it with --overwrite, or choose another directory with --log-dir DIR.",
-            highlight=False,
-        )
+        # deferred: loads torch, which importing this module does not need
+        from retrain_ray.run.checkpoint import has_complete_checkpoint
+
+        advice = f"Continue it with --resume {run_dir}, replace" if has_complete_checkpoint(run_dir) else \
+            "It has no complete checkpoint (the first save was interrupted), so it cannot be resumed: replace"
+        err.print(f"[bold red]error:[/] {run_dir} already holds a run. {advice} it with --overwrite, or choose "
+                  "another directory with --log-dir DIR.", highlight=False)
         raise SystemExit(2)
     for entry in run_dir.iterdir():  # everything but this process's lock on the directory
         if entry.name not in LOCK_FILES:

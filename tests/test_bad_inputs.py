@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import shutil
 import sys
 import warnings
@@ -34,6 +35,7 @@ class Case:
     build: Callable[[Path], list[str]]  # writes files under the dir, returns the CLI argv
     names: str  # the file name the message must contain ("" = none required)
     outcome: str = "error"  # "error": rc != 0; "ok": rc == 0 (a warning may name the file)
+    env: tuple[str, str] = ()  # (variable, a path under the test's dir) set while the case runs
 
 
 def _sections(log_dir: Path, *, data: dict = TINY_CPU["data"], reward: dict = MATCH, steps: int = 1) -> dict:
@@ -45,11 +47,52 @@ def _toml(tmp: Path, *, name: str = "run.toml", **sections) -> Path:
     return write_config(tmp / name, **_sections(tmp / "logs" / "run", **sections))
 
 
-def _data_case(filename: str, write: Callable[[Path], None], **data_keys: str) -> Callable[[Path], list[str]]:
+def _data_case(filename: str, write: Callable[[Path], None], *flags: str, **data_keys: object) -> Callable[[Path], list[str]]:
     def build(tmp: Path) -> list[str]:
         target = tmp / filename
         write(target)
-        return ["train", str(_toml(tmp, data={"source": "file", "path": str(target), **data_keys})), "--quiet"]
+        return ["train", str(_toml(tmp, data={"source": "file", "path": str(target), **data_keys})), "--quiet", *flags]
+    return build
+
+
+def _with_eval(*eval_rows: object) -> Callable[[Path], None]:
+    def write(path: Path) -> None:
+        _jsonl(*GOOD_ROWS)(path)
+        _jsonl(GOOD_ROWS[0], *eval_rows)(path.with_name("e.jsonl"))
+    return write
+
+
+def _link(target: str) -> Callable[[Path], None]:
+    return lambda path: path.symlink_to(target)
+
+
+def _loop(path: Path) -> None:
+    path.symlink_to(path.with_name("other"))
+    path.with_name("other").symlink_to(path)
+
+
+def _fifo(path: Path) -> None:
+    os.mkfifo(path)
+
+
+def _log_dir_case(log_dir: str) -> Callable[[Path], list[str]]:
+    def build(tmp: Path) -> list[str]:
+        (tmp / "taken").write_text("a file, not a directory\n")
+        return ["train", str(write_config(tmp / "run.toml", **_sections(tmp / log_dir))), "--quiet"]
+    return build
+
+
+def _file_case(content: bytes, name: str = "x.toml", first: tuple[str, ...] = ()) -> Callable[[Path], list[str]]:
+    def build(tmp: Path) -> list[str]:
+        (tmp / name).write_bytes(content)
+        return [*first, str(tmp / name)]
+    return build
+
+
+def _special_config(make: Callable[[Path], None], command: str = "train") -> Callable[[Path], list[str]]:
+    def build(tmp: Path) -> list[str]:
+        make(tmp / "c.toml")
+        return [command, str(tmp / "c.toml")] if command else [str(tmp / "c.toml")]
     return build
 
 
@@ -82,10 +125,11 @@ def _config_case(content: bytes | None, name: str = "bad.toml", command: str = "
     return build
 
 
-def _reward_case(body: str) -> Callable[[Path], list[str]]:
+def _reward_case(body: str, **reward: object) -> Callable[[Path], list[str]]:
     def build(tmp: Path) -> list[str]:
         (tmp / "hostile_reward.py").write_text(body)
-        return ["train", str(_toml(tmp, reward={"type": "custom", "custom_module": "hostile_reward"})), "--quiet"]
+        return ["train", str(_toml(tmp, reward={"type": "custom", "custom_module": "hostile_reward", **reward})),
+                "--quiet"]
     return build
 
 
@@ -102,6 +146,8 @@ def _damaged_run(damage: Callable[[Path], None], resume_target: str = "run") -> 
         run = tmp / "logs" / "run"
         shutil.copytree(finished, run)
         damage(run)
+        if not resume_target:
+            return ["train", str(_toml(tmp, steps=3)), "--quiet"]
         target = run if resume_target == "run" else run / resume_target
         return ["train", str(_toml(tmp, steps=3)), "--quiet", "--resume", str(target)]
     return build
@@ -112,6 +158,17 @@ def _every_checkpoint(fn: Callable[[Path], None]) -> Callable[[Path], None]:
         for ckpt in (run / "checkpoints").iterdir():
             fn(ckpt)
     return damage
+
+
+def _killed_first_save(run: Path) -> None:
+    """A kill during the first save: rows logged, the checkpoint still in its temporary directory."""
+    checkpoints = run / "checkpoints"
+    first = min(checkpoints.iterdir())
+    for ckpt in list(checkpoints.iterdir()):
+        if ckpt != first:
+            shutil.rmtree(ckpt)
+    (first / "CHECKSUMS.json").unlink()
+    first.rename(checkpoints / ".tmp-checkpoint_step_0-4242")
 
 
 def _flip_weights(ckpt: Path) -> None:
@@ -151,6 +208,7 @@ def _campaign_case(command: str, manifest: bytes | None = None, runs: dict[str, 
 
 
 HUGE = "9" * (2 * 1024 * 1024)
+LONG_ROW = {"prompt": "x" * 3000 + " What is 1+1?", "reference": "2"}
 CASES: dict[str, Case] = {
     # config paths and TOML files
     "config_is_a_directory": Case(_config_case(None, "conf.toml"), "conf.toml"),
@@ -182,7 +240,7 @@ CASES: dict[str, Case] = {
                               "d.jsonl"),
     "data_torn_last_line": Case(_data_case("d.jsonl", _jsonl(*GOOD_ROWS, raw=b'{"prompt": "What is')), "d.jsonl"),
     "data_nul_bytes": Case(_data_case("d.jsonl", _bytes(b"\x00" * 100)), "d.jsonl"),
-    "data_empty_file": Case(_data_case("d.jsonl", _bytes(b"")), "d.jsonl"),
+    "data_empty_file": Case(_data_case("d.jsonl", _bytes(b"")), "d.jsonl is empty"),
     "data_only_blank_lines": Case(_data_case("d.jsonl", _bytes(b"\n\n  \n")), "d.jsonl"),
     "data_is_a_directory": Case(_data_case("d.jsonl", lambda p: p.mkdir()), "d.jsonl"),
     "data_missing_file": Case(_data_case("d.jsonl", lambda p: None), "d.jsonl"),
@@ -198,6 +256,36 @@ CASES: dict[str, Case] = {
         "prompt": pa.array([b"\xff\xfe"] * 4, pa.binary()), "reference": ["1"] * 4}))), "d.parquet"),
     "data_parquet_int_prompt": Case(_data_case("d.parquet", _parquet(pa.table({"prompt": [1, 2], "reference": ["1", "2"]}))),
                                     "d.parquet"),
+    # data the model cannot take (issue 26, class 5): the tiny model has 2,048 positions
+    "data_prompt_longer_than_context": Case(_data_case("d.jsonl", _jsonl(*GOOD_ROWS, LONG_ROW)),
+                                            "d.jsonl, line 5 (row 4): the prompt is 3,013 tokens"),
+    "data_prompt_150k_characters": Case(_data_case("d.jsonl", _jsonl({"prompt": "y" * 150_000, "reference": "1"})),
+                                        "at least 30,000 tokens (150,000 characters)"),
+    "data_eval_prompt_longer_than_context": Case(_data_case("d.jsonl", _with_eval(LONG_ROW), eval_path="e.jsonl"),
+                                                 "e.jsonl, line 2 (row 1)"),
+    "data_max_tokens_fills_context": Case(_data_case("d.jsonl", _jsonl(*GOOD_ROWS), "--max-tokens", "2048"),
+                                          "lower [training] max_tokens"),
+    "data_prompt_truncated_when_asked": Case(_data_case("d.jsonl", _jsonl(*GOOD_ROWS, LONG_ROW), truncate_prompts=True),
+                                             "1 of 5 prompts", outcome="ok"),
+    # paths that are something else than they should be (issue 26, class 8)
+    "data_symlink_loop": Case(_data_case("d.jsonl", _loop), "d.jsonl is a symlink loop"),
+    "data_broken_symlink": Case(_data_case("d.jsonl", _link("gone.jsonl")), "d.jsonl is a broken symlink"),
+    "data_is_dev_zero": Case(_data_case("d.jsonl", _link("/dev/zero")), "d.jsonl is a character device"),
+    "data_is_a_fifo": Case(_data_case("d.jsonl", _fifo), "d.jsonl is a named pipe (FIFO)"),
+    "config_is_dev_zero": Case(_special_config(_link("/dev/zero")), "device"),
+    "config_is_a_fifo": Case(_special_config(_fifo), "FIFO"),
+    "bare_config_is_a_fifo": Case(_special_config(_fifo, ""), "FIFO"),
+    "bare_file_binary": Case(_file_case(bytes(range(256)) * 4), "UTF-8"),
+    "bare_file_binary_no_suffix": Case(_file_case(b"\xca\xfe" * 300, "blob"), "UTF-8"),
+    "log_dir_is_a_file": Case(_log_dir_case("taken"), "taken is a file, not a directory"),
+    "log_dir_inside_a_file": Case(_log_dir_case("taken/run"), "taken is a file, not a directory"),
+    "env_hf_home_is_a_file": Case(_data_case("d.jsonl", _jsonl(*GOOD_ROWS)), "$HF_HOME", env=("HF_HOME", "d.jsonl")),
+    "env_model_cache_is_a_file": Case(_data_case("d.jsonl", _jsonl(*GOOD_ROWS)), "$RETRAIN_RAY_CACHE",
+                                      env=("RETRAIN_RAY_CACHE", "d.jsonl")),
+    "env_hub_cache_is_a_file": Case(_data_case("d.jsonl", _jsonl(*GOOD_ROWS)), "$HF_HUB_CACHE",
+                                    env=("HF_HUB_CACHE", "d.jsonl")),
+    "reward_slower_than_its_timeout": Case(_reward_case("import time\ndef score(c, r):\n    time.sleep(3)\n    return 1.0\n",
+                                                        timeout_s=0.2), "[reward] timeout_s"),
     # custom rewards and plugins
     "reward_module_missing": Case(lambda tmp: ["train", str(_toml(tmp, reward={"type": "custom",
                                                                            "custom_module": "no_such_reward_mod"}))],
@@ -221,6 +309,7 @@ CASES: dict[str, Case] = {
                                         "", outcome="ok"),
     "results_garbage_metrics_stream": Case(_campaign_case("results", runs={"metrics.arrows": b"\x01" * 500}),
                                            "metrics.arrows", outcome="ok"),
+    "results_deleted_run_is_missing": Case(_campaign_case("results"), "missing: grpo+none_s1", outcome="ok"),
     "results_truncated_parquet": Case(_campaign_case("results", runs={
         "metrics.arrows": _arrow_stream_bytes(2), "metrics.parquet": b"PAR1\x00\x00"}), "", outcome="ok"),
 }
@@ -237,6 +326,9 @@ CHECKPOINT_CASES: dict[str, Case] = {
                                           "checkpoint"),
     "checkpoint_resume_from_a_file": Case(_damaged_run(lambda run: None, "trainer_state.json"), "no complete checkpoint"),
     "checkpoint_resume_dir_missing": Case(_damaged_run(lambda run: shutil.rmtree(run / "checkpoints")), "run"),
+    "checkpoint_first_save_killed_resume": Case(_damaged_run(_killed_first_save), "--overwrite"),
+    "checkpoint_first_save_killed_fresh": Case(_damaged_run(_killed_first_save, resume_target=""),
+                                               "cannot be resumed"),
     "checkpoint_one_damaged_falls_back": Case(_damaged_run(lambda run: _flip_weights(run / "checkpoints" / "final")),
                                               "", outcome="ok"),
 }
@@ -280,6 +372,8 @@ def test_bad_input_has_a_clear_outcome(name, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     case = CASES[name]
     argv = case.build(tmp_path)
+    if case.env:
+        monkeypatch.setenv(case.env[0], str(tmp_path / case.env[1]))
     before = _snapshot(tmp_path)
     rc, output = _run_cli(argv, capsys)
     _check(case, rc, output, before, tmp_path)

@@ -158,3 +158,41 @@ def test_load_examples_from_real_config(tmp_path) -> None:
                     'num_eval_examples = 4\n[training]\nseed = 5\n')
     data = load_examples_from_config(load_config(toml))
     assert data == load_task("last_digit", level=2, seed=5, num_train=20, num_eval=4)
+
+
+def _tiny_codec():
+    from retrain_ray.models.context import PromptCodec, context_length
+    from retrain_ray.models.light_tokenizer import LightTokenizer
+    from retrain_ray.models.loading import resolve_model_path
+
+    folder = resolve_model_path("builtin:tiny")
+    return PromptCodec(LightTokenizer.from_folder(folder)), context_length(folder)
+
+
+def test_truncated_prompt_keeps_its_end_and_fits_exactly():
+    from retrain_ray.data.fit import ContextLimit, fit_prompts
+    from retrain_ray.data.types import Example
+
+    codec, context = _tiny_codec()
+    assert context == 2048
+    limit = ContextLimit(context=context, max_tokens=48, model="builtin:tiny")
+    long = Example(prompt="a" * 5000 + " What is 1+1?", reference="2")
+    short = Example(prompt="What is 2+2?", reference="4")
+    fitted = fit_prompts([short, long], limit=limit, codec=codec, truncate=True, origin=str)
+    assert fitted[0] == short
+    assert fitted[1].prompt.endswith(" What is 1+1?") and len(codec.prompt_ids(fitted[1].prompt)) == 2000
+
+
+def test_pathological_prompt_is_refused_by_its_length_without_tokenising():
+    from retrain_ray.data.fit import ContextLimit, PromptTooLongError, fit_prompts
+    from retrain_ray.data.types import Example
+
+    codec, context = _tiny_codec()
+    encoded: list[int] = []
+    original = codec.prompt_ids
+    codec.prompt_ids = lambda text: encoded.append(len(text)) or original(text)  # type: ignore[method-assign]
+    limit = ContextLimit(context=context, max_tokens=4, model="builtin:tiny")
+    with pytest.raises(PromptTooLongError, match=r"row 7: the prompt is at least 40,000 tokens \(200,000 characters\)"):
+        fit_prompts([Example(prompt="y" * 200_000, reference="1")], limit=limit, codec=codec, truncate=False,
+                    origin=lambda i: f"row {i + 7}")
+    assert max(encoded) == 0  # only the empty prompt (the template's own tokens) was encoded

@@ -74,6 +74,14 @@ class RunResult:
         return tune.Checkpoint.from_directory(str(latest))
 
 
+def run_status(entry: dict[str, Any], run_dir: Path) -> str:
+    """The manifest's status of a run, except "missing" for a finished run whose directory is gone (its logs
+    and checkpoints deleted or moved): not "completed with 0 steps". `results` and `status` both say it.
+    A run that has just started has no directory until its first row: it stays "running"."""
+    status = str(entry["status"])
+    return "missing" if status in ("completed", "failed") and not run_dir.is_dir() else status
+
+
 def read_history(run_dir: Path) -> pd.DataFrame:
     """Every step of one run, once (last write wins), sorted by step; empty if nothing was logged."""
     if not any(Path(run_dir).glob("metrics*.arrows")):
@@ -165,7 +173,7 @@ class CampaignResults:
     def _result(self, entry: dict[str, Any]) -> RunResult:
         row = self._run_row(entry)
         last = {k.removeprefix("last_"): v for k, v in row.items() if k.startswith("last_")}
-        return RunResult(entry["run_name"], entry["condition"], entry["seed"], entry["status"],
+        return RunResult(entry["run_name"], entry["condition"], entry["seed"], row["status"],
                          entry.get("attempts", 0), last, entry.get("error", "") or "",
                          self.campaign_dir / "runs" / entry["run_name"], self._run_history(entry["run_name"]))
 
@@ -176,6 +184,7 @@ class CampaignResults:
 
     def _run_row(self, entry: dict[str, Any]) -> dict[str, Any]:
         row = {k: entry.get(k) for k in ("run_name", "condition", "seed", "status", "attempts")}
+        row["status"] = run_status(entry, self.campaign_dir / "runs" / entry["run_name"])
         row.update({f"override.{k}": v for k, v in (entry.get("overrides") or {}).items()})
         hist = self._run_history(entry["run_name"])
         row["steps_logged"] = len(hist)

@@ -16,7 +16,7 @@ from typing import Any
 import pandas as pd
 
 from retrain_ray.campaign.manifest import read_manifest
-from retrain_ray.campaign.results import read_history
+from retrain_ray.campaign.results import read_history, run_status
 
 STALE_AFTER_S = 300.0
 SPARK = "▁▂▃▄▅▆▇█"
@@ -53,10 +53,7 @@ def _last_row_time(run_dir: Path) -> float:
 def run_state(entry: dict[str, Any], run_dir: Path, now: float, stale_after_s: float) -> dict[str, Any]:
     hist = read_history(run_dir)
     step = int(hist["step"].max()) if len(hist) else None
-    status = entry["status"]
-    if status in ("completed", "failed") and not run_dir.is_dir():
-        status = "missing"  # not "completed with 0 steps": its logs and checkpoints are gone (a run that
-        # has just started has no directory until its first row: it stays "running")
+    status = run_status(entry, run_dir)
     if status == "running" and step is not None and now - _last_row_time(run_dir) > stale_after_s:
         status = "stale"
     last = hist.iloc[-1] if len(hist) else None

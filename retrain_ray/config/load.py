@@ -23,6 +23,7 @@ from retrain_ray.config.errors import ConfigError, ConfigIssue, no_value
 from retrain_ray.config.matrix import conditioned_configs
 from retrain_ray.config.rawdict import merge_overrides
 from retrain_ray.config.schema import RetrainConfig
+from retrain_ray.file_kinds import special_file_problem
 
 DEFAULT_PATH = Path("retrain.toml")
 
@@ -30,6 +31,10 @@ DEFAULT_PATH = Path("retrain.toml")
 def read_toml(path: str | Path) -> dict[str, Any]:
     """Parse a TOML file; a missing file or a syntax error is a ConfigError naming the file."""
     path = Path(path)
+    problem = special_file_problem(path)
+    if problem is not None:  # reading a device or a pipe would never end or wait forever
+        raise ConfigError([ConfigIssue(str(path), no_value(), problem, "name the TOML config file itself")],
+                          str(path))
     try:
         with path.open("rb") as fh:
             data = fh.read()

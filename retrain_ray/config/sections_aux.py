@@ -80,6 +80,9 @@ class DataSection(Section):
     eval_path: str = ""
     num_examples: Int = Field(default=512, gt=0)
     num_eval_examples: Int = Field(default=64, ge=0)
+    # ours: a prompt longer than the model's context minus [training] max_tokens keeps its last tokens
+    # (with a warning) instead of being refused at load
+    truncate_prompts: Bool = False
 
     @field_validator("source")
     @classmethod
@@ -123,6 +126,7 @@ class RewardSection(Section):
     custom_module: str = ""
     custom_function: str = "score"
     workers: Int = Field(default=1, ge=1)  # ours: worker processes scoring a batch (math, custom)
+    timeout_s: Float = Field(default=300.0, gt=0.0, allow_inf_nan=False)  # ours: a custom reward's limit per batch (the original's 300 s)
 
     @field_validator("type")
     @classmethod

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from retrain_ray.data.types import Example
+from retrain_ray.file_kinds import special_file_problem
 
 SUFFIXES = {".jsonl": "jsonl", ".json": "jsonl", ".parquet": "parquet", ".pq": "parquet"}
 MAX_FIELD_CHARS = 200_000
@@ -69,6 +70,9 @@ def load_file_examples(
 ) -> list[Example]:
     """Read examples from a .jsonl or .parquet file; `max_examples > 0` keeps the first N rows."""
     path = Path(path)
+    problem = special_file_problem(path)
+    if problem is not None:
+        raise ValueError(f"data file {path} {problem}: [data] path / eval_path name one .jsonl or .parquet file")
     if path.is_dir():
         raise IsADirectoryError(f"data file {path} is a directory; [data] path / eval_path name one "
                                 ".jsonl or .parquet file")
@@ -78,6 +82,10 @@ def load_file_examples(
     if not path.is_file():
         raise FileNotFoundError(f"data file {path} does not exist; check [data] path / eval_path")
     rows = _read_jsonl(path) if kind == "jsonl" else _read_parquet(path)
+    if not rows and kind == "jsonl":  # no row, so no column either: say so, not "no column 'prompt'"
+        what = "is empty (0 bytes)" if path.stat().st_size == 0 else "holds only blank lines"
+        raise ValueError(f"data file {path} {what}: write one JSON object per line with {prompt_column!r} and "
+                         f"{reference_column!r}")
     available = _columns(path, rows)
     for role, column in (("prompt_column", prompt_column), ("reference_column", reference_column)):
         if column not in available:
@@ -89,6 +97,20 @@ def load_file_examples(
     if max_examples > 0:
         rows = rows[:max_examples]
     return [_example(path, i, row, prompt_column, reference_column) for i, row in enumerate(rows)]
+
+
+def row_origin(path: str | Path, index: int) -> str:
+    """Where example `index` of a data file is, for messages: a JSONL file's line (blank lines are
+    skipped when loading, so rows and lines differ), a Parquet file's row."""
+    path = Path(path)
+    if SUFFIXES.get(path.suffix.lower()) == "jsonl":
+        seen = -1
+        with path.open("rb") as handle:
+            for line_no, raw in enumerate(handle, start=1):
+                seen += bool(raw.strip())
+                if seen == index:
+                    return f"data file {path}, line {line_no} (row {index})"
+    return f"data file {path}, row {index}"
 
 
 def _text(path: Path, index: int, column: str, value: Any, *, numbers_ok: bool) -> str:

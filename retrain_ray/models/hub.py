@@ -18,6 +18,8 @@ import os
 import re
 from pathlib import Path
 
+from retrain_ray.file_kinds import env_directory
+
 # A Hub repo id: "name" or "org/name"; letters, digits, '-', '_', '.'.
 _HUB_ID = re.compile(r"^(?:[A-Za-z0-9][\w.-]*/)?[A-Za-z0-9][\w.-]*$")
 # Formats a causal-LM load never reads; skipping them keeps a download to the weights it needs.
@@ -43,10 +45,11 @@ def hub_offline(local_files_only: bool = False) -> bool:
 def hub_cache_dir() -> Path:
     """The HF hub cache this process uses, read from the environment now."""
     for key in ("HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE"):
-        if os.environ.get(key):
-            return Path(os.environ[key]).expanduser()
-    home = os.environ.get("HF_HOME") or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "huggingface"
-    return Path(home).expanduser() / "hub"
+        found = env_directory(key)
+        if found is not None:
+            return found
+    home = env_directory("HF_HOME") or (env_directory("XDG_CACHE_HOME") or Path.home() / ".cache") / "huggingface"
+    return home / "hub"
 
 
 def how_to_get(repo_id: str, revision: str) -> str:

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import torch
 
+from retrain_ray.file_kinds import env_directory
 from retrain_ray.models.hub import looks_like_hub_id, resolve_hub_model
 from retrain_ray.models.names import BUILTIN_PREFIX
 from retrain_ray.models.tiny import build_tiny_model, parse_builtin_name
@@ -43,7 +44,7 @@ _DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bf
 
 def default_cache_dir() -> Path:
     """`$RETRAIN_RAY_CACHE` or `~/.cache/retrain-ray/models`."""
-    root = os.environ.get("RETRAIN_RAY_CACHE") or Path.home() / ".cache" / "retrain-ray"
+    root = env_directory("RETRAIN_RAY_CACHE") or Path.home() / ".cache" / "retrain-ray"
     return Path(root) / "models"
 
 

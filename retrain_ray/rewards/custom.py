@@ -86,7 +86,7 @@ def _call_bounded(fn: Callable[[str, str], Any], pairs: list[tuple[str, str]], t
     if thread.is_alive():
         raise RewardTimeoutError(
             f"custom reward {label} did not return within {timeout_s:g} s for a batch of {len(pairs)} completions; "
-            "make it faster, or return a coroutine and it will be awaited with the same limit"
+            "make it faster, raise [reward] timeout_s, or return a coroutine and it will be awaited with the same limit"
         )
     if "error" in box:
         raise box["error"]

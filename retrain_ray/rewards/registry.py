@@ -26,8 +26,9 @@ def _build_math(workers: int = 1, **_: Any) -> Reward:
     return MathVerifyReward(workers=workers)
 
 
-def _build_custom(custom_module: str, custom_function: str, workers: int = 1, **_: Any) -> Reward:
-    return CustomReward(custom_module, custom_function, workers=workers)
+def _build_custom(custom_module: str, custom_function: str, timeout_s: float = 300.0, workers: int = 1,
+                  **_: Any) -> Reward:
+    return CustomReward(custom_module, custom_function, timeout_s=timeout_s, workers=workers)
 
 
 def _build_judge(**_: Any) -> Reward:
@@ -46,18 +47,21 @@ REWARD_BUILDERS: dict[str, Callable[..., Reward]] = {
 
 
 def build_reward(type: str, custom_module: str = "", custom_function: str = "score",  # noqa: A002
-                 workers: int = 1) -> Reward:
-    """Build the reward named by `[reward] type`; `workers` > 1 scores across that many processes
-    (math and custom; match is a string compare, not worth a process)."""
+                 timeout_s: float = 300.0, workers: int = 1) -> Reward:
+    """Build the reward named by `[reward] type`; `timeout_s` bounds a custom reward's batch (with
+    `workers` > 1, each item); `workers` > 1 scores across that many processes (math and custom;
+    match is a string compare, not worth a process)."""
     builder = REWARD_BUILDERS.get(type)
     if builder is None:
         raise ValueError(
             f"unknown [reward] type {type!r}; choose one of {sorted(REWARD_BUILDERS)}"
         )
-    return builder(custom_module=custom_module, custom_function=custom_function or "score", workers=workers)
+    return builder(custom_module=custom_module, custom_function=custom_function or "score", timeout_s=timeout_s,
+                   workers=workers)
 
 
 def build_reward_from_config(cfg: RetrainConfig) -> Reward:
-    """Build from a `RetrainConfig` (reads `cfg.reward.type / custom_module / custom_function / workers`)."""
+    """Build from a `RetrainConfig` (`cfg.reward`: type, custom_module, custom_function, timeout_s, workers)."""
     section = cfg.reward
-    return build_reward(section.type, section.custom_module, section.custom_function, section.workers)
+    return build_reward(section.type, section.custom_module, section.custom_function, section.timeout_s,
+                        section.workers)

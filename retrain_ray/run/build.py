@@ -19,6 +19,7 @@ from retrain_ray.data.types import TaskData
 from retrain_ray.rewards import build_reward_from_config
 from retrain_ray.rewards.types import Reward
 from retrain_ray.run.loop import RunComponents
+from retrain_ray.run.prompt_fit import fit_task
 from retrain_ray.run.rollout import PlanningDetector
 from retrain_ray.run.types import RunObserver
 
@@ -41,6 +42,12 @@ def resolve_device(devices: str) -> str:
 
 
 def build_task(cfg: RetrainConfig) -> TaskData:
+    """The run's examples, every prompt checked against the model's context (run/prompt_fit.py): call it
+    before `build_policy`, so that a prompt the model cannot take is refused before the model loads."""
+    return fit_task(cfg, _load_task(cfg))
+
+
+def _load_task(cfg: RetrainConfig) -> TaskData:
     if is_dotted_path(cfg.data.source):
         # deferred: loads pydantic, which importing this module does not need
         from retrain_ray.run.plugins import load_plugin_examples
@@ -160,10 +167,12 @@ def build_components(
     *,
     policy: Policy,
     advisor: BackPressureAdvisor | None = None,
+    task: TaskData | None = None,
 ) -> RunComponents:
+    """The run's parts; `task` is `build_task(cfg)` when the caller loaded it already (before the policy)."""
     alg = cfg.algorithm
     modes = resolve_modes(alg.advantage_mode, alg.transform_mode, alg.algorithm_mode, alg.uncertainty_kind)
-    task = build_task(cfg)
+    task = task if task is not None else build_task(cfg)
     return RunComponents(
         engine=policy.engine,
         backend=policy.backend,

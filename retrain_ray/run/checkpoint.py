@@ -183,6 +183,12 @@ class CheckpointManager:
             shutil.rmtree(old, ignore_errors=True)
 
 
+def has_complete_checkpoint(run_dir: Path) -> bool:
+    """Whether a save of this run finished (a checkpoint with its checksums; damage is checked on resume).
+    A save killed before its rename leaves only a `.tmp-*` directory: nothing to resume from."""
+    return any((c / CHECKSUMS).is_file() for c in CheckpointManager(run_dir, keep_last=0).candidates())
+
+
 def load_state(checkpoint_dir: Path) -> TrainerState:
     return TrainerState.from_json((Path(checkpoint_dir) / STATE_FILE).read_text())
 
@@ -203,6 +209,7 @@ def resolve_resume_dir(path: Path, keep_last: int = 3) -> Path:
     if found is None:
         raise FileNotFoundError(
             f"no complete checkpoint under {path} (looked for {path}/checkpoints/checkpoint_step_N with "
-            f"{CHECKSUMS}); start without --resume, or point --resume at a run directory that has one"
+            f"{CHECKSUMS}), so there is nothing to resume: start the run afresh without --resume and with "
+            f"--overwrite (which replaces {path}), or point --resume at a run directory that has one"
         )
     return found

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from retrain_ray.algorithms import preflight
 from retrain_ray.algorithms.plugins import is_dotted_path, load_callable, use_search_paths
+from retrain_ray.file_kinds import env_directory
 from retrain_ray.models.hub import model_problem
 
 if TYPE_CHECKING:  # explain imports this module: keep torch out of it
@@ -108,6 +109,23 @@ def plugin_problems(cfg: RetrainConfig) -> list[str]:
     return problems
 
 
+DIRECTORY_ENV_VARS = ("RETRAIN_RAY_CACHE", "HF_HOME", "HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE", "XDG_CACHE_HOME",
+                      "WANDB_DIR", "RAY_TMPDIR")
+"""Environment variables that name a directory: our model cache (models/loading.py), the Hugging Face
+cache (models/hub.py), W&B's files, Ray's temporary files."""
+
+
+def environment_problems() -> list[str]:
+    """Each environment variable of DIRECTORY_ENV_VARS that names a file (or a device, ...), with the fix."""
+    problems: list[str] = []
+    for key in DIRECTORY_ENV_VARS:
+        try:
+            env_directory(key)
+        except NotADirectoryError as exc:
+            problems.append(f"preflight: {exc}")
+    return problems
+
+
 def model_problems(configs: Iterable[RetrainConfig]) -> list[str]:
     """Why a run's model cannot be loaded here (not cached and not downloadable, no such folder), checked
     once per distinct model before anything starts. Only the local backend loads the model itself."""
@@ -121,6 +139,9 @@ def run_problems(cfg: RetrainConfig, *, check_model: bool = True) -> list[str]:
     """Every reason one run's configuration cannot start (spec 1.3): plugins that do not import, a
     model that cannot be resolved, and the synthetic probe against the backend's capabilities."""
     use_search_paths(cfg.plugins.search_paths)
+    environment = environment_problems()
+    if environment:  # the model and its cache cannot be looked up
+        return environment
     backend = backend_problems(cfg)
     if backend:  # the capability flags the probe needs are unknown
         return plugin_problems(cfg) + backend
@@ -160,6 +181,9 @@ def campaign_problems(cfg: RetrainConfig) -> list[str]:
     # deferred: loads pydantic, which importing this module does not need
     from retrain_ray.config import expand_runs
 
+    environment = environment_problems()
+    if environment:  # reported once, not per condition
+        return environment
     runs = expand_runs(cfg)
     problems = model_problems([r.config for r in runs])
     seen: set[str] = set()

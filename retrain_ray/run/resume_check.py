@@ -62,7 +62,8 @@ def check_resume(run_dir: Path, config_path: str | None = None) -> dict[str, Any
     newest = next((candidates[i] for i, c in enumerate(report["checkpoints"]) if not c["problem"]), None)
     if newest is None:
         report["problems"].append(f"no complete checkpoint under {run_dir}/checkpoints (looked for "
-                                  f"checkpoint_step_N and final with CHECKSUMS.json)")
+                                  f"checkpoint_step_N and final with CHECKSUMS.json): it cannot be resumed; "
+                                  f"start it afresh with `retrain-ray train FILE --overwrite` (replaces {run_dir})")
         return _finish(report)
     state = load_state(newest)
     payload, problems = _payload_problems(newest)

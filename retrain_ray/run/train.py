@@ -9,12 +9,13 @@ from typing import TYPE_CHECKING, Any
 
 from retrain_ray.backends.types import Policy
 from retrain_ray.backpressure.types import BackPressureAdvisor
+from retrain_ray.file_kinds import path_kind
 from retrain_ray.logs import (
     ArrowRunObserver,
     MultiObserver,
     write_run_meta,
 )
-from retrain_ray.run.build import build_components, build_policy
+from retrain_ray.run.build import build_components, build_policy, build_task
 from retrain_ray.run.checkpoint import load_state, resolve_resume_dir
 from retrain_ray.run.loop import RunComponents, RunLoop
 from retrain_ray.run.preflight import check_run
@@ -76,6 +77,8 @@ def train_run(
     """
     check_run(config)
     run_dir = Path(run_dir)
+    _check_run_dir(run_dir)
+    task = build_task(config)  # before anything is written or the model loads: bad data stops the run here
     run_dir.mkdir(parents=True, exist_ok=True)
     checkpoint = resolve_resume_dir(resume_from) if resume_from else None
     if checkpoint is not None and local_logs:
@@ -86,12 +89,26 @@ def train_run(
     observer = _fanout(run_dir, run_name, observers, local_logs)
     try:
         policy = policy or build_policy(config, throttle=throttle, run_name=run_name)
-        parts = build_components(config, observer, policy=policy, advisor=advisor)
+        parts = build_components(config, observer, policy=policy, advisor=advisor, task=task)
         loop = RunLoop(config, parts, run_name=run_name, run_dir=run_dir, condition=condition_of(config))
         state = _restore(loop, checkpoint) if checkpoint else _fresh_state(config, parts)
         return loop.run(state)
     finally:
         observer.close()
+
+
+def _check_run_dir(run_dir: Path) -> None:
+    """A run directory (or one of its parents) that exists as a file, a device, ... is refused naming it."""
+    for path in (run_dir, *run_dir.parents):
+        kind = path_kind(path)
+        if kind == "missing":
+            continue
+        if kind != "directory":
+            what = "a file" if kind == "file" else kind
+            where = "" if path == run_dir else f" (inside {path})"
+            raise NotADirectoryError(f"run directory {run_dir}{where}: {path} is {what}, not a directory; set "
+                                     "[logging] log_dir (--log-dir DIR) to a directory, or move the file away")
+        return
 
 
 def _fresh_state(cfg: RetrainConfig, parts: RunComponents) -> TrainerState:
