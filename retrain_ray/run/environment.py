@@ -64,7 +64,7 @@ def unreachable(url: str, timeout_s: float = CONNECT_TIMEOUT_S) -> str | None:
 def endpoint_problems(configs: Iterable[RetrainConfig]) -> list[str]:
     """HTTP sampling servers (`[inference] engine = "openai" | "vllm" | "sglang"`) that do not answer."""
     urls = dict.fromkeys(url for url in map(endpoint_url, configs) if url)
-    problems = []
+    problems: list[str] = []
     for url in urls:
         why = unreachable(url)
         if why:
