@@ -1,4 +1,4 @@
-"""CLI verbs for campaigns: `retrain-ray FILE` (campaign), `resume DIR`, `results DIR`, `status [DIR]`.
+"""CLI verbs for campaigns: `retrain-ray FILE` (campaign), `resume DIR`, `results DIR` (`status`: cli_status.py).
 
 Each is a function `*_main(argv) -> exit code`, wired into `retrain_ray.cli` by the CLI owner.
 Exit codes: 0 all runs completed, 1 some run failed, 2 bad input (config, directory; a campaign
@@ -11,7 +11,6 @@ import argparse
 import json
 import shlex
 import sys
-from pathlib import Path
 
 from retrain_ray.interrupts import Stops, sigterm_as_ctrl_c
 
@@ -180,69 +179,8 @@ def results_main(argv: list[str]) -> int:
     return 0
 
 
-def status_main(argv: list[str]) -> int:
-    """`retrain-ray status [DIR=logs] [--json] [--all|--active] [--watch]`: the condition x seed matrix of each campaign."""
-    parser = argparse.ArgumentParser(prog="retrain-ray status")
-    parser.add_argument("root", nargs="?", default="logs")
-    parser.add_argument("--json", action="store_true")
-    parser.add_argument("--stale-after", type=float, default=300.0, help="seconds without a row = stale")
-    view = parser.add_mutually_exclusive_group()
-    view.add_argument("--all", dest="view", action="store_const", const="all",
-                      help="also campaigns idle for more than 24 h")
-    view.add_argument("--active", dest="view", action="store_const", const="active",
-                      help="only campaigns with a running run")
-    parser.add_argument("--watch", action="store_true", help="refresh in place until Ctrl-C")
-    parser.add_argument("--interval", type=float, default=2.0, help="seconds between --watch refreshes")
-    parser.add_argument("--count", type=int, default=None, help="stop --watch after N refreshes")
-    args = parser.parse_args(argv)
-    # deferred: loads ray, which importing this module does not need
-    from retrain_ray.campaign.status import campaign_status, find_campaigns, visible
-
-    if args.watch:
-        # deferred: loads ray, which importing this module does not need
-        from retrain_ray.campaign.live import watch
-
-        return watch(Path(args.root), interval_s=args.interval, count=args.count, stale_after_s=args.stale_after,
-                     view=args.view or "default")
-
-    found = find_campaigns(Path(args.root))
-    if not found:
-        print(f"no campaign (a directory with manifest.json) in {args.root}", file=sys.stderr)
-        return 2
-    statuses = [campaign_status(d, stale_after_s=args.stale_after) for d in found]
-    shown = [st for st in statuses if visible(st, args.view or "default")]
-    if len(shown) < len(statuses) and not args.json:
-        print(f"({len(statuses) - len(shown)} campaign(s) hidden: {'not running' if args.view else 'idle > 24 h'}; "
-              "--all shows them)")
-    statuses = shown
-    if args.json:
-        print(json.dumps({"root": args.root, "campaigns": statuses}, indent=2, default=str))
-        return 0
-    for st in statuses:
-        _print_status(st)
-    return 0
-
-
-def top_main(argv: list[str]) -> int:
-    """`retrain-ray top [DIR] [--interval S] [--count N]`: `status --watch --active`, as the original."""
-    return status_main([*argv, "--watch", "--active"])
-
-
-def _print_status(st: dict) -> None:
-    # deferred: loads pandas, which importing this module does not need
-    import pandas as pd
-
-    # deferred: loads ray, which importing this module does not need
-    from retrain_ray.campaign.live import summary_line
-
-    print(f"{summary_line(st)}  ({st['dir']})")
-    rows = [{"condition": cond, **{f"s{s}": cells.get(str(s), "") for s in st["seeds"]}}
-            for cond, cells in st["matrix"].items()]
-    _print_table(pd.DataFrame(rows), st["campaign"])
-
-
 if __name__ == "__main__":
-    verbs = {"resume": resume_main, "results": results_main, "status": status_main}
+    verbs = {"resume": resume_main, "results": results_main}
     argv = sys.argv[1:]
     if argv and argv[0] in verbs:
         sys.exit(verbs[argv[0]](argv[1:]))

@@ -1,4 +1,4 @@
-"""`retrain-ray explain FILE [--json] [--median-step-time S] [--flags...]`: a dry run of a config.
+"""`retrain-ray explain FILE [--json] [--strict] [--median-step-time S] [--flags...]`: a dry run of a config.
 
 Validates the file (all problems on stderr, exit 2, no traceback), then describes what would run:
 for a single run the model, backend and its capabilities, condition, datums per step and in total,
@@ -13,6 +13,12 @@ capacity estimate of the original's capacity-planning page:
 A campaign also says which plugin code it ships to its trials ("plugins shipped"): the folders and
 files `Campaign.run()` would pack (campaign/plugin_bundle.py, the same code), their raw and zipped
 size, "none" with why, or the driver's size-limit error (then explain exits 2 after the description).
+
+A dry run never hides the plan: what this machine lacks (a model not in the local cache, a missing data
+file, an inference server that does not answer: run/environment.py) is listed as a warning with its fix
+after the plan, and the exit code stays 0. Only an invalid config (schema, refused keys, a condition the
+preflight probe refuses) exits 2. `--strict` (for CI) makes every warning, the environment's and the
+config's, an error: exit 2 after the plan.
 
 Capabilities come from the one backend registry (`retrain_ray/backends/registry.py`), the same flags
 preflight and the backend classes use.
@@ -37,7 +43,8 @@ from retrain_ray.config import (
 )
 from retrain_ray.config.names import gpu_count, is_dotted_path
 from retrain_ray.config.validate import effective_uncertainty_kind
-from retrain_ray.run.preflight import campaign_problems
+from retrain_ray.run.environment import environment_problems
+from retrain_ray.run.preflight import condition_problems
 
 
 def capabilities(cfg: RetrainConfig) -> dict[str, Any]:
@@ -161,7 +168,7 @@ def plugins_text(shipped: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _print_rich(info: dict[str, Any], warnings: list[str]) -> None:
+def _print_rich(info: dict[str, Any], warnings: list[str], environment: list[str]) -> None:
     # deferred: loads rich, which importing this module does not need
     from rich.console import Console
     from rich.table import Table
@@ -193,10 +200,9 @@ def _print_rich(info: dict[str, Any], warnings: list[str]) -> None:
                       highlight=False, markup=False)
     for w in warnings:
         console.print(f"[yellow]warning:[/yellow] {w}")
-
-
-def _preflight_problems(cfg: RetrainConfig) -> list[str]:
-    return campaign_problems(cfg)
+    for w in environment:
+        console.print("[yellow]warning (this machine):[/yellow] ", end="")
+        console.print(w, highlight=False, markup=False, soft_wrap=True)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -204,6 +210,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("file", help="TOML config (run or campaign)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--median-step-time", type=float, default=10.0, help="seconds per step for the estimate")
+    p.add_argument("--strict", action="store_true",
+                   help="warnings are errors (exit 2): a model not in the cache, a missing data file, a server "
+                        "that does not answer, a config warning; for CI")
     return p
 
 
@@ -216,20 +225,30 @@ def explain_main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         print(str(exc), file=sys.stderr)
         return 2
-    problems = _preflight_problems(cfg)
+    problems = condition_problems(cfg)
     if problems:
         print(f"{args.file}: the runs could not start:\n" + "\n".join(f"  - {p}" for p in problems), file=sys.stderr)
         return 2
+    environment = environment_problems(cfg)
     if cfg.campaign is not None:  # after preflight: the plugins it imported are the ones packed
         info["plugins_shipped"] = shipment(r.config for r in expand_runs(cfg))
     if args.json:
-        print(json.dumps({**info, "warnings": warnings}, indent=2))
+        print(json.dumps({**info, "warnings": warnings, "environment": environment}, indent=2))
     else:
-        _print_rich(info, warnings)
+        _print_rich(info, warnings, environment)
     if info.get("plugins_shipped", {}).get("status") == "refused":
         print(f"{args.file}: the campaign would be refused: {info['plugins_shipped']['error']}", file=sys.stderr)
         return 2
-    return 0
+    return _strict_verdict(args.file, warnings + environment) if args.strict else 0
+
+
+def _strict_verdict(file: str, warnings: list[str]) -> int:
+    """--strict: 2 when any warning was given, naming each on stderr; else 0."""
+    if not warnings:
+        return 0
+    print(f"{file}: --strict: {len(warnings)} warning(s) are errors:\n" + "\n".join(f"  - {w}" for w in warnings),
+          file=sys.stderr)
+    return 2
 
 
 if __name__ == "__main__":

@@ -13,7 +13,8 @@ from helpers import GRPO, write_campaign
 from ray import cloudpickle
 
 from retrain_ray.campaign import Campaign
-from retrain_ray.cli_campaign import results_main, status_main
+from retrain_ray.cli_campaign import results_main
+from retrain_ray.cli_status import status_main
 from retrain_ray.logs import read_stream
 from retrain_ray.logs.types import RunObserver
 
@@ -70,6 +71,8 @@ def test_cpu_campaign_runs_records_and_resumes_as_noop(ray_4cpu_4gpu, tmp_path, 
     manifest = json.loads((cdir / "manifest.json").read_text())
     assert [r["attempts"] for r in manifest["runs"]] == [1, 1] and len(manifest["sessions"]) == 2
     assert list(again.history("grpo+none_s1")["step"]) == list(range(6))
+    jsonl = (cdir / "runs" / "grpo+none_s1" / "metrics.jsonl").read_text().splitlines()
+    assert [json.loads(line)["step"] for line in jsonl] == list(range(6))  # written by the recorder, beside its streams
 
     capsys.readouterr()
     assert status_main([str(cdir), "--json"]) == 0

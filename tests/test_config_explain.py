@@ -8,7 +8,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from helpers import GRPO, SHIPPED_REWARD, write_campaign
+from helpers import GRPO, SHIPPED_REWARD, free_port, write_campaign
 from hf_cache import ORIGINAL_MODEL, stub_original_model
 
 from retrain_ray.config import RetrainConfig
@@ -25,11 +25,60 @@ def _explain(*args: str, hf_home: Path = _HF_HOME, cwd: Path = ROOT) -> subproce
                                "HF_HOME": str(hf_home)})
 
 
-def test_uncached_hub_model_exits_2_naming_it_and_the_download(tmp_path):
+def test_uncached_hub_model_is_a_warning_after_the_whole_plan(tmp_path):
     out = _explain("configs/ablation.toml", hf_home=tmp_path)
-    assert out.returncode == 2 and "Traceback" not in out.stderr
-    err = " ".join(out.stderr.split())
-    assert f"huggingface-cli download {ORIGINAL_MODEL}" in err and str(tmp_path / "hub") in err
+    assert out.returncode == 0, out.stderr
+    assert "5 conditions x 3 seeds = 15 runs" in out.stdout and "maxrl+gtpo_sepa_s202" in out.stdout
+    assert "estimated_wall_time_s" in out.stdout and "7500.0" in out.stdout
+    text = " ".join(out.stdout.split())
+    assert "warning (this machine): model.model:" in text
+    assert f"huggingface-cli download {ORIGINAL_MODEL}" in text and f"hf download {ORIGINAL_MODEL}" in text
+    assert str(tmp_path / "hub") in text and "Traceback" not in out.stderr
+    strict = _explain("configs/ablation.toml", "--strict", hf_home=tmp_path)
+    assert strict.returncode == 2 and "5 conditions x 3 seeds = 15 runs" in strict.stdout
+    assert "--strict: 1 warning(s) are errors" in strict.stderr
+    assert f"huggingface-cli download {ORIGINAL_MODEL}" in " ".join(strict.stderr.split())
+    cached = _explain("configs/ablation.toml", "--strict")
+    assert cached.returncode == 0, cached.stderr
+
+
+def test_the_original_campaign_file_plans_without_its_model(tmp_path):
+    text = (ROOT / "configs/original-campaign.toml").read_text()
+    delight = text.index("[[campaign.conditions]]", text.index("predictive_variance"))
+    path = tmp_path / "original.toml"
+    path.write_text(text[:delight] + "[squeeze]\nmin_variance_retention = 0.95\n")  # delight: refused (another issue)
+    out = _explain(str(path), "--json", hf_home=tmp_path)
+    assert out.returncode == 0, out.stderr
+    info = json.loads(out.stdout)
+    assert info["campaign"]["total_runs"] == 4 and info["campaign"]["capacity"]["estimated_wall_time_s"] == 2000.0
+    [warning] = info["environment"]
+    assert warning.startswith("model.model: ") and f"`huggingface-cli download {ORIGINAL_MODEL}`" in warning
+    assert _explain(str(path), "--strict", hf_home=tmp_path).returncode == 2
+
+
+def test_missing_data_file_and_silent_server_are_warnings_with_their_fix(tmp_path):
+    port = free_port()
+    path = write_campaign(tmp_path / "c.toml", base={}, backend={"devices": "cpu"}, campaign={"seeds": [1], "max_steps": 5},
+                          data={"source": "file", "path": str(tmp_path / "train.jsonl")},
+                          inference={"engine": "openai", "url": f"http://127.0.0.1:{port}"}, conditions=[GRPO])
+    out = _explain(str(path), "--json")
+    assert out.returncode == 0, out.stderr
+    info = json.loads(out.stdout)
+    assert info["campaign"]["total_runs"] == 1
+    data, server = info["environment"]
+    assert data.startswith("data.path: ") and str(tmp_path / "train.jsonl") in data and "set [data] path" in data
+    assert server.startswith(f"inference.url: the server at http://127.0.0.1:{port} does not answer")
+    assert "set [inference] url" in server
+    strict = _explain(str(path), "--strict")
+    assert strict.returncode == 2 and "--strict: 2 warning(s) are errors" in strict.stderr
+
+
+def test_an_invalid_condition_still_exits_2_without_a_plan(tmp_path):
+    path = write_campaign(tmp_path / "c.toml", base={}, backend={"devices": "cpu"}, campaign={"seeds": [1]},
+                          reward={"type": "no_such_plugin_module:make"})
+    out = _explain(str(path), hf_home=tmp_path)
+    assert out.returncode == 2 and "the runs could not start" in out.stderr and "Traceback" not in out.stderr
+    assert "run matrix" not in out.stdout
 
 
 def test_campaign_matrix_and_capacity_text():

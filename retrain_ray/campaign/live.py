@@ -1,4 +1,5 @@
-"""`retrain-ray status DIR --watch`: the condition x seed matrix, refreshed in place (rich Live).
+"""`retrain-ray status DIR --watch`: the condition x seed matrix, refreshed in place (rich Live), and one
+line per standalone run (campaign/run_status.py).
 
 Each cell shows the run's `step/max` (or `n ✓`, `n ✗`, `stale`), a sparkline of its last rewards and
 its ETA from the wall-clock spacing of its recent steps; the title carries the campaign's counts and
@@ -16,6 +17,7 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
+from retrain_ray.campaign.run_status import find_runs, run_summary
 from retrain_ray.campaign.status import STALE_AFTER_S, campaign_status, cell, find_campaigns, visible
 
 
@@ -35,6 +37,26 @@ def summary_line(st: dict[str, Any]) -> str:
     return (f"{st['campaign']} [{st['status']}]: done {c['completed']}/{len(st['runs'])}, running {c['running']}, "
             f"stale {c['stale']}, failed {c['failed']}, pending {c['pending']}"
             + (f", missing {c['missing']}" if c.get("missing") else "") + f", ETA {format_duration(st['eta_s'])}")
+
+
+def _fmt(value: float | None, spec: str, unit: str = "") -> str:
+    return "-" if value is None else format(value, spec) + unit
+
+
+def run_line(summary: dict[str, Any]) -> str:
+    """The original's standalone run line: `path cond step= cr= reward= loss= tok/s= sample= train= ... [status]`."""
+    from retrain_ray.campaign.live import (
+        format_duration,  # deferred: loads rich, which this module does not need
+    )
+
+    s = summary
+    step = "-" if s["step"] is None else f"{s['step'] + 1}" + (f"/{s['max_steps']}" if s["max_steps"] else "")
+    return (f"{s['dir']} {s['condition'] or '-'} step={step} reward={_fmt(s['mean_reward'], '.3f')} "
+            f"cr={_fmt(s['correct_rate'], '.2f')} loss={_fmt(s['loss'], '.4f')} "
+            f"tok/s={_fmt(s['tokens_per_second'], ',.0f')} sample={_fmt(s['sample_time_s'], '.2f', 's')} "
+            f"train={_fmt(s['train_time_s'], '.2f', 's')} step_t={_fmt(s['step_time_s'], '.2f', 's')} "
+            f"time={format_duration(s['wall_time_s'])} updated={format_duration(s['last_update_s'])} ago "
+            f"[{s['status']}]")
 
 
 def _cell_text(state: dict[str, Any]) -> str:
@@ -62,13 +84,19 @@ def status_table(st: dict[str, Any]) -> Any:
 
 def render(root: Path, stale_after_s: float = STALE_AFTER_S, view: str = "default") -> Any:
     found = find_campaigns(root)
-    if not found:
-        return Text(f"no campaign (a directory with manifest.json) in {root} yet")
+    runs = find_runs(root, found)
+    if not found and not runs:
+        return Text(f"no run (a directory with metrics.arrows) or campaign (a directory with manifest.json) "
+                    f"in {root} yet")
     parts: list[Any] = []
     for directory in found:
         st = campaign_status(directory, stale_after_s=stale_after_s)
         if visible(st, view):  # --all / --active / default (idle > 24 h hidden), as `status`
             parts += [Text(summary_line(st), style="bold"), status_table(st)]
+    for run_dir in runs:
+        summary = run_summary(run_dir, stale_after_s=stale_after_s)
+        if view != "active" or summary["status"] == "running":
+            parts.append(Text(run_line(summary)))
     stamp = Text(time.strftime("%H:%M:%S") + "  (Ctrl-C to stop)", style="dim")
     return Group(*parts, stamp)
 

@@ -10,6 +10,9 @@ campaign resume appears exactly once. A run that resumes asks the recorder first
 segment (a recorder killed mid-write) back to its complete batches (`repair_metrics`), and resumes at
 or before the last step it still holds (campaign/trial.py).
 
+The recorder also mirrors each run's metrics rows to `<run>/metrics.jsonl` as it writes them (unless the
+run's `[logging] jsonl` is false), de-duplicated on resume like the streams (retrain_ray/logs/jsonl.py).
+
 Every `parquet_every_s` seconds per run, and when a run closes, the recorder also rewrites
 `<run>/<kind>.parquet` (de-duplicated, with campaign/run/condition/seed columns) atomically, so
 pandas, polars and DuckDB can read a running campaign (retrain_ray/logs/parquet_export.py).
@@ -32,6 +35,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from retrain_ray.actors.worker_env import SERVICE_RUNTIME_ENV
 from retrain_ray.logs import EVAL_SCHEMA, GENERATIONS_SCHEMA, METRICS_SCHEMA, ArrowStreamWriter, row_to_record
+from retrain_ray.logs.jsonl import JsonlMirror
 from retrain_ray.logs.parquet_export import (
     campaign_name,
     export_backpressure,
@@ -64,6 +68,7 @@ class RecorderCore:
         self.campaign_dir = Path(campaign_dir)
         self.parquet_every_s = parquet_every_s
         self._writers: dict[tuple[str, str], Any] = {}
+        self._mirrors: dict[str, JsonlMirror] = {}
         self._exported_at: dict[str, float] = {}
         self.rows_written: dict[str, int] = {}
 
@@ -75,17 +80,25 @@ class RecorderCore:
             self._writers[key] = ArrowStreamWriter(run_dir / f"{kind}.arrows", _schema(kind))  # a new segment
         return self._writers[key]
 
-    def append(self, run: str, kind: str, rows: Sequence[Mapping[str, Any]]) -> int:
+    def append(self, run: str, kind: str, rows: Sequence[Mapping[str, Any]], *, jsonl: bool = True) -> int:
+        """Writes `rows` of `kind` for `run`; metrics rows also go to its `metrics.jsonl` when `jsonl`."""
         if kind not in RECORDER_KINDS:
             raise ValueError(f"recorder: unknown row kind {kind!r}; expected one of {RECORDER_KINDS}")
         if not rows:
             return 0
         records = [_to_record(kind, {**r, "run": run}) for r in rows]
         self._writer(run, kind).write_rows(records)
+        if kind == "metrics" and jsonl:
+            self._mirror(run).write_records(records)
         self.rows_written[run] = self.rows_written.get(run, 0) + len(records)
         if time.monotonic() - self._exported_at.get(run, 0.0) >= self.parquet_every_s:
             self.export_parquet(run)
         return len(records)
+
+    def _mirror(self, run: str) -> JsonlMirror:
+        if run not in self._mirrors:
+            self._mirrors[run] = JsonlMirror(self.campaign_dir / "runs" / run)
+        return self._mirrors[run]
 
     def export_parquet(self, run: str) -> None:
         """Rewrites the run's Parquet copies (and the campaign's back-pressure one); never raises:
@@ -100,6 +113,9 @@ class RecorderCore:
             log.warning("recorder: Parquet copy of run %s failed (%s); the Arrow streams are complete", run, exc)
 
     def close_run(self, run: str, *, export: bool = True) -> None:
+        mirror = self._mirrors.pop(run, None)
+        if mirror is not None:
+            mirror.close()
         for kind in RECORDER_KINDS:
             writer = self._writers.pop((run, kind), None)
             if writer is not None:
@@ -138,8 +154,8 @@ class RecorderActor:
     def __init__(self, campaign_dir: str) -> None:
         self._core = RecorderCore(campaign_dir)
 
-    async def append(self, run: str, kind: str, rows: list[dict[str, Any]]) -> int:
-        return self._core.append(run, kind, rows)
+    async def append(self, run: str, kind: str, rows: list[dict[str, Any]], jsonl: bool = True) -> int:
+        return self._core.append(run, kind, rows, jsonl=jsonl)
 
     async def close_run(self, run: str) -> None:
         self._core.close_run(run)
@@ -192,8 +208,10 @@ class RecorderClient(RunObserver):
         flush_interval_s: float = 2.0,
         timeout_s: float = 60.0,
         extra: Mapping[str, Any] | None = None,
+        jsonl: bool = True,
     ) -> None:
         self._handle = handle
+        self._jsonl = jsonl
         self._run = run
         self._batch_rows = batch_rows
         self._flush_interval_s = flush_interval_s
@@ -212,7 +230,7 @@ class RecorderClient(RunObserver):
     def _send(self) -> None:
         for kind, rows in self._buffers.items():
             if rows:
-                self._in_flight.append(self._handle.append.remote(self._run, kind, rows))
+                self._in_flight.append(self._handle.append.remote(self._run, kind, rows, self._jsonl))
                 self._buffers[kind] = []
         self._last_send = time.monotonic()
         done, self._in_flight = ray.wait(self._in_flight, num_returns=len(self._in_flight), timeout=0)

@@ -106,7 +106,7 @@ def _observers(ctx: TrialContext, plan: RunPlan, reporter: TuneReporter) -> list
     handle = ray.get_actor(recorder_name(ctx.campaign), namespace=ctx.namespace)
     identity = RunIdentity(plan.run_name, plan.condition, plan.seed, campaign=ctx.campaign)
     return [
-        RecorderClient(handle, plan.run_name, timeout_s=ctx.timeout_s),
+        RecorderClient(handle, plan.run_name, timeout_s=ctx.timeout_s, jsonl=plan.config.logging.jsonl),
         reporter,
         RunGauges(ctx.campaign, plan.run_name, plan.condition),
         *build_trackers(plan.config, identity, plan.work_dir,

@@ -154,6 +154,7 @@ class LoggingSection(Section):
     mlflow_experiment: str = ""
     tensorboard: Bool = False
     log_generations: Bool = True
+    jsonl: Bool = True  # ours: metrics.jsonl beside the Arrow log, one line per step (docs/logs.md)
     generation_log_samples_per_prompt: Int = Field(default=1, ge=0)
     generation_top_surprisal_limit: Int = Field(default=0, ge=0)
     strategic_grams: str = ""

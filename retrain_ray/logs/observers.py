@@ -4,7 +4,8 @@
 every observer inherits: no-op hooks that take `**info` keyword extras.
 
 `ArrowRunObserver` writes `metrics.arrows`, `generations.arrows` and `eval.arrows` in the run
-directory (new segments on resume) and compacts each to Parquet on `close()`. `MultiObserver`
+directory (new segments on resume) and compacts each to Parquet on `close()`; with `jsonl` (`[logging]
+jsonl`, on by default) it also mirrors every metrics row to `metrics.jsonl` (retrain_ray/logs/jsonl.py). `MultiObserver`
 calls every observer even when one raises, then re-raises the first error.
 """
 
@@ -18,6 +19,7 @@ from typing import Any
 import pyarrow as pa
 
 from retrain_ray.logs.compact import compact_to_parquet
+from retrain_ray.logs.jsonl import JsonlMirror
 from retrain_ray.logs.schemas import EVAL_SCHEMA, GENERATIONS_SCHEMA, METRICS_SCHEMA, row_to_record
 from retrain_ray.logs.stream import ArrowStreamWriter, segment_paths
 from retrain_ray.logs.types import MetricsRow, RunObserver
@@ -34,18 +36,22 @@ class NullObserver(RunObserver):
 class ArrowRunObserver(RunObserver):
     """Writes a run's metrics, generations and eval rows to Arrow streams; Parquet on close."""
 
-    def __init__(self, run_dir: str | Path, run_name: str, *, fsync: bool = False) -> None:
+    def __init__(self, run_dir: str | Path, run_name: str, *, fsync: bool = False, jsonl: bool = True) -> None:
         self.run_dir = Path(run_dir)
         self.run_name = run_name
         self.writers = {name: ArrowStreamWriter(self.run_dir / f"{name}.arrows", schema, fsync=fsync)
                         for name, schema in STREAMS.items()}
+        self.jsonl = JsonlMirror(self.run_dir) if jsonl else None
 
     def _record(self, row: MetricsRow, name: str) -> dict[str, Any]:
         return row_to_record({"run": self.run_name, **row}, STREAMS[name])
 
     def on_step(self, row: MetricsRow, **info: Any) -> None:
         stamped = {"wall_time": dt.datetime.now(dt.timezone.utc), **row}
-        self.writers["metrics"].write_rows([self._record(stamped, "metrics")])
+        records = [self._record(stamped, "metrics")]
+        self.writers["metrics"].write_rows(records)
+        if self.jsonl is not None:
+            self.jsonl.write_records(records)
 
     def on_generations(self, rows: list[MetricsRow], **info: Any) -> None:
         self.writers["generations"].write_rows([self._record(row, "generations") for row in rows])
@@ -57,6 +63,8 @@ class ArrowRunObserver(RunObserver):
         """Nothing to do: every row is already on disk when its call returns."""
 
     def close(self, **info: Any) -> None:
+        if self.jsonl is not None:
+            self.jsonl.close()
         for name, writer in self.writers.items():
             writer.close()
             if segment_paths(self.run_dir, name):

@@ -184,8 +184,17 @@ def campaign_problems(cfg: RetrainConfig) -> list[str]:
     environment = environment_problems()
     if environment:  # reported once, not per condition
         return environment
+    return model_problems([r.config for r in expand_runs(cfg)]) + condition_problems(cfg)
+
+
+def condition_problems(cfg: RetrainConfig) -> list[str]:
+    """`campaign_problems` without the model check: what is wrong with the configuration itself, whatever
+    machine it runs on (`explain` reports what this machine lacks as warnings: run/environment.py)."""
+    # deferred: loads pydantic, which importing this module does not need
+    from retrain_ray.config import expand_runs
+
     runs = expand_runs(cfg)
-    problems = model_problems([r.config for r in runs])
+    problems: list[str] = []
     seen: set[str] = set()
     for run in runs:
         if run.condition_label in seen:

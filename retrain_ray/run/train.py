@@ -36,8 +36,9 @@ def condition_of(cfg: RetrainConfig) -> str:
     return alg.algorithm_mode or f"{alg.advantage_mode}+{alg.transform_mode}"
 
 
-def _fanout(run_dir: Path, run_name: str, observers: Sequence[RunObserver], local_logs: bool) -> RunObserver:
-    local = [ArrowRunObserver(run_dir, run_name)] if local_logs else []
+def _fanout(run_dir: Path, run_name: str, observers: Sequence[RunObserver], local_logs: bool,
+            jsonl: bool) -> RunObserver:
+    local = [ArrowRunObserver(run_dir, run_name, jsonl=jsonl)] if local_logs else []
     return MultiObserver(*local, *observers)
 
 
@@ -86,7 +87,7 @@ def train_run(
     seed_everything(config.training.seed)
     write_run_meta(run_dir, {"run_name": run_name, "condition": condition_of(config), "seed": config.training.seed,
                              "config": redact(config.model_dump(mode="json"))})
-    observer = _fanout(run_dir, run_name, observers, local_logs)
+    observer = _fanout(run_dir, run_name, observers, local_logs, config.logging.jsonl)
     try:
         policy = policy or build_policy(config, throttle=throttle, run_name=run_name)
         parts = build_components(config, observer, policy=policy, advisor=advisor, task=task)

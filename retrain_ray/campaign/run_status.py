@@ -1,0 +1,82 @@
+"""Status of standalone runs (`retrain-ray train`), read from their Arrow logs, as the original's
+`retrain status` shows them (spec 5.3): the last row's step, condition, reward, correct rate, loss,
+tokens/s, sample and train time, the wall time (sum of `step_time_s`) and when the run last logged.
+
+A run directory is one holding a `metrics.arrows` stream; runs inside a campaign directory are the
+campaign's (campaign/status.py shows them in its matrix). `completed` when the run's newest checkpoint is
+`final` (trainer_state.json, as the original), `stale` when not completed and nothing was logged for
+`stale_after_s`, else `running`.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from retrain_ray.campaign.results import read_history
+from retrain_ray.campaign.status import STALE_AFTER_S
+
+FIELDS = ("mean_reward", "correct_rate", "loss", "tokens_per_second", "sample_time_s", "train_time_s", "step_time_s")
+
+
+def is_run_dir(path: Path) -> bool:
+    return (Path(path) / "metrics.arrows").is_file()
+
+
+def find_runs(root: Path, campaigns: list[Path]) -> list[Path]:
+    """`root` itself if it is a run directory, else every run directory below it not inside one of `campaigns`."""
+    root = Path(root)
+    if is_run_dir(root):
+        return [root]
+    if not root.is_dir():
+        return []
+    inside = [c.resolve() for c in campaigns]
+    found = {p.parent for p in root.rglob("metrics.arrows")}
+    return sorted(p for p in found if not any(c in p.resolve().parents for c in inside))
+
+
+def _completed(run_dir: Path) -> bool:
+    try:
+        return json.loads((run_dir / "trainer_state.json").read_text()).get("checkpoint_name") == "final"
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def _meta(run_dir: Path) -> dict[str, Any]:
+    try:
+        meta = json.loads((run_dir / "run_meta.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    return meta if isinstance(meta, dict) else {}
+
+
+def _number(value: Any) -> float | None:
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    return number if number == number else None  # NaN: no value
+
+
+def run_summary(run_dir: Path, *, now: float | None = None, stale_after_s: float = STALE_AFTER_S) -> dict[str, Any]:
+    """One run's status as a JSON-able dict (`status` None fields: nothing logged yet)."""
+    run_dir = Path(run_dir)
+    now = time.time() if now is None else now
+    hist = read_history(run_dir)
+    meta = _meta(run_dir)
+    last = hist.iloc[-1].to_dict() if len(hist) else {}
+    updated = max((f.stat().st_mtime for f in run_dir.glob("metrics*.arrows")), default=None)
+    status = "completed" if _completed(run_dir) else "running"
+    if status == "running" and (updated is None or now - updated > stale_after_s):
+        status = "stale"
+    max_steps = (meta.get("config") or {}).get("training", {}).get("max_steps")
+    return {
+        "dir": str(run_dir), "run_name": meta.get("run_name") or run_dir.name,
+        "condition": last.get("condition") or meta.get("condition"), "seed": meta.get("seed"),
+        "status": status, "step": int(last["step"]) if last else None, "max_steps": max_steps,
+        **{name: _number(last.get(name)) for name in FIELDS},
+        "wall_time_s": float(hist["step_time_s"].sum()) if "step_time_s" in hist else None,
+        "last_update_s": None if updated is None else max(0.0, now - updated),
+    }

@@ -1,0 +1,83 @@
+"""What this machine lacks for a config to run here, as opposed to what is wrong with the config.
+
+`explain` is a dry run, often made on a laptop for a campaign that will run on a cluster: a model not in
+the local Hugging Face cache, a data file that lives on the cluster's volume, an inference server that
+is not up yet are facts about this machine, not errors in the file. `environment_problems` lists each
+with its fix (the download command, the key to set); `explain` prints them as warnings and still shows
+the plan (`--strict` makes them errors). The runs themselves still refuse to start without them
+(`campaign_problems` in run/preflight.py checks the model before Ray starts; the data loader and the
+engine name the missing file or server).
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Iterable
+from pathlib import Path
+from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
+
+from retrain_ray.run.preflight import model_problems
+
+if TYPE_CHECKING:
+    from retrain_ray.config.schema import RetrainConfig
+
+HTTP_ENGINES = ("openai", "vllm", "sglang")
+CONNECT_TIMEOUT_S = 2.0
+
+
+def data_problems(configs: Iterable[RetrainConfig]) -> list[str]:
+    """`[data] source = "file"` whose path or eval_path does not exist here."""
+    missing: dict[tuple[str, str], None] = {}
+    for cfg in configs:
+        if cfg.data.source != "file":
+            continue
+        for key in ("path", "eval_path"):
+            value = str(getattr(cfg.data, key))
+            if value and not Path(value).expanduser().exists():
+                missing[(key, value)] = None
+    return [f"data.{key}: data file {value!r} does not exist here; copy it to that path on the machine that runs "
+            f"the campaign, or set [data] {key} to where it is" for key, value in missing]
+
+
+def endpoint_url(cfg: RetrainConfig) -> str | None:
+    """The server an HTTP sampling engine calls (its default when `[inference] url` is empty), else None."""
+    if cfg.inference.engine not in HTTP_ENGINES or cfg.backend.backend != "local":
+        return None
+    # deferred: loads httpx, which importing this module does not need
+    from retrain_ray.engines.openai import DEFAULT_URLS
+
+    return cfg.inference.url or DEFAULT_URLS.get(cfg.inference.engine, DEFAULT_URLS["openai"])
+
+
+def unreachable(url: str, timeout_s: float = CONNECT_TIMEOUT_S) -> str | None:
+    """Why a TCP connection to `url`'s host and port fails (None: it connects)."""
+    parts = urlsplit(url)
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    try:
+        with socket.create_connection((parts.hostname or "127.0.0.1", port), timeout=timeout_s):
+            return None
+    except OSError as exc:
+        return f"{type(exc).__name__}: {exc}"
+
+
+def endpoint_problems(configs: Iterable[RetrainConfig]) -> list[str]:
+    """HTTP sampling servers (`[inference] engine = "openai" | "vllm" | "sglang"`) that do not answer."""
+    urls = dict.fromkeys(url for url in map(endpoint_url, configs) if url)
+    problems: list[str] = []
+    for url in urls:
+        why = unreachable(url)
+        if why:
+            problems.append(f"inference.url: the server at {url} does not answer ({why}); start it (e.g. "
+                            f"`vllm serve MODEL --enable-lora`) before the campaign, or set [inference] url "
+                            "to where it runs")
+    return problems
+
+
+def environment_problems(cfg: RetrainConfig) -> list[str]:
+    """What this machine lacks for the runs of `cfg` (a campaign's conditions, or one run), each with its fix."""
+    # deferred: loads pydantic, which importing this module does not need
+    from retrain_ray.config import expand_runs
+
+    configs = [r.config for r in expand_runs(cfg)]
+    return model_problems(configs) + data_problems(configs) + endpoint_problems(configs)
