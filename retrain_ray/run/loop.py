@@ -45,7 +45,7 @@ from retrain_ray.run.rollout import (
 from retrain_ray.run.rows import RowIdentity, StepRecord, build_row, eval_row
 from retrain_ray.run.state import TrainerState, capture_rng_state, correct_rate, engine_generators
 from retrain_ray.run.timing import timed
-from retrain_ray.run.types import RunObserver, RunOutcome
+from retrain_ray.run.types import MetricsRow, RunObserver, RunOutcome
 from retrain_ray.run.warm_start import WarmStart, WarmStartStep
 
 log = logging.getLogger(__name__)
@@ -78,6 +78,7 @@ class RLStep:
     correct: int  # completions of this step with reward > CORRECT_THRESHOLD
     completions: int
     next_batch_size: int  # the advisor's recommendation
+    generations: list[MetricsRow]  # the step's generation-log rows, recorded after its metrics row
 
 
 class RunLoop:
@@ -117,7 +118,7 @@ class RunLoop:
                 result = self.rl_step(step, state)
             self.apply(state, step, result, elapsed_s=time.perf_counter() - started)
             first_step_at = first_step_at or time.time()
-            self.parts.observer.on_step(result.row)
+            self.record(result)
             last_row = result.row
             self.watch_update(result.row)
             self.maybe_evaluate(step)
@@ -164,7 +165,6 @@ class RunLoop:
         if train is None:
             log.info("step %d: no group carried signal (all rewards tied); no update, logged with trained = false",
                      step)
-        self.record_generations(step, out.groups)
         row = build_row(self.identity, StepRecord(
             step=step, metrics=metrics, train=train, sepa_lambda=sepa_lambda,
             sepa_gate_open=bool(self.parts.sepa.gate_open) if self.parts.sepa else False,
@@ -177,7 +177,8 @@ class RunLoop:
         tokens = credit.batch.num_tokens if credit.batch is not None else 0
         decision = self.advise(step, state, metrics, tokens, skipped=train is None)
         row.update(decision.to_metrics())
-        return RLStep(row, example_idx, out.correct_count, out.num_completions, int(decision.recommended_batch_size))
+        return RLStep(row, example_idx, out.correct_count, out.num_completions, int(decision.recommended_batch_size),
+                      self.generation_rows(step, out.groups))
 
     def update(self, batch: TrainBatch | None, metrics: dict[str, float]) -> TrainStepResult | None:
         """One optimizer update on `batch` (None: nothing to train, no update); adds `train_time_s`."""
@@ -187,6 +188,12 @@ class RunLoop:
         with timed(metrics, "train_time_s"):
             return self.parts.backend.train_step(batch, lr=self.cfg.training.lr,
                                                  weight_decay=self.cfg.training.weight_decay)
+
+    def record(self, result: RLStep | WarmStartStep) -> None:
+        """Hands the step's rows to the observers: its metrics row, then its generations."""
+        self.parts.observer.on_step(result.row)
+        if isinstance(result, RLStep) and result.generations:
+            self.parts.observer.on_generations(result.generations)
 
     def watch_update(self, row: dict[str, Any]) -> None:
         """Warns at the onset of a divergence, or stops the run (`stop_on_divergence`) once its row is logged."""
@@ -237,10 +244,11 @@ class RunLoop:
                 for sample, mask in zip(g.samples_G, g.planning_masks_G, strict=True):
                     sepa.update_auto_state([-lp for lp, m in zip(sample.logprobs, mask, strict=True) if not m])
 
-    def record_generations(self, step: int, groups: list[Group]) -> None:
+    def generation_rows(self, step: int, groups: list[Group]) -> list[MetricsRow]:
+        """The step's best completions per prompt for `generations.arrows` (none without log_generations)."""
         if not self.cfg.logging.log_generations:
-            return
-        rows = select_generation_samples(
+            return []
+        return select_generation_samples(
             step=step,
             run=self.run_name,
             prompts_P=[g.example.prompt for g in groups],
@@ -249,7 +257,6 @@ class RunLoop:
             num_tokens_P_G=[[len(s.token_ids) for s in g.samples_G] for g in groups],
             samples_per_prompt=self.cfg.logging.generation_log_samples_per_prompt,
         )
-        self.parts.observer.on_generations(rows)
 
     # ---- back pressure ----------------------------------------------------------------------
     def advise(self, step: int, state: TrainerState, metrics: dict[str, float], tokens: int, *,
