@@ -160,7 +160,7 @@ class LegacyBackend(LocalBackend):
 class ParityReward:
     """Reward 1 for completions whose characters sum to an odd code point, else 0: nearly every group
     of 8 carries signal, so every step trains (the first-digit reward of an untrained model is 0 for
-    all, and a step without signal skips the update). Costs microseconds."""
+    all, and a step without signal trains nothing). Costs microseconds."""
 
     name = "parity"
 
@@ -227,8 +227,8 @@ STEP_VARIANTS = {  # name -> (legacy classes, gradient checkpointing, finetune, 
 }
 
 
-def step_once(loop, state, step: int) -> dict | None:
-    """One RL step of `loop`, applied to `state` as `RunLoop.run` does; its row (None: no update)."""
+def step_once(loop, state, step: int) -> dict:
+    """One RL step of `loop`, applied to `state` as `RunLoop.run` does; its row (`trained`: an update)."""
     started = time.perf_counter()
     result = loop.rl_step(step, state)
     loop.apply(state, step, result, elapsed_s=time.perf_counter() - started)

@@ -11,6 +11,7 @@ import argparse
 import json
 import shlex
 import sys
+from pathlib import Path
 
 from retrain_ray.interrupts import Stops, sigterm_as_ctrl_c
 

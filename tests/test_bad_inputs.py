@@ -125,6 +125,12 @@ def _config_case(content: bytes | None, name: str = "bad.toml", command: str = "
     return build
 
 
+def _diverging_case(tmp: Path) -> list[str]:
+    sections = _sections(tmp / "logs" / "run", reward={"type": "custom", "custom_module": "operator:lt"})
+    sections["training"] |= {"group_size": 16, "lr": 1e6, "stop_on_divergence": True}
+    return ["train", str(write_config(tmp / "run.toml", **sections)), "--quiet"]
+
+
 def _reward_case(body: str, **reward: object) -> Callable[[Path], list[str]]:
     def build(tmp: Path) -> list[str]:
         (tmp / "hostile_reward.py").write_text(body)
@@ -295,6 +301,10 @@ CASES: dict[str, Case] = {
     "reward_raises": Case(_reward_case("def score(c, r):\n    raise RuntimeError('checker crashed')\n"),
                           "hostile_reward"),
     "reward_returns_nan": Case(_reward_case("def score(c, r):\n    return float('nan')\n"), "hostile_reward"),
+    # issue 26: a reward that never pays still logs every step (rc 0); an lr that blows the weights up
+    # stops the run naming the step and the fix when [training] stop_on_divergence is on
+    "reward_never_pays": Case(_reward_case("def score(c, r):\n    return 0.0\n"), "", outcome="ok"),
+    "lr_diverges_with_stop_on_divergence": Case(_diverging_case, "training diverged at step 0"),
     "reward_returns_text": Case(_reward_case("def score(c, r):\n    return 'yes'\n"), "hostile_reward"),
     "reward_returns_none": Case(_reward_case("def score(c, r):\n    return None\n"), "hostile_reward"),
     "reward_module_imports_missing_package": Case(_reward_case("import no_such_pkg_xyz\ndef score(c, r):\n    return 1.0\n"),

@@ -125,6 +125,10 @@ def test_metrics_schema_keeps_original_names() -> None:
                  "post_plan_surprisal_var", "exec_entropy_mean", "rl/action_token_datumization_ratio",
                  "transform_mode", "weights_version", "staleness", "score_time_s", "phase", "wall_time"):
         assert name in METRICS_SCHEMA.names, name
+    # ours (issue 26): whether the step updated the weights, and what the divergence watch reads
+    assert METRICS_SCHEMA.field("trained").type == pa.bool_()
+    for name in ("grad_norm", "weight_norm", "weight_max_abs", "weight_norm_growth"):
+        assert METRICS_SCHEMA.field(name).type == pa.float64(), name
     assert METRICS_SCHEMA.field("extras").type == pa.map_(pa.string(), pa.float64())
 
 

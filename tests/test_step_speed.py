@@ -30,13 +30,13 @@ def bench():
 
 
 def _steps_agree(bench, a, b, steps: int, keys: tuple[str, ...]) -> int:
-    """Steps both loops `a` and `b` (loop, state) take in lockstep; each logged row agrees on `keys`.
-    Returns how many steps trained (a step with no signal logs no row in either)."""
+    """Steps both loops `a` and `b` (loop, state) take in lockstep; each trained row agrees on `keys`.
+    Returns how many steps trained (a step with no signal logs a row with trained = false in both)."""
     trained = 0
     for step in range(steps):
         row_a, row_b = bench.step_once(*a, step), bench.step_once(*b, step)
-        assert (row_a is None) == (row_b is None)
-        if row_a is not None:
+        assert row_a["trained"] == row_b["trained"]
+        if row_a["trained"]:
             trained += 1
             for key in keys:
                 assert row_a[key] == row_b[key], key

@@ -7,8 +7,10 @@
 The band is the 95% confidence interval of the mean across seeds at each step (Student t with
 n-1 degrees of freedom, n = the seeds that logged that step); with one seed there is no band.
 `smooth` is a trailing rolling mean over that many logged steps, applied to each run before
-averaging, so the band reflects the seed-to-seed spread of the smoothed curves. A step a run skipped
-(no row: every group's rewards tied) carries that run's previous value, so gaps do not thin the band. Needs matplotlib
+averaging, so the band reflects the seed-to-seed spread of the smoothed curves. Every step logs a row
+(a step that trained nothing has `trained = false` and its rewards, so reward curves have no gaps); a
+step without a value (`loss` on a step that trained nothing, or a step of a log written before every
+step logged a row) carries that run's previous value, so gaps do not thin the band. Needs matplotlib
 (`pip install retrain-ray[plot]`); it draws with the Agg backend, no display needed.
 """
 
@@ -72,8 +74,8 @@ def seed_bands(long: pd.DataFrame, column: str, *, smooth: int = 1) -> pd.DataFr
 
 
 def _fill_gaps(run: pd.Series) -> pd.Series:
-    """Carries a run's last value over the steps it skipped (an all-tie step logs no row) between its
-    first and last logged step, so a gap does not drop that seed from the mean and widen the band."""
+    """Carries a run's last value over the steps without one (`loss` on an untrained step) between its
+    first and last logged value, so a gap does not drop that seed from the mean and widen the band."""
     first, last = run.first_valid_index(), run.last_valid_index()
     if first is None:
         return run

@@ -5,7 +5,7 @@ It follows Ray Tune's `ResultGrid`: `len(res)`, `res[i]`, `for r in res`, `res.e
 `metrics_dataframe`, `checkpoint` and `path`. On top:
 
     res = CampaignResults.from_dir("logs/smoke-campaign")
-    res.get_dataframe()                 # one row per run: condition, seed, status, first_/last_/best_*
+    res.get_dataframe()                 # one row per run: condition, seed, status, steps, first_/last_/best_*
     res.summary(by="condition")         # mean, std, 95% CI across seeds (Student t)
     res.history()                       # long format: campaign, run, condition, seed, step, metric, value
     res.history("grpo+none_s1")         # every step of one run, once (wide)
@@ -188,6 +188,7 @@ class CampaignResults:
         row.update({f"override.{k}": v for k, v in (entry.get("overrides") or {}).items()})
         hist = self._run_history(entry["run_name"])
         row["steps_logged"] = len(hist)
+        row["steps_trained"] = _steps_trained(hist)
         row["last_step"] = int(hist["step"].max()) if len(hist) else -1
         for m in SUMMARY_METRICS:
             if m in hist and len(hist):
@@ -198,7 +199,9 @@ class CampaignResults:
         return row
 
     def get_dataframe(self) -> pd.DataFrame:
-        """One row per run: condition, seed, overrides, status, attempts, first_*, last_* and best_* metrics."""
+        """One row per run: condition, seed, overrides, status, attempts, steps_logged (every step logs a row),
+        steps_trained (those that updated the weights), first_*, last_* and best_* metrics (over the steps
+        that logged the metric: `loss` is null on a step that trained nothing)."""
         return pd.DataFrame([self._run_row(r) for r in self.runs])
 
     def summary(self, by: str = "condition", metrics: tuple[str, ...] | None = None) -> pd.DataFrame:
@@ -233,6 +236,14 @@ class CampaignResults:
             raise ValueError(f"metric {metric!r} was not logged by any run of {self.campaign_dir}")
         pick = max if mode == "max" else min
         return self._result(self._entry(pick(scores, key=scores.__getitem__)))
+
+
+def _steps_trained(hist: pd.DataFrame) -> int:
+    """Logged steps that updated the weights: every step logs a row, `trained` says which updated (rows
+    of logs written before the column existed were all trained: a step that trained nothing wrote none)."""
+    if "trained" not in hist:
+        return len(hist)
+    return int((~hist["trained"].eq(False)).sum())
 
 
 def _score(hist: pd.DataFrame, metric: str, mode: str, scope: str) -> float | None:

@@ -91,11 +91,24 @@ class TrainingSection(Section):
     # Warm start "until sampled accuracy reaches X": after each SFT step, sample the eval prompts at the
     # run's temperature and switch to RL once the correct rate reaches this (0 = run all SFT steps).
     sft_target_correct_rate: Float = Field(default=0.0, ge=0.0, le=1.0)
+    # Divergence watch (run/divergence.py): a trained step whose weight norm grows more than this factor
+    # in one update, or whose gradient or weight norm exceeds this factor times its running median, is
+    # diverging (0 = only non-finite values count). A warning at each onset; an error with the flag on.
+    divergence_factor: Float = Field(default=100.0, ge=0.0)
+    stop_on_divergence: Bool = False
 
     @field_validator("tl_grpo_branch_mode")
     @classmethod
     def _branch_mode(cls, v: str) -> str:
         return _choice(v, TL_GRPO_BRANCH_MODES, "tl_grpo_branch_mode", dotted=False)
+
+    @field_validator("divergence_factor")
+    @classmethod
+    def _divergence_factor(cls, v: float) -> float:
+        if 0 < v <= 1:
+            raise ValueError(f"divergence_factor = {v} would call every update diverging; use a factor above 1 "
+                             "(default 100) or 0 to check only for non-finite values")
+        return v
 
     @property
     def rows_per_step(self) -> int:

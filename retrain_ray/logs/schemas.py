@@ -1,7 +1,8 @@
 """Fixed Arrow schemas of a run's logs, and the row -> record conversion that enforces them.
 
 `METRICS_SCHEMA` keeps the original's metric names (spec section 8) that a local run produces,
-plus ours (sync/score/advantage timings, weights version, staleness, phase, wall time). Any other
+plus ours (sync/score/advantage timings, weights version, staleness, phase, wall time, `trained`,
+and the update's gradient and weight norms that the divergence watch reads). Any other
 numeric metric (echo/*, transform extras, backend counters) goes into the `extras` map, so the
 schema never changes between runs and every segment of a run reads back as one table.
 """
@@ -22,7 +23,7 @@ _IDENTITY = [("run", STR), ("step", I64), ("condition", STR), ("phase", STR), ("
 _MODES = ["algorithm_mode", "advantage_mode", "transform_mode", "uncertainty_kind", "policy_loss_mode",
           "train_time_semantics", "bp_action", "bp_regime", "optimizer/logical_batch_sha256"]
 _FLAGS = ["backend_reports_sync_loss", "backend_preserves_token_advantages", "loss_is_placeholder",
-          "sepa_gate_open", "bp_warmup"]
+          "sepa_gate_open", "bp_warmup", "trained"]
 _COUNTS = ["num_datums", "batch_size", "group_size", "tokens_per_step", "weights_version", "staleness",
            "reward_tie_eligible_groups", "reward_tie_groups", "reward_uniform_groups", "batch_adv_count",
            "rl/completion_tokens", "rl/sampled_action_tokens", "rl/eligible_action_tokens",
@@ -39,7 +40,8 @@ _FLOATS = ["loss", "mean_reward", "correct_rate", "running_correct_rate",
            "bp_p_star", "bp_sigma", "bp_kappa", "bp_utilization", "bp_throughput",
            "clip_fraction", "policy/cov_fraction", "policy/abs_kl", "adv_cap_fraction", "adv_cap_magnitude",
            "batch_adv_mean", "batch_adv_std", *_SURPRISAL,
-           "rl/action_token_datumization_ratio", "rl/completion_surprisal_mean", "rl/train_time_s"]
+           "rl/action_token_datumization_ratio", "rl/completion_surprisal_mean", "rl/train_time_s",
+           "grad_norm", "weight_norm", "weight_max_abs", "weight_norm_growth"]
 
 EXTRAS = "extras"
 METRICS_SCHEMA = pa.schema(

@@ -4,6 +4,15 @@ Per group: reward-tie statistics, the uniform-group skip (kept when batch normal
 `compute_group_advantages` (episode mode, then token transform). Then, over the whole batch, the
 REINFORCE++ normalisation and the advantage cap, in that order. Surprisal statistics are averaged over
 groups, as the original logs them.
+
+Which steps train (`Credit.batch` is not None):
+  * without `batch_advantage_norm`: a step with at least one nonzero token advantage;
+  * with `batch_advantage_norm`: every step that has datums. Its tied groups are "kept for batch norm"
+    (spec 1.5), and the original trains on them even when every group tied: on a SmolLM2-135M config
+    that earned no reward it logged a row with reward 0.0 for each such step (issue 26). The update then
+    has no action token and a zero gradient, yet the optimizer still steps: AdamW's weight decay and the
+    momentum of earlier steps move the weights, and its step count advances, as in the original.
+A step that does not train is still logged, with `trained = false` (DESIGN.md decision 13).
 """
 
 from __future__ import annotations
@@ -79,7 +88,7 @@ class CreditSettings:
 
 @dataclass
 class Credit:
-    """Result of credit assignment: the batch to train on (None when no datum carries signal)."""
+    """Result of credit assignment: the batch to train on (None: the step trains nothing, `trains`)."""
 
     batch: TrainBatch | None
     metrics: dict[str, float]
@@ -146,11 +155,19 @@ def assign_credit(groups: list[Group], settings: CreditSettings, sepa_lambda: fl
     metrics["rl/nonzero_advantage_action_tokens"] = float(nonzero)
     metrics["num_datums"] = float(len(tokens_D))
     metrics.update(_action_token_metrics(groups, logprobs_D, prompt_lens_D))
-    if not tokens_D or nonzero == 0:
+    if not trains(num_datums=len(tokens_D), nonzero_tokens=nonzero, settings=settings):
+        metrics["tokens_per_step"] = 0.0
         return Credit(batch=None, metrics=metrics)
     batch = TrainBatch(tokens_D, logprobs_D, advantages_D, prompt_lens_D, temperature=temperature)
     metrics["tokens_per_step"] = float(batch.num_tokens)
     return Credit(batch=batch, metrics=metrics)
+
+
+def trains(*, num_datums: int, nonzero_tokens: int, settings: CreditSettings) -> bool:
+    """Whether a step with these datums is trained (see the module docstring)."""
+    if num_datums == 0:
+        return False
+    return nonzero_tokens > 0 or settings.batch_advantage_norm
 
 
 def _action_token_metrics(groups: list[Group], logprobs_D: list[list[float]], prompt_lens_D: list[int]) -> dict[str, float]:

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from retrain_ray.algorithms.sepa import SEPAController
-from retrain_ray.backends.types import TrainBackend
+from retrain_ray.backends.types import TrainBackend, TrainBatch, TrainStepResult
 from retrain_ray.backpressure.types import BackPressureAdvisor, Decision, StepObservation
 from retrain_ray.data import next_batch
 from retrain_ray.data.types import Example
@@ -33,6 +33,7 @@ from retrain_ray.logs import select_generation_samples
 from retrain_ray.rewards.types import Reward
 from retrain_ray.run.checkpoint import CheckpointManager
 from retrain_ray.run.credit import CreditSettings, assign_credit, logical_batch_sha256
+from retrain_ray.run.divergence import DivergenceError, DivergenceWatch, stop_message
 from retrain_ray.run.rollout import (
     EndpointCounters,
     Group,
@@ -44,7 +45,7 @@ from retrain_ray.run.rollout import (
 from retrain_ray.run.rows import RowIdentity, StepRecord, build_row, eval_row
 from retrain_ray.run.state import TrainerState, capture_rng_state, correct_rate, engine_generators
 from retrain_ray.run.timing import timed
-from retrain_ray.run.types import RunObserver, RunOutcome
+from retrain_ray.run.types import MetricsRow, RunObserver, RunOutcome
 from retrain_ray.run.warm_start import WarmStart, WarmStartStep
 
 log = logging.getLogger(__name__)
@@ -70,13 +71,14 @@ class RunComponents:
 
 @dataclass(frozen=True)
 class RLStep:
-    """What one RL step made: its row (None when no group carried signal) and the state it advances."""
+    """What one RL step made: its row (every step has one) and the state it advances."""
 
-    row: dict[str, Any] | None
+    row: dict[str, Any]
     example_idx: int  # the data cursor after this step's batch
     correct: int  # completions of this step with reward > CORRECT_THRESHOLD
     completions: int
     next_batch_size: int  # the advisor's recommendation
+    generations: list[MetricsRow]  # the step's generation-log rows, recorded after its metrics row
 
 
 class RunLoop:
@@ -100,6 +102,7 @@ class RunLoop:
         self._prompt_cache: dict[str, list[int]] = {}
         self.warm_start = WarmStart(cfg, parts, encode=self.encode, sampling=self.sampling)
         self.endpoint = EndpointCounters()
+        self.divergence = DivergenceWatch(t.divergence_factor)
 
     # ---- the run ---------------------------------------------------------------------------
     def run(self, state: TrainerState) -> RunOutcome:
@@ -115,9 +118,9 @@ class RunLoop:
                 result = self.rl_step(step, state)
             self.apply(state, step, result, elapsed_s=time.perf_counter() - started)
             first_step_at = first_step_at or time.time()
-            if result.row is not None:
-                self.parts.observer.on_step(result.row)
-                last_row = result.row
+            self.record(result)
+            last_row = result.row
+            self.watch_update(result.row)
             self.maybe_evaluate(step)
             self.maybe_checkpoint(step, state)
         self.save_checkpoint("final", state)
@@ -140,7 +143,9 @@ class RunLoop:
 
     # ---- one RL step ------------------------------------------------------------------------
     def rl_step(self, step: int, state: TrainerState) -> RLStep:
-        """Samples, scores, assigns credit and trains; reads `state`, returns what it advances."""
+        """Samples, scores, assigns credit and trains (when the step has something to train on);
+        reads `state`, returns what it advances. Every step returns a row (`trained` says whether an
+        update happened)."""
         metrics: dict[str, float] = {}
         with timed(metrics, "step_time_s"):
             with timed(metrics, "sync_time_s"):
@@ -156,28 +161,52 @@ class RunLoop:
             with timed(metrics, "advantage_time_s"):
                 credit = assign_credit(out.groups, self.credit, sepa_lambda, self.cfg.training.temperature)
             metrics.update(credit.metrics)
-            if credit.batch is None:
-                decision = self.advise(step, state, metrics, 0, skipped=True)
-                log.info("step %d: no group carried signal (all rewards tied); no update, no row", step)
-                return RLStep(None, example_idx, out.correct_count, out.num_completions,
-                              int(decision.recommended_batch_size))
-            with timed(metrics, "train_time_s"):
-                train = self.parts.backend.train_step(
-                    credit.batch, lr=self.cfg.training.lr, weight_decay=self.cfg.training.weight_decay
-                )
-        self.record_generations(step, out.groups)
+            train = self.update(credit.batch, metrics)
+        if train is None:
+            log.info("step %d: no group carried signal (all rewards tied); no update, logged with trained = false",
+                     step)
         row = build_row(self.identity, StepRecord(
-            step=step, metrics=metrics, loss=train.loss, train_metrics=train.metrics, sepa_lambda=sepa_lambda,
+            step=step, metrics=metrics, train=train, sepa_lambda=sepa_lambda,
             sepa_gate_open=bool(self.parts.sepa.gate_open) if self.parts.sepa else False,
             running_correct_rate=correct_rate(state.total_correct + out.correct_count,
                                               state.total_completions + out.num_completions),
             batch_size=state.current_batch_size, group_size=state.current_group_size,
             weights_version=self.parts.engine.weights_version, trainer_version=self.parts.backend.version,
+            batch_sha256=logical_batch_sha256(credit.batch) if credit.batch is not None else None,
         ))
-        row["optimizer/logical_batch_sha256"] = logical_batch_sha256(credit.batch)
-        decision = self.advise(step, state, metrics, credit.batch.num_tokens, skipped=False)
+        tokens = credit.batch.num_tokens if credit.batch is not None else 0
+        decision = self.advise(step, state, metrics, tokens, skipped=train is None)
         row.update(decision.to_metrics())
-        return RLStep(row, example_idx, out.correct_count, out.num_completions, int(decision.recommended_batch_size))
+        return RLStep(row, example_idx, out.correct_count, out.num_completions, int(decision.recommended_batch_size),
+                      self.generation_rows(step, out.groups))
+
+    def update(self, batch: TrainBatch | None, metrics: dict[str, float]) -> TrainStepResult | None:
+        """One optimizer update on `batch` (None: nothing to train, no update); adds `train_time_s`."""
+        if batch is None:
+            metrics["train_time_s"] = 0.0
+            return None
+        with timed(metrics, "train_time_s"):
+            return self.parts.backend.train_step(batch, lr=self.cfg.training.lr,
+                                                 weight_decay=self.cfg.training.weight_decay)
+
+    def record(self, result: RLStep | WarmStartStep) -> None:
+        """Hands the step's rows to the observers: its metrics row, then its generations."""
+        self.parts.observer.on_step(result.row)
+        if isinstance(result, RLStep) and result.generations:
+            self.parts.observer.on_generations(result.generations)
+
+    def watch_update(self, row: dict[str, Any]) -> None:
+        """Warns at the onset of a divergence, or stops the run (`stop_on_divergence`) once its row is logged."""
+        found = self.divergence.observe(row)
+        if found is None:
+            return
+        t = self.cfg.training
+        if t.stop_on_divergence:
+            lr = (t.sft_lr or t.lr) if row.get("phase") == "sft" else t.lr
+            raise DivergenceError(stop_message(found, lr))
+        if found.onset:
+            log.warning("%s: %s (warned once until it recovers; [training] stop_on_divergence = true stops the "
+                        "run instead; lower lr or set grad_clip_norm)", self.run_name, found.describe())
 
     def sync_weights(self) -> None:
         """Makes the trainer's newest weights the sampler's; the engine confirms the version."""
@@ -215,10 +244,11 @@ class RunLoop:
                 for sample, mask in zip(g.samples_G, g.planning_masks_G, strict=True):
                     sepa.update_auto_state([-lp for lp, m in zip(sample.logprobs, mask, strict=True) if not m])
 
-    def record_generations(self, step: int, groups: list[Group]) -> None:
+    def generation_rows(self, step: int, groups: list[Group]) -> list[MetricsRow]:
+        """The step's best completions per prompt for `generations.arrows` (none without log_generations)."""
         if not self.cfg.logging.log_generations:
-            return
-        rows = select_generation_samples(
+            return []
+        return select_generation_samples(
             step=step,
             run=self.run_name,
             prompts_P=[g.example.prompt for g in groups],
@@ -227,7 +257,6 @@ class RunLoop:
             num_tokens_P_G=[[len(s.token_ids) for s in g.samples_G] for g in groups],
             samples_per_prompt=self.cfg.logging.generation_log_samples_per_prompt,
         )
-        self.parts.observer.on_generations(rows)
 
     # ---- back pressure ----------------------------------------------------------------------
     def advise(self, step: int, state: TrainerState, metrics: dict[str, float], tokens: int, *,

@@ -1,4 +1,11 @@
-"""The metrics rows a run writes: identity columns, the RL step row and the eval row (spec 8)."""
+"""The metrics rows a run writes: identity columns, the RL step row and the eval row (spec 8).
+
+Every RL step writes a row (DESIGN.md decision 13; the original wrote none for a step that trained
+nothing). `trained` says whether an optimizer update happened; on a row where none did, the columns
+only an update produces (`loss`, the backend's train metrics such as `grad_norm` and `clip_fraction`,
+`staleness`, `optimizer/logical_batch_sha256`) are null, never 0, while rewards, tie statistics and
+timings are logged as on any step (`train_time_s` is then 0: no time went to training).
+"""
 
 from __future__ import annotations
 
@@ -9,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from retrain_ray.backends.types import BackendCapabilities
+from retrain_ray.backends.types import BackendCapabilities, TrainStepResult
 from retrain_ray.run.rollout import CORRECT_THRESHOLD, Group
 
 
@@ -48,8 +55,7 @@ class StepRecord:
 
     step: int
     metrics: Mapping[str, float]  # timings, rollout and credit metrics of the step
-    loss: float
-    train_metrics: Mapping[str, float]
+    train: TrainStepResult | None  # the update's loss and metrics; None: the step trained nothing
     sepa_lambda: float
     sepa_gate_open: bool
     running_correct_rate: float  # including this step's completions
@@ -57,16 +63,19 @@ class StepRecord:
     group_size: int
     weights_version: int  # the sampler's, and the trainer's after this update
     trainer_version: int
+    batch_sha256: str | None = None  # the logical batch's fingerprint (None: no update)
 
 
 def build_row(identity: RowIdentity, record: StepRecord) -> dict[str, Any]:
     metrics = record.metrics
     step_time = max(metrics["step_time_s"], 1e-9)
     tokens = metrics.get("tokens_per_step", 0.0)
+    train = record.train
     row: dict[str, Any] = {
         **identity.columns(record.step, phase="rl"),
         **metrics,
-        "loss": float(record.loss),
+        "trained": train is not None,
+        "loss": None if train is None else float(train.loss),
         "running_correct_rate": record.running_correct_rate,
         "sepa_lambda": record.sepa_lambda,
         "sepa_gate_open": record.sepa_gate_open,
@@ -79,9 +88,11 @@ def build_row(identity: RowIdentity, record: StepRecord) -> dict[str, Any]:
         "rl/train_time_s": metrics["train_time_s"],
         "process_max_rss_mb": max_rss_mb(),
         "weights_version": record.weights_version,
-        "staleness": float(record.trainer_version - 1 - record.weights_version),
+        "staleness": None if train is None else float(record.trainer_version - 1 - record.weights_version),
+        "optimizer/logical_batch_sha256": record.batch_sha256,
     }
-    row.update({k: float(v) for k, v in record.train_metrics.items()})
+    if train is not None:
+        row.update({k: float(v) for k, v in train.metrics.items()})
     return row
 
 

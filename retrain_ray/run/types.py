@@ -9,7 +9,8 @@ The outcome contract, one way each:
 * A run that reaches `max_steps` RETURNS a `RunOutcome` with status "completed" (last step, last
   metrics row, final checkpoint directory).
 * A run that cannot finish RAISES, and nothing is returned: `NonFiniteError` (a non-finite reward,
-  loss or weight), `RewardTimeoutError` (a custom reward past its timeout), `ConfigError` /
+  loss or weight; its subclass `DivergenceError` when an update blew up and `[training]
+  stop_on_divergence` is on: run/divergence.py), `RewardTimeoutError` (a custom reward past its timeout), `ConfigError` /
   `PreflightError` before the first step, or whatever the failing component raised (a reward
   plugin's exception, an engine or backend error). The last checkpoint written stays valid.
 

@@ -56,6 +56,7 @@ class WarmStart:
         row = {
             **identity.columns(step, phase="sft"),
             **({"sft_probe_correct_rate": probe} if probe is not None else {}),
+            "trained": True,  # a warm-start step always updates the weights
             "loss": result.loss,
             "num_datums": float(len(examples)),
             "tokens_per_step": float(batch.num_tokens),

@@ -5,7 +5,10 @@ each micro-batch's loss sum is divided by the *whole batch's* action-token count
 accumulation gives the global token-mean (every action token weighs the same) and the same gradient
 as one big forward. Then, if `grad_clip_norm > 0`, the gradient norm is clipped (the original ignored
 `grad_clip_norm` locally: hazard 13.7); the pre-clip norm is reported as `grad_norm` either way. `lr`
-and `weight_decay` are written into every param group at each step.
+and `weight_decay` are written into every param group at each step. Each update also reports the
+trainable weights' L2 norm after it (`weight_norm`), their largest magnitude (`weight_max_abs`) and
+`weight_norm_growth` (norm after / before the update): what the run's divergence watch reads
+(run/divergence.py). Two reductions over the trainable weights; no copy of them is kept.
 
 The loss is `retrain_ray.algorithms.loss.policy_loss` (standard / kl_cov / clip_cov; sums over a
 micro-batch's action tokens). Scoring uses the sampler's temperature and top-p (`scoring.py`), so the first on-policy update has
@@ -118,12 +121,12 @@ class LocalBackend:
             sums["kl"] += float(out.abs_kl_sum)
             sums["tokens"] += int(out.num_action_tokens)
             sums["mb"] += 1
-        grad_norm = self._finish_update(lr, weight_decay)
+        update = self._finish_update(lr, weight_decay)
         metrics = {
             "clip_fraction": sums["clip"] / total,
             "policy/cov_fraction": sums["cov"] / total,
             "policy/abs_kl": sums["kl"] / total,
-            "grad_norm": grad_norm,
+            **update,
             "local_action_tokens": float(sums["tokens"]),
             "local_microbatches": float(sums["mb"]),
             "local_train_step_s": time.perf_counter() - started,
@@ -140,8 +143,7 @@ class LocalBackend:
             nll = -(logp_B_S * mb.action_mask_B_S.to(logp_B_S.dtype)).sum()
             (nll / total).backward()  # pyright: ignore[reportUnknownMemberType]
             loss_sum += float(nll.detach())
-        grad_norm = self._finish_update(lr, weight_decay)
-        return TrainStepResult(loss=loss_sum / total, metrics={"grad_norm": grad_norm})
+        return TrainStepResult(loss=loss_sum / total, metrics=self._finish_update(lr, weight_decay))
 
     def _rows_per_microbatch(self, batch: TrainBatch) -> int:
         """`micro_batch_size` rows, or the batch split into `accumulation_steps` parts (0 = one forward)."""
@@ -153,8 +155,9 @@ class LocalBackend:
         self._modes.set(True)
         self.optimizer.zero_grad(set_to_none=True)
 
-    def _finish_update(self, lr: float, weight_decay: float) -> float:
-        """Clips (if configured), steps AdamW with this step's lr / wd; returns the pre-clip grad norm."""
+    def _finish_update(self, lr: float, weight_decay: float) -> dict[str, float]:
+        """Clips (if configured), steps AdamW with this step's lr / wd; returns the pre-clip `grad_norm`
+        and the weight norms (`weight_norm`, `weight_max_abs`, `weight_norm_growth`)."""
         grads = [p.grad for p in self._params if p.grad is not None]
         if self.optim.grad_clip_norm > 0:
             norm = torch.nn.utils.clip_grad_norm_(self._params, self.optim.grad_clip_norm)
@@ -169,9 +172,18 @@ class LocalBackend:
         for group in self.optimizer.param_groups:
             group["lr"] = lr
             group["weight_decay"] = weight_decay
+        before, _ = self._weight_norms()
         self.optimizer.step()  # pyright: ignore[reportUnknownMemberType]
         self._version += 1
-        return float(norm)
+        after, largest = self._weight_norms()
+        return {"grad_norm": float(norm), "weight_norm": after, "weight_max_abs": largest,
+                "weight_norm_growth": after / before if before > 0 else 1.0}  # from all-zero weights: not a ratio
+
+    @torch.no_grad()
+    def _weight_norms(self) -> tuple[float, float]:
+        """L2 norm and largest magnitude of the trainable weights."""
+        weights = [p.detach() for p in self._params]
+        return float(torch.nn.utils.get_total_norm(weights)), float(torch.nn.utils.get_total_norm(weights, math.inf))
 
     def export_weights(self) -> WeightUpdate:
         """Empty tensors when the engine shares this model (only the version moves), else CPU copies."""
