@@ -6,7 +6,8 @@ SIGKILLed at a random step (4 fake GPUs); the campaign driver SIGKILLed at a ran
 moment and the same command run again; a worker node removed mid-run (ray.cluster_utils.Cluster);
 throttle lease holders SIGKILLed among 32 clients; a shared Serve endpoint failing 20% of its calls
 (502, 504, stalls past the client's timeout); a full disk and a read-only run directory under
-`retrain-ray train`. Every trial checks its scenario's invariant; the table gives trials, passes and
+`retrain-ray train`; and (tests/fault_scenarios_cli.py) a `train` interrupted by Ctrl-C or SIGTERM at a
+random step, and a second writer started on a run directory in use. Every trial checks its scenario's invariant; the table gives trials, passes and
 the median recovery time (what "recovery" means is in each row's invariant).
 
     .venv/bin/python benchmarks/faults.py --quick              # every scenario twice
@@ -39,6 +40,7 @@ for key, value in (("RAY_AUTH_MODE", "disabled"), ("HF_HUB_OFFLINE", "1"), ("TOK
     os.environ.setdefault(key, value)
 
 import fault_scenarios as fs  # noqa: E402
+import fault_scenarios_cli as fcli  # noqa: E402
 import fault_scenarios_io as fio  # noqa: E402
 import fault_scenarios_split as fss  # noqa: E402
 
@@ -72,6 +74,12 @@ SCENARIOS = (
     ("read_only", fio.read_only, 2, 5, False,
      "--resume into a read-only run dir: exit 1 with the error, nothing changed; made writable, --resume "
      "completes with every step once; recovery: the resume"),
+    ("train_interrupt", fcli.train_interrupt, 2, 6, False,
+     "`train` sent Ctrl-C or SIGTERM (random) at a random step: exit 130/143, no traceback, the printed "
+     "`continue with:` command completes the run with every step once; recovery: signal to the end of the continue"),
+    ("second_writer", fcli.second_writer, 2, 6, False,
+     "a second `train` (another seed) on a run dir in use at a random step: exit 2 naming the holder's pid, "
+     "no traceback; the first finishes with exactly one row per step; recovery: the second command's refusal"),
 )
 
 

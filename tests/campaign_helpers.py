@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shlex
 import shutil
 import signal
 import subprocess
@@ -217,6 +219,22 @@ def steps_once(run_dir: Path, steps: int) -> str:
     except (OSError, ValueError) as exc:
         return f"log unreadable: {exc}"
     return "" if logged == list(range(steps)) else f"steps logged {logged}"
+
+
+def run_rows(run_dir: Path) -> int:
+    """Rows in a run's log so far (0 while it has none or cannot be read yet)."""
+    from retrain_ray.logs import read_stream
+
+    try:
+        return read_stream(run_dir).num_rows
+    except (OSError, ValueError):
+        return 0
+
+
+def continue_command(text: str) -> list[str] | None:
+    """The `continue with: retrain-ray ...` an interrupted command printed, as this interpreter runs it."""
+    found = re.search(r"continue with: (retrain-ray .+)", text)
+    return [PYTHON, "-m", "retrain_ray.cli", *shlex.split(found.group(1))[1:]] if found else None
 
 
 def segment_steps(path: Path) -> list[int]:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import random
 
 import fault_scenarios as fs
+import fault_scenarios_cli as fcli
 import fault_scenarios_io as fio
 import fault_scenarios_split as fss
 import pytest
@@ -52,3 +53,11 @@ def test_a_full_disk_is_a_clear_error_and_resume_completes_the_run(tmp_path):
 
 def test_a_read_only_run_directory_is_a_clear_error_and_changes_nothing(tmp_path):
     _check(fio.read_only(1, random.Random(7), tmp_path), 1)
+
+
+def test_train_interrupted_at_a_random_step_exits_130_or_143_and_its_command_completes_it(tmp_path):
+    _check(fcli.train_interrupt(1, random.Random(9), tmp_path), 1)
+
+
+def test_a_second_writer_on_a_run_directory_in_use_is_refused_and_the_first_logs_each_step_once(tmp_path):
+    _check(fcli.second_writer(1, random.Random(10), tmp_path), 1)

@@ -4,23 +4,21 @@ that continues it, which then runs to the end with one row per step."""
 from __future__ import annotations
 
 import os
-import re
-import shlex
 import signal
 import subprocess
-from pathlib import Path
 
 import pytest
 from campaign_helpers import (
-    PYTHON,
     cli_cmd,
     cli_env,
+    continue_command,
     manifest_runs,
     own_session,
     read_manifest,
     remove_temp_dir,
     repo_path,
     rows_logged,
+    run_rows,
     run_to_end,
     short_temp_dir,
     slow_workdir,
@@ -29,24 +27,13 @@ from campaign_helpers import (
 )
 from helpers import GRPO, TINY_RUN, wait_for, write_campaign, write_config
 
-from retrain_ray.logs import read_stream
-
 STEPS = 10
 
 
-def _rows(run_dir: Path) -> int:
-    try:
-        return read_stream(run_dir).num_rows
-    except (OSError, ValueError):
-        return 0
-
-
 def _continue_command(text: str) -> list[str]:
-    """The printed `continue with: retrain-ray ...` as this interpreter runs it."""
-    found = re.search(r"continue with: (retrain-ray .+)", text)
-    assert found, text[-3000:]
-    words = shlex.split(found.group(1))
-    return [PYTHON, "-m", "retrain_ray.cli", *words[1:]]
+    command = continue_command(text)
+    assert command, text[-3000:]
+    return command
 
 
 @pytest.mark.slow
@@ -61,7 +48,7 @@ def test_an_interrupted_train_says_where_it_stopped_and_its_command_continues_it
     log = tmp_path / "train.log"
     proc = start(cli_cmd("train", str(toml), "--quiet", "--lr", "0.003"), env=cli_env(ray_tmp), log=log, cwd=work)
     try:
-        wait_for(lambda: _rows(run_dir) >= 3 or proc.poll() is not None, timeout_s=180, what="three rows")
+        wait_for(lambda: run_rows(run_dir) >= 3 or proc.poll() is not None, timeout_s=180, what="three rows")
         assert proc.poll() is None, log.read_text()[-3000:]
         os.killpg(proc.pid, signum)  # as a terminal's Ctrl-C does: the whole process group
         rc = proc.wait(timeout=120)

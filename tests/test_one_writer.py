@@ -10,7 +10,6 @@ import os
 import signal
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 from campaign_helpers import (
@@ -20,6 +19,7 @@ from campaign_helpers import (
     own_session,
     read_manifest,
     remove_temp_dir,
+    run_rows,
     run_to_end,
     short_temp_dir,
     slow_workdir,
@@ -31,13 +31,6 @@ from retrain_ray.logs import read_stream
 from retrain_ray.logs.dir_lock import HOLDER_FILE, DirectoryInUse, DirLock, read_holder
 
 STEPS = 8
-
-
-def _rows(run_dir: Path) -> int:
-    try:
-        return read_stream(run_dir).num_rows
-    except (OSError, ValueError):
-        return 0
 
 
 def _flat(text: str) -> str:
@@ -54,7 +47,7 @@ def test_a_second_train_on_a_run_directory_in_use_stops_at_once_naming_the_holde
     ray_tmp = short_temp_dir("rrw")
     first = start(cli_cmd("train", str(toml), "--quiet"), env=cli_env(ray_tmp), log=tmp_path / "first.log", cwd=work)
     try:
-        wait_for(lambda: _rows(run_dir) >= 1 or first.poll() is not None, timeout_s=180, what="the first row")
+        wait_for(lambda: run_rows(run_dir) >= 1 or first.poll() is not None, timeout_s=180, what="the first row")
         assert first.poll() is None, (tmp_path / "first.log").read_text()[-3000:]
         # another seed: before the lock, this one died on a checkpoint rename and the log mixed both runs
         second = subprocess.run(cli_cmd("train", str(toml), "--quiet", "--seed", "3"), cwd=work,
