@@ -169,3 +169,32 @@ def test_plot_and_status_show_the_zeros(zero_campaign, capsys):
     status = campaign_status(zero_campaign)
     assert {r["mean_reward"] for r in status["runs"]} == {0.0}
     assert status["matrix"]["a"] == {"1": f"{STEPS} ✓", "2": f"{STEPS} ✓"}
+
+
+@pytest.mark.slow
+def test_a_campaign_that_never_earns_reward_logs_every_step_and_shows_it(ray_4cpu_4gpu, tmp_path, capsys):
+    """Through real Tune and the recorder: an untrained tiny model without a warm start on the
+    first-digit task (a reward that almost never pays), 3 steps x 2 seeds: one row per step per run,
+    `results` and `plot` show the rewards (zeros, not NaN)."""
+    pytest.importorskip("matplotlib")
+    from helpers import write_campaign
+
+    from retrain_ray.campaign import Campaign
+    from retrain_ray.cli import main
+
+    toml = write_campaign(
+        tmp_path / "never.toml", reward={"type": "match"}, algorithm=GRPO, logging={"log_dir": f"{tmp_path}/logs/x"},
+        training={"batch_size": 2, "group_size": 2, "max_tokens": 4, "save_every": 0},
+        campaign={"name": "never", "seeds": [1, 2], "max_steps": 3, "parallel": True, "max_workers": 2})
+    results = Campaign.from_toml(toml, root=tmp_path / "campaigns").run(progress=False)
+    cdir = tmp_path / "campaigns" / "never"
+    for run in results:
+        rows = read_stream(cdir / "runs" / run.run_name).to_pylist()
+        assert [r["step"] for r in rows] == [0, 1, 2], run.run_name
+        assert all(r["mean_reward"] is not None and r["trained"] is not None for r in rows)
+    summary = results.summary()
+    assert not summary["mean_reward_mean"].isna().any()
+    assert main(["plot", str(cdir)]) == 0 and (cdir / "plots" / "mean_reward.png").is_file()
+    assert main(["results", str(cdir), "--json"]) == 0
+    out = capsys.readouterr().out
+    assert [r["steps_logged"] for r in json.loads(out[out.index("{"):])["runs"]] == [3, 3]
