@@ -52,3 +52,18 @@ def env_directory(key: str) -> Path | None:
         raise NotADirectoryError(f"${key} = {value} is {what}, not a directory: point {key} at a directory "
                                  f"(or unset it)")
     return path
+
+
+def directory_problem(directory: str | Path) -> str | None:
+    """Why `directory` cannot be (or become) a directory: it, or one of its parents, is a file, a device,
+    ... ("run/x (inside run): run is a file, not a directory"); None when it is one or can be made."""
+    directory = Path(directory)
+    for path in (directory, *directory.parents):
+        kind = path_kind(path)
+        if kind == "missing":
+            continue
+        if kind == "directory":
+            return None
+        where = "" if path == directory else f" (inside {path})"
+        return f"{directory}{where}: {path} is {'a file' if kind == 'file' else kind}, not a directory"
+    return None

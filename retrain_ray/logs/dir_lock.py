@@ -26,6 +26,7 @@ from typing import Any
 
 from filelock import FileLock, Timeout
 
+from retrain_ray.file_kinds import directory_problem
 from retrain_ray.process_clock import process_started_at
 from retrain_ray.secrets import REDACTED, is_secret_name, scrub
 
@@ -122,9 +123,10 @@ class DirLock:
 
     def acquire(self) -> None:
         """Takes the lock at once or raises `DirectoryInUse`; a holder that died holding it is named in a warning."""
-        if self.directory.exists() and not self.directory.is_dir():
-            raise NotADirectoryError(f"{self.directory} is a file, not a directory: a {self.what} directory is "
-                                     f"needed there; move the file away or {self.fix or 'use another directory'}")
+        problem = directory_problem(self.directory)
+        if problem:
+            raise NotADirectoryError(f"{self.what} directory {problem}: move the file away or "
+                                     f"{self.fix or 'use another directory'}")
         self._created = not self.directory.exists()
         self.directory.mkdir(parents=True, exist_ok=True)
         lock = FileLock(str(self.directory / LOCK_FILE))

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from retrain_ray.backends.types import Policy
 from retrain_ray.backpressure.types import BackPressureAdvisor
-from retrain_ray.file_kinds import path_kind
+from retrain_ray.file_kinds import directory_problem
 from retrain_ray.logs import (
     ArrowRunObserver,
     MultiObserver,
@@ -100,16 +100,10 @@ def train_run(
 
 def _check_run_dir(run_dir: Path) -> None:
     """A run directory (or one of its parents) that exists as a file, a device, ... is refused naming it."""
-    for path in (run_dir, *run_dir.parents):
-        kind = path_kind(path)
-        if kind == "missing":
-            continue
-        if kind != "directory":
-            what = "a file" if kind == "file" else kind
-            where = "" if path == run_dir else f" (inside {path})"
-            raise NotADirectoryError(f"run directory {run_dir}{where}: {path} is {what}, not a directory; set "
-                                     "[logging] log_dir (--log-dir DIR) to a directory, or move the file away")
-        return
+    problem = directory_problem(run_dir)
+    if problem:
+        raise NotADirectoryError(f"run directory {problem}; set [logging] log_dir (--log-dir DIR) to a "
+                                 "directory, or move the file away")
 
 
 def _fresh_state(cfg: RetrainConfig, parts: RunComponents) -> TrainerState:
