@@ -137,6 +137,13 @@ def train_main(argv: list[str]) -> int:
 
 def _train_locked(cfg: RetrainConfig, args: argparse.Namespace, run_dir: Path) -> int:
     resume = cfg.resume.from_ or None  # `--resume DIR` or the file's `[resume] from`
+    if resume is None:
+        try:
+            resume = _checkpoint_dir_resume(cfg, run_dir.name)
+        except (RuntimeError, FileNotFoundError) as exc:  # ForeignRunDir: another run's checkpoints
+            err.print("[bold red]error:[/]", highlight=False, end=" ")
+            err.print(str(exc), highlight=False, markup=False, soft_wrap=True)
+            return 2
     _prepare_run_dir(run_dir, resume=resume, overwrite=args.overwrite)
     # deferred: loads torch, which importing this module does not need
     from retrain_ray.run.checkpoint import load_state, resolve_resume_dir
@@ -168,6 +175,19 @@ def _train_locked(cfg: RetrainConfig, args: argparse.Namespace, run_dir: Path) -
     first_step_s = outcome.first_step_at - process_started_at() if outcome.first_step_at else None
     _print_summary(outcome, progress, run_dir, time.perf_counter() - started, first_step_s)
     return _squeeze_after(cfg, run_dir) if cfg.squeeze is not None else 0
+
+
+def _checkpoint_dir_resume(cfg: RetrainConfig, run_name: str) -> str | None:
+    """`[training] checkpoint_dir` holding this run's checkpoints: the newest verified one, said aloud."""
+    # deferred: loads torch, which importing this module does not need
+    from retrain_ray.run.checkpoint_dir import checkpoint_dir_resume
+
+    found = checkpoint_dir_resume(cfg, run_name)
+    if found is None:
+        return None
+    Console().print(f"resuming from {found}: the newest verified checkpoint of run {run_name} in [training] "
+                    f"checkpoint_dir {cfg.training.checkpoint_dir}", highlight=False)
+    return str(found)
 
 
 def continue_command(argv: list[str], run_dir: Path | None) -> str:
