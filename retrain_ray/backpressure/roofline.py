@@ -23,19 +23,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from retrain_ray.models.shapes import ModelShapes
+
+__all__ = ["ModelShapes", "RooflinePoint", "bytes_per_token", "flops_per_token", "roofline_point"]
+
 ADAMW_BYTES_PER_TRAINABLE = 28.0  # fp32 param, grad, m, v read; param, m, v written
 TRAIN_WEIGHT_READS = 3.0  # forward, activation gradients, weight gradients
-
-
-@dataclass(frozen=True)
-class ModelShapes:
-    """What the roofline needs of a model: counted on the meta device (models/flops.py). Picklable."""
-
-    parameters: int
-    trainable: int  # parameters the optimizer updates: all (full) or the LoRA adapters'
-    bytes_per_param: int  # 4 for float32 weights, 2 for bf16 / fp16
-    kv_bytes_per_token: int  # 2 (K and V) x layers x kv_heads x head_dim x bytes_per_param
-    full: bool  # full fine-tuning (else LoRA)
 
 
 def flops_per_token(s: ModelShapes) -> float:

@@ -25,7 +25,6 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from retrain_ray.compat import provide_original_names
 from retrain_ray.rewards.parallel import ItemTimeoutError, WorkerPool
 from retrain_ray.rewards.types import check_batch
 
@@ -41,7 +40,6 @@ def resolve_function(module_name: str, function_name: str) -> Callable[..., Any]
             "[reward] type = \"custom\" needs custom_module (e.g. custom_module = \"my_rewards:score\" "
             "or custom_module = \"my_rewards\" with custom_function = \"score\")"
         )
-    provide_original_names()  # a reward module written for the original imports `retrain.rewards`, ...
     try:
         module = importlib.import_module(module_name)
     except (ImportError, SyntaxError) as exc:
