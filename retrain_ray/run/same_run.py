@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from retrain_ray.secrets import redact
 
@@ -30,7 +30,7 @@ def flat_config(data: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     for key, value in data.items():
         name = f"{prefix}{key}"
         if isinstance(value, Mapping):
-            flat.update(flat_config(value, f"{name}."))
+            flat.update(flat_config(cast("Mapping[str, Any]", value), f"{name}."))
         else:
             flat[name] = value
     return flat
@@ -53,11 +53,12 @@ def foreign(work_dir: Path, what: str) -> ForeignRunDir:
 
 
 def check_meta(meta: Any, meta_path: Path, where: Path, run_name: str, config: Mapping[str, Any]) -> None:
-    if not isinstance(meta, dict) or not isinstance(meta.get("config"), dict):
+    if not isinstance(meta, dict) or not isinstance(cast("dict[str, Any]", meta).get("config"), dict):
         raise foreign(where, f"an unknown run ({meta_path} records no config)")
-    if meta.get("run_name") != run_name:
-        raise foreign(where, f"run {meta.get('run_name')!r}, not {run_name!r}")
-    differ = config_differences(meta["config"], redact(dict(config)))
+    recorded = cast("dict[str, Any]", meta)
+    if recorded.get("run_name") != run_name:
+        raise foreign(where, f"run {recorded.get('run_name')!r}, not {run_name!r}")
+    differ = config_differences(recorded["config"], redact(dict(config)))
     if differ:
         shown = ", ".join(differ[:8]) + (f" and {len(differ) - 8} more" if len(differ) > 8 else "")
         raise foreign(where, f"run {run_name!r} with another config (differs in {shown})")
