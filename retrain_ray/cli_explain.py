@@ -117,17 +117,16 @@ def describe_run(cfg: RetrainConfig) -> dict[str, Any]:
 
 
 def step_count(cfg: RetrainConfig, max_steps: int) -> str:
-    """Which key sets the run's steps: max_steps, or num_epochs over the data (counted here for the
-    built-in tasks; other sources are counted when the run loads them)."""
+    """Which key sets the run's steps: max_steps, or num_epochs over the data."""
     t = cfg.training
     if t.num_epochs <= 0:
         return f"max_steps = {max_steps}"
-    if cfg.data.source == "builtin":
-        examples = min(cfg.data.num_examples, t.max_examples) if t.max_examples > 0 else cfg.data.num_examples
-        # deferred: the run package is only needed for this line
-        from retrain_ray.run.epochs import plan_steps
+    # deferred: the run package is only needed for this line
+    from retrain_ray.run.epochs import plan_from_config
 
-        return plan_steps(max_steps, t.num_epochs, examples, t.batch_size).explanation
+    plan = plan_from_config(cfg)
+    if plan is not None:
+        return plan.explanation
     return (f"max_steps = {max_steps}, or fewer: num_epochs = {t.num_epochs} x the examples / batch_size "
             f"{t.batch_size} when that is smaller (counted when the run loads its data)")
 

@@ -147,6 +147,7 @@ def _train_locked(cfg: RetrainConfig, args: argparse.Namespace, run_dir: Path) -
     _prepare_run_dir(run_dir, resume=resume, overwrite=args.overwrite)
     # deferred: loads torch, which importing this module does not need
     from retrain_ray.run.checkpoint import load_state, resolve_resume_dir
+    from retrain_ray.run.epochs import plan_from_config
     from retrain_ray.run.train import condition_of, train_run
     from retrain_ray.trackers import RunIdentity, build_trackers
 
@@ -157,7 +158,9 @@ def _train_locked(cfg: RetrainConfig, args: argparse.Namespace, run_dir: Path) -
         except FileNotFoundError as exc:
             err.print(f"[bold red]error:[/] {exc}", highlight=False)
             return 2
-    progress = None if args.quiet else ProgressObserver(cfg.training.max_steps, first, log_every=cfg.training.log_every)
+    plan = plan_from_config(cfg)  # num_epochs may end the run before max_steps
+    total = plan.steps if plan is not None else cfg.training.max_steps
+    progress = None if args.quiet else ProgressObserver(total, first, log_every=cfg.training.log_every)
     trackers = build_trackers(cfg, RunIdentity(run_dir.name, condition_of(cfg), cfg.training.seed), run_dir)
     started = time.perf_counter()
     try:

@@ -62,3 +62,15 @@ def apply_epochs(cfg: RetrainConfig, task: TaskData) -> tuple[RetrainConfig, Tas
     if plan.steps != t.max_steps:
         cfg = cfg.replace_section("training", max_steps=plan.steps)
     return cfg, task, plan
+
+
+def plan_from_config(cfg: RetrainConfig) -> StepPlan | None:
+    """The step plan where the examples can be counted without loading them (the built-in tasks, or
+    no num_epochs); None: counted when the run loads its data."""
+    t = cfg.training
+    if t.num_epochs <= 0:
+        return plan_steps(t.max_steps, 0, 0, t.batch_size)
+    if cfg.data.source != "builtin":
+        return None
+    examples = min(cfg.data.num_examples, t.max_examples) if t.max_examples > 0 else cfg.data.num_examples
+    return plan_steps(t.max_steps, t.num_epochs, examples, t.batch_size)
