@@ -13,7 +13,7 @@ import pytest
 
 from retrain_ray.config import ConfigError, RetrainConfig, load_config
 from retrain_ray.config.build import build_config
-from retrain_ray.run.epochs import epoch_order, plan_steps
+from retrain_ray.run.epochs import epoch_order, plan_from_config, plan_steps
 from retrain_ray.run.lr_schedule import LRSchedule, lr_at
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -54,6 +54,10 @@ def test_epochs_reshuffle_per_epoch_with_the_seed_and_cap_the_steps():
     assert epoch_order(list(range(6)), 2, seed=3) == order and epoch_order(list(range(6)), 2, seed=4) != order
     assert plan_steps(100, 2, 10, 4).steps == 5 and plan_steps(100, 2, 10, 4).limited_by == "num_epochs"
     assert plan_steps(3, 2, 10, 4).limited_by == "max_steps" and plan_steps(3, 0, 10, 4).steps == 3
+    cfg = RetrainConfig.model_validate({"data": {"source": "builtin", "num_examples": 10},
+                                        "training": {"num_epochs": 2, "batch_size": 4, "max_steps": 100}})
+    assert plan_from_config(cfg).steps == 5  # what explain and train's progress bar show
+    assert plan_from_config(cfg.replace_section("data", source="math")) is None  # counted when loaded
 
 
 def test_contradictions_and_inert_keys_are_errors_naming_the_key():
