@@ -214,12 +214,13 @@ def _interrupted(cfg: RetrainConfig, argv: list[str], run_dir: Path, stops: Stop
     """Where an interrupted run stopped and the exact command that continues it; exit 130 (143 on SIGTERM)."""
     # deferred: loads torch, which importing this module does not need
     from retrain_ray.run.checkpoint import CheckpointManager, load_state
+    from retrain_ray.run.checkpoint_dir import checkpoint_root
 
     logged = _last_logged_step(run_dir)
     rows = f"its last logged step is {logged}" if logged is not None else "it logged no step"
     err.print(f"\n[bold yellow]interrupted[/] by {stops.name()}: run {run_dir} stopped ({rows}, of steps 0-"
               f"{cfg.training.max_steps - 1}).", highlight=False)
-    for checkpoint in CheckpointManager(run_dir).candidates():  # newest first; the resume verifies it
+    for checkpoint in CheckpointManager(run_dir, root=checkpoint_root(cfg)).candidates():  # newest first; the resume verifies it
         try:
             step = load_state(checkpoint).step
         except (OSError, ValueError):
