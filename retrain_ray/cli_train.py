@@ -220,14 +220,17 @@ def _interrupted(cfg: RetrainConfig, argv: list[str], run_dir: Path, stops: Stop
     rows = f"its last logged step is {logged}" if logged is not None else "it logged no step"
     err.print(f"\n[bold yellow]interrupted[/] by {stops.name()}: run {run_dir} stopped ({rows}, of steps 0-"
               f"{cfg.training.max_steps - 1}).", highlight=False)
-    for checkpoint in CheckpointManager(run_dir, root=checkpoint_root(cfg)).candidates():  # newest first; the resume verifies it
+    root = checkpoint_root(cfg)
+    for checkpoint in CheckpointManager(run_dir, root=root).candidates():  # newest first; the resume verifies it
         try:
             step = load_state(checkpoint).step
         except (OSError, ValueError):
             continue
         err.print(f"  last checkpoint: after step {step} ({checkpoint}); a resume continues from there",
                   highlight=False)
-        err.print(f"  continue with: {continue_command(argv, run_dir)}", highlight=False, markup=False, soft_wrap=True)
+        again = shlex.join(["retrain-ray", "train", *argv]) + "  (it resumes from checkpoint_dir by itself)" \
+            if root is not None else continue_command(argv, run_dir)
+        err.print(f"  continue with: {again}", highlight=False, markup=False, soft_wrap=True)
         break
     else:
         err.print(f"  no checkpoint was saved yet ([training] save_every = {cfg.training.save_every}); "
