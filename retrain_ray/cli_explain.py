@@ -108,10 +108,33 @@ def describe_run(cfg: RetrainConfig) -> dict[str, Any]:
         "uncertainty_kind": effective_uncertainty_kind(cfg),
         "datums_per_step": t.rows_per_step,
         "max_steps": max_steps,
+        "steps": step_count(cfg, max_steps),
+        "lr_schedule": lr_schedule_text(t),
         "total_datums": t.rows_per_step * max_steps,
         "sft_warmup_steps": t.sft_warmup_steps,
         "resources_per_run": resources_per_run(cfg),
     }
+
+
+def step_count(cfg: RetrainConfig, max_steps: int) -> str:
+    """Which key sets the run's steps: max_steps, or num_epochs over the data."""
+    t = cfg.training
+    if t.num_epochs <= 0:
+        return f"max_steps = {max_steps}"
+    # deferred: the run package is only needed for this line
+    from retrain_ray.run.epochs import plan_from_config
+
+    plan = plan_from_config(cfg)
+    if plan is not None:
+        return plan.explanation
+    return (f"max_steps = {max_steps}, or fewer: num_epochs = {t.num_epochs} x the examples / batch_size "
+            f"{t.batch_size} when that is smaller (counted when the run loads its data)")
+
+
+def lr_schedule_text(t: Any) -> str:
+    warmup = f"{t.warmup_steps} steps" if t.warmup_steps else f"{t.warmup_ratio:g} of the steps" \
+        if t.warmup_ratio else "none"
+    return f"{t.lr_schedule} from lr = {t.lr:g}, warmup {warmup}"
 
 
 def capacity(cfg: RetrainConfig, num_conditions: int, num_runs: int, median_step_time: float) -> dict[str, Any]:

@@ -137,9 +137,17 @@ def train_main(argv: list[str]) -> int:
 
 def _train_locked(cfg: RetrainConfig, args: argparse.Namespace, run_dir: Path) -> int:
     resume = cfg.resume.from_ or None  # `--resume DIR` or the file's `[resume] from`
+    if resume is None:
+        try:
+            resume = _checkpoint_dir_resume(cfg, run_dir.name)
+        except (RuntimeError, FileNotFoundError) as exc:  # ForeignRunDir: another run's checkpoints
+            err.print("[bold red]error:[/]", highlight=False, end=" ")
+            err.print(str(exc), highlight=False, markup=False, soft_wrap=True)
+            return 2
     _prepare_run_dir(run_dir, resume=resume, overwrite=args.overwrite)
     # deferred: loads torch, which importing this module does not need
     from retrain_ray.run.checkpoint import load_state, resolve_resume_dir
+    from retrain_ray.run.epochs import plan_from_config
     from retrain_ray.run.train import condition_of, train_run
     from retrain_ray.trackers import RunIdentity, build_trackers
 
@@ -150,7 +158,9 @@ def _train_locked(cfg: RetrainConfig, args: argparse.Namespace, run_dir: Path) -
         except FileNotFoundError as exc:
             err.print(f"[bold red]error:[/] {exc}", highlight=False)
             return 2
-    progress = None if args.quiet else ProgressObserver(cfg.training.max_steps, first, log_every=cfg.training.log_every)
+    plan = plan_from_config(cfg)  # num_epochs may end the run before max_steps
+    total = plan.steps if plan is not None else cfg.training.max_steps
+    progress = None if args.quiet else ProgressObserver(total, first, log_every=cfg.training.log_every)
     trackers = build_trackers(cfg, RunIdentity(run_dir.name, condition_of(cfg), cfg.training.seed), run_dir)
     started = time.perf_counter()
     try:
@@ -168,6 +178,19 @@ def _train_locked(cfg: RetrainConfig, args: argparse.Namespace, run_dir: Path) -
     first_step_s = outcome.first_step_at - process_started_at() if outcome.first_step_at else None
     _print_summary(outcome, progress, run_dir, time.perf_counter() - started, first_step_s)
     return _squeeze_after(cfg, run_dir) if cfg.squeeze is not None else 0
+
+
+def _checkpoint_dir_resume(cfg: RetrainConfig, run_name: str) -> str | None:
+    """`[training] checkpoint_dir` holding this run's checkpoints: the newest verified one, said aloud."""
+    # deferred: loads torch, which importing this module does not need
+    from retrain_ray.run.checkpoint_dir import checkpoint_dir_resume
+
+    found = checkpoint_dir_resume(cfg, run_name)
+    if found is None:
+        return None
+    Console().print(f"resuming from {found}: the newest verified checkpoint of run {run_name} in [training] "
+                    f"checkpoint_dir {cfg.training.checkpoint_dir}", highlight=False)
+    return str(found)
 
 
 def continue_command(argv: list[str], run_dir: Path | None) -> str:
@@ -191,19 +214,23 @@ def _interrupted(cfg: RetrainConfig, argv: list[str], run_dir: Path, stops: Stop
     """Where an interrupted run stopped and the exact command that continues it; exit 130 (143 on SIGTERM)."""
     # deferred: loads torch, which importing this module does not need
     from retrain_ray.run.checkpoint import CheckpointManager, load_state
+    from retrain_ray.run.checkpoint_dir import checkpoint_root
 
     logged = _last_logged_step(run_dir)
     rows = f"its last logged step is {logged}" if logged is not None else "it logged no step"
     err.print(f"\n[bold yellow]interrupted[/] by {stops.name()}: run {run_dir} stopped ({rows}, of steps 0-"
               f"{cfg.training.max_steps - 1}).", highlight=False)
-    for checkpoint in CheckpointManager(run_dir).candidates():  # newest first; the resume verifies it
+    root = checkpoint_root(cfg)
+    for checkpoint in CheckpointManager(run_dir, root=root).candidates():  # newest first; the resume verifies it
         try:
             step = load_state(checkpoint).step
         except (OSError, ValueError):
             continue
         err.print(f"  last checkpoint: after step {step} ({checkpoint}); a resume continues from there",
                   highlight=False)
-        err.print(f"  continue with: {continue_command(argv, run_dir)}", highlight=False, markup=False, soft_wrap=True)
+        again = shlex.join(["retrain-ray", "train", *argv]) + "  (it resumes from checkpoint_dir by itself)" \
+            if root is not None else continue_command(argv, run_dir)
+        err.print(f"  continue with: {again}", highlight=False, markup=False, soft_wrap=True)
         break
     else:
         err.print(f"  no checkpoint was saved yet ([training] save_every = {cfg.training.save_every}); "

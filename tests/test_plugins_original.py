@@ -187,3 +187,83 @@ def test_a_config_imports_only_the_plugin_modules_it_names(plugin_dir, monkeypat
     assert {"plugins.orig_data", "plugins.orig_reward"} <= imported
     assert not set(bystanders.values()) & imported
     assert not list(plugin_dir.rglob("imported_*"))  # no module ran, under any name
+
+
+ORIGINAL_IMPORTS_PLUGIN = '''
+from retrain.backends import TrainHelper
+from retrain.config import TrainConfig
+from retrain.data import DataSource, Example
+from retrain.inference_engine.base import InferenceEngine, SampleResult
+from retrain.rewards import RewardFunction, extract_boxed
+
+
+class DigitSource:
+    def __init__(self, config: TrainConfig):
+        self.n = config.max_examples or 4
+
+    def load(self) -> list[Example]:
+        return [Example(prompt=f"first digit of {40 + i}?", reference="4", example_id=i) for i in range(self.n)]
+
+
+class Boxed:
+    def score(self, response: str, reference: str) -> float:
+        return 1.0 if extract_boxed(response) == reference or reference in response else 0.0
+
+
+def make_source(config: TrainConfig) -> DataSource:
+    return DigitSource(config)
+
+
+def make_reward(config: TrainConfig) -> RewardFunction:
+    return Boxed()
+'''
+
+
+def _forget_retrain(monkeypatch):
+    import sys
+
+    for name in [n for n in sys.modules if n == "retrain" or n.startswith("retrain.")]:
+        monkeypatch.delitem(sys.modules, name)
+
+
+def test_a_plugin_importing_the_originals_types_runs_unchanged(plugin_dir, monkeypatch):
+    """`from retrain.data import Example` (and the reward, backend and engine types) load without the
+    original installed; the run trains on the plugin's examples."""
+    import importlib.util
+    import sys
+
+    assert importlib.util.find_spec("retrain_ray") is not None
+    _forget_retrain(monkeypatch)
+    (plugin_dir / "plugins" / "orig_typed.py").write_text(textwrap.dedent(ORIGINAL_IMPORTS_PLUGIN))
+    cfg = _cfg(plugin_dir, source="orig_typed.make_source").replace_section("reward", type="orig_typed.make_reward")
+    check_run(cfg)
+    outcome = train_run(cfg, run_name="typed", run_dir=plugin_dir / "run")
+    assert outcome.status == "completed"
+    module = sys.modules["plugins.orig_typed"]
+    from retrain_ray.compat.original.data import Example
+
+    assert module.Example is Example
+    assert isinstance(module.Boxed(), module.RewardFunction)
+    assert [r["step"] for r in read_stream(plugin_dir / "run", "metrics").to_pylist()] == [0, 1]
+
+
+def test_an_installed_original_is_imported_itself_not_shadowed(tmp_path, monkeypatch):
+    """A real `retrain` on the path wins over the stand-in names, submodules included."""
+    import sys
+
+    from retrain_ray.compat import provide_original_names
+
+    _forget_retrain(monkeypatch)
+    real = tmp_path / "site" / "retrain"
+    real.mkdir(parents=True)
+    (real / "__init__.py").write_text("REAL = True\n")
+    (real / "data.py").write_text("class Example:\n    real = True\n")
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    provide_original_names()
+    import retrain
+    import retrain.data
+
+    assert retrain.REAL and retrain.data.Example.real
+    with pytest.raises(ModuleNotFoundError):
+        import retrain.rewards  # noqa: F401  # not in the real package: never filled in from ours
+    assert sys.modules["retrain"].__file__.startswith(str(tmp_path))

@@ -17,6 +17,8 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import Any, TypedDict, TypeVar
 
+from retrain_ray.compat import provide_original_names
+
 S = TypeVar("S")
 
 
@@ -55,6 +57,7 @@ def use_plugin_root(directory: str) -> None:
 
 def _import(module_name: str, path: str, kind: str) -> tuple[ModuleType, str]:
     """The module and the search path prefix it was found under ("": as given)."""
+    provide_original_names()  # a plugin written for the original imports `retrain.data`, ...
     for root in (os.getcwd(), *_roots):  # ./plugins/<module>.py imports as plugins.<module>
         if root not in sys.path:
             sys.path.append(root)

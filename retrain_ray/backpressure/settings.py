@@ -11,7 +11,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from retrain_ray.backpressure.pooled import PooledController
-from retrain_ray.backpressure.usl import USLController, roofline_flops_per_token
+from retrain_ray.backpressure.roofline import ModelShapes
+from retrain_ray.backpressure.usl import USLController, roofline_flops_per_token, roofline_shapes
 
 if TYPE_CHECKING:
     from retrain_ray.config.schema import RetrainConfig
@@ -39,6 +40,7 @@ class BackPressureSettings:
     pooled_probe_every: int = 16
     pooled_keep_rounds: int = 8
     flops_per_token: float = 0.0  # the roofline hint's, derived from the model (usl.roofline_flops_per_token)
+    shapes: ModelShapes | None = None  # the model's, when both peaks turn the roofline on (usl.roofline_shapes)
 
     @classmethod
     def from_config(cls, cfg: RetrainConfig, **overrides: Any) -> BackPressureSettings:
@@ -46,6 +48,7 @@ class BackPressureSettings:
         names = {f.name for f in dataclasses.fields(cls)}
         values = {n: getattr(bp, n) for n in names if hasattr(bp, n)}
         values["flops_per_token"] = roofline_flops_per_token(cfg)
+        values["shapes"] = roofline_shapes(cfg)
         values.update(overrides)
         return cls(**values)
 
@@ -55,6 +58,7 @@ class BackPressureSettings:
             throttle_margin=self.throttle_margin, increase_margin=self.increase_margin,
             min_batch_size=self.min_batch_size, max_batch_size=self.max_batch_size,
             peak_gflops=self.peak_gflops, peak_bw_gb_s=self.peak_bw_gb_s, flops_per_token=self.flops_per_token,
+            shapes=self.shapes,
         )
 
     def pooled_controller(self, resource: str) -> PooledController:

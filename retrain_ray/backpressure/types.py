@@ -65,6 +65,7 @@ class Decision:
     pooled_p_star: float | None = None
     capacity: int | None = None
     warmup: bool = False
+    roofline: dict[str, float] | None = None  # bp_intensity, bp_ridge, bp_achieved_*: backpressure/roofline.py
 
     def to_metrics(self) -> dict[str, Any]:
         """The original's `bp_*` metric names (spec 8), plus `bp_lambda` and the pooled keys."""
@@ -83,6 +84,8 @@ class Decision:
             row["bp_pooled_p_star"] = float(self.pooled_p_star)
         if self.capacity is not None:
             row["bp_capacity"] = int(self.capacity)
+        if self.roofline is not None:
+            row.update(self.roofline)
         return row
 
 

@@ -12,12 +12,14 @@ to [min_bs·min_gs, max_bs·max_gs]; retrograde -> "throttle" to int(safe/gs); p
 
 Departures from the original, deliberate:
 - Roofline hint. The original compares the unitless C(p) with peak_gflops·1e9, so it is always
-  "memory_bound". Here it is active when `peak_gflops > 0`, and `from_config` derives `flops_per_token`
-  = 6·N of the run's model (models/flops.py): the predicted compute rate lambda·C(p) tokens/s ×
-  flops_per_token FLOP/token is compared with peak_gflops·1e9 FLOP/s; > 0.7 of peak is
-  "compute_bound", below "memory_bound". `peak_bw_gb_s` is refused at load (config/unimplemented.py):
-  the memory roof needs bytes moved per token, which is not measured. With the default 0 the branch is
-  off, as in the original.
+  "memory_bound". Here, with `peak_gflops > 0` and `peak_bw_gb_s > 0` (the original's condition, same
+  place in the precedence), `from_config` counts the model's shapes (models/flops.py) and the regime
+  is the binding roof at the step's arithmetic intensity: FLOPs over bytes moved per token at the
+  step's p and mean sequence length against the ridge peak_gflops / peak_bw_gb_s
+  (backpressure/roofline.py; the decision carries bp_intensity, bp_ridge and the achieved GFLOP/s and
+  GB/s). With `peak_gflops` alone, the predicted compute rate lambda·C(p) tokens/s × 6·N FLOP/token is
+  compared with peak_gflops·1e9 FLOP/s; > 0.7 of peak is "compute_bound", below "memory_bound". With
+  the default 0 the branch is off, as in the original.
 - Before the first fit lambda is 0, not the original's placeholder 1.0: the regime stays "optimal",
   utilization 1.0 and the action "hold" until a model exists (the original derives labels, and can
   throttle, from lambda = 1; docs/backpressure.md).
@@ -31,6 +33,7 @@ import math
 from typing import TYPE_CHECKING, Any
 
 from retrain_ray.backpressure.fit import EPS, USLWindow, usl_capacity, usl_optimal_p
+from retrain_ray.backpressure.roofline import ModelShapes, RooflinePoint, roofline_point
 from retrain_ray.backpressure.types import Decision
 
 if TYPE_CHECKING:
@@ -68,6 +71,24 @@ def roofline_flops_per_token(cfg: RetrainConfig) -> float:
     return train_flops_per_token(cfg.model.model, revision=cfg.model.revision)
 
 
+def roofline_shapes(cfg: RetrainConfig) -> ModelShapes | None:
+    """The run's model shapes when both `peak_gflops` and `peak_bw_gb_s` turn the roofline on; None otherwise."""
+    bp = cfg.backpressure
+    if bp.peak_gflops <= 0.0 or bp.peak_bw_gb_s <= 0.0:
+        return None
+    # deferred: builds the model's architecture with transformers, needed only when the roofline is on
+    from retrain_ray.config.backend_options import resolved_options
+    from retrain_ray.engines.lora import DEFAULT_TARGET_MODULES
+    from retrain_ray.models.flops import model_shapes
+
+    targets = DEFAULT_TARGET_MODULES
+    if cfg.backend.backend == "local":
+        option = str(resolved_options("local", dict(cfg.backend.options))["lora_target_modules"])
+        targets = tuple(n.strip() for n in option.split(",") if n.strip()) or DEFAULT_TARGET_MODULES
+    return model_shapes(cfg.model.model, full=cfg.model.finetune == "full", lora_rank=cfg.model.lora_rank,
+                        target_modules=targets, revision=cfg.model.revision)
+
+
 class USLController:
     """Fits USL over a sliding window of a run's steps and recommends a batch size."""
 
@@ -85,6 +106,7 @@ class USLController:
         peak_bw_gb_s: float = 0.0,
         window: int = 100,
         flops_per_token: float = 0.0,
+        shapes: ModelShapes | None = None,
     ) -> None:
         _validate(warmup_steps, ema_decay, throttle_margin, increase_margin, min_batch_size,
                   max_batch_size, min_group_size, max_group_size)
@@ -96,6 +118,8 @@ class USLController:
         self.min_group_size, self.max_group_size = int(min_group_size), int(max_group_size)
         self.peak_gflops, self.peak_bw_gb_s = float(peak_gflops), float(peak_bw_gb_s)
         self.flops_per_token = float(flops_per_token)
+        self.shapes = shapes
+        self.last_seq_len = 1.0  # mean tokens per sequence of the latest step (the roofline's L)
         self.window = USLWindow(window)
         self.step_count = 0
         self.ema: float | None = None
@@ -111,7 +135,7 @@ class USLController:
             warmup_steps=bp.warmup_steps, ema_decay=bp.ema_decay, throttle_margin=bp.throttle_margin,
             increase_margin=bp.increase_margin, min_batch_size=bp.min_batch_size,
             max_batch_size=bp.max_batch_size, peak_gflops=bp.peak_gflops, peak_bw_gb_s=bp.peak_bw_gb_s,
-            flops_per_token=roofline_flops_per_token(cfg),
+            flops_per_token=roofline_flops_per_token(cfg), shapes=roofline_shapes(cfg),
         )
 
     def observe(self, step_time_s: float, batch_size: int, group_size: int, total_tokens: int,
@@ -128,6 +152,7 @@ class USLController:
         self.window.add(p, x)
         self.ema = x if self.ema is None else self.ema_decay * self.ema + (1.0 - self.ema_decay) * x
         self.last_bs, self.last_gs = bs, gs
+        self.last_seq_len = max(_finite_nonneg(total_tokens) / p, 1.0)
         fit = self.window.fit()
         if fit is not None:
             self.sigma, self.kappa, self.lam, self.p_star = fit.sigma, fit.kappa, fit.lam, fit.p_star
@@ -138,6 +163,9 @@ class USLController:
             return "warmup"
         if self.kappa > EPS and p > self.p_star * self.throttle_margin and self.p_star > 1.0:
             return "retrograde"
+        roof = self._roofline()
+        if roof is not None:
+            return roof.regime
         predicted = self.lam * usl_capacity(p, self.sigma, self.kappa)
         if self.peak_gflops > 0.0 and self.flops_per_token > 0.0:
             ratio = predicted * self.flops_per_token / (self.peak_gflops * 1e9)
@@ -149,6 +177,14 @@ class USLController:
             if r < 0.8:
                 return "retrograde"
         return "optimal"
+
+    def _roofline(self) -> RooflinePoint | None:
+        """The latest step on the roofline (both peaks and the model's shapes known), else None."""
+        if self.shapes is None or self.peak_gflops <= 0.0 or self.peak_bw_gb_s <= 0.0:
+            return None
+        return roofline_point(self.shapes, p=float(self.last_bs * self.last_gs), seq_len=self.last_seq_len,
+                              tokens_per_s=self.ema or 0.0, peak_gflops=self.peak_gflops,
+                              peak_bw_gb_s=self.peak_bw_gb_s)
 
     def _safe_p(self) -> float:
         lo = float(self.min_batch_size * self.min_group_size)
@@ -172,10 +208,12 @@ class USLController:
         return self._decision("hold", utilization, throughput, self.last_bs)
 
     def _decision(self, action: str, utilization: float, throughput: float, bs: int) -> Decision:
+        roof = self._roofline()
         return Decision(
             action=action, regime=self.regime, p_star=self.p_star, sigma=self.sigma, kappa=self.kappa,
             lam=self.lam, utilization=utilization, throughput=throughput,
             recommended_batch_size=int(bs), recommended_group_size=int(self.last_gs),
+            roofline=roof.to_metrics() if roof is not None else None,
         )
 
     def state_dict(self) -> dict[str, Any]:
@@ -184,6 +222,7 @@ class USLController:
             "version": _STATE_VERSION, "window": self.window.state_dict(), "step_count": self.step_count,
             "ema": self.ema, "sigma": self.sigma, "kappa": self.kappa, "lam": self.lam,
             "p_star": self.p_star, "regime": self.regime, "last_bs": self.last_bs, "last_gs": self.last_gs,
+            "last_seq_len": self.last_seq_len,
         }
 
     def load_state_dict(self, d: dict[str, Any]) -> None:
@@ -199,6 +238,7 @@ class USLController:
         self.lam, self.p_star = float(d["lam"]), float(d["p_star"])
         self.regime = str(d["regime"])
         self.last_bs, self.last_gs = int(d["last_bs"]), int(d["last_gs"])
+        self.last_seq_len = float(d.get("last_seq_len", 1.0))  # absent in checkpoints before the roofline
 
 
 def _validate(warmup: int, ema: float, throttle: float, increase: float, min_bs: int, max_bs: int,

@@ -31,68 +31,19 @@ from pathlib import Path
 from typing import Any
 
 from retrain_ray.campaign.tune_state import ASIDE_KINDS
-from retrain_ray.secrets import redact
+from retrain_ray.run.same_run import (  # noqa: F401 (re-exported: campaign/edits.py, the tests)
+    RUN_META,
+    ForeignRunDir,
+    check_meta,
+    check_same_run,
+    config_differences,
+    flat_config,
+)
 
 log = logging.getLogger(__name__)
 
-RUN_META = "run_meta.json"
 # what trial.TuneReporter writes into each reported checkpoint (Ray's `Checkpoint.set_metadata` file)
 TUNE_META = ".metadata.json"
-# config keys a run may change between its attempts: they do not change what its steps compute
-IGNORED = ("campaign", "logging", "resume", "squeeze", "training.max_steps")
-
-
-class ForeignRunDir(RuntimeError):
-    """The run directory holds checkpoints of another run or config."""
-
-
-def flat_config(data: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    flat: dict[str, Any] = {}
-    for key, value in data.items():
-        name = f"{prefix}{key}"
-        if isinstance(value, Mapping):
-            flat.update(flat_config(value, f"{name}."))
-        else:
-            flat[name] = value
-    return flat
-
-
-def _ignored(key: str) -> bool:
-    return any(key == i or key.startswith(f"{i}.") for i in IGNORED)
-
-
-def config_differences(recorded: Mapping[str, Any], current: Mapping[str, Any]) -> list[str]:
-    """Dotted keys whose values differ between two (redacted) config dumps, ignoring `IGNORED`."""
-    old, new = flat_config(recorded), flat_config(current)
-    return sorted(k for k in old.keys() | new.keys() if not _ignored(k) and old.get(k) != new.get(k))
-
-
-def _foreign(work_dir: Path, what: str) -> ForeignRunDir:
-    return ForeignRunDir(
-        f"{work_dir} holds checkpoints of {what}; they are not resumed and not overwritten. Move the directory "
-        "away (or delete it) to start this run from step 0, or run the campaign with the config that wrote it")
-
-
-def _check_meta(meta: Any, meta_path: Path, where: Path, run_name: str, config: Mapping[str, Any]) -> None:
-    if not isinstance(meta, dict) or not isinstance(meta.get("config"), dict):
-        raise _foreign(where, f"an unknown run ({meta_path} records no config)")
-    if meta.get("run_name") != run_name:
-        raise _foreign(where, f"run {meta.get('run_name')!r}, not {run_name!r}")
-    differ = config_differences(meta["config"], redact(dict(config)))
-    if differ:
-        shown = ", ".join(differ[:8]) + (f" and {len(differ) - 8} more" if len(differ) > 8 else "")
-        raise _foreign(where, f"run {run_name!r} with another config (differs in {shown})")
-
-
-def check_same_run(work_dir: Path, run_name: str, config: Mapping[str, Any]) -> None:
-    """Raises ForeignRunDir unless `work_dir/run_meta.json` records `run_name` and a matching config
-    (`config`: the trial's `model_dump(mode="json")`, redacted here as run_meta's is)."""
-    meta_path = work_dir / RUN_META
-    try:
-        meta = json.loads(meta_path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise _foreign(work_dir, f"an unknown run ({meta_path} does not load: {exc})") from exc
-    _check_meta(meta, meta_path, work_dir, run_name, config)
 
 
 def _newest_usable(candidates: list[Path], logged_through: int) -> tuple[Path, int] | None:
@@ -159,6 +110,6 @@ def tune_copy(tune_dir: Path, work_dir: Path, run_name: str, config: Mapping[str
             log.warning("skipping Tune's copy %s: neither it nor %s says which run and config it is of",
                         copy, work_dir / RUN_META)
             continue
-        _check_meta(meta[0], meta[1], copy, run_name, config)
+        check_meta(meta[0], meta[1], copy, run_name, config)
         return found
     return None

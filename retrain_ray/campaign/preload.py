@@ -16,6 +16,7 @@ import logging
 import os
 
 from retrain_ray.actors.worker_env import PRELOAD_ENV_VAR, SERVICE_ENV_VAR
+from retrain_ray.compat import provide_original_names
 
 PRELOADED: list[str] = []  # what this process imported here (the trial reports whether it found any)
 log = logging.getLogger(__name__)
@@ -24,6 +25,7 @@ log = logging.getLogger(__name__)
 def preload() -> list[str]:
     if os.environ.get(SERVICE_ENV_VAR) == "1":
         return PRELOADED
+    provide_original_names()  # plugins written for the original import `retrain.data`, ...
     for name in filter(None, os.environ.get(PRELOAD_ENV_VAR, "").split(",")):
         try:
             importlib.import_module(name)

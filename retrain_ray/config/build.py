@@ -13,6 +13,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from retrain_ray.config.aliases import resolve_aliases
 from retrain_ray.config.errors import ConfigError, ConfigIssue, did_you_mean, no_value
 from retrain_ray.config.fields import FIELD_INDEX
 from retrain_ray.config.schema import RetrainConfig
@@ -115,7 +116,7 @@ def _validate_section(name: str, table: dict[str, Any], issues: list[ConfigIssue
 def build_config(raw: dict[str, Any], source: str = "") -> tuple[RetrainConfig, list[str]]:
     """Validate a parsed TOML document (or any nested dict); raise ConfigError with every issue."""
     issues: list[ConfigIssue] = []
-    tables = _check_structure(raw, issues)
+    tables = _check_structure(resolve_aliases(raw, issues), issues)
     sections: dict[str, Any] = {}
     bad: set[str] = set()
     for name, table in tables.items():

@@ -18,6 +18,7 @@ if sys.version_info >= (3, 11):
 else:  # Python 3.10: the same parser, from PyPI
     import tomli as tomllib
 
+from retrain_ray.config.aliases import resolve_aliases
 from retrain_ray.config.build import build_config
 from retrain_ray.config.errors import ConfigError, ConfigIssue, no_value
 from retrain_ray.config.matrix import conditioned_configs
@@ -69,6 +70,10 @@ def load_config_with_warnings(
         source = str(DEFAULT_PATH) if DEFAULT_PATH.exists() else "<defaults>"
     else:
         raw, source = read_toml(path), str(path)
+    issues: list[ConfigIssue] = []
+    raw = resolve_aliases(raw, issues)  # the file's own names first: an override of max_steps replaces num_batches
+    if issues:
+        raise ConfigError(issues, source)
     if overrides:
         raw = merge_overrides(raw, overrides)
     cfg, warnings = build_config(raw, source)

@@ -85,8 +85,21 @@ class TrainingSection(Section):
     eval_every: Int = Field(default=0, ge=0)
     eval_examples: Int = Field(default=64, gt=0)
     log_every: Int = Field(default=1, gt=0)
+    # Rows (completions) per forward/backward on the local backend (0 = the whole step at once) and the
+    # number of such parts one optimizer step accumulates; seed 001's effective batch, micro x
+    # accumulation, is the step's batch_size x group_size (validate.py refuses other products).
     micro_batch_size: Int = Field(default=0, ge=0)
     gradient_accumulation_steps: Int = Field(default=1, ge=1)
+    # Seed 001's training keys (its other names are aliases: config/aliases.py). num_epochs > 0 caps the
+    # steps at the passes over the data (reshuffled per epoch, seeded); checkpoint_dir holds the
+    # checkpoints instead of <log_dir>/checkpoints and is resumed from automatically.
+    num_epochs: Int = Field(default=0, ge=0)
+    checkpoint_dir: str = ""
+    # The learning rate per step (run/lr_schedule.py): linear warmup over warmup_steps (or
+    # warmup_ratio of the run's steps), then constant, linear decay to 0 or cosine decay to 0.
+    lr_schedule: Literal["constant", "linear", "cosine"] = "constant"
+    warmup_steps: Int = Field(default=0, ge=0)
+    warmup_ratio: Float = Field(default=0.0, ge=0.0, lt=1.0)
     keep_last_checkpoints: Int = Field(default=3, ge=0)
     # Warm start "until sampled accuracy reaches X": after each SFT step, sample the eval prompts at the
     # run's temperature and switch to RL once the correct rate reaches this (0 = run all SFT steps).

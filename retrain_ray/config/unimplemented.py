@@ -48,9 +48,6 @@ REFUSED: dict[tuple[str, str], str] = {
                                            "rollout_env_workers", "rollout_buffer_size")},
     **{("optimizer_batch", k): _OPT_BATCH for k in ("capture", "replay_path", "expected_logical_sha256",
                                                      "expected_manifest_sha256", "allow_config_differences")},
-    ("backpressure", "peak_bw_gb_s"): "the memory roof needs the bytes each token moves (arithmetic intensity), which "
-                                      "retrain-ray does not measure (it would take hardware counters); the original "
-                                      "used it only as an on/off flag. peak_gflops alone turns the roofline hint on",
     ("plugins", "strict"): "plugin errors always stop the run (the original raises in both modes as well)",
 }
 

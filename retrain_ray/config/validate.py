@@ -77,15 +77,69 @@ def _clipping(cfg: RetrainConfig) -> list[ConfigIssue]:
 
 
 def _micro_batches(cfg: RetrainConfig) -> list[ConfigIssue]:
+    """Seed 001's effective batch (micro_batch_size x gradient_accumulation_steps) is what one optimizer
+    step trains here: batch_size x group_size completions. Both given, they must agree."""
     t = cfg.training
     if t.micro_batch_size > 0 and t.gradient_accumulation_steps > 1:
         if t.micro_batch_size * t.gradient_accumulation_steps != t.rows_per_step:
             return [ConfigIssue(
                 "training.gradient_accumulation_steps", t.gradient_accumulation_steps,
-                f"inconsistent with micro_batch_size={t.micro_batch_size}: "
-                f"{t.micro_batch_size} x {t.gradient_accumulation_steps} != batch_size x group_size "
-                f"= {t.rows_per_step}", "set only one of the two (the other to its default 0 / 1)")]
+                f"with micro_batch_size = {t.micro_batch_size} gives an effective batch of "
+                f"{t.micro_batch_size * t.gradient_accumulation_steps} completions per optimizer step, but a step "
+                f"trains batch_size x group_size = {t.batch_size} x {t.group_size} = {t.rows_per_step}",
+                "set batch_size x group_size to micro x accumulation, or set only one of micro_batch_size / "
+                "gradient_accumulation_steps (the other follows from the step)")]
     return []
+
+
+def _schedule_and_checkpoints(cfg: RetrainConfig) -> list[ConfigIssue]:
+    t, issues = cfg.training, []
+    if t.warmup_steps > 0 and t.warmup_ratio > 0:
+        issues.append(ConfigIssue("training.warmup_ratio", t.warmup_ratio,
+                                  f"and training.warmup_steps = {t.warmup_steps} both set the warmup",
+                                  "keep one of warmup_steps / warmup_ratio"))
+    if t.checkpoint_dir and cfg.campaign is not None:
+        issues.append(ConfigIssue("training.checkpoint_dir", t.checkpoint_dir,
+                                  "a campaign keeps each run's checkpoints in its own run directory (one shared "
+                                  "checkpoint_dir would mix its runs)", "remove checkpoint_dir from the campaign file"))
+    return issues
+
+
+def _eval_split(cfg: RetrainConfig) -> list[ConfigIssue]:
+    """`eval_every` needs held-out examples; sources without an eval split are refused, not silently
+    never evaluated."""
+    t, d = cfg.training, cfg.data
+    if t.eval_every <= 0:
+        return []
+    missing = ""
+    if d.source == "builtin" and d.num_eval_examples == 0:
+        missing = "[data] num_eval_examples = 0 holds no eval examples back"
+    elif d.source == "file" and not d.eval_path:
+        missing = "[data] source = \"file\" has no eval_path"
+    elif d.source == "math" or is_dotted_path(d.source):
+        missing = f"[data] source = {d.source!r} has no eval split"
+    if not missing:
+        return []
+    return [ConfigIssue("training.eval_every", t.eval_every, f"evaluates on the eval split, but {missing}",
+                        "give the data an eval split ([data] eval_path for a file, num_eval_examples > 0 for the "
+                        "builtin tasks), or set eval_every = 0")]
+
+
+ENGINE_ONLY_KEYS = ("attention_kernel", "kv_cache_dtype", "prefix_caching")
+"""[inference] keys that only the embedded vLLM engine reads (a vLLM server takes them as its own flags)."""
+
+
+def _engine_only_keys(cfg: RetrainConfig) -> list[ConfigIssue]:
+    inf = cfg.inference
+    if inf.engine == "vllm-embedded" or is_dotted_path(inf.engine):
+        return []
+    fields = type(inf).model_fields
+    return [ConfigIssue(f"inference.{key}", getattr(inf, key),
+                        f"acts only with engine = \"vllm-embedded\", not engine = {inf.engine!r}"
+                        + (" (a server's engine takes it as a launch flag of the server)" if inf.engine != "pytorch"
+                           else " (the PyTorch engine has no such setting)"),
+                        f"set [inference] engine = \"vllm-embedded\", or remove {key}")
+            for key in ENGINE_ONLY_KEYS if getattr(inf, key) != fields[key].default]
 
 
 def _uncertainty(cfg: RetrainConfig) -> list[ConfigIssue]:
@@ -214,7 +268,8 @@ def _squeeze(cfg: RetrainConfig) -> list[ConfigIssue]:
 
 
 RULES: tuple[Rule, ...] = (
-    refused_keys, _backend, _backend_options, _clipping, _micro_batches, _uncertainty, _environment,
+    refused_keys, _backend, _backend_options, _clipping, _micro_batches, _schedule_and_checkpoints, _eval_split,
+    _engine_only_keys, _uncertainty, _environment,
     _checkpoint_artifacts, _trackers_installed, _echo, _optimizer_batch, _data_and_reward, _squeeze,
 )
 

@@ -37,7 +37,9 @@ class DataRequest:
 
 
 def _from_builtin(req: DataRequest) -> TaskData:
-    return load_task(req.task, level=req.level, seed=req.seed, num_train=req.num_examples, num_eval=req.num_eval_examples)
+    """`num_examples` generated training examples; `max_examples` > 0 (`[training]`) keeps the first that many."""
+    num_train = min(req.num_examples, req.max_examples) if req.max_examples > 0 else req.num_examples
+    return load_task(req.task, level=req.level, seed=req.seed, num_train=num_train, num_eval=req.num_eval_examples)
 
 
 def _from_file(req: DataRequest) -> TaskData:

@@ -41,7 +41,8 @@ _FLOATS = ["loss", "mean_reward", "correct_rate", "running_correct_rate",
            "clip_fraction", "policy/cov_fraction", "policy/abs_kl", "adv_cap_fraction", "adv_cap_magnitude",
            "batch_adv_mean", "batch_adv_std", *_SURPRISAL,
            "rl/action_token_datumization_ratio", "rl/completion_surprisal_mean", "rl/train_time_s",
-           "grad_norm", "weight_norm", "weight_max_abs", "weight_norm_growth"]
+           "grad_norm", "weight_norm", "weight_max_abs", "weight_norm_growth", "lr",
+           "bp_intensity", "bp_ridge", "bp_achieved_gflops", "bp_achieved_gb_s"]
 
 EXTRAS = "extras"
 METRICS_SCHEMA = pa.schema(

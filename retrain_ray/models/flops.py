@@ -1,4 +1,5 @@
-"""FLOPs per token of a model, for the back-pressure roofline hint (`[backpressure] peak_gflops`).
+"""FLOPs per token and the shapes of a model, for the back-pressure roofline hint (`[backpressure]
+peak_gflops`, `peak_bw_gb_s`; the formulas that use the shapes are in backpressure/roofline.py).
 
 The estimate is the usual dense-transformer one: 2·N FLOPs per token for the forward pass and 4·N for
 the backward pass, so a trained token costs 6·N, with N the model's parameter count (embeddings
@@ -9,23 +10,53 @@ hint compares the predicted rate against the roof, it does not measure utilisati
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM
 
 from retrain_ray.models.loading import resolve_model_path
+from retrain_ray.models.shapes import ModelShapes
 
 TRAIN_FLOPS_PER_PARAM = 6.0
 
 
-def parameter_count(model: str, *, revision: str = "", cache_dir: str | Path | None = None) -> int:
-    """Parameters of `model` (a built-in name, a local folder or a cached Hub id), counted on the meta
-    device: the architecture is built from its config.json, no weights are read."""
+def _meta_model(model: str, revision: str, cache_dir: str | Path | None) -> tuple[Any, torch.nn.Module]:
+    """The architecture of `model` (a built-in name, a local folder or a cached Hub id) on the meta
+    device, built from its config.json: no weights are read."""
     config = AutoConfig.from_pretrained(resolve_model_path(model, cache_dir, revision=revision))
     with torch.device("meta"):
         net = AutoModelForCausalLM.from_config(config)
-    return sum(p.numel() for p in net.parameters())
+    return config, net
+
+
+def parameter_count(model: str, *, revision: str = "", cache_dir: str | Path | None = None) -> int:
+    """Parameters of `model`, counted on the meta device."""
+    return sum(p.numel() for p in _meta_model(model, revision, cache_dir)[1].parameters())
+
+
+def _bytes_per_param(config: Any) -> int:
+    dtype = getattr(config, "dtype", None) or getattr(config, "torch_dtype", None)
+    return 4 if str(dtype) in ("float32", "torch.float32") else 2
+
+
+def model_shapes(model: str, *, full: bool, lora_rank: int, target_modules: Sequence[str], revision: str = "",
+                 cache_dir: str | Path | None = None) -> ModelShapes:
+    """Parameters, LoRA-trainable parameters (rank x (in + out) of every targeted linear layer), weight
+    bytes and KV-cache bytes per token of `model`, from its architecture on the meta device."""
+    config, net = _meta_model(model, revision, cache_dir)
+    total = sum(p.numel() for p in net.parameters())
+    targets = set(target_modules)
+    lora = sum(lora_rank * (m.in_features + m.out_features) for name, m in net.named_modules()
+               if isinstance(m, torch.nn.Linear) and name.rsplit(".", 1)[-1] in targets)
+    heads = int(config.num_attention_heads)
+    head_dim = int(getattr(config, "head_dim", None) or config.hidden_size // heads)
+    kv_heads = int(getattr(config, "num_key_value_heads", None) or heads)
+    width = _bytes_per_param(config)
+    return ModelShapes(parameters=total, trainable=total if full else lora, bytes_per_param=width,
+                       kv_bytes_per_token=2 * int(config.num_hidden_layers) * kv_heads * head_dim * width, full=full)
 
 
 def train_flops_per_token(model: str, *, revision: str = "", cache_dir: str | Path | None = None) -> float:

@@ -14,6 +14,7 @@ from retrain_ray.algorithms.sepa import SEPAController
 from retrain_ray.backends.types import Policy
 from retrain_ray.backpressure.advisor import LocalAdvisor
 from retrain_ray.backpressure.types import BackPressureAdvisor, NoOpAdvisor
+from retrain_ray.compat import provide_original_names
 from retrain_ray.data.loading import load_examples_from_config
 from retrain_ray.data.types import TaskData
 from retrain_ray.rewards import build_reward_from_config
@@ -60,6 +61,7 @@ def _load_task(cfg: RetrainConfig) -> TaskData:
 
 
 def build_reward(cfg: RetrainConfig) -> Reward:
+    provide_original_names()  # a custom reward module written for the original imports `retrain.rewards`, ...
     if is_dotted_path(cfg.reward.type):
         # deferred: loads pydantic, which importing this module does not need
         from retrain_ray.run.plugins import create_reward

@@ -5,6 +5,8 @@ Layout under the run directory:
     checkpoints/checkpoint_step_20/   backend files (adapter or weights, optimizer.pt),
                                       trainer_state.json, CHECKSUMS.json
     checkpoints/final/
+                                      (`[training] checkpoint_dir`: these two directly in that directory,
+                                      with a copy of run_meta.json: run/checkpoint_dir.py)
     trainer_state.json                copy of the newest state (the original's location)
     latest_sampler_path.txt
 
@@ -101,9 +103,9 @@ def verify_checkpoint(directory: Path) -> str:
 class CheckpointManager:
     """Writes, verifies, finds and prunes the checkpoints of one run."""
 
-    def __init__(self, run_dir: Path, keep_last: int = 3) -> None:
+    def __init__(self, run_dir: Path, keep_last: int = 3, root: Path | None = None) -> None:
         self.run_dir = Path(run_dir)
-        self.root = self.run_dir / "checkpoints"
+        self.root = Path(root) if root is not None else self.run_dir / "checkpoints"  # `[training] checkpoint_dir`
         self.keep_last = keep_last
 
     def save(self, name: str, state: TrainerState, write_payload: Callable[[Path], None]) -> Path:

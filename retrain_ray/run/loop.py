@@ -34,6 +34,7 @@ from retrain_ray.rewards.types import Reward
 from retrain_ray.run.checkpoint import CheckpointManager
 from retrain_ray.run.credit import CreditSettings, assign_credit, logical_batch_sha256
 from retrain_ray.run.divergence import DivergenceError, DivergenceWatch, stop_message
+from retrain_ray.run.lr_schedule import LRSchedule
 from retrain_ray.run.rollout import (
     EndpointCounters,
     Group,
@@ -88,7 +89,9 @@ class RunLoop:
         self.cfg = cfg
         self.parts = parts
         self.run_name = run_name
-        self.checkpoints = CheckpointManager(run_dir, cfg.training.keep_last_checkpoints)
+        root = cfg.training.checkpoint_dir
+        self.checkpoints = CheckpointManager(run_dir, cfg.training.keep_last_checkpoints,
+                                             root=Path(root).expanduser() if root else None)
         self.credit = CreditSettings.from_config(cfg)
         t = cfg.training
         self.sampling = SamplingParams(
@@ -103,6 +106,7 @@ class RunLoop:
         self.warm_start = WarmStart(cfg, parts, encode=self.encode, sampling=self.sampling)
         self.endpoint = EndpointCounters()
         self.divergence = DivergenceWatch(t.divergence_factor)
+        self.schedule = LRSchedule.from_training(t)
 
     # ---- the run ---------------------------------------------------------------------------
     def run(self, state: TrainerState) -> RunOutcome:
@@ -161,6 +165,7 @@ class RunLoop:
             with timed(metrics, "advantage_time_s"):
                 credit = assign_credit(out.groups, self.credit, sepa_lambda, self.cfg.training.temperature)
             metrics.update(credit.metrics)
+            metrics["lr"] = self.schedule.lr_at(step)
             train = self.update(credit.batch, metrics)
         if train is None:
             log.info("step %d: no group carried signal (all rewards tied); no update, logged with trained = false",
@@ -181,12 +186,13 @@ class RunLoop:
                       self.generation_rows(step, out.groups))
 
     def update(self, batch: TrainBatch | None, metrics: dict[str, float]) -> TrainStepResult | None:
-        """One optimizer update on `batch` (None: nothing to train, no update); adds `train_time_s`."""
+        """One optimizer update on `batch` at the step's `metrics["lr"]` (None: nothing to train, no update);
+        adds `train_time_s`."""
         if batch is None:
             metrics["train_time_s"] = 0.0
             return None
         with timed(metrics, "train_time_s"):
-            return self.parts.backend.train_step(batch, lr=self.cfg.training.lr,
+            return self.parts.backend.train_step(batch, lr=metrics["lr"],
                                                  weight_decay=self.cfg.training.weight_decay)
 
     def record(self, result: RLStep | WarmStartStep) -> None:
@@ -202,7 +208,7 @@ class RunLoop:
             return
         t = self.cfg.training
         if t.stop_on_divergence:
-            lr = (t.sft_lr or t.lr) if row.get("phase") == "sft" else t.lr
+            lr = row.get("lr", t.lr)
             raise DivergenceError(stop_message(found, lr))
         if found.onset:
             log.warning("%s: %s (warned once until it recovers; [training] stop_on_divergence = true stops the "

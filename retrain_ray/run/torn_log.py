@@ -19,12 +19,12 @@ from retrain_ray.run.checkpoint import CheckpointManager, load_state, verify_che
 log = logging.getLogger(__name__)
 
 
-def resume_point(checkpoint: Path, last_logged: int, checkpoints_dir: Path) -> Path | None:
+def resume_point(checkpoint: Path, last_logged: int, checkpoints_dir: Path, root: Path | None = None) -> Path | None:
     """`checkpoint` if its step is logged, else the newest valid checkpoint of the run in
     `checkpoints_dir` whose step is (None: none is, resume from the start)."""
     if load_state(checkpoint).step <= last_logged:
         return checkpoint
-    earlier = newest_logged(CheckpointManager(checkpoints_dir).candidates(), last_logged)
+    earlier = newest_logged(CheckpointManager(checkpoints_dir, root=root).candidates(), last_logged)
     chosen = earlier[0] if earlier else None
     log.warning("%s: the metrics log was torn after step %d; resuming from %s so the lost rows are written again",
                 checkpoints_dir, last_logged, chosen or "the start")
@@ -53,4 +53,6 @@ def newest_logged(candidates: list[Path], last_logged: int,
 def rewind_past_torn_rows(run_dir: Path, checkpoint: Path) -> Path | None:
     """For a run that writes its own log into `run_dir` (`retrain-ray train --resume`)."""
     last_logged = repair_and_last_step(run_dir)
-    return checkpoint if last_logged is None else resume_point(checkpoint, last_logged, run_dir)
+    if last_logged is None:
+        return checkpoint
+    return resume_point(checkpoint, last_logged, run_dir, checkpoint.parent)

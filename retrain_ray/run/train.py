@@ -17,6 +17,8 @@ from retrain_ray.logs import (
 )
 from retrain_ray.run.build import build_components, build_policy, build_task
 from retrain_ray.run.checkpoint import load_state, resolve_resume_dir
+from retrain_ray.run.checkpoint_dir import checkpoint_dir_resume, checkpoint_root
+from retrain_ray.run.epochs import apply_epochs
 from retrain_ray.run.loop import RunComponents, RunLoop
 from retrain_ray.run.preflight import check_run
 from retrain_ray.run.state import TrainerState, engine_generators, restore_rng_state, seed_everything
@@ -79,14 +81,26 @@ def train_run(
     check_run(config)
     run_dir = Path(run_dir)
     _check_run_dir(run_dir)
-    task = build_task(config)  # before anything is written or the model loads: bad data stops the run here
+    # before anything is written or the model loads: bad data stops the run here
+    config, task, steps = apply_epochs(config, build_task(config))
+    if steps.limited_by == "num_epochs":
+        log.info("%s: %s", run_name, steps.explanation)
+    if resume_from is None:
+        resume_from = checkpoint_dir_resume(config, run_name)  # raises for another run's checkpoints
+        if resume_from is not None:
+            log.warning("%s: resuming from %s, the newest verified checkpoint in [training] checkpoint_dir",
+                        run_name, resume_from)
     run_dir.mkdir(parents=True, exist_ok=True)
     checkpoint = resolve_resume_dir(resume_from) if resume_from else None
     if checkpoint is not None and local_logs:
         checkpoint = rewind_past_torn_rows(run_dir, checkpoint)
     seed_everything(config.training.seed)
-    write_run_meta(run_dir, {"run_name": run_name, "condition": condition_of(config), "seed": config.training.seed,
-                             "config": redact(config.model_dump(mode="json"))})
+    meta = {"run_name": run_name, "condition": condition_of(config), "seed": config.training.seed,
+            "config": redact(config.model_dump(mode="json"))}
+    write_run_meta(run_dir, meta)
+    root = checkpoint_root(config)
+    if root is not None:
+        write_run_meta(root, meta)  # names the run and config of the checkpoints there (run/checkpoint_dir.py)
     observer = _fanout(run_dir, run_name, observers, local_logs, config.logging.jsonl)
     try:
         policy = policy or build_policy(config, throttle=throttle, run_name=run_name)

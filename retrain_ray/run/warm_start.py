@@ -58,6 +58,7 @@ class WarmStart:
             **({"sft_probe_correct_rate": probe} if probe is not None else {}),
             "trained": True,  # a warm-start step always updates the weights
             "loss": result.loss,
+            "lr": t.sft_lr or t.lr,
             "num_datums": float(len(examples)),
             "tokens_per_step": float(batch.num_tokens),
             "step_time_s": metrics["step_time_s"],
