@@ -150,6 +150,8 @@ def _train_locked(cfg: RetrainConfig, args: argparse.Namespace, run_dir: Path) -
         except FileNotFoundError as exc:
             err.print(f"[bold red]error:[/] {exc}", highlight=False)
             return 2
+    if not args.quiet:
+        err.print(capability_line(cfg), highlight=False, markup=False, soft_wrap=True)
     progress = None if args.quiet else ProgressObserver(cfg.training.max_steps, first, log_every=cfg.training.log_every)
     trackers = build_trackers(cfg, RunIdentity(run_dir.name, condition_of(cfg), cfg.training.seed), run_dir)
     started = time.perf_counter()
@@ -168,6 +170,17 @@ def _train_locked(cfg: RetrainConfig, args: argparse.Namespace, run_dir: Path) -
     first_step_s = outcome.first_step_at - process_started_at() if outcome.first_step_at else None
     _print_summary(outcome, progress, run_dir, time.perf_counter() - started, first_step_s)
     return _squeeze_after(cfg, run_dir) if cfg.squeeze is not None else 0
+
+
+def capability_line(cfg: RetrainConfig) -> str:
+    """The start-up report of the backend's capability metadata (seed 002), in one line, as `backends`
+    and preflight read it from the registry."""
+    # deferred: loads torch, which importing this module does not need
+    from retrain_ray.backends.registry import capabilities_for
+
+    flags, source = capabilities_for(cfg.backend.backend, cfg.backend.options)
+    shown = " ".join(f"{k}={str(v).lower() if isinstance(v, bool) else v}" for k, v in dataclasses.asdict(flags).items())
+    return f"backend {cfg.backend.backend} ({source}): {shown}"
 
 
 def continue_command(argv: list[str], run_dir: Path | None) -> str:

@@ -27,7 +27,7 @@ def _config(tmp_path, *, transport: str = "filesystem", sft: int = 0, **options)
     path = write_config(
         tmp_path / "prime.toml", base=TINY_RUN,
         backend={"backend": "prime_rl", "adapter_path": str(tmp_path / "prime"), "options": opts}, algorithm=GRPO,
-        training={"max_steps": 3, "group_size": 4, "sft_warmup_steps": sft, "save_every": 0, "seed": 3},
+        training={"max_steps": 3, "sft_warmup_steps": sft, "save_every": 0, "seed": 3},
         logging={"log_dir": str(tmp_path / "logs" / "run")})
     return load_config(path)
 
