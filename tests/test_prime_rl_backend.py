@@ -12,7 +12,13 @@ from helpers import GRPO, TINY_RUN, free_port, write_config
 from retrain_ray.backends.prime_rl import build_prime_rl_policy
 from retrain_ray.backends.prime_rl.backend import PrimeRLBackend, rl_samples
 from retrain_ray.backends.prime_rl.transport import FileSystemSender
-from retrain_ray.backends.prime_rl.wire import TrainingBatch, TrainingSample, broadcast_dir, encode_batch, rollout_file
+from retrain_ray.backends.prime_rl.wire import (
+    TrainingBatch,
+    TrainingSample,
+    broadcast_dir,
+    encode_batch,
+    rollout_file,
+)
 from retrain_ray.backends.types import TrainBatch
 from retrain_ray.config import ConfigError, load_config
 from retrain_ray.logs import read_stream

@@ -19,7 +19,7 @@ import re
 from pathlib import Path
 
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file, save_file  # pyright: ignore[reportUnknownVariableType]
 
 from retrain_ray.engines.lora import LoraSettings
 
@@ -38,7 +38,7 @@ def _lora_parts(name: str) -> tuple[str, str]:
 
 def write_peft_folder(folder: Path, lora: LoraSettings, tensors: dict[str, torch.Tensor]) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
-    out = {}
+    out: dict[str, torch.Tensor] = {}
     for name, tensor in tensors.items():
         module, ab = _lora_parts(name)
         out[f"{module}.lora_{ab}.weight"] = tensor.detach().to("cpu").contiguous()
@@ -54,7 +54,7 @@ def read_peft_folder(folder: Path) -> tuple[LoraSettings, dict[str, torch.Tensor
     config = json.loads((folder / CONFIG).read_text())
     lora = LoraSettings(rank=int(config["r"]), alpha=float(config["lora_alpha"]),
                         dropout=float(config.get("lora_dropout", 0.0)), target_modules=tuple(config["target_modules"]))
-    tensors = {}
+    tensors: dict[str, torch.Tensor] = {}
     for name, tensor in load_file(str(folder / PEFT_WEIGHTS)).items():
         module, ab = _lora_parts(name)
         tensors[f"{module}.lora_{ab}.default.weight"] = tensor
@@ -63,7 +63,8 @@ def read_peft_folder(folder: Path) -> tuple[LoraSettings, dict[str, torch.Tensor
 
 def write_mlx_folder(folder: Path, lora: LoraSettings, tensors: dict[str, torch.Tensor]) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
-    out, keys = {}, set()
+    out: dict[str, torch.Tensor] = {}
+    keys: set[str] = set()
     for name, tensor in tensors.items():
         module, ab = _lora_parts(name)
         module = module.removeprefix(_PEFT_PREFIX)
@@ -84,7 +85,7 @@ def read_mlx_folder(folder: Path) -> tuple[LoraSettings, dict[str, torch.Tensor]
     targets = tuple(sorted({k.rsplit(".", 1)[-1] for k in params["keys"]}))
     lora = LoraSettings(rank=rank, alpha=float(params["scale"]) * rank, dropout=float(params.get("dropout", 0.0)),
                         target_modules=targets)
-    tensors = {}
+    tensors: dict[str, torch.Tensor] = {}
     for name, tensor in load_file(str(folder / MLX_WEIGHTS)).items():
         module, ab = name.rsplit(".lora_", 1)
         tensors[f"{_PEFT_PREFIX}{module}.lora_{ab.upper()}.default.weight"] = tensor.t().contiguous()

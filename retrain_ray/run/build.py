@@ -12,9 +12,9 @@ from retrain_ray.algorithms import RegexPlanningDetector, resolve_modes
 from retrain_ray.algorithms.plugins import is_dotted_path
 from retrain_ray.algorithms.sepa import SEPAController
 from retrain_ray.backends.types import Policy
-from retrain_ray.config.names import OPENAI_ENGINES
 from retrain_ray.backpressure.advisor import LocalAdvisor
 from retrain_ray.backpressure.types import BackPressureAdvisor, NoOpAdvisor
+from retrain_ray.config.names import OPENAI_ENGINES
 from retrain_ray.data.loading import load_examples_from_config
 from retrain_ray.data.types import TaskData
 from retrain_ray.rewards import build_reward_from_config

@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors.torch import load_file
+from safetensors.torch import load_file  # pyright: ignore[reportUnknownVariableType]
 
 from retrain_ray.engines.adapter_folders import read_mlx_folder, read_peft_folder
 from retrain_ray.engines.adapters import AdapterSpec, decode_adapter

@@ -50,7 +50,7 @@ def scalar_advantage(row: int, advantages: list[float], prompt_len: int) -> floa
 
 
 def rl_samples(batch: TrainBatch, env_name: str) -> list[TrainingSample]:
-    samples = []
+    samples: list[TrainingSample] = []
     for row, (tokens, logprobs, advantages, prompt_len) in enumerate(
             zip(batch.tokens_D, batch.logprobs_D, batch.advantages_D, batch.prompt_lens_D, strict=True)):
         value = scalar_advantage(row, advantages, prompt_len)
@@ -64,7 +64,7 @@ def rl_samples(batch: TrainBatch, env_name: str) -> list[TrainingSample]:
 
 def sft_samples(batch: TrainBatch, env_name: str) -> list[TrainingSample]:
     """Warm-start rows: the tokens with a nonzero advantage are the targets (TrainBackend.sft_step)."""
-    samples = []
+    samples: list[TrainingSample] = []
     for tokens, logprobs, advantages in zip(batch.tokens_D, batch.logprobs_D, batch.advantages_D, strict=True):
         targets = [a != 0 for a in advantages]
         n = len(tokens)

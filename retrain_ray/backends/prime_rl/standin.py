@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors.torch import save_file
+from safetensors.torch import save_file  # pyright: ignore[reportUnknownVariableType]
 
 from retrain_ray.backends.prime_rl.wire import (
     STABLE_MARKER,
@@ -76,7 +76,8 @@ class ZmqReceiver:
         # deferred: pyzmq is the prime_rl extra, needed only for this transport
         import zmq
 
-        self._socket = zmq.Context.instance().socket(zmq.PULL)
+        context: Any = zmq.Context.instance()  # pyright: ignore[reportUnknownMemberType, reportUnknownVariableType]
+        self._socket: Any = context.socket(zmq.PULL)
         self._socket.setsockopt(zmq.RCVHWM, hwm)
         self._socket.setsockopt(zmq.LINGER, 0)
         self._socket.bind(f"tcp://{'127.0.0.1' if host == 'localhost' else host}:{port}")
@@ -170,7 +171,7 @@ class PrimeRLStandin:
 
         self.run_dir = Path(run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        torch.manual_seed(seed)
+        torch.manual_seed(seed)  # pyright: ignore[reportUnknownMemberType]
         base, tokenizer = load_model_and_tokenizer(model, cache_dir=cache_dir)
         self.trainer_model = copy.deepcopy(base).train()
         self.optimizer = torch.optim.AdamW(self.trainer_model.parameters(), lr=lr, weight_decay=0.0)
@@ -207,8 +208,8 @@ class PrimeRLStandin:
     def _train(self, batch: TrainingBatch) -> None:
         loss = batch_loss(self.trainer_model, batch)
         self.optimizer.zero_grad()
-        loss.backward()
-        self.optimizer.step()
+        loss.backward()  # pyright: ignore[reportUnknownMemberType]
+        self.optimizer.step()  # pyright: ignore[reportUnknownMemberType]
         self.losses.append(float(loss.detach()))
         self.trained_steps.append(batch.step)
         folder = broadcast_dir(self.run_dir, batch.step + 1)
