@@ -75,11 +75,12 @@ def backend_catalog() -> dict[str, Any]:
     """Everything `backends --json` prints."""
     backends: dict[str, Any] = {}
     for name in sorted(names.SUPPORTED_BACKENDS):
+        dependencies = [{"module": m, "install": hint, "available": importable(m)} for m, hint in _DEPENDENCIES[name]]
         backends[name] = {
             "source": "builtin",
             "description": _DESCRIPTIONS[name],
-            "dependencies": [{"module": m, "install": hint, "available": importable(m)}
-                             for m, hint in _DEPENDENCIES[name]],
+            "available": all(d["available"] for d in dependencies),  # every package it needs imports here
+            "dependencies": dependencies,
             "capabilities": dataclasses.asdict(builtin_capabilities(name)),
             "option_schema": option_schema(name),
         }

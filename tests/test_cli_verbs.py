@@ -54,7 +54,8 @@ def test_backends_json_reports_the_backends_own_capabilities_and_option_schemas(
     assert plugin["factory"].startswith("factory(config, context) -> Policy(engine, backend, tokenizer)")
     assert "prime_rl" not in catalog["not_shipped"]
     prime = catalog["backends"]["prime_rl"]
-    assert all(dep["available"] for dep in prime["dependencies"])  # msgspec and pyzmq: the dev extra installs them
+    assert prime["available"] is True  # msgspec and pyzmq: the dev extra installs them
+    assert all(dep["available"] for dep in prime["dependencies"])
     assert prime["capabilities"]["reports_sync_loss"] is False
     assert prime["capabilities"]["preserves_token_advantages"] is False
     assert prime["option_schema"]["transport"] == {"type": "str", "default": "filesystem"}
