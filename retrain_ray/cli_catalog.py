@@ -40,15 +40,15 @@ _DEPENDENCIES: dict[str, list[tuple[str, str]]] = {
     "local": [("torch", "pip install retrain-ray"), ("transformers", "pip install retrain-ray"),
               ("peft", "pip install retrain-ray")],
     "tinker": [("tinker", 'pip install "retrain-ray[tinker]"')],
+    "prime_rl": [("msgspec", 'pip install "retrain-ray[prime_rl]"'), ("zmq", 'pip install "retrain-ray[prime_rl]"')],
 }
 _DESCRIPTIONS = {
     "local": "PyTorch/PEFT on this machine or a Ray worker: CPU, one GPU, or split sampler/trainer GPUs",
     "tinker": "remote training API (Tinker); sampling and updates run on the service",
+    "prime_rl": "a running PRIME-RL trainer + inference server: TrainingBatch messages over its filesystem or zmq "
+                "transport, weights from its broadcasts via /update_weights (options.standin: a local stand-in)",
 }
 NOT_SHIPPED = {
-    "prime_rl": "an external PRIME-RL trainer and inference stack; not shipped (docs/configuration.md): "
-                "use backend = \"local\" with [inference] engine = \"vllm\" or \"vllm-embedded\", "
-                "or a dotted-path plugin backend",
     "unsloth": "the original's Unsloth-patched local backend; not shipped: use backend = \"local\"",
 }
 
@@ -75,11 +75,12 @@ def backend_catalog() -> dict[str, Any]:
     """Everything `backends --json` prints."""
     backends: dict[str, Any] = {}
     for name in sorted(names.SUPPORTED_BACKENDS):
+        dependencies = [{"module": m, "install": hint, "available": importable(m)} for m, hint in _DEPENDENCIES[name]]
         backends[name] = {
             "source": "builtin",
             "description": _DESCRIPTIONS[name],
-            "dependencies": [{"module": m, "install": hint, "available": importable(m)}
-                             for m, hint in _DEPENDENCIES[name]],
+            "available": all(d["available"] for d in dependencies),  # every package it needs imports here
+            "dependencies": dependencies,
             "capabilities": dataclasses.asdict(builtin_capabilities(name)),
             "option_schema": option_schema(name),
         }

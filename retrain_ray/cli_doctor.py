@@ -19,6 +19,8 @@ from typing import Any
 REQUIRED = ("torch", "transformers", "peft", "ray", "pyarrow", "pandas", "pydantic", "safetensors", "math_verify")
 OPTIONAL = {
     "tinker": 'pip install "retrain-ray[tinker]" (backend = "tinker")',
+    "msgspec": 'pip install "retrain-ray[prime_rl]" (backend = "prime_rl": its TrainingBatch format)',
+    "zmq": 'pip install "retrain-ray[prime_rl]" (backend = "prime_rl" with transport = "zmq")',
     "vllm": 'pip install "retrain-ray[gpu]" (engine = "vllm-embedded"; on CPU: make setup-vllm)',
     "wandb": 'pip install "retrain-ray[wandb]" (logging.wandb_project)',
     "mlflow": 'pip install "retrain-ray[mlflow]" (MLflow tracking)',

@@ -160,6 +160,8 @@ def _train_locked(cfg: RetrainConfig, args: argparse.Namespace, run_dir: Path) -
             return 2
     plan = plan_from_config(cfg)  # num_epochs may end the run before max_steps
     total = plan.steps if plan is not None else cfg.training.max_steps
+    if not args.quiet:
+        err.print(capability_line(cfg), highlight=False, markup=False, soft_wrap=True)
     progress = None if args.quiet else ProgressObserver(total, first, log_every=cfg.training.log_every)
     trackers = build_trackers(cfg, RunIdentity(run_dir.name, condition_of(cfg), cfg.training.seed), run_dir)
     started = time.perf_counter()
@@ -191,6 +193,17 @@ def _checkpoint_dir_resume(cfg: RetrainConfig, run_name: str) -> str | None:
     Console().print(f"resuming from {found}: the newest verified checkpoint of run {run_name} in [training] "
                     f"checkpoint_dir {cfg.training.checkpoint_dir}", highlight=False)
     return str(found)
+
+
+def capability_line(cfg: RetrainConfig) -> str:
+    """The start-up report of the backend's capability metadata (seed 002), in one line, as `backends`
+    and preflight read it from the registry."""
+    # deferred: loads torch, which importing this module does not need
+    from retrain_ray.backends.registry import capabilities_for
+
+    flags, source = capabilities_for(cfg.backend.backend, cfg.backend.options)
+    shown = " ".join(f"{k}={str(v).lower() if isinstance(v, bool) else v}" for k, v in dataclasses.asdict(flags).items())
+    return f"backend {cfg.backend.backend} ({source}): {shown}"
 
 
 def continue_command(argv: list[str], run_dir: Path | None) -> str:

@@ -52,7 +52,14 @@ def test_backends_json_reports_the_backends_own_capabilities_and_option_schemas(
     assert "RETRAIN_BACKEND_OPTION_SCHEMA" in plugin["hooks"]["option_schema"]
     assert "retrain_backend_resources" in plugin["hooks"]["resources"]
     assert plugin["factory"].startswith("factory(config, context) -> Policy(engine, backend, tokenizer)")
-    assert "prime_rl" in catalog["not_shipped"]
+    assert "prime_rl" not in catalog["not_shipped"]
+    prime = catalog["backends"]["prime_rl"]
+    assert prime["available"] is True  # msgspec and pyzmq: the dev extra installs them
+    assert all(dep["available"] for dep in prime["dependencies"])
+    assert prime["capabilities"]["reports_sync_loss"] is False
+    assert prime["capabilities"]["preserves_token_advantages"] is False
+    assert prime["option_schema"]["transport"] == {"type": "str", "default": "filesystem"}
+    assert prime["option_schema"]["strict_advantages"] == {"type": "bool", "default": True}
 
 
 def test_init_writes_loadable_templates_and_never_overwrites(tmp_path, capsys):
@@ -165,13 +172,33 @@ def test_squeeze_of_a_real_run_writes_an_adapter_peft_loads(lora_run, capsys):
     assert ranks == {2}
 
 
-def test_prime_rl_is_refused_at_load_with_what_to_use_instead(tmp_path, capsys):
-    cfg = tmp_path / "prime.toml"
-    cfg.write_text('[backend]\nbackend = "prime_rl"\nadapter_path = "/out"\n[inference]\nurl = "http://localhost:8000"\n')
-    assert main(["explain", str(cfg)]) == 2
+def test_train_on_prime_rl_reports_its_capabilities_and_trains_three_steps(tmp_path, capsys):
+    """`retrain-ray train` on the prime_rl backend against its local stand-in (PRIME-RL needs CUDA); the
+    start-up line is the backend's capability metadata (seed 002), and --quiet drops it."""
+    from helpers import GRPO, TINY_RUN, write_config
+
+    from retrain_ray.logs import read_stream
+
+    def config(name: str) -> Path:
+        return write_config(
+            tmp_path / f"{name}.toml", base=TINY_RUN, algorithm=GRPO,
+            backend={"backend": "prime_rl", "adapter_path": str(tmp_path / name / "prime"),
+                     "options": {"standin": True, "sync_wait_s": 120.0, "sync_poll_s": 0.05}},
+            training={"max_steps": 3, "sft_warmup_steps": 0, "save_every": 0},
+            logging={"log_dir": str(tmp_path / name / "logs")})
+
+    capsys.readouterr()
+    assert main(["train", str(config("loud"))]) == 0
     err = capsys.readouterr().err
-    assert "backend.backend" in err and "prime_rl" in err
-    assert 'engine = "vllm"' in err and "plugin backend" in err
+    assert ("backend prime_rl (builtin): reports_sync_loss=false preserves_token_advantages=false "
+            "supports_checkpoint_resume=true resume_runtime_dependent=false checkpoint_resume_mode=exact") in err
+    rows = read_stream(tmp_path / "loud" / "logs", "metrics").to_pylist()
+    assert [r["step"] for r in rows] == [0, 1, 2] and all(r["loss_is_placeholder"] for r in rows)
+    prime = tmp_path / "loud" / "prime"
+    assert (prime / "rollouts" / "step_2" / "train_rollouts.bin").is_file()  # the third batch went out
+    assert (prime / "broadcasts" / "step_2" / "STABLE").is_file()  # the run synced the second update
+    assert main(["train", str(config("quiet")), "--quiet"]) == 0
+    assert "reports_sync_loss" not in capsys.readouterr().err
 
 
 def test_status_views_and_top_filter_campaigns_as_the_original(tmp_path, capsys):

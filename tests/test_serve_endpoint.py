@@ -122,3 +122,60 @@ def test_endpoint_port_listens_on_loopback_only(endpoint):
     bound = {c.laddr.ip for c in psutil.net_connections(kind="inet")
              if c.status == psutil.CONN_LISTEN and c.laddr.port == port}
     assert bound == {"127.0.0.1"}, bound
+
+
+@pytest.mark.parametrize("engine", ["max", "mlx", "trtllm"])
+def test_each_servers_weight_sync_call_makes_it_sample_from_the_trainers_adapter(endpoint, tmp_path, engine):
+    """MAX (load_lora_adapter by path), MLX-LM (`adapters` per request) and TensorRT-LLM (`lora_request`
+    per request): after each sync the stand-in samples exactly what the trainer's model samples."""
+    from retrain_ray.engines.openai import UPLOAD_OF_ENGINE
+
+    name = f"{engine}-adapter"
+    first, tokenizer, lora = _lora_model(seed=7)
+    second, _, _ = _lora_model(seed=8)
+    client = OpenAIEngine(endpoint, model_name=MODEL, adapter_name=name, adapter_spec=AdapterSpec(name, 0, "lora", lora),
+                          adapter_upload=UPLOAD_OF_ENGINE[engine], adapter_dir=tmp_path, seed=99)
+    prompt = [1, 40, 41]
+    base = client.complete(prompt, 4, PARAMS, seed=5)
+    for version, model in ((1, first), (2, second)):
+        client.load_weights(WeightUpdate(version=version, tensors=export_trainable(model)))
+        assert client.weights_version == version
+        remote = client.complete(prompt, 4, PARAMS, seed=5)
+        local = _local(model, tokenizer, seed=5).generate([prompt], 4, PARAMS)[0]
+        assert [r.token_ids for r in remote] == [r.token_ids for r in local]
+        assert remote[0].logprobs == pytest.approx(local[0].logprobs, abs=1e-5)
+        assert [r.logprobs for r in remote] != [r.logprobs for r in base]
+
+
+def test_update_weights_loads_a_prime_rl_broadcast_into_the_served_model(endpoint, tmp_path):
+    """PRIME-RL's call: `/update_weights {"weight_dir": .../step_<n>}` replaces the base model's weights;
+    a later test in this module would see them, so the original weights are put back after."""
+    from safetensors.torch import save_file
+
+    from retrain_ray.models import load_model_and_tokenizer
+
+    model, tokenizer = load_model_and_tokenizer(MODEL)
+    original = {n: p.detach().clone().contiguous() for n, p in model.named_parameters()}
+    torch.manual_seed(3)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn_like(p) * 0.05)
+    folder = tmp_path / "broadcasts" / "step_4"
+    folder.mkdir(parents=True)
+    save_file({n: p.detach().contiguous() for n, p in model.named_parameters()}, str(folder / "model.safetensors"))
+    try:
+        r = httpx.post(f"{endpoint}/update_weights", json={"weight_dir": str(folder)}, timeout=60)
+        assert r.status_code == 200 and r.json()["version"] == 4
+        out = httpx.post(f"{endpoint}/v1/completions", json={"model": MODEL, "prompt": [1, 40, 41], "n": 2,
+                                                            "max_tokens": 6, "temperature": 0.9, "top_p": 0.95,
+                                                            "seed": 5}, timeout=60).json()
+        assert out["weights_version"] == 4
+        local = _local(model.eval(), tokenizer, seed=5).generate([[1, 40, 41]], 2, PARAMS)[0]
+        assert [c["token_ids"] for c in out["choices"]] == [list(r.token_ids) for r in local]
+        missing = httpx.post(f"{endpoint}/update_weights", json={"weight_dir": str(tmp_path / "nope")}, timeout=60)
+        assert missing.status_code == 400 and "does not exist" in missing.text
+    finally:
+        back = tmp_path / "broadcasts" / "step_0"
+        back.mkdir()
+        save_file(original, str(back / "model.safetensors"))
+        httpx.post(f"{endpoint}/update_weights", json={"weight_dir": str(back)}, timeout=60).raise_for_status()

@@ -47,9 +47,15 @@ BUILTIN_CAPABILITIES: dict[str, BackendCapabilities] = {
     "tinker": BackendCapabilities(reports_sync_loss=True, preserves_token_advantages=True,
                                   supports_checkpoint_resume=True, resume_runtime_dependent=True,
                                   checkpoint_resume_mode="exact"),
+    # seed 002's table: PRIME-RL's trainer optimizes asynchronously (a placeholder loss) on one advantage
+    # per sample; its own checkpoints hold the weights and optimizer, ours the step count
+    "prime_rl": BackendCapabilities(reports_sync_loss=False, preserves_token_advantages=False,
+                                    supports_checkpoint_resume=True, resume_runtime_dependent=False,
+                                    checkpoint_resume_mode="exact"),
 }
-REMOTE_BACKENDS = frozenset({"tinker"})
-"""Backends that train on a remote service: a run of one holds no local GPU, whatever `backend.devices` says."""
+REMOTE_BACKENDS = frozenset({"tinker", "prime_rl"})
+"""Backends that train outside the run's process (a service, or PRIME-RL's own trainer): a run of one holds
+no local GPU, whatever `backend.devices` says."""
 PLUGIN_DEFAULT_CAPABILITIES = BackendCapabilities(preserves_token_advantages=False,
                                                   checkpoint_resume_mode="adapter_only")
 PLUGIN_HOOKS = {

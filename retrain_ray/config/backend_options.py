@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from retrain_ray.config.errors import ConfigIssue, did_you_mean
+from retrain_ray.config.prime_rl_options import PRIME_RL_OPTION_DEFAULTS, parse_prime_rl_options
 from retrain_ray.config.tinker_options import TINKER_OPTION_DEFAULTS, parse_tinker_options
 
 LOCAL_OPTIONS: dict[str, Any] = {
@@ -97,10 +98,25 @@ def _tinker_values(options: dict[str, Any]) -> list[ConfigIssue]:
     return []
 
 
+def _prime_rl_values(options: dict[str, Any]) -> list[ConfigIssue]:
+    try:
+        parse_prime_rl_options(options)
+    except (ValueError, TypeError) as exc:
+        return [ConfigIssue("backend.options", options, str(exc),
+                            "see the prime_rl backend's options in docs/configuration.md")]
+    return []
+
+
+VALUE_CHECKS = {"tinker": _tinker_values, "prime_rl": _prime_rl_values}
+"""Backends whose option values are checked by their own parser (config/tinker_options.py, prime_rl_options.py)."""
+
+
 def schema_for(backend: str, options: dict[str, Any]) -> dict[str, Any] | None:
     """Known options and defaults of a built-in backend; None for plugins (unchecked)."""
     if backend == "tinker":
         return _tinker_schema() if options else {}
+    if backend == "prime_rl":
+        return dict(PRIME_RL_OPTION_DEFAULTS)
     return SCHEMAS.get(backend)
 
 
@@ -139,8 +155,8 @@ def check_options(backend: str, options: dict[str, Any]) -> list[ConfigIssue]:
             issues.append(ConfigIssue(loc, value, f"expected a {kind}", f"default is {schema[key]!r}"))
         elif backend == "local":
             issues += _local_value(key, value)
-    if backend == "tinker" and options and not issues:
-        issues += _tinker_values(options)
+    if backend in VALUE_CHECKS and options and not issues:
+        issues += VALUE_CHECKS[backend](options)
     return issues
 
 

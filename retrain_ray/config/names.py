@@ -33,11 +33,15 @@ UNCERTAINTY_ALIASES: dict[str, str] = {
 }
 UNCERTAINTY_PARAM_KEYS = ("uncertainty_kind", "uncertainty_metric", "token_uncertainty")
 POLICY_LOSS_MODES = frozenset({"standard", "kl_cov", "clip_cov"})
-SUPPORTED_BACKENDS = frozenset({"local", "tinker"})
-ORIGINAL_ONLY_BACKENDS = frozenset({"unsloth", "prime_rl"})
+SUPPORTED_BACKENDS = frozenset({"local", "tinker", "prime_rl"})
+ORIGINAL_ONLY_BACKENDS = frozenset({"unsloth"})
 # "vllm" (with or without url) is a client of a vLLM server, as in the original; "vllm-embedded" (ours)
 # runs vLLM inside the run (retrain_ray/engines/vllm_embedded.py).
 INFERENCE_ENGINES = frozenset({"pytorch", "max", "vllm", "vllm-embedded", "sglang", "trtllm", "mlx", "openai"})
+OPENAI_ENGINES = frozenset({"openai", "vllm", "sglang", "max", "mlx", "trtllm"})
+"""Engines that are clients of an OpenAI-compatible server at `[inference] url` (engines/openai.py)."""
+PATH_ADAPTER_ENGINES = frozenset({"max", "mlx", "trtllm"})
+"""Servers that load the trainer's weights as a LoRA adapter folder only: they need `finetune = "lora"`."""
 ENTROPY_ENGINES = frozenset({"pytorch"})
 """Built-in engines that return per-token entropies (under the built-in local backend only)."""
 PLANNING_DETECTORS = frozenset({"regex", "semantic", "none"})

@@ -72,15 +72,7 @@ def _reward(value: Any) -> str:
     return "the judge reward needs an LLM endpoint, which is not available" if value == "judge" else ""
 
 
-def _engine(value: Any) -> str:
-    if value in ("max", "trtllm", "mlx"):
-        return (f"the {value} engine is not shipped; use pytorch, vllm, vllm-embedded, sglang, openai or a dotted "
-                "plugin engine")
-    return ""
-
-
 BY_VALUE: dict[tuple[str, str], ValueRule] = {
-    ("inference", "engine"): _engine,
     ("planning", "detector"): _detector,
     ("training", "sft_loss_fn"): _sft_loss,
     ("training", "sft_batch_order"): _sft_order,

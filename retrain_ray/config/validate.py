@@ -4,8 +4,8 @@ Each rule is a small function `cfg -> list[ConfigIssue]` registered in `RULES`; 
 runs all of them so every problem is reported at once. Single-key bounds are field constraints in
 the section models. Warnings (spec 7) are rules of the same shape returning text, in `WARNINGS`.
 
-Departures from the original: `unsloth` and `prime_rl` backends are rejected with a hint (retrain-ray
-does not ship them); `micro_batch_size` / `gradient_accumulation_steps` consistency is ours.
+Departures from the original: the `unsloth` backend is rejected with a hint (retrain-ray does not ship
+it); max / mlx / trtllm engines need LoRA (they load the trainer's weights as an adapter folder); `micro_batch_size` / `gradient_accumulation_steps` consistency is ours.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from retrain_ray.config.errors import ConfigIssue
 from retrain_ray.config.names import (
     ENTROPY_ENGINES,
     ORIGINAL_ONLY_BACKENDS,
+    PATH_ADAPTER_ENGINES,
     SUPPORTED_BACKENDS,
     UNCERTAINTY_PARAM_KEYS,
     canonical_uncertainty,
@@ -32,25 +33,24 @@ if TYPE_CHECKING:
 Rule = Callable[["RetrainConfig"], list[ConfigIssue]]
 
 
-PRIME_RL_REFUSAL = (
-    "the prime_rl backend drives an external PRIME-RL trainer and inference stack, which retrain-ray does "
-    "not ship (it needs Python 3.12, CUDA builds of torch and vLLM, and packages outside PyPI; see "
-    "docs/configuration.md)",
-    "use backend = \"local\" with [inference] engine = \"vllm\" (a vLLM server at url, as PRIME-RL's "
-    "inference) or \"vllm-embedded\", backend = \"tinker\", or wrap PRIME-RL in a dotted-path plugin backend",
-)
-
-
 def _backend(cfg: RetrainConfig) -> list[ConfigIssue]:
     name = cfg.backend.backend
     if name in SUPPORTED_BACKENDS or is_dotted_path(name):
         return []
-    if name == "prime_rl":
-        return [ConfigIssue("backend.backend", name, *PRIME_RL_REFUSAL)]
     why = "is a backend of the original retrain that retrain-ray does not ship" \
         if name in ORIGINAL_ONLY_BACKENDS else "is not a known backend"
     return [ConfigIssue("backend.backend", name, f"{name!r} {why}",
-                        "use \"local\" (PyTorch on this machine/cluster), \"tinker\", or a dotted plugin path")]
+                        "use \"local\" (PyTorch on this machine/cluster), \"tinker\", \"prime_rl\", or a dotted "
+                        "plugin path")]
+
+
+def _adapter_engines(cfg: RetrainConfig) -> list[ConfigIssue]:
+    engine = cfg.inference.engine
+    if engine in PATH_ADAPTER_ENGINES and cfg.backend.backend == "local" and cfg.model.finetune != "lora":
+        return [ConfigIssue("model.finetune", cfg.model.finetune,
+                            f"the {engine} engine loads the trainer's weights as a LoRA adapter folder only",
+                            'use [model] finetune = "lora", or [inference] engine = "openai" / "pytorch"')]
+    return []
 
 
 def _backend_options(cfg: RetrainConfig) -> list[ConfigIssue]:
@@ -154,10 +154,10 @@ def _uncertainty(cfg: RetrainConfig) -> list[ConfigIssue]:
     kind = effective_uncertainty_kind(cfg)
     engine = cfg.inference.engine  # a plugin engine's declared capabilities are checked by preflight
     if kind == "shannon_entropy" and ((engine not in ENTROPY_ENGINES and not is_dotted_path(engine))
-                                      or cfg.backend.backend == "tinker"):
+                                      or cfg.backend.backend in ("tinker", "prime_rl")):
         issues.append(ConfigIssue("algorithm.uncertainty_kind", kind,
                                   "shannon_entropy needs inference.engine = \"pytorch\" (or a plugin engine that "
-                                  "declares entropies) and a non-tinker backend",
+                                  "declares entropies) and a backend other than tinker and prime_rl",
                                   "use surprisal or predictive_variance"))
     return issues
 
@@ -268,8 +268,8 @@ def _squeeze(cfg: RetrainConfig) -> list[ConfigIssue]:
 
 
 RULES: tuple[Rule, ...] = (
-    refused_keys, _backend, _backend_options, _clipping, _micro_batches, _schedule_and_checkpoints, _eval_split,
-    _engine_only_keys, _uncertainty, _environment,
+    refused_keys, _backend, _backend_options, _adapter_engines, _clipping, _micro_batches,
+    _schedule_and_checkpoints, _eval_split, _engine_only_keys, _uncertainty, _environment,
     _checkpoint_artifacts, _trackers_installed, _echo, _optimizer_batch, _data_and_reward, _squeeze,
 )
 

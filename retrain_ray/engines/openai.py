@@ -1,5 +1,6 @@
 """SamplingEngine client of an OpenAI-compatible `/v1/completions` server (our Serve endpoint, vLLM,
-SGLang), for `[inference] engine = "openai" | "vllm" | "sglang"` with `[inference] url`.
+SGLang, MAX, MLX-LM, TensorRT-LLM), for `[inference] engine = "openai" | "vllm" | "sglang" | "max" |
+"mlx" | "trtllm"` with `[inference] url`.
 
 One request per prompt: `{"model": adapter, "prompt": [token ids], "n": num_samples, "max_tokens",
 "temperature", "top_p", "logprobs": 1, "seed", "return_tokens_as_token_ids": true}`; completion
@@ -10,17 +11,24 @@ exactly its own duration, so the throttle's capacity bounds the requests in flig
 Every request has a timeout; HTTP 502/503/504, timeouts and dropped connections are retried with
 exponential backoff (bounded attempts) and counted (`openai_retries`).
 
-Weights: `load_weights(update)` uploads the trainer's tensors under the adapter name with the update's
-version (`POST /v1/load_lora_adapter`, safetensors bytes, `adapter_upload="tensors"`), or, for vLLM
-(`adapter_upload="path"`), writes a PEFT adapter folder under `adapter_dir` and posts its path after
-unloading the old one. A response whose `weights_version` differs from the loaded version is an error.
+Weights: `load_weights(update)` makes the server sample from the trainer's tensors, by each server's own
+call (`adapter_upload`; the folder layouts are in engines/adapter_folders.py):
+* "tensors" (our endpoint): `POST /v1/load_lora_adapter` with safetensors bytes, name and version;
+* "path" (vLLM, and MAX's `max serve --enable-lora`, which takes the same call): a PEFT folder under
+  `adapter_dir`, then `POST /v1/unload_lora_adapter` and `POST /v1/load_lora_adapter {"lora_name",
+  "lora_path"}`; requests name the adapter as their `model`;
+* "trtllm" (`trtllm-serve`): a PEFT folder; every request carries `lora_request: {"lora_name",
+  "lora_int_id": version, "lora_path"}` (TensorRT-LLM's `LoRARequest`; a new id per version, so the
+  server does not reuse the old weights it cached under the old id);
+* "mlx" (`mlx_lm.server`): an MLX-LM adapter folder; every request carries `adapters: <folder>` (the
+  folder must be readable by the server; mlx_lm.server resolves relative paths from where it started).
+A response whose `weights_version` differs from the loaded version is an error.
 Seeds: request k of prompt i uses `seed + 7919 * k + i`, so a run's sampling is reproducible. Uses httpx.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 from collections.abc import Generator
 from concurrent.futures import ThreadPoolExecutor
@@ -29,6 +37,7 @@ from typing import Any
 
 import httpx
 
+from retrain_ray.engines.adapter_folders import write_mlx_folder, write_peft_folder
 from retrain_ray.engines.adapters import AdapterSpec, encode_adapter
 from retrain_ray.engines.types import SampleResult, SamplingParams, WeightsVersion, WeightUpdate
 from retrain_ray.retry import RetryCounters, RetryPolicy, call_with_retry
@@ -36,6 +45,7 @@ from retrain_ray.secrets import scrub
 
 log = logging.getLogger(__name__)
 SEED_STRIDE = 7919
+UPLOADS = ("tensors", "path", "trtllm", "mlx")
 
 
 class _NoThrottle:
@@ -86,10 +96,10 @@ class OpenAIEngine(WeightsVersion):
         adapter_upload: str = "tensors",
         adapter_dir: str | Path | None = None,
     ) -> None:
-        if adapter_upload not in ("tensors", "path"):
-            raise ValueError(f"adapter_upload={adapter_upload!r}; use 'tensors' (our endpoint) or 'path' (vLLM)")
-        if adapter_upload == "path" and adapter_dir is None:
-            raise ValueError("adapter_upload='path' needs adapter_dir, a folder the server can read")
+        if adapter_upload not in UPLOADS:
+            raise ValueError(f"adapter_upload={adapter_upload!r}; use one of {', '.join(UPLOADS)}")
+        if adapter_upload != "tensors" and adapter_dir is None:
+            raise ValueError(f"adapter_upload={adapter_upload!r} needs adapter_dir, a folder the server can read")
         self.url = url.rstrip("/")
         self.shown_url = scrub(self.url)  # for messages: no credentials
         self.model_name, self.adapter_name = model_name, adapter_name or f"{model_name}-adapter"
@@ -101,6 +111,7 @@ class OpenAIEngine(WeightsVersion):
         self.adapter_upload, self.adapter_dir = adapter_upload, adapter_dir
         self._client = httpx.Client(timeout=timeout_s)
         self._version, self._calls, self._served = 0, 0, model_name
+        self._adapter_fields: dict[str, Any] = {}  # per-request adapter fields (trtllm, mlx)
 
     def runtime_metrics(self) -> dict[str, float]:
         return {"openai_retries": float(self.counters.retries)}
@@ -119,7 +130,7 @@ class OpenAIEngine(WeightsVersion):
         body = {
             "model": self._served, "prompt": list(prompt_ids), "n": num_samples, "max_tokens": params.max_tokens,
             "temperature": params.temperature, "top_p": params.top_p, "logprobs": 1, "seed": seed,
-            "return_tokens_as_token_ids": True,
+            "return_tokens_as_token_ids": True, **self._adapter_fields,
         }
         out = self._request("POST", "/v1/completions", f"completion from {self.shown_url}", json=body)
         served = out.get("weights_version")
@@ -151,24 +162,27 @@ class OpenAIEngine(WeightsVersion):
             self._request("POST", "/v1/load_lora_adapter", f"adapter upload to {self.shown_url}",
                           content=encode_adapter(spec, update.tensors),
                           headers={"content-type": "application/octet-stream"})
+            self._served = self.adapter_name
+        elif self.adapter_upload == "path":
+            self._load_by_path(spec, self._folder(spec, update.tensors))
+            self._served = self.adapter_name
+        elif self.adapter_upload == "trtllm":
+            folder = self._folder(spec, update.tensors)
+            self._adapter_fields = {"lora_request": {"lora_name": spec.lora_name, "lora_int_id": spec.version,
+                                                     "lora_path": str(folder)}}
         else:
-            self._load_by_path(spec, update.tensors)
-        self._version, self._served = update.version, self.adapter_name
+            self._adapter_fields = {"adapters": str(self._folder(spec, update.tensors))}
+        self._version = update.version
 
-    def _load_by_path(self, spec: AdapterSpec, tensors: dict[str, Any]) -> None:
-        """vLLM form: a PEFT adapter folder (names without `.default`), then unload + load by path."""
-        from safetensors.torch import save_file  # pyright: ignore[reportUnknownVariableType]
-
-        assert self.adapter_dir is not None  # the constructor requires it for adapter_upload='path'
+    def _folder(self, spec: AdapterSpec, tensors: dict[str, Any]) -> Path:
+        """A fresh folder per version (a server may cache by path), in the layout this server reads."""
+        assert self.adapter_dir is not None  # the constructor requires it for every upload but 'tensors'
         folder = Path(self.adapter_dir) / f"{spec.lora_name}-v{spec.version}"
-        folder.mkdir(parents=True, exist_ok=True)
-        save_file({k.replace(".default", ""): v.contiguous() for k, v in tensors.items()},
-                  str(folder / "adapter_model.safetensors"))
-        lora = spec.lora
-        (folder / "adapter_config.json").write_text(json.dumps({
-            "peft_type": "LORA", "task_type": "CAUSAL_LM", "r": lora.rank, "lora_alpha": lora.effective_alpha,
-            "lora_dropout": lora.dropout, "target_modules": list(lora.target_modules), "bias": "none",
-        }))
+        write = write_mlx_folder if self.adapter_upload == "mlx" else write_peft_folder
+        return write(folder, spec.lora, tensors)
+
+    def _load_by_path(self, spec: AdapterSpec, folder: Path) -> None:
+        """vLLM / MAX form: unload the old adapter, then load the new folder by path."""
         with contextlib.suppress(httpx.HTTPStatusError):  # the first upload has nothing to unload
             self._request("POST", "/v1/unload_lora_adapter", "adapter unload", json={"lora_name": spec.lora_name})
         self._request("POST", "/v1/load_lora_adapter", f"adapter load to {self.shown_url}",
@@ -178,4 +192,9 @@ class OpenAIEngine(WeightsVersion):
         self._client.close()
 
 
-DEFAULT_URLS = {"openai": "http://127.0.0.1:8000", "vllm": "http://127.0.0.1:8000", "sglang": "http://127.0.0.1:30000"}
+DEFAULT_URLS = {"openai": "http://127.0.0.1:8000", "vllm": "http://127.0.0.1:8000", "sglang": "http://127.0.0.1:30000",
+                "max": "http://127.0.0.1:8000", "mlx": "http://127.0.0.1:8080", "trtllm": "http://127.0.0.1:8000"}
+"""Each server's default port, as its docs give it (`max serve` and `trtllm-serve` 8000, `mlx_lm.server` 8080)."""
+UPLOAD_OF_ENGINE = {"openai": "tensors", "sglang": "tensors", "vllm": "path", "max": "path", "trtllm": "trtllm",
+                    "mlx": "mlx"}
+"""The weight-sync call each `[inference] engine` speaks (`adapter_upload`)."""

@@ -15,6 +15,7 @@ from retrain_ray.backends.types import Policy
 from retrain_ray.backpressure.advisor import LocalAdvisor
 from retrain_ray.backpressure.types import BackPressureAdvisor, NoOpAdvisor
 from retrain_ray.compat import provide_original_names
+from retrain_ray.config.names import OPENAI_ENGINES
 from retrain_ray.data.loading import load_examples_from_config
 from retrain_ray.data.types import TaskData
 from retrain_ray.rewards import build_reward_from_config
@@ -106,8 +107,9 @@ def build_policy(
     Remote engines take the throttle themselves and hold one slot per request (holding a slot around
     a whole `generate` would make a run wait for a second slot while it holds one):
       * `[backend] backend = "tinker"`: the remote training API's sampler and trainer;
+      * `[backend] backend = "prime_rl"`: PRIME-RL's inference server and trainer (or their local stand-in);
       * a dotted `[backend] backend` or `[inference] engine`: the plugin's factory (`_plugin_policy`);
-      * `[inference] engine` = openai / vllm / sglang: an HTTP sampler + the local trainer;
+      * `[inference] engine` = openai / vllm / sglang / max / mlx / trtllm: an HTTP sampler + the local trainer;
       * `[inference] engine = "vllm-embedded"`: vLLM in this process + the local trainer;
       * otherwise the PyTorch engine and the local trainer share one model in this process.
     """
@@ -117,6 +119,11 @@ def build_policy(
         from retrain_ray.backends.tinker import build_tinker_policy
 
         return build_tinker_policy(cfg, throttle)
+    if cfg.backend.backend == "prime_rl":
+        # deferred: loads transformers and msgspec, which importing this module does not need
+        from retrain_ray.backends.prime_rl import build_prime_rl_policy
+
+        return build_prime_rl_policy(cfg, throttle, cache_dir=cache_dir)
     if is_dotted_path(cfg.backend.backend) or is_dotted_path(cfg.inference.engine):
         return _plugin_policy(cfg, throttle=throttle, run_name=run_name, device=device, cache_dir=cache_dir)
     return _builtin_policy(cfg, throttle=throttle, run_name=run_name, device=device, cache_dir=cache_dir)
@@ -125,7 +132,7 @@ def build_policy(
 def _builtin_policy(
     cfg: RetrainConfig, *, throttle: Throttle | None, run_name: str, device: str, cache_dir: Path | None,
 ) -> Policy:
-    if cfg.inference.engine in ("openai", "vllm", "sglang"):
+    if cfg.inference.engine in OPENAI_ENGINES:
         # deferred: loads transformers, which importing this module does not need
         from retrain_ray.backends.local.openai_policy import build_openai_policy
 

@@ -2,7 +2,9 @@
 
 Routes (under the application's route prefix `/<name>`):
     POST /v1/completions          token ids in, token ids + per-token logprobs out (see core.py)
-    POST /v1/load_lora_adapter    safetensors bytes with metadata (see adapters.py)
+    POST /v1/load_lora_adapter    safetensors bytes with metadata (see adapters.py), or vLLM's / MAX's
+                                  JSON {"lora_name", "lora_path"} naming a PEFT folder on this machine
+    POST /update_weights          PRIME-RL's {"weight_dir"}: the base model takes the folder's weights
     POST /v1/unload_lora_adapter  {"lora_name": ...}
     GET  /v1/models               base model and adapters with their weights versions
     GET  /v1/stats                requests in flight now, their peak, total; `?reset=true` resets peak
@@ -22,7 +24,9 @@ to resolve string annotations, and `Request` parameters then turn into query fie
 
 
 import asyncio
+import json
 import time
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -80,7 +84,7 @@ class InferenceServer:
             if self.delay_s > 0:
                 await asyncio.sleep(self.delay_s)
             return await asyncio.to_thread(self.core.complete, body)
-        except (KeyError, ValueError, TypeError) as err:
+        except (KeyError, ValueError, TypeError, FileNotFoundError) as err:
             raise _bad_request(err) from err
         finally:
             self.core.in_flight.leave()
@@ -89,8 +93,20 @@ class InferenceServer:
     async def load_lora_adapter(self, request: Request) -> dict[str, Any]:
         payload = await request.body()
         try:
+            if request.headers.get("content-type", "").startswith("application/json"):
+                return await asyncio.to_thread(self.core.load_adapter_json, json.loads(payload))
             return await asyncio.to_thread(self.core.load_adapter, payload)
-        except (KeyError, ValueError) as err:
+        except (KeyError, ValueError, FileNotFoundError) as err:
+            raise _bad_request(err) from err
+
+    @api.post("/update_weights")
+    async def update_weights(self, request: Request) -> dict[str, Any]:
+        body = await request.json()
+        try:
+            folder = Path(str(body.get("weight_dir") or ""))
+            version = await asyncio.to_thread(self.core.update_weights, folder / "model.safetensors")
+            return {"status": "ok", "version": version}
+        except (KeyError, ValueError, FileNotFoundError) as err:
             raise _bad_request(err) from err
 
     @api.post("/v1/unload_lora_adapter")

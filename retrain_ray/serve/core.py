@@ -11,19 +11,36 @@ Adapters: every uploaded name gets its own copy of the base model (PEFT-wrapped 
 full weights of tiny models), with strict name/shape checks on install; `model` = adapter name picks
 it, the base model name (or "") picks the base model (version 0). This costs one model copy per
 adapter name: right for tiny and small models, not for large ones (vLLM does it properly).
+
+It also answers the weight-sync calls of the servers retrain-ray samples from, as a stand-in for them
+(engines/adapter_folders.py has the folder layouts):
+* vLLM / MAX: `/v1/load_lora_adapter` with JSON `{"lora_name", "lora_path"}` loads a PEFT folder
+  under that name (`load_adapter_folder`);
+* TensorRT-LLM (`trtllm-serve`): a completion whose body has `lora_request: {lora_name, lora_int_id,
+  lora_path}` samples from that PEFT folder; `lora_int_id` is its version (a new id, new weights);
+* MLX-LM (`mlx_lm.server`): a completion whose body has `adapters: <folder>` samples from that MLX
+  adapter folder;
+* PRIME-RL: `/update_weights {"weight_dir"}` replaces the base model's weights with the folder's
+  `model.safetensors` (`update_weights`); the folder `step_<n>` becomes version n.
+A folder is read once per (name, path, modification time). Versions of folders loaded without one
+(vLLM/MAX/MLX) are not reported (`weights_version` is null).
 """
 
 from __future__ import annotations
 
 import copy
+import re
 import threading
 import time
 import uuid
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
+from safetensors.torch import load_file  # pyright: ignore[reportUnknownVariableType]
 
+from retrain_ray.engines.adapter_folders import read_mlx_folder, read_peft_folder
 from retrain_ray.engines.adapters import AdapterSpec, decode_adapter
 from retrain_ray.engines.pytorch import PyTorchEngine
 from retrain_ray.engines.types import SamplingParams
@@ -33,9 +50,10 @@ from retrain_ray.engines.weights import install_weights
 @dataclass
 class _Slot:
     model: torch.nn.Module
-    version: int
+    version: int | None
     spec: AdapterSpec | None
     lock: threading.Lock = field(default_factory=threading.Lock)
+    source: tuple[str, float] | None = None  # (folder, mtime) of a path-loaded adapter
 
 
 class InFlight:
@@ -96,7 +114,7 @@ class CompletionServer:
 
     def complete(self, body: dict[str, Any]) -> dict[str, Any]:
         prompt, n, params, seed = _request_params(body)
-        slot = self._slot(str(body.get("model", "")))
+        slot = self._request_slot(body)
         tok = self.tokenizer
         with slot.lock:
             engine = PyTorchEngine(slot.model, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id, seed=seed)
@@ -117,6 +135,64 @@ class CompletionServer:
             "usage": {"prompt_tokens": len(prompt), "completion_tokens": completion_tokens,
                       "total_tokens": len(prompt) + completion_tokens},
         }
+
+    def _request_slot(self, body: dict[str, Any]) -> _Slot:
+        """The model a completion asks for: TensorRT-LLM's `lora_request`, MLX-LM's `adapters`, else `model`."""
+        request = body.get("lora_request")
+        if isinstance(request, dict):
+            return self.load_adapter_folder(str(request["lora_name"]), Path(str(request["lora_path"])), "peft",
+                                            version=int(request.get("lora_int_id", 0)))
+        if body.get("adapters"):
+            folder = str(body["adapters"])
+            return self.load_adapter_folder(folder, Path(folder), "mlx")
+        return self._slot(str(body.get("model", "")))
+
+    def load_adapter_folder(self, name: str, folder: Path, layout: str, version: int | None = None) -> _Slot:
+        """The slot `name` holding the adapter in `folder` ("peft" or "mlx" layout), read if it changed."""
+        if name == self.model_name:
+            raise ValueError(f"adapter name {name!r} is the base model's name; pick another")
+        if not folder.is_dir():
+            raise FileNotFoundError(f"adapter folder {folder} does not exist on the server")
+        source = (str(folder.resolve()), folder.stat().st_mtime)
+        with self._slots_lock:
+            slot = self.slots.get(name)
+            if slot is not None and slot.source == source and slot.version == version:
+                return slot
+            lora, tensors = read_mlx_folder(folder) if layout == "mlx" else read_peft_folder(folder)
+            spec = AdapterSpec(name, version or 0, "lora", lora)
+            if slot is None or slot.spec is None or slot.spec.lora != lora:
+                slot = _Slot(self._fresh_model(spec), version, spec)
+                self.slots[name] = slot
+        with slot.lock:
+            install_weights(slot.model, tensors)
+            slot.version, slot.source = version, source
+        return slot
+
+    def load_adapter_json(self, body: dict[str, Any]) -> dict[str, Any]:
+        """vLLM's and MAX's `/v1/load_lora_adapter` form: `{"lora_name", "lora_path"}`, a PEFT folder."""
+        name, path = str(body.get("lora_name") or ""), str(body.get("lora_path") or "")
+        if not name or not path:
+            raise ValueError("load_lora_adapter needs 'lora_name' and 'lora_path'")
+        self.load_adapter_folder(name, Path(path), "peft")
+        return {"lora_name": name, "lora_path": path}
+
+    def update_weights(self, weights_file: Path) -> int:
+        """PRIME-RL's `/update_weights`: the base model takes every weight in `weights_file`; its folder
+        `step_<n>` names the new version (otherwise the version goes up by one)."""
+        if not weights_file.is_file():
+            raise FileNotFoundError(f"{weights_file} does not exist: weight_dir must hold the broadcast weights")
+        tensors = load_file(str(weights_file))
+        params = dict(self.base.named_parameters())
+        if set(tensors) != set(params):
+            raise KeyError(f"{weights_file}: its tensors do not name this model's parameters "
+                           f"(unknown {sorted(set(tensors) - set(params))[:3]}, missing {sorted(set(params) - set(tensors))[:3]})")
+        slot = self.slots[self.model_name]
+        match = re.fullmatch(r"step_(\d+)", weights_file.parent.name)
+        with slot.lock, torch.no_grad():
+            for name, tensor in tensors.items():
+                params[name].copy_(tensor.to(params[name].dtype))
+            slot.version = int(match[1]) if match else (slot.version or 0) + 1
+        return slot.version
 
     def load_adapter(self, payload: bytes) -> dict[str, Any]:
         spec, tensors = decode_adapter(payload)

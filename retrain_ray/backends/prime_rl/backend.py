@@ -1,0 +1,119 @@
+"""TrainBackend that hands each RL step to a running PRIME-RL trainer as a `TrainingBatch` message.
+
+The PRIME-RL trainer owns the optimizer and runs asynchronously, so:
+
+* `train_step` converts the step's datums into `TrainingSample`s (mask = completion tokens, inference
+  logprobs, per-token temperatures, the sample's advantage over its completion), sends them as the
+  batch of step `version`, and returns a placeholder loss of 0.0. The capability
+  `reports_sync_loss = false` says so, and every metrics row carries `loss_is_placeholder = true`.
+  retrain-ray's `lr`, `weight_decay` and clipping do not travel: the PRIME-RL trainer's own config sets them.
+* strict advantages: a scalar algorithm gives every completion token of a sample the same advantage; a
+  batch whose advantages vary inside one sample's completion is refused, naming the sample (PRIME-RL's
+  scalar algorithms broadcast one value per rollout; token-varying credit would be flattened).
+* `sft_step` sends the warm-start targets as the cross-entropy component (`ce_weights` 1 on the target
+  tokens, `rl_weights` 0): PRIME-RL's loss is a sum of rl, ce and ref_kl components.
+* `export_weights` returns only the version: the new weights are the trainer's broadcast
+  `broadcasts/step_<version>/`, which the engine (`engine.py`) waits for and loads via `/update_weights`.
+* checkpoints: `save_checkpoint` records the version and the run directory; the weights and optimizer
+  state are in PRIME-RL's own checkpoints (its `checkpoints/step_<n>/`), and `load_checkpoint` restores
+  the version so the next batch continues PRIME-RL's step numbering.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from retrain_ray.backends.prime_rl.transport import BatchSender
+from retrain_ray.backends.prime_rl.wire import TrainingBatch, TrainingSample
+from retrain_ray.backends.registry import BUILTIN_CAPABILITIES
+from retrain_ray.backends.types import TrainBatch, TrainStepResult
+from retrain_ray.engines.types import WeightUpdate
+
+PRIME_RL_CAPABILITIES = BUILTIN_CAPABILITIES["prime_rl"]
+STATE_FILE = "prime_rl_state.json"
+
+
+def scalar_advantage(row: int, advantages: list[float], prompt_len: int) -> float:
+    """The one advantage of a sample's completion; a completion whose advantages differ is refused."""
+    completion = advantages[prompt_len:]
+    if not completion:
+        return 0.0
+    first = completion[0]
+    for value in completion:
+        if abs(value - first) > 1e-6 * max(1.0, abs(first)):
+            raise ValueError(
+                f"prime_rl: sample {row} has token-varying advantages ({min(completion):.4g} .. {max(completion):.4g}); "
+                "PRIME-RL takes one advantage per sample and strict_advantages refuses to average them: use a "
+                "transform_mode without token-level credit (e.g. \"none\") with this backend")
+    return first
+
+
+def rl_samples(batch: TrainBatch, env_name: str) -> list[TrainingSample]:
+    samples: list[TrainingSample] = []
+    for row, (tokens, logprobs, advantages, prompt_len) in enumerate(
+            zip(batch.tokens_D, batch.logprobs_D, batch.advantages_D, batch.prompt_lens_D, strict=True)):
+        value = scalar_advantage(row, advantages, prompt_len)
+        n = len(tokens)
+        samples.append(TrainingSample(
+            token_ids=list(tokens), mask=[i >= prompt_len for i in range(n)], logprobs=[float(x) for x in logprobs],
+            temperatures=[float(batch.temperature)] * n, env_name=env_name,
+            advantages=[0.0] * prompt_len + [value] * (n - prompt_len)))
+    return samples
+
+
+def sft_samples(batch: TrainBatch, env_name: str) -> list[TrainingSample]:
+    """Warm-start rows: the tokens with a nonzero advantage are the targets (TrainBackend.sft_step)."""
+    samples: list[TrainingSample] = []
+    for tokens, logprobs, advantages in zip(batch.tokens_D, batch.logprobs_D, batch.advantages_D, strict=True):
+        targets = [a != 0 for a in advantages]
+        n = len(tokens)
+        samples.append(TrainingSample(
+            token_ids=list(tokens), mask=targets, logprobs=[float(x) for x in logprobs],
+            temperatures=[float(batch.temperature)] * n, env_name=env_name,
+            rl_weights=[0.0] * n, ce_weights=[1.0 if t else 0.0 for t in targets]))
+    return samples
+
+
+class PrimeRLBackend:
+    """Sends each update to the PRIME-RL trainer; the version counts the batches sent."""
+
+    capabilities = PRIME_RL_CAPABILITIES
+
+    def __init__(self, sender: BatchSender, run_dir: Path, *, env_name: str = "retrain") -> None:
+        self.sender, self.run_dir, self.env_name = sender, Path(run_dir), env_name
+        self._version = 0
+
+    @property
+    def version(self) -> int:
+        return self._version
+
+    def _send(self, samples: list[TrainingSample]) -> TrainStepResult:
+        self.sender.send(TrainingBatch(examples=samples, step=self._version))
+        self._version += 1
+        tokens = sum(sum(s.mask) for s in samples)
+        return TrainStepResult(loss=0.0, metrics={"prime_rl_batch_step": float(self._version - 1),
+                                                  "prime_rl_trained_tokens": float(tokens)})
+
+    def train_step(self, batch: TrainBatch, *, lr: float, weight_decay: float) -> TrainStepResult:
+        return self._send(rl_samples(batch, self.env_name))
+
+    def sft_step(self, batch: TrainBatch, *, lr: float, weight_decay: float) -> TrainStepResult:
+        return self._send(sft_samples(batch, self.env_name))
+
+    def export_weights(self) -> WeightUpdate:
+        return WeightUpdate(version=self._version)
+
+    def save_checkpoint(self, directory: Path) -> None:
+        record = {"version": self._version, "run_dir": str(self.run_dir)}
+        (Path(directory) / STATE_FILE).write_text(json.dumps(record, indent=1))
+
+    def load_checkpoint(self, directory: Path) -> None:
+        path = Path(directory) / STATE_FILE
+        if not path.is_file():
+            raise FileNotFoundError(f"{path} is missing: this checkpoint was not written by the prime_rl backend; "
+                                    "resume from a checkpoint of a prime_rl run")
+        self._version = int(json.loads(path.read_text())["version"])
+
+    def close(self) -> None:
+        self.sender.close()
