@@ -40,7 +40,6 @@ REFUSED: dict[tuple[str, str], str] = {
     ("planning", "model"): "only the regex planning detector is implemented (this is the semantic detector's model)",
     ("planning", "threshold"): "only the regex planning detector is implemented (this is the semantic "
                                "detector's threshold)",
-    ("reward", "judge_model"): "the judge reward needs an LLM endpoint and is not implemented",
     ("echo", "enabled"): _ECHO,
     **{("echo", k): _ECHO for k in ("weight", "loss_fn", "target_retention", "max_tokens_per_step", "max_token_ratio",
                                      "entropy_floor", "min_prompt_overlap", "require_live_observation_bridge")},
@@ -71,10 +70,6 @@ def _sft_order(value: Any) -> str:
     return "" if value in ("shuffle", "sequential") else "length-aware SFT ordering is not implemented"
 
 
-def _reward(value: Any) -> str:
-    return "the judge reward needs an LLM endpoint, which is not available" if value == "judge" else ""
-
-
 def _engine(value: Any) -> str:
     if value in ("max", "trtllm", "mlx"):
         return (f"the {value} engine is not shipped; use pytorch, vllm, vllm-embedded, sglang, openai or a dotted "
@@ -87,7 +82,6 @@ BY_VALUE: dict[tuple[str, str], ValueRule] = {
     ("planning", "detector"): _detector,
     ("training", "sft_loss_fn"): _sft_loss,
     ("training", "sft_batch_order"): _sft_order,
-    ("reward", "type"): _reward,
 }
 
 

@@ -39,6 +39,7 @@ from retrain_ray.run.rollout import (
     Group,
     PlanningDetector,
     Rollout,
+    reward_counters,
     rollout,
     rollout_metrics,
 )
@@ -159,6 +160,7 @@ class RunLoop:
             metrics["sample_time_s"] = out.sample_time_s
             metrics.update(self.endpoint.read(self.parts.engine))  # the engine's retries while sampling
             metrics["score_time_s"] = out.score_time_s
+            metrics.update(reward_counters(self.parts.reward))  # the judge's calls, parse failures, retries
             metrics.update(rollout_metrics(out.groups, self.cfg.training.max_tokens))
             self.observe_sepa(out.groups, metrics["correct_rate"])
             with timed(metrics, "advantage_time_s"):

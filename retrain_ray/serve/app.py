@@ -1,7 +1,8 @@
 """The shared inference endpoint on Ray Serve: an OpenAI-compatible HTTP front for `CompletionServer`.
 
 Routes (under the application's route prefix `/<name>`):
-    POST /v1/completions          token ids in, token ids + per-token logprobs out (see core.py)
+    POST /v1/completions          token ids (or text) in, token ids + per-token logprobs out (see core.py)
+    POST /v1/chat/completions     messages in, the reply as `message.content` (an LLM judge's call)
     POST /v1/load_lora_adapter    safetensors bytes with metadata (see adapters.py)
     POST /v1/unload_lora_adapter  {"lora_name": ...}
     GET  /v1/models               base model and adapters with their weights versions
@@ -80,6 +81,18 @@ class InferenceServer:
             if self.delay_s > 0:
                 await asyncio.sleep(self.delay_s)
             return await asyncio.to_thread(self.core.complete, body)
+        except (KeyError, ValueError, TypeError) as err:
+            raise _bad_request(err) from err
+        finally:
+            self.core.in_flight.leave()
+
+    @api.post("/v1/chat/completions")
+    async def chat_completions(self, request: Request) -> dict[str, Any]:
+        self.core.in_flight.enter()
+        try:
+            body = await request.json()
+            await self._maybe_fail()
+            return await asyncio.to_thread(self.core.chat, body)
         except (KeyError, ValueError, TypeError) as err:
             raise _bad_request(err) from err
         finally:
