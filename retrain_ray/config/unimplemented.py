@@ -17,8 +17,6 @@ if TYPE_CHECKING:
     from retrain_ray.config.schema import RetrainConfig
 
 _TL_GRPO = "TL-GRPO needs multi-turn environments, which retrain-ray does not implement"
-_SFT_FILE = ("the warm start builds its targets from the task's answers; SFT data files (and their "
-             "audits) are not read")
 _ECHO = "ECHO is not implemented"
 _ENV = "verifiers/openenv environments are not implemented; use [data] with a task, a file or a plugin"
 _OPT_BATCH = "optimizer-batch capture and replay are not implemented"
@@ -30,10 +28,6 @@ REFUSED: dict[tuple[str, str], str] = {
     ("training", "tl_grpo"): _TL_GRPO,
     **{("training", k): _TL_GRPO for k in ("tl_grpo_branch_mode", "tl_grpo_branch_size", "tl_grpo_lookahead_steps",
                                             "tl_grpo_ema_decay", "tl_grpo_ema_init")},
-    **{("training", k): _SFT_FILE for k in ("sft_data_path", "sft_data_sha256", "sft_data_rows", "sft_audit_path",
-                                            "sft_audit_sha256", "sft_token_audit_path", "sft_token_audit_sha256")},
-    ("training", "sft_length_bucket_size"): "length-bucketed SFT ordering is not implemented (sft_batch_order = "
-                                            "\"shuffle\" and \"sequential\" are)",
     ("backend", "throttle_dir"): "the file-lock throttle is replaced by the campaign's throttle actor "
                                  "(its capacity is [backend] max_concurrent)",
     ("logging", "generation_top_surprisal_limit"): "per-token surprisal excerpts are not logged",
