@@ -201,7 +201,7 @@ def test_resolve_modes_flags_and_errors():
     with pytest.raises(ValueError, match="transform_mode='gtpo_sepaa'"):
         resolve_modes("grpo", "gtpo_sepaa")
     with pytest.raises(ValueError, match="not supported"):
-        resolve_modes("grpo", "delight_sepa")
+        resolve_modes("grpo", "gtpo", uncertainty_kind="varentropy")
     with pytest.raises(ValueError, match="cannot import"):
         resolve_modes("nosuchpkg.mod:fn", "none")
 

@@ -224,8 +224,9 @@ def test_preflight_scalar_backend_and_entropy_engine():
     assert "shannon_entropy" in err
     errors = preflight(False, "grpo", f"{__name__}:_plugin_transform")
     assert len(errors) == 2 and "probe group 0 varies" in errors[0]
-    [err] = preflight(True, "grpo", "none", "reinforce_pp_delight")
-    assert "not supported" in err
+    assert preflight(True, "grpo", "none", "reinforce_pp_delight") == []
+    [err] = preflight(False, "grpo", "none", "reinforce_pp_delight_sepa")
+    assert "one advantage per sequence" in err
 
 
 def _raising_transform(ctx):

@@ -126,3 +126,55 @@ def test_pipeline_gtpo_token_mean_equals_grpo_advantage(data):
     for token_advs, a in zip(result.token_advantages, grpo(rewards), strict=True):
         assert len(token_advs) > 0
         assert abs(sum(token_advs) / len(token_advs) - a) <= 1e-6 * max(1.0, abs(a))
+
+
+def _delight_group(data, min_size=1):
+    n = data.draw(st.integers(min_size, 5))
+    rewards = data.draw(st.lists(st.floats(-3, 3, allow_nan=False), min_size=n, max_size=n))
+    logprobs = [data.draw(st.lists(st.floats(-70, 0, allow_nan=False), min_size=1, max_size=12)) for _ in range(n)]
+    return rewards, logprobs
+
+
+@given(st.data())
+def test_delight_gates_keep_sign_and_never_exceed_the_episode_advantage(data):
+    rewards, logprobs = _delight_group(data)
+    transform = data.draw(st.sampled_from(["delight", "delight_sepa", "hard_delight"]))
+    params = {"delight_norm_mode": data.draw(st.sampled_from(["none", "scale", "mad_scale"])),
+              "delight_eta_mode": data.draw(st.sampled_from(["fixed", "adaptive"])),
+              "delight_eta": data.draw(st.floats(0.01, 10))}
+    lam = data.draw(st.floats(0, 1))
+    out = compute_group_advantages(rewards, logprobs, None, advantage_mode="grpo", transform_mode=transform,
+                                   sepa_lambda=lam, transform_params=params)
+    for a, row, lp in zip(grpo(rewards), out.token_advantages, logprobs, strict=True):
+        assert len(row) == len(lp)
+        assert all(t * a >= 0 and abs(t) <= abs(a) + 1e-12 for t in row)
+    if transform != "delight" and lam == 0.0:  # the SEPA blends start as uniform weighting
+        assert out.token_advantages == [[a] * len(lp) for a, lp in zip(grpo(rewards), logprobs, strict=True)]
+
+
+@given(st.data())
+def test_hard_delight_keeps_exactly_k_tokens_of_each_signed_completion(data):
+    rewards, logprobs = _delight_group(data)
+    k_frac = data.draw(st.floats(0.01, 1))
+    out = compute_group_advantages(rewards, logprobs, None, advantage_mode="grpo", transform_mode="hard_delight",
+                                   sepa_lambda=1.0, transform_params={"delight_k_frac": k_frac})
+    for a, row in zip(grpo(rewards), out.token_advantages, strict=True):
+        if a == 0.0:
+            assert row == [0.0] * len(row)
+            continue
+        assert sum(t == a for t in row) == max(1, int(len(row) * k_frac))
+        assert all(t in (0.0, a) for t in row)
+
+
+@given(st.data())
+def test_adaptive_eta_stays_within_its_bounds(data):
+    rewards, logprobs = _delight_group(data, min_size=2)
+    eta_min = data.draw(st.floats(0.01, 1))
+    eta_max = eta_min + data.draw(st.floats(0, 5))
+    params = {"delight_eta_mode": "adaptive", "delight_eta_min": eta_min, "delight_eta_max": eta_max,
+              "delight_eta_target_ordering_gap": data.draw(st.floats(0, 1)),
+              "delight_eta_prev": data.draw(st.floats(0.01, 10)), "delight_eta_ema_decay": data.draw(st.floats(0, 0.99))}
+    metrics = compute_group_advantages(rewards, logprobs, None, advantage_mode="grpo", transform_mode="delight",
+                                       transform_params=params).extra_metrics
+    if any(a != 0.0 for a in grpo(rewards)):
+        assert eta_min <= metrics["dg_eta"] <= eta_max

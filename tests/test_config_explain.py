@@ -43,14 +43,11 @@ def test_uncached_hub_model_is_a_warning_after_the_whole_plan(tmp_path):
 
 
 def test_the_original_campaign_file_plans_without_its_model(tmp_path):
-    text = (ROOT / "configs/original-campaign.toml").read_text()
-    delight = text.index("[[campaign.conditions]]", text.index("predictive_variance"))
-    path = tmp_path / "original.toml"
-    path.write_text(text[:delight] + "[squeeze]\nmin_variance_retention = 0.95\n")  # delight: refused (another issue)
+    path = ROOT / "configs/original-campaign.toml"  # all three conditions, the delight one included
     out = _explain(str(path), "--json", hf_home=tmp_path)
     assert out.returncode == 0, out.stderr
     info = json.loads(out.stdout)
-    assert info["campaign"]["total_runs"] == 4 and info["campaign"]["capacity"]["estimated_wall_time_s"] == 2000.0
+    assert info["campaign"]["total_runs"] == 6 and info["campaign"]["capacity"]["estimated_wall_time_s"] == 3000.0
     [warning] = info["environment"]
     assert warning.startswith("model.model: ") and f"`huggingface-cli download {ORIGINAL_MODEL}`" in warning
     assert _explain(str(path), "--strict", hf_home=tmp_path).returncode == 2

@@ -34,7 +34,6 @@ BAD_VALUES: dict[tuple[str, str], object] = {
     ("planning", "detector"): "semantic",
     ("training", "sft_loss_fn"): "importance_sampling",
     ("training", "sft_batch_order"): "length_desc",
-    ("reward", "type"): "judge",
 }
 
 

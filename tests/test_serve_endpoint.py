@@ -86,8 +86,22 @@ def test_adapter_upload_changes_outputs_and_version(endpoint):
 
 
 def test_bad_uploads_and_prompts_are_clear_errors(endpoint):
-    r = httpx.post(f"{endpoint}/v1/completions", json={"model": MODEL, "prompt": "text", "max_tokens": 2})
+    r = httpx.post(f"{endpoint}/v1/completions", json={"model": MODEL, "prompt": [1.5, "x"], "max_tokens": 2})
     assert r.status_code == 400 and "token ids" in r.text
+    r = httpx.post(f"{endpoint}/v1/chat/completions", json={"model": MODEL, "messages": "hi", "max_tokens": 2})
+    assert r.status_code == 400 and "messages" in r.text
+
+
+def test_text_and_chat_requests_are_answered_with_text(endpoint):
+    r = httpx.post(f"{endpoint}/v1/completions", json={"model": MODEL, "prompt": "12+3=", "max_tokens": 2}, timeout=60)
+    assert r.status_code == 200 and isinstance(r.json()["choices"][0]["text"], str)
+    messages = [{"role": "user", "content": "Is 4 right? Answer yes or no."}]
+    r = httpx.post(f"{endpoint}/v1/chat/completions", json={"model": MODEL, "messages": messages, "max_tokens": 2},
+                   timeout=60)
+    body = r.json()
+    assert r.status_code == 200 and body["object"] == "chat.completion"
+    [choice] = body["choices"]
+    assert choice["message"]["role"] == "assistant" and isinstance(choice["message"]["content"], str)
     r = httpx.post(f"{endpoint}/v1/load_lora_adapter", content=b"nope")
     assert r.status_code == 400
 

@@ -16,6 +16,8 @@ from retrain_ray.algorithms.credit import (
     sepa_amp_c,
     sepa_pool,
 )
+from retrain_ray.algorithms.delight import PREV_ETA_PARAM
+from retrain_ray.algorithms.delight import is_adaptive as is_adaptive_delight
 from retrain_ray.algorithms.episode import grpo, maxrl, reinforce_pp
 from retrain_ray.algorithms.modes import ResolvedModes, resolve_modes
 from retrain_ray.algorithms.planning import (
@@ -44,6 +46,7 @@ from retrain_ray.algorithms.types import (
 __all__ = [
     "DEFAULT_STRATEGIC_GRAMS",
     "MAX_SURPRISAL",
+    "PREV_ETA_PARAM",
     "AdvantageContext",
     "AlgorithmContext",
     "AlgorithmSpec",
@@ -64,6 +67,7 @@ __all__ = [
     "grpo",
     "gtpo_weighting",
     "hicra",
+    "is_adaptive_delight",
     "is_uniform_group",
     "mask_threshold",
     "maxrl",

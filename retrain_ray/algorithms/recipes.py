@@ -7,8 +7,6 @@ A recipe `maxrl_gtpo_sepa` is exactly `advantage_mode=maxrl` + `transform_mode=g
 p_i = softmax(beta (r_i - max r)) and the advantage A_i = n p_i - 1 (sums to 0), broadcast to every
 token. beta is `params.beta` when given, else the largest beta in [0, beta_max] whose KL(p || uniform)
 stays <= target_kl (bisection, `beta_search_steps` halvings). A group with no reward spread gets beta 0.
-
-The delight recipes are recognised and rejected: retrain-ray does not implement the delight family.
 """
 
 from __future__ import annotations
@@ -127,9 +125,9 @@ def _algorithm_plugin(path: str) -> AlgorithmSpec:
 _RECIPES = (
     ("grpo", "none"), ("maxrl", "none"), ("maxrl", "gtpo"), ("maxrl", "gtpo_hicra"), ("maxrl", "gtpo_sepa"),
     ("reinforce_pp", "none"), ("reinforce_pp", "gtpo"), ("reinforce_pp", "gtpo_sepa"),
+    ("reinforce_pp", "delight"), ("reinforce_pp", "delight_sepa"),
 )
 _DISCOVER = AlgorithmSpec("discover_entropic", discover_entropic, token_varying=False)
-_DELIGHT = "the delight gating family is not implemented; use reinforce_pp_gtpo_sepa or a plugin algorithm."
 
 ALGORITHMS: Registry[AlgorithmSpec] = Registry(
     "algorithm_mode",
@@ -139,5 +137,4 @@ ALGORITHMS: Registry[AlgorithmSpec] = Registry(
         "ttt_discover_entropic": _DISCOVER,
     },
     _algorithm_plugin,
-    unsupported={"reinforce_pp_delight": _DELIGHT, "reinforce_pp_delight_sepa": _DELIGHT},
 )

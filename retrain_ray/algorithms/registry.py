@@ -2,8 +2,7 @@
 
 Each mode is a small frozen spec resolved once by name (built-in, alias, or dotted-path plugin) and
 cached; the pipeline then reads the spec's fields instead of branching on names. The delight family
-(`delight`, `delight_sepa`, `hard_delight`) is recognised and rejected with a clear error: retrain-ray
-does not implement it.
+(`delight`, `delight_sepa`, `hard_delight`, module `delight`) are context-style transforms.
 """
 
 from __future__ import annotations
@@ -12,7 +11,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-from retrain_ray.algorithms import credit, episode, uncertainty
+from retrain_ray.algorithms import credit, delight, episode, uncertainty
 from retrain_ray.algorithms.plugins import (
     is_dotted_path,
     load_callable,
@@ -142,8 +141,6 @@ def _uncertainty_plugin(path: str) -> UncertaintySpec:
     return UncertaintySpec(path, fn, needs_entropy=bool(getattr(fn, "needs_entropy", False)))
 
 
-_DELIGHT = "the delight gating family is not implemented; use gtpo, gtpo_sepa or a plugin transform."
-
 ADVANTAGES: Registry[AdvantageSpec] = Registry(
     "advantage_mode",
     {
@@ -161,6 +158,9 @@ TRANSFORMS: Registry[TransformSpec] = Registry(
         "gtpo": TransformSpec("gtpo", use_gtpo=True),
         "entropy_mask": TransformSpec("entropy_mask", use_gtpo=True, post_process=surprisal_mask_post),
         "gtpo_hicra": TransformSpec("gtpo_hicra", use_gtpo=True, apply_hicra=True, needs_planning=True),
+        "delight": TransformSpec("delight", compute_context=delight.delight),
+        "delight_sepa": TransformSpec("delight_sepa", compute_context=delight.delight_sepa, uses_sepa_controller=True),
+        "hard_delight": TransformSpec("hard_delight", compute_context=delight.hard_delight, uses_sepa_controller=True),
         **{
             name: TransformSpec(name, use_gtpo=True, entropy_transform=fn, needs_planning=True, uses_sepa_controller=True)
             for name, fn in (
@@ -171,7 +171,6 @@ TRANSFORMS: Registry[TransformSpec] = Registry(
         },
     },
     _transform_plugin,
-    unsupported={"delight": _DELIGHT, "delight_sepa": _DELIGHT, "hard_delight": _DELIGHT},
 )
 
 UNCERTAINTIES: Registry[UncertaintySpec] = Registry(

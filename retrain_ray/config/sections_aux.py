@@ -12,6 +12,7 @@ import json
 from pydantic import ConfigDict, Field, field_validator
 
 from retrain_ray.config.base import Bool, Float, Int, Section, StrList, Table
+from retrain_ray.config.judge_prompt import DEFAULT_JUDGE_PROMPT, JUDGE_APIS, check_prompt
 from retrain_ray.config.names import (
     CHECKPOINT_ARTIFACTS,
     DATA_SOURCES,
@@ -123,6 +124,10 @@ class EnvironmentSection(Section):
 class RewardSection(Section):
     type: str = "match"
     judge_model: str = ""
+    judge_url: str = "https://api.openai.com/v1"  # ours: the judge's OpenAI-compatible endpoint (the original's client default)
+    judge_api: str = "chat"  # ours: "chat" (/v1/chat/completions) or "completions" (/v1/completions, text prompt)
+    judge_prompt: str = DEFAULT_JUDGE_PROMPT  # ours: {question}, {answer} (the reference) and {response}; verifiers' default
+    judge_max_tokens: Int = Field(default=16, ge=1)  # ours: the judge's reply length
     custom_module: str = ""
     custom_function: str = "score"
     workers: Int = Field(default=1, ge=1)  # ours: worker processes scoring a batch (math, custom)
@@ -132,6 +137,19 @@ class RewardSection(Section):
     @classmethod
     def _type(cls, v: str) -> str:
         return _choice(v, REWARD_TYPES, "reward type")
+
+    @field_validator("judge_api")
+    @classmethod
+    def _judge_api(cls, v: str) -> str:
+        if v not in JUDGE_APIS:
+            raise ValueError(f"judge_api {v!r} is not known; use one of {list(JUDGE_APIS)}")
+        return v
+
+    @field_validator("judge_prompt")
+    @classmethod
+    def _judge_prompt(cls, v: str) -> str:
+        check_prompt(v)
+        return v
 
 
 class ResumeSection(Section):

@@ -17,8 +17,6 @@ if TYPE_CHECKING:
     from retrain_ray.config.schema import RetrainConfig
 
 _TL_GRPO = "TL-GRPO needs multi-turn environments, which retrain-ray does not implement"
-_SFT_FILE = ("the warm start builds its targets from the task's answers; SFT data files (and their "
-             "audits) are not read")
 _ECHO = "ECHO is not implemented"
 _ENV = "verifiers/openenv environments are not implemented; use [data] with a task, a file or a plugin"
 _OPT_BATCH = "optimizer-batch capture and replay are not implemented"
@@ -30,17 +28,12 @@ REFUSED: dict[tuple[str, str], str] = {
     ("training", "tl_grpo"): _TL_GRPO,
     **{("training", k): _TL_GRPO for k in ("tl_grpo_branch_mode", "tl_grpo_branch_size", "tl_grpo_lookahead_steps",
                                             "tl_grpo_ema_decay", "tl_grpo_ema_init")},
-    **{("training", k): _SFT_FILE for k in ("sft_data_path", "sft_data_sha256", "sft_data_rows", "sft_audit_path",
-                                            "sft_audit_sha256", "sft_token_audit_path", "sft_token_audit_sha256")},
-    ("training", "sft_length_bucket_size"): "length-bucketed SFT ordering is not implemented (sft_batch_order = "
-                                            "\"shuffle\" and \"sequential\" are)",
     ("backend", "throttle_dir"): "the file-lock throttle is replaced by the campaign's throttle actor "
                                  "(its capacity is [backend] max_concurrent)",
     ("logging", "generation_top_surprisal_limit"): "per-token surprisal excerpts are not logged",
     ("planning", "model"): "only the regex planning detector is implemented (this is the semantic detector's model)",
     ("planning", "threshold"): "only the regex planning detector is implemented (this is the semantic "
                                "detector's threshold)",
-    ("reward", "judge_model"): "the judge reward needs an LLM endpoint and is not implemented",
     ("echo", "enabled"): _ECHO,
     **{("echo", k): _ECHO for k in ("weight", "loss_fn", "target_retention", "max_tokens_per_step", "max_token_ratio",
                                      "entropy_floor", "min_prompt_overlap", "require_live_observation_bridge")},
@@ -68,15 +61,12 @@ def _sft_order(value: Any) -> str:
     return "" if value in ("shuffle", "sequential") else "length-aware SFT ordering is not implemented"
 
 
-def _reward(value: Any) -> str:
-    return "the judge reward needs an LLM endpoint, which is not available" if value == "judge" else ""
 
 
 BY_VALUE: dict[tuple[str, str], ValueRule] = {
     ("planning", "detector"): _detector,
     ("training", "sft_loss_fn"): _sft_loss,
     ("training", "sft_batch_order"): _sft_order,
-    ("reward", "type"): _reward,
 }
 
 

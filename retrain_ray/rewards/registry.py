@@ -1,7 +1,7 @@
 """The reward registry: `[reward] type` -> builder. Unknown types fail with the list of known ones.
 
-`judge` (an LLM judge in the original, via `verifiers`) needs a remote endpoint, which this
-package does not reach offline; it is registered so the error says exactly that.
+`judge` asks an LLM judge on an OpenAI-compatible endpoint (`retrain_ray.rewards.judge`); its
+requests hold slots of the run's throttle.
 """
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from retrain_ray.rewards.custom import CustomReward
+from retrain_ray.rewards.judge import JudgeReward, JudgeSettings
 from retrain_ray.rewards.match import MatchReward
 from retrain_ray.rewards.mathverify import MathVerifyReward
 from retrain_ray.rewards.types import Reward
@@ -31,11 +32,9 @@ def _build_custom(custom_module: str, custom_function: str, timeout_s: float = 3
     return CustomReward(custom_module, custom_function, timeout_s=timeout_s, workers=workers)
 
 
-def _build_judge(**_: Any) -> Reward:
-    raise NotImplementedError(
-        "[reward] type = \"judge\" needs an LLM judge endpoint; not available offline. "
-        "Use type = \"match\", \"math\" or a \"custom\" scorer instead."
-    )
+def _build_judge(judge: JudgeSettings | None = None, throttle: Any = None, **_: Any) -> Reward:
+    s = judge or JudgeSettings()
+    return JudgeReward(s.url, model=s.model, prompt=s.prompt, api=s.api, max_tokens=s.max_tokens, throttle=throttle)
 
 
 REWARD_BUILDERS: dict[str, Callable[..., Reward]] = {
@@ -47,21 +46,26 @@ REWARD_BUILDERS: dict[str, Callable[..., Reward]] = {
 
 
 def build_reward(type: str, custom_module: str = "", custom_function: str = "score",  # noqa: A002
-                 timeout_s: float = 300.0, workers: int = 1) -> Reward:
+                 timeout_s: float = 300.0, workers: int = 1, *, judge: JudgeSettings | None = None,
+                 throttle: Any = None) -> Reward:
     """Build the reward named by `[reward] type`; `timeout_s` bounds a custom reward's batch (with
     `workers` > 1, each item); `workers` > 1 scores across that many processes (math and custom;
-    match is a string compare, not worth a process)."""
+    match is a string compare, not worth a process). `judge` configures the judge reward, whose
+    requests hold slots of `throttle`."""
     builder = REWARD_BUILDERS.get(type)
     if builder is None:
         raise ValueError(
             f"unknown [reward] type {type!r}; choose one of {sorted(REWARD_BUILDERS)}"
         )
     return builder(custom_module=custom_module, custom_function=custom_function or "score", timeout_s=timeout_s,
-                   workers=workers)
+                   workers=workers, judge=judge, throttle=throttle)
 
 
-def build_reward_from_config(cfg: RetrainConfig) -> Reward:
-    """Build from a `RetrainConfig` (`cfg.reward`: type, custom_module, custom_function, timeout_s, workers)."""
+def build_reward_from_config(cfg: RetrainConfig, throttle: Any = None) -> Reward:
+    """Build from a `RetrainConfig` (`cfg.reward`: type, custom_module, custom_function, timeout_s, workers,
+    the judge keys)."""
     section = cfg.reward
+    judge = JudgeSettings(section.judge_url, section.judge_model, section.judge_prompt, section.judge_api,
+                          section.judge_max_tokens)
     return build_reward(section.type, section.custom_module, section.custom_function, section.timeout_s,
-                        section.workers)
+                        section.workers, judge=judge, throttle=throttle)

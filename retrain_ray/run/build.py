@@ -61,14 +61,14 @@ def _load_task(cfg: RetrainConfig) -> TaskData:
     return load_examples_from_config(cfg)
 
 
-def build_reward(cfg: RetrainConfig) -> Reward:
+def build_reward(cfg: RetrainConfig, throttle: Throttle | None = None) -> Reward:
     provide_original_names()  # a custom reward module written for the original imports `retrain.rewards`, ...
     if is_dotted_path(cfg.reward.type):
         # deferred: loads pydantic, which importing this module does not need
         from retrain_ray.run.plugins import create_reward
 
         return create_reward(cfg)
-    return build_reward_from_config(cfg)
+    return build_reward_from_config(cfg, throttle)
 
 
 def build_sepa(cfg: RetrainConfig, uses_sepa: bool) -> SEPAController | None:
@@ -177,8 +177,10 @@ def build_components(
     policy: Policy,
     advisor: BackPressureAdvisor | None = None,
     task: TaskData | None = None,
+    throttle: Throttle | None = None,
 ) -> RunComponents:
-    """The run's parts; `task` is `build_task(cfg)` when the caller loaded it already (before the policy)."""
+    """The run's parts; `task` is `build_task(cfg)` when the caller loaded it already (before the policy);
+    `throttle` guards the reward's endpoint calls (the judge)."""
     alg = cfg.algorithm
     modes = resolve_modes(alg.advantage_mode, alg.transform_mode, alg.algorithm_mode, alg.uncertainty_kind)
     task = task if task is not None else build_task(cfg)
@@ -186,7 +188,7 @@ def build_components(
         engine=policy.engine,
         backend=policy.backend,
         tokenizer=policy.tokenizer,
-        reward=build_reward(cfg),
+        reward=build_reward(cfg, throttle),
         train_examples=list(task.train),
         eval_examples=list(task.eval),
         format_answer=task.format_answer,

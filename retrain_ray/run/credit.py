@@ -19,13 +19,15 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from retrain_ray.algorithms import (
+    PREV_ETA_PARAM,
     batch_normalize,
     cap_advantages,
     compute_group_advantages,
+    is_adaptive_delight,
     reward_tie_stats,
 )
 from retrain_ray.backends.types import TrainBatch
@@ -84,6 +86,22 @@ class CreditSettings:
             batch_advantage_norm=cfg.training.batch_advantage_norm,
             adv_clip_max=cfg.training.adv_clip_max,
         )
+
+    def for_step(self, delight_eta_prev: float | None) -> CreditSettings:
+        """These settings with the run's delight eta state handed to an adaptive eta (as the original:
+        only once a previous step logged one, and only where `delight_eta_mode` is adaptive)."""
+        if delight_eta_prev is None:
+            return self
+        nested = dict(self.algorithm_params.get("transform_params") or self.transform_params)
+        return replace(
+            self,
+            transform_params=_with_prev_eta(self.transform_params, delight_eta_prev),
+            algorithm_params={**self.algorithm_params, "transform_params": _with_prev_eta(nested, delight_eta_prev)},
+        )
+
+
+def _with_prev_eta(params: dict[str, Any], eta: float) -> dict[str, Any]:
+    return {**params, PREV_ETA_PARAM: eta} if is_adaptive_delight(params) else params
 
 
 @dataclass

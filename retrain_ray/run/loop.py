@@ -40,6 +40,7 @@ from retrain_ray.run.rollout import (
     Group,
     PlanningDetector,
     Rollout,
+    reward_counters,
     rollout,
     rollout_metrics,
 )
@@ -80,6 +81,7 @@ class RLStep:
     completions: int
     next_batch_size: int  # the advisor's recommendation
     generations: list[MetricsRow]  # the step's generation-log rows, recorded after its metrics row
+    delight_eta: float | None = None  # the step's `dg_eta` (delight transforms): the adaptive eta's EMA state
 
 
 class RunLoop:
@@ -144,6 +146,8 @@ class RunLoop:
         state.total_correct += result.correct
         state.total_completions += result.completions
         state.current_batch_size = result.next_batch_size
+        if result.delight_eta is not None:
+            state.delight_eta_ema = result.delight_eta
 
     # ---- one RL step ------------------------------------------------------------------------
     def rl_step(self, step: int, state: TrainerState) -> RLStep:
@@ -160,10 +164,12 @@ class RunLoop:
             metrics["sample_time_s"] = out.sample_time_s
             metrics.update(self.endpoint.read(self.parts.engine))  # the engine's retries while sampling
             metrics["score_time_s"] = out.score_time_s
+            metrics.update(reward_counters(self.parts.reward))  # the judge's calls, parse failures, retries
             metrics.update(rollout_metrics(out.groups, self.cfg.training.max_tokens))
             self.observe_sepa(out.groups, metrics["correct_rate"])
             with timed(metrics, "advantage_time_s"):
-                credit = assign_credit(out.groups, self.credit, sepa_lambda, self.cfg.training.temperature)
+                credit = assign_credit(out.groups, self.credit.for_step(state.delight_eta_ema), sepa_lambda,
+                                       self.cfg.training.temperature)
             metrics.update(credit.metrics)
             metrics["lr"] = self.schedule.lr_at(step)
             train = self.update(credit.batch, metrics)
@@ -183,7 +189,7 @@ class RunLoop:
         decision = self.advise(step, state, metrics, tokens, skipped=train is None)
         row.update(decision.to_metrics())
         return RLStep(row, example_idx, out.correct_count, out.num_completions, int(decision.recommended_batch_size),
-                      self.generation_rows(step, out.groups))
+                      self.generation_rows(step, out.groups), delight_eta=credit.metrics.get("dg_eta"))
 
     def update(self, batch: TrainBatch | None, metrics: dict[str, float]) -> TrainStepResult | None:
         """One optimizer update on `batch` at the step's `metrics["lr"]` (None: nothing to train, no update);

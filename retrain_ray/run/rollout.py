@@ -123,6 +123,15 @@ def rollout_metrics(groups: Sequence[Group], max_tokens: int) -> dict[str, float
     }
 
 
+def reward_counters(reward: object) -> dict[str, float]:
+    """A reward's own cumulative counters (the judge's `judge_calls`, ...); none for most rewards."""
+    counters = getattr(type(reward), "runtime_metrics", None)
+    found: object = counters(reward) if callable(counters) else None
+    if not isinstance(found, dict):
+        return {}
+    return {str(k): float(v) for k, v in cast("dict[str, float]", found).items()}
+
+
 class EndpointCounters:
     """A remote sampler's retry counters (`openai_retries`, ...), cumulative for the row, and the
     retried endpoint errors (502, 504, timeouts) of the latest step, which back pressure cuts on."""

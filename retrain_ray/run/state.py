@@ -36,6 +36,7 @@ class TrainerState:
     weights_version: int = 0
     wall_time_s: float = 0.0
     sft_finished: bool = False
+    delight_eta_ema: float | None = None  # the last step's delight eta; an adaptive eta smooths towards it
 
     @property
     def next_step(self) -> int:

@@ -104,7 +104,7 @@ def train_run(
     observer = _fanout(run_dir, run_name, observers, local_logs, config.logging.jsonl)
     try:
         policy = policy or build_policy(config, throttle=throttle, run_name=run_name)
-        parts = build_components(config, observer, policy=policy, advisor=advisor, task=task)
+        parts = build_components(config, observer, policy=policy, advisor=advisor, task=task, throttle=throttle)
         loop = RunLoop(config, parts, run_name=run_name, run_dir=run_dir, condition=condition_of(config))
         state = _restore(loop, checkpoint) if checkpoint else _fresh_state(config, parts)
         return loop.run(state)

@@ -1,6 +1,7 @@
 """SFT warm start: the first `sft_warmup_steps` steps of a run train on the task's own answers.
 
-Targets are built from the task (prompt + formatted answer + EOS) when no SFT file is given; with
+Targets are built from the task (prompt + formatted answer + EOS) when no SFT file is given, and come
+from the file's demonstrations when `sft_data_path` names one (pinned and checked: `run.sft_file`); with
 `sft_target_correct_rate` set, a probe samples held-out prompts as RL would and ends the warm start
 once their correct rate reaches the target. The step returns its row and the probe's verdict; the
 RunLoop applies the verdict to the run state.
@@ -19,6 +20,7 @@ from retrain_ray.data.types import Example
 from retrain_ray.engines.types import SamplingParams
 from retrain_ray.run.rollout import rollout, rollout_metrics
 from retrain_ray.run.rows import RowIdentity
+from retrain_ray.run.sft_file import SFTRow, bucketed_order, load_sft_file
 from retrain_ray.run.timing import timed
 
 
@@ -39,16 +41,23 @@ class WarmStart:
         self.encode = encode
         self.sampling = sampling
         self._orders: dict[int, list[int]] = {}
+        t = cfg.training
+        self.rows: list[SFTRow] | None = (
+            load_sft_file(t, parts.tokenizer) if t.sft_data_path and t.sft_warmup_steps > 0 else None
+        )
 
     def active(self, step: int, *, finished: bool) -> bool:
         """The first `sft_warmup_steps` steps are supervised, unless the target accuracy came first."""
-        return step < self.cfg.training.sft_warmup_steps and self.parts.format_answer is not None and not finished
+        has_targets = self.rows is not None or self.parts.format_answer is not None
+        return step < self.cfg.training.sft_warmup_steps and has_targets and not finished
 
     def step(self, step: int, identity: RowIdentity, *, sync_weights: Callable[[], None]) -> WarmStartStep:
         t = self.cfg.training
         size = t.sft_batch_size or t.batch_size * t.group_size
-        examples = self.examples(step, size)
-        batch = self.batch(examples)
+        if self.rows is not None:
+            batch = self.file_batch([self.rows[i] for i in self.indices(step, size, len(self.rows))])
+        else:
+            batch = self.batch(self.examples(step, size))
         metrics: dict[str, float] = {}
         with timed(metrics, "step_time_s"):
             result = self.parts.backend.sft_step(batch, lr=t.sft_lr or t.lr, weight_decay=t.weight_decay)
@@ -59,7 +68,7 @@ class WarmStart:
             "trained": True,  # a warm-start step always updates the weights
             "loss": result.loss,
             "lr": t.sft_lr or t.lr,
-            "num_datums": float(len(examples)),
+            "num_datums": float(len(batch.tokens_D)),
             "tokens_per_step": float(batch.num_tokens),
             "step_time_s": metrics["step_time_s"],
             "tokens_per_second": batch.num_tokens / max(metrics["step_time_s"], 1e-9),
@@ -81,24 +90,44 @@ class WarmStart:
         return rollout_metrics(out.groups, t.max_tokens)["correct_rate"]
 
     def examples(self, step: int, size: int) -> list[Example]:
-        """Examples of warm-start step `step`: `sft_batch_order` "shuffle" walks a permutation seeded by
-        the run's seed (a new one each pass when `sft_reshuffle_each_epoch`), "sequential" the file order."""
-        t, train = self.cfg.training, self.parts.train_examples
+        """Examples of warm-start step `step` (see `indices`)."""
+        train = self.parts.train_examples
+        return [train[i] for i in self.indices(step, size, len(train))]
+
+    def indices(self, step: int, size: int, n: int) -> list[int]:
+        """Rows of warm-start step `step`: `sft_batch_order` "shuffle" walks a permutation seeded by the
+        run's seed (a new one each pass when `sft_reshuffle_each_epoch`), "sequential" the file order; an
+        SFT file with `sft_length_bucket_size` walks its length buckets (`run.sft_file`)."""
+        t = self.cfg.training
+        bucketed = self.rows is not None and t.sft_length_bucket_size > 0
         positions = range(step * size, (step + 1) * size)
-        if t.sft_batch_order == "sequential":
-            return [train[p % len(train)] for p in positions]
-        picked: list[Example] = []
+        if t.sft_batch_order == "sequential" and not bucketed:
+            return [p % n for p in positions]
+        picked: list[int] = []
         for p in positions:
-            epoch, index = divmod(p, len(train))
-            picked.append(train[self._order(epoch if t.sft_reshuffle_each_epoch else 0)[index]])
+            epoch, index = divmod(p, n)
+            picked.append(self._order(epoch if t.sft_reshuffle_each_epoch else 0, n)[index])
         return picked
 
-    def _order(self, epoch: int) -> list[int]:
+    def _order(self, epoch: int, n: int) -> list[int]:
         if epoch not in self._orders:
-            order = list(range(len(self.parts.train_examples)))
-            random.Random(max(self.cfg.training.seed, 0) + epoch).shuffle(order)
+            t = self.cfg.training
+            seed = max(t.seed, 0) + epoch
+            if self.rows is not None and t.sft_length_bucket_size > 0:
+                order = bucketed_order([len(r.tokens) for r in self.rows], t.sft_length_bucket_size, seed,
+                                       shuffle=t.sft_batch_order != "sequential")
+            else:
+                order = list(range(n))
+                random.Random(seed).shuffle(order)
             self._orders[epoch] = order
         return self._orders[epoch]
+
+    @staticmethod
+    def file_batch(rows: Sequence[SFTRow]) -> TrainBatch:
+        """The file's demonstrations: weight 0 on prompt tokens, 1 on the target's."""
+        return TrainBatch([list(r.tokens) for r in rows], [[0.0] * len(r.tokens) for r in rows],
+                          [[0.0] * r.prompt_len + [1.0] * (len(r.tokens) - r.prompt_len) for r in rows],
+                          [r.prompt_len for r in rows])
 
     def batch(self, examples: Sequence[Example]) -> TrainBatch:
         """Prompt + formatted answer + EOS per example, cut to `sft_max_tokens` tokens (0: not cut).

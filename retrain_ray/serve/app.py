@@ -1,7 +1,8 @@
 """The shared inference endpoint on Ray Serve: an OpenAI-compatible HTTP front for `CompletionServer`.
 
 Routes (under the application's route prefix `/<name>`):
-    POST /v1/completions          token ids in, token ids + per-token logprobs out (see core.py)
+    POST /v1/completions          token ids (or text) in, token ids + per-token logprobs out (see core.py)
+    POST /v1/chat/completions     messages in, the reply as `message.content` (an LLM judge's call)
     POST /v1/load_lora_adapter    safetensors bytes with metadata (see adapters.py), or vLLM's / MAX's
                                   JSON {"lora_name", "lora_path"} naming a PEFT folder on this machine
     POST /update_weights          PRIME-RL's {"weight_dir"}: the base model takes the folder's weights
@@ -85,6 +86,18 @@ class InferenceServer:
                 await asyncio.sleep(self.delay_s)
             return await asyncio.to_thread(self.core.complete, body)
         except (KeyError, ValueError, TypeError, FileNotFoundError) as err:
+            raise _bad_request(err) from err
+        finally:
+            self.core.in_flight.leave()
+
+    @api.post("/v1/chat/completions")
+    async def chat_completions(self, request: Request) -> dict[str, Any]:
+        self.core.in_flight.enter()
+        try:
+            body = await request.json()
+            await self._maybe_fail()
+            return await asyncio.to_thread(self.core.chat, body)
+        except (KeyError, ValueError, TypeError) as err:
             raise _bad_request(err) from err
         finally:
             self.core.in_flight.leave()

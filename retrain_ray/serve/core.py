@@ -1,11 +1,13 @@
 """The endpoint's model side, without Ray or HTTP: completions, adapters, in-flight counters.
 
 Completions follow the OpenAI `/v1/completions` shape with token ids in and out: `prompt` is a list
-of token ids, `n` samples are drawn in one batch by the PyTorch engine, and each choice carries
+of token ids (or a text, which the endpoint's tokenizer encodes: what an LLM judge sends), `n` samples are drawn in one batch by the PyTorch engine, and each choice carries
 `token_ids` plus `logprobs.tokens` ("token_id:<id>", vLLM's `return_tokens_as_token_ids` form) and
 `logprobs.token_logprobs` (log-probabilities under the tempered, top-p renormalised distribution the
 token was drawn from). A request's `seed` seeds that request's generator, so the same seed, weights
 version and prompt give the same tokens and logprobs as `PyTorchEngine(model, seed=seed)`.
+`/v1/chat/completions` takes `messages`, renders them with the tokenizer's chat template (or, for a
+tokenizer without one, the contents one per line) and answers in the chat shape (`message.content`).
 
 Adapters: every uploaded name gets its own copy of the base model (PEFT-wrapped for LoRA, plain for
 full weights of tiny models), with strict name/shape checks on install; `model` = adapter name picks
@@ -81,12 +83,27 @@ class InFlight:
             return out
 
 
-def _request_params(body: dict[str, Any]) -> tuple[list[int], int, SamplingParams, int]:
-    prompt = body.get("prompt")
-    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], list):
+def _prompt_ids(prompt: Any, tokenizer: Any) -> list[int]:
+    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], list | str):
         prompt = prompt[0]
+    if isinstance(prompt, str) and prompt:
+        return list(tokenizer.encode(prompt))
     if not isinstance(prompt, list) or not prompt or not all(isinstance(t, int) for t in prompt):
-        raise ValueError("'prompt' must be a non-empty list of token ids (this endpoint takes no text prompts)")
+        raise ValueError("'prompt' must be a non-empty text or list of token ids")
+    return prompt
+
+
+def chat_prompt(messages: Any, tokenizer: Any) -> str:
+    """The text a chat request stands for: the tokenizer's chat template, else the contents by line."""
+    if not isinstance(messages, list) or not messages or not all(isinstance(m, dict) for m in messages):
+        raise ValueError("'messages' must be a non-empty list of {role, content} objects")
+    if getattr(tokenizer, "chat_template", None):
+        return str(tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True))
+    return "\n".join(str(m.get("content", "")) for m in messages) + "\n"
+
+
+def _request_params(body: dict[str, Any], tokenizer: Any) -> tuple[list[int], int, SamplingParams, int]:
+    prompt = _prompt_ids(body.get("prompt"), tokenizer)
     params = SamplingParams(
         max_tokens=int(body.get("max_tokens", 16)),
         temperature=float(body.get("temperature", 1.0)),
@@ -113,7 +130,7 @@ class CompletionServer:
         return slot
 
     def complete(self, body: dict[str, Any]) -> dict[str, Any]:
-        prompt, n, params, seed = _request_params(body)
+        prompt, n, params, seed = _request_params(body, self.tokenizer)
         slot = self._request_slot(body)
         tok = self.tokenizer
         with slot.lock:
@@ -193,6 +210,13 @@ class CompletionServer:
                 params[name].copy_(tensor.to(params[name].dtype))
             slot.version = int(match[1]) if match else (slot.version or 0) + 1
         return slot.version
+
+    def chat(self, body: dict[str, Any]) -> dict[str, Any]:
+        """`/v1/chat/completions`: the messages as one text prompt, answered in the chat shape."""
+        out = self.complete({**body, "prompt": chat_prompt(body.get("messages"), self.tokenizer)})
+        choices = [{"index": c["index"], "message": {"role": "assistant", "content": c["text"]},
+                    "finish_reason": c["finish_reason"]} for c in out["choices"]]
+        return {**out, "object": "chat.completion", "choices": choices}
 
     def load_adapter(self, payload: bytes) -> dict[str, Any]:
         spec, tensors = decode_adapter(payload)
