@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import logging
 import os
 import sys
 import threading
@@ -165,7 +166,7 @@ def cluster_gpus(address: str, timeout_s: float = 15.0) -> tuple[float | None, s
 
     def ask() -> None:
         try:
-            ray.init(address=address, logging_level="ERROR", log_to_driver=False)
+            ray.init(address=address, logging_level=logging.ERROR, log_to_driver=False)
             found["gpus"] = float(ray.cluster_resources().get("GPU", 0.0))
         except Exception as exc:  # noqa: BLE001  (any connection failure is reported as a warning)
             failed.append(f"{type(exc).__name__}: {exc}")
@@ -285,6 +286,8 @@ def _gpus_available(typed: float | None, cfg: RetrainConfig) -> tuple[float | No
     address = os.environ.get("RAY_ADDRESS", "")
     if not address or cfg.campaign is None:
         return None, ""
+    if address == "local":  # ray.init would start a Ray here: a dry run never does
+        return None, "RAY_ADDRESS=local names no running cluster; the estimate ignores GPUs: pass --gpus N"
     return cluster_gpus(address)
 
 

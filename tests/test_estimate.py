@@ -71,7 +71,7 @@ def test_checkpoints_kept() -> None:
 
 
 def _phase(median: float, overhead: float, steps: int = 4) -> PhaseFigures:
-    return PhaseFigures(steps, (median,) * steps, 10.0, 10.0 * overhead)
+    return PhaseFigures(steps, (median,) * steps, median * steps, median * steps * overhead, steps)
 
 
 def _pilot(condition: str, seed: int, warm: int, *, ended: bool = True, warm_s: float = 1.0,

@@ -60,8 +60,9 @@ def _phase_seconds(phase: PhaseFigures | None, override: float | None) -> tuple[
     """(seconds per step, median step_time_s) of a phase; the override replaces the median."""
     if phase is None or not phase.recent_step_times:
         return None
-    median = override if override is not None else phase.median_step_time_s
-    return median * phase.overhead, median
+    if override is not None:
+        return override * phase.overhead, override
+    return phase.seconds_per_step, phase.median_step_time_s
 
 
 def step_times(runs: Sequence[RunFigures], everyone: Sequence[RunFigures], override: float | None) -> StepTimes:
@@ -137,19 +138,26 @@ def condition_figures(runs: Sequence[RunFigures]) -> dict[str, Any]:
     }
 
 
+def _flagged(figures: dict[str, dict[str, Any]], share: Any, threshold: float) -> str:
+    """"cond 12%, cond 30%" for the conditions whose share reaches the threshold ("" for none)."""
+    hits = {name: share(f) for name, f in figures.items() if name != "all"}
+    hits = {name: value for name, value in hits.items() if value is not None and value >= threshold}
+    return ", ".join(f"{name} {value:.0%}" for name, value in hits.items())
+
+
 def recommendations(cfg: Any, figures: dict[str, dict[str, Any]], est: Estimate, pilot_slots: set[int]) -> list[str]:
     """Seed 000's checklist from the pilot's figures."""
     out = []
     max_tokens = cfg.training.max_tokens
-    for name, f in figures.items():
-        hit = f["max_token_hit_rate"]
-        if hit is not None and hit >= TRUNCATION_HIGH:
-            out.append(f"truncation ({name}): {hit:.0%} of completions hit max_tokens = {max_tokens}: they are cut "
-                       "off; raise [training] max_tokens if the answers need the room")
-        congested = f["bp_actions"].get("throttle", 0.0) + f["bp_regimes"].get("retrograde", 0.0)
-        if congested >= CONGESTION_HIGH:
-            out.append(f"concurrency ({name}): {congested:.0%} of steps throttled or retrograde: concurrency is too "
-                       "high; lower [campaign] max_workers or [backend] max_concurrent")
+    cut = _flagged(figures, lambda f: f["max_token_hit_rate"], TRUNCATION_HIGH)
+    if cut:
+        out.append(f"truncation: completions hit max_tokens = {max_tokens} ({cut}): they are cut off; raise "
+                   "[training] max_tokens if the answers need the room")
+    congested = _flagged(figures, lambda f: f["bp_actions"].get("throttle", 0.0) + f["bp_regimes"].get("retrograde", 0.0),
+                         CONGESTION_HIGH)
+    if congested:
+        out.append(f"concurrency: steps throttled or retrograde ({congested}): concurrency is too high; lower "
+                   "[campaign] max_workers or [backend] max_concurrent")
     all_hit = figures.get("all", {}).get("max_token_hit_rate")
     if all_hit is not None and all_hit < TRUNCATION_LOW:
         out.append(f"truncation: completions almost never reach max_tokens = {max_tokens} ({all_hit:.1%}): "
