@@ -271,7 +271,8 @@ def _single_run(run_dir: Path) -> RunFigures | None:
     rows = _read_rows(run_dir)
     if not rows:
         return None
-    meta_path = run_dir / "run_meta.json"
+    meta_path = next((p for p in (run_dir / "run_meta.json", run_dir / "work" / "run_meta.json") if p.is_file()),
+                     run_dir / "run_meta.json")  # a `train` run's own, or a campaign run's work dir
     seed, started = None, None
     if meta_path.is_file():
         try:
