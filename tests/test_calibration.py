@@ -21,12 +21,14 @@ from retrain_ray.config import expand_runs, load_config
 
 MAXRL = {"advantage_mode": "maxrl", "transform_mode": "none"}
 ROOT = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.slow  # a real two-run pilot campaign (module fixture)
 
 
 def _toml(path: Path, *, seeds: list[int], steps: int, log_dir: Path) -> Path:
     return write_campaign(
         path, backend={"devices": "cpu"},
-        training={"batch_size": 2, "group_size": 4, "max_tokens": 4, "lr": 3e-3, "save_every": 2,
+        reward={"type": "custom", "custom_module": "operator:lt"},  # group_size 16: every RL step trains
+        training={"batch_size": 2, "group_size": 16, "max_tokens": 4, "lr": 3e-3, "save_every": 2,
                   "sft_warmup_steps": 2},
         logging={"log_dir": str(log_dir)},
         campaign={"name": "cal", "seeds": seeds, "max_steps": steps, "parallel": True, "max_workers": 2},
@@ -59,9 +61,11 @@ def test_figures_from_the_pilots_logs(pilot) -> None:
 
 
 def _scaled(cal: Calibration, factor: float) -> Calibration:
+    """The same pilot with every step `factor` times as long (its rows as far apart)."""
     def scale(phase):
         return None if phase is None else dataclasses.replace(
-            phase, recent_step_times=tuple(t * factor for t in phase.recent_step_times))
+            phase, recent_step_times=tuple(t * factor for t in phase.recent_step_times),
+            step_time_sum=phase.step_time_sum * factor, wall_span_sum=phase.wall_span_sum * factor)
     runs = tuple(dataclasses.replace(r, warm_start=scale(r.warm_start), rl=scale(r.rl)) for r in cal.runs)
     return dataclasses.replace(cal, runs=runs)
 

@@ -289,7 +289,7 @@ def capacity_text(cap: dict[str, Any]) -> str:
         hit = f["max_token_hit_rate"]
         speed = f["tokens_per_s"]
         regimes = ", ".join(f"{k} {v:.0%}" for k, v in f["bp_regimes"].items()) or "none logged"
-        lines.append(f"  pilot {label}: {f['runs']} run(s), max_token_hit_rate "
+        lines.append(f"  measured {label}: {f['runs']} run(s), max_token_hit_rate "
                      f"{'-' if hit is None else f'{hit:.2f}'}, tokens/s {'-' if speed is None else f'{speed:,.0f}'}, "
                      f"back-pressure regimes: {regimes}")
     lines += [f"  -> {r}" for r in cap["recommendations"]]
