@@ -10,9 +10,9 @@ campaign/calibration.py, the GPUs available) and this module adds them up.
                  before the next run starts in it (Tune's scheduling)
     wall time  = campaign start-up + the schedule's makespan + campaign teardown
 
-Seconds per step are the wall clock per step (the median `step_time_s` times the pilot's measured
-between-step overhead: logging, checkpoints, the warm start's probe), so a run's steps add up to
-what its log's timestamps span.
+Seconds per step are the wall clock per step (the pilot's mean row spacing: the step and what happens
+between steps, logging, checkpoints, the warm start's probe), so a run's steps add up to what its
+log's timestamps span.
 """
 
 from __future__ import annotations
