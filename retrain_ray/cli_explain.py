@@ -3,12 +3,13 @@
 Validates the file (all problems on stderr, exit 2, no traceback), then describes what would run:
 for a single run the model, backend and its capabilities, condition, datums per step and in total,
 and the resources one run takes; for a campaign also the run matrix (conditions x seeds) and the
-capacity estimate of the original's capacity-planning page:
-
-    concurrency per step  = batch_size * group_size
-    total campaign steps  = conditions * seeds * max_steps
-    estimated wall time   = total_steps * median_step_time / effective_parallelism
-    effective_parallelism = min(max_workers or num_runs, num_runs) if parallel else 1
+capacity estimate (campaign/capacity.py, campaign/estimate.py): the runs scheduled into the slots the
+plan's own concurrency gives (`max_workers`, bounded by the GPUs available: `--gpus N`, or the
+cluster at RAY_ADDRESS), each run's warm-start and RL steps at their own seconds per step, the
+per-run and campaign start-up, `stagger_seconds`, and the checkpoint disk. The figures come from
+a pilot's logs (`--calibrate DIR`: campaign/calibration.py), else from earlier runs of the same
+campaign under its log_dir (said so), else a fixed `--median-step-time` (10 s) per step, said to
+be uncalibrated. Seed 000's checklist (truncation, concurrency, the wall time) follows.
 
 A campaign also says which plugin code it ships to its trials ("plugins shipped"): the folders and
 files `Campaign.run()` would pack (campaign/plugin_bundle.py, the same code), their raw and zipped
@@ -29,10 +30,14 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import logging
+import os
 import sys
+import threading
 from typing import Any
 
 from retrain_ray.actors.placement import mode_for_gpus
+from retrain_ray.campaign.capacity import capacity_dict, capacity_text, load_calibration, plan_capacity
 from retrain_ray.campaign.plugin_bundle import shipment
 from retrain_ray.config import (
     ConfigError,
@@ -140,22 +145,18 @@ def lr_schedule_text(t: Any) -> str:
     return f"{t.lr_schedule} from lr = {t.lr:g}, warmup {warmup}"
 
 
-def capacity(cfg: RetrainConfig, num_conditions: int, num_runs: int, median_step_time: float) -> dict[str, Any]:
-    c = cfg.campaign
-    assert c is not None
-    total_steps = num_conditions * len(c.seeds) * c.max_steps
-    parallelism = min(c.max_workers or num_runs, num_runs) if c.parallel else 1
-    return {
-        "concurrency_per_step": cfg.training.rows_per_step,
-        "total_campaign_steps": total_steps,
-        "median_step_time_s": median_step_time,
-        "effective_parallelism": parallelism,
-        "estimated_wall_time_s": total_steps * median_step_time / parallelism,
-    }
+@dataclasses.dataclass(frozen=True)
+class Sizing:
+    """What the estimate needs beyond the config: the figures' source and the GPUs available."""
+
+    file: str
+    calibrate: str | None = None
+    median_step_time: float | None = None
+    gpus_available: float | None = None
 
 
-def describe(cfg: RetrainConfig, median_step_time: float) -> dict[str, Any]:
-    """Everything explain shows, as one JSON-able dict."""
+def describe(cfg: RetrainConfig, sizing: Sizing) -> dict[str, Any]:
+    """Everything explain shows, as one JSON-able dict; ValueError for a --calibrate DIR without runs."""
     out: dict[str, Any] = {"kind": "campaign" if cfg.campaign is not None else "run", "run": describe_run(cfg)}
     if cfg.squeeze is not None:
         out["squeeze"] = cfg.squeeze.model_dump(mode="json")
@@ -163,6 +164,9 @@ def describe(cfg: RetrainConfig, median_step_time: float) -> dict[str, Any]:
         return out
     runs = expand_runs(cfg)
     labels = [c.label for c in cfg.campaign.conditions]
+    calibration, how = load_calibration(cfg, sizing.file, sizing.calibrate)
+    cap = plan_capacity(cfg, runs, calibration=calibration, how=how, median_step_time=sizing.median_step_time,
+                        gpus_per_run=out["run"]["resources_per_run"]["gpus"], gpus_available=sizing.gpus_available)
     out["campaign"] = {
         "conditions": labels,
         "seeds": list(cfg.campaign.seeds),
@@ -170,11 +174,38 @@ def describe(cfg: RetrainConfig, median_step_time: float) -> dict[str, Any]:
         "total_runs": len(runs),
         "parallel": cfg.campaign.parallel,
         "max_workers": cfg.campaign.max_workers,
+        "gpus_available": sizing.gpus_available,
         "matrix": {label: {str(r.seed): r.run_name for r in runs if r.condition_label == label}
                    for label in labels},
-        "capacity": capacity(cfg, len(labels), len(runs), median_step_time),
+        "capacity": capacity_dict(cap, cfg, len(labels)),
     }
     return out
+
+
+def cluster_gpus(address: str, timeout_s: float = 15.0) -> tuple[float | None, str]:
+    """GPUs of the running cluster at `address` (never starts one); (None, why) when it does not answer."""
+    # deferred: Ray, only when RAY_ADDRESS is set
+    import ray
+
+    found: dict[str, float] = {}
+    failed: list[str] = []
+
+    def ask() -> None:
+        try:
+            ray.init(address=address, logging_level=logging.ERROR, log_to_driver=False)
+            found["gpus"] = float(ray.cluster_resources().get("GPU", 0.0))
+        except Exception as exc:  # noqa: BLE001  (any connection failure is reported as a warning)
+            failed.append(f"{type(exc).__name__}: {exc}")
+
+    worker = threading.Thread(target=ask, daemon=True)
+    worker.start()
+    worker.join(timeout_s)
+    if "gpus" in found:
+        ray.shutdown()
+        return found["gpus"], ""
+    why = failed[0] if failed else f"no answer in {timeout_s:.0f} s"
+    return None, (f"RAY_ADDRESS={address}: the cluster's GPUs are unknown ({why}); the estimate ignores GPUs: "
+                  "pass --gpus N")
 
 
 def _files(n: int) -> str:
@@ -215,10 +246,7 @@ def _print_rich(info: dict[str, Any], warnings: list[str], environment: list[str
         for label, cells in camp["matrix"].items():
             matrix.add_row(label, *cells.values())
         console.print(matrix)
-        cap = Table(title="capacity estimate", show_header=False)
-        for key, value in camp["capacity"].items():
-            cap.add_row(key, f"{value:.1f}" if isinstance(value, float) else str(value))
-        console.print(cap)
+        console.print(capacity_text(camp["capacity"]), highlight=False, markup=False, soft_wrap=True)
     if "plugins_shipped" in info:
         console.print(plugins_text(info["plugins_shipped"]), highlight=False, markup=False, soft_wrap=True)
     if "squeeze" in info:
@@ -235,7 +263,12 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="retrain-ray explain", description="Dry run: validate and describe a config.")
     p.add_argument("file", help="TOML config (run or campaign)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
-    p.add_argument("--median-step-time", type=float, default=10.0, help="seconds per step for the estimate")
+    p.add_argument("--calibrate", metavar="DIR", default=None,
+                   help="a pilot run or campaign (or a directory of them): the estimate uses its logs")
+    p.add_argument("--median-step-time", type=float, default=None,
+                   help="seconds per step for the estimate (overrides the pilot's median; default 10 uncalibrated)")
+    p.add_argument("--gpus", type=float, default=None,
+                   help="GPUs available to the campaign (default: the cluster at RAY_ADDRESS, else not bounded)")
     p.add_argument("--strict", action="store_true",
                    help="warnings are errors (exit 2): a model not in the cache, a missing data file, a server "
                         "that does not answer, a config warning; for CI")
@@ -247,10 +280,12 @@ def explain_main(argv: list[str] | None = None) -> int:
     args, rest = _parser().parse_known_args(argv)
     try:
         cfg, warnings = load_config_with_warnings(args.file, parse_overrides(rest) if rest else None)
-        info = describe(cfg, args.median_step_time)
-    except ConfigError as exc:
+        gpus, why = _gpus_available(args.gpus, cfg)
+        info = describe(cfg, Sizing(args.file, args.calibrate, args.median_step_time, gpus))
+    except (ConfigError, ValueError) as exc:
         print(str(exc), file=sys.stderr)
         return 2
+    warnings = [*warnings, why] if why else warnings
     problems = condition_problems(cfg)
     if problems:
         print(f"{args.file}: the runs could not start:\n" + "\n".join(f"  - {p}" for p in problems), file=sys.stderr)
@@ -266,6 +301,20 @@ def explain_main(argv: list[str] | None = None) -> int:
         print(f"{args.file}: the campaign would be refused: {info['plugins_shipped']['error']}", file=sys.stderr)
         return 2
     return _strict_verdict(args.file, warnings + environment) if args.strict else 0
+
+
+def _gpus_available(typed: float | None, cfg: RetrainConfig) -> tuple[float | None, str]:
+    """--gpus, else the connected cluster's (RAY_ADDRESS, campaigns only), else None (not bounded)."""
+    if typed is not None:
+        if typed < 0:
+            raise ValueError(f"--gpus {typed:g}: must be >= 0")
+        return typed, ""
+    address = os.environ.get("RAY_ADDRESS", "")
+    if not address or cfg.campaign is None:
+        return None, ""
+    if address == "local":  # ray.init would start a Ray here: a dry run never does
+        return None, "RAY_ADDRESS=local names no running cluster; the estimate ignores GPUs: pass --gpus N"
+    return cluster_gpus(address)
 
 
 def _strict_verdict(file: str, warnings: list[str]) -> int:

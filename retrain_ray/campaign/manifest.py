@@ -16,6 +16,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from retrain_ray.process_clock import process_started_at
 from retrain_ray.secrets import REDACTED, redact  # noqa: F401  (re-exported)
 
 MANIFEST = "manifest.json"
@@ -95,7 +96,8 @@ class Manifest:
 
     def start_session(self) -> None:
         """Records a driver session (first start or resume): host, pid, time."""
-        session = {"host": socket.gethostname(), "pid": os.getpid(), "started": time.time()}
+        session = {"host": socket.gethostname(), "pid": os.getpid(), "started": time.time(),
+                   "process_started_at": process_started_at() or 0.0}  # the driver's own start-up (explain --calibrate)
         self.data.setdefault("sessions", []).append(session)
         self.data["status"] = "running"
         self.save()

@@ -130,6 +130,13 @@ def _check_name(name: str) -> list[str]:
     return []
 
 
+def concurrent_runs(parallel: bool, max_workers: int, num_runs: int) -> int:
+    """Runs at once: `max_workers` (0 = one per run) when parallel, else 1; at least 1, at most the runs.
+    The one formula: the schedule below and `retrain-ray explain`'s estimate both use it."""
+    workers = (max_workers or num_runs) if parallel else 1
+    return max(1, min(workers, max(num_runs, 1)))
+
+
 def _schedule(config: Any, num_runs: int) -> tuple[Schedule, list[str]]:
     c = config.campaign
     problems = []
@@ -141,9 +148,8 @@ def _schedule(config: Any, num_runs: int) -> tuple[Schedule, list[str]]:
         problems.append(f"[campaign].max_failures = {c.max_failures}: must be >= 0 (retries per run)")
     if c.cpus_per_run <= 0:
         problems.append(f"[campaign].cpus_per_run = {c.cpus_per_run}: must be > 0")
-    workers = (c.max_workers or num_runs) if c.parallel else 1
     sched = Schedule(
-        max_concurrent=max(1, min(workers, max(num_runs, 1))),
+        max_concurrent=concurrent_runs(c.parallel, c.max_workers, num_runs),
         stagger_seconds=float(c.stagger_seconds),
         max_failures=int(c.max_failures),
         cpus_per_run=float(c.cpus_per_run),

@@ -74,7 +74,7 @@ class ManifestCallback(Callback):
         name = _run_name(trial)
         last = trial.last_result or {}
         checkpoint = getattr(trial, "checkpoint", None)  # the run's last reported checkpoint (for squeeze)
-        self.manifest.update_run(name, status="completed", result=_result_summary(last),
+        self.manifest.update_run(name, status="completed", result=_result_summary(last), finished_at=time.time(),
                                  checkpoint=checkpoint.path if checkpoint is not None else "")
         own = last.get("resumed_own_step")  # Tune had no checkpoint of it (campaign/own_checkpoint.py)
         source = ("its own checkpoint" if last.get("resumed_from", "own") == "own"
