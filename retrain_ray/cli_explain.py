@@ -33,6 +33,7 @@ import sys
 from typing import Any
 
 from retrain_ray.actors.placement import mode_for_gpus
+from retrain_ray.campaign.adaptive_plan import adaptive_plan
 from retrain_ray.campaign.plugin_bundle import shipment
 from retrain_ray.config import (
     ConfigError,
@@ -148,6 +149,9 @@ def describe(cfg: RetrainConfig, median_step_time: float) -> dict[str, Any]:
                    for label in labels},
         "capacity": capacity(cfg, len(labels), len(runs), median_step_time),
     }
+    adaptive = adaptive_plan(cfg)
+    if adaptive is not None:  # [campaign.adaptive]: the rungs and the step budgets (campaign/adaptive_plan.py)
+        out["campaign"]["adaptive"] = {**adaptive.to_json(), "plan": adaptive.describe()}
     return out
 
 
@@ -193,6 +197,8 @@ def _print_rich(info: dict[str, Any], warnings: list[str], environment: list[str
         for key, value in camp["capacity"].items():
             cap.add_row(key, f"{value:.1f}" if isinstance(value, float) else str(value))
         console.print(cap)
+        for line in camp.get("adaptive", {}).get("plan", []):
+            console.print(line, highlight=False, markup=False, soft_wrap=True)
     if "plugins_shipped" in info:
         console.print(plugins_text(info["plugins_shipped"]), highlight=False, markup=False, soft_wrap=True)
     if "squeeze" in info:
