@@ -175,7 +175,7 @@ class AdaptiveBook:
                 values[e["condition"]].append(float(value))
         seeds = self._seed_counts(live)
         last = rung == self.plan.rungs[-1]
-        room = self._room_for_seeds()
+        room = self._room_for_seeds() if self._spare_conditions() else 0
         decision = decide(self.plan, rung, values, seeds, last_rung=last, can_add_seeds=room > 0)
         stopped = [pc.condition for pc in decision.stop]
         for pc in decision.stop:
@@ -201,6 +201,13 @@ class AdaptiveBook:
                 if e["run_name"] in self.queue:
                     self.queue.remove(e["run_name"])
         self.manifest.save()
+
+    def _spare_conditions(self) -> list[str]:
+        """Live conditions below max_seeds with a seed left to add."""
+        known = {e["run_name"] for e in self.entries()}
+        counts = self._seed_counts(self.live_entries())
+        return [c for c, n in counts.items() if n < self.plan.max_seeds
+                and any(r.condition == c and r.run_name not in known for r in self.plans.values())]
 
     def _room_for_seeds(self) -> int:
         """How many runs the budget still allows to add (any number without a budget)."""
