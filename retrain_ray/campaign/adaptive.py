@@ -35,9 +35,11 @@ def decide(plan: AdaptivePlan, step: int, values: dict[str, list[float]], seeds:
            last_rung: bool, can_add_seeds: bool) -> Any:
     """The decision at a rung: the one call into the statistics (campaign/adaptive_policy.py)."""
     from retrain_ray.campaign.adaptive_policy import decide as policy
+    from retrain_ray.campaign.adaptive_policy import planned_looks
 
-    return policy(step, values, seeds_by_condition=seeds, mode=plan.mode, alpha=plan.alpha,
-                  max_seeds=plan.max_seeds, last_rung=last_rung, can_add_seeds=can_add_seeds)
+    looks = planned_looks(len(plan.rungs), plan.min_seeds, plan.max_seeds)  # alpha is spent over every look
+    return policy(step, values, seeds_by_condition=seeds, mode=plan.mode, alpha=plan.alpha,  # type: ignore[arg-type]
+                  max_seeds=plan.max_seeds, last_rung=last_rung, can_add_seeds=can_add_seeds, looks=looks)
 
 
 def _comparison(pc: Any) -> dict[str, Any]:
@@ -147,6 +149,17 @@ class AdaptiveBook:
             return rung if all(self.reached(e, rung) for e in live) else None
         return None
 
+    def waits_at(self, run_name: str, result: dict[str, Any]) -> int | None:
+        """The rung this report is at when its decision has not been made yet (the run should wait there);
+        else None. The last step is never a wait: the run ends there."""
+        rung = int(result.get("step", -1)) + 1
+        if result.get("run_done") or rung not in self.plan.rungs or rung >= self.plan.max_steps or self.finished:
+            return None
+        if self.manifest.run(run_name)["status"] == "stopped":
+            return None
+        decided = {d["step"] for d in self.manifest.data["adaptive"]["decisions"]}
+        return None if rung in decided else rung
+
     def _seed_counts(self, live: list[dict[str, Any]]) -> dict[str, int]:
         counts: dict[str, int] = {}
         for e in live:
@@ -245,9 +258,13 @@ class AdaptiveScheduler(FIFOScheduler):
     """Tune's `TrialScheduler` for an adaptive campaign: records each report in the book, decides the
     rungs that are due, and stops the trials of the conditions a decision stopped."""
 
-    def __init__(self, book: AdaptiveBook) -> None:
+    def __init__(self, book: AdaptiveBook, max_concurrent: int) -> None:
         super().__init__()
         self.book = book
+        # Tune's max_concurrent_trials would wrap the searcher in a ConcurrencyLimiter, which counts a paused
+        # trial as running and so never asks for the runs the paused ones wait for: the limit is kept here
+        self.max_concurrent = max_concurrent
+        self.waiting: dict[str, int] = {}  # run -> the rung it is paused at until that rung is decided
 
     def on_trial_add(self, tune_controller: Any, trial: Any) -> None:
         self.book.load()
@@ -257,11 +274,31 @@ class AdaptiveScheduler(FIFOScheduler):
         name = trial.config["run_name"]
         self.book.record(name, result)
         stopped = self.book.check()
-        if not stopped:
-            return TrialScheduler.CONTINUE
         self._stop_others(tune_controller, trial, stopped)
-        condition = self.book.plans[name].condition
-        return TrialScheduler.STOP if condition in stopped else TrialScheduler.CONTINUE
+        if self.book.plans[name].condition in stopped:
+            return TrialScheduler.STOP
+        rung = self.book.waits_at(name, result)
+        if rung is None:
+            return TrialScheduler.CONTINUE
+        # Paused with its checkpoint at the rung (Tune saves the last reported one): it gives its slot to the
+        # runs still to reach the rung, and spends no step a decision to stop its condition would waste.
+        self.waiting[name] = rung
+        return TrialScheduler.PAUSE
+
+    def choose_trial_to_run(self, tune_controller: Any) -> Any:
+        """Pending trials first; a paused one only once the rung it waits at is decided."""
+        trials = tune_controller.get_trials()
+        if sum(t.status == "RUNNING" for t in trials) >= self.max_concurrent:
+            return None
+        for trial in trials:
+            if trial.status == "PENDING":
+                return trial
+        decided = {d["step"] for d in self.book.manifest.data["adaptive"]["decisions"]}
+        for trial in trials:
+            rung = self.waiting.get(trial.config.get("run_name"))
+            if trial.status == "PAUSED" and (rung is None or rung in decided or self.book.finished):
+                return trial
+        return None
 
     def on_trial_complete(self, tune_controller: Any, trial: Any, result: dict[str, Any]) -> None:
         self.book.ended(trial.config["run_name"])

@@ -63,7 +63,8 @@ def build_tuner(plan: CampaignPlan, manifest: Manifest, *, namespace: str, contr
     return tune.Tuner(
         trainable,
         param_space={} if adaptive else {"run_name": tune.grid_search([r.run_name for r in plan.runs])},
-        tune_config=tune.TuneConfig(max_concurrent_trials=plan.schedule.max_concurrent, reuse_actors=True,
+        tune_config=tune.TuneConfig(max_concurrent_trials=None if adaptive else plan.schedule.max_concurrent,
+                                    reuse_actors=True,
                                     trial_name_creator=trial_name, trial_dirname_creator=trial_name,
                                     **_adaptive_tune(plan, records, progress)),
         run_config=tune.RunConfig(
@@ -86,7 +87,8 @@ def _adaptive_tune(plan: CampaignPlan, records: ManifestCallback, progress: bool
             print(f"[campaign] adaptive: {text}", flush=True)
 
     book = AdaptiveBook(plan.adaptive, plan.runs, plan.reserve, records, say=say)
-    return {"search_alg": AdaptiveSearcher(book), "scheduler": AdaptiveScheduler(book), "num_samples": -1}
+    return {"search_alg": AdaptiveSearcher(book), "scheduler": AdaptiveScheduler(book, plan.schedule.max_concurrent),
+            "num_samples": -1}
 
 
 TRIAL_CLASS_NAME = "RetrainRun"
