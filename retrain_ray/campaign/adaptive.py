@@ -328,7 +328,7 @@ class AdaptiveSearcher(Searcher):
         self.book = book
         self.suggested: set[str] = set()
 
-    def suggest(self, trial_id: str) -> dict[str, Any] | None:
+    def suggest(self, trial_id: str) -> dict[str, Any] | str | None:
         self.book.load()
         waiting = [n for n in self.book.queue if n not in self.suggested]
         if waiting:

@@ -48,11 +48,12 @@ class AdaptivePlan:
     def describe(self) -> list[str]:
         budget = f"{self.budget_steps} steps" if self.budget_steps else "none"
         direction = "higher" if self.mode == "max" else "lower"
+        adds = (f"add from {list(self.spare_seeds)} where undecided at the last rung (at most {self.max_seeds} per "
+                "condition)" if self.spare_seeds else "no seeds added (max_seeds = min_seeds)")
         return [
             f"adaptive: compare conditions on {self.metric} (mean of the last {self.window} steps, {direction} is "
             f"better) at steps {list(self.rungs)}; family-wise alpha {self.alpha:g}",
-            f"seeds: start {list(self.start_seeds)} per condition; add from {list(self.spare_seeds)} where undecided "
-            f"at the last rung (at most {self.max_seeds} per condition); budget {budget}",
+            f"seeds: start {list(self.start_seeds)} per condition; {adds}; budget {budget}",
             f"steps: best case {self.best_case_steps} (all but the leader stopped at step {self.rungs[0]}), worst case "
             f"{self.worst_case_steps} (every condition to {self.max_seeds} seeds, all steps); the grid of the first "
             f"seeds: {self.grid_steps}",
@@ -70,7 +71,7 @@ def adaptive_plan(config: Any) -> AdaptivePlan | None:
     """The adaptive plan of a validated campaign config; None when `[campaign.adaptive]` is absent."""
     camp = config.campaign
     ad = camp.adaptive if camp is not None else None
-    if ad is None:
+    if camp is None or ad is None:
         return None
     seeds = tuple(camp.seeds)
     return AdaptivePlan(

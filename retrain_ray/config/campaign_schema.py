@@ -96,7 +96,7 @@ class AdaptiveSection(Section):
     def _increasing(cls, v: list[int]) -> list[int]:
         if any(r <= 0 for r in v):
             raise ValueError(f"rungs must be positive steps, got {v}")
-        if any(b <= a for a, b in zip(v, v[1:])):
+        if any(b <= a for a, b in zip(v, v[1:], strict=False)):
             raise ValueError(f"rungs must be strictly increasing steps, got {v}")
         return v
 
