@@ -156,8 +156,9 @@ def _mean_var(values: Sequence[float]) -> tuple[float, float]:
     return mean, math.fsum((v - mean) ** 2 for v in values) / (n - 1)
 
 
-def welch(a: Sequence[float], b: Sequence[float], *, confidence: float = 0.95) -> WelchTest:
-    """Welch's two-sided t-test of mean(a) - mean(b); both sides need at least 2 values."""
+def welch(a: Sequence[float], b: Sequence[float], *, confidence: float | None = 0.95) -> WelchTest:
+    """Welch's two-sided t-test of mean(a) - mean(b); both sides need at least 2 values. The CI is
+    left out (NaN) with `confidence=None` (it costs a quantile; the Holm family needs only p)."""
     if len(a) < 2 or len(b) < 2:
         raise ValueError(f"Welch's test needs at least 2 values per side, got {len(a)} and {len(b)}")
     mean_a, var_a = _mean_var(a)
@@ -173,7 +174,7 @@ def welch(a: Sequence[float], b: Sequence[float], *, confidence: float = 0.95) -
     share_a, share_b = se2_a / se2, se2_b / se2   # shares, so tiny variances do not underflow when squared
     df = 1.0 / (share_a * share_a / (len(a) - 1) + share_b * share_b / (len(b) - 1))
     t = diff / se
-    half = t_quantile(0.5 + confidence / 2.0, df) * se
+    half = math.nan if confidence is None else t_quantile(0.5 + confidence / 2.0, df) * se
     return WelchTest(diff, t, df, t_sf2(t, df), diff - half, diff + half)
 
 
@@ -256,7 +257,7 @@ def _family_tests(values: Mapping[str, list[float]], leader: str, family: Family
         pairs = [(b, a) if a == leader else (a, b) for a, b in combinations(testable, 2)]
     else:
         raise ValueError(f"family={family!r}: expected 'all-pairs' or 'leader'")
-    return {(a, b): welch(values[a], values[b]) for a, b in pairs}
+    return {(a, b): welch(values[a], values[b], confidence=0.95 if b == leader else None) for a, b in pairs}
 
 
 def _mean_diff(a: list[float], b: list[float]) -> float:
