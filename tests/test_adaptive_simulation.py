@@ -53,6 +53,7 @@ def test_clearly_worse_conditions_are_stopped_early_and_the_winner_is_the_grids(
 
 
 # (c) all conditions equal: no condition is stopped (so no winner is declared) in at least 1 - alpha.
+# 1000 campaigns: the rates sit nearest alpha here (2-4%), and 500 would leave a binomial sd of 1%.
 EQUAL = {
     "4 conditions, 3 seeds": Scenario(dict.fromkeys("abcd", 0.0), min_seeds=3, max_seeds=5),
     "6 conditions, 4 seeds": Scenario(dict.fromkeys("abcdef", 0.0), min_seeds=4, max_seeds=6),
@@ -64,7 +65,7 @@ EQUAL = {
 
 @pytest.mark.parametrize("name", EQUAL)
 def test_equal_conditions_declare_no_winner(name):
-    summary = simulate(EQUAL[name], CAMPAIGNS, seed=3)
+    summary = simulate(EQUAL[name], 2 * CAMPAIGNS, seed=3)
     assert summary.any_stopped_rate <= ALPHA, summary
     assert summary.declared_rate <= summary.any_stopped_rate
 
