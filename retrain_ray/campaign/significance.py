@@ -127,24 +127,25 @@ def t_cdf(t: float, df: float) -> float:
     return 1.0 - half_tail if t >= 0 else half_tail
 
 
+def t_pdf(t: float, df: float) -> float:
+    log_norm = math.lgamma((df + 1.0) / 2.0) - math.lgamma(df / 2.0) - 0.5 * math.log(df * math.pi)
+    return math.exp(log_norm - (df + 1.0) / 2.0 * math.log1p(t * t / df))
+
+
 def t_quantile(q: float, df: float) -> float:
-    """The `q` quantile of Student's t (0 < q < 1), by bisection on the CDF (to ~1e-12)."""
+    """The `q` quantile of Student's t (0 < q < 1) by Newton's method from 0: for q > 1/2 the CDF is
+    concave on [0, inf), so every iterate stays below the root and rises to it monotonically."""
     if not 0.0 < q < 1.0:
         raise ValueError(f"q={q}: expected 0 < q < 1")
     if q < 0.5:
         return -t_quantile(1.0 - q, df)
-    low, high = 0.0, 1.0
-    while t_cdf(high, df) < q:
-        low, high = high, high * 2.0
+    t = 0.0
     for _ in range(200):
-        mid = (low + high) / 2.0
-        if t_cdf(mid, df) < q:
-            low = mid
-        else:
-            high = mid
-        if high - low < 1e-12 * max(1.0, high):
+        step = (q - t_cdf(t, df)) / t_pdf(t, df)
+        t += step
+        if step < 1e-12 * max(1.0, t):
             break
-    return (low + high) / 2.0
+    return t
 
 
 # ---- Welch and Holm -----------------------------------------------------------------------------------
@@ -155,8 +156,9 @@ def _mean_var(values: Sequence[float]) -> tuple[float, float]:
     return mean, math.fsum((v - mean) ** 2 for v in values) / (n - 1)
 
 
-def welch(a: Sequence[float], b: Sequence[float], *, confidence: float = 0.95) -> WelchTest:
-    """Welch's two-sided t-test of mean(a) - mean(b); both sides need at least 2 values."""
+def welch(a: Sequence[float], b: Sequence[float], *, confidence: float | None = 0.95) -> WelchTest:
+    """Welch's two-sided t-test of mean(a) - mean(b); both sides need at least 2 values. The CI is
+    left out (NaN) with `confidence=None` (it costs a quantile; the Holm family needs only p)."""
     if len(a) < 2 or len(b) < 2:
         raise ValueError(f"Welch's test needs at least 2 values per side, got {len(a)} and {len(b)}")
     mean_a, var_a = _mean_var(a)
@@ -169,9 +171,10 @@ def welch(a: Sequence[float], b: Sequence[float], *, confidence: float = 0.95) -
         t = 0.0 if diff == 0.0 else math.copysign(math.inf, diff)
         return WelchTest(diff, t, math.inf, p_value, diff, diff)
     se = math.sqrt(se2)
-    df = se2 * se2 / (se2_a * se2_a / (len(a) - 1) + se2_b * se2_b / (len(b) - 1))
+    share_a, share_b = se2_a / se2, se2_b / se2   # shares, so tiny variances do not underflow when squared
+    df = 1.0 / (share_a * share_a / (len(a) - 1) + share_b * share_b / (len(b) - 1))
     t = diff / se
-    half = t_quantile(0.5 + confidence / 2.0, df) * se
+    half = math.nan if confidence is None else t_quantile(0.5 + confidence / 2.0, df) * se
     return WelchTest(diff, t, df, t_sf2(t, df), diff - half, diff + half)
 
 
@@ -254,7 +257,7 @@ def _family_tests(values: Mapping[str, list[float]], leader: str, family: Family
         pairs = [(b, a) if a == leader else (a, b) for a, b in combinations(testable, 2)]
     else:
         raise ValueError(f"family={family!r}: expected 'all-pairs' or 'leader'")
-    return {(a, b): welch(values[a], values[b]) for a, b in pairs}
+    return {(a, b): welch(values[a], values[b], confidence=0.95 if b == leader else None) for a, b in pairs}
 
 
 def _mean_diff(a: list[float], b: list[float]) -> float:
