@@ -79,7 +79,8 @@ class ManifestCallback(Callback):
         self.manifest.update_run(name, status="stopped" if stopped else "completed", result=_result_summary(last),
                                  checkpoint=checkpoint.path if checkpoint is not None else "")
         if stopped:
-            self._say(f"{name}: stopped at step {last.get('step', '?')}: {self.manifest.run(name)['stop_reason']}")
+            steps = int(last.get("step", -1)) + 1  # `step` is the 0-based index of its last step
+            self._say(f"{name}: stopped after {steps} steps: {self.manifest.run(name)['stop_reason']}")
             return
         own = last.get("resumed_own_step")  # Tune had no checkpoint of it (campaign/own_checkpoint.py)
         source = ("its own checkpoint" if last.get("resumed_from", "own") == "own"
