@@ -27,9 +27,10 @@ METRIC = "rl/nonzero_advantage_action_tokens"
 
 def write_adaptive(tmp_path: Path, *, name: str, adaptive: dict[str, Any] | None = None,
                    conditions: tuple[dict[str, Any], ...] = (GRPO, HOPELESS), seeds: tuple[int, ...] = (1, 2),
-                   steps: int = 6) -> Path:
+                   steps: int = 6, training: dict[str, Any] | None = None) -> Path:
     return write_campaign(
         tmp_path / f"{name}.toml", base=TINY_RUN, plugins={"search_paths": ["configs/plugins"]},
+        training=training or {},
         logging={"log_dir": f"{tmp_path}/logs"},
         campaign={"name": name, "seeds": list(seeds), "max_steps": steps, "parallel": True, "max_workers": 2,
                   "max_failures": 0, "adaptive": {"metric": METRIC, "window": 2, "rungs": [4], "min_seeds": 2,
@@ -118,6 +119,27 @@ def test_an_adaptive_campaign_stops_the_hopeless_condition_at_its_rung(ray_4cpu_
     assert decision["step"] == 4 and decision["leader"] == "grpo+none"
     assert [s["condition"] for s in decision["stopped"]] == ["zero_advantage.zero+none"]
     assert manifest["status"] == "done" and results.errors == []
+
+
+@pytest.mark.extended
+def test_an_undecided_last_rung_adds_seeds_to_the_leader_and_the_runner_up(ray_4cpu_4gpu, tmp_path):
+    """Two conditions that differ only in lr, compared on their first step (sampled before any update): equal
+    for each seed, so undecided: each gets seed 3 (a new run, recorded as added), then max_seeds ends it."""
+    from retrain_ray.campaign import Campaign
+
+    slow_lr = {**GRPO, "lr": 1e-3}
+    toml = write_adaptive(tmp_path, name="add", conditions=(GRPO, slow_lr), seeds=(1, 2, 3), steps=1,
+                          training={"sft_warmup_steps": 0}, adaptive={"rungs": [1], "window": 1, "max_seeds": 3})
+    Campaign.from_toml(toml, root=tmp_path / "campaigns").run(progress=False)
+    manifest = json.loads((tmp_path / "campaigns" / "add" / "manifest.json").read_text())
+    runs = {r["run_name"]: r for r in manifest["runs"]}
+    added = sorted(name for name, r in runs.items() if r.get("added"))
+    assert added == ["grpo+none_s3", "grpo+none~lr=0.001_s3"], sorted(runs)
+    assert all(runs[n]["add_reason"].startswith("undecided at step 1") for n in added)
+    assert all(r["status"] == "completed" for r in runs.values()) and manifest["status"] == "done"
+    decisions = manifest["adaptive"]["decisions"]
+    assert [len(d["added"]) for d in decisions] == [2, 0] and decisions[1]["seeds"] == {
+        "grpo+none": 3, "grpo+none~lr=0.001": 3}
 
 
 @pytest.mark.extended
