@@ -67,6 +67,9 @@ def _learning_table(results):
 
 def _finish(results) -> int:
     _print_table(_learning_table(results), f"campaign {results.manifest['name']} ({results.campaign_dir})")
+    _, comparisons = results.compare("mean_reward")
+    for comparison in comparisons:   # the verdicts `retrain-ray results` tabulates, one line each
+        print(comparison.describe())
     for run, err in results.error_by_run.items():
         print(f"FAILED {run}: {err.splitlines()[-1] if err else ''}", file=sys.stderr)
     print(f"results: {results.campaign_dir}")

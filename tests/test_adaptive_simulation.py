@@ -5,6 +5,8 @@ condition means and seed noise (sd 1), run rung by rung through `adaptive_policy
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from retrain_ray.campaign.adaptive_policy import decide, planned_looks
 from retrain_ray.campaign.adaptive_simulation import Scenario, simulate
@@ -88,3 +90,20 @@ def test_decide_stops_the_hopeless_and_adds_seeds_to_the_undecided_pair():
     spent = decide(160, live, seeds_by_condition=seeds, mode="max", alpha=ALPHA, max_seeds=5,
                    last_rung=True, can_add_seeds=False, looks=5)
     assert spent.add_seed_to == ()
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.dictionaries(st.sampled_from("abcd"), st.lists(st.floats(-10, 10, allow_nan=False), min_size=1, max_size=5),
+                       min_size=1, max_size=4),
+       st.sampled_from(["max", "min"]), st.booleans(), st.integers(1, 6))
+def test_decide_never_stops_the_leader_nor_adds_past_max_seeds(values, mode, last_rung, max_seeds):
+    seeds = {c: len(v) for c, v in values.items()}
+    decision = decide(10, values, seeds_by_condition=seeds, mode=mode, alpha=ALPHA, max_seeds=max_seeds,
+                      last_rung=last_rung, can_add_seeds=True, looks=3)
+    stopped = {c.condition for c in decision.stop}
+    assert decision.leader not in stopped and stopped <= set(values)
+    assert all(c.p_value < ALPHA / 3 for c in decision.stop)
+    assert len(decision.add_seed_to) <= 2 and not (set(decision.add_seed_to) & stopped)
+    assert all(seeds[c] < max_seeds for c in decision.add_seed_to)
+    if decision.add_seed_to and not last_rung:
+        pytest.fail("seeds are added at the last rung only")

@@ -83,3 +83,11 @@ def test_report_and_plot_state_the_verdict(campaign_dir):
     assert main(["plot", str(campaign_dir), "--metric", "mean_reward", "--html"]) == 0
     page = (campaign_dir / "report.html").read_text()
     assert "Each condition against the best" in page and "welch-holm" in page and ">worse<" in page
+
+
+def test_a_finished_campaign_prints_its_verdicts(campaign_dir, capsys):
+    from retrain_ray.cli_campaign import _finish
+
+    assert _finish(CampaignResults.from_dir(campaign_dir)) == 0
+    out = capsys.readouterr().out
+    assert "slow: worse than fast by -0.26 (95% CI -0.2827..-0.2373), p=" in out and "3 vs 3 seeds" in out
