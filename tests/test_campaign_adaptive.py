@@ -99,6 +99,7 @@ def _stopped(campaign_dir: Path) -> dict[str, dict] | None:
     return runs
 
 
+@pytest.mark.slow
 def test_an_adaptive_campaign_stops_the_hopeless_condition_at_its_rung(ray_4cpu_4gpu, tmp_path, monkeypatch):
     from retrain_ray.campaign import Campaign
 
