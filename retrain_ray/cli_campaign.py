@@ -32,6 +32,15 @@ def _print_table(df, title: str) -> None:
     Console(width=None if sys.stdout.isatty() else 200).print(table)
 
 
+def _print_verdicts(verdicts, metric: str, window: int, alpha: float) -> None:
+    title = (f"each condition against the best on {metric} (mean of each run's last {window} values): "
+             f"Welch's t, p Holm-adjusted over all pairs, verdict at alpha={alpha:g}")
+    if verdicts.empty:
+        print(f"{title}: nothing to compare (fewer than two conditions logged {metric})")
+        return
+    _print_table(verdicts.drop(columns=["metric"]), title)
+
+
 def _learning_table(results):
     """Per condition: mean reward at the first and the last logged RL step (mean over seeds, 95% CI)."""
     # deferred: loads pandas, which importing this module does not need
@@ -58,6 +67,9 @@ def _learning_table(results):
 
 def _finish(results) -> int:
     _print_table(_learning_table(results), f"campaign {results.manifest['name']} ({results.campaign_dir})")
+    _, comparisons = results.compare("mean_reward")
+    for comparison in comparisons:   # the verdicts `retrain-ray results` tabulates, one line each
+        print(comparison.describe())
     for run, err in results.error_by_run.items():
         print(f"FAILED {run}: {err.splitlines()[-1] if err else ''}", file=sys.stderr)
     print(f"results: {results.campaign_dir}")
@@ -148,9 +160,15 @@ def resume_main(argv: list[str]) -> int:
 
 
 def results_main(argv: list[str]) -> int:
-    """`retrain-ray results DIR [--json|--csv]`: one row per run, and the per-condition summary."""
+    """`retrain-ray results DIR [--json|--csv] [--metric M]`: one row per run, the per-condition summary, and
+    each condition against the best (difference, 95% CI, Holm-adjusted Welch p, verdict, seeds)."""
     parser = argparse.ArgumentParser(prog="retrain-ray results")
     parser.add_argument("campaign_dir")
+    parser.add_argument("--metric", default="mean_reward",
+                        help="logged column the conditions are compared on (default mean_reward)")
+    parser.add_argument("--window", type=int, default=10,
+                        help="a run's value is the mean of its last WINDOW logged values (default 10)")
+    parser.add_argument("--alpha", type=float, default=0.05, help="family-wise error rate (default 0.05)")
     fmt = parser.add_mutually_exclusive_group()
     fmt.add_argument("--json", action="store_true")
     fmt.add_argument("--csv", action="store_true")
@@ -164,15 +182,22 @@ def results_main(argv: list[str]) -> int:
         print(exc, file=sys.stderr)
         return 2
     df = res.get_dataframe()
+    try:
+        verdicts = res.significance(args.metric, window=args.window, alpha=args.alpha)
+    except ValueError as exc:
+        print(f"retrain-ray results: {exc}", file=sys.stderr)
+        return 2
     if args.json:
         print(json.dumps({"runs": json.loads(df.to_json(orient="records") or "[]"),
-                          "summary": json.loads(res.summary().to_json(orient="records") or "[]"),
+                          "summary": json.loads(res.summary(significance=args.metric).to_json(orient="records") or "[]"),
+                          "significance": json.loads(verdicts.to_json(orient="records") or "[]"),
                           "errors": res.error_by_run}, indent=2))
     elif args.csv:
         print(df.to_csv(index=False), end="")
     else:
         _print_table(df, f"runs of {res.manifest['name']}")
-        _print_table(res.summary(), "by condition (mean, std, 95% CI of last values across seeds)")
+        _print_table(res.summary(significance=None), "by condition (mean, std, 95% CI of last values across seeds)")
+        _print_verdicts(verdicts, args.metric, args.window, args.alpha)
         missing = [] if df.empty else list(df.loc[df["status"] == "missing", "run_name"])
         if missing:
             print(f"missing: {', '.join(missing)}: the manifest lists them as finished, but their directories "

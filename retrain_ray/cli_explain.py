@@ -37,6 +37,7 @@ import threading
 from typing import Any
 
 from retrain_ray.actors.placement import mode_for_gpus
+from retrain_ray.campaign.adaptive_plan import adaptive_plan
 from retrain_ray.campaign.capacity import capacity_dict, capacity_text, load_calibration, plan_capacity
 from retrain_ray.campaign.plugin_bundle import shipment
 from retrain_ray.config import (
@@ -179,6 +180,9 @@ def describe(cfg: RetrainConfig, sizing: Sizing) -> dict[str, Any]:
                    for label in labels},
         "capacity": capacity_dict(cap, cfg, len(labels)),
     }
+    adaptive = adaptive_plan(cfg)
+    if adaptive is not None:  # [campaign.adaptive]: the rungs and the step budgets (campaign/adaptive_plan.py)
+        out["campaign"]["adaptive"] = {**adaptive.to_json(), "plan": adaptive.describe()}
     return out
 
 
@@ -247,6 +251,8 @@ def _print_rich(info: dict[str, Any], warnings: list[str], environment: list[str
             matrix.add_row(label, *cells.values())
         console.print(matrix)
         console.print(capacity_text(camp["capacity"]), highlight=False, markup=False, soft_wrap=True)
+        for line in camp.get("adaptive", {}).get("plan", []):
+            console.print(line, highlight=False, markup=False, soft_wrap=True)
     if "plugins_shipped" in info:
         console.print(plugins_text(info["plugins_shipped"]), highlight=False, markup=False, soft_wrap=True)
     if "squeeze" in info:

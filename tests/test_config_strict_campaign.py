@@ -123,11 +123,20 @@ def _storage(tmp: Path) -> None:
         _plan(tmp, storage="just/a/path")
 
 
+def _adaptive(tmp: Path) -> None:
+    grid = _plan(tmp, seeds=[1, 2, 3])
+    assert grid.adaptive is None and len(grid.runs) == 3 and grid.reserve == []
+    plan = _plan(tmp, seeds=[1, 2, 3], max_steps=8, adaptive={"rungs": [8], "min_seeds": 2, "max_seeds": 3})
+    assert [r.seed for r in plan.runs] == [1, 2] and [r.seed for r in plan.reserve] == [3]  # seed 3 only if added
+    assert plan.adaptive is not None and plan.adaptive.rungs == (8,)
+
+
 CAMPAIGN_EFFECTS: dict[str, Callable[[Path], None]] = {
     "seeds": _seeds, "max_steps": _max_steps, "parallel": _parallel, "max_workers": _max_workers,
     "stagger_seconds": _stagger_seconds, "summary_script": _summary, "summary_args": _summary,
     "conditions": _conditions, "name": _name, "max_failures": _max_failures, "cpus_per_run": _cpus_per_run,
     "trial_start_timeout_s": _trial_start_timeout_s, "cpu_fallback": _cpu_fallback, "storage": _storage,
+    "adaptive": _adaptive,
 }
 
 
@@ -221,7 +230,7 @@ BAD: dict[tuple[str, str], Any] = {
     ("campaign", "stagger_seconds"): -1.0, ("campaign", "max_failures"): -1, ("campaign", "cpus_per_run"): 0.0,
     ("campaign", "trial_start_timeout_s"): 0.0, ("campaign", "parallel"): "sometimes",
     ("campaign", "conditions"): [{"advantage_mode": "grpo", "transform_mode": "none", "lrr": 1.0}],
-    ("campaign", "typo_key"): 1, ("squeeze", "min_variance_retention"): 1.5, ("squeeze", "source_rank"): -1,
+    ("campaign", "typo_key"): 1, ("campaign", "adaptive"): {"rungs": [1], "windw": 3}, ("squeeze", "min_variance_retention"): 1.5, ("squeeze", "source_rank"): -1,
     ("squeeze", "compress_to"): 16, ("squeeze", "typo_key"): 1,
 }
 

@@ -67,7 +67,8 @@ def test_plot_writes_png_and_svg_with_a_line_and_band_per_condition(campaign_dir
     results = CampaignResults.from_dir(campaign_dir)
     figure = results.plot("mean_reward", out=tmp_path / "reward")
     ax = figure.axes[0]
-    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["slow (3 seeds)", "fast (3 seeds)"]
+    slow, fast_label = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert slow.startswith("slow (3 seeds): worse than fast, p=") and fast_label == "fast (3 seeds): best"
     assert ax.get_xlabel() == "step" and ax.get_ylabel() == "mean reward"
     assert len(ax.collections) == 2  # one band per condition
     fast = ax.lines[1].get_ydata()

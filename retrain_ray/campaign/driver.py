@@ -33,7 +33,7 @@ from retrain_ray.campaign.control import start_control_plane
 from retrain_ray.campaign.edits import Extension, check_edits, record_extension
 from retrain_ray.campaign.interrupted import CampaignInterrupted, record_interruption, was_interrupted
 from retrain_ray.campaign.local_ray import connect, trial_modules
-from retrain_ray.campaign.manifest import Manifest, read_manifest, write_json_atomic
+from retrain_ray.campaign.manifest import Manifest, read_manifest, run_entry, write_json_atomic
 from retrain_ray.campaign.plan import DEFAULT_RUNNER, CampaignError, CampaignPlan, RunPlan, build_plan
 from retrain_ray.campaign.plugin_bundle import PluginBundle, build_bundle
 from retrain_ray.campaign.recorder import start_recorder
@@ -177,7 +177,8 @@ class Campaign:
             extension = check_edits(manifest.data["config"], self._config_json(), campaign=self.plan.name,
                                     campaign_dir=cdir, local_tune=bool(self.plan.local_tune_path))
         known = {r["run_name"] for r in manifest.data["runs"]}
-        if known != {r.run_name for r in self.plan.runs}:
+        started, possible = {r.run_name for r in self.plan.runs}, {r.run_name for r in self.plan.all_runs}
+        if not started <= known <= possible:  # an adaptive campaign's manifest also holds the seeds it added
             raise CampaignError([f"{cdir} holds a campaign with other runs; choose another [campaign].name"])
         return manifest, extension
 
@@ -189,7 +190,7 @@ class Campaign:
         existing = self._existing()
         if existing is None:
             cdir.mkdir(parents=True, exist_ok=True)
-            manifest = Manifest.create(cdir, self._header(), [_run_entry(r) for r in self.plan.runs])
+            manifest = Manifest.create(cdir, self._header(), [run_entry(r) for r in self.plan.runs])
             resuming = False
         elif existing[1] is not None:
             manifest = existing[0]
@@ -200,6 +201,8 @@ class Campaign:
             from retrain_ray.campaign.experiment import can_restore  # deferred: loads Tune
 
             resuming = can_restore(self.plan) and self._tune_state_whole(manifest)
+            if resuming and self.plan.adaptive is not None:
+                resuming = self._fresh_adaptive_tune(manifest)
         # secrets redacted: `from_dir` takes them back from the campaign's TOML file on resume
         write_json_atomic(cdir / RESUME_CONFIG, self._config_json())
         os.chmod(cdir / RESUME_CONFIG, 0o600)
@@ -215,6 +218,17 @@ class Campaign:
         print(f"[campaign] extending {self.plan.name} from {extension.from_steps} to {extension.to_steps} steps: "
               f"{len(finished)} finished run(s) continue after their final checkpoints, the others after their "
               f"newest (Tune's state set aside in {aside})", flush=True)
+
+    def _fresh_adaptive_tune(self, manifest: Manifest) -> bool:
+        """False, after setting Tune's state aside: a resumed adaptive campaign starts a fresh Tune experiment
+        whose searcher takes the runs still to run from the manifest (campaign/adaptive.py), and each run
+        continues after its own newest checkpoint (as after a torn state, campaign/tune_state.py)."""
+        local = self.plan.local_tune_path
+        if not local:  # remote storage: its trial copies stay where Tune's restore finds them
+            return True
+        ended = ("completed", "stopped")
+        set_aside(Path(local), [r["run_name"] for r in manifest.data["runs"] if r["status"] not in ended])
+        return False
 
     def _tune_state_whole(self, manifest: Manifest) -> bool:
         """False (after setting the torn state aside) when Tune's experiment state does not load."""
@@ -240,6 +254,7 @@ class Campaign:
             "max_concurrent": p.schedule.max_concurrent, "stagger_seconds": p.schedule.stagger_seconds,
             "max_failures": p.schedule.max_failures,
             "config": self._config_json(),
+            **({"adaptive": {"plan": p.adaptive.to_json(), "decisions": []}} if p.adaptive else {}),
         }
 
     def _start_actors(self, namespace: str) -> dict[str, Any]:
@@ -269,12 +284,6 @@ def _with_secrets(config_json: dict[str, Any], source: str, snapshot: Path) -> d
     return restored
 
 
-def _run_entry(r: RunPlan) -> dict[str, Any]:
-    return {"run_name": r.run_name, "condition": r.condition, "seed": r.seed, "overrides": redact(r.overrides),
-            "run_dir": str(r.run_dir), "placement": r.placement.mode if r.placement else "",
-            "max_steps": int(r.config.training.max_steps)}
-
-
 def _place(plan: CampaignPlan, *, cpu_fallback: bool, can_scale: bool) -> CampaignPlan:
     """Gives each run its placement for the connected cluster; errors name the missing resource.
 
@@ -282,8 +291,10 @@ def _place(plan: CampaignPlan, *, cpu_fallback: bool, can_scale: bool) -> Campai
     that fit no alive node wait for the autoscaler, bounded by `trial_start_timeout_s`.
     """
     nodes = alive_node_resources()
-    runs, problems, notes = [], [], set()
-    for r in plan.runs:
+    problems: list[str] = []
+    notes: set[str] = set()
+    placed: list[RunPlan] = []
+    for r in plan.all_runs:
         d = decide_placement(r.devices, cpus_per_run=plan.schedule.cpus_per_run, nodes=nodes,
                              cpu_fallback=cpu_fallback, can_scale=can_scale, in_process=r.in_process)
         config = r.config
@@ -295,12 +306,12 @@ def _place(plan: CampaignPlan, *, cpu_fallback: bool, can_scale: bool) -> Campai
                       f"{plan.schedule.trial_start_timeout_s:g} s")
         if d.problem:
             problems.append(f"run {r.run_name}: {d.problem}")
-        runs.append(dataclasses.replace(r, placement=d.placement, config=config))
+        placed.append(dataclasses.replace(r, placement=d.placement, config=config))
     for note in sorted(notes):
         print(f"[campaign] {note}", flush=True)
     if problems:
         raise CampaignError(problems)
-    return dataclasses.replace(plan, runs=runs)
+    return dataclasses.replace(plan, runs=placed[:len(plan.runs)], reserve=placed[len(plan.runs):])
 
 
 def _compact(plan: CampaignPlan) -> None:

@@ -41,26 +41,32 @@ def can_restore(plan: CampaignPlan) -> bool:
 def build_tuner(plan: CampaignPlan, manifest: Manifest, *, namespace: str, control: Any, runner: Any,
                 progress: bool, resuming: bool, plugins: PluginBundle | None) -> Any:
     """The campaign's tuner: restored from `plan.tune_path` when `resuming`, else a new experiment."""
-    ctx = TrialContext(campaign=plan.name, namespace=namespace, runs={r.run_name: r for r in plan.runs},
+    adaptive = plan.adaptive
+    ctx = TrialContext(campaign=plan.name, namespace=namespace, runs={r.run_name: r for r in plan.all_runs},
                        control=control, runner=runner, timeout_s=plan.schedule.trial_start_timeout_s,
                        mlflow_experiments=mlflow_experiments(plan), finished=finished_runs(manifest),
-                       plugins=plugins, tune_dir=plan.local_tune_path)
+                       plugins=plugins, tune_dir=plan.local_tune_path,
+                       adaptive_metric=adaptive.metric if adaptive else "",
+                       adaptive_window=adaptive.window if adaptive else 0)
     _drop_tune_restore_hint()
-    trainable = make_trainable(ctx, {r.run_name: _resources(r) for r in plan.runs})
+    trainable = make_trainable(ctx, {r.run_name: _resources(r) for r in plan.all_runs})
     if resuming:
         return tune.Tuner.restore(plan.tune_path, trainable, resume_errored=True)
+    records = ManifestCallback(manifest, progress=progress, start_timeout_s=plan.schedule.trial_start_timeout_s)
     callbacks: list[tune.Callback] = [
-        ManifestCallback(manifest, progress=progress, start_timeout_s=plan.schedule.trial_start_timeout_s),
-        TuneCopyPruner({r.run_name: r.config.training.keep_last_checkpoints for r in plan.runs}),
+        records,
+        TuneCopyPruner({r.run_name: r.config.training.keep_last_checkpoints for r in plan.all_runs}),
         JsonLoggerCallback(),  # the only Tune logger kept (campaign/local_ray.py): fit()'s ResultGrid reads it
     ]
     if progress:
         callbacks.append(CampaignProgress(plan.campaign_dir))
     return tune.Tuner(
         trainable,
-        param_space={"run_name": tune.grid_search([r.run_name for r in plan.runs])},
-        tune_config=tune.TuneConfig(max_concurrent_trials=plan.schedule.max_concurrent, reuse_actors=True,
-                                    trial_name_creator=trial_name, trial_dirname_creator=trial_name),
+        param_space={} if adaptive else {"run_name": tune.grid_search([r.run_name for r in plan.runs])},
+        tune_config=tune.TuneConfig(max_concurrent_trials=None if adaptive else plan.schedule.max_concurrent,
+                                    reuse_actors=True,
+                                    trial_name_creator=trial_name, trial_dirname_creator=trial_name,
+                                    **_adaptive_tune(plan, records, progress)),
         run_config=tune.RunConfig(
             name=TUNE_DIR, storage_path=plan.tune_storage, verbose=0, callbacks=callbacks,
             failure_config=tune.FailureConfig(max_failures=plan.schedule.max_failures),
@@ -68,6 +74,21 @@ def build_tuner(plan: CampaignPlan, manifest: Manifest, *, namespace: str, contr
             sync_config=tune.SyncConfig(sync_period=STATE_SYNC_S),
         ),
     )
+
+
+def _adaptive_tune(plan: CampaignPlan, records: ManifestCallback, progress: bool) -> dict[str, Any]:
+    """The scheduler and searcher of an adaptive campaign (campaign/adaptive.py); none for a grid."""
+    if plan.adaptive is None:
+        return {}
+    from retrain_ray.campaign.adaptive import AdaptiveBook, AdaptiveScheduler, AdaptiveSearcher
+
+    def say(text: str) -> None:
+        if progress:
+            print(f"[campaign] adaptive: {text}", flush=True)
+
+    book = AdaptiveBook(plan.adaptive, plan.runs, plan.reserve, records, say=say)
+    return {"search_alg": AdaptiveSearcher(book), "scheduler": AdaptiveScheduler(book, plan.schedule.max_concurrent),
+            "num_samples": -1}
 
 
 TRIAL_CLASS_NAME = "RetrainRun"
@@ -105,7 +126,7 @@ def mlflow_experiments(plan: CampaignPlan) -> dict[str, str]:
     """Each MLflow-tracked run's experiment id, created here once, before any trial could race to."""
     ids: dict[str, str] = {}
     made: dict[tuple[str, str], str] = {}
-    for r in plan.runs:
+    for r in plan.all_runs:
         lg = r.config.logging
         if lg.mlflow_tracking_uri:
             key = (lg.mlflow_tracking_uri, experiment_name(r.config, plan.name))
@@ -114,8 +135,9 @@ def mlflow_experiments(plan: CampaignPlan) -> dict[str, str]:
 
 
 def finished_runs(manifest: Manifest) -> dict[str, dict[str, Any]]:
-    """Runs the manifest records completed (with their results): a resume never runs them again."""
-    return {r["run_name"]: dict(r.get("result") or {}) for r in manifest.data["runs"] if r["status"] == "completed"}
+    """Runs the manifest records completed or stopped (with their results): a resume never runs them again."""
+    return {r["run_name"]: dict(r.get("result") or {}) for r in manifest.data["runs"]
+            if r["status"] in ("completed", "stopped")}
 
 
 def trial_name(trial: Any) -> str:

@@ -20,7 +20,9 @@ from retrain_ray.process_clock import process_started_at
 from retrain_ray.secrets import REDACTED, redact  # noqa: F401  (re-exported)
 
 MANIFEST = "manifest.json"
-RUN_STATES = ("pending", "running", "completed", "failed")
+# "stopped": an adaptive campaign stopped the run's condition at a rung (campaign/adaptive.py); its
+# entry says why (`stop_reason`) and it is never run again
+RUN_STATES = ("pending", "running", "completed", "failed", "stopped")
 _PACKAGES = ("retrain-ray", "ray", "torch", "transformers", "peft", "pyarrow", "pydantic")
 
 
@@ -52,6 +54,13 @@ def read_manifest(campaign_dir: Path) -> dict[str, Any]:
     if not isinstance(data, dict) or not isinstance(data.get("runs"), list):
         raise ValueError(f"{path} is not a retrain-ray manifest (no \"runs\" list)")
     return data
+
+
+def run_entry(run: Any, **extra: Any) -> dict[str, Any]:
+    """A run's manifest entry (a campaign/plan.py RunPlan), before its status fields."""
+    return {"run_name": run.run_name, "condition": run.condition, "seed": run.seed, "overrides": redact(run.overrides),
+            "run_dir": str(run.run_dir), "placement": run.placement.mode if run.placement else "",
+            "max_steps": int(run.config.training.max_steps), **extra}
 
 
 class Manifest:
@@ -104,6 +113,6 @@ class Manifest:
 
     def finish(self) -> None:
         states = [r["status"] for r in self.data["runs"]]
-        self.data["status"] = "done" if all(s == "completed" for s in states) else "partial"
+        self.data["status"] = "done" if all(s in ("completed", "stopped") for s in states) else "partial"
         self.data["counts"] = {s: states.count(s) for s in RUN_STATES}
         self.save()

@@ -23,6 +23,7 @@ import pyarrow.fs
 
 from retrain_ray.actors.placement import Placement, parse_devices
 from retrain_ray.backends.registry import placed_devices
+from retrain_ray.campaign.adaptive_plan import AdaptivePlan, adaptive_plan
 from retrain_ray.config.matrix import expand_runs
 from retrain_ray.config.run_names import RULES, name_problem
 from retrain_ray.run.preflight import model_problems
@@ -82,6 +83,14 @@ class CampaignPlan:
     max_steps: int = 0
     # Tune's storage_path: the campaign directory, or `[campaign] storage`/<name> (a filesystem URI)
     tune_storage: str = ""
+    # [campaign.adaptive]: the plan of decisions, and the runs of the seeds it may add (not started yet)
+    adaptive: AdaptivePlan | None = None
+    reserve: list[RunPlan] = field(default_factory=list)
+
+    @property
+    def all_runs(self) -> list[RunPlan]:
+        """The runs started now and those an adaptive campaign may add."""
+        return [*self.runs, *self.reserve]
 
     @property
     def tune_path(self) -> str:
@@ -191,7 +200,12 @@ def build_plan(config: Any, *, name: str | None = None, root: str | Path | None 
                         f"{str(root)!r} (flag --campaign.storage)")
         root = None
     campaign_dir = (Path(root) if root else default_root(config)).resolve() / cname
-    specs = expand_runs(config, run_dir=lambda run_name: campaign_dir / "runs" / run_name / "work")
+    adaptive = adaptive_plan(config)
+    expanded = config
+    if adaptive is not None:  # every run it may start: the seeds it adds have their runs planned now
+        seeds = [*adaptive.start_seeds, *adaptive.spare_seeds]
+        expanded = config.model_copy(update={"campaign": config.campaign.model_copy(update={"seeds": seeds})})
+    specs = expand_runs(expanded, run_dir=lambda run_name: campaign_dir / "runs" / run_name / "work")
     runs: list[RunPlan] = []
     for spec in specs:
         bad_name = name_problem(spec.run_name)  # config/run_names.py names the key at load; this is the plan's net
@@ -217,10 +231,14 @@ def build_plan(config: Any, *, name: str | None = None, root: str | Path | None 
         problems += model_problems([r.config for r in runs])
     if problems:
         raise CampaignError(problems)
+    reserve = [r for r in runs if adaptive is not None and r.seed not in adaptive.start_seeds]
+    runs = [r for r in runs if adaptive is None or r.seed in adaptive.start_seeds]
     return CampaignPlan(
         name=cname,
         campaign_dir=campaign_dir,
         runs=runs,
+        adaptive=adaptive,
+        reserve=reserve,
         schedule=schedule,
         conditions=list(dict.fromkeys(r.condition for r in runs)),
         seeds=list(dict.fromkeys(r.seed for r in runs)),

@@ -10,7 +10,10 @@ n-1 degrees of freedom, n = the seeds that logged that step); with one seed ther
 averaging, so the band reflects the seed-to-seed spread of the smoothed curves. Every step logs a row
 (a step that trained nothing has `trained = false` and its rewards, so reward curves have no gaps); a
 step without a value (`loss` on a step that trained nothing, or a step of a log written before every
-step logged a row) carries that run's previous value, so gaps do not thin the band. Needs matplotlib
+step logged a row) carries that run's previous value, so gaps do not thin the band. Each condition's legend
+entry ends with its verdict against the best condition (`CampaignResults.compare`: Welch's t on the mean
+of each run's last 10 values, Holm-adjusted p, seeds), e.g. "slow (3 seeds): worse than fast, p=0.0004";
+the best one says "best". Needs matplotlib
 (`pip install retrain-ray[plot]`); it draws with the Agg backend, no display needed.
 """
 
@@ -95,8 +98,9 @@ def _pyplot() -> Any:
     return plt
 
 
-def draw(bands: pd.DataFrame, *, label: str, title: str, ax: Any = None) -> Any:
-    """Draws one line per condition with its band on `ax` (a new figure if None); returns the figure."""
+def draw(bands: pd.DataFrame, *, label: str, title: str, ax: Any = None, notes: dict[str, str] | None = None) -> Any:
+    """Draws one line per condition with its band on `ax` (a new figure if None); returns the figure.
+    `notes` (condition -> text) are appended to the conditions' legend entries."""
     plt = _pyplot()
     if ax is None:
         _, ax = plt.subplots(figsize=(8, 4.8), layout="constrained")
@@ -105,14 +109,15 @@ def draw(bands: pd.DataFrame, *, label: str, title: str, ax: Any = None) -> Any:
         seeds = int(frame["n"].max())
         sparse = len(frame) <= SPARSE_POINTS  # e.g. eval rows: markers, or a lone point shows nothing
         ax.plot(frame["step"], frame["mean"], color=color, linewidth=2, marker="o" if sparse else None,
-                label=f"{condition} ({seeds} seed{'s' if seeds != 1 else ''})")
+                label=f"{condition} ({seeds} seed{'s' if seeds != 1 else ''})" + (notes or {}).get(str(condition), ""))
         ax.fill_between(frame["step"], frame["low"], frame["high"], color=color, alpha=0.2, linewidth=0)
     ax.set_xlabel("step")
     ax.set_ylabel(label)
     ax.set_title(title)
     ax.grid(True, alpha=0.3)
     if len(bands):
-        ax.legend(title="condition (mean, 95% band)", loc="best", fontsize="small")
+        legend = "condition (mean, 95% band)" + (": verdict vs best (Welch, Holm)" if notes else "")
+        ax.legend(title=legend, loc="best", fontsize="small")
     return ax.figure
 
 
@@ -138,11 +143,23 @@ def plot_metric(results: Any, metric: str = "mean_reward", *, out: str | Path | 
                          f"{results.campaign_dir}; choose one of: {known}, or another logged column")
     name = results.manifest.get("name", Path(results.campaign_dir).name)
     smoothing = f", smoothed over {smooth} steps" if smooth > 1 else ""
-    figure = draw(seed_bands(long, column, smooth=smooth), label=label, ax=ax,
+    figure = draw(seed_bands(long, column, smooth=smooth), label=label, ax=ax, notes=verdict_notes(results, column),
                   title=title or f"{name}: {label} by step (mean across seeds, 95% band{smoothing})")
     if out is not None:
         save(figure, out)
     return figure
+
+
+def verdict_notes(results: Any, column: str) -> dict[str, str]:
+    """Legend notes: ": best" for the best condition on `column`, ": worse than X, p=..." for the others."""
+    leader, comparisons = results.compare(column)
+    if leader is None or not comparisons:
+        return {}
+    notes = {leader: ": best"}
+    for c in comparisons:
+        relation = {"worse": "worse than", "better": "better than", "undecided": "undecided vs"}[c.verdict]
+        notes[c.condition] = f": {relation} {c.reference}, p={c.p_value:.2g}"
+    return notes
 
 
 def plot_metrics(results: Any, metrics: Sequence[str], out_dir: str | Path, *, smooth: int = 1) -> list[Path]:

@@ -1,6 +1,7 @@
 """A self-contained HTML report of a campaign: metric curves, results table, run matrix.
 
-One file, no external assets (the plots are embedded as base64 PNG), so it opens anywhere and can
+The results table states each condition against the best on mean reward (difference, 95% CI,
+Holm-adjusted Welch p, verdict, seeds: `CampaignResults.significance`). One file, no external assets (the plots are embedded as base64 PNG), so it opens anywhere and can
 be attached to a ticket or mailed.
 """
 
@@ -85,7 +86,11 @@ def write_report(results: Any, path: str | Path, *, metrics: Sequence[str], smoo
         f'{html.escape(str(results.manifest.get("status", "")))}</p>',
         "<h2>Curves (mean across seeds, 95% band)</h2>", _plots_html(results, metrics, smooth),
         "<h2>Results by condition (last value: mean ± 95% CI across seeds)</h2>",
-        _table(compact_summary(results.summary())),
+        _table(compact_summary(results.summary(significance=None))),
+        "<h2>Each condition against the best (mean reward over each run's last 10 steps)</h2>",
+        '<p class="muted">diff = condition - best, 95% Welch CI (unadjusted), p: Welch\'s t-test, Holm-adjusted '
+        "over all pairs; verdict at alpha 0.05. See docs/campaigns.md, Significance.</p>",
+        _table(results.significance("mean_reward")),
         "<h2>Run matrix (condition x seed)</h2>", _matrix_html(campaign_status(Path(results.campaign_dir))),
         "<h2>Runs</h2>", _table(runs),
     ]

@@ -6,7 +6,9 @@ It follows Ray Tune's `ResultGrid`: `len(res)`, `res[i]`, `for r in res`, `res.e
 
     res = CampaignResults.from_dir("logs/smoke-campaign")
     res.get_dataframe()                 # one row per run: condition, seed, status, steps, first_/last_/best_*
-    res.summary(by="condition")         # mean, std, 95% CI across seeds (Student t)
+    res.summary(by="condition")         # mean, std, 95% CI across seeds (Student t), and each condition
+                                        # against the best: difference, CI, Holm-adjusted Welch p, verdict
+    res.significance("mean_reward")     # one row per condition vs the best (campaign/significance.py)
     res.history()                       # long format: campaign, run, condition, seed, step, metric, value
     res.history("grpo+none_s1")         # every step of one run, once (wide)
     res.plot("mean_reward")             # one line per condition, mean across seeds, 95% band
@@ -26,9 +28,12 @@ from ray import tune
 
 from retrain_ray.campaign.manifest import read_manifest
 from retrain_ray.campaign.plots import plot_metric
+from retrain_ray.campaign.significance import PairComparison, compare_to_leader
 from retrain_ray.campaign.stats import ci95_halfwidth
 from retrain_ray.logs import read_stream
 
+# A run's value in significance tests: the mean of its last SIGNIFICANCE_WINDOW logged values of the metric.
+SIGNIFICANCE_WINDOW = 10
 SUMMARY_METRICS = ("mean_reward", "correct_rate", "loss", "tokens_per_second", "step_time_s")
 # Metrics `history()` and the plots know, with the direction that is better.
 LOWER_IS_BETTER = ("loss", "step_time_s", "sample_time_s", "train_time_s", "sync_time_s", "policy/abs_kl")
@@ -204,8 +209,12 @@ class CampaignResults:
         that logged the metric: `loss` is null on a step that trained nothing)."""
         return pd.DataFrame([self._run_row(r) for r in self.runs])
 
-    def summary(self, by: str = "condition", metrics: tuple[str, ...] | None = None) -> pd.DataFrame:
-        """Per group (default: condition): n, and mean / std / ci95 of each run's last value."""
+    def summary(self, by: str = "condition", metrics: tuple[str, ...] | None = None,
+                significance: str | None = "mean_reward") -> pd.DataFrame:
+        """Per group (default: condition): n, and mean / std / ci95 of each run's last value. By condition,
+        also each condition against the best on `significance` (None: left out; see `significance()`):
+        vs_best, diff, diff_ci95_low/high, p_value (Welch, Holm-adjusted), test, verdict ("best" for the
+        leader, else better/worse/undecided) and seeds."""
         df = self.get_dataframe()
         cols = [f"last_{m}" for m in (metrics or SUMMARY_METRICS) if f"last_{m}" in df]
         out = []
@@ -218,7 +227,55 @@ class CampaignResults:
                 row[f"{name}_std"] = pd.Series(vals).std() if len(vals) > 1 else float("nan")
                 row[f"{name}_ci95"] = ci95_halfwidth(vals)
             out.append(row)
-        return pd.DataFrame(out)
+        summary = pd.DataFrame(out)
+        if by != "condition" or significance is None or summary.empty:
+            return summary
+        return summary.merge(self._versus_best(significance), on="condition", how="left")
+
+    def _versus_best(self, metric: str) -> pd.DataFrame:
+        leader, comparisons = self.compare(metric)
+        rows = [{"condition": c.condition, "vs_best": c.reference, "diff": c.diff, "diff_ci95_low": c.ci_low,
+                 "diff_ci95_high": c.ci_high, "p_value": c.p_value, "test": c.test, "verdict": c.verdict,
+                 "seeds": c.seeds} for c in comparisons]
+        if leader is not None:
+            seeds = len(self.run_values(metric).get(leader, []))
+            rows.insert(0, {"condition": leader, "vs_best": leader, "diff": 0.0, "verdict": "best", "seeds": seeds})
+        columns = ["condition", "vs_best", "diff", "diff_ci95_low", "diff_ci95_high", "p_value", "test", "verdict", "seeds"]
+        return pd.DataFrame(rows, columns=columns)
+
+    def run_values(self, metric: str = "mean_reward", *, window: int = SIGNIFICANCE_WINDOW) -> dict[str, list[float]]:
+        """Per condition, one value per run: the mean of its last `window` logged values of `metric` (every
+        step logs a row, untrained steps included). Failed and missing runs are left out; a run that
+        logged nothing of `metric` too."""
+        if window < 1:
+            raise ValueError(f"window={window}: expected at least 1 step")
+        out: dict[str, list[float]] = {}
+        for entry in self.runs:
+            if run_status(entry, self.campaign_dir / "runs" / entry["run_name"]) in ("failed", "missing"):
+                continue
+            score = _score(self._run_history(entry["run_name"]), metric, "max", f"last-{window}-avg")
+            if score is not None:
+                out.setdefault(entry["condition"], []).append(score)
+        return out
+
+    def compare(self, metric: str = "mean_reward", *, mode: Literal["max", "min"] | None = None,
+                window: int = SIGNIFICANCE_WINDOW, alpha: float = 0.05) -> tuple[str | None, tuple[PairComparison, ...]]:
+        """The best condition on `metric` (`run_values`) and every other condition against it:
+        Welch's t on the runs' values, Holm-adjusted over all pairs (`significance.compare_to_leader`).
+        `mode` defaults to "min" for metrics where lower is better (loss, times), else "max"."""
+        mode = mode or ("min" if metric in LOWER_IS_BETTER else "max")
+        return compare_to_leader(self.run_values(metric, window=window), mode=mode, alpha=alpha)
+
+    def significance(self, metric: str = "mean_reward", *, mode: Literal["max", "min"] | None = None,
+                     window: int = SIGNIFICANCE_WINDOW, alpha: float = 0.05) -> pd.DataFrame:
+        """One row per condition against the best (`compare`): condition, best, metric, diff, ci_low, ci_high
+        (95% Welch CI of the difference, unadjusted), p_value (Holm-adjusted), test, verdict, seeds, best_seeds."""
+        leader, comparisons = self.compare(metric, mode=mode, window=window, alpha=alpha)
+        rows = [{"condition": c.condition, "best": leader, "metric": metric, "diff": c.diff, "ci_low": c.ci_low,
+                 "ci_high": c.ci_high, "p_value": c.p_value, "test": c.test, "verdict": c.verdict,
+                 "seeds": c.seeds, "best_seeds": c.reference_seeds} for c in comparisons]
+        return pd.DataFrame(rows, columns=["condition", "best", "metric", "diff", "ci_low", "ci_high", "p_value",
+                                           "test", "verdict", "seeds", "best_seeds"])
 
     def get_best_result(self, metric: str = "mean_reward", mode: Literal["max", "min"] = "max",
                         scope: Literal["last", "all", "avg", "last-5-avg", "last-10-avg"] = "last") -> RunResult:

@@ -83,7 +83,8 @@ def cell(state: dict[str, Any]) -> str:
     if step is None:
         return "✗" if status == "failed" else "—"
     shown = step + 1
-    return {"completed": f"{shown} ✓", "failed": f"{shown} ✗", "stale": f"{shown} stale"}.get(
+    return {"completed": f"{shown} ✓", "failed": f"{shown} ✗", "stale": f"{shown} stale",
+            "stopped": f"{shown} stopped"}.get(
         status, f"{shown}/{state['max_steps']}")
 
 
@@ -92,10 +93,11 @@ def campaign_status(campaign_dir: Path, *, stale_after_s: float = STALE_AFTER_S)
     now = time.time()
     runs = [run_state(e, campaign_dir / "runs" / e["run_name"], now, stale_after_s) for e in manifest["runs"]]
     counts = {s: sum(r["status"] == s for r in runs) for s in ("pending", "running", "stale", "completed", "failed",
-                                                        "missing")}
+                                                        "stopped", "missing")}
+    seeds = list(dict.fromkeys([*manifest["seeds"], *(r["seed"] for r in runs)]))  # with seeds an adaptive one added
     matrix = {c: {str(r["seed"]): cell(r) for r in runs if r["condition"] == c} for c in manifest["conditions"]}
     return {"campaign": manifest["name"], "dir": str(campaign_dir), "status": manifest.get("status", ""),
-            "counts": counts, "seeds": manifest["seeds"], "matrix": matrix, "runs": runs,
+            "counts": counts, "seeds": seeds, "matrix": matrix, "runs": runs,
             "eta_s": campaign_eta(runs, manifest.get("max_concurrent"))}
 
 

@@ -4,7 +4,8 @@ Attempts count trial starts (first start, each retry, each campaign resume). A r
 only when Tune gives up on it (max_failures exhausted); a retried run is "running" with its last
 error kept. A run already completed when this driver session started keeps its record untouched:
 Tune may restore it as unfinished (its state synced before the run ended), and its trial then only
-reports the recorded result (campaign/trial.py). It also enforces `trial_start_timeout_s`: if runs
+reports the recorded result (campaign/trial.py). A run an adaptive campaign stopped (campaign/adaptive.py)
+keeps its status `stopped` when Tune ends its trial. It also enforces `trial_start_timeout_s`: if runs
 are pending and none has started or reported for that long, the campaign stops with an error
 instead of waiting forever.
 """
@@ -40,7 +41,7 @@ class ManifestCallback(Callback):
     def setup(self, **info: Any) -> None:
         """Re-reads the manifest: after `Tuner.restore` this callback is an unpickled copy."""
         self.manifest = Manifest.load(self.manifest.path.parent)
-        self._finished = {r["run_name"] for r in self.manifest.data["runs"] if r["status"] == "completed"}
+        self._finished = {r["run_name"] for r in self.manifest.data["runs"] if r["status"] in ("completed", "stopped")}
         self._last_activity = time.monotonic()
 
     def _recorded(self, trial: Any) -> bool:
@@ -74,8 +75,14 @@ class ManifestCallback(Callback):
         name = _run_name(trial)
         last = trial.last_result or {}
         checkpoint = getattr(trial, "checkpoint", None)  # the run's last reported checkpoint (for squeeze)
-        self.manifest.update_run(name, status="completed", result=_result_summary(last), finished_at=time.time(),
+        stopped = self.manifest.run(name)["status"] == "stopped"  # by an adaptive campaign (campaign/adaptive.py)
+        self.manifest.update_run(name, status="stopped" if stopped else "completed", result=_result_summary(last),
+                                 finished_at=time.time(),
                                  checkpoint=checkpoint.path if checkpoint is not None else "")
+        if stopped:
+            steps = int(last.get("step", -1)) + 1  # `step` is the 0-based index of its last step
+            self._say(f"{name}: stopped after {steps} steps: {self.manifest.run(name)['stop_reason']}")
+            return
         own = last.get("resumed_own_step")  # Tune had no checkpoint of it (campaign/own_checkpoint.py)
         source = ("its own checkpoint" if last.get("resumed_from", "own") == "own"
                   else f"Tune's set-aside copy {last.get('resumed_path', '?')}")

@@ -23,8 +23,10 @@ process computes exactly what it computes in a fresh one (tests/test_campaign_re
 from __future__ import annotations
 
 import importlib
+import math
 import os
 import sys
+from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -73,21 +75,41 @@ class TrialContext:
     plugins: PluginBundle | None = None
     # Tune's experiment directory when local (its set-aside `.torn-*` copies: campaign/tune_state.py); else ""
     tune_dir: str = ""
+    # [campaign.adaptive]: the column each report carries as `adaptive_value` (its mean over the last
+    # `adaptive_window` rows: campaign/adaptive.py compares conditions on it); "" for a grid campaign
+    adaptive_metric: str = ""
+    adaptive_window: int = 0
 
 
 class TuneReporter(RunObserver):
     """RunObserver: remembers the last row and reports it to Tune with each checkpoint."""
 
-    def __init__(self, extra: Mapping[str, Any] | None = None, meta: Mapping[str, Any] | None = None) -> None:
+    def __init__(self, extra: Mapping[str, Any] | None = None, meta: Mapping[str, Any] | None = None,
+                 *, metric: str = "", window: int = 0) -> None:
         self.last: dict[str, Any] = {}
         self.extra = dict(extra or {})  # reported with every checkpoint (where the run resumed from)
         self.meta = dict(meta or {})  # run name and config, written into each checkpoint Tune copies
+        self.metric = metric
+        self.recent: deque[float] = deque(maxlen=max(1, window))  # a run resumed mid-window starts it anew
 
     def on_step(self, row: Mapping[str, Any], **info: Any) -> None:
         self.last = {k: row[k] for k in ("step", *REPORTED) if isinstance(row.get(k), (int, float))}
+        self._remember(row)
+
+    def on_eval(self, row: Mapping[str, Any], **info: Any) -> None:
+        self._remember(row)
+
+    def _remember(self, row: Mapping[str, Any]) -> None:
+        value = row.get(self.metric) if self.metric else None
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+            self.recent.append(float(value))
+
+    def window_value(self) -> dict[str, float]:
+        """`adaptive_value` (the metric's mean over the window) when the run has logged it."""
+        return {"adaptive_value": sum(self.recent) / len(self.recent)} if self.recent else {}
 
     def on_checkpoint(self, step: int, directory: Path, **info: Any) -> None:
-        metrics = {**self.last, **self.extra, "step": step, "run_done": False}
+        metrics = {**self.last, **self.extra, **self.window_value(), "step": step, "run_done": False}
         checkpoint = tune.Checkpoint.from_directory(str(directory))
         if self.meta:  # its copy then says which run and config it is of (own_checkpoint.tune_copy)
             checkpoint.set_metadata(self.meta)
@@ -155,7 +177,8 @@ def _run(ctx: TrialContext, plan: RunPlan, resume_from: Path | None, extra: Mapp
     if ctx.plugins is not None:
         activate(ctx.plugins)
     use_plugin_root(ctx.plugin_root)
-    reporter = TuneReporter(extra, {"run_name": plan.run_name, "config": redact(plan.config.model_dump(mode="json"))})
+    reporter = TuneReporter(extra, {"run_name": plan.run_name, "config": redact(plan.config.model_dump(mode="json"))},
+                            metric=ctx.adaptive_metric, window=ctx.adaptive_window)
     runner = resolve_runner(ctx.runner)
     throttle = ctx.control.throttle_for(plan.run_name)
     try:
@@ -219,7 +242,8 @@ def run_trial(config: dict[str, Any], context: TrialContext) -> None:
             outcome, reporter = _run(context, plan, Path(resume_dir), resumed)
     final = {k: v for k, v in outcome.metrics.items() if isinstance(v, (int, float))}
     timing = {"first_step_at": outcome.first_step_at} if outcome.first_step_at else {}
-    tune.report({**reporter.last, **reporter.extra, **final, **timing, "step": outcome.last_step, "run_done": True,
+    tune.report({**reporter.last, **reporter.extra, **final, **timing, **reporter.window_value(),
+                 "step": outcome.last_step, "run_done": True,
                  "run_status": outcome.status, "process_runs": _RUNS_IN_PROCESS[0], "process_preloaded": _preloaded(),
                  "process_started_at": process_started_at() or 0.0})
 

@@ -9,7 +9,7 @@ the base config (`validate.py`), so every condition is validated before any run 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field, ValidationInfo, field_validator, model_serializer, model_validator
 
@@ -73,6 +73,41 @@ class CampaignCondition(Section):
         return base + "~" + ",".join(f"{k}={v}" for k, v in sorted(self.overrides.items()))
 
 
+ADAPTIVE_METRIC = "mean_reward"
+
+
+class AdaptiveSection(Section):
+    """`[campaign.adaptive]`: stop conditions that have clearly lost, add seeds where undecided
+    (campaign/adaptive.py, docs/campaigns.md). Absent: the full grid runs, as always."""
+
+    metric: str = Field(default=ADAPTIVE_METRIC, min_length=1)
+    """A logged column (mean_reward, correct_rate, loss, ...), averaged over the last `window` steps."""
+    window: Int = Field(default=10, gt=0)
+    mode: Literal["max", "min"] = "max"
+    min_seeds: Int = Field(default=2, ge=2)
+    max_seeds: Int = Field(default=4, ge=2)
+    rungs: IntList = Field(min_length=1)
+    alpha: Float = Field(default=0.05, gt=0.0, lt=1.0)
+    budget_steps: Int = Field(default=0, ge=0)
+    """Total steps the campaign may spend (0: no limit); seeds are added only within it."""
+
+    @field_validator("rungs")
+    @classmethod
+    def _increasing(cls, v: list[int]) -> list[int]:
+        if any(r <= 0 for r in v):
+            raise ValueError(f"rungs must be positive steps, got {v}")
+        if any(b <= a for a, b in zip(v, v[1:], strict=False)):
+            raise ValueError(f"rungs must be strictly increasing steps, got {v}")
+        return v
+
+    @model_validator(mode="after")
+    def _seed_range(self) -> AdaptiveSection:
+        if self.max_seeds < self.min_seeds:
+            raise ValueError(f"max_seeds = {self.max_seeds} is below min_seeds = {self.min_seeds}; "
+                             "max_seeds is the most seeds a condition may get, min_seeds those it starts with")
+        return self
+
+
 def _default_conditions() -> list[CampaignCondition]:
     return [CampaignCondition(advantage_mode=a, transform_mode=t) for a, t in DEFAULT_CONDITIONS]
 
@@ -98,6 +133,8 @@ class CampaignSection(Section):
     # Where Tune keeps run checkpoints and experiment state: "" (the campaign directory), or a pyarrow
     # filesystem URI ("s3://bucket/prefix", "gs://...", "file:///shared/x") every node can reach.
     storage: str = ""
+    # None (no [campaign.adaptive] table): every condition x seed runs to the end
+    adaptive: AdaptiveSection | None = None
 
     @field_validator("seeds")
     @classmethod

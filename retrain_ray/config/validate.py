@@ -267,10 +267,38 @@ def _squeeze(cfg: RetrainConfig) -> list[ConfigIssue]:
     return issues
 
 
+def _adaptive(cfg: RetrainConfig) -> list[ConfigIssue]:
+    """[campaign.adaptive]: rungs a run reports at, seeds to start and add, a budget the grid fits."""
+    camp = cfg.campaign
+    ad = camp.adaptive if camp is not None else None
+    if camp is None or ad is None:
+        return []
+    from retrain_ray.campaign.adaptive_plan import metric_problem, rung_problem  # no Tune, no Ray
+
+    issues, loc = [], "campaign.adaptive"
+    bad = rung_problem(ad.rungs, camp.max_steps, cfg.training.save_every)
+    if bad:
+        issues.append(ConfigIssue(f"{loc}.rungs", ad.rungs, bad[0], bad[1]))
+    bad = metric_problem(ad.metric)
+    if bad:
+        issues.append(ConfigIssue(f"{loc}.metric", ad.metric, bad[0], bad[1]))
+    if len(camp.seeds) < ad.max_seeds:
+        issues.append(ConfigIssue(f"{loc}.max_seeds", ad.max_seeds, f"[campaign].seeds lists only {len(camp.seeds)} "
+                                  "seeds: the first min_seeds start, the next ones are added in order",
+                                  f"list at least {ad.max_seeds} seeds in [campaign].seeds, or lower max_seeds"))
+    grid = len(camp.conditions) * ad.min_seeds * camp.max_steps
+    if 0 < ad.budget_steps < grid:
+        issues.append(ConfigIssue(f"{loc}.budget_steps", ad.budget_steps, f"below the {grid} steps the first seeds "
+                                  f"take ({len(camp.conditions)} conditions x {ad.min_seeds} seeds x {camp.max_steps})",
+                                  f"raise it to at least {grid}, or 0 for no limit"))
+    return issues
+
+
 RULES: tuple[Rule, ...] = (
     refused_keys, _backend, _backend_options, _adapter_engines, _clipping, _micro_batches,
     _schedule_and_checkpoints, _eval_split, _engine_only_keys, _uncertainty, _environment,
     _checkpoint_artifacts, _trackers_installed, _echo, _optimizer_batch, _data_and_reward, _squeeze,
+    _adaptive,
 )
 
 

@@ -1,0 +1,348 @@
+"""Adaptive campaigns on Ray Tune's own machinery: a condition-aware `TrialScheduler` that compares the
+conditions at each rung and stops the ones that have clearly lost, and a `Searcher` that hands Tune the
+runs to start: the first seeds, then the seeds the decisions add.
+
+The manifest is the source of truth (not Tune's searcher state): every decision is written there before
+Tune acts on it. `AdaptiveBook` reads it back on every driver session, so a resumed campaign never starts a
+stopped run again, still starts an added seed, and does not decide a rung twice. A resumed adaptive
+campaign starts a fresh Tune experiment (campaign/driver.py), whose runs continue after their own
+checkpoints, as after a torn Tune state: Tune would otherwise restore its searcher's own idea of the runs.
+
+A run reports to the campaign only with its checkpoints (campaign/trial.py), each carrying
+`adaptive_value`, the mean of the metric over its last `window` steps. A rung `r` is a step count: a run
+reaches it with the report whose `step` (0-based index of its last completed step) is `r - 1`, or when it
+ends. When every live run (started or still to start) of every condition that is not stopped has reached
+the rung or ended, the values of the runs that reached it go to `decide` (campaign/adaptive_policy.py).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from ray.tune.schedulers import FIFOScheduler, TrialScheduler
+from ray.tune.search import Searcher
+
+from retrain_ray.campaign.adaptive_plan import AdaptivePlan
+from retrain_ray.campaign.manifest import Manifest, run_entry
+from retrain_ray.campaign.plan import RunPlan
+
+ENDED = ("completed", "stopped", "failed")
+VALUE = "adaptive_value"  # the metric's window mean, reported with each checkpoint (campaign/trial.py)
+
+
+def decide(plan: AdaptivePlan, step: int, values: dict[str, list[float]], seeds: dict[str, int], *,
+           last_rung: bool, can_add_seeds: bool) -> Any:
+    """The decision at a rung: the one call into the statistics (campaign/adaptive_policy.py)."""
+    from retrain_ray.campaign.adaptive_policy import decide as policy
+    from retrain_ray.campaign.adaptive_policy import planned_looks
+
+    looks = planned_looks(len(plan.rungs), plan.min_seeds, plan.max_seeds)  # alpha is spent over every look
+    return policy(step, values, seeds_by_condition=seeds, mode=plan.mode, alpha=plan.alpha,  # type: ignore[arg-type]
+                  max_seeds=plan.max_seeds, last_rung=last_rung, can_add_seeds=can_add_seeds, looks=looks)
+
+
+def _comparison(pc: Any) -> dict[str, Any]:
+    return {"condition": pc.condition, "reference": pc.reference, "diff": pc.diff, "ci_low": pc.ci_low,
+            "ci_high": pc.ci_high, "p_value": pc.p_value, "verdict": pc.verdict, "seeds": pc.seeds,
+            "reference_seeds": pc.reference_seeds, "test": pc.test}
+
+
+def stop_reason(pc: Any, step: int) -> str:
+    return (f"worse than {pc.reference} at step {step} (diff {pc.diff:+.4g}, 95% CI [{pc.ci_low:.4g}, "
+            f"{pc.ci_high:.4g}], p = {pc.p_value:.3g}, {pc.test}; {pc.seeds} vs {pc.reference_seeds} seeds)")
+
+
+class AdaptiveBook:
+    """What the scheduler and the searcher share: the runs, their values at the rungs, the decisions.
+
+    Every change goes to the manifest at once, through the `ManifestCallback`'s `Manifest` (one object
+    writes the file: the callback reloads it in `setup`, hence `records`, not a manifest of its own)."""
+
+    def __init__(self, plan: AdaptivePlan, runs: list[RunPlan], reserve: list[RunPlan], records: Any,
+                 *, say: Any = None) -> None:
+        self.plan = plan
+        self.plans = {r.run_name: r for r in [*runs, *reserve]}
+        self.records = records  # campaign/tracking.py ManifestCallback
+        self.say = say or (lambda text: None)
+        self.queue: list[str] = []
+        self.progress: dict[str, int] = {}  # run -> steps completed, as last reported this session
+        self.finished = False
+        self._loaded = False
+
+    @property
+    def manifest(self) -> Manifest:
+        return self.records.manifest
+
+    def load(self) -> None:
+        """Reads the decisions back from the manifest (once per driver session, when Tune starts)."""
+        if self._loaded:
+            return
+        self._loaded = True
+        data = self.manifest.data.setdefault("adaptive", {})
+        data.setdefault("plan", self.plan.to_json())
+        data.setdefault("decisions", [])
+        self.queue = [r["run_name"] for r in self.manifest.data["runs"] if r["status"] not in ("completed", "stopped")]
+        self.finished = bool(data.get("finished"))
+        self.manifest.save()
+
+    # ---- what the manifest says ---------------------------------------------------------------
+    def entries(self) -> list[dict[str, Any]]:
+        return self.manifest.data["runs"]
+
+    def stopped_conditions(self) -> set[str]:
+        return {d["condition"] for dec in self.manifest.data["adaptive"]["decisions"] for d in dec["stopped"]}
+
+    def live_entries(self) -> list[dict[str, Any]]:
+        gone = self.stopped_conditions()
+        return [e for e in self.entries() if e["condition"] not in gone and e["status"] != "stopped"]
+
+    def reached(self, entry: dict[str, Any], rung: int) -> bool:
+        name = entry["run_name"]
+        if entry["status"] in ENDED and name not in self.queue:
+            return True
+        return self.progress.get(name, 0) >= rung
+
+    def steps_committed(self) -> int:
+        """Steps the campaign spends if every run not stopped runs to the end."""
+        total = 0
+        for e in self.entries():
+            done = int((e.get("result") or {}).get("step", -1)) + 1
+            total += done if e["status"] in ("stopped", "failed") else int(e.get("max_steps", self.plan.max_steps))
+        return total
+
+    # ---- reports -------------------------------------------------------------------------------
+    def record(self, run_name: str, result: dict[str, Any]) -> None:
+        """A run's report: its progress, and its value where the report is at a rung."""
+        steps = int(result.get("step", -1)) + 1
+        if result.get("run_done"):
+            steps = max(steps, self.plan.max_steps)
+        self.progress[run_name] = max(self.progress.get(run_name, 0), steps)
+        value = result.get(VALUE)
+        if not isinstance(value, (int, float)) or result.get("already_completed"):
+            return
+        rung = int(result.get("step", -1)) + 1
+        if rung in self.plan.rungs:
+            entry = self.manifest.run(run_name)
+            entry.setdefault("rung_values", {})[str(rung)] = float(value)
+            self.manifest.save()
+
+    def ended(self, run_name: str) -> None:
+        self.progress[run_name] = max(self.progress.get(run_name, 0), self.plan.max_steps)
+        if run_name in self.queue:
+            self.queue.remove(run_name)
+
+    def started(self, run_name: str) -> None:
+        if run_name in self.queue:
+            self.queue.remove(run_name)
+
+    # ---- decisions -----------------------------------------------------------------------------
+    def _due(self) -> int | None:
+        """The rung to decide now, if every live run has reached it; None otherwise."""
+        decisions = self.manifest.data["adaptive"]["decisions"]
+        done = {d["step"]: d for d in decisions}
+        live = self.live_entries()
+        for rung in self.plan.rungs:
+            last = rung == self.plan.rungs[-1]
+            if rung in done and not (last and done[rung]["seeds"] != self._seed_counts(live)):
+                continue
+            return rung if all(self.reached(e, rung) for e in live) else None
+        return None
+
+    def waits_at(self, run_name: str, result: dict[str, Any]) -> int | None:
+        """The rung this report is at when its decision has not been made yet (the run should wait there);
+        else None. The last step is never a wait: the run ends there."""
+        rung = int(result.get("step", -1)) + 1
+        if result.get("run_done") or rung not in self.plan.rungs or rung >= self.plan.max_steps or self.finished:
+            return None
+        if self.manifest.run(run_name)["status"] == "stopped":
+            return None
+        decided = {d["step"] for d in self.manifest.data["adaptive"]["decisions"]}
+        return None if rung in decided else rung
+
+    def _seed_counts(self, live: list[dict[str, Any]]) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for e in live:
+            counts[e["condition"]] = counts.get(e["condition"], 0) + 1
+        return counts
+
+    def check(self) -> list[str]:
+        """Decides every rung that is due; returns the conditions stopped (their runs to end now)."""
+        stopped: list[str] = []
+        while not self.finished:
+            rung = self._due()
+            if rung is None:
+                break
+            stopped += self._decide_at(rung)
+        if not self.finished and not self.queue and all(e["status"] in ENDED for e in self.live_entries()):
+            self._finish("every run has ended")
+        return stopped
+
+    def _decide_at(self, rung: int) -> list[str]:
+        live = self.live_entries()
+        values: dict[str, list[float]] = {}
+        for e in live:
+            value = (e.get("rung_values") or {}).get(str(rung))
+            values.setdefault(e["condition"], [])
+            if value is not None:
+                values[e["condition"]].append(float(value))
+        seeds = self._seed_counts(live)
+        last = rung == self.plan.rungs[-1]
+        room = self._room_for_seeds() if self._spare_conditions() else 0
+        decision = decide(self.plan, rung, values, seeds, last_rung=last, can_add_seeds=room > 0)
+        stopped = [pc.condition for pc in decision.stop]
+        for pc in decision.stop:
+            self._stop(pc, rung)
+        added = self._add(decision, rung, room) if last else []
+        record = {"step": rung, "at": time.time(), "leader": decision.leader, "seeds": seeds,
+                  "values": values, "stopped": [{"condition": pc.condition, "reason": stop_reason(pc, rung)}
+                                                for pc in decision.stop],
+                  "added": added, "comparisons": [_comparison(pc) for pc in decision.comparisons]}
+        self.manifest.data["adaptive"]["decisions"].append(record)
+        self.manifest.save()
+        self.say(f"rung {rung}: leader {decision.leader or 'none'}; stopped {stopped or 'none'}; "
+                 f"seeds added {added or 'none'}")
+        if last and not added:
+            self._finish(f"decided at the last rung, step {rung}")
+        return stopped
+
+    def _stop(self, pc: Any, rung: int) -> None:
+        reason = stop_reason(pc, rung)
+        for e in self.entries():
+            if e["condition"] == pc.condition and e["status"] != "completed":
+                e.update(status="stopped", stop_reason=reason, stopped_at=time.time())
+                if e["run_name"] in self.queue:
+                    self.queue.remove(e["run_name"])
+        self.manifest.save()
+
+    def _spare_conditions(self) -> list[str]:
+        """Live conditions below max_seeds with a seed left to add."""
+        known = {e["run_name"] for e in self.entries()}
+        counts = self._seed_counts(self.live_entries())
+        return [c for c, n in counts.items() if n < self.plan.max_seeds
+                and any(r.condition == c and r.run_name not in known for r in self.plans.values())]
+
+    def _room_for_seeds(self) -> int:
+        """How many runs the budget still allows to add (any number without a budget)."""
+        if not self.plan.budget_steps:
+            return 1 << 30
+        return max(0, (self.plan.budget_steps - self.steps_committed()) // self.plan.max_steps)
+
+    def _add(self, decision: Any, rung: int, room: int) -> list[str]:
+        gone = self.stopped_conditions()
+        known = {e["run_name"] for e in self.entries()}
+        counts = self._seed_counts(self.live_entries())
+        added: list[str] = []
+        for cond in decision.add_seed_to:
+            spare = [r for r in self.plans.values() if r.condition == cond and r.run_name not in known]
+            if cond in gone or not spare or counts.get(cond, 0) >= self.plan.max_seeds or len(added) >= room:
+                continue
+            run = spare[0]
+            why = next((pc for pc in decision.comparisons if cond in (pc.condition, pc.reference)), None)
+            reason = (f"undecided at step {rung}: {why.condition} vs {why.reference} (p = {why.p_value:.3g})"
+                      if why is not None else f"undecided at step {rung}")
+            self.manifest.data["runs"].append({**run_entry(run, added=True, add_reason=reason), "status": "pending",
+                                               "attempts": 0, "result": {}, "error": ""})
+            self.queue.append(run.run_name)
+            added.append(run.run_name)
+        self.manifest.save()
+        return added
+
+    def _finish(self, why: str) -> None:
+        self.finished = True
+        self.manifest.data["adaptive"]["finished"] = why
+        self.manifest.save()
+
+
+class AdaptiveScheduler(FIFOScheduler):
+    """Tune's `TrialScheduler` for an adaptive campaign: records each report in the book, decides the
+    rungs that are due, and stops the trials of the conditions a decision stopped."""
+
+    def __init__(self, book: AdaptiveBook, max_concurrent: int) -> None:
+        super().__init__()
+        self.book = book
+        # Tune's max_concurrent_trials would wrap the searcher in a ConcurrencyLimiter, which counts a paused
+        # trial as running and so never asks for the runs the paused ones wait for: the limit is kept here
+        self.max_concurrent = max_concurrent
+        self.waiting: dict[str, int] = {}  # run -> the rung it is paused at until that rung is decided
+
+    def on_trial_add(self, tune_controller: Any, trial: Any) -> None:
+        self.book.load()
+        self.book.started(trial.config["run_name"])
+
+    def on_trial_result(self, tune_controller: Any, trial: Any, result: dict[str, Any]) -> str:
+        name = trial.config["run_name"]
+        self.book.record(name, result)
+        stopped = self.book.check()
+        self._stop_others(tune_controller, trial, stopped)
+        if self.book.plans[name].condition in stopped:
+            return TrialScheduler.STOP
+        rung = self.book.waits_at(name, result)
+        if rung is None:
+            return TrialScheduler.CONTINUE
+        # Paused with its checkpoint at the rung (Tune saves the last reported one): it gives its slot to the
+        # runs still to reach the rung, and spends no step a decision to stop its condition would waste.
+        self.waiting[name] = rung
+        return TrialScheduler.PAUSE
+
+    def choose_trial_to_run(self, tune_controller: Any) -> Any:
+        """Pending trials first; a paused one only once the rung it waits at is decided."""
+        trials = tune_controller.get_trials()
+        if sum(t.status == "RUNNING" for t in trials) >= self.max_concurrent:
+            return None
+        for trial in trials:
+            if trial.status == "PENDING":
+                return trial
+        decided = {d["step"] for d in self.book.manifest.data["adaptive"]["decisions"]}
+        for trial in trials:
+            rung = self.waiting.get(trial.config.get("run_name"))
+            if trial.status == "PAUSED" and (rung is None or rung in decided or self.book.finished):
+                return trial
+        return None
+
+    def on_trial_complete(self, tune_controller: Any, trial: Any, result: dict[str, Any]) -> None:
+        self.book.ended(trial.config["run_name"])
+        self._stop_others(tune_controller, trial, self.book.check())
+
+    def on_trial_error(self, tune_controller: Any, trial: Any) -> None:
+        self.book.ended(trial.config["run_name"])
+        self._stop_others(tune_controller, trial, self.book.check())
+
+    def _stop_others(self, tune_controller: Any, current: Any, stopped: list[str]) -> None:
+        if not stopped:
+            return
+        for trial in tune_controller.get_trials():
+            name = trial.config.get("run_name")
+            if trial is current or name not in self.book.plans or trial.is_finished():
+                continue
+            if self.book.plans[name].condition in stopped:
+                tune_controller.stop_trial(trial)
+
+
+class AdaptiveSearcher(Searcher):
+    """Tune's `Searcher` for an adaptive campaign: suggests the runs the manifest has still to run (the
+    first seeds, then the seeds decisions add), and FINISHED once the last rung is decided."""
+
+    def __init__(self, book: AdaptiveBook) -> None:
+        super().__init__()
+        self.book = book
+        self.suggested: set[str] = set()
+
+    def suggest(self, trial_id: str) -> dict[str, Any] | str | None:
+        self.book.load()
+        waiting = [n for n in self.book.queue if n not in self.suggested]
+        if waiting:
+            self.suggested.add(waiting[0])
+            return {"run_name": waiting[0]}
+        if not self.book.finished:
+            self.book.check()
+        return Searcher.FINISHED if self.book.finished and not self.book.queue else None
+
+    def on_trial_complete(self, trial_id: str, result: dict[str, Any] | None = None, error: bool = False) -> None:
+        """Nothing to learn: the scheduler records every report (the manifest is the state)."""
+
+    def save(self, checkpoint_path: str) -> None:
+        """The manifest is the searcher's state: a resumed campaign rebuilds it from there."""
+
+    def restore(self, checkpoint_path: str) -> None:
+        """See `save`."""
