@@ -61,8 +61,6 @@ def _sft_order(value: Any) -> str:
     return "" if value in ("shuffle", "sequential") else "length-aware SFT ordering is not implemented"
 
 
-
-
 BY_VALUE: dict[tuple[str, str], ValueRule] = {
     ("planning", "detector"): _detector,
     ("training", "sft_loss_fn"): _sft_loss,
