@@ -177,7 +177,6 @@ def issue_step_loop(workdir: Path, *, legacy: bool, checkpointing: bool | str = 
     `transformers_model` trains transformers' LlamaForCausalLM (with PEFT for LoRA) where the built-in model
     gets the lean torch-only Llama (with the lean LoRA); the LoRA init is seeded as `load_trainable_model`
     seeds it, so both start from the same adapter."""
-    from retrain_ray.backends.local.finetune import prepare_trainable
     from retrain_ray.backends.local.policy import (
         checkpointing_on,
         enable_activation_checkpointing,
@@ -187,6 +186,7 @@ def issue_step_loop(workdir: Path, *, legacy: bool, checkpointing: bool | str = 
     )
     from retrain_ray.config import load_config
     from retrain_ray.logs import MultiObserver
+    from retrain_ray.models.finetune import prepare_trainable
     from retrain_ray.models.loading import load_model_and_tokenizer
     from retrain_ray.run.build import build_components
     from retrain_ray.run.loop import RunLoop

@@ -24,6 +24,8 @@ from ray.tune.schedulers import FIFOScheduler, TrialScheduler
 from ray.tune.search import Searcher
 
 from retrain_ray.campaign.adaptive_plan import AdaptivePlan
+from retrain_ray.campaign.adaptive_policy import decide as policy
+from retrain_ray.campaign.adaptive_policy import planned_looks
 from retrain_ray.campaign.manifest import Manifest, run_entry
 from retrain_ray.campaign.plan import RunPlan
 
@@ -34,8 +36,6 @@ VALUE = "adaptive_value"  # the metric's window mean, reported with each checkpo
 def decide(plan: AdaptivePlan, step: int, values: dict[str, list[float]], seeds: dict[str, int], *,
            last_rung: bool, can_add_seeds: bool) -> Any:
     """The decision at a rung: the one call into the statistics (campaign/adaptive_policy.py)."""
-    from retrain_ray.campaign.adaptive_policy import decide as policy
-    from retrain_ray.campaign.adaptive_policy import planned_looks
 
     looks = planned_looks(len(plan.rungs), plan.min_seeds, plan.max_seeds)  # alpha is spent over every look
     return policy(step, values, seeds_by_condition=seeds, mode=plan.mode, alpha=plan.alpha,  # type: ignore[arg-type]

@@ -10,8 +10,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-EVAL_COLUMNS = ("eval_mean_reward", "eval_correct_rate")
-
 
 @dataclass(frozen=True)
 class AdaptivePlan:
@@ -82,31 +80,3 @@ def adaptive_plan(config: Any) -> AdaptivePlan | None:
     )
 
 
-def rung_problem(rungs: list[int], max_steps: int, save_every: int) -> tuple[str, str] | None:
-    """(what is wrong, the fix) with the rungs of a campaign of `max_steps` steps, or None."""
-    late = [r for r in rungs if r > max_steps]
-    if late:
-        return (f"rungs {late} lie past [campaign].max_steps = {max_steps}",
-                f"give steps from 1 to {max_steps}, or raise [campaign].max_steps")
-    off = [r for r in rungs if r != max_steps and (save_every <= 0 or r % save_every)]
-    if off:
-        return (f"rungs {off} are not steps at which runs checkpoint ([training].save_every = {save_every}): a run "
-                "reports to the campaign only with its checkpoints",
-                f"use multiples of save_every or the last step {max_steps}, or set save_every to divide every rung")
-    return None
-
-
-def metric_problem(metric: str) -> tuple[str, str] | None:
-    """(what is wrong, the fix) when `metric` is no numeric column the runs log, or None."""
-    import pyarrow as pa
-
-    from retrain_ray.config.errors import did_you_mean
-    from retrain_ray.logs.schemas import METRICS_SCHEMA
-
-    numeric = [f.name for f in METRICS_SCHEMA if pa.types.is_floating(f.type) or pa.types.is_integer(f.type)]
-    known = [n for n in numeric if n != "step"] + list(EVAL_COLUMNS)
-    if metric in known:
-        return None
-    return (f"no logged column is called {metric!r}",
-            f"use a column of the metrics log (mean_reward, correct_rate, loss, ...) or eval_correct_rate "
-            f"{did_you_mean(metric, known)}".rstrip())

@@ -14,6 +14,7 @@ from ray import tune
 from ray.tune.logger import JsonLoggerCallback
 from ray.tune.trainable.function_trainable import wrap_function
 
+from retrain_ray.campaign.adaptive import AdaptiveBook, AdaptiveScheduler, AdaptiveSearcher
 from retrain_ray.campaign.manifest import Manifest
 from retrain_ray.campaign.plan import TUNE_DIR, CampaignError, CampaignPlan, RunPlan
 from retrain_ray.campaign.plugin_bundle import PluginBundle
@@ -80,7 +81,6 @@ def _adaptive_tune(plan: CampaignPlan, records: ManifestCallback, progress: bool
     """The scheduler and searcher of an adaptive campaign (campaign/adaptive.py); none for a grid."""
     if plan.adaptive is None:
         return {}
-    from retrain_ray.campaign.adaptive import AdaptiveBook, AdaptiveScheduler, AdaptiveSearcher
 
     def say(text: str) -> None:
         if progress:

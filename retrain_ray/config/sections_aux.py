@@ -12,7 +12,6 @@ import json
 from pydantic import ConfigDict, Field, field_validator
 
 from retrain_ray.config.base import Bool, Float, Int, Section, StrList, Table
-from retrain_ray.config.judge_prompt import DEFAULT_JUDGE_PROMPT, JUDGE_APIS, check_prompt
 from retrain_ray.config.names import (
     CHECKPOINT_ARTIFACTS,
     DATA_SOURCES,
@@ -24,6 +23,7 @@ from retrain_ray.config.names import (
     WANDB_MODES,
 )
 from retrain_ray.config.sections_core import _choice
+from retrain_ray.judge_prompt import DEFAULT_JUDGE_PROMPT, JUDGE_APIS, check_prompt
 
 
 class InferenceSection(Section):

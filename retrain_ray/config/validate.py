@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from retrain_ray.config.adaptive_checks import metric_problem, rung_problem
 from retrain_ray.config.backend_options import check_options
 from retrain_ray.config.errors import ConfigIssue
 from retrain_ray.config.names import (
@@ -273,7 +274,6 @@ def _adaptive(cfg: RetrainConfig) -> list[ConfigIssue]:
     ad = camp.adaptive if camp is not None else None
     if camp is None or ad is None:
         return []
-    from retrain_ray.campaign.adaptive_plan import metric_problem, rung_problem  # no Tune, no Ray
 
     issues, loc = [], "campaign.adaptive"
     bad = rung_problem(ad.rungs, camp.max_steps, cfg.training.save_every)

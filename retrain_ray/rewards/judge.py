@@ -31,7 +31,7 @@ from typing import Any
 
 import httpx
 
-from retrain_ray.config.judge_prompt import DEFAULT_JUDGE_PROMPT, JUDGE_APIS, check_prompt
+from retrain_ray.judge_prompt import DEFAULT_JUDGE_PROMPT, JUDGE_APIS, check_prompt
 from retrain_ray.retry import RetryCounters, RetryPolicy, call_with_retry
 from retrain_ray.rewards.types import check_batch
 from retrain_ray.secrets import scrub

@@ -234,7 +234,7 @@ class CompletionServer:
 
     def _fresh_model(self, spec: AdapterSpec) -> torch.nn.Module:
         # deferred: loads transformers, which importing this module does not need
-        from retrain_ray.backends.local.finetune import prepare_trainable
+        from retrain_ray.models.finetune import prepare_trainable
 
         model = prepare_trainable(copy.deepcopy(self.base), spec.finetune, spec.lora)
         return model.eval()

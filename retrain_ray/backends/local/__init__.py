@@ -1,7 +1,6 @@
 """Local PyTorch training backend (LoRA or full fine-tuning) and policy builders."""
 
 from retrain_ray.backends.local.backend import LocalBackend, LossSettings, OptimizerSettings
-from retrain_ray.backends.local.finetune import DEFAULT_TARGET_MODULES, LoraSettings
 from retrain_ray.backends.local.policy import (
     PolicySettings,
     build_local_backend,
@@ -12,6 +11,7 @@ from retrain_ray.backends.local.policy import (
     load_trainable_model,
     settings_from_config,
 )
+from retrain_ray.models.finetune import DEFAULT_TARGET_MODULES, LoraSettings
 
 __all__ = [
     "DEFAULT_TARGET_MODULES",

@@ -19,9 +19,9 @@ from typing import TYPE_CHECKING, Any, cast
 import torch
 
 from retrain_ray.backends.local.backend import LocalBackend, LossSettings, OptimizerSettings
-from retrain_ray.backends.local.finetune import DEFAULT_TARGET_MODULES, LoraSettings, prepare_trainable
 from retrain_ray.backends.types import Policy
 from retrain_ray.engines.pytorch import PyTorchEngine
+from retrain_ray.models.finetune import DEFAULT_TARGET_MODULES, LoraSettings, prepare_trainable
 from retrain_ray.models.lean_loading import load_lean_model_and_tokenizer
 from retrain_ray.models.names import lean_applies
 from retrain_ray.models.tokenizer import single_id

@@ -125,8 +125,8 @@ class StandinServiceClient:
 
 def _load_lora_model(base_model: str, rank: int, cache_dir: Any) -> tuple[torch.nn.Module, Any]:
     # deferred: loads transformers, which importing this module does not need
-    from retrain_ray.backends.local.finetune import LoraSettings, apply_lora
     from retrain_ray.models import load_model_and_tokenizer
+    from retrain_ray.models.finetune import LoraSettings, apply_lora
 
     try:
         model, tokenizer = load_model_and_tokenizer(base_model, cache_dir=cache_dir)

@@ -1,5 +1,6 @@
 """The judge reward's prompt template and request kinds, checked when a config loads (the reward
-itself is `retrain_ray.rewards.judge`)."""
+itself is `retrain_ray.rewards.judge`). It imports nothing, so the config and the reward share it without
+the reward (and so the CLI front) loading the config package and pydantic."""
 
 from __future__ import annotations
 
