@@ -28,7 +28,7 @@ def test_default_configuration_passes():
     [
         ({"echo.enabled": True}, "echo.enabled"),
         ({"training.tl_grpo": True}, "training.tl_grpo"),
-        ({"training.sft_data_path": "sft.jsonl"}, "training.sft_data_path"),
+        ({"optimizer_batch.capture": True}, "optimizer_batch.capture"),
         ({"planning.detector": "semantic"}, "planning.detector"),
     ],
 )
