@@ -53,7 +53,7 @@ def _manifest(cdir: Path) -> dict:
     return json.loads((cdir / "manifest.json").read_text())
 
 
-@pytest.mark.slow
+@pytest.mark.extended  # about a minute: `make test-extended` (CI) runs it
 @pytest.mark.timeout(600)
 def test_raising_max_steps_extends_every_finished_run_exactly(ray_4cpu_4gpu, tmp_path, capsys):
     root = tmp_path / "campaigns"

@@ -74,7 +74,7 @@ CAMPAIGN = {"name": "stopped", "seeds": [1, 2], "max_steps": 6, "parallel": Fals
             "trial_start_timeout_s": 120}
 
 
-@pytest.mark.slow
+@pytest.mark.extended  # about a minute: `make test-extended` (CI) runs it
 @pytest.mark.timeout(600)
 def test_ctrl_c_on_a_campaign_exits_130_with_each_run_state_and_resume_continues_it(tmp_path):
     work = slow_workdir(tmp_path)
