@@ -25,9 +25,10 @@ Ours:
 
 from __future__ import annotations
 
-import difflib
 from dataclasses import dataclass, fields
 from typing import Any, Literal
+
+from retrain_ray.config.option_tables import parse_options
 
 Transport = Literal["filesystem", "zmq"]
 
@@ -74,10 +75,4 @@ PRIME_RL_OPTION_DEFAULTS: dict[str, Any] = {f.name: f.default for f in fields(Pr
 
 def parse_prime_rl_options(options: dict[str, Any] | None) -> PrimeRLOptions:
     """`[backend.options]` table -> PrimeRLOptions; unknown keys are an error with a did-you-mean hint."""
-    options = dict(options or {})
-    for key in options:
-        if key not in PRIME_RL_OPTION_DEFAULTS:
-            close = difflib.get_close_matches(key, list(PRIME_RL_OPTION_DEFAULTS), n=1)
-            hint = f"did you mean {close[0]!r}?" if close else f"known: {', '.join(PRIME_RL_OPTION_DEFAULTS)}"
-            raise ValueError(f"[backend.options] {key!r} is not an option of the prime_rl backend; {hint}")
-    return PrimeRLOptions(**options)
+    return parse_options(PrimeRLOptions, options, "prime_rl")

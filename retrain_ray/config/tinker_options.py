@@ -17,9 +17,10 @@ The original's option schema for tinker is empty (any key errors, spec 1.6). We 
 
 from __future__ import annotations
 
-import difflib
 from dataclasses import dataclass, fields
 from typing import Any, Literal
+
+from retrain_ray.config.option_tables import parse_options
 
 SampleFailure = Literal["error", "empty_group"]
 ClientKind = Literal["sdk", "standin"]
@@ -64,10 +65,4 @@ TINKER_OPTION_DEFAULTS: dict[str, Any] = {f.name: f.default for f in fields(Tink
 
 def parse_tinker_options(options: dict[str, Any] | None) -> TinkerOptions:
     """`[backend.options]` table -> TinkerOptions; unknown keys are an error with a did-you-mean hint."""
-    options = dict(options or {})
-    for key in options:
-        if key not in TINKER_OPTION_DEFAULTS:
-            close = difflib.get_close_matches(key, list(TINKER_OPTION_DEFAULTS), n=1)
-            hint = f"did you mean {close[0]!r}?" if close else f"known: {', '.join(TINKER_OPTION_DEFAULTS)}"
-            raise ValueError(f"[backend.options] {key!r} is not an option of the tinker backend; {hint}")
-    return TinkerOptions(**options)
+    return parse_options(TinkerOptions, options, "tinker")
