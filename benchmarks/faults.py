@@ -76,7 +76,8 @@ SCENARIOS = (
      "completes with every step once; recovery: the resume"),
     ("train_interrupt", fcli.train_interrupt, 2, 6, False,
      "`train` sent Ctrl-C or SIGTERM (random) at a random step: exit 130/143, no traceback, the printed "
-     "`continue with:` command completes the run with every step once; recovery: signal to the end of the continue"),
+     "command (`continue with: ... --resume`, or `start it again with: ... --overwrite` before the first checkpoint) "
+     "completes the run with every step once; recovery: signal to the end of that command"),
     ("second_writer", fcli.second_writer, 2, 6, False,
      "a second `train` (another seed) on a run dir in use at a random step: exit 2 naming the holder's pid, "
      "no traceback; the first finishes with exactly one row per step; recovery: the second command's refusal"),

@@ -232,8 +232,9 @@ def run_rows(run_dir: Path) -> int:
 
 
 def continue_command(text: str) -> list[str] | None:
-    """The `continue with: retrain-ray ...` an interrupted command printed, as this interpreter runs it."""
-    found = re.search(r"continue with: (retrain-ray .+)", text)
+    """The command an interrupted command printed to go on (`continue with: retrain-ray ...`, or `start it again
+    with: retrain-ray ... --overwrite` when it stopped before its first checkpoint), as this interpreter runs it."""
+    found = re.search(r"(?:continue with|start it again with): (retrain-ray .+)", text)
     return [PYTHON, "-m", "retrain_ray.cli", *shlex.split(found.group(1))[1:]] if found else None
 
 

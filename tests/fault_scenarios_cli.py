@@ -91,8 +91,8 @@ def _interrupt_once(root: Path, at_rows: int, signum: int) -> Trial:
 
 
 def train_interrupt(trials: int, rng: random.Random, root: Path) -> list[Trial]:
-    """Ctrl-C or SIGTERM at a random step: exit 130/143 with no traceback, and the printed command runs the
-    run to its end with every step once."""
+    """Ctrl-C or SIGTERM at a random step: exit 130/143 with no traceback, and the printed command (a resume, or
+    a fresh start when no checkpoint was saved yet) runs the run to its end with every step once."""
     return [_interrupt_once(root / f"t{i}", rng.randint(1, STEPS - 3), rng.choice(SIGNALS)) for i in range(trials)]
 
 
