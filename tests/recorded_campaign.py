@@ -69,3 +69,11 @@ def write_campaign(campaign_dir: Path, *, close: bool = True, parquet_every_s: f
     if close:
         second.close()
     return second
+
+
+def recorded_campaign_dir(tmp_path_factory, name: str) -> Path:
+    """A fresh directory holding the recorded campaign, closed, with no Parquet rewrite during the write."""
+    directory = tmp_path_factory.mktemp(name) / "recorded"
+    directory.mkdir()
+    write_campaign(directory, parquet_every_s=3600.0)
+    return directory

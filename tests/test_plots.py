@@ -7,7 +7,7 @@ import math
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from recorded_campaign import SEEDS, STEPS, reward, write_campaign
+from recorded_campaign import SEEDS, STEPS, recorded_campaign_dir, reward
 
 from retrain_ray.campaign.plots import seed_bands
 from retrain_ray.campaign.results import CampaignResults
@@ -18,10 +18,7 @@ pytest.importorskip("matplotlib")
 
 @pytest.fixture(scope="module")
 def campaign_dir(tmp_path_factory):
-    directory = tmp_path_factory.mktemp("plots") / "bands"
-    directory.mkdir()
-    write_campaign(directory, parquet_every_s=3600.0)
-    return directory
+    return recorded_campaign_dir(tmp_path_factory, "plots")
 
 
 def test_seed_bands_exact(campaign_dir):

@@ -8,7 +8,7 @@ import json
 import math
 
 import pytest
-from recorded_campaign import write_campaign
+from recorded_campaign import recorded_campaign_dir, write_campaign
 
 from retrain_ray.campaign.results import CampaignResults
 from retrain_ray.campaign.significance import t_quantile, t_sf2
@@ -17,10 +17,7 @@ from retrain_ray.cli import main
 
 @pytest.fixture(scope="module")
 def campaign_dir(tmp_path_factory):
-    directory = tmp_path_factory.mktemp("significance") / "recorded"
-    directory.mkdir()
-    write_campaign(directory, parquet_every_s=3600.0)
-    return directory
+    return recorded_campaign_dir(tmp_path_factory, "significance")
 
 
 def test_significance_by_hand(campaign_dir):
