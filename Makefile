@@ -9,7 +9,7 @@ export RAY_AUTH_MODE ?= disabled
 export HF_HUB_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 
-.PHONY: setup setup-vllm demo demo-campaign test test-extended test-fast bench lint smollm2 clean
+.PHONY: setup setup-vllm demo demo-campaign test test-extended test-fast bench gpu-check lint smollm2 clean
 
 $(VENV)/.installed: pyproject.toml constraints/cpu.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -50,6 +50,12 @@ test-fast: setup
 
 bench: setup
 	$(PY) benchmarks/run_all.py
+
+# The GPU check: the GPU-marked tests and the GPU benchmarks, figures in gpu-check.json; prints
+# "skipped: no CUDA device" and exits 0 without one. No setup step: a lent GPU machine has no network,
+# so it runs on that machine's own Python (see scripts/gpu_wheels.sh for the two wheels it needs there).
+gpu-check:
+	$(if $(wildcard $(PY)),$(PY),$(PYTHON)) benchmarks/gpu_check.py --out gpu-check.json
 
 # ruff, then basedpyright (configured in pyproject.toml: basic on the package, strict on run/, algorithms/,
 # backends/, engines/, campaign/, results/), then a second pass that refuses an explicit `Any` in those

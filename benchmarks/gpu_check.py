@@ -1,0 +1,231 @@
+"""The GPU check: every GPU-marked test and the GPU variants of the benchmarks, as one JSON of figures.
+
+    python benchmarks/gpu_check.py [--out gpu-check.json] [--budget 450]     (or: make gpu-check)
+
+Without a CUDA device it prints one line, `skipped: no CUDA device`, writes nothing and exits 0, so CI
+and laptops can call it. On a GPU it runs, each part in its own process with its own share of the time
+budget (the whole check fits in 8 minutes):
+
+- `tests`: `pytest -m gpu`, the tests that only run on a CUDA device;
+- `lora_step`: the PyTorch engine and a LoRA train step of a 0.42B-parameter Llama built offline with
+  random weights (`builtin:tiny-h1024-l40`, bfloat16): sampling tokens/s, train tokens/s, step time and
+  peak GPU memory;
+- `sampling`: `benchmarks/sampling.py --gpu` (PyTorch vs embedded vLLM), when vLLM is installed;
+- `packing`: `benchmarks/packing.py --gpu`, once that benchmark exists.
+
+A part that cannot run there (vLLM or Ray not installed, the benchmark not built) is recorded with the
+reason instead of failing the check; a part that fails records its exit code and the end of its output,
+and the check exits 1. `--cpu-smoke` runs the same parts on the CPU with a tiny model and tiny sizes,
+so the check itself is tested where there is no GPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+GPU_MODEL = "builtin:tiny-h1024-l40"  # 4 heads of 256, MLP 2048, 40 layers: 0.42B parameters
+SMOKE_MODEL = "builtin:tiny"
+PARTS = ("tests", "lora_step", "sampling", "packing")
+
+
+@dataclass
+class Part:
+    name: str
+    status: str = "not run"  # passed | failed | skipped
+    seconds: float = 0.0
+    why: str = ""
+    figures: dict[str, object] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Sizes:
+    model: str
+    dtype: str
+    prompts: int
+    samples: int
+    max_tokens: int
+
+
+GPU_SIZES = Sizes(GPU_MODEL, "bfloat16", prompts=32, samples=8, max_tokens=128)
+SMOKE_SIZES = Sizes(SMOKE_MODEL, "float32", prompts=2, samples=2, max_tokens=4)
+
+
+def _cuda_device() -> str:
+    """The CUDA device's name, or "" where there is none (or no torch)."""
+    try:
+        import torch
+    except ImportError:
+        return ""
+    return torch.cuda.get_device_name(0) if torch.cuda.is_available() else ""
+
+
+def _run(part: Part, argv: list[str], timeout_s: float) -> str:
+    """Runs `argv` from the repository root; fills the part's status (the why: stderr's end); returns stdout."""
+    env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
+           "HF_HUB_OFFLINE": "1", "RAY_AUTH_MODE": "disabled", "PYTHONUNBUFFERED": "1"}
+    started = time.monotonic()
+    try:
+        done = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout_s)
+    except subprocess.TimeoutExpired as exc:
+        part.status, part.why = "failed", f"timed out after {timeout_s:.0f} s"
+        part.seconds = time.monotonic() - started
+        out = exc.stdout or b""
+        return out.decode(errors="replace") if isinstance(out, bytes) else out
+    part.seconds = time.monotonic() - started
+    if done.returncode == 0:
+        part.status = "passed"
+    else:
+        part.status, part.why = "failed", f"exit {done.returncode}: " + (done.stdout + done.stderr)[-2000:]
+    return done.stdout
+
+
+def _missing(*modules: str) -> str:
+    absent = [m for m in modules if importlib.util.find_spec(m) is None]
+    return f"not installed here: {', '.join(absent)}" if absent else ""
+
+
+def gpu_tests(timeout_s: float) -> Part:
+    part = Part("tests")
+    if why := _missing("pytest", "ray"):
+        part.status, part.why = "skipped", why
+        return part
+    output = _run(part, [sys.executable, "-m", "pytest", "-m", "gpu", "-q", "-p", "no:cacheprovider",
+                         "tests"], timeout_s)
+    summary = [line for line in output.splitlines() if " passed" in line or " failed" in line or "skipped" in line]
+    part.figures["summary"] = summary[-1].strip("= ") if summary else ""
+    return part
+
+
+def lora_step(sizes: Sizes, timeout_s: float, device: str) -> Part:
+    part = Part("lora_step")
+    output = _run(part, [sys.executable, str(Path(__file__)), "--lora-step-worker", device, json.dumps(asdict(sizes))],
+                  timeout_s)
+    lines = [line for line in output.splitlines() if line.startswith("{")]
+    if part.status == "passed" and lines:
+        part.figures = json.loads(lines[-1])
+    return part
+
+
+def benchmark_script(name: str, script: str, args: list[str], timeout_s: float, needs: tuple[str, ...]) -> Part:
+    part = Part(name)
+    path = ROOT / "benchmarks" / script
+    if not path.exists():
+        part.status, part.why = "skipped", f"benchmarks/{script} is not built yet"
+        return part
+    if why := _missing(*needs):
+        part.status, part.why = "skipped", why
+        return part
+    output = _run(part, [sys.executable, str(path), *args], timeout_s)
+    part.figures["stdout"] = output[-4000:]
+    return part
+
+
+def _lora_step_worker(device: str, sizes: Sizes) -> dict[str, object]:
+    """Runs in its own process: one model, sampled from and trained on; prints one JSON line."""
+    import tempfile
+
+    import torch
+
+    from retrain_ray.backends.local import LoraSettings, PolicySettings, build_shared_policy
+    from retrain_ray.backends.types import TrainBatch
+    from retrain_ray.engines import SamplingParams
+
+    if device == "cpu":
+        torch.set_num_threads(1)
+    settings = PolicySettings(finetune="lora", lora=LoraSettings(rank=16), dtype=sizes.dtype,
+                              gradient_checkpointing="auto")
+    with tempfile.TemporaryDirectory() as cache:
+        engine, backend, _ = build_shared_policy(sizes.model, settings, device=device, cache_dir=Path(cache))
+        gen = torch.Generator().manual_seed(0)
+        prompts = [[1, *torch.randint(3, 60, (16,), generator=gen).tolist()] for _ in range(sizes.prompts)]
+        params = SamplingParams(max_tokens=sizes.max_tokens, temperature=1.0)
+        engine.generate(prompts, sizes.samples, params)  # warm-up: kernels, allocator
+        if device == "cuda":
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+        started = time.perf_counter()
+        groups = engine.generate(prompts, sizes.samples, params)
+        sample_s = time.perf_counter() - started
+        tokens, logprobs, advantages, lengths = [], [], [], []
+        for prompt, group in zip(prompts, groups, strict=True):
+            for i, sample in enumerate(group):
+                tokens.append(prompt + list(sample.token_ids))
+                logprobs.append([0.0] * len(prompt) + list(sample.logprobs))
+                advantages.append([0.0] * len(prompt) + [1.0 if i % 2 else -1.0] * len(sample.token_ids))
+                lengths.append(len(prompt))
+        batch = TrainBatch(tokens, logprobs, advantages, lengths, temperature=1.0)
+        backend.train_step(batch, lr=1e-5, weight_decay=0.0)  # warm-up
+        started = time.perf_counter()
+        result = backend.train_step(batch, lr=1e-5, weight_decay=0.0)
+        if device == "cuda":
+            torch.cuda.synchronize()
+        step_s = time.perf_counter() - started
+    sampled = sum(len(s.token_ids) for group in groups for s in group)
+    peak = torch.cuda.max_memory_allocated() / 2**30 if device == "cuda" else 0.0
+    return {"model": sizes.model, "dtype": sizes.dtype, "device": device,
+            "batch": f"{sizes.prompts} prompts x {sizes.samples} samples x {sizes.max_tokens} tokens",
+            "sample_tokens_per_s": round(sampled / sample_s, 1), "train_step_s": round(step_s, 4),
+            "train_tokens_per_s": round(batch.num_tokens / step_s, 1), "loss": float(result.loss),
+            "peak_gpu_memory_gib": round(peak, 2)}
+
+
+def run_check(device: str, sizes: Sizes, budget_s: float, chosen: set[str]) -> list[Part]:
+    """Every part, or the `chosen` ones, each with its share of the budget."""
+    if unknown := chosen - set(PARTS):
+        raise SystemExit(f"--parts: unknown {sorted(unknown)}; the parts are {', '.join(PARTS)}")
+    wanted = chosen or set(PARTS)
+    share = budget_s / len(wanted)
+    on_gpu = device == "cuda"
+    bench_flags = ["--gpu"] if on_gpu else ["--model", sizes.model, "--prompts", str(sizes.prompts),
+                                            "--samples", str(sizes.samples), "--max-tokens", str(sizes.max_tokens)]
+    runners = {
+        "tests": lambda: gpu_tests(share) if on_gpu else Part("tests", "skipped", why="the GPU tests need CUDA"),
+        "lora_step": lambda: lora_step(sizes, share, device),
+        "sampling": lambda: benchmark_script("sampling", "sampling.py", [*bench_flags, "--repeats", "2"], share,
+                                             ("vllm",)),
+        "packing": lambda: benchmark_script("packing", "packing.py", ["--gpu"] if on_gpu else ["--quick"], share,
+                                            ("vllm", "ray")),
+    }
+    return [runners[name]() for name in PARTS if name in wanted]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=Path("gpu-check.json"))
+    parser.add_argument("--budget", type=float, default=450.0, help="seconds for all parts together")
+    parser.add_argument("--cpu-smoke", action="store_true", help="run every part on the CPU, tiny sizes")
+    parser.add_argument("--parts", default="", help="comma-separated names of the parts to run (default: all)")
+    parser.add_argument("--lora-step-worker", nargs=2, metavar=("DEVICE", "SIZES"), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.lora_step_worker:
+        device, sizes = args.lora_step_worker
+        print(json.dumps(_lora_step_worker(device, Sizes(**json.loads(sizes)))))
+        return 0
+    name = _cuda_device()
+    if not name and not args.cpu_smoke:
+        print("skipped: no CUDA device")
+        return 0
+    device, sizes = ("cuda", GPU_SIZES) if name and not args.cpu_smoke else ("cpu", SMOKE_SIZES)
+    print(f"GPU check on {name or 'the CPU (smoke)'}: budget {args.budget:.0f} s", flush=True)
+    chosen = {p for p in args.parts.split(",") if p}
+    parts = run_check(device, sizes, args.budget, chosen)
+    for part in parts:
+        print(f"  {part.name:<10} {part.status:<8} {part.seconds:6.1f} s  {part.why.splitlines()[0] if part.why else ''}")
+    report = {"device": name or "cpu", "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+              "parts": [asdict(p) for p in parts]}
+    args.out.write_text(json.dumps(report, indent=2) + "\n")
+    print(f"figures: {args.out}")
+    return 1 if any(p.status == "failed" for p in parts) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
