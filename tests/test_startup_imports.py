@@ -6,7 +6,8 @@ answer at once; the verbs that read results back (`retrain_ray.cli.results`, and
 prints a finished campaign's table with it) import no Ray, Arrow or pydantic until one runs; a one-step
 full fine-tuning run of the tiny model has imported no Ray, vLLM, PEFT, transformers, pandas, Parquet
 writer, Arrow compute kernels, math-verify or tracker package when its first step ends, and
-`retrain-ray train` of a built-in model, in full or with LoRA, never imports transformers or PEFT at all (the lean torch-only Llama, models/lean_llama.py, and lean LoRA, models/lean_lora.py).
+`retrain-ray train` of a built-in model, in full or with LoRA, never imports transformers or PEFT at all
+(the lean torch-only Llama, models/lean_llama.py, and lean LoRA, models/lean_lora.py).
 """
 
 from __future__ import annotations
