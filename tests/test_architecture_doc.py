@@ -1,4 +1,5 @@
-"""docs/architecture.md stays a true map: every package it names exists and every package is named."""
+"""docs/architecture.md stays a true map: every package it names exists and every package is named; and
+the package root holds no loose module, so every module has a package on the map."""
 
 from __future__ import annotations
 
@@ -31,3 +32,9 @@ def test_every_module_path_on_the_map_exists():
     paths = set(re.findall(r"`((?:[a-z_]+/)+[a-z_]+\.py)`", MAP.read_text(encoding="utf-8")))
     missing = sorted(p for p in paths if not (ROOT / "retrain_ray" / p).exists() and not (ROOT / p).exists())
     assert not missing, f"docs/architecture.md names files that do not exist: {missing}"
+
+
+def test_the_package_root_holds_only_packages():
+    loose = sorted(p.name for p in (ROOT / "retrain_ray").iterdir()
+                   if p.is_file() and p.name not in ("__init__.py", "__main__.py", "py.typed"))
+    assert not loose, f"modules at the package root belong in a package (cli/, util/, ...): {loose}"

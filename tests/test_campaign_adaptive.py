@@ -81,7 +81,7 @@ def test_bad_adaptive_settings_name_the_key(tmp_path, adaptive, key, words):
 
 
 def test_explain_shows_the_rungs_and_the_step_budgets(tmp_path, capsys):
-    from retrain_ray.cli_explain import explain_main
+    from retrain_ray.cli.explain import explain_main
 
     toml = write_adaptive(tmp_path, name="x")
     assert explain_main([str(toml), "--json"]) == 0

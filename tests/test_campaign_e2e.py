@@ -13,8 +13,7 @@ from helpers import GRPO, write_campaign
 from ray import cloudpickle
 
 from retrain_ray.campaign import Campaign
-from retrain_ray.cli_campaign import results_main
-from retrain_ray.cli_status import status_main
+from retrain_ray.cli.results import results_main, status_main
 from retrain_ray.logs import read_stream
 from retrain_ray.logs.types import RunObserver
 

@@ -36,7 +36,7 @@ def test_unknown_transform_fails_before_ray_starts_naming_condition_and_key(camp
 
 
 def test_explain_reports_the_same_problem(campaign_file):
-    out = subprocess.run([sys.executable, "-m", "retrain_ray.cli_explain", str(campaign_file)],
+    out = subprocess.run([sys.executable, "-m", "retrain_ray.cli.explain", str(campaign_file)],
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 2
     assert "grpo+no_such_plugin_module.transform" in out.stderr and "transform_mode" in out.stderr

@@ -19,7 +19,7 @@ _HF_HOME = stub_original_model(Path(tempfile.mkdtemp(prefix="explain-hf-")))
 
 
 def _explain(*args: str, hf_home: Path = _HF_HOME, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "retrain_ray.cli_explain", *args], cwd=cwd,
+    return subprocess.run([sys.executable, "-m", "retrain_ray.cli.explain", *args], cwd=cwd,
                           capture_output=True, text=True, timeout=120,
                           env={"PATH": "/usr/bin:/bin", "COLUMNS": "200", "HF_HUB_OFFLINE": "1",
                                "HF_HOME": str(hf_home)})
@@ -166,7 +166,7 @@ def test_explain_reads_the_backend_registry_the_backends_use():
     import dataclasses
 
     from retrain_ray.backends.local.backend import LocalBackend
-    from retrain_ray.cli_explain import capabilities
+    from retrain_ray.cli.explain import capabilities
 
     flags = capabilities(RetrainConfig())
     assert flags == {**dataclasses.asdict(LocalBackend.capabilities), "source": "builtin"}

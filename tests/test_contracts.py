@@ -96,4 +96,4 @@ def test_cli_verbs():
                  "trace", "squeeze"}  # spec 11 (squeeze is routed by TOML content there)
     assert ours | originals <= set(cli.VERBS)
     for module, function, _ in cli.VERBS.values():
-        assert callable(getattr(importlib.import_module(f"retrain_ray.{module}"), function))
+        assert callable(getattr(importlib.import_module(f"retrain_ray.cli.{module}"), function))

@@ -15,10 +15,10 @@ from helpers import write_config
 from safetensors.torch import save_file
 
 from retrain_ray.cli import main as cli_main
-from retrain_ray.finite import NonFiniteError, check_rewards, nonfinite_tensors
 from retrain_ray.rewards.custom import CustomReward, RewardFunctionError, RewardTimeoutError
 from retrain_ray.run.checkpoint import CheckpointManager, resolve_resume_dir, verify_checkpoint
 from retrain_ray.run.state import TrainerState
+from retrain_ray.util.finite import NonFiniteError, check_rewards, nonfinite_tensors
 
 REWARDS = {
     "reward_inf": "def score(completion, reference):\n    return float('inf')\n",

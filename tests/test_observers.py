@@ -12,10 +12,10 @@ import pytest
 from rich.console import Console
 
 import retrain_ray
+from retrain_ray.cli.progress import ProgressObserver
 from retrain_ray.config import apply_overrides, load_config, parse_overrides
 from retrain_ray.logs import ArrowRunObserver, ConsoleObserver, MultiObserver, NullObserver, read_stream
 from retrain_ray.logs.observers import RunObserver
-from retrain_ray.progress import ProgressObserver
 from retrain_ray.run.train import train_run
 
 ROOT = Path(retrain_ray.__file__).parent

@@ -19,7 +19,7 @@ from retrain_ray.logs import write_run_meta
 from retrain_ray.logs.stream import logged_through
 from retrain_ray.run.checkpoint import CheckpointManager
 from retrain_ray.run.state import TrainerState
-from retrain_ray.secrets import redact
+from retrain_ray.util.secrets import redact
 
 
 def _plan_config(tmp_path: Path, **training):

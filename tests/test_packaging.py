@@ -82,7 +82,7 @@ def test_python_dash_m_runs_the_cli():
 
 
 def test_the_cli_entry_ends_the_process_with_the_commands_code_after_atexit_handlers():
-    """`entry()` (console script and `python -m`) freezes the GC before exiting (cli.py): the exit code
+    """`entry()` (console script and `python -m`) freezes the GC before exiting (cli/__init__.py): the exit code
     still comes from the command, and atexit handlers (a tracker's final sync) still run."""
     bad = subprocess.run([sys.executable, "-m", "retrain_ray", "no-such-command"], capture_output=True, text=True,
                          timeout=120, cwd=ROOT)

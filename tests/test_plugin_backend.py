@@ -109,7 +109,7 @@ def test_the_run_reports_the_registry_flags_not_the_wrapped_backends(workdir):
     """The wrapped local backend says checkpoint_resume_mode="exact" on its class; the plugin declares
     its own flags, and those are what the run's backend carries (as explain and preflight read them)."""
     from retrain_ray.backends.registry import capabilities_for
-    from retrain_ray.cli_explain import capabilities
+    from retrain_ray.cli.explain import capabilities
 
     cfg = load_config(_toml(workdir, "counting_backend.whole_policy", steps=1))
     policy = build_policy(cfg)
@@ -130,7 +130,7 @@ def test_plugin_resources_place_a_run_alike_in_explain_and_the_campaign(workdir,
                                                                          mode):
     from retrain_ray.actors.placement import decide_placement
     from retrain_ray.campaign.plan import build_plan
-    from retrain_ray.cli_explain import resources_per_run
+    from retrain_ray.cli.explain import resources_per_run
     from retrain_ray.config.toml_writer import dumps
 
     toml = _toml(workdir, backend, algorithm={"advantage_mode": "grpo", "transform_mode": "none"},

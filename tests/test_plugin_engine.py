@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from helpers import install_test_plugins, write_config
 
-from retrain_ray.cli_explain import describe_run
+from retrain_ray.cli.explain import describe_run
 from retrain_ray.config import load_config
 from retrain_ray.logs import read_stream
 from retrain_ray.run.build import build_policy
@@ -115,7 +115,7 @@ def test_a_plugin_engine_declaring_entropies_trains_on_them(workdir):
 
 
 def test_the_plugin_listing_shows_an_engines_declared_capabilities(workdir, capsys):
-    from retrain_ray.cli_catalog import backend_catalog, plugins_report
+    from retrain_ray.cli.catalog import backend_catalog, plugins_report
 
     report = plugins_report(str(_entropy_toml(workdir, "entropy_engine:make_engine")))
     engine = report["references"]["inference.engine"]
@@ -126,7 +126,7 @@ def test_the_plugin_listing_shows_an_engines_declared_capabilities(workdir, caps
 
 
 def test_the_plugin_listing_gives_a_callable_hook_the_inference_section_as_preflight_does(workdir):
-    from retrain_ray.cli_catalog import plugins_report
+    from retrain_ray.cli.catalog import plugins_report
 
     toml = _entropy_toml(workdir, "entropy_engine.section_hook")
     assert run_problems(load_config(toml), check_model=False) == []

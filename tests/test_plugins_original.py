@@ -112,7 +112,7 @@ def silent(config):  # declares nothing: the conservative default applies
 
 def test_plugin_backend_capabilities_come_from_its_hooks_for_explain_and_preflight(plugin_dir):
     from retrain_ray.backends.registry import capabilities_for
-    from retrain_ray.cli_explain import capabilities
+    from retrain_ray.cli.explain import capabilities
 
     (plugin_dir / "plugins" / "orig_backend.py").write_text(textwrap.dedent(BACKEND_PLUGIN))
     base = _cfg(plugin_dir).replace_section("algorithm", transform_mode="gtpo")
@@ -139,7 +139,7 @@ def test_explain_and_the_campaign_plan_place_a_run_alike(plugin_dir, backend, gp
     local or plugin backend holds what backend.devices asks, in `explain` and in the campaign's placement."""
     from retrain_ray.actors.placement import placement_for
     from retrain_ray.campaign.plan import build_plan
-    from retrain_ray.cli_explain import resources_per_run
+    from retrain_ray.cli.explain import resources_per_run
 
     (plugin_dir / "plugins" / "orig_backend.py").write_text(textwrap.dedent(BACKEND_PLUGIN))
     cfg = RetrainConfig.model_validate({

@@ -6,7 +6,7 @@ import io
 
 from rich.console import Console
 
-from retrain_ray.progress import ProgressObserver
+from retrain_ray.cli.progress import ProgressObserver
 
 
 def _row(step: int, reward: float) -> dict:

@@ -83,7 +83,7 @@ def test_report_and_plot_state_the_verdict(campaign_dir):
 
 
 def test_a_finished_campaign_prints_its_verdicts(campaign_dir, capsys):
-    from retrain_ray.cli_campaign import _finish
+    from retrain_ray.cli.campaign import _finish
 
     assert _finish(CampaignResults.from_dir(campaign_dir)) == 0
     out = capsys.readouterr().out

@@ -5,7 +5,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from retrain_ray.retry import AmbiguousCallError, RetryCounters, RetryPolicy, call_with_retry
+from retrain_ray.util.retry import AmbiguousCallError, RetryCounters, RetryPolicy, call_with_retry
 
 FAST = RetryPolicy(max_attempts=3, backoff_s=0.001)
 

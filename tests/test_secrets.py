@@ -12,7 +12,7 @@ from helpers import write_campaign
 from retrain_ray.campaign import Campaign
 from retrain_ray.campaign.plan import CampaignError
 from retrain_ray.cli import main as cli_main
-from retrain_ray.secrets import REDACTED, has_redactions, redact, restore_secrets, scrub
+from retrain_ray.util.secrets import REDACTED, has_redactions, redact, restore_secrets, scrub
 
 PLANTED = ("PLANTED_PW_1", "PLANTED_KEY_2", "PLANTED_TOKEN_3", "PLANTED_ENV_4", "PLANTED_ENV_5")
 SECRET_URL = "https://alice:PLANTED_PW_1@models.example/v1?api_key=PLANTED_KEY_2&region=eu"

@@ -1,11 +1,13 @@
 """Time to first step (issue 13): `retrain-ray train` imports nothing it does not use before the first step.
 
 Checked in fresh subprocesses through `sys.modules` (no timing): the CLI front (`retrain_ray.cli`,
-`retrain_ray.cli_train`) imports neither torch nor transformers, so `--help` and configuration errors
-answer at once; a one-step full fine-tuning run of the tiny model has imported no Ray, vLLM, PEFT,
-transformers, pandas, Parquet writer, Arrow compute kernels, math-verify or tracker package when its first
-step ends, and `retrain-ray train` of a built-in model, in full or with LoRA, never imports transformers or
-PEFT at all (the lean torch-only Llama, models/lean_llama.py, and lean LoRA, models/lean_lora.py).
+`retrain_ray.cli.train`) imports neither torch nor transformers, so `--help` and configuration errors
+answer at once; the verbs that read results back (`retrain_ray.cli.results`, and `cli.campaign`, which
+prints a finished campaign's table with it) import no Ray, Arrow or pydantic until one runs; a one-step
+full fine-tuning run of the tiny model has imported no Ray, vLLM, PEFT, transformers, pandas, Parquet
+writer, Arrow compute kernels, math-verify or tracker package when its first step ends, and
+`retrain-ray train` of a built-in model, in full or with LoRA, never imports transformers or PEFT at all
+(the lean torch-only Llama, models/lean_llama.py, and lean LoRA, models/lean_lora.py).
 """
 
 from __future__ import annotations
@@ -36,8 +38,18 @@ def _python(code: str, tmp_path) -> str:
 def test_cli_front_imports_no_ml_stack(tmp_path):
     out = _python("""
         import json, sys
-        import retrain_ray.cli, retrain_ray.cli_train
+        import retrain_ray.cli, retrain_ray.cli.train
         print(json.dumps(sorted(m for m in ("torch", "transformers", "ray", "pyarrow", "pydantic") if m in sys.modules)))
+    """, tmp_path)
+    assert json.loads(out) == []
+
+
+def test_result_verbs_import_no_ml_stack(tmp_path):
+    out = _python("""
+        import json, sys
+        import retrain_ray.cli.results, retrain_ray.cli.campaign
+        print(json.dumps(sorted(m for m in ("torch", "ray", "pyarrow", "pandas", "pydantic", "matplotlib")
+                                if m in sys.modules)))
     """, tmp_path)
     assert json.loads(out) == []
 

@@ -234,7 +234,7 @@ def test_build_tinker_policy_from_config(tmp_path):
 def test_a_call_the_server_applied_is_never_applied_twice(tmp_path, method, kind):
     """The server applies the call, the answer is lost: no retry, a clear error, and a resume from the
     checkpoint then gives exactly the weights of a run that never failed."""
-    from retrain_ray.retry import AmbiguousCallError
+    from retrain_ray.util.retry import AmbiguousCallError
 
     prompts = [[1, 5], [1, 6]]
     engine, backend, session = _policy(tmp_path, faults={method: [kind]})

@@ -44,7 +44,7 @@ from retrain_ray.logs.dir_lock import DirectoryInUse, DirLock
 from retrain_ray.logs.parquet_export import export_campaign
 from retrain_ray.models.names import config_uses_peft
 from retrain_ray.run.preflight import campaign_problems
-from retrain_ray.secrets import has_redactions, redact, restore_secrets
+from retrain_ray.util.secrets import has_redactions, redact, restore_secrets
 
 if TYPE_CHECKING:
     from retrain_ray.campaign.results import CampaignResults

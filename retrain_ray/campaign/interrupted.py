@@ -1,6 +1,6 @@
 """A campaign stopped by Ctrl-C or SIGTERM: recorded in its manifest, reported with the command that continues it.
 
-On the first Ctrl-C (or a SIGTERM, retrain_ray/interrupts.py) Ray Tune stops the experiment gracefully:
+On the first Ctrl-C (or a SIGTERM, retrain_ray/cli/interrupts.py) Ray Tune stops the experiment gracefully:
 it saves its experiment state, stops the trials and `Tuner.fit()` returns as if the experiment had ended
 (its ResultGrid even counts the stopped trials as terminated). A fit that really ended leaves every run
 completed or failed in the manifest (campaign/tracking.py), so a run still pending or running there

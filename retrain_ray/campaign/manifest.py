@@ -16,8 +16,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from retrain_ray.process_clock import process_started_at
-from retrain_ray.secrets import REDACTED, redact  # noqa: F401  (re-exported)
+from retrain_ray.util.process_clock import process_started_at
+from retrain_ray.util.secrets import REDACTED, redact  # noqa: F401  (re-exported)
 
 MANIFEST = "manifest.json"
 # "stopped": an adaptive campaign stopped the run's condition at a rung (campaign/adaptive.py); its

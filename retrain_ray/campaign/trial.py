@@ -46,9 +46,9 @@ from retrain_ray.campaign.recorder import RecorderClient, recorder_name
 from retrain_ray.campaign.split import split_policy
 from retrain_ray.campaign.stagger import wait_for_start_slot
 from retrain_ray.logs.types import RunObserver
-from retrain_ray.process_clock import process_started_at
-from retrain_ray.secrets import redact
 from retrain_ray.trackers import RunIdentity, build_trackers
+from retrain_ray.util.process_clock import process_started_at
+from retrain_ray.util.secrets import redact
 
 _RUNS_IN_PROCESS = [0]  # runs this trial process has started (1 = fresh process; more = reused by Tune)
 REPORTED = ("mean_reward", "correct_rate", "loss", "tokens_per_second", "step_time_s", "running_correct_rate")

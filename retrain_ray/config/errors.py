@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from retrain_ray.secrets import REDACTED, is_secret_name, redact
+from retrain_ray.util.secrets import REDACTED, is_secret_name, redact
 
 _MISSING = object()
 

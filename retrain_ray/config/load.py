@@ -24,7 +24,7 @@ from retrain_ray.config.errors import ConfigError, ConfigIssue, no_value
 from retrain_ray.config.matrix import conditioned_configs
 from retrain_ray.config.rawdict import merge_overrides
 from retrain_ray.config.schema import RetrainConfig
-from retrain_ray.file_kinds import special_file_problem
+from retrain_ray.util.file_kinds import special_file_problem
 
 DEFAULT_PATH = Path("retrain.toml")
 

@@ -23,7 +23,7 @@ from retrain_ray.config.names import (
     WANDB_MODES,
 )
 from retrain_ray.config.sections_core import _choice
-from retrain_ray.judge_prompt import DEFAULT_JUDGE_PROMPT, JUDGE_APIS, check_prompt
+from retrain_ray.util.judge_prompt import DEFAULT_JUDGE_PROMPT, JUDGE_APIS, check_prompt
 
 
 class InferenceSection(Section):

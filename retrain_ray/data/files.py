@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from retrain_ray.data.types import Example
-from retrain_ray.file_kinds import special_file_problem
+from retrain_ray.util.file_kinds import special_file_problem
 
 SUFFIXES = {".jsonl": "jsonl", ".json": "jsonl", ".parquet": "parquet", ".pq": "parquet"}
 MAX_FIELD_CHARS = 200_000

@@ -40,8 +40,8 @@ import httpx
 from retrain_ray.engines.adapter_folders import write_mlx_folder, write_peft_folder
 from retrain_ray.engines.adapters import AdapterSpec, encode_adapter
 from retrain_ray.engines.types import SampleResult, SamplingParams, WeightsVersion, WeightUpdate
-from retrain_ray.retry import RetryCounters, RetryPolicy, call_with_retry
-from retrain_ray.secrets import scrub
+from retrain_ray.util.retry import RetryCounters, RetryPolicy, call_with_retry
+from retrain_ray.util.secrets import scrub
 
 log = logging.getLogger(__name__)
 SEED_STRIDE = 7919

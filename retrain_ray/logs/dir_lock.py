@@ -26,9 +26,9 @@ from typing import Any
 
 from filelock import FileLock, Timeout
 
-from retrain_ray.file_kinds import directory_problem
-from retrain_ray.process_clock import process_started_at
-from retrain_ray.secrets import REDACTED, is_secret_name, scrub
+from retrain_ray.util.file_kinds import directory_problem
+from retrain_ray.util.process_clock import process_started_at
+from retrain_ray.util.secrets import REDACTED, is_secret_name, scrub
 
 LOCK_FILE = ".retrain-ray.lock"
 HOLDER_FILE = ".retrain-ray.holder.json"

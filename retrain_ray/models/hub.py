@@ -18,7 +18,7 @@ import os
 import re
 from pathlib import Path
 
-from retrain_ray.file_kinds import env_directory
+from retrain_ray.util.file_kinds import env_directory
 
 # A Hub repo id: "name" or "org/name"; letters, digits, '-', '_', '.'.
 _HUB_ID = re.compile(r"^(?:[A-Za-z0-9][\w.-]*/)?[A-Za-z0-9][\w.-]*$")

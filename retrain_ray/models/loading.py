@@ -28,10 +28,10 @@ from typing import TYPE_CHECKING, Any, cast
 
 import torch
 
-from retrain_ray.file_kinds import env_directory
 from retrain_ray.models.hub import looks_like_hub_id, resolve_hub_model
 from retrain_ray.models.names import BUILTIN_PREFIX
 from retrain_ray.models.tiny import build_tiny_model, parse_builtin_name
+from retrain_ray.util.file_kinds import env_directory
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase

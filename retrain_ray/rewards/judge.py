@@ -31,10 +31,10 @@ from typing import Any
 
 import httpx
 
-from retrain_ray.judge_prompt import DEFAULT_JUDGE_PROMPT, JUDGE_APIS, check_prompt
-from retrain_ray.retry import RetryCounters, RetryPolicy, call_with_retry
 from retrain_ray.rewards.types import check_batch
-from retrain_ray.secrets import scrub
+from retrain_ray.util.judge_prompt import DEFAULT_JUDGE_PROMPT, JUDGE_APIS, check_prompt
+from retrain_ray.util.retry import RetryCounters, RetryPolicy, call_with_retry
+from retrain_ray.util.secrets import scrub
 
 DEFAULT_JUDGE_MODEL = "gpt-4o-mini"
 DEFAULT_JUDGE_URL = "https://api.openai.com/v1"

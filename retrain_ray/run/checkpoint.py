@@ -31,8 +31,8 @@ import shutil
 from collections.abc import Callable
 from pathlib import Path
 
-from retrain_ray.finite import NonFiniteError, nonfinite_tensors
 from retrain_ray.run.state import TrainerState
+from retrain_ray.util.finite import NonFiniteError, nonfinite_tensors
 
 log = logging.getLogger(__name__)
 

@@ -19,7 +19,7 @@ are still caught). A backend that reports none of these metrics is watched on it
 watch warns once per onset (the first diverging row after a healthy one), naming the step and values;
 with `[training] stop_on_divergence = true` the run fails instead, after the row is logged. The
 baseline is not checkpointed: a resumed run rebuilds it from its next updates.
-Non-finite gradients are refused earlier by the backend itself (`retrain_ray.finite`): this watch adds
+Non-finite gradients are refused earlier by the backend itself (`retrain_ray.util.finite`): this watch adds
 the finite blow-ups, and weights that became non-finite after a finite gradient.
 """
 
@@ -32,7 +32,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from retrain_ray.finite import NonFiniteError
+from retrain_ray.util.finite import NonFiniteError
 
 WINDOW = 20
 MIN_HISTORY = 3

@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING
 
 from retrain_ray.algorithms import preflight
 from retrain_ray.algorithms.plugins import is_dotted_path, load_callable, use_search_paths
-from retrain_ray.file_kinds import env_directory
 from retrain_ray.models.hub import model_problem
+from retrain_ray.util.file_kinds import env_directory
 
 if TYPE_CHECKING:  # explain imports this module: keep torch out of it
     from retrain_ray.backends.types import BackendCapabilities

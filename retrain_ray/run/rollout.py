@@ -13,8 +13,8 @@ from typing import Any, cast
 
 from retrain_ray.data.types import Example
 from retrain_ray.engines.types import SampleResult, SamplingEngine, SamplingParams
-from retrain_ray.finite import check_rewards
 from retrain_ray.rewards.types import Reward
+from retrain_ray.util.finite import check_rewards
 
 CORRECT_THRESHOLD = 0.5
 

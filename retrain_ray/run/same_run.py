@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, cast
 
-from retrain_ray.secrets import redact
+from retrain_ray.util.secrets import redact
 
 RUN_META = "run_meta.json"
 # config keys a run may change between its attempts: they do not change what its steps compute

@@ -9,7 +9,6 @@ from typing import TYPE_CHECKING, Any
 
 from retrain_ray.backends.types import Policy
 from retrain_ray.backpressure.types import BackPressureAdvisor
-from retrain_ray.file_kinds import directory_problem
 from retrain_ray.logs import (
     ArrowRunObserver,
     MultiObserver,
@@ -24,7 +23,8 @@ from retrain_ray.run.preflight import check_run
 from retrain_ray.run.state import TrainerState, engine_generators, restore_rng_state, seed_everything
 from retrain_ray.run.torn_log import rewind_past_torn_rows
 from retrain_ray.run.types import RunObserver, RunOutcome
-from retrain_ray.secrets import redact
+from retrain_ray.util.file_kinds import directory_problem
+from retrain_ray.util.secrets import redact
 
 if TYPE_CHECKING:
     from retrain_ray.config.schema import RetrainConfig

@@ -6,12 +6,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from retrain_ray.logs.types import RunObserver
-from retrain_ray.secrets import redact
 from retrain_ray.trackers.identity import RunIdentity
 from retrain_ray.trackers.mlflow_tracker import MlflowTracker
 from retrain_ray.trackers.requirements import missing_trackers
 from retrain_ray.trackers.tensorboard_tracker import TensorBoardTracker
 from retrain_ray.trackers.wandb_tracker import WandbTracker
+from retrain_ray.util.secrets import redact
 
 if TYPE_CHECKING:
     from retrain_ray.config.schema import RetrainConfig

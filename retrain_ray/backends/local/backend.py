@@ -36,7 +36,7 @@ from retrain_ray.backends.types import TrainBatch, TrainStepResult
 from retrain_ray.engines.train_mode import ModeSwitch
 from retrain_ray.engines.types import WeightUpdate
 from retrain_ray.engines.weights import export_trainable, trainable_parameters
-from retrain_ray.finite import NonFiniteError
+from retrain_ray.util.finite import NonFiniteError
 
 
 @dataclass(frozen=True)

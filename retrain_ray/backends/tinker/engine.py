@@ -21,7 +21,7 @@ from typing import Any
 
 from retrain_ray.backends.tinker.session import TinkerSession
 from retrain_ray.engines.types import SampleResult, SamplingParams, WeightsVersion, WeightUpdate
-from retrain_ray.retry import is_transient
+from retrain_ray.util.retry import is_transient
 
 log = logging.getLogger(__name__)
 

@@ -16,7 +16,7 @@ from typing import Any, Protocol, TypeVar
 
 from retrain_ray.backends.tinker.standin import StandinServiceClient
 from retrain_ray.config.tinker_options import TinkerOptions
-from retrain_ray.retry import RetryCounters, RetryPolicy, call_with_retry
+from retrain_ray.util.retry import RetryCounters, RetryPolicy, call_with_retry
 
 T = TypeVar("T")
 

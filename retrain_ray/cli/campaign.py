@@ -1,4 +1,4 @@
-"""CLI verbs for campaigns: `retrain-ray FILE` (campaign), `resume DIR`, `results DIR` (`status`: cli_status.py).
+"""CLI verbs for campaigns: `retrain-ray FILE` (campaign), `resume DIR` (`results`, `status`: results.py).
 
 Each is a function `*_main(argv) -> exit code`, wired into `retrain_ray.cli` by the CLI owner.
 Exit codes: 0 all runs completed, 1 some run failed, 2 bad input (config, directory; a campaign
@@ -8,37 +8,14 @@ directory another driver holds), 130 stopped by Ctrl-C (143 by SIGTERM).
 from __future__ import annotations
 
 import argparse
-import json
 import shlex
 import sys
 from pathlib import Path
 
-from retrain_ray.interrupts import Stops, sigterm_as_ctrl_c
+from retrain_ray.cli.interrupts import Stops, sigterm_as_ctrl_c
+from retrain_ray.cli.results import _print_table, results_main
 
 _EPILOG = "Set RAY_ADDRESS (or --address) to use a running cluster; without it a local Ray is started."
-
-
-def _print_table(df, title: str) -> None:
-    # deferred: loads rich, which importing this module does not need
-    from rich.console import Console
-    from rich.table import Table
-
-    table = Table(title=title)
-    for col in df.columns:
-        table.add_column(str(col))
-    for _, row in df.iterrows():
-        table.add_row(*[f"{v:.4g}" if isinstance(v, float) else str(v) for v in row])
-    # Off a terminal (ray job logs, CI, a pipe) rich would squeeze the table into 80 columns.
-    Console(width=None if sys.stdout.isatty() else 200).print(table)
-
-
-def _print_verdicts(verdicts, metric: str, window: int, alpha: float) -> None:
-    title = (f"each condition against the best on {metric} (mean of each run's last {window} values): "
-             f"Welch's t, p Holm-adjusted over all pairs, verdict at alpha={alpha:g}")
-    if verdicts.empty:
-        print(f"{title}: nothing to compare (fewer than two conditions logged {metric})")
-        return
-    _print_table(verdicts.drop(columns=["metric"]), title)
 
 
 def _learning_table(results):
@@ -157,52 +134,6 @@ def resume_main(argv: list[str]) -> int:
         return Campaign.from_dir(args.campaign_dir)
 
     return _run(make, args.address, args.dashboard)
-
-
-def results_main(argv: list[str]) -> int:
-    """`retrain-ray results DIR [--json|--csv] [--metric M]`: one row per run, the per-condition summary, and
-    each condition against the best (difference, 95% CI, Holm-adjusted Welch p, verdict, seeds)."""
-    parser = argparse.ArgumentParser(prog="retrain-ray results")
-    parser.add_argument("campaign_dir")
-    parser.add_argument("--metric", default="mean_reward",
-                        help="logged column the conditions are compared on (default mean_reward)")
-    parser.add_argument("--window", type=int, default=10,
-                        help="a run's value is the mean of its last WINDOW logged values (default 10)")
-    parser.add_argument("--alpha", type=float, default=0.05, help="family-wise error rate (default 0.05)")
-    fmt = parser.add_mutually_exclusive_group()
-    fmt.add_argument("--json", action="store_true")
-    fmt.add_argument("--csv", action="store_true")
-    args = parser.parse_args(argv)
-    # deferred: loads ray, which importing this module does not need
-    from retrain_ray.campaign import CampaignResults
-
-    try:
-        res = CampaignResults.from_dir(args.campaign_dir)
-    except FileNotFoundError as exc:
-        print(exc, file=sys.stderr)
-        return 2
-    df = res.get_dataframe()
-    try:
-        verdicts = res.significance(args.metric, window=args.window, alpha=args.alpha)
-    except ValueError as exc:
-        print(f"retrain-ray results: {exc}", file=sys.stderr)
-        return 2
-    if args.json:
-        print(json.dumps({"runs": json.loads(df.to_json(orient="records") or "[]"),
-                          "summary": json.loads(res.summary(significance=args.metric).to_json(orient="records") or "[]"),
-                          "significance": json.loads(verdicts.to_json(orient="records") or "[]"),
-                          "errors": res.error_by_run}, indent=2))
-    elif args.csv:
-        print(df.to_csv(index=False), end="")
-    else:
-        _print_table(df, f"runs of {res.manifest['name']}")
-        _print_table(res.summary(significance=None), "by condition (mean, std, 95% CI of last values across seeds)")
-        _print_verdicts(verdicts, args.metric, args.window, args.alpha)
-        missing = [] if df.empty else list(df.loc[df["status"] == "missing", "run_name"])
-        if missing:
-            print(f"missing: {', '.join(missing)}: the manifest lists them as finished, but their directories "
-                  f"under {res.campaign_dir / 'runs'} are gone (no logs to read)", file=sys.stderr)
-    return 0
 
 
 if __name__ == "__main__":

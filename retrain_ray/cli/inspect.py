@@ -1,8 +1,6 @@
-"""Verbs that read a finished (or interrupted) run without training: `resume-check`, `diff`, `trace`.
+"""Verbs that check a run or a config without training: `resume-check`, `trace` (`diff`: results.py).
 
     retrain-ray resume-check RUN_DIR [--config FILE] [--json]   exit 0 resumable or complete, 1 not
-    retrain-ray diff RUN_A RUN_B [--json]
-    retrain-ray diff CAMPAIGN_DIR COND_A COND_B [--json]
     retrain-ray trace FILE [--json]   the preflight probe's results and every issue, exit 1 on issues
 """
 
@@ -10,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -61,54 +58,6 @@ def _print_resume(report: dict[str, Any]) -> None:
         print(f"  note: {note}")
     for problem in report["problems"]:
         print(f"  problem: {problem}")
-
-
-def diff_main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="retrain-ray diff", description="Compare two runs, or two conditions.",
-                                     usage="retrain-ray diff RUN_A RUN_B | CAMPAIGN_DIR COND_A COND_B [--json]")
-    parser.add_argument("paths", nargs="+")
-    parser.add_argument("--json", action="store_true")
-    args = parser.parse_args(argv)
-    # deferred: loads ray, which importing this module does not need
-    from retrain_ray.campaign.compare import diff_conditions, diff_runs
-
-    try:
-        if len(args.paths) == 2:
-            result = diff_runs(Path(args.paths[0]), Path(args.paths[1]))
-        elif len(args.paths) == 3:
-            result = diff_conditions(Path(args.paths[0]), args.paths[1], args.paths[2])
-        else:
-            parser.error("give RUN_A RUN_B, or CAMPAIGN_DIR COND_A COND_B")
-    except (FileNotFoundError, KeyError) as exc:
-        print(f"error: {exc.args[0] if exc.args else exc}", file=sys.stderr)
-        return 2
-    if args.json:
-        print(json.dumps(result, indent=2))
-    else:
-        _print_diff(result)
-    return 0
-
-
-def _fmt(value: Any) -> str:
-    return f"{value:.4g}" if isinstance(value, float) and math.isfinite(value) else str(value)
-
-
-def _print_diff(result: dict[str, Any]) -> None:
-    # deferred: loads rich, which importing this module does not need
-    from rich.console import Console
-    from rich.table import Table
-
-    a, b, delta = result["a"], result["b"], result["delta"]
-    table = Table(title="diff (delta = b - a)")
-    for col in ("", f"a: {a['label']}", f"b: {b['label']}", "delta"):
-        table.add_column(col, overflow="fold")
-    table.add_row("runs", str(a["runs"]), str(b["runs"]), "")
-    for key in ("steps", "wall_time_s"):
-        table.add_row(key, _fmt(a[key]), _fmt(b[key]), _fmt(delta.get(key, "")))
-    for group in ("final", "performance", "correct_rate_curve"):
-        for key in a[group]:
-            table.add_row(f"{group}.{key}", _fmt(a[group][key]), _fmt(b[group][key]), _fmt(delta[group].get(key, "")))
-    Console(width=None if sys.stdout.isatty() else 200).print(table)
 
 
 def trace_report(cfg: RetrainConfig) -> dict[str, Any]:

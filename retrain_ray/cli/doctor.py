@@ -67,7 +67,7 @@ def cluster_check(address: str | None, timeout_s: float) -> dict[str, Any]:
 
 def backend_summary() -> dict[str, Any]:
     # deferred: loads torch, which importing this module does not need
-    from retrain_ray.cli_catalog import backend_catalog
+    from retrain_ray.cli.catalog import backend_catalog
 
     catalog = backend_catalog()
     summary = {name: {"capabilities": b["capabilities"],

@@ -1,4 +1,4 @@
-"""`retrain-ray` command line: a dispatcher. Each verb lives in a `cli_*` module by concern.
+"""`retrain-ray` command line: a dispatcher. Each verb lives in a module of this package, one per verb family.
 
 Configuration errors are printed all at once, each naming its key and file, with exit code 2.
 Every verb returns 0 on success, 1 when what it ran or checked failed, 2 on bad input.
@@ -20,27 +20,27 @@ else:  # Python 3.10: the same parser, from PyPI
     import tomli as tomllib
 
 from retrain_ray import __version__
-from retrain_ray.file_kinds import path_kind
+from retrain_ray.util.file_kinds import path_kind
 
 # verb -> (module, function, usage line); modules are imported only when their verb runs.
 VERBS: dict[str, tuple[str, str, str]] = {
-    "train": ("cli_train", "train_main", "train FILE [--resume DIR] [--overwrite] [--flags]   train one run"),
-    "campaign": ("cli_campaign", "campaign_main", "campaign FILE [--flags]   run a campaign on Ray"),
-    "resume": ("cli_campaign", "resume_main", "resume DIR   finish an interrupted campaign"),
-    "explain": ("cli_explain", "explain_main", "explain FILE [--json]   dry run: matrix, resources, capacity"),
-    "results": ("cli_campaign", "results_main", "results DIR [--json|--csv]   per-run and per-condition table"),
-    "status": ("cli_status", "status_main", "status [DIR] [--json] [--all|--active] [--watch]   runs and campaigns"),
-    "top": ("cli_status", "top_main", "top [DIR]   live view of campaigns with running runs (status --watch --active)"),
-    "diff": ("cli_inspect", "diff_main", "diff RUN_A RUN_B | CAMPAIGN_DIR COND_A COND_B [--json]   compare"),
-    "resume-check": ("cli_inspect", "resume_check_main", "resume-check RUN_DIR [--config FILE] [--json]"),
-    "trace": ("cli_inspect", "trace_main", "trace FILE [--json]   the preflight probe and its issues"),
-    "backends": ("cli_catalog", "backends_main", "backends [--json]   backend catalog: capabilities, options"),
-    "plugins": ("cli_catalog", "plugins_main", "plugins [FILE] [--json]   built-in names, discovered plugins"),
-    "doctor": ("cli_doctor", "doctor_main", "doctor [--json] [--address A]   check this install and machine"),
-    "squeeze": ("cli_squeeze", "squeeze_main", "squeeze RUN_DIR|ADAPTER|FILE [--json]   LoRA rank analysis, compression"),
-    "init": ("cli_init", "init_main", "init [--template NAME] [--output PATH] [--list]   write a starter TOML"),
-    "bottleneck": ("cli_bottleneck", "bottleneck_main", "bottleneck DIR [--json] [--plot FILE.png]   where step time goes"),
-    "plot": ("cli_plot", "plot_main", "plot DIR [--metric M] [--smooth N] [--html]   curves with seed bands"),
+    "train": ("train", "train_main", "train FILE [--resume DIR] [--overwrite] [--flags]   train one run"),
+    "campaign": ("campaign", "campaign_main", "campaign FILE [--flags]   run a campaign on Ray"),
+    "resume": ("campaign", "resume_main", "resume DIR   finish an interrupted campaign"),
+    "explain": ("explain", "explain_main", "explain FILE [--json]   dry run: matrix, resources, capacity"),
+    "results": ("results", "results_main", "results DIR [--json|--csv]   per-run and per-condition table"),
+    "status": ("results", "status_main", "status [DIR] [--json] [--all|--active] [--watch]   runs and campaigns"),
+    "top": ("results", "top_main", "top [DIR]   live view of campaigns with running runs (status --watch --active)"),
+    "diff": ("results", "diff_main", "diff RUN_A RUN_B | CAMPAIGN_DIR COND_A COND_B [--json]   compare"),
+    "resume-check": ("inspect", "resume_check_main", "resume-check RUN_DIR [--config FILE] [--json]"),
+    "trace": ("inspect", "trace_main", "trace FILE [--json]   the preflight probe and its issues"),
+    "backends": ("catalog", "backends_main", "backends [--json]   backend catalog: capabilities, options"),
+    "plugins": ("catalog", "plugins_main", "plugins [FILE] [--json]   built-in names, discovered plugins"),
+    "doctor": ("doctor", "doctor_main", "doctor [--json] [--address A]   check this install and machine"),
+    "squeeze": ("squeeze", "squeeze_main", "squeeze RUN_DIR|ADAPTER|FILE [--json]   LoRA rank analysis, compression"),
+    "init": ("init", "init_main", "init [--template NAME] [--output PATH] [--list]   write a starter TOML"),
+    "bottleneck": ("results", "bottleneck_main", "bottleneck DIR [--json] [--plot FILE.png]   where step time goes"),
+    "plot": ("results", "plot_main", "plot DIR [--metric M] [--smooth N] [--html]   curves with seed bands"),
 }
 
 
@@ -72,7 +72,7 @@ def _verb_for_file(path: str) -> str:
 
 def _dispatch(command: str, argv: list[str]) -> int:
     module, function, _ = VERBS[command]
-    return getattr(importlib.import_module(f"retrain_ray.{module}"), function)(argv)
+    return getattr(importlib.import_module(f"retrain_ray.cli.{module}"), function)(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -129,6 +129,3 @@ def entry() -> NoReturn:
     gc.freeze()
     sys.exit(code)
 
-
-if __name__ == "__main__":
-    entry()

@@ -16,13 +16,13 @@ from typing import TYPE_CHECKING
 
 from rich.console import Console
 
-from retrain_ray.finite import NonFiniteError
-from retrain_ray.interrupts import Stops, sigterm_as_ctrl_c
+from retrain_ray.cli.interrupts import Stops, sigterm_as_ctrl_c
+from retrain_ray.cli.progress import ProgressObserver
 from retrain_ray.logs.dir_lock import LOCK_FILES, DirectoryInUse, DirLock
-from retrain_ray.process_clock import process_started_at as started_at_from_proc
-from retrain_ray.progress import ProgressObserver
 from retrain_ray.rewards.custom import RewardTimeoutError
 from retrain_ray.run.preflight import PreflightError, check_run
+from retrain_ray.util.finite import NonFiniteError
+from retrain_ray.util.process_clock import process_started_at as started_at_from_proc
 
 if TYPE_CHECKING:
     from retrain_ray.config.schema import RetrainConfig
