@@ -1,5 +1,5 @@
 """`retrain-ray bottleneck DIR`: the share of each step's wall time per part, per run and per condition,
-with a verdict naming the bottleneck and the knob to turn (`retrain_ray/campaign/bottleneck.py`).
+with a verdict naming the bottleneck and the knob to turn (`retrain_ray/results/bottleneck.py`).
 
     retrain-ray bottleneck logs/c                 # a campaign, or a run directory, or a folder of them
     retrain-ray bottleneck logs/c --json
@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from retrain_ray.campaign.bottleneck import PARTS, Breakdown, breakdown, by_condition
+from retrain_ray.results.bottleneck import PARTS, Breakdown, breakdown, by_condition
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -47,7 +47,7 @@ def _line(name: str, b: Breakdown) -> str:
 
 def _plot(conditions: dict[str, Breakdown], path: Path) -> None:
     # deferred: matplotlib is an optional extra (the same message as `retrain-ray plot`)
-    from retrain_ray.campaign.plots import _pyplot  # pyright: ignore[reportPrivateUsage]
+    from retrain_ray.results.plots import _pyplot  # pyright: ignore[reportPrivateUsage]
 
     plt = _pyplot()
     names = list(conditions)

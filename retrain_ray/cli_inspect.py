@@ -70,7 +70,7 @@ def diff_main(argv: list[str]) -> int:
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     # deferred: loads ray, which importing this module does not need
-    from retrain_ray.campaign.compare import diff_conditions, diff_runs
+    from retrain_ray.results.compare import diff_conditions, diff_runs
 
     try:
         if len(args.paths) == 2:

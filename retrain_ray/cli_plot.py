@@ -12,8 +12,8 @@ import sys
 from pathlib import Path
 
 from retrain_ray.campaign import CampaignResults
-from retrain_ray.campaign.plots import PLOT_METRICS, plot_metrics
-from retrain_ray.campaign.report import write_report
+from retrain_ray.results.plots import PLOT_METRICS, plot_metrics
+from retrain_ray.results.report import write_report
 
 DEFAULT_HTML_METRICS = ("mean_reward", "correct_rate", "loss", "kl", "eval_accuracy", "tokens_per_second",
                         "step_time")

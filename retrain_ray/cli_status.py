@@ -2,8 +2,8 @@
 
 DIR is a run directory (`retrain-ray train`'s log_dir), a campaign directory, or a directory holding
 runs and campaigns (the original's `retrain status logs`). Campaigns show their condition x seed matrix
-(campaign/status.py); standalone runs one line each with the original's fields (campaign/run_status.py).
-`--watch` redraws both in place (campaign/live.py). Exit 2 when DIR holds neither.
+(results/status.py); standalone runs one line each with the original's fields (results/run_status.py).
+`--watch` redraws both in place (results/live.py). Exit 2 when DIR holds neither.
 """
 
 from __future__ import annotations
@@ -37,13 +37,13 @@ def status_main(argv: list[str]) -> int:
     view = args.view or "default"
     if args.watch:
         # deferred: loads rich and pandas, which importing this module does not need
-        from retrain_ray.campaign.live import watch
+        from retrain_ray.results.live import watch
 
         return watch(Path(args.root), interval_s=args.interval, count=args.count, stale_after_s=args.stale_after,
                      view=view)
     # deferred: loads pandas, which importing this module does not need
-    from retrain_ray.campaign.run_status import find_runs, run_summary
-    from retrain_ray.campaign.status import campaign_status, find_campaigns, visible
+    from retrain_ray.results.run_status import find_runs, run_summary
+    from retrain_ray.results.status import campaign_status, find_campaigns, visible
 
     root = Path(args.root)
     found = find_campaigns(root)
@@ -86,8 +86,8 @@ def _banner(campaigns: list[dict[str, Any]], runs: list[dict[str, Any]]) -> str:
 def _print_campaign(st: dict[str, Any]) -> None:
     import pandas as pd  # deferred: loads pandas, which importing this module does not need
 
-    from retrain_ray.campaign.live import summary_line  # deferred: loads rich and pandas
     from retrain_ray.cli_campaign import _print_table  # deferred: loads rich
+    from retrain_ray.results.live import summary_line  # deferred: loads rich and pandas
 
     print(f"{summary_line(st)}  ({st['dir']})")
     rows = [{"condition": cond, **{f"s{s}": cells.get(str(s), "") for s in st["seeds"]}}
@@ -97,7 +97,7 @@ def _print_campaign(st: dict[str, Any]) -> None:
 
 def _print_runs(runs: list[dict[str, Any]]) -> None:
     # deferred: loads rich, which importing this module does not need
-    from retrain_ray.campaign.live import run_line
+    from retrain_ray.results.live import run_line
 
     for summary in runs:
         print(run_line(summary))

@@ -10,11 +10,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from retrain_ray.actors.placement import check_fits, decide_placement, parse_devices, placement_for
-from retrain_ray.campaign.manifest import REDACTED, Manifest, redact
 from retrain_ray.campaign.stagger import StaggerClock
-from retrain_ray.campaign.stats import ci95_halfwidth, t95
-from retrain_ray.campaign.status import cell
 from retrain_ray.campaign.tune_state import set_aside, torn_state
+from retrain_ray.logs.manifest import REDACTED, Manifest, redact
+from retrain_ray.results.stats import ci95_halfwidth, t95
+from retrain_ray.results.status import cell
 
 
 @pytest.mark.parametrize("devices,gpus", [("cpu", 0), ("gpu:0", 1), ("gpu:0,gpu:1", 2), ("cuda:0, cuda:1", 2)])
@@ -145,7 +145,7 @@ def test_status_cells(state, text):
 
 
 def test_status_finds_campaigns_under_their_log_dir(tmp_path):
-    from retrain_ray.campaign.status import find_campaigns
+    from retrain_ray.results.status import find_campaigns
 
     for path in ("logs/smoke/campaign_a", "logs/other/campaign_b", "logs/direct"):
         (tmp_path / path).mkdir(parents=True)

@@ -63,7 +63,7 @@ def _stagger_seconds(tmp: Path) -> None:
 
 def _summary(tmp: Path) -> None:
     from retrain_ray.campaign.afterwards import run_afterwards
-    from retrain_ray.campaign.manifest import Manifest
+    from retrain_ray.logs.manifest import Manifest
 
     cdir = tmp / "c"
     cdir.mkdir()

@@ -10,9 +10,9 @@ import math
 import pytest
 from recorded_campaign import recorded_campaign_dir, write_campaign
 
-from retrain_ray.campaign.results import CampaignResults
-from retrain_ray.campaign.significance import t_quantile, t_sf2
 from retrain_ray.cli import main
+from retrain_ray.results.campaign_results import CampaignResults
+from retrain_ray.results.significance import t_quantile, t_sf2
 
 
 @pytest.fixture(scope="module")

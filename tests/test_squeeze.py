@@ -160,8 +160,8 @@ def test_squeeze_refuses_bad_input_with_the_fix(tmp_path, capsys):
 
 def test_after_campaign_steps_record_failures_without_raising(tmp_path, capsys):
     from retrain_ray.campaign.afterwards import run_afterwards
-    from retrain_ray.campaign.manifest import Manifest
     from retrain_ray.config import load_config
+    from retrain_ray.logs.manifest import Manifest
 
     cdir = tmp_path / "c"
     cdir.mkdir()

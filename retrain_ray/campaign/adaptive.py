@@ -26,8 +26,8 @@ from ray.tune.search import Searcher
 from retrain_ray.campaign.adaptive_plan import AdaptivePlan
 from retrain_ray.campaign.adaptive_policy import decide as policy
 from retrain_ray.campaign.adaptive_policy import planned_looks
-from retrain_ray.campaign.manifest import Manifest, run_entry
 from retrain_ray.campaign.plan import RunPlan
+from retrain_ray.logs.manifest import Manifest, run_entry
 
 ENDED = ("completed", "stopped", "failed")
 VALUE = "adaptive_value"  # the metric's window mean, reported with each checkpoint (campaign/trial.py)

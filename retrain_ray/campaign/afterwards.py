@@ -21,7 +21,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from retrain_ray.campaign.manifest import Manifest
+from retrain_ray.logs.manifest import Manifest
 
 SUMMARY_LOG = "summary.log"
 SUMMARY_TIMEOUT_S = 3600.0

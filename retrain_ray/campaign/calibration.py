@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from retrain_ray.campaign.manifest import MANIFEST
+from retrain_ray.logs.manifest import MANIFEST
 
 WARM_START = "sft"
 CHECKPOINTS = "checkpoints"  # the run's checkpoint folders live in <work>/checkpoints/
@@ -229,7 +229,7 @@ def _handover(entries: Sequence[Mapping[str, Any]], slots: int) -> float | None:
 
 def campaign_figures(campaign_dir: Path) -> tuple[CampaignFigures, list[RunFigures]]:
     """A campaign's own figures and its runs' (those with logged steps)."""
-    from retrain_ray.campaign.manifest import read_manifest  # noqa: PLC0415  (a sibling; kept with its use)
+    from retrain_ray.logs.manifest import read_manifest  # noqa: PLC0415  (a sibling; kept with its use)
 
     manifest = read_manifest(campaign_dir)
     entries: list[dict[str, Any]] = []

@@ -36,8 +36,8 @@ from retrain_ray.campaign.estimate import (
     kept_checkpoints,
     slots,
 )
-from retrain_ray.campaign.manifest import MANIFEST, read_manifest
 from retrain_ray.campaign.plan import concurrent_runs, default_root
+from retrain_ray.logs.manifest import MANIFEST, read_manifest
 
 DEFAULT_STEP_S = 10.0
 TRUNCATION_HIGH = 0.1  # share of completions cut at max_tokens above which answers are likely lost

@@ -33,7 +33,6 @@ from retrain_ray.campaign.control import start_control_plane
 from retrain_ray.campaign.edits import Extension, check_edits, record_extension
 from retrain_ray.campaign.interrupted import CampaignInterrupted, record_interruption, was_interrupted
 from retrain_ray.campaign.local_ray import connect, trial_modules
-from retrain_ray.campaign.manifest import Manifest, read_manifest, run_entry, write_json_atomic
 from retrain_ray.campaign.plan import DEFAULT_RUNNER, CampaignError, CampaignPlan, RunPlan, build_plan
 from retrain_ray.campaign.plugin_bundle import PluginBundle, build_bundle
 from retrain_ray.campaign.recorder import start_recorder
@@ -41,13 +40,14 @@ from retrain_ray.campaign.stagger import start_gate
 from retrain_ray.campaign.tune_state import set_aside, torn_state
 from retrain_ray.config import ConfigError, RetrainConfig, load_config
 from retrain_ray.logs.dir_lock import DirectoryInUse, DirLock
+from retrain_ray.logs.manifest import Manifest, read_manifest, run_entry, write_json_atomic
 from retrain_ray.logs.parquet_export import export_campaign
 from retrain_ray.models.names import config_uses_peft
 from retrain_ray.run.preflight import campaign_problems
 from retrain_ray.secrets import has_redactions, redact, restore_secrets
 
 if TYPE_CHECKING:
-    from retrain_ray.campaign.results import CampaignResults
+    from retrain_ray.results.campaign_results import CampaignResults
 
 __all__ = ["Campaign", "CampaignError"]
 RESUME_CONFIG = ".resume_config.json"
@@ -155,7 +155,7 @@ class Campaign:
         run_afterwards(self.campaign_dir, self.config, progress=progress)
         if progress:
             print(f"[campaign] results: {self.campaign_dir}", flush=True)
-        from retrain_ray.campaign.results import CampaignResults  # deferred: loads Tune
+        from retrain_ray.results.campaign_results import CampaignResults  # deferred: loads Tune
 
         return CampaignResults.from_dir(self.campaign_dir)
 

@@ -29,10 +29,10 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
-from retrain_ray.campaign.manifest import Manifest
 from retrain_ray.campaign.own_checkpoint import flat_config
 from retrain_ray.campaign.plan import CampaignError
 from retrain_ray.config import CampaignSection, RetrainConfig
+from retrain_ray.logs.manifest import Manifest
 
 EXTENDS = "campaign.max_steps"
 MAY_CHANGE = ("campaign.name", "campaign.parallel", "campaign.max_workers", "campaign.stagger_seconds",

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from retrain_ray.campaign.manifest import Manifest, read_manifest
-from retrain_ray.campaign.status import campaign_status
+from retrain_ray.logs.manifest import Manifest, read_manifest
+from retrain_ray.results.status import campaign_status
 
 
 class CampaignInterrupted(KeyboardInterrupt):

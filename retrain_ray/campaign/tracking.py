@@ -17,7 +17,7 @@ from typing import Any
 
 from ray.tune import Callback
 
-from retrain_ray.campaign.manifest import Manifest
+from retrain_ray.logs.manifest import Manifest
 
 
 def _run_name(trial: Any) -> str:

@@ -1,5 +1,5 @@
 """`retrain-ray status DIR --watch`: the condition x seed matrix, refreshed in place (rich Live), and one
-line per standalone run (campaign/run_status.py).
+line per standalone run (results/run_status.py).
 
 Each cell shows the run's `step/max` (or `n ✓`, `n ✗`, `stale`), a sparkline of its last rewards and
 its ETA from the wall-clock spacing of its recent steps; the title carries the campaign's counts and
@@ -17,8 +17,8 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from retrain_ray.campaign.run_status import find_runs, run_summary
-from retrain_ray.campaign.status import STALE_AFTER_S, campaign_status, cell, find_campaigns, visible
+from retrain_ray.results.run_status import find_runs, run_summary
+from retrain_ray.results.status import STALE_AFTER_S, campaign_status, cell, find_campaigns, visible
 
 
 def format_duration(seconds: float | None) -> str:
@@ -45,7 +45,7 @@ def _fmt(value: float | None, spec: str, unit: str = "") -> str:
 
 def run_line(summary: dict[str, Any]) -> str:
     """The original's standalone run line: `path cond step= cr= reward= loss= tok/s= sample= train= ... [status]`."""
-    from retrain_ray.campaign.live import (
+    from retrain_ray.results.live import (
         format_duration,  # deferred: loads rich, which this module does not need
     )
 

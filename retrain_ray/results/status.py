@@ -15,8 +15,8 @@ from typing import Any
 
 import pandas as pd
 
-from retrain_ray.campaign.manifest import read_manifest
-from retrain_ray.campaign.results import read_history, run_status
+from retrain_ray.logs.manifest import read_manifest
+from retrain_ray.results.campaign_results import read_history, run_status
 
 STALE_AFTER_S = 300.0
 SPARK = "▁▂▃▄▅▆▇█"

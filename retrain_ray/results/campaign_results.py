@@ -8,7 +8,7 @@ It follows Ray Tune's `ResultGrid`: `len(res)`, `res[i]`, `for r in res`, `res.e
     res.get_dataframe()                 # one row per run: condition, seed, status, steps, first_/last_/best_*
     res.summary(by="condition")         # mean, std, 95% CI across seeds (Student t), and each condition
                                         # against the best: difference, CI, Holm-adjusted Welch p, verdict
-    res.significance("mean_reward")     # one row per condition vs the best (campaign/significance.py)
+    res.significance("mean_reward")     # one row per condition vs the best (results/significance.py)
     res.history()                       # long format: campaign, run, condition, seed, step, metric, value
     res.history("grpo+none_s1")         # every step of one run, once (wide)
     res.plot("mean_reward")             # one line per condition, mean across seeds, 95% band
@@ -24,13 +24,12 @@ from pathlib import Path
 from typing import Any, Literal
 
 import pandas as pd
-from ray import tune
 
-from retrain_ray.campaign.manifest import read_manifest
-from retrain_ray.campaign.plots import plot_metric
-from retrain_ray.campaign.significance import PairComparison, compare_to_leader
-from retrain_ray.campaign.stats import ci95_halfwidth
 from retrain_ray.logs import read_stream
+from retrain_ray.logs.manifest import read_manifest
+from retrain_ray.results.plots import plot_metric
+from retrain_ray.results.significance import PairComparison, compare_to_leader
+from retrain_ray.results.stats import ci95_halfwidth
 
 # A run's value in significance tests: the mean of its last SIGNIFICANCE_WINDOW logged values of the metric.
 SIGNIFICANCE_WINDOW = 10
@@ -76,6 +75,9 @@ class RunResult:
         latest = CheckpointManager(self.path / "work").latest_valid()
         if latest is None:
             return None
+        # deferred: Ray, which reading a campaign back does not need; only a caller of this property loads it
+        from ray import tune
+
         return tune.Checkpoint.from_directory(str(latest))
 
 
@@ -184,7 +186,7 @@ class CampaignResults:
 
     def plot(self, metric: str = "mean_reward", *, out: str | Path | None = None, **options: Any) -> Any:
         """Curves of `metric` by step, one line per condition, 95% band across seeds
-        (`retrain_ray.campaign.plots.plot_metric`); writes PNG and SVG when `out` is given."""
+        (`retrain_ray.results.plots.plot_metric`); writes PNG and SVG when `out` is given."""
         return plot_metric(self, metric, out=out, **options)
 
     def _run_row(self, entry: dict[str, Any]) -> dict[str, Any]:

@@ -16,8 +16,8 @@ from typing import Any
 
 import pandas as pd
 
-from retrain_ray.campaign.plots import _pyplot, plot_metric
-from retrain_ray.campaign.status import campaign_status
+from retrain_ray.results.plots import _pyplot, plot_metric
+from retrain_ray.results.status import campaign_status
 
 _CSS = """
 body { font-family: system-ui, sans-serif; margin: 24px; color: #222; max-width: 1300px; }

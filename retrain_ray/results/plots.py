@@ -1,6 +1,6 @@
 """Metric curves of a campaign: one line per condition, the mean across seeds and a 95% band.
 
-    from retrain_ray.campaign import CampaignResults
+    from retrain_ray.results import CampaignResults
     CampaignResults.from_dir("logs/c").plot("mean_reward", smooth=5, out="logs/c/plots/mean_reward")
     # -> mean_reward.png and mean_reward.svg
 
@@ -26,7 +26,7 @@ from typing import Any
 
 import pandas as pd
 
-from retrain_ray.campaign.stats import t95
+from retrain_ray.results.stats import t95
 
 # Plot name -> the logged column it draws, and its axis label.
 PLOT_METRICS: dict[str, tuple[str, str]] = {

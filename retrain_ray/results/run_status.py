@@ -3,7 +3,7 @@
 tokens/s, sample and train time, the wall time (sum of `step_time_s`) and when the run last logged.
 
 A run directory is one holding a `metrics.arrows` stream; runs inside a campaign directory are the
-campaign's (campaign/status.py shows them in its matrix). `completed` when the run's newest checkpoint is
+campaign's (results/status.py shows them in its matrix). `completed` when the run's newest checkpoint is
 `final` (trainer_state.json, as the original), `stale` when not completed and nothing was logged for
 `stale_after_s`, else `running`.
 """
@@ -15,8 +15,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from retrain_ray.campaign.results import read_history
-from retrain_ray.campaign.status import STALE_AFTER_S
+from retrain_ray.results.campaign_results import read_history
+from retrain_ray.results.status import STALE_AFTER_S
 
 FIELDS = ("mean_reward", "correct_rate", "loss", "tokens_per_second", "sample_time_s", "train_time_s", "step_time_s")
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import pandas as pd
 
-from retrain_ray.campaign.results import CampaignResults, read_history
+from retrain_ray.results.campaign_results import CampaignResults, read_history
 
 FINAL_METRICS = ("mean_reward", "correct_rate", "running_correct_rate", "loss")
 PERF_METRICS = ("tokens_per_second", "step_time_s")
