@@ -66,7 +66,7 @@ def _learning_table(results):
 
 
 def _finish(results) -> int:
-    _print_table(_learning_table(results), f"campaign {results.manifest['name']} ({results.campaign_dir})")
+    _print_table(_learning_table(results), f"campaign {results.manifest.name} ({results.campaign_dir})")
     _, comparisons = results.compare("mean_reward")
     for comparison in comparisons:   # the verdicts `retrain-ray results` tabulates, one line each
         print(comparison.describe())
@@ -195,7 +195,7 @@ def results_main(argv: list[str]) -> int:
     elif args.csv:
         print(df.to_csv(index=False), end="")
     else:
-        _print_table(df, f"runs of {res.manifest['name']}")
+        _print_table(df, f"runs of {res.manifest.name}")
         _print_table(res.summary(significance=None), "by condition (mean, std, 95% CI of last values across seeds)")
         _print_verdicts(verdicts, args.metric, args.window, args.alpha)
         missing = [] if df.empty else list(df.loc[df["status"] == "missing", "run_name"])

@@ -118,7 +118,7 @@ def test_a_started_run_without_a_directory_yet_is_running_not_missing(tmp_path):
     from retrain_ray.logs.manifest import read_manifest
 
     shutil.rmtree(directory / "runs" / run_name("slow", 1))  # started, no row written yet
-    assert read_manifest(directory)["runs"][0]["status"] == "running"
+    assert read_manifest(directory).runs[0].status == "running"
     st = campaign_status(directory, stale_after_s=1e12)
     assert st["counts"]["missing"] == 0 and st["counts"]["running"] == 6
     assert st["matrix"]["slow"]["1"] == "—"

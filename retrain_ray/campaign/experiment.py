@@ -136,8 +136,8 @@ def mlflow_experiments(plan: CampaignPlan) -> dict[str, str]:
 
 def finished_runs(manifest: Manifest) -> dict[str, dict[str, Any]]:
     """Runs the manifest records completed or stopped (with their results): a resume never runs them again."""
-    return {r["run_name"]: dict(r.get("result") or {}) for r in manifest.data["runs"]
-            if r["status"] in ("completed", "stopped")}
+    return {r.run_name: dict(r.result) for r in manifest.record.runs
+            if r.status in ("completed", "stopped")}
 
 
 def trial_name(trial: Any) -> str:

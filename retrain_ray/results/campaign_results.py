@@ -26,7 +26,7 @@ from typing import Any, Literal
 import pandas as pd
 
 from retrain_ray.logs import read_stream
-from retrain_ray.logs.manifest import read_manifest
+from retrain_ray.logs.manifest import CampaignRecord, RunRecord, read_manifest
 from retrain_ray.results.plots import plot_metric
 from retrain_ray.results.significance import PairComparison, compare_to_leader
 from retrain_ray.results.stats import ci95_halfwidth
@@ -81,11 +81,11 @@ class RunResult:
         return tune.Checkpoint.from_directory(str(latest))
 
 
-def run_status(entry: dict[str, Any], run_dir: Path) -> str:
+def run_status(entry: RunRecord, run_dir: Path) -> str:
     """The manifest's status of a run, except "missing" for a finished run whose directory is gone (its logs
     and checkpoints deleted or moved): not "completed with 0 steps". `results` and `status` both say it.
     A run that has just started has no directory until its first row: it stays "running"."""
-    status = str(entry["status"])
+    status: str = entry.status
     return "missing" if status in ("completed", "failed") and not run_dir.is_dir() else status
 
 
@@ -103,7 +103,7 @@ def read_eval_history(run_dir: Path) -> pd.DataFrame:
 
 
 class CampaignResults:
-    def __init__(self, campaign_dir: Path, manifest: dict[str, Any]) -> None:
+    def __init__(self, campaign_dir: Path, manifest: CampaignRecord) -> None:
         self.campaign_dir = campaign_dir
         self.manifest = manifest
         self._history: dict[str, pd.DataFrame] = {}
@@ -114,8 +114,8 @@ class CampaignResults:
         return cls(campaign_dir, read_manifest(campaign_dir))
 
     @property
-    def runs(self) -> list[dict[str, Any]]:
-        return self.manifest["runs"]
+    def runs(self) -> tuple[RunRecord, ...]:
+        return self.manifest.runs
 
     def __len__(self) -> int:
         return len(self.runs)
@@ -126,10 +126,10 @@ class CampaignResults:
     def __iter__(self) -> Iterator[RunResult]:
         return (self._result(entry) for entry in self.runs)
 
-    def _entry(self, run_name: str) -> dict[str, Any]:
-        entry = next((r for r in self.runs if r["run_name"] == run_name), None)
+    def _entry(self, run_name: str) -> RunRecord:
+        entry = next((r for r in self.runs if r.run_name == run_name), None)
         if entry is None:
-            raise KeyError(f"no run {run_name!r} in {self.campaign_dir}; runs: {[r['run_name'] for r in self.runs]}")
+            raise KeyError(f"no run {run_name!r} in {self.campaign_dir}; runs: {[r.run_name for r in self.runs]}")
         return entry
 
     def _run_history(self, run_name: str) -> pd.DataFrame:
@@ -149,9 +149,9 @@ class CampaignResults:
         columns = [*IDENTITY, "step", "metric", "value"]
         return pd.concat(frames, ignore_index=True)[columns] if frames else pd.DataFrame(columns=columns)
 
-    def _long_history(self, entry: dict[str, Any], metrics: Sequence[str]) -> pd.DataFrame:
-        hist = self._run_history(entry["run_name"])
-        evals = read_eval_history(self.campaign_dir / "runs" / entry["run_name"])
+    def _long_history(self, entry: RunRecord, metrics: Sequence[str]) -> pd.DataFrame:
+        hist = self._run_history(entry.run_name)
+        evals = read_eval_history(self.campaign_dir / "runs" / entry.run_name)
         parts = []
         for frame in (hist, evals):
             present = [m for m in metrics if m in frame.columns]
@@ -161,10 +161,10 @@ class CampaignResults:
         if not parts:
             return pd.DataFrame()
         out = pd.concat(parts, ignore_index=True)
-        out.insert(0, "seed", entry["seed"])
-        out.insert(0, "condition", entry["condition"])
-        out.insert(0, "run", entry["run_name"])
-        out.insert(0, "campaign", self.manifest.get("name", self.campaign_dir.name))
+        out.insert(0, "seed", entry.seed)
+        out.insert(0, "condition", entry.condition)
+        out.insert(0, "run", entry.run_name)
+        out.insert(0, "campaign", self.manifest.name or self.campaign_dir.name)
         out["value"] = out["value"].astype(float)
         return out
 
@@ -175,25 +175,25 @@ class CampaignResults:
 
     @property
     def error_by_run(self) -> dict[str, str]:
-        return {r["run_name"]: r.get("error") or "failed" for r in self.runs if r["status"] == "failed"}
+        return {r.run_name: r.error or "failed" for r in self.runs if r.status == "failed"}
 
-    def _result(self, entry: dict[str, Any]) -> RunResult:
+    def _result(self, entry: RunRecord) -> RunResult:
         row = self._run_row(entry)
         last = {k.removeprefix("last_"): v for k, v in row.items() if k.startswith("last_")}
-        return RunResult(entry["run_name"], entry["condition"], entry["seed"], row["status"],
-                         entry.get("attempts", 0), last, entry.get("error", "") or "",
-                         self.campaign_dir / "runs" / entry["run_name"], self._run_history(entry["run_name"]))
+        return RunResult(entry.run_name, entry.condition, entry.seed, str(row["status"]), entry.attempts, last,
+                         entry.error, self.campaign_dir / "runs" / entry.run_name, self._run_history(entry.run_name))
 
     def plot(self, metric: str = "mean_reward", *, out: str | Path | None = None, **options: Any) -> Any:
         """Curves of `metric` by step, one line per condition, 95% band across seeds
         (`retrain_ray.results.plots.plot_metric`); writes PNG and SVG when `out` is given."""
         return plot_metric(self, metric, out=out, **options)
 
-    def _run_row(self, entry: dict[str, Any]) -> dict[str, Any]:
-        row = {k: entry.get(k) for k in ("run_name", "condition", "seed", "status", "attempts")}
-        row["status"] = run_status(entry, self.campaign_dir / "runs" / entry["run_name"])
-        row.update({f"override.{k}": v for k, v in (entry.get("overrides") or {}).items()})
-        hist = self._run_history(entry["run_name"])
+    def _run_row(self, entry: RunRecord) -> dict[str, Any]:
+        row: dict[str, Any] = {"run_name": entry.run_name, "condition": entry.condition, "seed": entry.seed,
+                               "status": run_status(entry, self.campaign_dir / "runs" / entry.run_name),
+                               "attempts": entry.attempts}
+        row.update({f"override.{k}": v for k, v in entry.overrides.items()})
+        hist = self._run_history(entry.run_name)
         row["steps_logged"] = len(hist)
         row["steps_trained"] = _steps_trained(hist)
         row["last_step"] = int(hist["step"].max()) if len(hist) else -1
@@ -253,11 +253,11 @@ class CampaignResults:
             raise ValueError(f"window={window}: expected at least 1 step")
         out: dict[str, list[float]] = {}
         for entry in self.runs:
-            if run_status(entry, self.campaign_dir / "runs" / entry["run_name"]) in ("failed", "missing"):
+            if run_status(entry, self.campaign_dir / "runs" / entry.run_name) in ("failed", "missing"):
                 continue
-            score = _score(self._run_history(entry["run_name"]), metric, "max", f"last-{window}-avg")
+            score = _score(self._run_history(entry.run_name), metric, "max", f"last-{window}-avg")
             if score is not None:
-                out.setdefault(entry["condition"], []).append(score)
+                out.setdefault(entry.condition, []).append(score)
         return out
 
     def compare(self, metric: str = "mean_reward", *, mode: Literal["max", "min"] | None = None,
@@ -288,9 +288,9 @@ class CampaignResults:
             raise ValueError(f"mode={mode!r}: expected 'max' or 'min'")
         scores = {}
         for entry in self.runs:
-            score = _score(self._run_history(entry["run_name"]), metric, mode, scope)
+            score = _score(self._run_history(entry.run_name), metric, mode, scope)
             if score is not None:
-                scores[entry["run_name"]] = score
+                scores[entry.run_name] = score
         if not scores:
             raise ValueError(f"metric {metric!r} was not logged by any run of {self.campaign_dir}")
         pick = max if mode == "max" else min

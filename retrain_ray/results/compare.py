@@ -91,7 +91,7 @@ def diff_runs(run_a: Path, run_b: Path) -> dict[str, Any]:
 def diff_conditions(campaign_dir: Path, cond_a: str, cond_b: str) -> dict[str, Any]:
     """Compares two conditions of a campaign over their seeds; KeyError naming the known labels."""
     results = CampaignResults.from_dir(campaign_dir)
-    labels = list(results.manifest["conditions"])
+    labels = list(results.manifest.conditions)
     sides = []
     for cond in (cond_a, cond_b):
         if cond not in labels:

@@ -141,7 +141,7 @@ def plot_metric(results: Any, metric: str = "mean_reward", *, out: str | Path | 
         known = ", ".join(PLOT_METRICS)
         raise ValueError(f"metric {metric!r} (column {column!r}) was not logged by any run of "
                          f"{results.campaign_dir}; choose one of: {known}, or another logged column")
-    name = results.manifest.get("name", Path(results.campaign_dir).name)
+    name = results.manifest.name or Path(results.campaign_dir).name
     smoothing = f", smoothed over {smooth} steps" if smooth > 1 else ""
     figure = draw(seed_bands(long, column, smooth=smooth), label=label, ax=ax, notes=verdict_notes(results, column),
                   title=title or f"{name}: {label} by step (mean across seeds, 95% band{smoothing})")

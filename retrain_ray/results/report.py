@@ -77,13 +77,13 @@ def compact_summary(summary: pd.DataFrame) -> pd.DataFrame:
 
 def write_report(results: Any, path: str | Path, *, metrics: Sequence[str], smooth: int = 1) -> Path:
     """Writes the HTML report of `results` (a CampaignResults) to `path`; returns it."""
-    name = results.manifest.get("name", Path(results.campaign_dir).name)
+    name = results.manifest.name or Path(results.campaign_dir).name
     runs = results.get_dataframe()
     runs = runs[[c for c in RUN_COLUMNS if c in runs.columns]]
     body = [
         f"<h1>Campaign {html.escape(str(name))}</h1>",
         f'<p class="muted">{html.escape(str(results.campaign_dir))} · status '
-        f'{html.escape(str(results.manifest.get("status", "")))}</p>',
+        f'{html.escape(results.manifest.status)}</p>',
         "<h2>Curves (mean across seeds, 95% band)</h2>", _plots_html(results, metrics, smooth),
         "<h2>Results by condition (last value: mean ± 95% CI across seeds)</h2>",
         _table(compact_summary(results.summary(significance=None))),

@@ -15,7 +15,7 @@ from typing import Any
 
 import pandas as pd
 
-from retrain_ray.logs.manifest import read_manifest
+from retrain_ray.logs.manifest import RunRecord, read_manifest
 from retrain_ray.results.campaign_results import read_history, run_status
 
 STALE_AFTER_S = 300.0
@@ -50,7 +50,7 @@ def _last_row_time(run_dir: Path) -> float:
     return max((f.stat().st_mtime for f in files), default=0.0)
 
 
-def run_state(entry: dict[str, Any], run_dir: Path, now: float, stale_after_s: float) -> dict[str, Any]:
+def run_state(entry: RunRecord, run_dir: Path, now: float, stale_after_s: float) -> dict[str, Any]:
     hist = read_history(run_dir)
     step = int(hist["step"].max()) if len(hist) else None
     status = run_status(entry, run_dir)
@@ -60,13 +60,13 @@ def run_state(entry: dict[str, Any], run_dir: Path, now: float, stale_after_s: f
     per_step = seconds_per_step(hist)
     rewards = [float(v) for v in hist["mean_reward"].tail(SPARK_POINTS)] if "mean_reward" in hist else []
     return {
-        "run_name": entry["run_name"], "condition": entry["condition"], "seed": entry["seed"],
-        "status": status, "step": step, "max_steps": entry.get("max_steps"), "attempts": entry.get("attempts", 0),
+        "run_name": entry.run_name, "condition": entry.condition, "seed": entry.seed,
+        "status": status, "step": step, "max_steps": entry.max_steps or None, "attempts": entry.attempts,
         "mean_reward": None if last is None else float(last.get("mean_reward", float("nan"))),
         "correct_rate": None if last is None else float(last.get("correct_rate", float("nan"))),
         "reward_sparkline": sparkline(rewards),
         "seconds_per_step": per_step,
-        "eta_s": _run_eta(step, entry.get("max_steps"), per_step) if status in ("running", "stale") else None,
+        "eta_s": _run_eta(step, entry.max_steps or None, per_step) if status in ("running", "stale") else None,
     }
 
 
@@ -91,14 +91,14 @@ def cell(state: dict[str, Any]) -> str:
 def campaign_status(campaign_dir: Path, *, stale_after_s: float = STALE_AFTER_S) -> dict[str, Any]:
     manifest = read_manifest(campaign_dir)
     now = time.time()
-    runs = [run_state(e, campaign_dir / "runs" / e["run_name"], now, stale_after_s) for e in manifest["runs"]]
+    runs = [run_state(e, campaign_dir / "runs" / e.run_name, now, stale_after_s) for e in manifest.runs]
     counts = {s: sum(r["status"] == s for r in runs) for s in ("pending", "running", "stale", "completed", "failed",
                                                         "stopped", "missing")}
-    seeds = list(dict.fromkeys([*manifest["seeds"], *(r["seed"] for r in runs)]))  # with seeds an adaptive one added
-    matrix = {c: {str(r["seed"]): cell(r) for r in runs if r["condition"] == c} for c in manifest["conditions"]}
-    return {"campaign": manifest["name"], "dir": str(campaign_dir), "status": manifest.get("status", ""),
+    seeds = list(dict.fromkeys([*manifest.seeds, *(r["seed"] for r in runs)]))  # with seeds an adaptive one added
+    matrix = {c: {str(r["seed"]): cell(r) for r in runs if r["condition"] == c} for c in manifest.conditions}
+    return {"campaign": manifest.name, "dir": str(campaign_dir), "status": manifest.status,
             "counts": counts, "seeds": seeds, "matrix": matrix, "runs": runs,
-            "eta_s": campaign_eta(runs, manifest.get("max_concurrent"))}
+            "eta_s": campaign_eta(runs, manifest.max_concurrent)}
 
 
 def campaign_eta(runs: list[dict[str, Any]], max_concurrent: int | None) -> float | None:
