@@ -47,9 +47,12 @@ def _line(name: str, b: Breakdown) -> str:
 
 def _plot(conditions: dict[str, Breakdown], path: Path) -> None:
     # deferred: matplotlib is an optional extra (the same message as `retrain-ray plot`)
-    from retrain_ray.results.plots import _pyplot  # pyright: ignore[reportPrivateUsage]
+    from retrain_ray.results.plots import use_agg
 
-    plt = _pyplot()
+    use_agg()
+    # deferred: matplotlib is an optional extra, imported only when used
+    import matplotlib.pyplot as plt
+
     names = list(conditions)
     fig, ax = plt.subplots(figsize=(max(4.0, 1.2 * len(names) + 2), 4))
     bottom = [0.0] * len(names)

@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 from retrain_ray.actors.placement import check_fits, decide_placement, parse_devices, placement_for
 from retrain_ray.campaign.stagger import StaggerClock
 from retrain_ray.campaign.tune_state import set_aside, torn_state
-from retrain_ray.logs.manifest import REDACTED, Manifest, redact
+from retrain_ray.logs.manifest import Manifest
+from retrain_ray.secrets import REDACTED, redact
 from retrain_ray.results.stats import ci95_halfwidth, t95
 from retrain_ray.results.status import cell
 

@@ -27,7 +27,6 @@ from typing import Literal, Self, cast, get_args
 from pydantic import BaseModel, ConfigDict, JsonValue, ValidationError
 
 from retrain_ray.process_clock import process_started_at
-from retrain_ray.secrets import REDACTED, redact  # noqa: F401  (re-exported)
 
 MANIFEST = "manifest.json"
 # "stopped": an adaptive campaign stopped the run's condition at a rung (campaign/adaptive.py); its

@@ -21,15 +21,21 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Literal, Protocol, cast
 
 import pandas as pd
 
-from retrain_ray.logs import read_stream
+# read_stream returns a pyarrow.Table, which has no type annotations: `_read_frame` gives it its type
+from retrain_ray.logs import read_stream  # pyright: ignore[reportUnknownVariableType]
 from retrain_ray.logs.manifest import CampaignRecord, RunRecord, read_manifest
 from retrain_ray.results.plots import plot_metric
 from retrain_ray.results.significance import PairComparison, compare_to_leader
 from retrain_ray.results.stats import ci95_halfwidth
+
+if TYPE_CHECKING:  # Ray (for Tune's Checkpoint) and matplotlib are loaded only by the calls that return them
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
+    from ray.tune import Checkpoint
 
 # A run's value in significance tests: the mean of its last SIGNIFICANCE_WINDOW logged values of the metric.
 SIGNIFICANCE_WINDOW = 10
@@ -59,13 +65,13 @@ class RunResult:
     seed: int
     status: str
     attempts: int
-    metrics: dict[str, Any] = field(default_factory=dict)
+    metrics: dict[str, object] = field(default_factory=dict[str, object])
     error: str = ""
     path: Path | None = None
     metrics_dataframe: pd.DataFrame = field(default_factory=pd.DataFrame, repr=False)
 
     @property
-    def checkpoint(self) -> Any:
+    def checkpoint(self) -> Checkpoint | None:
         """The run's newest valid checkpoint as a `ray.tune.Checkpoint`, or None."""
         if self.path is None:
             return None
@@ -76,9 +82,11 @@ class RunResult:
         if latest is None:
             return None
         # deferred: Ray, which reading a campaign back does not need; only a caller of this property loads it
-        from ray import tune
+        from ray.tune import Checkpoint
 
-        return tune.Checkpoint.from_directory(str(latest))
+        # from_directory is annotated on Ray's base class; it returns Tune's own Checkpoint
+        checkpoint = Checkpoint.from_directory(str(latest))  # pyright: ignore[reportUnknownMemberType]
+        return cast("Checkpoint", checkpoint)
 
 
 def run_status(entry: RunRecord, run_dir: Path) -> str:
@@ -89,17 +97,26 @@ def run_status(entry: RunRecord, run_dir: Path) -> str:
     return "missing" if status in ("completed", "failed") and not run_dir.is_dir() else status
 
 
+class _Table(Protocol):
+    """What this module uses of a `pyarrow.Table` (pyarrow has no type annotations)."""
+
+    def to_pandas(self) -> pd.DataFrame: ...
+
+
+def _read_frame(run_dir: Path, name: str) -> pd.DataFrame:
+    """Stream `name` of a run (`logs/stream.py`) as a DataFrame; empty if nothing was logged."""
+    if not any(Path(run_dir).glob(f"{name}*.arrows")):
+        return pd.DataFrame()
+    return cast(_Table, read_stream(run_dir, name=name)).to_pandas()
+
+
 def read_history(run_dir: Path) -> pd.DataFrame:
     """Every step of one run, once (last write wins), sorted by step; empty if nothing was logged."""
-    if not any(Path(run_dir).glob("metrics*.arrows")):
-        return pd.DataFrame()
-    return read_stream(run_dir, name="metrics").to_pandas()
+    return _read_frame(run_dir, "metrics")
 
 
 def read_eval_history(run_dir: Path) -> pd.DataFrame:
-    if not any(Path(run_dir).glob("eval*.arrows")):
-        return pd.DataFrame()
-    return read_stream(run_dir, name="eval").to_pandas()
+    return _read_frame(run_dir, "eval")
 
 
 class CampaignResults:
@@ -152,7 +169,7 @@ class CampaignResults:
     def _long_history(self, entry: RunRecord, metrics: Sequence[str]) -> pd.DataFrame:
         hist = self._run_history(entry.run_name)
         evals = read_eval_history(self.campaign_dir / "runs" / entry.run_name)
-        parts = []
+        parts: list[pd.DataFrame] = []
         for frame in (hist, evals):
             present = [m for m in metrics if m in frame.columns]
             if present and len(frame):
@@ -183,13 +200,14 @@ class CampaignResults:
         return RunResult(entry.run_name, entry.condition, entry.seed, str(row["status"]), entry.attempts, last,
                          entry.error, self.campaign_dir / "runs" / entry.run_name, self._run_history(entry.run_name))
 
-    def plot(self, metric: str = "mean_reward", *, out: str | Path | None = None, **options: Any) -> Any:
+    def plot(self, metric: str = "mean_reward", *, out: str | Path | None = None, smooth: int = 1,
+             title: str | None = None, ax: Axes | None = None) -> Figure:
         """Curves of `metric` by step, one line per condition, 95% band across seeds
         (`retrain_ray.results.plots.plot_metric`); writes PNG and SVG when `out` is given."""
-        return plot_metric(self, metric, out=out, **options)
+        return plot_metric(self, metric, out=out, smooth=smooth, title=title, ax=ax)
 
-    def _run_row(self, entry: RunRecord) -> dict[str, Any]:
-        row: dict[str, Any] = {"run_name": entry.run_name, "condition": entry.condition, "seed": entry.seed,
+    def _run_row(self, entry: RunRecord) -> dict[str, object]:
+        row: dict[str, object] = {"run_name": entry.run_name, "condition": entry.condition, "seed": entry.seed,
                                "status": run_status(entry, self.campaign_dir / "runs" / entry.run_name),
                                "attempts": entry.attempts}
         row.update({f"override.{k}": v for k, v in entry.overrides.items()})
@@ -219,9 +237,9 @@ class CampaignResults:
         leader, else better/worse/undecided) and seeds."""
         df = self.get_dataframe()
         cols = [f"last_{m}" for m in (metrics or SUMMARY_METRICS) if f"last_{m}" in df]
-        out = []
+        out: list[dict[str, object]] = []
         for key, group in df.groupby(by, sort=False):
-            row: dict[str, Any] = {by: key, "runs": len(group), "failed": int((group["status"] == "failed").sum())}
+            row: dict[str, object] = {by: key, "runs": len(group), "failed": int((group["status"] == "failed").sum())}
             for c in cols:
                 vals = [float(v) for v in group[c].dropna()]
                 name = c.removeprefix("last_")
@@ -286,7 +304,7 @@ class CampaignResults:
         "last-N-avg" the mean of its last N values. Runs that never logged `metric` are skipped."""
         if mode not in ("max", "min"):
             raise ValueError(f"mode={mode!r}: expected 'max' or 'min'")
-        scores = {}
+        scores: dict[str, float] = {}
         for entry in self.runs:
             score = _score(self._run_history(entry.run_name), metric, mode, scope)
             if score is not None:

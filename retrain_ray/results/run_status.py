@@ -12,13 +12,33 @@ from __future__ import annotations
 
 import json
 import time
+from numbers import Real
 from pathlib import Path
-from typing import Any
+from typing import TypedDict, cast
 
 from retrain_ray.results.campaign_results import read_history
 from retrain_ray.results.status import STALE_AFTER_S
 
-FIELDS = ("mean_reward", "correct_rate", "loss", "tokens_per_second", "sample_time_s", "train_time_s", "step_time_s")
+
+class RunSummary(TypedDict):
+    """One run outside a campaign, as `status` shows it (JSON-able; None: not logged yet)."""
+
+    dir: str
+    run_name: str
+    condition: str | None
+    seed: object  # as run_meta.json holds it
+    status: str  # "completed", "running" or "stale"
+    step: int | None
+    max_steps: object
+    mean_reward: float | None
+    correct_rate: float | None
+    loss: float | None
+    tokens_per_second: float | None
+    sample_time_s: float | None
+    train_time_s: float | None
+    step_time_s: float | None
+    wall_time_s: float | None
+    last_update_s: float | None
 
 
 def is_run_dir(path: Path) -> bool:
@@ -44,39 +64,51 @@ def _completed(run_dir: Path) -> bool:
         return False
 
 
-def _meta(run_dir: Path) -> dict[str, Any]:
+def _meta(run_dir: Path) -> dict[str, object]:
     try:
-        meta = json.loads((run_dir / "run_meta.json").read_text())
+        meta: object = json.loads((run_dir / "run_meta.json").read_text())
     except (OSError, ValueError):
         return {}
-    return meta if isinstance(meta, dict) else {}
+    return cast(dict[str, object], meta) if isinstance(meta, dict) else {}
 
 
-def _number(value: Any) -> float | None:
+def _field(data: object, key: str) -> object:
+    """`data[key]` when `data` is a JSON object (else None)."""
+    return cast(dict[str, object], data).get(key) if isinstance(data, dict) else None
+
+
+def _number(value: object) -> float | None:
+    if not isinstance(value, (Real, str)):  # numpy's numbers too
+        return None
     try:
         number = float(value)
-    except (TypeError, ValueError):
+    except ValueError:
         return None
     return number if number == number else None  # NaN: no value
 
 
-def run_summary(run_dir: Path, *, now: float | None = None, stale_after_s: float = STALE_AFTER_S) -> dict[str, Any]:
+def run_summary(run_dir: Path, *, now: float | None = None, stale_after_s: float = STALE_AFTER_S) -> RunSummary:
     """One run's status as a JSON-able dict (`status` None fields: nothing logged yet)."""
     run_dir = Path(run_dir)
     now = time.time() if now is None else now
     hist = read_history(run_dir)
     meta = _meta(run_dir)
-    last = hist.iloc[-1].to_dict() if len(hist) else {}
+    last = cast(dict[str, object], hist.iloc[-1].to_dict()) if len(hist) else {}
     updated = max((f.stat().st_mtime for f in run_dir.glob("metrics*.arrows")), default=None)
     status = "completed" if _completed(run_dir) else "running"
     if status == "running" and (updated is None or now - updated > stale_after_s):
         status = "stale"
-    max_steps = (meta.get("config") or {}).get("training", {}).get("max_steps")
-    return {
-        "dir": str(run_dir), "run_name": meta.get("run_name") or run_dir.name,
-        "condition": last.get("condition") or meta.get("condition"), "seed": meta.get("seed"),
-        "status": status, "step": int(last["step"]) if last else None, "max_steps": max_steps,
-        **{name: _number(last.get(name)) for name in FIELDS},
-        "wall_time_s": float(hist["step_time_s"].sum()) if "step_time_s" in hist else None,
-        "last_update_s": None if updated is None else max(0.0, now - updated),
-    }
+    condition = last.get("condition") or meta.get("condition")
+    step = _number(last.get("step"))
+    return RunSummary(
+        dir=str(run_dir), run_name=str(meta.get("run_name") or run_dir.name),
+        condition=str(condition) if condition else None, seed=meta.get("seed"), status=status,
+        step=int(step) if last and step is not None else None,
+        max_steps=_field(_field(meta.get("config"), "training"), "max_steps"),
+        mean_reward=_number(last.get("mean_reward")), correct_rate=_number(last.get("correct_rate")),
+        loss=_number(last.get("loss")), tokens_per_second=_number(last.get("tokens_per_second")),
+        sample_time_s=_number(last.get("sample_time_s")), train_time_s=_number(last.get("train_time_s")),
+        step_time_s=_number(last.get("step_time_s")),
+        wall_time_s=float(hist["step_time_s"].sum()) if "step_time_s" in hist else None,
+        last_update_s=None if updated is None else max(0.0, now - updated),
+    )
