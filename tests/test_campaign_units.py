@@ -13,9 +13,9 @@ from retrain_ray.actors.placement import check_fits, decide_placement, parse_dev
 from retrain_ray.campaign.stagger import StaggerClock
 from retrain_ray.campaign.tune_state import set_aside, torn_state
 from retrain_ray.logs.manifest import Manifest
-from retrain_ray.secrets import REDACTED, redact
 from retrain_ray.results.stats import ci95_halfwidth, t95
 from retrain_ray.results.status import cell
+from retrain_ray.secrets import REDACTED, redact
 
 
 @pytest.mark.parametrize("devices,gpus", [("cpu", 0), ("gpu:0", 1), ("gpu:0,gpu:1", 2), ("cuda:0, cuda:1", 2)])
