@@ -9,7 +9,7 @@ each). It runs twice, in this process, each time on a local Ray of its own (`Cam
 
 Figures: steps spent (the step rows every run logged, de-duplicated), wall time of `Campaign.run()`, and
 the winner of each: the adaptive campaign's leader at its last decision; for the grid, the leader of the
-same comparison (campaign/significance.py `compare_to_leader`, on each run's mean of the metric over its
+same comparison (results/significance.py `compare_to_leader`, on each run's mean of the metric over its
 last `window` steps). Prints the ratio of steps and whether the bar of issue 25 holds (the hopeless condition
 stopped at the first rung, the same winner, at most 70% of the grid's steps); exit 1 when it does not.
 
@@ -47,8 +47,8 @@ def steps_logged(campaign_dir: Path) -> dict[str, int]:
 
 def grid_winner(campaign_dir: Path, metric: str, window: int, mode: str, alpha: float) -> str | None:
     """The leader of `compare_to_leader` on each run's mean of `metric` over its last `window` steps."""
-    from retrain_ray.campaign.significance import compare_to_leader
     from retrain_ray.logs import read_stream
+    from retrain_ray.results.significance import compare_to_leader
 
     manifest = json.loads((campaign_dir / "manifest.json").read_text())
     values: dict[str, list[float]] = {}

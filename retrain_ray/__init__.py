@@ -17,7 +17,7 @@ __version__ = "0.1.0"
 _EXPORTS = {
     "Campaign": "retrain_ray.campaign",
     "CampaignError": "retrain_ray.campaign",
-    "CampaignResults": "retrain_ray.campaign",
+    "CampaignResults": "retrain_ray.results",
     "RetrainConfig": "retrain_ray.config",
     "ConfigError": "retrain_ray.config",
     "load_config": "retrain_ray.config",

@@ -47,8 +47,8 @@ def main(root: str) -> None:
     results = campaign.run(progress=True)
     runs = {}
     for run in results.runs:
-        where = campaign.campaign_dir / "runs" / run["run_name"] / "work" / "where.json"
-        runs[run["run_name"]] = {"status": run["status"], **json.loads(where.read_text())}
+        where = campaign.campaign_dir / "runs" / run.run_name / "work" / "where.json"
+        runs[run.run_name] = {"status": run.status, **json.loads(where.read_text())}
     nodes = [{"id": n["NodeID"], "gpus": n["Resources"].get("GPU", 0.0)} for n in ray.nodes() if n["Alive"]]
     print(json.dumps({"head": head, "gpus_at_start": gpus_at_start, "runs": runs, "nodes": nodes,
                       "errors": results.errors}), flush=True)

@@ -108,11 +108,11 @@ def plugin_shipping(root: Path) -> dict:
     finally:
         os.chdir(before)
     run = results.runs[0]
-    work = campaign.campaign_dir / "runs" / run["run_name"] / "work"
-    return {"status": run["status"], "errors": results.error_by_run, "driver_plugins": str(driver / "plugins"),
+    work = campaign.campaign_dir / "runs" / run.run_name / "work"
+    return {"status": run.status, "errors": results.error_by_run, "driver_plugins": str(driver / "plugins"),
             "imports": report.read_text().split() if report.is_file() else [],
             "node": (work / "node.txt").read_text() if (work / "node.txt").is_file() else "",
-            "mean_rewards": [float(r) for r in results.history(run["run_name"])["mean_reward"]]}
+            "mean_rewards": [float(r) for r in results.history(run.run_name)["mean_reward"]]}
 
 
 def _running_node(cluster: Cluster, cdir: Path, at_step: int) -> tuple[object, int] | None:
@@ -178,10 +178,10 @@ def node_removal(cluster: Cluster, root: Path, at_step: int = 1, name: str = "no
     results = campaign.run(progress=False)
     watcher.join(timeout=10)
     run = results.runs[0]
-    run_dir = campaign.campaign_dir / "runs" / run["run_name"]
+    run_dir = campaign.campaign_dir / "runs" / run.run_name
     attempts = _attempts(run_dir / "work" / "nodes.txt")
-    return {"removed": removed, "attempt_nodes": [node for node, _ in attempts], "status": run["status"],
-            "attempts": run["attempts"], "steps": [int(s) for s in results.history(run["run_name"])["step"]],
+    return {"removed": removed, "attempt_nodes": [node for node, _ in attempts], "status": run.status,
+            "attempts": run.attempts, "steps": [int(s) for s in results.history(run.run_name)["step"]],
             "errors": results.error_by_run, "max_steps": CAMPAIGN["max_steps"],
             "finished_before_removal": _finished_before(run_dir, removed.get("at"), CAMPAIGN["max_steps"]),
             "recovery_s": _first_row_after(run_dir, removed.get("at"), attempts[1][1] if len(attempts) > 1 else None)}

@@ -19,6 +19,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -38,6 +39,8 @@ from campaign_helpers import (
     start,
     steps_once,
 )
+
+from retrain_ray.logs.manifest import RunRecord
 
 STEPS = 6
 
@@ -65,9 +68,9 @@ def write_campaign(root: Path, name: str, seeds: list[int], *, steps: int = STEP
                   "max_workers": max_workers, "max_failures": 2, "trial_start_timeout_s": 240})
 
 
-def twin_of(runs: list[dict], run: dict) -> dict:
+def twin_of(runs: Sequence[RunRecord], run: RunRecord) -> RunRecord:
     """The uninterrupted twin (condition TWIN, same seed) of a run of a `twins=True` campaign."""
-    return next(r for r in runs if r["seed"] == run["seed"] and r["run_name"] != run["run_name"])
+    return next(r for r in runs if r.seed == run.seed and r.run_name != run.run_name)
 
 
 def final_weights(run_dir: Path) -> dict:
@@ -130,15 +133,15 @@ def run_kill(trials: int, rng: random.Random, root: Path) -> list[Trial]:
     plan = {f"grpo+none_s{s}": (rng.randrange(STEPS), rng.uniform(0.0, 0.3)) for s in seeds}
     results = Campaign.from_toml(write_campaign(root, "killed", seeds, twins=True, max_workers=4), root=root,
                                  runner=make_kill_runner(plan)).run(progress=False)
-    runs = {r["run_name"]: r for r in results.runs}
+    runs = {r.run_name: r for r in results.runs}
     out = []
     for name, (step, _) in plan.items():
-        twin = twin_of(results.runs, runs[name])["run_name"]
+        twin = twin_of(results.runs, runs[name]).run_name
         run_dir, base_dir = root / "killed" / "runs" / name, root / "killed" / "runs" / twin
         killed = json.loads((run_dir / "killed.json").read_text()) if (run_dir / "killed.json").exists() else {}
         problems = [steps_once(run_dir, STEPS)]
-        if runs[name]["status"] != "completed" or runs[name]["attempts"] != 2 or not killed:
-            problems.append(f"status {runs[name]['status']}, attempts {runs[name]['attempts']}, killed {killed}")
+        if runs[name].status != "completed" or runs[name].attempts != 2 or not killed:
+            problems.append(f"status {runs[name].status}, attempts {runs[name].attempts}, killed {killed}")
         if not same_weights(final_weights(run_dir / "work"), final_weights(base_dir / "work")):
             problems.append("final weights differ from the uninterrupted run's")
         problems = [p for p in problems if p]

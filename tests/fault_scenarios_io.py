@@ -165,11 +165,11 @@ def _endpoint_trial(url: str, root: Path, name: str) -> Trial:
     results = Campaign.from_toml(root / "c.toml", root=root, runner=short_timeout_runner).run(progress=False)
     elapsed = time.monotonic() - started
     injected = httpx.get(f"{url}/v1/stats", timeout=30).json()["injected"] - injected
-    problems = [f"{r['run_name']} {r['status']}" for r in results.runs if r["status"] != "completed"]
-    problems += [steps_once(root / name / "runs" / r["run_name"], 8) for r in results.runs]
+    problems = [f"{r.run_name} {r.status}" for r in results.runs if r.status != "completed"]
+    problems += [steps_once(root / name / "runs" / r.run_name, 8) for r in results.runs]
     retries = 0.0
     for r in results.runs:
-        extras = read_stream(root / name / "runs" / r["run_name"])["extras"].to_pylist()
+        extras = read_stream(root / name / "runs" / r.run_name)["extras"].to_pylist()
         retries += max((dict(e or {}).get("openai_retries", 0.0) for e in extras), default=0.0)
     bp = read_decision_log(root / name / "backpressure.arrows").to_pandas()
     caps = bp["capacity"].tolist()

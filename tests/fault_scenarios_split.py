@@ -25,6 +25,7 @@ from fault_scenarios import STEPS, Trial, final_weights, first_row_after, same_w
 from helpers import TINY_RUN, write_campaign
 
 from retrain_ray.campaign.split import PLACEMENT_FILE
+from retrain_ray.logs.manifest import RunRecord
 
 ROLES = ("inference", "trainer")
 
@@ -62,11 +63,11 @@ def make_actor_kill_runner(plan: dict[str, tuple[int, str]]):
     return runner
 
 
-def _check(run: dict, run_dir: Path, base_dir: Path) -> tuple[list[str], dict]:
+def _check(run: RunRecord, run_dir: Path, base_dir: Path) -> tuple[list[str], dict]:
     killed = json.loads((run_dir / "killed.json").read_text()) if (run_dir / "killed.json").exists() else {}
     problems = [steps_once(run_dir, STEPS)]
-    if run["status"] != "completed" or run["attempts"] != 2 or not killed:
-        problems.append(f"status {run['status']}, attempts {run['attempts']}, killed {killed}")
+    if run.status != "completed" or run.attempts != 2 or not killed:
+        problems.append(f"status {run.status}, attempts {run.attempts}, killed {killed}")
     attempts = json.loads((run_dir / "work" / PLACEMENT_FILE).read_text())
     pids = [{a["role"]: a["pid"] for a in attempt} for attempt in attempts]
     if len(pids) != 2 or killed.get("pid") in pids[-1].values():
@@ -92,7 +93,7 @@ def split_actor_kill(trials: int, rng: random.Random, root: Path) -> list[Trial]
     plan = {f"grpo+none_s{s}": (rng.randrange(STEPS), ROLES[(first + i) % 2]) for i, s in enumerate(seeds)}
     results = Campaign.from_toml(_campaign(root, "killed", seeds), root=root,
                                  runner=make_actor_kill_runner(plan)).run(progress=False)
-    runs = {r["run_name"]: r for r in results.runs}
+    runs = {r.run_name: r for r in results.runs}
     out = []
     for name, (step, role) in plan.items():
         run_dir = root / "killed" / "runs" / name

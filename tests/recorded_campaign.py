@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from retrain_ray.campaign.manifest import Manifest
 from retrain_ray.campaign.recorder import RecorderCore
+from retrain_ray.logs.manifest import Manifest
 
 CONDITIONS = ("slow", "fast")
 SEEDS = (1, 2, 3)

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from helpers import TINY_RUN, write_config
 
-from retrain_ray.campaign.bottleneck import breakdown, by_condition, split_row
+from retrain_ray.results.bottleneck import breakdown, by_condition, split_row
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -3,7 +3,7 @@
 The hopeless condition is `configs/plugins/zero_advantage.py` (every advantage 0: no step trains). The metric
 the tests compare on is `rl/nonzero_advantage_action_tokens`: 0 at every step of the hopeless condition,
 about 4 tokens x 32 completions at every step of a learning one, so one rung separates them for sure with
-2 seeds (Welch's t with Holm, campaign/significance.py), without waiting for rewards to move on CPU.
+2 seeds (Welch's t with Holm, results/significance.py), without waiting for rewards to move on CPU.
 """
 
 from __future__ import annotations

@@ -20,9 +20,9 @@ from campaign_helpers import PYTHON, run_to_end
 from test_campaign_e2e import write_toml
 
 from retrain_ray.campaign.afterwards import squeeze_first_completed
-from retrain_ray.campaign.manifest import Manifest
 from retrain_ray.config import load_config
 from retrain_ray.logs import read_stream
+from retrain_ray.logs.manifest import Manifest
 
 if importlib.util.find_spec("moto") is None:
     pytest.skip("moto[server] is not installed (`pip install -e .[dev]`)", allow_module_level=True)

@@ -10,11 +10,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from retrain_ray.actors.placement import check_fits, decide_placement, parse_devices, placement_for
-from retrain_ray.campaign.manifest import REDACTED, Manifest, redact
 from retrain_ray.campaign.stagger import StaggerClock
-from retrain_ray.campaign.stats import ci95_halfwidth, t95
-from retrain_ray.campaign.status import cell
 from retrain_ray.campaign.tune_state import set_aside, torn_state
+from retrain_ray.logs.manifest import CampaignRecord, Manifest, read_manifest
+from retrain_ray.results.stats import ci95_halfwidth, t95
+from retrain_ray.results.status import cell
+from retrain_ray.util.secrets import REDACTED, redact
 
 
 @pytest.mark.parametrize("devices,gpus", [("cpu", 0), ("gpu:0", 1), ("gpu:0,gpu:1", 2), ("cuda:0, cuda:1", 2)])
@@ -126,6 +127,68 @@ def test_manifest_is_rewritten_on_every_change(tmp_path):
         m.update_run("a", status="weird")
 
 
+# a manifest as the dict-based writer before the records wrote it: an adaptive campaign, a run with every
+# field, one added and stopped, an extension, squeeze and summary, and a key no version of the records knows
+OLD_MANIFEST = {
+    "name": "c", "campaign_dir": "/x/c", "campaign_toml": "c.toml", "conditions": ["a", "b"], "seeds": [1],
+    "max_steps": 4, "num_runs": 2, "max_concurrent": 2, "stagger_seconds": 0.0, "max_failures": 1,
+    "config": {"training": {"lr": 0.1, "max_steps": 4}, "logging": {"wandb_token": "***"}},
+    "adaptive": {"plan": {"metric": "mean_reward", "rungs": [2, 4]}, "finished": "every run has ended",
+                 "decisions": [{"step": 2, "at": 1.5, "leader": "a", "seeds": {"a": 1, "b": 1},
+                                "values": {"a": [0.5], "b": [0.1]}, "stopped": [{"condition": "b", "reason": "worse"}],
+                                "added": [], "comparisons": [{"condition": "b", "p_value": 0.01}]}]},
+    "status": "done", "created": "2026-01-01T00:00:00Z", "packages": {"ray": "2.60.0"},
+    "runs": [
+        {"run_name": "a_s1", "condition": "a", "seed": 1, "overrides": {"lr": 0.1}, "run_dir": "/x/c/runs/a_s1",
+         "placement": "", "max_steps": 4, "status": "completed", "attempts": 2,
+         "result": {"step": 3, "mean_reward": float("nan"), "run_status": "done", "ok": True}, "error": "",
+         "started_at": 10.0, "finished_at": 20.0, "checkpoint": "/x/ckpt", "rung_values": {"2": 0.5}},
+        {"run_name": "b_s2", "condition": "b", "seed": 2, "overrides": {}, "run_dir": "/x/c/runs/b_s2",
+         "placement": "colocate", "max_steps": 4, "added": True, "add_reason": "undecided", "status": "stopped",
+         "attempts": 1, "result": {}, "error": "", "stop_reason": "worse", "stopped_at": 15.0},
+    ],
+    "updated": "2026-01-01T01:00:00Z", "sessions": [{"host": "h", "pid": 1, "started": 1.0, "process_started_at": 0.5}],
+    "counts": {"completed": 1, "stopped": 1}, "extended": [{"from": 2, "to": 4, "runs": ["a_s1"], "at": "t"}],
+    "squeeze": {"run": "a_s1", "recommended_rank": 2}, "summary": {"returncode": 0}, "from_a_newer_version": [1],
+}
+
+
+def test_manifest_records_read_and_write_the_same_json(tmp_path):
+    """An existing campaign directory's manifest loads as records and is written back with the same keys
+    and values (NaN included); a minimal old manifest loads with defaults and gains no keys."""
+    (tmp_path / "manifest.json").write_text(json.dumps(OLD_MANIFEST, indent=2))
+    record = read_manifest(tmp_path)
+    assert record.runs[1].added and record.adaptive is not None and record.adaptive.decisions[0].stopped[0].condition == "b"
+    assert record.runs[0].last_step == 3 and record.sessions[0].host == "h"
+    record.write(tmp_path / "again.json")
+    again = json.loads((tmp_path / "again.json").read_text())
+    assert json.dumps(again, sort_keys=True) == json.dumps(OLD_MANIFEST, sort_keys=True)
+    (tmp_path / "manifest.json").write_text(json.dumps({"runs": [{"run_name": "a", "status": "running"}]}))
+    old = read_manifest(tmp_path)
+    assert (old.name, old.max_concurrent, old.runs[0].attempts, old.runs[0].last_step) == ("", 1, 0, -1)
+    old.write(tmp_path / "old.json")
+    assert json.loads((tmp_path / "old.json").read_text()) == {"runs": [{"run_name": "a", "status": "running"}]}
+
+
+def test_manifest_updates_are_new_records(tmp_path):
+    (tmp_path / "manifest.json").write_text(json.dumps(OLD_MANIFEST))
+    record = read_manifest(tmp_path)
+    changed = record.with_run("a_s1", status="failed", error="boom")
+    assert (record.run("a_s1").status, changed.run("a_s1").status, changed.run("a_s1").error) == ("completed", "failed", "boom")
+    with pytest.raises(ValueError, match="run status"):
+        record.with_run("a_s1", status="finished")
+    with pytest.raises(KeyError, match="no run 'zz'"):
+        record.run("zz")
+    with pytest.raises(Exception, match="frozen"):
+        record.runs[0].status = "failed"  # type: ignore[misc]
+
+
+def test_a_damaged_manifest_is_a_clear_error(tmp_path):
+    (tmp_path / "manifest.json").write_text(json.dumps({"runs": [{"condition": "a"}]}))
+    with pytest.raises(ValueError, match=r"manifest.json is not a retrain-ray manifest \(runs.0.run_name: Field required"):
+        CampaignRecord.load(tmp_path / "manifest.json")
+
+
 def test_ci95_hand_computed():
     # values 1, 2, 3: mean 2, sample std 1, t(2) = 4.303 -> 4.303 / sqrt(3)
     assert ci95_halfwidth([1.0, 2.0, 3.0]) == pytest.approx(4.303 / math.sqrt(3))
@@ -145,7 +208,7 @@ def test_status_cells(state, text):
 
 
 def test_status_finds_campaigns_under_their_log_dir(tmp_path):
-    from retrain_ray.campaign.status import find_campaigns
+    from retrain_ray.results.status import find_campaigns
 
     for path in ("logs/smoke/campaign_a", "logs/other/campaign_b", "logs/direct"):
         (tmp_path / path).mkdir(parents=True)

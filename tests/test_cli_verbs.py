@@ -139,7 +139,7 @@ def test_resume_check_on_a_finished_a_resumable_and_a_damaged_run(lora_run, tmp_
 
 
 def test_diff_of_two_runs_reads_their_logs(lora_run, tmp_path, capsys):
-    from retrain_ray.campaign.results import read_history
+    from retrain_ray.results.campaign_results import read_history
 
     other = tmp_path / "other"
     shutil.copytree(lora_run, other)
@@ -205,7 +205,7 @@ def test_status_views_and_top_filter_campaigns_as_the_original(tmp_path, capsys)
     import os
     import time
 
-    from retrain_ray.campaign.manifest import Manifest
+    from retrain_ray.logs.manifest import Manifest
 
     def campaign(name: str, run_status: str, age_s: float = 0.0) -> None:
         cdir = tmp_path / name

@@ -63,7 +63,7 @@ def _stagger_seconds(tmp: Path) -> None:
 
 def _summary(tmp: Path) -> None:
     from retrain_ray.campaign.afterwards import run_afterwards
-    from retrain_ray.campaign.manifest import Manifest
+    from retrain_ray.logs.manifest import Manifest
 
     cdir = tmp / "c"
     cdir.mkdir()
@@ -72,7 +72,7 @@ def _summary(tmp: Path) -> None:
     script.write_text("import sys\nprint('got', sys.argv[2:])\n")
     toml = write_campaign(tmp / "c.toml", campaign={"summary_script": str(script), "summary_args": ["a", "b"]})
     run_afterwards(cdir, load_config(toml), progress=False)
-    assert Manifest.load(cdir).data["summary"]["returncode"] == 0
+    assert (Manifest.load(cdir).record.summary or {})["returncode"] == 0
     assert "got ['a', 'b']" in (cdir / "summary.log").read_text()
 
 

@@ -121,8 +121,8 @@ def _zero_row(step: int, condition: str) -> dict:
 
 @pytest.fixture
 def zero_campaign(tmp_path) -> Path:
-    from retrain_ray.campaign.manifest import Manifest
     from retrain_ray.campaign.recorder import RecorderCore
+    from retrain_ray.logs.manifest import Manifest
 
     directory = tmp_path / "never"
     directory.mkdir()
@@ -156,9 +156,9 @@ def test_results_and_summary_show_the_zeros(zero_campaign, capsys):
 def test_plot_and_status_show_the_zeros(zero_campaign, capsys):
     pytest.importorskip("matplotlib")
     from retrain_ray.campaign import CampaignResults
-    from retrain_ray.campaign.plots import seed_bands
-    from retrain_ray.campaign.status import campaign_status
     from retrain_ray.cli import main
+    from retrain_ray.results.plots import seed_bands
+    from retrain_ray.results.status import campaign_status
 
     bands = seed_bands(CampaignResults.from_dir(zero_campaign).history(metrics=("mean_reward",)), "mean_reward")
     assert len(bands) == 2 * STEPS and (bands["mean"] == 0.0).all() and (bands["n"] == 2).all()

@@ -9,10 +9,10 @@ import pytest
 from recorded_campaign import SECONDS_PER_STEP, STEPS, T0, run_name, write_campaign
 from rich.console import Console
 
-from retrain_ray.campaign.live import format_duration, watch
 from retrain_ray.campaign.progress_line import CampaignProgress
-from retrain_ray.campaign.status import SPARK, campaign_status, seconds_per_step, sparkline
 from retrain_ray.cli import main
+from retrain_ray.results.live import format_duration, watch
+from retrain_ray.results.status import SPARK, campaign_status, seconds_per_step, sparkline
 
 MAX_STEPS = 20
 
@@ -115,10 +115,10 @@ def test_a_started_run_without_a_directory_yet_is_running_not_missing(tmp_path):
     write_campaign(directory, close=False).close()
     import shutil
 
-    from retrain_ray.campaign.manifest import read_manifest
+    from retrain_ray.logs.manifest import read_manifest
 
     shutil.rmtree(directory / "runs" / run_name("slow", 1))  # started, no row written yet
-    assert read_manifest(directory)["runs"][0]["status"] == "running"
+    assert read_manifest(directory).runs[0].status == "running"
     st = campaign_status(directory, stale_after_s=1e12)
     assert st["counts"]["missing"] == 0 and st["counts"]["running"] == 6
     assert st["matrix"]["slow"]["1"] == "—"

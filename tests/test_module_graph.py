@@ -195,3 +195,32 @@ def test_every_function_level_import_says_why_it_is_deferred() -> None:
         "imports inside functions need a comment (on the line or the line above) saying why they are "
         "deferred (a heavy or optional library); cheap ones belong at the top of the module:\n"
         + "\n".join(bare))
+
+
+def _top_level_imports(path: Path) -> set[str]:
+    """Every module a file imports when it is imported (not inside functions, not under TYPE_CHECKING)."""
+    tree = ast.parse(path.read_text(), str(path))
+    inside = {(n.lineno, n.col_offset) for n in _function_level_imports(tree)}
+    names: set[str] = set()
+    for node in _runtime_imports(tree):
+        if (node.lineno, node.col_offset) in inside:
+            continue
+        names.update(alias.name for alias in node.names) if isinstance(node, ast.Import) else names.add(node.module or "")
+    return names
+
+
+def test_results_reads_a_campaign_back_without_ray_or_the_driver() -> None:
+    """retrain_ray.results (and every module of the package it imports) loads neither Ray nor the campaign
+    driver: reading results needs only the manifest and the logs (a deferred import of Ray for Tune's
+    `Checkpoint` is allowed, with its comment)."""
+    graph, modules = module_graph(), discover_modules()
+    reached, todo = set(), [m for m in modules if m.startswith("retrain_ray.results")]
+    while todo:
+        module = todo.pop()
+        if module not in reached:
+            reached.add(module)
+            todo += graph[module]
+    driver = sorted(m for m in reached if m.startswith("retrain_ray.campaign"))
+    assert not driver, f"retrain_ray.results reaches the campaign driver: {driver}"
+    ray = sorted(f"{m}: {n}" for m in reached for n in _top_level_imports(modules[m]) if n.split(".")[0] == "ray")
+    assert not ray, f"retrain_ray.results imports Ray when it is imported: {ray}"

@@ -9,9 +9,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from recorded_campaign import SEEDS, STEPS, recorded_campaign_dir, reward
 
-from retrain_ray.campaign.plots import seed_bands
-from retrain_ray.campaign.results import CampaignResults
 from retrain_ray.cli import main
+from retrain_ray.results.campaign_results import CampaignResults
+from retrain_ray.results.plots import seed_bands
 
 pytest.importorskip("matplotlib")
 

@@ -10,9 +10,9 @@ import pytest
 from recorded_campaign import CONDITIONS, RESUME_AT, SEEDS, STEPS, reward, run_name, write_campaign
 
 from retrain_ray.backpressure.arrow_log import BP_SCHEMA
-from retrain_ray.campaign.results import CampaignResults, RunError
 from retrain_ray.logs import ArrowStreamWriter
 from retrain_ray.logs.parquet_export import export_campaign
+from retrain_ray.results.campaign_results import CampaignResults, RunError
 
 N_RUNS = len(CONDITIONS) * len(SEEDS)
 

@@ -10,9 +10,9 @@ import math
 import pytest
 from recorded_campaign import recorded_campaign_dir, write_campaign
 
-from retrain_ray.campaign.results import CampaignResults
-from retrain_ray.campaign.significance import t_quantile, t_sf2
 from retrain_ray.cli import main
+from retrain_ray.results.campaign_results import CampaignResults
+from retrain_ray.results.significance import t_quantile, t_sf2
 
 
 @pytest.fixture(scope="module")
@@ -68,8 +68,8 @@ def test_one_seed_or_one_condition_is_undecided(tmp_path, capsys):
     write_campaign(directory, parquet_every_s=3600.0)
     res = CampaignResults.from_dir(directory)
     for entry in res.runs:   # keep one seed of "slow": failed runs are left out of the comparison
-        if entry["condition"] == "slow" and entry["seed"] != 1:
-            entry["status"] = "failed"
+        if entry.condition == "slow" and entry.seed != 1:
+            res.manifest = res.manifest.with_run(entry.run_name, status="failed")
     row = res.significance().iloc[0]
     assert (row["verdict"], row["p_value"], row["seeds"]) == ("undecided", 1.0, 1)
     assert math.isinf(row["ci_low"]) and math.isinf(row["ci_high"])

@@ -15,7 +15,7 @@ import pytest
 from helpers import GRPO, write_campaign
 
 from retrain_ray.campaign import Campaign
-from retrain_ray.campaign.results import RunError
+from retrain_ray.results.campaign_results import RunError
 
 FAILURE = "unsupported operand type(s) for /: 'str' and 'str'"
 

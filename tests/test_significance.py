@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from retrain_ray.campaign.significance import (
+from retrain_ray.results.significance import (
     compare_to_leader,
     holm,
     t_quantile,
@@ -136,7 +136,7 @@ def test_against_a_fixed_reference_the_mode_flips_worse_and_better(values):
     """A comparison's verdict word depends on `mode`: "worse" under max is "better" under min."""
     leader, comparisons = compare_to_leader(values, mode="max")
     assert leader is not None
-    from retrain_ray.campaign.significance import _verdict
+    from retrain_ray.results.significance import _verdict
     for c in comparisons:
         flipped = _verdict(c.diff, c.p_value, "min", 0.05)
         assert flipped == {"worse": "better", "undecided": "undecided", "better": "worse"}[c.verdict]

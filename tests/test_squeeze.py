@@ -160,8 +160,8 @@ def test_squeeze_refuses_bad_input_with_the_fix(tmp_path, capsys):
 
 def test_after_campaign_steps_record_failures_without_raising(tmp_path, capsys):
     from retrain_ray.campaign.afterwards import run_afterwards
-    from retrain_ray.campaign.manifest import Manifest
     from retrain_ray.config import load_config
+    from retrain_ray.logs.manifest import Manifest
 
     cdir = tmp_path / "c"
     cdir.mkdir()
@@ -177,14 +177,15 @@ def test_after_campaign_steps_record_failures_without_raising(tmp_path, capsys):
                           squeeze={"min_variance_retention": 0.9},
                           campaign={"summary_script": str(script), "summary_args": ["k"]}, conditions=[])
     run_afterwards(cdir, load_config(toml), progress=False)
-    data = Manifest.load(cdir).data
-    assert data["squeeze"]["run"] == "b_s1" and data["squeeze"]["recommended_rank"] == 2  # 4/5 < 0.9 <= 1
-    assert data["summary"]["returncode"] == 3 and data["summary"]["args"] == ["k"]
+    record = Manifest.load(cdir).record
+    squeeze, summary = record.squeeze or {}, record.summary or {}
+    assert squeeze["run"] == "b_s1" and squeeze["recommended_rank"] == 2  # 4/5 < 0.9 <= 1
+    assert summary["returncode"] == 3 and summary["args"] == ["k"]
     assert f"args ['{cdir}', 'k']" in (cdir / "summary.log").read_text()
     assert "summary failed: exit code 3" in capsys.readouterr().err
     script.unlink()
     run_afterwards(cdir, load_config(toml), progress=False)
-    assert "not found" in Manifest.load(cdir).data["summary"]["error"]
+    assert "not found" in str((Manifest.load(cdir).record.summary or {})["error"])
 
 
 def test_squeeze_section_that_cannot_act_is_refused_at_load(tmp_path, capsys):

@@ -11,9 +11,9 @@ from helpers import TINY_RUN, write_config
 from recorded_campaign import write_campaign
 from rich.console import Console
 
-from retrain_ray.campaign.live import watch
 from retrain_ray.cli import main
 from retrain_ray.logs import read_stream
+from retrain_ray.results.live import watch
 
 STEPS = 3
 

@@ -26,8 +26,8 @@ from ray.tune.search import Searcher
 from retrain_ray.campaign.adaptive_plan import AdaptivePlan
 from retrain_ray.campaign.adaptive_policy import decide as policy
 from retrain_ray.campaign.adaptive_policy import planned_looks
-from retrain_ray.campaign.manifest import Manifest, run_entry
-from retrain_ray.campaign.plan import RunPlan
+from retrain_ray.campaign.plan import RunPlan, run_record
+from retrain_ray.logs.manifest import AdaptiveRecord, Decision, Manifest, RunRecord, StoppedCondition
 
 ENDED = ("completed", "stopped", "failed")
 VALUE = "adaptive_value"  # the metric's window mean, reported with each checkpoint (campaign/trial.py)
@@ -79,27 +79,29 @@ class AdaptiveBook:
         if self._loaded:
             return
         self._loaded = True
-        data = self.manifest.data.setdefault("adaptive", {})
-        data.setdefault("plan", self.plan.to_json())
-        data.setdefault("decisions", [])
-        self.queue = [r["run_name"] for r in self.manifest.data["runs"] if r["status"] not in ("completed", "stopped")]
-        self.finished = bool(data.get("finished"))
-        self.manifest.save()
+        adaptive = self.manifest.record.adaptive or AdaptiveRecord(plan=self.plan.to_json(), decisions=())
+        self.queue = [r.run_name for r in self.manifest.record.runs if r.status not in ("completed", "stopped")]
+        self.finished = bool(adaptive.finished)
+        self.manifest.update(adaptive=adaptive)
 
     # ---- what the manifest says ---------------------------------------------------------------
-    def entries(self) -> list[dict[str, Any]]:
-        return self.manifest.data["runs"]
+    def entries(self) -> tuple[RunRecord, ...]:
+        return self.manifest.record.runs
+
+    def decisions(self) -> tuple[Decision, ...]:
+        adaptive = self.manifest.record.adaptive
+        return adaptive.decisions if adaptive is not None else ()
 
     def stopped_conditions(self) -> set[str]:
-        return {d["condition"] for dec in self.manifest.data["adaptive"]["decisions"] for d in dec["stopped"]}
+        return {d.condition for dec in self.decisions() for d in dec.stopped}
 
-    def live_entries(self) -> list[dict[str, Any]]:
+    def live_entries(self) -> list[RunRecord]:
         gone = self.stopped_conditions()
-        return [e for e in self.entries() if e["condition"] not in gone and e["status"] != "stopped"]
+        return [e for e in self.entries() if e.condition not in gone and e.status != "stopped"]
 
-    def reached(self, entry: dict[str, Any], rung: int) -> bool:
-        name = entry["run_name"]
-        if entry["status"] in ENDED and name not in self.queue:
+    def reached(self, entry: RunRecord, rung: int) -> bool:
+        name = entry.run_name
+        if entry.status in ENDED and name not in self.queue:
             return True
         return self.progress.get(name, 0) >= rung
 
@@ -107,8 +109,8 @@ class AdaptiveBook:
         """Steps the campaign spends if every run not stopped runs to the end."""
         total = 0
         for e in self.entries():
-            done = int((e.get("result") or {}).get("step", -1)) + 1
-            total += done if e["status"] in ("stopped", "failed") else int(e.get("max_steps", self.plan.max_steps))
+            done = e.last_step + 1
+            total += done if e.status in ("stopped", "failed") else (e.max_steps or self.plan.max_steps)
         return total
 
     # ---- reports -------------------------------------------------------------------------------
@@ -123,9 +125,8 @@ class AdaptiveBook:
             return
         rung = int(result.get("step", -1)) + 1
         if rung in self.plan.rungs:
-            entry = self.manifest.run(run_name)
-            entry.setdefault("rung_values", {})[str(rung)] = float(value)
-            self.manifest.save()
+            rung_values = {**self.manifest.run(run_name).rung_values, str(rung): float(value)}
+            self.manifest.update_run(run_name, rung_values=rung_values)
 
     def ended(self, run_name: str) -> None:
         self.progress[run_name] = max(self.progress.get(run_name, 0), self.plan.max_steps)
@@ -139,12 +140,11 @@ class AdaptiveBook:
     # ---- decisions -----------------------------------------------------------------------------
     def _due(self) -> int | None:
         """The rung to decide now, if every live run has reached it; None otherwise."""
-        decisions = self.manifest.data["adaptive"]["decisions"]
-        done = {d["step"]: d for d in decisions}
+        done = {d.step: d for d in self.decisions()}
         live = self.live_entries()
         for rung in self.plan.rungs:
             last = rung == self.plan.rungs[-1]
-            if rung in done and not (last and done[rung]["seeds"] != self._seed_counts(live)):
+            if rung in done and not (last and done[rung].seeds != self._seed_counts(live)):
                 continue
             return rung if all(self.reached(e, rung) for e in live) else None
         return None
@@ -155,15 +155,15 @@ class AdaptiveBook:
         rung = int(result.get("step", -1)) + 1
         if result.get("run_done") or rung not in self.plan.rungs or rung >= self.plan.max_steps or self.finished:
             return None
-        if self.manifest.run(run_name)["status"] == "stopped":
+        if self.manifest.run(run_name).status == "stopped":
             return None
-        decided = {d["step"] for d in self.manifest.data["adaptive"]["decisions"]}
+        decided = {d.step for d in self.decisions()}
         return None if rung in decided else rung
 
-    def _seed_counts(self, live: list[dict[str, Any]]) -> dict[str, int]:
+    def _seed_counts(self, live: list[RunRecord]) -> dict[str, int]:
         counts: dict[str, int] = {}
         for e in live:
-            counts[e["condition"]] = counts.get(e["condition"], 0) + 1
+            counts[e.condition] = counts.get(e.condition, 0) + 1
         return counts
 
     def check(self) -> list[str]:
@@ -174,7 +174,7 @@ class AdaptiveBook:
             if rung is None:
                 break
             stopped += self._decide_at(rung)
-        if not self.finished and not self.queue and all(e["status"] in ENDED for e in self.live_entries()):
+        if not self.finished and not self.queue and all(e.status in ENDED for e in self.live_entries()):
             self._finish("every run has ended")
         return stopped
 
@@ -182,10 +182,10 @@ class AdaptiveBook:
         live = self.live_entries()
         values: dict[str, list[float]] = {}
         for e in live:
-            value = (e.get("rung_values") or {}).get(str(rung))
-            values.setdefault(e["condition"], [])
+            value = e.rung_values.get(str(rung))
+            values.setdefault(e.condition, [])
             if value is not None:
-                values[e["condition"]].append(float(value))
+                values[e.condition].append(float(value))
         seeds = self._seed_counts(live)
         last = rung == self.plan.rungs[-1]
         room = self._room_for_seeds() if self._spare_conditions() else 0
@@ -194,12 +194,11 @@ class AdaptiveBook:
         for pc in decision.stop:
             self._stop(pc, rung)
         added = self._add(decision, rung, room) if last else []
-        record = {"step": rung, "at": time.time(), "leader": decision.leader, "seeds": seeds,
-                  "values": values, "stopped": [{"condition": pc.condition, "reason": stop_reason(pc, rung)}
-                                                for pc in decision.stop],
-                  "added": added, "comparisons": [_comparison(pc) for pc in decision.comparisons]}
-        self.manifest.data["adaptive"]["decisions"].append(record)
-        self.manifest.save()
+        record = Decision(step=rung, at=time.time(), leader=decision.leader, seeds=seeds, values=values,
+                          stopped=tuple(StoppedCondition(condition=pc.condition, reason=stop_reason(pc, rung))
+                                        for pc in decision.stop),
+                          added=tuple(added), comparisons=tuple(_comparison(pc) for pc in decision.comparisons))
+        self._update_adaptive(decisions=(*self.decisions(), record))
         self.say(f"rung {rung}: leader {decision.leader or 'none'}; stopped {stopped or 'none'}; "
                  f"seeds added {added or 'none'}")
         if last and not added:
@@ -208,16 +207,17 @@ class AdaptiveBook:
 
     def _stop(self, pc: Any, rung: int) -> None:
         reason = stop_reason(pc, rung)
-        for e in self.entries():
-            if e["condition"] == pc.condition and e["status"] != "completed":
-                e.update(status="stopped", stop_reason=reason, stopped_at=time.time())
-                if e["run_name"] in self.queue:
-                    self.queue.remove(e["run_name"])
-        self.manifest.save()
+        stopping = [e.run_name for e in self.entries() if e.condition == pc.condition and e.status != "completed"]
+        record = self.manifest.record
+        for name in stopping:
+            record = record.with_run(name, status="stopped", stop_reason=reason, stopped_at=time.time())
+            if name in self.queue:
+                self.queue.remove(name)
+        self.manifest.update(runs=record.runs)
 
     def _spare_conditions(self) -> list[str]:
         """Live conditions below max_seeds with a seed left to add."""
-        known = {e["run_name"] for e in self.entries()}
+        known = {e.run_name for e in self.entries()}
         counts = self._seed_counts(self.live_entries())
         return [c for c, n in counts.items() if n < self.plan.max_seeds
                 and any(r.condition == c and r.run_name not in known for r in self.plans.values())]
@@ -230,7 +230,7 @@ class AdaptiveBook:
 
     def _add(self, decision: Any, rung: int, room: int) -> list[str]:
         gone = self.stopped_conditions()
-        known = {e["run_name"] for e in self.entries()}
+        known = {e.run_name for e in self.entries()}
         counts = self._seed_counts(self.live_entries())
         added: list[str] = []
         for cond in decision.add_seed_to:
@@ -241,17 +241,18 @@ class AdaptiveBook:
             why = next((pc for pc in decision.comparisons if cond in (pc.condition, pc.reference)), None)
             reason = (f"undecided at step {rung}: {why.condition} vs {why.reference} (p = {why.p_value:.3g})"
                       if why is not None else f"undecided at step {rung}")
-            self.manifest.data["runs"].append({**run_entry(run, added=True, add_reason=reason), "status": "pending",
-                                               "attempts": 0, "result": {}, "error": ""})
+            self.manifest.add_run(run_record(run, added=True, add_reason=reason))
             self.queue.append(run.run_name)
             added.append(run.run_name)
-        self.manifest.save()
         return added
 
     def _finish(self, why: str) -> None:
         self.finished = True
-        self.manifest.data["adaptive"]["finished"] = why
-        self.manifest.save()
+        self._update_adaptive(finished=why)
+
+    def _update_adaptive(self, **changes: object) -> None:
+        adaptive = self.manifest.record.adaptive or AdaptiveRecord(plan=self.plan.to_json())
+        self.manifest.update(adaptive=adaptive.model_copy(update=changes))
 
 
 class AdaptiveScheduler(FIFOScheduler):
@@ -293,7 +294,7 @@ class AdaptiveScheduler(FIFOScheduler):
         for trial in trials:
             if trial.status == "PENDING":
                 return trial
-        decided = {d["step"] for d in self.book.manifest.data["adaptive"]["decisions"]}
+        decided = {d.step for d in self.book.decisions()}
         for trial in trials:
             rung = self.waiting.get(trial.config.get("run_name"))
             if trial.status == "PAUSED" and (rung is None or rung in decided or self.book.finished):

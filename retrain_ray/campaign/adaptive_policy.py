@@ -26,7 +26,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from retrain_ray.campaign.significance import Family, PairComparison, compare_to_leader
+from retrain_ray.results.significance import Family, PairComparison, compare_to_leader
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from retrain_ray.campaign.adaptive_policy import RungDecision, decide, planned_looks
-from retrain_ray.campaign.significance import Family
+from retrain_ray.results.significance import Family
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from retrain_ray.campaign.manifest import Manifest
+from retrain_ray.logs.manifest import Manifest
 
 SUMMARY_LOG = "summary.log"
 SUMMARY_TIMEOUT_S = 3600.0
@@ -42,18 +42,18 @@ def squeeze_first_completed(campaign_dir: Path, section: Any, storage: str = "")
     # deferred: loads torch, which importing this module does not need
     from retrain_ray.squeeze import SqueezeError, SqueezeSettings, squeeze_adapter
 
-    runs = Manifest.load(campaign_dir).data["runs"]
-    first = next((r for r in runs if r.get("status") == "completed"), None)
+    runs = Manifest.load(campaign_dir).record.runs
+    first = next((r for r in runs if r.status == "completed"), None)
     if first is None:
         return {"error": "no completed run to squeeze"}
     settings = SqueezeSettings.from_section(section)
     settings = dataclasses.replace(settings, output_path=settings.output_path or str(campaign_dir / "squeeze"))
     try:
-        source = _local_checkpoint(campaign_dir, storage, first.get("checkpoint", ""))
-        report = squeeze_adapter(source or Path(first["run_dir"]), settings)
+        source = _local_checkpoint(campaign_dir, storage, first.checkpoint)
+        report = squeeze_adapter(source or Path(first.run_dir), settings)
     except (SqueezeError, OSError) as exc:
-        return {"run": first["run_name"], "error": str(exc)}
-    return {"run": first["run_name"], "recommended_rank": report.recommended_rank,
+        return {"run": first.run_name, "error": str(exc)}
+    return {"run": first.run_name, "recommended_rank": report.recommended_rank,
             "compressed_rank": report.compressed_rank, "adapter": report.output_path,
             "report": str(Path(settings.output_path) / "squeeze.json")}
 
@@ -98,9 +98,7 @@ def run_summary_script(campaign_dir: Path, script: str, args: list[str]) -> dict
 
 
 def _record(campaign_dir: Path, key: str, result: dict[str, Any], progress: bool) -> None:
-    manifest = Manifest.load(campaign_dir)
-    manifest.data[key] = result
-    manifest.save()
+    Manifest.load(campaign_dir).update(**{key: result})
     failed = "error" in result or result.get("returncode") not in (None, 0)
     if failed:
         why = result.get("error") or f"exit code {result['returncode']} (see {result.get('log')})"

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from retrain_ray.campaign.manifest import MANIFEST
+from retrain_ray.logs.manifest import MANIFEST, RunRecord, SessionRecord, read_manifest
 
 WARM_START = "sft"
 CHECKPOINTS = "checkpoints"  # the run's checkpoint folders live in <work>/checkpoints/
@@ -215,10 +215,10 @@ def _tune_finished_at(campaign_dir: Path, run_name: str) -> float | None:
         return None
 
 
-def _handover(entries: Sequence[Mapping[str, Any]], slots: int) -> float | None:
+def _handover(entries: Sequence[RunRecord], slots: int) -> float | None:
     """Median seconds from a run's end to the start of the run that took its slot."""
-    starts = sorted(s for s in (_number(e.get("started_at")) for e in entries) if s is not None)
-    ends = sorted(f for f in (_number(e.get("finished_at")) for e in entries) if f is not None)
+    starts = sorted(s for s in (_number(e.started_at) for e in entries) if s is not None)
+    ends = sorted(f for f in (_number(e.finished_at) for e in entries) if f is not None)
     gaps = []
     for start in starts[slots:]:
         before = [f for f in ends if f <= start]
@@ -229,39 +229,36 @@ def _handover(entries: Sequence[Mapping[str, Any]], slots: int) -> float | None:
 
 def campaign_figures(campaign_dir: Path) -> tuple[CampaignFigures, list[RunFigures]]:
     """A campaign's own figures and its runs' (those with logged steps)."""
-    from retrain_ray.campaign.manifest import read_manifest  # noqa: PLC0415  (a sibling; kept with its use)
-
     manifest = read_manifest(campaign_dir)
-    entries: list[dict[str, Any]] = []
+    entries: list[RunRecord] = []
     runs: list[RunFigures] = []
-    for entry in manifest["runs"]:
-        run_dir = Path(entry.get("run_dir") or campaign_dir / "runs" / entry["run_name"])
+    for entry in manifest.runs:
+        run_dir = Path(entry.run_dir or campaign_dir / "runs" / entry.run_name)
         if not run_dir.is_dir():
-            run_dir = campaign_dir / "runs" / entry["run_name"]
+            run_dir = campaign_dir / "runs" / entry.run_name
         rows = _read_rows(run_dir)
-        finished = _number(entry.get("finished_at"))
-        if finished is None and entry.get("status") == "completed":
-            finished = _tune_finished_at(campaign_dir, entry["run_name"])
-        entries.append({**entry, "finished_at": finished})
+        finished = _number(entry.finished_at)
+        if finished is None and entry.status == "completed":
+            finished = _tune_finished_at(campaign_dir, entry.run_name)
+        entries.append(entry.model_copy(update={"finished_at": finished}))
         if rows:
-            runs.append(run_figures(entry["run_name"], rows, seed=entry.get("seed"),
-                                    started_at=_number(entry.get("started_at")), finished_at=finished,
+            runs.append(run_figures(entry.run_name, rows, seed=entry.seed if "seed" in entry.model_fields_set else None,
+                                    started_at=_number(entry.started_at), finished_at=finished,
                                     work_dir=run_dir / "work"))
-    sessions = manifest.get("sessions") or [{}]
-    first = sessions[0]
-    began = _number(first.get("process_started_at")) or _iso(manifest.get("created")) or _number(first.get("started"))
-    starts = [s for s in (_number(e.get("started_at")) for e in entries) if s is not None]
-    ends = [f for f in (_number(e.get("finished_at")) for e in entries) if f is not None]
-    done = manifest.get("status") in ("done", "partial") and len(sessions) == 1
-    updated = _iso(manifest.get("updated")) if done else None
+    first = manifest.sessions[0] if manifest.sessions else SessionRecord()
+    began = _number(first.process_started_at or None) or _iso(manifest.created or None) or _number(first.started or None)
+    starts = [s for s in (_number(e.started_at) for e in entries) if s is not None]
+    ends = [f for f in (_number(e.finished_at) for e in entries) if f is not None]
+    done = manifest.status in ("done", "partial") and len(manifest.sessions) <= 1
+    updated = _iso(manifest.updated or None) if done else None
     figures = CampaignFigures(
-        name=str(manifest.get("name") or campaign_dir.name),
+        name=manifest.name or campaign_dir.name,
         path=str(campaign_dir),
-        runs=len(manifest["runs"]),
-        max_concurrent=int(manifest.get("max_concurrent") or 1),
+        runs=len(manifest.runs),
+        max_concurrent=manifest.max_concurrent or 1,
         startup_s=min(starts) - began if starts and began is not None else None,
         teardown_s=max(0.0, updated - max(ends)) if updated is not None and ends else None,
-        handover_s=_handover(entries, int(manifest.get("max_concurrent") or 1)),
+        handover_s=_handover(entries, manifest.max_concurrent or 1),
         wall_time_s=updated - began if updated is not None and began is not None else None,
     )
     return figures, runs

@@ -36,8 +36,8 @@ from retrain_ray.campaign.estimate import (
     kept_checkpoints,
     slots,
 )
-from retrain_ray.campaign.manifest import MANIFEST, read_manifest
 from retrain_ray.campaign.plan import concurrent_runs, default_root
+from retrain_ray.logs.manifest import MANIFEST, read_manifest
 
 DEFAULT_STEP_S = 10.0
 TRUNCATION_HIGH = 0.1  # share of completions cut at max_tokens above which answers are likely lost
@@ -183,10 +183,10 @@ def earlier_runs(cfg: Any, file: str | Path) -> Path | None:
             manifest = read_manifest(path.parent)
         except (FileNotFoundError, ValueError):
             continue
-        same_name = bool(cfg.campaign.name) and manifest.get("name") == cfg.campaign.name
-        same_file = str(manifest.get("campaign_toml") or "") and Path(str(manifest["campaign_toml"])).resolve() == wanted
+        same_name = bool(cfg.campaign.name) and manifest.name == cfg.campaign.name
+        same_file = bool(manifest.campaign_toml) and Path(manifest.campaign_toml).resolve() == wanted
         if same_name or same_file:
-            found.append((str(manifest.get("created") or ""), path.parent))
+            found.append((manifest.created, path.parent))
     return max(found)[1] if found else None
 
 

@@ -33,21 +33,28 @@ from retrain_ray.campaign.control import start_control_plane
 from retrain_ray.campaign.edits import Extension, check_edits, record_extension
 from retrain_ray.campaign.interrupted import CampaignInterrupted, record_interruption, was_interrupted
 from retrain_ray.campaign.local_ray import connect, trial_modules
-from retrain_ray.campaign.manifest import Manifest, read_manifest, run_entry, write_json_atomic
-from retrain_ray.campaign.plan import DEFAULT_RUNNER, CampaignError, CampaignPlan, RunPlan, build_plan
+from retrain_ray.campaign.plan import (
+    DEFAULT_RUNNER,
+    CampaignError,
+    CampaignPlan,
+    RunPlan,
+    build_plan,
+    run_record,
+)
 from retrain_ray.campaign.plugin_bundle import PluginBundle, build_bundle
 from retrain_ray.campaign.recorder import start_recorder
 from retrain_ray.campaign.stagger import start_gate
 from retrain_ray.campaign.tune_state import set_aside, torn_state
 from retrain_ray.config import ConfigError, RetrainConfig, load_config
 from retrain_ray.logs.dir_lock import DirectoryInUse, DirLock
+from retrain_ray.logs.manifest import Manifest, read_manifest, write_json_atomic
 from retrain_ray.logs.parquet_export import export_campaign
 from retrain_ray.models.names import config_uses_peft
 from retrain_ray.run.preflight import campaign_problems
 from retrain_ray.util.secrets import has_redactions, redact, restore_secrets
 
 if TYPE_CHECKING:
-    from retrain_ray.campaign.results import CampaignResults
+    from retrain_ray.results.campaign_results import CampaignResults
 
 __all__ = ["Campaign", "CampaignError"]
 RESUME_CONFIG = ".resume_config.json"
@@ -75,7 +82,7 @@ class Campaign:
         if not snapshot.is_file():
             raise CampaignError([f"{snapshot} not found: {campaign_dir} is not a resumable campaign directory"])
         config_json = json.loads(snapshot.read_text())
-        source = read_manifest(campaign_dir).get("campaign_toml", "")
+        source = read_manifest(campaign_dir).campaign_toml
         if has_redactions(config_json):
             config_json = _with_secrets(config_json, source, snapshot)
         config = RetrainConfig.model_validate(config_json)
@@ -132,7 +139,7 @@ class Campaign:
         self.plan = _place(self.plan, cpu_fallback=bool(self.config.campaign.cpu_fallback), can_scale=can_scale)
         manifest, resuming = self._open_dir()
         if progress:
-            verb = "resuming" if resuming or len(manifest.data.get("sessions", [])) > 1 else "starting"
+            verb = "resuming" if resuming or len(manifest.record.sessions) > 1 else "starting"
             print(f"[campaign] {verb} {self.plan.name}: {len(self.plan.runs)} runs -> {self.campaign_dir}",
                   flush=True)
         namespace = ray.get_runtime_context().namespace
@@ -155,7 +162,7 @@ class Campaign:
         run_afterwards(self.campaign_dir, self.config, progress=progress)
         if progress:
             print(f"[campaign] results: {self.campaign_dir}", flush=True)
-        from retrain_ray.campaign.results import CampaignResults  # deferred: loads Tune
+        from retrain_ray.results.campaign_results import CampaignResults  # deferred: loads Tune
 
         return CampaignResults.from_dir(self.campaign_dir)
 
@@ -167,16 +174,16 @@ class Campaign:
         if not (cdir / "manifest.json").is_file():
             return None
         manifest = Manifest.load(cdir)
-        recorded = manifest.data.get("name")
+        recorded = manifest.record.name
         if recorded != self.plan.name:
             raise CampaignError([f"{cdir / 'manifest.json'} belongs to campaign {recorded!r}, not "
                                  f"{self.plan.name!r}: it was copied from another campaign; remove it or "
                                  "choose another [campaign].name"])
         extension = None
-        if isinstance(manifest.data.get("config"), dict):
-            extension = check_edits(manifest.data["config"], self._config_json(), campaign=self.plan.name,
+        if manifest.record.config is not None:
+            extension = check_edits(manifest.record.config, self._config_json(), campaign=self.plan.name,
                                     campaign_dir=cdir, local_tune=bool(self.plan.local_tune_path))
-        known = {r["run_name"] for r in manifest.data["runs"]}
+        known = {r.run_name for r in manifest.record.runs}
         started, possible = {r.run_name for r in self.plan.runs}, {r.run_name for r in self.plan.all_runs}
         if not started <= known <= possible:  # an adaptive campaign's manifest also holds the seeds it added
             raise CampaignError([f"{cdir} holds a campaign with other runs; choose another [campaign].name"])
@@ -190,7 +197,7 @@ class Campaign:
         existing = self._existing()
         if existing is None:
             cdir.mkdir(parents=True, exist_ok=True)
-            manifest = Manifest.create(cdir, self._header(), [run_entry(r) for r in self.plan.runs])
+            manifest = Manifest.create(cdir, self._header(), [run_record(r) for r in self.plan.runs])
             resuming = False
         elif existing[1] is not None:
             manifest = existing[0]
@@ -212,7 +219,7 @@ class Campaign:
     def _extend(self, manifest: Manifest, extension: Extension) -> None:
         """Records the extension and sets Tune's state aside: Tune never runs a finished trial again, so a
         fresh Tune experiment runs every run on from its own newest checkpoint (campaign/edits.py)."""
-        runs = [r["run_name"] for r in manifest.data["runs"]]
+        runs = [r.run_name for r in manifest.record.runs]
         aside = set_aside(Path(self.plan.local_tune_path), runs, kind="extended")
         finished = record_extension(manifest, extension, self._config_json())
         print(f"[campaign] extending {self.plan.name} from {extension.from_steps} to {extension.to_steps} steps: "
@@ -227,7 +234,7 @@ class Campaign:
         if not local:  # remote storage: its trial copies stay where Tune's restore finds them
             return True
         ended = ("completed", "stopped")
-        set_aside(Path(local), [r["run_name"] for r in manifest.data["runs"] if r["status"] not in ended])
+        set_aside(Path(local), [r.run_name for r in manifest.record.runs if r.status not in ended])
         return False
 
     def _tune_state_whole(self, manifest: Manifest) -> bool:
@@ -239,7 +246,7 @@ class Campaign:
         problem = torn_state(tune_dir)
         if not problem:
             return True
-        aside = set_aside(tune_dir, [r["run_name"] for r in manifest.data["runs"] if r["status"] != "completed"])
+        aside = set_aside(tune_dir, [r.run_name for r in manifest.record.runs if r.status != "completed"])
         print(f"[campaign] warning: Tune's experiment state is torn ({problem}: the driver was killed while Tune "
               f"copied it); set aside in {aside}. Starting Tune afresh: runs the manifest records completed are "
               "not run again, the others continue after their own newest verified checkpoint (step 0 without one)",

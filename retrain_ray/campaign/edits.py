@@ -29,10 +29,10 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
-from retrain_ray.campaign.manifest import Manifest
 from retrain_ray.campaign.own_checkpoint import flat_config
 from retrain_ray.campaign.plan import CampaignError
 from retrain_ray.config import CampaignSection, RetrainConfig
+from retrain_ray.logs.manifest import Manifest
 
 EXTENDS = "campaign.max_steps"
 MAY_CHANGE = ("campaign.name", "campaign.parallel", "campaign.max_workers", "campaign.stagger_seconds",
@@ -116,16 +116,13 @@ def check_edits(recorded: Mapping[str, Any], current: Mapping[str, Any], *, camp
 def record_extension(manifest: Manifest, extension: Extension, config: Mapping[str, Any]) -> list[str]:
     """Marks the finished runs pending again with the new step count, records the extension and the
     config it runs with; returns the names of the runs that had finished."""
-    finished = [r["run_name"] for r in manifest.data["runs"] if r["status"] == "completed"]
-    for entry in manifest.data["runs"]:
-        entry["max_steps"] = extension.to_steps
-        if entry["status"] == "completed":
-            entry["status"] = "pending"
-    manifest.data["max_steps"] = extension.to_steps
-    manifest.data["config"] = dict(config)
-    manifest.data.setdefault("extended", []).append({
-        "from": extension.from_steps, "to": extension.to_steps, "runs": finished,
-        "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-    })
-    manifest.save()
+    record = manifest.record
+    finished = [r.run_name for r in record.runs if r.status == "completed"]
+    runs = tuple(r.model_copy(update={"max_steps": extension.to_steps,
+                                      **({"status": "pending"} if r.status == "completed" else {})})
+                 for r in record.runs)
+    extended = {"from": extension.from_steps, "to": extension.to_steps, "runs": list(finished),
+                "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    manifest.update(runs=runs, max_steps=extension.to_steps, config=dict(config),
+                    extended=(*record.extended, extended))
     return finished

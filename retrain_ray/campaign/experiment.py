@@ -15,13 +15,13 @@ from ray.tune.logger import JsonLoggerCallback
 from ray.tune.trainable.function_trainable import wrap_function
 
 from retrain_ray.campaign.adaptive import AdaptiveBook, AdaptiveScheduler, AdaptiveSearcher
-from retrain_ray.campaign.manifest import Manifest
 from retrain_ray.campaign.plan import TUNE_DIR, CampaignError, CampaignPlan, RunPlan
 from retrain_ray.campaign.plugin_bundle import PluginBundle
 from retrain_ray.campaign.progress_line import CampaignProgress
 from retrain_ray.campaign.tracking import ManifestCallback
 from retrain_ray.campaign.trial import TrialContext, run_trial
 from retrain_ray.campaign.tune_copies import TuneCopyPruner
+from retrain_ray.logs.manifest import Manifest
 from retrain_ray.trackers.mlflow_tracker import ensure_experiment, experiment_name
 
 # Tune writes its experiment state (which names each run's latest checkpoint) into a staging dir and
@@ -136,8 +136,8 @@ def mlflow_experiments(plan: CampaignPlan) -> dict[str, str]:
 
 def finished_runs(manifest: Manifest) -> dict[str, dict[str, Any]]:
     """Runs the manifest records completed or stopped (with their results): a resume never runs them again."""
-    return {r["run_name"]: dict(r.get("result") or {}) for r in manifest.data["runs"]
-            if r["status"] in ("completed", "stopped")}
+    return {r.run_name: dict(r.result) for r in manifest.record.runs
+            if r.status in ("completed", "stopped")}
 
 
 def trial_name(trial: Any) -> str:

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from retrain_ray.campaign.manifest import Manifest, read_manifest
-from retrain_ray.campaign.status import campaign_status
+from retrain_ray.logs.manifest import Manifest, read_manifest
+from retrain_ray.results.status import campaign_status
 
 
 class CampaignInterrupted(KeyboardInterrupt):
@@ -28,17 +28,14 @@ class CampaignInterrupted(KeyboardInterrupt):
 
 def was_interrupted(campaign_dir: Path) -> bool:
     """Whether `Tuner.fit()` returned before every run ended (Tune's graceful stop on a signal)."""
-    return any(r["status"] in ("pending", "running") for r in read_manifest(campaign_dir)["runs"])
+    return any(r.status in ("pending", "running") for r in read_manifest(campaign_dir).runs)
 
 
 def record_interruption(campaign_dir: Path) -> None:
     """The manifest says the campaign was interrupted and its unfinished runs wait to be run again."""
     manifest = Manifest.load(campaign_dir)
-    for entry in manifest.data["runs"]:
-        if entry["status"] == "running":
-            entry["status"] = "pending"
-    manifest.data["status"] = "interrupted"
-    manifest.save()
+    runs = tuple(r.model_copy(update={"status": "pending"}) if r.status == "running" else r for r in manifest.record.runs)
+    manifest.update(runs=runs, status="interrupted")
 
 
 def run_lines(campaign_dir: Path) -> list[str]:

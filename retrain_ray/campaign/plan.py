@@ -26,7 +26,9 @@ from retrain_ray.backends.registry import placed_devices
 from retrain_ray.campaign.adaptive_plan import AdaptivePlan, adaptive_plan
 from retrain_ray.config.matrix import expand_runs
 from retrain_ray.config.run_names import RULES, name_problem
+from retrain_ray.logs.manifest import RunRecord
 from retrain_ray.run.preflight import model_problems
+from retrain_ray.util.secrets import redact
 
 if TYPE_CHECKING:
     from retrain_ray.config.schema import RetrainConfig
@@ -245,3 +247,11 @@ def build_plan(config: Any, *, name: str | None = None, root: str | Path | None 
         max_steps=int(config.campaign.max_steps),
         tune_storage=storage,
     )
+
+
+def run_record(run: RunPlan, **extra: object) -> RunRecord:
+    """A run's manifest entry, before its status fields (`logs/manifest.py` `new_run` adds them)."""
+    return RunRecord.model_validate({
+        "run_name": run.run_name, "condition": run.condition, "seed": run.seed, "overrides": redact(run.overrides),
+        "run_dir": str(run.run_dir), "placement": run.placement.mode if run.placement else "",
+        "max_steps": int(run.config.training.max_steps), **extra})

@@ -3,7 +3,7 @@
 On a terminal the line is redrawn in place every `tty_every_s`; off a terminal (`ray job logs`, CI,
 a pipe) a new line is printed every `log_every_s`, so job logs show progress without flooding. The
 line is `retrain-ray status`'s summary: runs done / running / failed / pending and the campaign ETA
-from the runs' recent step times (retrain_ray/campaign/status.py). Reading it never stops a campaign:
+from the runs' recent step times (retrain_ray/results/status.py). Reading it never stops a campaign:
 a failure to read the logs skips that line.
 """
 
@@ -17,8 +17,8 @@ from typing import Any, TextIO
 
 from ray.tune import Callback
 
-from retrain_ray.campaign.live import summary_line
-from retrain_ray.campaign.status import campaign_status
+from retrain_ray.results.live import summary_line
+from retrain_ray.results.status import campaign_status
 
 log = logging.getLogger(__name__)
 TTY_EVERY_S = 2.0

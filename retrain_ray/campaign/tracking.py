@@ -17,7 +17,7 @@ from typing import Any
 
 from ray.tune import Callback
 
-from retrain_ray.campaign.manifest import Manifest
+from retrain_ray.logs.manifest import Manifest
 
 
 def _run_name(trial: Any) -> str:
@@ -41,7 +41,7 @@ class ManifestCallback(Callback):
     def setup(self, **info: Any) -> None:
         """Re-reads the manifest: after `Tuner.restore` this callback is an unpickled copy."""
         self.manifest = Manifest.load(self.manifest.path.parent)
-        self._finished = {r["run_name"] for r in self.manifest.data["runs"] if r["status"] in ("completed", "stopped")}
+        self._finished = {r.run_name for r in self.manifest.record.runs if r.status in ("completed", "stopped")}
         self._last_activity = time.monotonic()
 
     def _recorded(self, trial: Any) -> bool:
@@ -58,7 +58,7 @@ class ManifestCallback(Callback):
             self._last_activity = time.monotonic()
             self._say(f"{name}: already completed (manifest.json), not run again")
             return
-        attempts = self.manifest.run(name)["attempts"] + 1
+        attempts = self.manifest.run(name).attempts + 1
         self.manifest.update_run(name, status="running", attempts=attempts, started_at=time.time())
         self._last_activity = time.monotonic()
         self._say(f"{name}: started (attempt {attempts})")
@@ -75,13 +75,13 @@ class ManifestCallback(Callback):
         name = _run_name(trial)
         last = trial.last_result or {}
         checkpoint = getattr(trial, "checkpoint", None)  # the run's last reported checkpoint (for squeeze)
-        stopped = self.manifest.run(name)["status"] == "stopped"  # by an adaptive campaign (campaign/adaptive.py)
+        stopped = self.manifest.run(name).status == "stopped"  # by an adaptive campaign (campaign/adaptive.py)
         self.manifest.update_run(name, status="stopped" if stopped else "completed", result=_result_summary(last),
                                  finished_at=time.time(),
                                  checkpoint=checkpoint.path if checkpoint is not None else "")
         if stopped:
             steps = int(last.get("step", -1)) + 1  # `step` is the 0-based index of its last step
-            self._say(f"{name}: stopped after {steps} steps: {self.manifest.run(name)['stop_reason']}")
+            self._say(f"{name}: stopped after {steps} steps: {self.manifest.run(name).stop_reason}")
             return
         own = last.get("resumed_own_step")  # Tune had no checkpoint of it (campaign/own_checkpoint.py)
         source = ("its own checkpoint" if last.get("resumed_from", "own") == "own"
@@ -103,7 +103,7 @@ class ManifestCallback(Callback):
             return
         name = _run_name(trial)
         self.manifest.update_run(name, status="failed", error=_error_text(trial))
-        self._say(f"{name}: FAILED ({self.manifest.run(name)['error'].splitlines()[-1:]})")
+        self._say(f"{name}: FAILED ({self.manifest.run(name).error.splitlines()[-1:]})")
 
     def on_step_end(self, iteration: int, trials: list, **info: Any) -> None:
         states = [t.status for t in trials]

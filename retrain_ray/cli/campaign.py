@@ -24,7 +24,7 @@ def _learning_table(results):
     import pandas as pd
 
     # deferred: loads ray, which importing this module does not need
-    from retrain_ray.campaign.stats import ci95_halfwidth
+    from retrain_ray.results.stats import ci95_halfwidth
 
     df = results.get_dataframe()
     rows = []
@@ -43,7 +43,7 @@ def _learning_table(results):
 
 
 def _finish(results) -> int:
-    _print_table(_learning_table(results), f"campaign {results.manifest['name']} ({results.campaign_dir})")
+    _print_table(_learning_table(results), f"campaign {results.manifest.name} ({results.campaign_dir})")
     _, comparisons = results.compare("mean_reward")
     for comparison in comparisons:   # the verdicts `retrain-ray results` tabulates, one line each
         print(comparison.describe())

@@ -34,7 +34,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from retrain_ray.campaign.bottleneck import PARTS, Breakdown, breakdown, by_condition
+from retrain_ray.results.bottleneck import PARTS, Breakdown, breakdown, by_condition
 
 
 def _status_parser() -> argparse.ArgumentParser:
@@ -59,13 +59,13 @@ def status_main(argv: list[str]) -> int:
     view = args.view or "default"
     if args.watch:
         # deferred: loads rich and pandas, which importing this module does not need
-        from retrain_ray.campaign.live import watch
+        from retrain_ray.results.live import watch
 
         return watch(Path(args.root), interval_s=args.interval, count=args.count, stale_after_s=args.stale_after,
                      view=view)
     # deferred: loads pandas, which importing this module does not need
-    from retrain_ray.campaign.run_status import find_runs, run_summary
-    from retrain_ray.campaign.status import campaign_status, find_campaigns, visible
+    from retrain_ray.results.run_status import find_runs, run_summary
+    from retrain_ray.results.status import campaign_status, find_campaigns, visible
 
     root = Path(args.root)
     found = find_campaigns(root)
@@ -108,7 +108,7 @@ def _banner(campaigns: list[dict[str, Any]], runs: list[dict[str, Any]]) -> str:
 def _print_campaign(st: dict[str, Any]) -> None:
     import pandas as pd  # deferred: loads pandas, which importing this module does not need
 
-    from retrain_ray.campaign.live import summary_line  # deferred: loads rich and pandas
+    from retrain_ray.results.live import summary_line  # deferred: loads rich and pandas
 
     print(f"{summary_line(st)}  ({st['dir']})")
     rows = [{"condition": cond, **{f"s{s}": cells.get(str(s), "") for s in st["seeds"]}}
@@ -118,7 +118,7 @@ def _print_campaign(st: dict[str, Any]) -> None:
 
 def _print_runs(runs: list[dict[str, Any]]) -> None:
     # deferred: loads rich, which importing this module does not need
-    from retrain_ray.campaign.live import run_line
+    from retrain_ray.results.live import run_line
 
     for summary in runs:
         print(run_line(summary))
@@ -183,7 +183,7 @@ def results_main(argv: list[str]) -> int:
     elif args.csv:
         print(df.to_csv(index=False), end="")
     else:
-        _print_table(df, f"runs of {res.manifest['name']}")
+        _print_table(df, f"runs of {res.manifest.name}")
         _print_table(res.summary(significance=None), "by condition (mean, std, 95% CI of last values across seeds)")
         _print_verdicts(verdicts, args.metric, args.window, args.alpha)
         missing = [] if df.empty else list(df.loc[df["status"] == "missing", "run_name"])
@@ -200,7 +200,7 @@ def diff_main(argv: list[str]) -> int:
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     # deferred: loads ray, which importing this module does not need
-    from retrain_ray.campaign.compare import diff_conditions, diff_runs
+    from retrain_ray.results.compare import diff_conditions, diff_runs
 
     try:
         if len(args.paths) == 2:
@@ -247,7 +247,7 @@ DEFAULT_HTML_METRICS = ("mean_reward", "correct_rate", "loss", "kl", "eval_accur
 
 def _plot_parser() -> argparse.ArgumentParser:
     # deferred: loads pandas and pyarrow, which the other verbs of this module do not need
-    from retrain_ray.campaign.plots import PLOT_METRICS
+    from retrain_ray.results.plots import PLOT_METRICS
 
     p = argparse.ArgumentParser(prog="retrain-ray plot", description="Plot a campaign's metric curves.")
     p.add_argument("campaign_dir")
@@ -264,8 +264,8 @@ def plot_main(argv: list[str]) -> int:
     args = _plot_parser().parse_args(argv)
     # deferred: loads ray, pandas and pyarrow, which the other verbs of this module do not need
     from retrain_ray.campaign import CampaignResults
-    from retrain_ray.campaign.plots import PLOT_METRICS, plot_metrics
-    from retrain_ray.campaign.report import write_report
+    from retrain_ray.results.plots import PLOT_METRICS, plot_metrics
+    from retrain_ray.results.report import write_report
 
     if args.smooth < 1:
         print(f"--smooth {args.smooth}: must be >= 1", file=sys.stderr)
@@ -325,9 +325,12 @@ def _line(name: str, b: Breakdown) -> str:
 
 def _plot(conditions: dict[str, Breakdown], path: Path) -> None:
     # deferred: matplotlib is an optional extra (the same message as `retrain-ray plot`)
-    from retrain_ray.campaign.plots import _pyplot  # pyright: ignore[reportPrivateUsage]
+    from retrain_ray.results.plots import use_agg
 
-    plt = _pyplot()
+    use_agg()
+    # deferred: matplotlib is an optional extra, imported only when used
+    import matplotlib.pyplot as plt
+
     names = list(conditions)
     fig, ax = plt.subplots(figsize=(max(4.0, 1.2 * len(names) + 2), 4))
     bottom = [0.0] * len(names)

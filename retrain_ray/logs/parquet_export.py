@@ -19,7 +19,6 @@ next to it the same way, de-duplicated on (run, step, resource).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -27,6 +26,7 @@ from typing import Any
 import pyarrow as pa
 
 from retrain_ray.logs.compact import write_parquet_atomic
+from retrain_ray.logs.manifest import CampaignRecord, read_manifest
 from retrain_ray.logs.stream import read_stream, segment_paths
 
 RUN_KINDS = ("metrics", "generations", "eval")
@@ -41,22 +41,24 @@ KEYS: dict[str, tuple[str, ...] | None] = {
 IDENTITY = ("campaign", "run", "condition", "seed")
 
 
-def _manifest(campaign_dir: Path) -> dict[str, Any]:
+def _manifest(campaign_dir: Path) -> CampaignRecord | None:
     try:
-        return json.loads((Path(campaign_dir) / "manifest.json").read_text())
+        return read_manifest(campaign_dir)
     except (OSError, ValueError):
-        return {}
+        return None
 
 
 def run_identities(campaign_dir: Path) -> dict[str, dict[str, Any]]:
     """run name -> {"condition", "seed"} from the campaign's manifest.json ({} if there is none)."""
-    runs = _manifest(campaign_dir).get("runs", [])
-    return {r["run_name"]: {"condition": r.get("condition"), "seed": r.get("seed")} for r in runs}
+    manifest = _manifest(campaign_dir)
+    runs = manifest.runs if manifest is not None else ()
+    return {r.run_name: {"condition": r.condition, "seed": r.seed} for r in runs}
 
 
 def campaign_name(campaign_dir: Path) -> str:
     """The manifest's campaign name, else the directory's name."""
-    return str(_manifest(campaign_dir).get("name") or Path(campaign_dir).name)
+    manifest = _manifest(campaign_dir)
+    return (manifest.name if manifest is not None else "") or Path(campaign_dir).name
 
 
 def _with_identity(table: pa.Table, campaign: str, identity: Mapping[str, Any]) -> pa.Table:

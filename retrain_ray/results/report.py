@@ -12,12 +12,17 @@ import html
 import io
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, cast
 
 import pandas as pd
 
-from retrain_ray.campaign.plots import _pyplot, plot_metric
-from retrain_ray.campaign.status import campaign_status
+from retrain_ray.results.plots import SavableFigure, close, plot_metric, use_agg
+from retrain_ray.results.status import CampaignStatus, campaign_status
+
+if TYPE_CHECKING:  # matplotlib is an optional extra; campaign_results imports the plots
+    from matplotlib.figure import Figure
+
+    from retrain_ray.results.campaign_results import CampaignResults
 
 _CSS = """
 body { font-family: system-ui, sans-serif; margin: 24px; color: #222; max-width: 1300px; }
@@ -34,22 +39,22 @@ RUN_COLUMNS = ("run_name", "condition", "seed", "status", "attempts", "last_step
                "last_correct_rate", "last_loss", "last_tokens_per_second")
 
 
-def _png_base64(figure: Any) -> str:
+def _png_base64(figure: Figure) -> str:
     buffer = io.BytesIO()
-    figure.savefig(buffer, format="png", dpi=110)
+    cast(SavableFigure, figure).savefig(buffer, format="png", dpi=110)
     return base64.b64encode(buffer.getvalue()).decode("ascii")
 
 
-def _plots_html(results: Any, metrics: Sequence[str], smooth: int) -> str:
-    plt = _pyplot()
-    images = []
+def _plots_html(results: CampaignResults, metrics: Sequence[str], smooth: int) -> str:
+    use_agg()
+    images: list[str] = []
     for metric in metrics:
         try:
             figure = plot_metric(results, metric, smooth=smooth)
         except ValueError:
             continue
         images.append(f'<img alt="{html.escape(metric)} by step" src="data:image/png;base64,{_png_base64(figure)}">')
-        plt.close(figure)
+        close(figure)
     return f'<div class="plots">{"".join(images)}</div>' if images else "<p>No metric was logged yet.</p>"
 
 
@@ -57,7 +62,7 @@ def _table(df: pd.DataFrame) -> str:
     return '<div class="wide">' + df.to_html(index=False, float_format=lambda v: f"{v:.4g}", na_rep="—", border=0, escape=True) + "</div>"
 
 
-def _matrix_html(status: dict[str, Any]) -> str:
+def _matrix_html(status: CampaignStatus) -> str:
     rows = [{"condition": cond, **{f"seed {s}": cells.get(str(s), "") for s in status["seeds"]}}
             for cond, cells in status["matrix"].items()]
     counts = ", ".join(f"{k} {v}" for k, v in status["counts"].items())
@@ -75,15 +80,15 @@ def compact_summary(summary: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def write_report(results: Any, path: str | Path, *, metrics: Sequence[str], smooth: int = 1) -> Path:
+def write_report(results: CampaignResults, path: str | Path, *, metrics: Sequence[str], smooth: int = 1) -> Path:
     """Writes the HTML report of `results` (a CampaignResults) to `path`; returns it."""
-    name = results.manifest.get("name", Path(results.campaign_dir).name)
+    name = results.manifest.name or Path(results.campaign_dir).name
     runs = results.get_dataframe()
     runs = runs[[c for c in RUN_COLUMNS if c in runs.columns]]
     body = [
         f"<h1>Campaign {html.escape(str(name))}</h1>",
         f'<p class="muted">{html.escape(str(results.campaign_dir))} · status '
-        f'{html.escape(str(results.manifest.get("status", "")))}</p>',
+        f'{html.escape(results.manifest.status)}</p>',
         "<h2>Curves (mean across seeds, 95% band)</h2>", _plots_html(results, metrics, smooth),
         "<h2>Results by condition (last value: mean ± 95% CI across seeds)</h2>",
         _table(compact_summary(results.summary(significance=None))),

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from numbers import Real
 
 PARTS = ("sample", "score", "advantage", "train", "sync", "wait", "other")
 _COLUMNS = {"sample": "sample_time_s", "score": "score_time_s", "advantage": "advantage_time_s",
@@ -68,21 +68,23 @@ class Breakdown:
     def knob(self) -> str:
         return KNOBS[self.bottleneck]
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return {"steps": self.steps, "step_time_s": self.step_time_s, "seconds": self.seconds,
                 "shares": self.shares, "groups": self.groups, "bottleneck": self.bottleneck, "knob": self.knob}
 
 
-def _number(row: Mapping[str, Any], key: str) -> float:
+def _number(row: Mapping[str, object], key: str) -> float:
     value = row.get(key)
+    if not isinstance(value, (Real, str)):  # numpy's numbers too
+        return 0.0
     try:
-        number = float(value)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
+        number = float(value)
+    except ValueError:
         return 0.0
     return number if number == number else 0.0  # NaN (a column other rows have) counts 0
 
 
-def split_row(row: Mapping[str, Any]) -> dict[str, float]:
+def split_row(row: Mapping[str, object]) -> dict[str, float]:
     """Seconds of one step per part; the parts add up to the row's `step_time_s` (the rest >= 0)."""
     parts = {part: _number(row, column) for part, column in _COLUMNS.items()}
     parts["wait"] = sum(_number(row, k) for k in row if "wait" in k and k.endswith("_s"))
@@ -92,7 +94,7 @@ def split_row(row: Mapping[str, Any]) -> dict[str, float]:
     return parts
 
 
-def breakdown(rows: Iterable[Mapping[str, Any]]) -> Breakdown:
+def breakdown(rows: Iterable[Mapping[str, object]]) -> Breakdown:
     """The parts of every row, summed."""
     seconds: dict[str, float] = dict.fromkeys(PARTS, 0.0)
     steps, retries = 0, 0.0
@@ -104,9 +106,9 @@ def breakdown(rows: Iterable[Mapping[str, Any]]) -> Breakdown:
     return Breakdown(seconds=seconds, step_time_s=sum(seconds.values()), steps=steps, endpoint_retries=retries)
 
 
-def by_condition(runs: Mapping[str, tuple[str, Sequence[Mapping[str, Any]]]]) -> dict[str, Breakdown]:
+def by_condition(runs: Mapping[str, tuple[str, Sequence[Mapping[str, object]]]]) -> dict[str, Breakdown]:
     """`{run: (condition, rows)}` -> one breakdown per condition over all its runs' rows."""
-    grouped: dict[str, list[Mapping[str, Any]]] = {}
+    grouped: dict[str, list[Mapping[str, object]]] = {}
     for condition, rows in runs.values():
         grouped.setdefault(condition, []).extend(rows)
     return {condition: breakdown(rows) for condition, rows in sorted(grouped.items())}

@@ -193,7 +193,7 @@ def holm(p_values: Sequence[float]) -> list[float]:
 
 # ---- conditions against the leader --------------------------------------------------------------------
 
-def _finite(values: Sequence[float]) -> list[float]:
+def _finite(values: Sequence[float | None]) -> list[float]:
     return [float(v) for v in values if v is not None and math.isfinite(float(v))]
 
 
@@ -230,7 +230,7 @@ def compare_to_leader(values_by_condition: Mapping[str, Sequence[float]], *, mod
         return None, ()
     tests = _family_tests(values, leader, family)
     adjusted = dict(zip(tests, holm([t.p_value for t in tests.values()]), strict=True))
-    out = []
+    out: list[PairComparison] = []
     for cond, vals in values.items():
         if cond == leader:
             continue

@@ -8,7 +8,7 @@ It follows Ray Tune's `ResultGrid`: `len(res)`, `res[i]`, `for r in res`, `res.e
     res.get_dataframe()                 # one row per run: condition, seed, status, steps, first_/last_/best_*
     res.summary(by="condition")         # mean, std, 95% CI across seeds (Student t), and each condition
                                         # against the best: difference, CI, Holm-adjusted Welch p, verdict
-    res.significance("mean_reward")     # one row per condition vs the best (campaign/significance.py)
+    res.significance("mean_reward")     # one row per condition vs the best (results/significance.py)
     res.history()                       # long format: campaign, run, condition, seed, step, metric, value
     res.history("grpo+none_s1")         # every step of one run, once (wide)
     res.plot("mean_reward")             # one line per condition, mean across seeds, 95% band
@@ -21,16 +21,21 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Literal, Protocol, cast
 
 import pandas as pd
-from ray import tune
 
-from retrain_ray.campaign.manifest import read_manifest
-from retrain_ray.campaign.plots import plot_metric
-from retrain_ray.campaign.significance import PairComparison, compare_to_leader
-from retrain_ray.campaign.stats import ci95_halfwidth
-from retrain_ray.logs import read_stream
+# read_stream returns a pyarrow.Table, which has no type annotations: `_read_frame` gives it its type
+from retrain_ray.logs import read_stream  # pyright: ignore[reportUnknownVariableType]
+from retrain_ray.logs.manifest import CampaignRecord, RunRecord, read_manifest
+from retrain_ray.results.plots import plot_metric
+from retrain_ray.results.significance import PairComparison, compare_to_leader
+from retrain_ray.results.stats import ci95_halfwidth
+
+if TYPE_CHECKING:  # Ray (for Tune's Checkpoint) and matplotlib are loaded only by the calls that return them
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
+    from ray.tune import Checkpoint
 
 # A run's value in significance tests: the mean of its last SIGNIFICANCE_WINDOW logged values of the metric.
 SIGNIFICANCE_WINDOW = 10
@@ -60,13 +65,13 @@ class RunResult:
     seed: int
     status: str
     attempts: int
-    metrics: dict[str, Any] = field(default_factory=dict)
+    metrics: dict[str, object] = field(default_factory=dict[str, object])
     error: str = ""
     path: Path | None = None
     metrics_dataframe: pd.DataFrame = field(default_factory=pd.DataFrame, repr=False)
 
     @property
-    def checkpoint(self) -> Any:
+    def checkpoint(self) -> Checkpoint | None:
         """The run's newest valid checkpoint as a `ray.tune.Checkpoint`, or None."""
         if self.path is None:
             return None
@@ -76,32 +81,46 @@ class RunResult:
         latest = CheckpointManager(self.path / "work").latest_valid()
         if latest is None:
             return None
-        return tune.Checkpoint.from_directory(str(latest))
+        # deferred: Ray, which reading a campaign back does not need; only a caller of this property loads it
+        from ray.tune import Checkpoint
+
+        # from_directory is annotated on Ray's base class; it returns Tune's own Checkpoint
+        checkpoint = Checkpoint.from_directory(str(latest))  # pyright: ignore[reportUnknownMemberType]
+        return cast("Checkpoint", checkpoint)
 
 
-def run_status(entry: dict[str, Any], run_dir: Path) -> str:
+def run_status(entry: RunRecord, run_dir: Path) -> str:
     """The manifest's status of a run, except "missing" for a finished run whose directory is gone (its logs
     and checkpoints deleted or moved): not "completed with 0 steps". `results` and `status` both say it.
     A run that has just started has no directory until its first row: it stays "running"."""
-    status = str(entry["status"])
+    status: str = entry.status
     return "missing" if status in ("completed", "failed") and not run_dir.is_dir() else status
+
+
+class _Table(Protocol):
+    """What this module uses of a `pyarrow.Table` (pyarrow has no type annotations)."""
+
+    def to_pandas(self) -> pd.DataFrame: ...
+
+
+def _read_frame(run_dir: Path, name: str) -> pd.DataFrame:
+    """Stream `name` of a run (`logs/stream.py`) as a DataFrame; empty if nothing was logged."""
+    if not any(Path(run_dir).glob(f"{name}*.arrows")):
+        return pd.DataFrame()
+    return cast(_Table, read_stream(run_dir, name=name)).to_pandas()
 
 
 def read_history(run_dir: Path) -> pd.DataFrame:
     """Every step of one run, once (last write wins), sorted by step; empty if nothing was logged."""
-    if not any(Path(run_dir).glob("metrics*.arrows")):
-        return pd.DataFrame()
-    return read_stream(run_dir, name="metrics").to_pandas()
+    return _read_frame(run_dir, "metrics")
 
 
 def read_eval_history(run_dir: Path) -> pd.DataFrame:
-    if not any(Path(run_dir).glob("eval*.arrows")):
-        return pd.DataFrame()
-    return read_stream(run_dir, name="eval").to_pandas()
+    return _read_frame(run_dir, "eval")
 
 
 class CampaignResults:
-    def __init__(self, campaign_dir: Path, manifest: dict[str, Any]) -> None:
+    def __init__(self, campaign_dir: Path, manifest: CampaignRecord) -> None:
         self.campaign_dir = campaign_dir
         self.manifest = manifest
         self._history: dict[str, pd.DataFrame] = {}
@@ -112,8 +131,8 @@ class CampaignResults:
         return cls(campaign_dir, read_manifest(campaign_dir))
 
     @property
-    def runs(self) -> list[dict[str, Any]]:
-        return self.manifest["runs"]
+    def runs(self) -> tuple[RunRecord, ...]:
+        return self.manifest.runs
 
     def __len__(self) -> int:
         return len(self.runs)
@@ -124,10 +143,10 @@ class CampaignResults:
     def __iter__(self) -> Iterator[RunResult]:
         return (self._result(entry) for entry in self.runs)
 
-    def _entry(self, run_name: str) -> dict[str, Any]:
-        entry = next((r for r in self.runs if r["run_name"] == run_name), None)
+    def _entry(self, run_name: str) -> RunRecord:
+        entry = next((r for r in self.runs if r.run_name == run_name), None)
         if entry is None:
-            raise KeyError(f"no run {run_name!r} in {self.campaign_dir}; runs: {[r['run_name'] for r in self.runs]}")
+            raise KeyError(f"no run {run_name!r} in {self.campaign_dir}; runs: {[r.run_name for r in self.runs]}")
         return entry
 
     def _run_history(self, run_name: str) -> pd.DataFrame:
@@ -147,10 +166,10 @@ class CampaignResults:
         columns = [*IDENTITY, "step", "metric", "value"]
         return pd.concat(frames, ignore_index=True)[columns] if frames else pd.DataFrame(columns=columns)
 
-    def _long_history(self, entry: dict[str, Any], metrics: Sequence[str]) -> pd.DataFrame:
-        hist = self._run_history(entry["run_name"])
-        evals = read_eval_history(self.campaign_dir / "runs" / entry["run_name"])
-        parts = []
+    def _long_history(self, entry: RunRecord, metrics: Sequence[str]) -> pd.DataFrame:
+        hist = self._run_history(entry.run_name)
+        evals = read_eval_history(self.campaign_dir / "runs" / entry.run_name)
+        parts: list[pd.DataFrame] = []
         for frame in (hist, evals):
             present = [m for m in metrics if m in frame.columns]
             if present and len(frame):
@@ -159,10 +178,10 @@ class CampaignResults:
         if not parts:
             return pd.DataFrame()
         out = pd.concat(parts, ignore_index=True)
-        out.insert(0, "seed", entry["seed"])
-        out.insert(0, "condition", entry["condition"])
-        out.insert(0, "run", entry["run_name"])
-        out.insert(0, "campaign", self.manifest.get("name", self.campaign_dir.name))
+        out.insert(0, "seed", entry.seed)
+        out.insert(0, "condition", entry.condition)
+        out.insert(0, "run", entry.run_name)
+        out.insert(0, "campaign", self.manifest.name or self.campaign_dir.name)
         out["value"] = out["value"].astype(float)
         return out
 
@@ -173,25 +192,26 @@ class CampaignResults:
 
     @property
     def error_by_run(self) -> dict[str, str]:
-        return {r["run_name"]: r.get("error") or "failed" for r in self.runs if r["status"] == "failed"}
+        return {r.run_name: r.error or "failed" for r in self.runs if r.status == "failed"}
 
-    def _result(self, entry: dict[str, Any]) -> RunResult:
+    def _result(self, entry: RunRecord) -> RunResult:
         row = self._run_row(entry)
         last = {k.removeprefix("last_"): v for k, v in row.items() if k.startswith("last_")}
-        return RunResult(entry["run_name"], entry["condition"], entry["seed"], row["status"],
-                         entry.get("attempts", 0), last, entry.get("error", "") or "",
-                         self.campaign_dir / "runs" / entry["run_name"], self._run_history(entry["run_name"]))
+        return RunResult(entry.run_name, entry.condition, entry.seed, str(row["status"]), entry.attempts, last,
+                         entry.error, self.campaign_dir / "runs" / entry.run_name, self._run_history(entry.run_name))
 
-    def plot(self, metric: str = "mean_reward", *, out: str | Path | None = None, **options: Any) -> Any:
+    def plot(self, metric: str = "mean_reward", *, out: str | Path | None = None, smooth: int = 1,
+             title: str | None = None, ax: Axes | None = None) -> Figure:
         """Curves of `metric` by step, one line per condition, 95% band across seeds
-        (`retrain_ray.campaign.plots.plot_metric`); writes PNG and SVG when `out` is given."""
-        return plot_metric(self, metric, out=out, **options)
+        (`retrain_ray.results.plots.plot_metric`); writes PNG and SVG when `out` is given."""
+        return plot_metric(self, metric, out=out, smooth=smooth, title=title, ax=ax)
 
-    def _run_row(self, entry: dict[str, Any]) -> dict[str, Any]:
-        row = {k: entry.get(k) for k in ("run_name", "condition", "seed", "status", "attempts")}
-        row["status"] = run_status(entry, self.campaign_dir / "runs" / entry["run_name"])
-        row.update({f"override.{k}": v for k, v in (entry.get("overrides") or {}).items()})
-        hist = self._run_history(entry["run_name"])
+    def _run_row(self, entry: RunRecord) -> dict[str, object]:
+        row: dict[str, object] = {"run_name": entry.run_name, "condition": entry.condition, "seed": entry.seed,
+                               "status": run_status(entry, self.campaign_dir / "runs" / entry.run_name),
+                               "attempts": entry.attempts}
+        row.update({f"override.{k}": v for k, v in entry.overrides.items()})
+        hist = self._run_history(entry.run_name)
         row["steps_logged"] = len(hist)
         row["steps_trained"] = _steps_trained(hist)
         row["last_step"] = int(hist["step"].max()) if len(hist) else -1
@@ -217,9 +237,9 @@ class CampaignResults:
         leader, else better/worse/undecided) and seeds."""
         df = self.get_dataframe()
         cols = [f"last_{m}" for m in (metrics or SUMMARY_METRICS) if f"last_{m}" in df]
-        out = []
+        out: list[dict[str, object]] = []
         for key, group in df.groupby(by, sort=False):
-            row: dict[str, Any] = {by: key, "runs": len(group), "failed": int((group["status"] == "failed").sum())}
+            row: dict[str, object] = {by: key, "runs": len(group), "failed": int((group["status"] == "failed").sum())}
             for c in cols:
                 vals = [float(v) for v in group[c].dropna()]
                 name = c.removeprefix("last_")
@@ -251,11 +271,11 @@ class CampaignResults:
             raise ValueError(f"window={window}: expected at least 1 step")
         out: dict[str, list[float]] = {}
         for entry in self.runs:
-            if run_status(entry, self.campaign_dir / "runs" / entry["run_name"]) in ("failed", "missing"):
+            if run_status(entry, self.campaign_dir / "runs" / entry.run_name) in ("failed", "missing"):
                 continue
-            score = _score(self._run_history(entry["run_name"]), metric, "max", f"last-{window}-avg")
+            score = _score(self._run_history(entry.run_name), metric, "max", f"last-{window}-avg")
             if score is not None:
-                out.setdefault(entry["condition"], []).append(score)
+                out.setdefault(entry.condition, []).append(score)
         return out
 
     def compare(self, metric: str = "mean_reward", *, mode: Literal["max", "min"] | None = None,
@@ -284,11 +304,11 @@ class CampaignResults:
         "last-N-avg" the mean of its last N values. Runs that never logged `metric` are skipped."""
         if mode not in ("max", "min"):
             raise ValueError(f"mode={mode!r}: expected 'max' or 'min'")
-        scores = {}
+        scores: dict[str, float] = {}
         for entry in self.runs:
-            score = _score(self._run_history(entry["run_name"]), metric, mode, scope)
+            score = _score(self._run_history(entry.run_name), metric, mode, scope)
             if score is not None:
-                scores[entry["run_name"]] = score
+                scores[entry.run_name] = score
         if not scores:
             raise ValueError(f"metric {metric!r} was not logged by any run of {self.campaign_dir}")
         pick = max if mode == "max" else min

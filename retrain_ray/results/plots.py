@@ -1,6 +1,6 @@
 """Metric curves of a campaign: one line per condition, the mean across seeds and a 95% band.
 
-    from retrain_ray.campaign import CampaignResults
+    from retrain_ray.results import CampaignResults
     CampaignResults.from_dir("logs/c").plot("mean_reward", smooth=5, out="logs/c/plots/mean_reward")
     # -> mean_reward.png and mean_reward.svg
 
@@ -22,11 +22,17 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import IO, TYPE_CHECKING, Protocol, cast
 
 import pandas as pd
 
-from retrain_ray.campaign.stats import t95
+from retrain_ray.results.stats import t95
+
+if TYPE_CHECKING:  # matplotlib is an optional extra; CampaignResults imports this module
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
+
+    from retrain_ray.results.campaign_results import CampaignResults
 
 # Plot name -> the logged column it draws, and its axis label.
 PLOT_METRICS: dict[str, tuple[str, str]] = {
@@ -41,6 +47,28 @@ PLOT_METRICS: dict[str, tuple[str, str]] = {
     "step_time": ("step_time_s", "step time (s)"),
 }
 SPARSE_POINTS = 20
+
+
+class _Axes(Protocol):
+    """What `draw` uses of matplotlib's `Axes` (whose methods take unannotated **kwargs)."""
+
+    def plot(self, x: object, y: object, /, *, color: str, linewidth: float, marker: str | None,
+             label: str) -> object: ...
+    def fill_between(self, x: object, y1: object, y2: object, /, *, color: str, alpha: float,
+                     linewidth: float) -> object: ...
+    def set_xlabel(self, label: str, /) -> object: ...
+    def set_ylabel(self, label: str, /) -> object: ...
+    def set_title(self, label: str, /) -> object: ...
+    def grid(self, visible: bool, /, *, alpha: float) -> None: ...
+    def legend(self, *, title: str, loc: str, fontsize: str) -> object: ...
+    @property
+    def figure(self) -> object: ...
+
+
+class SavableFigure(Protocol):
+    """What is saved of matplotlib's `Figure` (its `savefig` takes unannotated **kwargs)."""
+
+    def savefig(self, fname: Path | IO[bytes], /, *, dpi: float = ..., format: str | None = ...) -> None: ...
 
 
 def resolve_metric(name: str) -> tuple[str, str]:
@@ -59,11 +87,11 @@ def seed_bands(long: pd.DataFrame, column: str, *, smooth: int = 1) -> pd.DataFr
     `long` has the columns of `CampaignResults.history()`: run, condition, seed, step, metric, value.
     """
     rows = long[long["metric"] == column]
-    out = []
+    out: list[pd.DataFrame] = []
     for condition, group in rows.groupby("condition", sort=False):
         wide = group.pivot_table(index="step", columns="run", values="value", aggfunc="last").sort_index()
         if smooth > 1:
-            wide = wide.apply(lambda s: s.dropna().rolling(smooth, min_periods=1).mean())
+            wide = wide.apply(_smoothed, smooth=smooth)
         wide = wide.apply(_fill_gaps)
         n = wide.notna().sum(axis=1)
         mean, std = wide.mean(axis=1), wide.std(axis=1, ddof=1)
@@ -76,64 +104,86 @@ def seed_bands(long: pd.DataFrame, column: str, *, smooth: int = 1) -> pd.DataFr
     return pd.concat(out, ignore_index=True)[columns] if out else pd.DataFrame(columns=columns)
 
 
-def _fill_gaps(run: pd.Series) -> pd.Series:
+def _smoothed(run: pd.Series[float], smooth: int) -> pd.Series[float]:
+    """Trailing mean over `smooth` logged values (the steps without one are skipped)."""
+    return run.dropna().rolling(smooth, min_periods=1).mean()
+
+
+def _fill_gaps(run: pd.Series[float]) -> pd.Series[float]:
     """Carries a run's last value over the steps without one (`loss` on an untrained step) between its
     first and last logged value, so a gap does not drop that seed from the mean and widen the band."""
-    first, last = run.first_valid_index(), run.last_valid_index()
-    if first is None:
+    if not run.notna().any():
         return run
+    first, last = run.first_valid_index(), run.last_valid_index()
     return run.loc[first:last].ffill().reindex(run.index)
 
 
-def _pyplot() -> Any:
+def use_agg() -> None:
+    """Checks that matplotlib (an optional extra) is installed and makes it draw with Agg (no display)."""
     try:
         # deferred: matplotlib is an optional extra, imported only when used
         import matplotlib
     except ImportError as exc:
         raise ImportError("plots need matplotlib: pip install 'retrain-ray[plot]' (or matplotlib)") from exc
     matplotlib.use("Agg")
+
+
+def close(figure: Figure) -> None:
+    """Frees a figure `draw` made (pyplot keeps every figure until closed)."""
+    use_agg()
     # deferred: matplotlib is an optional extra, imported only when used
     import matplotlib.pyplot as plt
 
-    return plt
+    plt.close(figure)
 
 
-def draw(bands: pd.DataFrame, *, label: str, title: str, ax: Any = None, notes: dict[str, str] | None = None) -> Any:
+def _new_axes() -> Axes:
+    use_agg()
+    # deferred: matplotlib is an optional extra, imported only when used
+    import matplotlib.pyplot as plt
+
+    figure = plt.figure(figsize=(8, 4.8), layout="constrained")  # pyright: ignore[reportUnknownMemberType]  (**kwargs)
+    return figure.add_subplot()
+
+
+def draw(bands: pd.DataFrame, *, label: str, title: str, ax: Axes | None = None,
+         notes: dict[str, str] | None = None) -> Figure:
     """Draws one line per condition with its band on `ax` (a new figure if None); returns the figure.
     `notes` (condition -> text) are appended to the conditions' legend entries."""
-    plt = _pyplot()
     if ax is None:
-        _, ax = plt.subplots(figsize=(8, 4.8), layout="constrained")
+        ax = _new_axes()
+    canvas = cast(_Axes, ax)
     for i, (condition, frame) in enumerate(bands.groupby("condition", sort=False)):
         color = f"C{i % 10}"
         seeds = int(frame["n"].max())
         sparse = len(frame) <= SPARSE_POINTS  # e.g. eval rows: markers, or a lone point shows nothing
-        ax.plot(frame["step"], frame["mean"], color=color, linewidth=2, marker="o" if sparse else None,
+        canvas.plot(frame["step"], frame["mean"], color=color, linewidth=2, marker="o" if sparse else None,
                 label=f"{condition} ({seeds} seed{'s' if seeds != 1 else ''})" + (notes or {}).get(str(condition), ""))
-        ax.fill_between(frame["step"], frame["low"], frame["high"], color=color, alpha=0.2, linewidth=0)
-    ax.set_xlabel("step")
-    ax.set_ylabel(label)
-    ax.set_title(title)
-    ax.grid(True, alpha=0.3)
+        canvas.fill_between(frame["step"], frame["low"], frame["high"], color=color, alpha=0.2, linewidth=0)
+    canvas.set_xlabel("step")
+    canvas.set_ylabel(label)
+    canvas.set_title(title)
+    canvas.grid(True, alpha=0.3)
     if len(bands):
         legend = "condition (mean, 95% band)" + (": verdict vs best (Welch, Holm)" if notes else "")
-        ax.legend(title=legend, loc="best", fontsize="small")
-    return ax.figure
+        canvas.legend(title=legend, loc="best", fontsize="small")
+    return cast("Figure", canvas.figure)  # a figure's own axes, never a subfigure's
 
 
-def save(figure: Any, out: str | Path) -> list[Path]:
+def save(figure: Figure, out: str | Path) -> list[Path]:
     """Writes `<out>.png` and `<out>.svg` (a suffix on `out` is replaced); returns both paths."""
     stem = Path(out)
     stem = stem.with_suffix("") if stem.suffix in (".png", ".svg") else stem
     stem.parent.mkdir(parents=True, exist_ok=True)
     paths = [stem.with_name(stem.name + ".png"), stem.with_name(stem.name + ".svg")]
-    figure.savefig(paths[0], dpi=120)
-    figure.savefig(paths[1])
+    savable = cast(SavableFigure, figure)
+    savable.savefig(paths[0], dpi=120)
+    savable.savefig(paths[1])
     return paths
 
 
-def plot_metric(results: Any, metric: str = "mean_reward", *, out: str | Path | None = None, smooth: int = 1,
-                title: str | None = None, ax: Any = None) -> Any:
+def plot_metric(results: CampaignResults, metric: str = "mean_reward", *, out: str | Path | None = None,
+                smooth: int = 1, title: str | None = None, ax: Axes | None = None) -> Figure:
     """Figure of `metric` by step for `results` (a CampaignResults); writes PNG+SVG if `out` is given."""
     column, label = resolve_metric(metric)
     long = results.history(metrics=(column,))
@@ -141,7 +191,7 @@ def plot_metric(results: Any, metric: str = "mean_reward", *, out: str | Path | 
         known = ", ".join(PLOT_METRICS)
         raise ValueError(f"metric {metric!r} (column {column!r}) was not logged by any run of "
                          f"{results.campaign_dir}; choose one of: {known}, or another logged column")
-    name = results.manifest.get("name", Path(results.campaign_dir).name)
+    name = results.manifest.name or Path(results.campaign_dir).name
     smoothing = f", smoothed over {smooth} steps" if smooth > 1 else ""
     figure = draw(seed_bands(long, column, smooth=smooth), label=label, ax=ax, notes=verdict_notes(results, column),
                   title=title or f"{name}: {label} by step (mean across seeds, 95% band{smoothing})")
@@ -150,7 +200,7 @@ def plot_metric(results: Any, metric: str = "mean_reward", *, out: str | Path | 
     return figure
 
 
-def verdict_notes(results: Any, column: str) -> dict[str, str]:
+def verdict_notes(results: CampaignResults, column: str) -> dict[str, str]:
     """Legend notes: ": best" for the best condition on `column`, ": worse than X, p=..." for the others."""
     leader, comparisons = results.compare(column)
     if leader is None or not comparisons:
@@ -162,9 +212,10 @@ def verdict_notes(results: Any, column: str) -> dict[str, str]:
     return notes
 
 
-def plot_metrics(results: Any, metrics: Sequence[str], out_dir: str | Path, *, smooth: int = 1) -> list[Path]:
+def plot_metrics(results: CampaignResults, metrics: Sequence[str], out_dir: str | Path, *,
+                 smooth: int = 1) -> list[Path]:
     """One PNG + SVG per metric in `out_dir`; metrics nobody logged are skipped. Returns the files."""
-    plt = _pyplot()
+    use_agg()
     written: list[Path] = []
     for metric in metrics:
         try:
@@ -172,5 +223,5 @@ def plot_metrics(results: Any, metrics: Sequence[str], out_dir: str | Path, *, s
         except ValueError:
             continue
         written += save(figure, Path(out_dir) / metric)
-        plt.close(figure)
+        close(figure)
     return written

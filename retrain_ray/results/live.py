@@ -1,5 +1,5 @@
 """`retrain-ray status DIR --watch`: the condition x seed matrix, refreshed in place (rich Live), and one
-line per standalone run (campaign/run_status.py).
+line per standalone run (results/run_status.py).
 
 Each cell shows the run's `step/max` (or `n ✓`, `n ✗`, `stale`), a sparkline of its last rewards and
 its ETA from the wall-clock spacing of its recent steps; the title carries the campaign's counts and
@@ -10,15 +10,22 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any
 
-from rich.console import Group
+from rich.console import Console, Group
 from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from retrain_ray.campaign.run_status import find_runs, run_summary
-from retrain_ray.campaign.status import STALE_AFTER_S, campaign_status, cell, find_campaigns, visible
+from retrain_ray.results.run_status import RunSummary, find_runs, run_summary
+from retrain_ray.results.status import (
+    STALE_AFTER_S,
+    CampaignStatus,
+    RunState,
+    campaign_status,
+    cell,
+    find_campaigns,
+    visible,
+)
 
 
 def format_duration(seconds: float | None) -> str:
@@ -32,7 +39,7 @@ def format_duration(seconds: float | None) -> str:
     return f"{minutes}m{secs:02d}s" if minutes else f"{secs}s"
 
 
-def summary_line(st: dict[str, Any]) -> str:
+def summary_line(st: CampaignStatus) -> str:
     c = st["counts"]
     return (f"{st['campaign']} [{st['status']}]: done {c['completed']}/{len(st['runs'])}, running {c['running']}, "
             f"stale {c['stale']}, failed {c['failed']}, pending {c['pending']}"
@@ -43,9 +50,9 @@ def _fmt(value: float | None, spec: str, unit: str = "") -> str:
     return "-" if value is None else format(value, spec) + unit
 
 
-def run_line(summary: dict[str, Any]) -> str:
+def run_line(summary: RunSummary) -> str:
     """The original's standalone run line: `path cond step= cr= reward= loss= tok/s= sample= train= ... [status]`."""
-    from retrain_ray.campaign.live import (
+    from retrain_ray.results.live import (
         format_duration,  # deferred: loads rich, which this module does not need
     )
 
@@ -59,16 +66,16 @@ def run_line(summary: dict[str, Any]) -> str:
             f"[{s['status']}]")
 
 
-def _cell_text(state: dict[str, Any]) -> str:
+def _cell_text(state: RunState) -> str:
     parts = [cell(state)]
     if state["reward_sparkline"]:
-        parts.append(f"{state['reward_sparkline']} {state['mean_reward']:.2f}")
+        parts.append(f"{state['reward_sparkline']} {_fmt(state['mean_reward'], '.2f')}")
     if state["eta_s"] is not None:
         parts.append(f"ETA {format_duration(state['eta_s'])}")
     return "\n".join(parts)
 
 
-def status_table(st: dict[str, Any]) -> Any:
+def status_table(st: CampaignStatus) -> Table:
     """A rich Table: one row per condition, one column per seed (cells: state, reward sparkline, ETA)."""
     table = Table(show_lines=True)
     table.add_column("condition", style="bold")
@@ -82,13 +89,13 @@ def status_table(st: dict[str, Any]) -> Any:
     return table
 
 
-def render(root: Path, stale_after_s: float = STALE_AFTER_S, view: str = "default") -> Any:
+def render(root: Path, stale_after_s: float = STALE_AFTER_S, view: str = "default") -> Group | Text:
     found = find_campaigns(root)
     runs = find_runs(root, found)
     if not found and not runs:
         return Text(f"no run (a directory with metrics.arrows) or campaign (a directory with manifest.json) "
                     f"in {root} yet")
-    parts: list[Any] = []
+    parts: list[Text | Table] = []
     for directory in found:
         st = campaign_status(directory, stale_after_s=stale_after_s)
         if visible(st, view):  # --all / --active / default (idle > 24 h hidden), as `status`
@@ -101,7 +108,7 @@ def render(root: Path, stale_after_s: float = STALE_AFTER_S, view: str = "defaul
     return Group(*parts, stamp)
 
 
-def watch(root: Path, *, interval_s: float = 2.0, count: int | None = None, console: Any = None,
+def watch(root: Path, *, interval_s: float = 2.0, count: int | None = None, console: Console | None = None,
           stale_after_s: float = STALE_AFTER_S, view: str = "default") -> int:
     """Redraws the status every `interval_s` until Ctrl-C (or `count` refreshes); returns 0."""
     shown = 0

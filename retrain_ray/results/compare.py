@@ -9,19 +9,20 @@ time (sum of step times, mean over runs) and the correct-rate curve at fixed fra
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import cast
 
 import pandas as pd
 
-from retrain_ray.campaign.results import CampaignResults, read_history
+from retrain_ray.results.campaign_results import CampaignResults, read_history
 
 FINAL_METRICS = ("mean_reward", "correct_rate", "running_correct_rate", "loss")
 PERF_METRICS = ("tokens_per_second", "step_time_s")
 CURVE_FRACTIONS = (0.25, 0.5, 0.75, 1.0)
 
 
-def _mean(values: list[float]) -> float:
+def _mean(values: Sequence[float | None]) -> float:
     finite = [v for v in values if v is not None and math.isfinite(v)]
     return sum(finite) / len(finite) if finite else float("nan")
 
@@ -43,7 +44,7 @@ def _at_fraction(hist: pd.DataFrame, metric: str, fraction: float) -> float:
     return float(rows[metric].loc[nearest])
 
 
-def summarize_side(histories: list[pd.DataFrame], label: str) -> dict[str, Any]:
+def summarize_side(histories: list[pd.DataFrame], label: str) -> dict[str, object]:
     """Numbers of one side (one run, or the seeds of one condition) of a diff."""
     usable = [h for h in histories if len(h)]
     perf_col = {m: [float(h[m].dropna().mean()) for h in usable if m in h and h[m].notna().any()]
@@ -60,18 +61,18 @@ def summarize_side(histories: list[pd.DataFrame], label: str) -> dict[str, Any]:
     }
 
 
-def _delta(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
+def _delta(a: Mapping[str, object], b: Mapping[str, object]) -> dict[str, object]:
+    out: dict[str, object] = {}
     for key, va in a.items():
         vb = b.get(key)
-        if isinstance(va, dict) and isinstance(vb, dict):
-            out[key] = _delta(va, vb)
+        if isinstance(va, dict) and isinstance(vb, dict):  # a nested group of numbers (JSON-like)
+            out[key] = _delta(cast(dict[str, object], va), cast(dict[str, object], vb))
         elif isinstance(va, (int, float)) and isinstance(vb, (int, float)) and key != "runs":
             out[key] = vb - va
     return out
 
 
-def diff_sides(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
+def diff_sides(a: dict[str, object], b: dict[str, object]) -> dict[str, object]:
     return {"a": a, "b": b, "delta": _delta(a, b)}
 
 
@@ -83,19 +84,19 @@ def run_history(run_dir: Path) -> pd.DataFrame:
     return hist
 
 
-def diff_runs(run_a: Path, run_b: Path) -> dict[str, Any]:
+def diff_runs(run_a: Path, run_b: Path) -> dict[str, object]:
     return diff_sides(summarize_side([run_history(run_a)], str(run_a)),
                       summarize_side([run_history(run_b)], str(run_b)))
 
 
-def diff_conditions(campaign_dir: Path, cond_a: str, cond_b: str) -> dict[str, Any]:
+def diff_conditions(campaign_dir: Path, cond_a: str, cond_b: str) -> dict[str, object]:
     """Compares two conditions of a campaign over their seeds; KeyError naming the known labels."""
     results = CampaignResults.from_dir(campaign_dir)
-    labels = list(results.manifest["conditions"])
-    sides = []
+    labels = list(results.manifest.conditions)
+    sides: list[dict[str, object]] = []
     for cond in (cond_a, cond_b):
         if cond not in labels:
             raise KeyError(f"no condition {cond!r} in {campaign_dir}; conditions: {', '.join(labels)}")
-        names = [r["run_name"] for r in results.runs if r["condition"] == cond]
+        names = [r.run_name for r in results.runs if r.condition == cond]
         sides.append(summarize_side([results.history(n) for n in names], cond))
     return diff_sides(*sides)

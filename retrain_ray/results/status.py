@@ -11,14 +11,42 @@ from __future__ import annotations
 import statistics
 import time
 from pathlib import Path
-from typing import Any
+from typing import TypedDict, cast
 
 import pandas as pd
 
-from retrain_ray.campaign.manifest import read_manifest
-from retrain_ray.campaign.results import read_history, run_status
+from retrain_ray.logs.manifest import RunRecord, read_manifest
+from retrain_ray.results.campaign_results import read_history, run_status
 
 STALE_AFTER_S = 300.0
+
+
+class RunState(TypedDict):
+    """One run in `campaign_status` (JSON-able: `retrain-ray status --json` prints it)."""
+
+    run_name: str
+    condition: str
+    seed: int
+    status: str  # the manifest's, or "missing" / "stale"
+    step: int | None  # last logged step (None: no row yet)
+    max_steps: int | None
+    attempts: int
+    mean_reward: float | None
+    correct_rate: float | None
+    reward_sparkline: str
+    seconds_per_step: float | None
+    eta_s: float | None
+
+
+class CampaignStatus(TypedDict):
+    campaign: str
+    dir: str
+    status: str
+    counts: dict[str, int]
+    seeds: list[int]
+    matrix: dict[str, dict[str, str]]  # condition -> seed -> cell
+    runs: list[RunState]
+    eta_s: float | None
 SPARK = "▁▂▃▄▅▆▇█"
 SPARK_POINTS = 24
 ETA_WINDOW = 10  # recent rows whose wall-clock spacing estimates the time per step
@@ -50,24 +78,28 @@ def _last_row_time(run_dir: Path) -> float:
     return max((f.stat().st_mtime for f in files), default=0.0)
 
 
-def run_state(entry: dict[str, Any], run_dir: Path, now: float, stale_after_s: float) -> dict[str, Any]:
+def run_state(entry: RunRecord, run_dir: Path, now: float, stale_after_s: float) -> RunState:
     hist = read_history(run_dir)
     step = int(hist["step"].max()) if len(hist) else None
     status = run_status(entry, run_dir)
     if status == "running" and step is not None and now - _last_row_time(run_dir) > stale_after_s:
         status = "stale"
-    last = hist.iloc[-1] if len(hist) else None
     per_step = seconds_per_step(hist)
     rewards = [float(v) for v in hist["mean_reward"].tail(SPARK_POINTS)] if "mean_reward" in hist else []
-    return {
-        "run_name": entry["run_name"], "condition": entry["condition"], "seed": entry["seed"],
-        "status": status, "step": step, "max_steps": entry.get("max_steps"), "attempts": entry.get("attempts", 0),
-        "mean_reward": None if last is None else float(last.get("mean_reward", float("nan"))),
-        "correct_rate": None if last is None else float(last.get("correct_rate", float("nan"))),
-        "reward_sparkline": sparkline(rewards),
-        "seconds_per_step": per_step,
-        "eta_s": _run_eta(step, entry.get("max_steps"), per_step) if status in ("running", "stale") else None,
-    }
+    return RunState(
+        run_name=entry.run_name, condition=entry.condition, seed=entry.seed, status=status, step=step,
+        max_steps=entry.max_steps or None, attempts=entry.attempts,
+        mean_reward=_last(hist, "mean_reward"), correct_rate=_last(hist, "correct_rate"),
+        reward_sparkline=sparkline(rewards), seconds_per_step=per_step,
+        eta_s=_run_eta(step, entry.max_steps or None, per_step) if status in ("running", "stale") else None,
+    )
+
+
+def _last(hist: pd.DataFrame, column: str) -> float | None:
+    """The last row's value of `column` (NaN when that row has none); None with no row."""
+    if not len(hist):
+        return None
+    return float(cast(float, hist[column].iloc[-1])) if column in hist else float("nan")
 
 
 def _run_eta(step: int | None, max_steps: int | None, per_step: float | None) -> float | None:
@@ -76,7 +108,7 @@ def _run_eta(step: int | None, max_steps: int | None, per_step: float | None) ->
     return max(0, int(max_steps) - 1 - step) * per_step
 
 
-def cell(state: dict[str, Any]) -> str:
+def cell(state: RunState) -> str:
     step, status = state["step"], state["status"]
     if status == "missing":
         return "missing"
@@ -88,29 +120,28 @@ def cell(state: dict[str, Any]) -> str:
         status, f"{shown}/{state['max_steps']}")
 
 
-def campaign_status(campaign_dir: Path, *, stale_after_s: float = STALE_AFTER_S) -> dict[str, Any]:
+def campaign_status(campaign_dir: Path, *, stale_after_s: float = STALE_AFTER_S) -> CampaignStatus:
     manifest = read_manifest(campaign_dir)
     now = time.time()
-    runs = [run_state(e, campaign_dir / "runs" / e["run_name"], now, stale_after_s) for e in manifest["runs"]]
+    runs = [run_state(e, campaign_dir / "runs" / e.run_name, now, stale_after_s) for e in manifest.runs]
     counts = {s: sum(r["status"] == s for r in runs) for s in ("pending", "running", "stale", "completed", "failed",
                                                         "stopped", "missing")}
-    seeds = list(dict.fromkeys([*manifest["seeds"], *(r["seed"] for r in runs)]))  # with seeds an adaptive one added
-    matrix = {c: {str(r["seed"]): cell(r) for r in runs if r["condition"] == c} for c in manifest["conditions"]}
-    return {"campaign": manifest["name"], "dir": str(campaign_dir), "status": manifest.get("status", ""),
-            "counts": counts, "seeds": seeds, "matrix": matrix, "runs": runs,
-            "eta_s": campaign_eta(runs, manifest.get("max_concurrent"))}
+    seeds = list(dict.fromkeys([*manifest.seeds, *(r["seed"] for r in runs)]))  # with seeds an adaptive one added
+    matrix = {c: {str(r["seed"]): cell(r) for r in runs if r["condition"] == c} for c in manifest.conditions}
+    return CampaignStatus(campaign=manifest.name, dir=str(campaign_dir), status=manifest.status, counts=counts,
+                          seeds=seeds, matrix=matrix, runs=runs, eta_s=campaign_eta(runs, manifest.max_concurrent))
 
 
-def campaign_eta(runs: list[dict[str, Any]], max_concurrent: int | None) -> float | None:
+def campaign_eta(runs: list[RunState], max_concurrent: int | None) -> float | None:
     """Seconds until the last run ends: the longest running ETA, plus the pending runs' whole length
     (max_steps x the running runs' mean time per step) spread over the concurrent slots."""
-    etas = [r["eta_s"] for r in runs if r.get("eta_s") is not None]
+    etas = [r["eta_s"] for r in runs if r["eta_s"] is not None]
     if not etas:
         return None
-    per_step = statistics.mean(r["seconds_per_step"] for r in runs if r.get("seconds_per_step") is not None)
+    per_step = statistics.mean(r["seconds_per_step"] for r in runs if r["seconds_per_step"] is not None)
     pending = [r for r in runs if r["status"] == "pending"]
     slots = max(1, int(max_concurrent or len(etas)))
-    return max(etas) + sum(per_step * int(r.get("max_steps") or 0) for r in pending) / slots
+    return max(etas) + sum(per_step * (r["max_steps"] or 0) for r in pending) / slots
 
 
 def find_campaigns(root: Path) -> list[Path]:
@@ -136,7 +167,7 @@ def idle_seconds(campaign_dir: Path, now: float) -> float:
     return max(0.0, now - newest)
 
 
-def visible(status: dict[str, Any], view: str, *, now: float | None = None) -> bool:
+def visible(status: CampaignStatus, view: str, *, now: float | None = None) -> bool:
     """Whether `status` (from `campaign_status`) shows in a view, as the original's status (spec 5.3):
     `all` shows every campaign; `active` only those with a running run; the default view hides
     campaigns with no running run that have been idle for more than 24 h."""

@@ -1,0 +1,256 @@
+"""`manifest.json`: the campaign's own record, kept current while it runs (atomic rewrites).
+
+It holds the config snapshot (secrets redacted), the run matrix, each run's status, attempts and
+result, the package versions and where the driver ran. The original (spec 5.2) wrote a manifest
+per phase with `returncode` only; here every state change of a run rewrites it, and `status` reads
+failures from it (the original never counted them, hazard 13.6).
+
+This module is the only one that reads or writes the file. In memory the manifest is frozen records
+(`CampaignRecord` with its `RunRecord`s, `SessionRecord`s and, for an adaptive campaign, its
+`AdaptiveRecord`); a change is a new record (`with_run`, `model_copy(update=...)`). The file on disk
+keeps its JSON shape: a record writes back exactly the keys it was read or built with (keys unknown to
+this version are kept; keys an older manifest lacks load as the field's default and are not added).
+The driver holds a `Manifest`, which writes each change to disk at once.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+from collections.abc import Mapping, Sequence
+from importlib import metadata
+from pathlib import Path
+from typing import Literal, Self, cast, get_args
+
+from pydantic import BaseModel, ConfigDict, JsonValue, ValidationError
+
+from retrain_ray.util.process_clock import process_started_at
+
+MANIFEST = "manifest.json"
+# "stopped": an adaptive campaign stopped the run's condition at a rung (campaign/adaptive.py); its
+# entry says why (`stop_reason`) and it is never run again
+RunState = Literal["pending", "running", "completed", "failed", "stopped"]
+RUN_STATES: tuple[RunState, ...] = get_args(RunState)
+CampaignState = Literal["pending", "running", "done", "partial", "interrupted"]
+# a value Tune reported, as the manifest keeps it (campaign/tracking.py keeps numbers and strings only)
+ResultValue = bool | int | float | str
+_PACKAGES = ("retrain-ray", "ray", "torch", "transformers", "peft", "pyarrow", "pydantic")
+
+
+def _now_iso() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+class _Record(BaseModel):
+    """Frozen; keys this version does not know are kept (and written back)."""
+
+    model_config = ConfigDict(frozen=True, extra="allow")
+
+
+class RunRecord(_Record):
+    """One run of the matrix: what it is (condition, seed, overrides, directory) and how it went."""
+
+    run_name: str
+    condition: str = ""
+    seed: int = 0
+    overrides: dict[str, JsonValue] = {}
+    run_dir: str = ""
+    placement: str = ""  # "" or the split placement's mode
+    max_steps: int = 0
+    status: RunState = "pending"
+    attempts: int = 0
+    result: dict[str, ResultValue] = {}  # the run's last report to Tune
+    error: str = ""  # its last error lines (a retried run keeps the latest)
+    started_at: float | None = None
+    finished_at: float | None = None
+    checkpoint: str = ""  # the last checkpoint it reported to Tune (a path on Tune's storage)
+    # an adaptive campaign (campaign/adaptive.py): the run's value at each rung, why it stopped, whether it
+    # was added as a seed of an undecided condition
+    rung_values: dict[str, float] = {}
+    stop_reason: str = ""
+    stopped_at: float | None = None
+    added: bool = False
+    add_reason: str = ""
+
+    @property
+    def last_step(self) -> int:
+        """The last step it reported (-1: none)."""
+        step = self.result.get("step", -1)
+        return int(step) if isinstance(step, (int, float)) else -1
+
+
+class SessionRecord(_Record):
+    """One driver session (a start or a resume)."""
+
+    host: str = ""
+    pid: int = 0
+    started: float = 0.0
+    process_started_at: float = 0.0  # the driver process's own start (explain --calibrate)
+
+
+class StoppedCondition(_Record):
+    condition: str
+    reason: str = ""
+
+
+class Decision(_Record):
+    """An adaptive campaign's decision at a rung (campaign/adaptive.py)."""
+
+    step: int
+    at: float = 0.0
+    leader: str | None = None
+    seeds: dict[str, int] = {}
+    values: dict[str, list[float]] = {}
+    stopped: tuple[StoppedCondition, ...] = ()
+    added: tuple[str, ...] = ()
+    comparisons: tuple[dict[str, JsonValue], ...] = ()
+
+
+class AdaptiveRecord(_Record):
+    plan: dict[str, JsonValue] = {}  # campaign/adaptive_plan.py AdaptivePlan.to_json()
+    decisions: tuple[Decision, ...] = ()
+    finished: str = ""  # why it decided no more ("" while it still decides)
+
+
+class CampaignRecord(_Record):
+    """The whole manifest."""
+
+    name: str = ""
+    campaign_dir: str = ""
+    campaign_toml: str = ""
+    conditions: tuple[str, ...] = ()
+    seeds: tuple[int, ...] = ()
+    max_steps: int = 0
+    num_runs: int = 0
+    max_concurrent: int = 1
+    stagger_seconds: float = 0.0
+    max_failures: int = 0
+    config: dict[str, JsonValue] | None = None  # the config snapshot, secrets redacted
+    adaptive: AdaptiveRecord | None = None
+    status: CampaignState = "pending"
+    created: str = ""
+    packages: dict[str, str] = {}
+    runs: tuple[RunRecord, ...]
+    updated: str = ""
+    sessions: tuple[SessionRecord, ...] = ()
+    counts: dict[str, int] = {}
+    extended: tuple[dict[str, JsonValue], ...] = ()  # each raised max_steps (campaign/edits.py)
+    squeeze: dict[str, JsonValue] | None = None  # campaign/afterwards.py
+    summary: dict[str, JsonValue] | None = None
+
+    def run(self, run_name: str) -> RunRecord:
+        for entry in self.runs:
+            if entry.run_name == run_name:
+                return entry
+        raise KeyError(f"no run {run_name!r} in campaign {self.name!r}; runs: {[r.run_name for r in self.runs]}")
+
+    def with_run(self, run_name: str, **changes: object) -> Self:
+        """A copy with one run changed (`changes`: RunRecord fields)."""
+        status = changes.get("status")
+        if status is not None and status not in RUN_STATES:
+            raise ValueError(f"run status {status!r} not in {RUN_STATES}")
+        self.run(run_name)
+        runs = tuple(r.model_copy(update=changes) if r.run_name == run_name else r for r in self.runs)
+        return self.model_copy(update={"runs": runs})
+
+    @classmethod
+    def load(cls, path: Path) -> CampaignRecord:
+        """The manifest at `path`; a clear error for a missing, damaged or foreign file."""
+        if not path.is_file():
+            raise FileNotFoundError(f"{path} not found: {path.parent} is not a retrain-ray campaign directory")
+        try:
+            data: object = json.loads(path.read_text(encoding="utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise ValueError(f"{path} is not valid JSON ({exc}): damaged or half-written; "
+                             "restore it from a backup or start the campaign again under another name") from None
+        if not isinstance(data, dict) or not isinstance(cast(dict[str, object], data).get("runs"), list):
+            raise ValueError(f"{path} is not a retrain-ray manifest (no \"runs\" list)")
+        try:
+            return cls.model_validate(data)
+        except ValidationError as exc:
+            problems = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors())
+            raise ValueError(f"{path} is not a retrain-ray manifest ({problems})") from None
+
+    def write(self, path: Path) -> None:
+        """Atomically (a reader never sees half a file); only the keys it was read or built with."""
+        write_json_atomic(path, self.model_dump(exclude_unset=True))
+
+
+def package_versions() -> dict[str, str]:
+    versions: dict[str, str] = {}
+    for name in _PACKAGES:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            versions[name] = "not installed"
+    return versions
+
+
+def write_json_atomic(path: Path, data: object) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(data, indent=2, default=str))
+    os.replace(tmp, path)
+
+
+def read_manifest(campaign_dir: Path) -> CampaignRecord:
+    return CampaignRecord.load(Path(campaign_dir) / MANIFEST)
+
+
+def new_run(entry: RunRecord | Mapping[str, object]) -> RunRecord:
+    """A run's entry as a new campaign (or an added seed) records it: pending, no attempt, no result."""
+    fields = entry.model_dump(exclude_unset=True) if isinstance(entry, RunRecord) else dict(entry)
+    return RunRecord.model_validate({**fields, "status": "pending", "attempts": 0, "result": {}, "error": ""})
+
+
+class Manifest:
+    """The driver's manifest: the current record and its file; every change is written to disk at once."""
+
+    def __init__(self, path: Path, record: CampaignRecord) -> None:
+        self.path = path
+        self.record = record
+
+    @classmethod
+    def create(cls, campaign_dir: Path, header: Mapping[str, object],
+               runs: Sequence[RunRecord | Mapping[str, object]]) -> Manifest:
+        record = CampaignRecord.model_validate({
+            **header, "status": "pending", "created": _now_iso(), "packages": package_versions(), "runs": [],
+        })
+        manifest = cls(campaign_dir / MANIFEST, record.model_copy(update={"runs": tuple(new_run(r) for r in runs)}))
+        manifest.save()
+        return manifest
+
+    @classmethod
+    def load(cls, campaign_dir: Path) -> Manifest:
+        return cls(Path(campaign_dir) / MANIFEST, read_manifest(campaign_dir))
+
+    def save(self) -> None:
+        self.record = self.record.model_copy(update={"updated": _now_iso()})
+        self.record.write(self.path)
+
+    def run(self, run_name: str) -> RunRecord:
+        return self.record.run(run_name)
+
+    def update(self, **changes: object) -> None:
+        """Changes campaign-level fields (CampaignRecord's) and writes."""
+        self.record = self.record.model_copy(update=changes)
+        self.save()
+
+    def update_run(self, run_name: str, **changes: object) -> None:
+        self.record = self.record.with_run(run_name, **changes)
+        self.save()
+
+    def add_run(self, entry: RunRecord) -> None:
+        self.update(runs=(*self.record.runs, new_run(entry)))
+
+    def start_session(self) -> None:
+        """Records a driver session (first start or resume): host, pid, time."""
+        session = SessionRecord(host=socket.gethostname(), pid=os.getpid(), started=time.time(),
+                                process_started_at=process_started_at() or 0.0)
+        self.update(sessions=(*self.record.sessions, session), status="running")
+
+    def finish(self) -> None:
+        states = [r.status for r in self.record.runs]
+        status = "done" if all(s in ("completed", "stopped") for s in states) else "partial"
+        self.update(status=status, counts={s: states.count(s) for s in RUN_STATES})
