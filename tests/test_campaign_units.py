@@ -11,10 +11,10 @@ from hypothesis import strategies as st
 
 from retrain_ray.actors.placement import check_fits, decide_placement, parse_devices, placement_for
 from retrain_ray.campaign.manifest import REDACTED, Manifest, redact
+from retrain_ray.campaign.resume.tune_state import set_aside, torn_state
 from retrain_ray.campaign.stagger import StaggerClock
 from retrain_ray.campaign.stats import ci95_halfwidth, t95
 from retrain_ray.campaign.status import cell
-from retrain_ray.campaign.tune_state import set_aside, torn_state
 
 
 @pytest.mark.parametrize("devices,gpus", [("cpu", 0), ("gpu:0", 1), ("gpu:0,gpu:1", 2), ("cuda:0, cuda:1", 2)])

@@ -12,9 +12,9 @@ the config needs), then either starts a new Tune experiment or, when the campaig
 holds one, restores it with `Tuner.restore(..., resume_errored=True)`: finished runs are kept,
 unfinished and failed runs continue from their last checkpoint. A run that `manifest.json` records
 completed is never run again, even where Tune's last synced experiment state predates its end; a
-torn Tune state (a driver killed mid-copy) is set aside and Tune starts afresh (campaign/tune_state.py).
+torn Tune state (a driver killed mid-copy) is set aside and Tune starts afresh (campaign/resume/tune_state.py).
 A config that differs from the one the campaign ran with is refused naming each changed key, before Ray
-starts; a raised `[campaign] max_steps` extends every run instead (campaign/edits.py).
+starts; a raised `[campaign] max_steps` extends every run instead (campaign/resume/edits.py).
 """
 
 from __future__ import annotations
@@ -30,15 +30,15 @@ import ray
 from retrain_ray.actors.placement import alive_node_resources, decide_placement
 from retrain_ray.campaign.afterwards import run_afterwards
 from retrain_ray.campaign.control import start_control_plane
-from retrain_ray.campaign.edits import Extension, check_edits, record_extension
-from retrain_ray.campaign.interrupted import CampaignInterrupted, record_interruption, was_interrupted
 from retrain_ray.campaign.local_ray import connect, trial_modules
 from retrain_ray.campaign.manifest import Manifest, read_manifest, run_entry, write_json_atomic
 from retrain_ray.campaign.plan import DEFAULT_RUNNER, CampaignError, CampaignPlan, RunPlan, build_plan
 from retrain_ray.campaign.plugin_bundle import PluginBundle, build_bundle
 from retrain_ray.campaign.recorder import start_recorder
+from retrain_ray.campaign.resume.edits import Extension, check_edits, record_extension
+from retrain_ray.campaign.resume.interrupted import CampaignInterrupted, record_interruption, was_interrupted
+from retrain_ray.campaign.resume.tune_state import set_aside, torn_state
 from retrain_ray.campaign.stagger import start_gate
-from retrain_ray.campaign.tune_state import set_aside, torn_state
 from retrain_ray.config import ConfigError, RetrainConfig, load_config
 from retrain_ray.logs.dir_lock import DirectoryInUse, DirLock
 from retrain_ray.logs.parquet_export import export_campaign
@@ -162,7 +162,7 @@ class Campaign:
     def _existing(self) -> tuple[Manifest, Extension | None] | None:
         """The campaign directory's manifest and the extension the config asks of it (None: a new
         campaign); CampaignError when the directory holds another campaign or the config changed in
-        a way that is refused (campaign/edits.py)."""
+        a way that is refused (campaign/resume/edits.py)."""
         cdir = self.campaign_dir
         if not (cdir / "manifest.json").is_file():
             return None
@@ -211,7 +211,7 @@ class Campaign:
 
     def _extend(self, manifest: Manifest, extension: Extension) -> None:
         """Records the extension and sets Tune's state aside: Tune never runs a finished trial again, so a
-        fresh Tune experiment runs every run on from its own newest checkpoint (campaign/edits.py)."""
+        fresh Tune experiment runs every run on from its own newest checkpoint (campaign/resume/edits.py)."""
         runs = [r["run_name"] for r in manifest.data["runs"]]
         aside = set_aside(Path(self.plan.local_tune_path), runs, kind="extended")
         finished = record_extension(manifest, extension, self._config_json())
@@ -222,7 +222,7 @@ class Campaign:
     def _fresh_adaptive_tune(self, manifest: Manifest) -> bool:
         """False, after setting Tune's state aside: a resumed adaptive campaign starts a fresh Tune experiment
         whose searcher takes the runs still to run from the manifest (campaign/adaptive.py), and each run
-        continues after its own newest checkpoint (as after a torn state, campaign/tune_state.py)."""
+        continues after its own newest checkpoint (as after a torn state, campaign/resume/tune_state.py)."""
         local = self.plan.local_tune_path
         if not local:  # remote storage: its trial copies stay where Tune's restore finds them
             return True

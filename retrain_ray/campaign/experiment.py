@@ -19,9 +19,9 @@ from retrain_ray.campaign.manifest import Manifest
 from retrain_ray.campaign.plan import TUNE_DIR, CampaignError, CampaignPlan, RunPlan
 from retrain_ray.campaign.plugin_bundle import PluginBundle
 from retrain_ray.campaign.progress_line import CampaignProgress
+from retrain_ray.campaign.resume.tune_copies import TuneCopyPruner
 from retrain_ray.campaign.tracking import ManifestCallback
 from retrain_ray.campaign.trial import TrialContext, run_trial
-from retrain_ray.campaign.tune_copies import TuneCopyPruner
 from retrain_ray.trackers.mlflow_tracker import ensure_experiment, experiment_name
 
 # Tune writes its experiment state (which names each run's latest checkpoint) into a staging dir and
@@ -29,7 +29,7 @@ from retrain_ray.trackers.mlflow_tracker import ensure_experiment, experiment_na
 # a driver killed in its first 5 minutes restarts every unfinished run from scratch. Tune's own
 # `num_to_keep` deletes a checkpoint the last synced state may still name, and the restore fails
 # ("checkpoint does not exist on storage anymore"; seen in tests/test_campaign_resume.py): Tune keeps
-# every copy and `TuneCopyPruner` (campaign/tune_copies.py) bounds them by keep_last_checkpoints,
+# every copy and `TuneCopyPruner` (campaign/resume/tune_copies.py) bounds them by keep_last_checkpoints,
 # deleting only copies older than what the synced state names.
 STATE_SYNC_S = 2
 
@@ -109,7 +109,7 @@ def make_trainable(ctx: TrialContext, factories: dict[str, Any]) -> Any:
 class _NoRestoreHint(logging.Filter):
     """Drops Tune's advice after an interrupted fit (`Tuner.restore(...)`, "Trials did not complete"): the
     campaign says which runs stopped where and that `retrain-ray resume DIR` continues them
-    (campaign/interrupted.py)."""
+    (campaign/resume/interrupted.py)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         message = record.getMessage()

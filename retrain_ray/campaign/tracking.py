@@ -83,7 +83,7 @@ class ManifestCallback(Callback):
             steps = int(last.get("step", -1)) + 1  # `step` is the 0-based index of its last step
             self._say(f"{name}: stopped after {steps} steps: {self.manifest.run(name)['stop_reason']}")
             return
-        own = last.get("resumed_own_step")  # Tune had no checkpoint of it (campaign/own_checkpoint.py)
+        own = last.get("resumed_own_step")  # Tune had no checkpoint of it (campaign/resume/own_checkpoint.py)
         source = ("its own checkpoint" if last.get("resumed_from", "own") == "own"
                   else f"Tune's set-aside copy {last.get('resumed_path', '?')}")
         how = "" if own is None else f" (continued after {source} of step {own}: Tune had none)"

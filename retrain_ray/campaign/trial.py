@@ -2,17 +2,12 @@
 
 At trial start it waits for its stagger slot, then calls the runner (`train_run`) with observers
 that forward rows to the recorder actor, export gauges and report each checkpoint to Tune
-(`tune.report(metrics, checkpoint=...)`). On a retry (Tune's FailureConfig) or after a campaign
-restore, `tune.get_checkpoint()` gives the last reported checkpoint and the run continues after it.
-When Tune has none (a fresh Tune experiment after a torn state, a restart that lost its copies), the
-run continues after its own newest verified checkpoint in its work directory, if that directory is
-this run's with a matching config, else after the newest such of Tune's copies set aside with the torn
-state (its work directory is on another node), restored as Tune's checkpoint is
-(campaign/own_checkpoint.py; another run's or config's is an error, never reused).
-A run that fails raises (the contract in run/types.py); the exception reaches Tune, which retries
-it from that checkpoint up to `[campaign].max_failures` times; when the recorder finds the run's
-metrics log torn before that checkpoint, from the run's newest checkpoint at or before the last step
-logged (run/torn_log.py).
+(`tune.report(metrics, checkpoint=...)`). Where the run continues from is one decision,
+`campaign/resume/point.py: decide_resume`: Tune's last reported checkpoint (a retry, a campaign
+restore), an earlier one of the run's own when the recorder finds its metrics log torn before it,
+the run's own newest verified checkpoint or a set-aside Tune copy when Tune has none (a fresh Tune
+experiment after a torn state), else step 0. A run that fails raises (the contract in run/types.py);
+the exception reaches Tune, which retries it up to `[campaign].max_failures` times.
 
 Tune reuses a trial's process for the next run (`reuse_actors`): imports and the Ray worker start
 are paid once per concurrent slot, not once per run. Each run sets everything it depends on itself
@@ -39,10 +34,10 @@ from retrain_ray.actors.worker_env import PRELOAD_MODULE
 from retrain_ray.algorithms.plugins import use_plugin_root
 from retrain_ray.campaign.control import ControlPlane
 from retrain_ray.campaign.gauges import RunGauges
-from retrain_ray.campaign.own_checkpoint import own_checkpoint, set_aside_copies, tune_copy
 from retrain_ray.campaign.plan import DEFAULT_RUNNER, RunPlan
 from retrain_ray.campaign.plugin_bundle import PluginBundle, activate
 from retrain_ray.campaign.recorder import RecorderClient, recorder_name
+from retrain_ray.campaign.resume.point import ResumePoint, decide_resume
 from retrain_ray.campaign.split import split_policy
 from retrain_ray.campaign.stagger import wait_for_start_slot
 from retrain_ray.logs.types import RunObserver
@@ -73,7 +68,7 @@ class TrialContext:
     plugin_root: str = field(default_factory=os.getcwd)
     # the code of the plugins the config names, packed by the driver (any node imports it from here)
     plugins: PluginBundle | None = None
-    # Tune's experiment directory when local (its set-aside `.torn-*` copies: campaign/tune_state.py); else ""
+    # Tune's experiment directory when local (its set-aside `.torn-*` copies: campaign/resume/tune_state.py); else ""
     tune_dir: str = ""
     # [campaign.adaptive]: the column each report carries as `adaptive_value` (its mean over the last
     # `adaptive_window` rows: campaign/adaptive.py compares conditions on it); "" for a grid campaign
@@ -84,10 +79,10 @@ class TrialContext:
 class TuneReporter(RunObserver):
     """RunObserver: remembers the last row and reports it to Tune with each checkpoint."""
 
-    def __init__(self, extra: Mapping[str, Any] | None = None, meta: Mapping[str, Any] | None = None,
+    def __init__(self, resumed: Mapping[str, Any] | None = None, meta: Mapping[str, Any] | None = None,
                  *, metric: str = "", window: int = 0) -> None:
         self.last: dict[str, Any] = {}
-        self.extra = dict(extra or {})  # reported with every checkpoint (where the run resumed from)
+        self.resumed = dict(resumed or {})  # reported with every checkpoint (ResumePoint.reported)
         self.meta = dict(meta or {})  # run name and config, written into each checkpoint Tune copies
         self.metric = metric
         self.recent: deque[float] = deque(maxlen=max(1, window))  # a run resumed mid-window starts it anew
@@ -109,7 +104,7 @@ class TuneReporter(RunObserver):
         return {"adaptive_value": sum(self.recent) / len(self.recent)} if self.recent else {}
 
     def on_checkpoint(self, step: int, directory: Path, **info: Any) -> None:
-        metrics = {**self.last, **self.extra, **self.window_value(), "step": step, "run_done": False}
+        metrics = {**self.last, **self.resumed, **self.window_value(), "step": step, "run_done": False}
         checkpoint = tune.Checkpoint.from_directory(str(directory))
         if self.meta:  # its copy then says which run and config it is of (own_checkpoint.tune_copy)
             checkpoint.set_metadata(self.meta)
@@ -136,48 +131,34 @@ def _observers(ctx: TrialContext, plan: RunPlan, reporter: TuneReporter) -> list
     ]
 
 
-def resume_point(ctx: TrialContext, plan: RunPlan, checkpoint: Path) -> Path | None:
-    """Tune's checkpoint, or an earlier one of the run's own when the recorder found the run's metrics
-    log torn before it (rows a killed recorder lost are then logged again; None: from the start)."""
-    recorder = ray.get_actor(recorder_name(ctx.campaign), namespace=ctx.namespace)
-    last_logged = cast("int | None", ray.get(recorder.repair_metrics.remote(plan.run_name), timeout=ctx.timeout_s))
-    if last_logged is None:
-        return checkpoint
-    from retrain_ray.run.torn_log import resume_point as at_or_before  # deferred: loads torch
+class _RecorderLog:
+    """The campaign's recorder actor as the `RunLog` the resume decision reads (campaign/resume/point.py)."""
 
-    return at_or_before(checkpoint, last_logged, Path(plan.work_dir))
+    def __init__(self, ctx: TrialContext) -> None:
+        self.handle = ray.get_actor(recorder_name(ctx.campaign), namespace=ctx.namespace)
+        self.timeout_s = ctx.timeout_s
 
+    def repair_metrics(self, run: str) -> int | None:
+        return cast("int | None", ray.get(self.handle.repair_metrics.remote(run), timeout=self.timeout_s))
 
-def own_resume_point(ctx: TrialContext, plan: RunPlan) -> tuple[tune.Checkpoint, dict[str, Any]] | None:
-    """For a trial Tune gives no checkpoint (a fresh Tune experiment after a torn state, a restart that
-    lost its copies): the run's own newest verified checkpoint with every step up to it logged, else
-    (its work directory is on another node) the newest such of Tune's set-aside copies of it, as a Tune
-    checkpoint, and what to record of it (campaign/own_checkpoint.py; raises ForeignRunDir for another
-    run's or config's directory)."""
-    work_dir = Path(plan.work_dir)
-    tune_dir = Path(ctx.tune_dir) if ctx.tune_dir else None
-    if not (work_dir / "checkpoints").is_dir() and not (tune_dir and set_aside_copies(tune_dir, plan.run_name)):
-        return None
-    recorder = ray.get_actor(recorder_name(ctx.campaign), namespace=ctx.namespace)
-    logged = cast("int", ray.get(recorder.logged_through.remote(plan.run_name), timeout=ctx.timeout_s))
-    config = plan.config.model_dump(mode="json")
-    found, kind = own_checkpoint(work_dir, plan.run_name, config, logged), "own"
-    if found is None and tune_dir is not None:
-        found, kind = tune_copy(tune_dir, work_dir, plan.run_name, config, logged), "tune_copy"
-    if found is None:
-        return None
-    path, step = found
-    extra = {"resumed_own_step": step, "resumed_from": kind, "resumed_path": str(path)}
-    return tune.Checkpoint(str(path)), extra
+    def logged_through(self, run: str) -> int:
+        return cast("int", ray.get(self.handle.logged_through.remote(run), timeout=self.timeout_s))
 
 
-def _run(ctx: TrialContext, plan: RunPlan, resume_from: Path | None, extra: Mapping[str, Any] | None = None) -> Any:
-    if resume_from is not None and not extra:  # an own checkpoint: logged_through already repaired the log
-        resume_from = resume_point(ctx, plan, resume_from)
+def resume_from(ctx: TrialContext, plan: RunPlan, tune_checkpoint: Path | None) -> ResumePoint:
+    """Where the run continues (campaign/resume/point.py): Tune's checkpoint, an earlier one of the run's
+    own when its metrics log was torn before it, else the run's own or a set-aside Tune copy, else step 0."""
+    return decide_resume(tune_checkpoint, _RecorderLog(ctx), run_name=plan.run_name, work_dir=Path(plan.work_dir),
+                         tune_dir=Path(ctx.tune_dir) if ctx.tune_dir else None,
+                         config=plan.config.model_dump(mode="json"))
+
+
+def _run(ctx: TrialContext, plan: RunPlan, tune_checkpoint: Path | None) -> Any:
+    point = resume_from(ctx, plan, tune_checkpoint)
     if ctx.plugins is not None:
         activate(ctx.plugins)
     use_plugin_root(ctx.plugin_root)
-    reporter = TuneReporter(extra, {"run_name": plan.run_name, "config": redact(plan.config.model_dump(mode="json"))},
+    reporter = TuneReporter(point.reported(), {"run_name": plan.run_name, "config": redact(plan.config.model_dump(mode="json"))},
                             metric=ctx.adaptive_metric, window=ctx.adaptive_window)
     runner = resolve_runner(ctx.runner)
     throttle = ctx.control.throttle_for(plan.run_name)
@@ -190,7 +171,7 @@ def _run(ctx: TrialContext, plan: RunPlan, resume_from: Path | None, extra: Mapp
                 observers=_observers(ctx, plan, reporter),
                 advisor=ctx.control.advisor_for(plan.run_name),
                 throttle=throttle,
-                resume_from=resume_from,
+                resume_from=point.path,
                 policy=policy,
                 local_logs=False,
             )
@@ -231,18 +212,15 @@ def run_trial(config: dict[str, Any], context: TrialContext) -> None:
     _RUNS_IN_PROCESS[0] += 1
     _set_threads(cpu_threads(plan))
     wait_for_start_slot(context.campaign, context.namespace, timeout_s=context.timeout_s)
-    checkpoint, resumed = tune.get_checkpoint(), {}
-    if checkpoint is None:
-        own = own_resume_point(context, plan)
-        checkpoint, resumed = own if own is not None else (None, {})
+    checkpoint = tune.get_checkpoint()
     if checkpoint is None:
         outcome, reporter = _run(context, plan, None)
-    else:  # Tune's checkpoint or one of the run's own: the same restore
+    else:
         with checkpoint.as_directory() as resume_dir:
-            outcome, reporter = _run(context, plan, Path(resume_dir), resumed)
+            outcome, reporter = _run(context, plan, Path(resume_dir))
     final = {k: v for k, v in outcome.metrics.items() if isinstance(v, (int, float))}
     timing = {"first_step_at": outcome.first_step_at} if outcome.first_step_at else {}
-    tune.report({**reporter.last, **reporter.extra, **final, **timing, **reporter.window_value(),
+    tune.report({**reporter.last, **reporter.resumed, **final, **timing, **reporter.window_value(),
                  "step": outcome.last_step, "run_done": True,
                  "run_status": outcome.status, "process_runs": _RUNS_IN_PROCESS[0], "process_preloaded": _preloaded(),
                  "process_started_at": process_started_at() or 0.0})

@@ -8,9 +8,9 @@ come from one config, so the config it runs with is compared with the one its `m
   run after its `final` checkpoint (state, optimizer and random generators, as any resume), so the result
   is the run trained to M directly (tests/test_campaign_edits.py). The manifest records
   `extended: [{from, to, at, runs}]`. Tune will not run a finished (TERMINATED) trial again, so the
-  driver sets Tune's experiment state aside (`tune/.extended-<time>/`, campaign/tune_state.py) and starts
+  driver sets Tune's experiment state aside (`tune/.extended-<time>/`, campaign/resume/tune_state.py) and starts
   a fresh Tune experiment; each run then continues after its own newest verified checkpoint
-  (campaign/own_checkpoint.py), as after a torn Tune state.
+  (campaign/resume/own_checkpoint.py), as after a torn Tune state.
 * `max_steps` lowered is refused: finished runs have trained the steps already.
 * The keys in `MAY_CHANGE` decide only how runs are scheduled or what runs after them; they may change.
 * Every other change is refused naming each key with its recorded and new values, and the fix (a new
@@ -30,8 +30,8 @@ from functools import cache
 from typing import Any
 
 from retrain_ray.campaign.manifest import Manifest
-from retrain_ray.campaign.own_checkpoint import flat_config
 from retrain_ray.campaign.plan import CampaignError
+from retrain_ray.campaign.resume.own_checkpoint import flat_config
 from retrain_ray.config import CampaignSection, RetrainConfig
 
 EXTENDS = "campaign.max_steps"

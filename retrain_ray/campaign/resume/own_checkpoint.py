@@ -1,7 +1,7 @@
 """A trial that Tune gives no checkpoint resumes from its run's own checkpoints when they are its own.
 
 Tune hands a trial its last reported checkpoint. It has none after a torn experiment state was set
-aside and Tune started afresh (campaign/tune_state.py), nor after a restart that lost its copies;
+aside and Tune started afresh (campaign/resume/tune_state.py), nor after a restart that lost its copies;
 yet the run's work directory (`<campaign>/runs/<run>/work`) still holds the checkpoints the run wrote
 (`checkpoint_step_N`, atomic and checksummed: run/checkpoint.py). `own_checkpoint` picks the newest of
 them that verifies (a damaged one is skipped with a warning, as `retrain-ray train --resume` does),
@@ -30,8 +30,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from retrain_ray.campaign.tune_state import ASIDE_KINDS
-from retrain_ray.run.same_run import (  # noqa: F401 (re-exported: campaign/edits.py, the tests)
+from retrain_ray.campaign.resume.tune_state import ASIDE_KINDS
+from retrain_ray.run.same_run import (  # noqa: F401 (re-exported: campaign/resume/edits.py, the tests)
     RUN_META,
     ForeignRunDir,
     check_meta,
@@ -73,7 +73,7 @@ def own_checkpoint(work_dir: Path, run_name: str, config: Mapping[str, Any],
 
 def set_aside_copies(tune_dir: Path, run_name: str) -> list[Path]:
     """Tune's copies of `run_name`'s checkpoints in the newest `tune/.torn-<time>/<run>/` (or
-    `.extended-<time>/`: campaign/edits.py), newest first."""
+    `.extended-<time>/`: campaign/resume/edits.py), newest first."""
     asides = sorted((p for kind in ASIDE_KINDS for p in tune_dir.glob(f".{kind}-*") if (p / run_name).is_dir()),
                     key=lambda p: p.name.split("-", 1)[1])  # by the time they were set aside
     if not asides:
