@@ -221,7 +221,7 @@ class Campaign:
 
     def _fresh_adaptive_tune(self, manifest: Manifest) -> bool:
         """False, after setting Tune's state aside: a resumed adaptive campaign starts a fresh Tune experiment
-        whose searcher takes the runs still to run from the manifest (campaign/adaptive.py), and each run
+        whose searcher takes the runs still to run from the manifest (campaign/adaptive/scheduler.py), and each run
         continues after its own newest checkpoint (as after a torn state, campaign/resume/tune_state.py)."""
         local = self.plan.local_tune_path
         if not local:  # remote storage: its trial copies stay where Tune's restore finds them

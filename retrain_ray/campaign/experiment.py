@@ -14,7 +14,7 @@ from ray import tune
 from ray.tune.logger import JsonLoggerCallback
 from ray.tune.trainable.function_trainable import wrap_function
 
-from retrain_ray.campaign.adaptive import AdaptiveBook, AdaptiveScheduler, AdaptiveSearcher
+from retrain_ray.campaign.adaptive.scheduler import AdaptiveBook, AdaptiveScheduler, AdaptiveSearcher
 from retrain_ray.campaign.manifest import Manifest
 from retrain_ray.campaign.plan import TUNE_DIR, CampaignError, CampaignPlan, RunPlan
 from retrain_ray.campaign.plugin_bundle import PluginBundle
@@ -78,7 +78,7 @@ def build_tuner(plan: CampaignPlan, manifest: Manifest, *, namespace: str, contr
 
 
 def _adaptive_tune(plan: CampaignPlan, records: ManifestCallback, progress: bool) -> dict[str, Any]:
-    """The scheduler and searcher of an adaptive campaign (campaign/adaptive.py); none for a grid."""
+    """The scheduler and searcher of an adaptive campaign (campaign/adaptive/scheduler.py); none for a grid."""
     if plan.adaptive is None:
         return {}
 

@@ -23,7 +23,7 @@ import pyarrow.fs
 
 from retrain_ray.actors.placement import Placement, parse_devices
 from retrain_ray.backends.registry import placed_devices
-from retrain_ray.campaign.adaptive_plan import AdaptivePlan, adaptive_plan
+from retrain_ray.campaign.adaptive.plan import AdaptivePlan, adaptive_plan
 from retrain_ray.config.matrix import expand_runs
 from retrain_ray.config.run_names import RULES, name_problem
 from retrain_ray.run.preflight import model_problems

@@ -4,7 +4,7 @@ Attempts count trial starts (first start, each retry, each campaign resume). A r
 only when Tune gives up on it (max_failures exhausted); a retried run is "running" with its last
 error kept. A run already completed when this driver session started keeps its record untouched:
 Tune may restore it as unfinished (its state synced before the run ended), and its trial then only
-reports the recorded result (campaign/trial.py). A run an adaptive campaign stopped (campaign/adaptive.py)
+reports the recorded result (campaign/trial.py). A run an adaptive campaign stopped (campaign/adaptive/scheduler.py)
 keeps its status `stopped` when Tune ends its trial. It also enforces `trial_start_timeout_s`: if runs
 are pending and none has started or reported for that long, the campaign stops with an error
 instead of waiting forever.
@@ -75,7 +75,7 @@ class ManifestCallback(Callback):
         name = _run_name(trial)
         last = trial.last_result or {}
         checkpoint = getattr(trial, "checkpoint", None)  # the run's last reported checkpoint (for squeeze)
-        stopped = self.manifest.run(name)["status"] == "stopped"  # by an adaptive campaign (campaign/adaptive.py)
+        stopped = self.manifest.run(name)["status"] == "stopped"  # by an adaptive campaign (campaign/adaptive/scheduler.py)
         self.manifest.update_run(name, status="stopped" if stopped else "completed", result=_result_summary(last),
                                  finished_at=time.time(),
                                  checkpoint=checkpoint.path if checkpoint is not None else "")

@@ -33,7 +33,7 @@ from ray import tune
 from retrain_ray.actors.worker_env import PRELOAD_MODULE
 from retrain_ray.algorithms.plugins import use_plugin_root
 from retrain_ray.campaign.control import ControlPlane
-from retrain_ray.campaign.gauges import RunGauges
+from retrain_ray.campaign.dashboard.gauges import RunGauges
 from retrain_ray.campaign.plan import DEFAULT_RUNNER, RunPlan
 from retrain_ray.campaign.plugin_bundle import PluginBundle, activate
 from retrain_ray.campaign.recorder import RecorderClient, recorder_name
@@ -71,7 +71,7 @@ class TrialContext:
     # Tune's experiment directory when local (its set-aside `.torn-*` copies: campaign/resume/tune_state.py); else ""
     tune_dir: str = ""
     # [campaign.adaptive]: the column each report carries as `adaptive_value` (its mean over the last
-    # `adaptive_window` rows: campaign/adaptive.py compares conditions on it); "" for a grid campaign
+    # `adaptive_window` rows: campaign/adaptive/scheduler.py compares conditions on it); "" for a grid campaign
     adaptive_metric: str = ""
     adaptive_window: int = 0
 

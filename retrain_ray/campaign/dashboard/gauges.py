@@ -1,7 +1,7 @@
 """Live per-run gauges (`ray.util.metrics`): a RunObserver that exports the latest step's numbers.
 
 The definitions here (and the back-pressure and throttle actors' BP_GAUGES / THROTTLE_GAUGES) are
-what `retrain_ray.campaign.grafana` builds the Grafana dashboard from, so panel queries cannot drift
+what `retrain_ray.campaign.dashboard.grafana` builds the Grafana dashboard from, so panel queries cannot drift
 from the exported names.
 
 Exported on Ray's metrics endpoint with a `ray_` prefix (after about 10 s), tagged

@@ -1,6 +1,6 @@
 """The Grafana dashboard of a campaign, generated from the gauge definitions (so names cannot drift).
 
-    python -m retrain_ray.campaign.grafana [cluster/grafana/retrain_ray_dashboard.json]
+    python -m retrain_ray.campaign.dashboard.grafana [cluster/grafana/retrain_ray_dashboard.json]
 
 Panels follow the layout of Ray's own dashboards (a Prometheus `datasource` variable, rows of
 timeseries panels, 12 columns wide): per condition averages for the campaign, then per run
@@ -17,10 +17,10 @@ from typing import Any
 
 from retrain_ray.actors.backpressure import BP_GAUGES
 from retrain_ray.actors.throttle import THROTTLE_GAUGES
-from retrain_ray.campaign.gauges import EVAL_GAUGES, RUN_GAUGE_PREFIX, STEP_GAUGES
+from retrain_ray.campaign.dashboard.gauges import EVAL_GAUGES, RUN_GAUGE_PREFIX, STEP_GAUGES
 
 EXPORT_PREFIX = "ray_"
-DEFAULT_PATH = Path(__file__).resolve().parents[2] / "cluster" / "grafana" / "retrain_ray_dashboard.json"
+DEFAULT_PATH = Path(__file__).resolve().parents[3] / "cluster" / "grafana" / "retrain_ray_dashboard.json"
 FILTER = 'campaign=~"$campaign"'
 RUN_FILTER = 'campaign=~"$campaign", run=~"$run"'
 CAMPAIGN_PANELS = ("mean_reward", "correct_rate", "eval_correct_rate", "loss", "kl", "tokens_per_second")

@@ -12,7 +12,7 @@ A run reports to the campaign only with its checkpoints (campaign/trial.py), eac
 `adaptive_value`, the mean of the metric over its last `window` steps. A rung `r` is a step count: a run
 reaches it with the report whose `step` (0-based index of its last completed step) is `r - 1`, or when it
 ends. When every live run (started or still to start) of every condition that is not stopped has reached
-the rung or ended, the values of the runs that reached it go to `decide` (campaign/adaptive_policy.py).
+the rung or ended, the values of the runs that reached it go to `decide` (campaign/adaptive/policy.py).
 """
 
 from __future__ import annotations
@@ -23,9 +23,9 @@ from typing import Any
 from ray.tune.schedulers import FIFOScheduler, TrialScheduler
 from ray.tune.search import Searcher
 
-from retrain_ray.campaign.adaptive_plan import AdaptivePlan
-from retrain_ray.campaign.adaptive_policy import decide as policy
-from retrain_ray.campaign.adaptive_policy import planned_looks
+from retrain_ray.campaign.adaptive.plan import AdaptivePlan
+from retrain_ray.campaign.adaptive.policy import decide as policy
+from retrain_ray.campaign.adaptive.policy import planned_looks
 from retrain_ray.campaign.manifest import Manifest, run_entry
 from retrain_ray.campaign.plan import RunPlan
 
@@ -35,7 +35,7 @@ VALUE = "adaptive_value"  # the metric's window mean, reported with each checkpo
 
 def decide(plan: AdaptivePlan, step: int, values: dict[str, list[float]], seeds: dict[str, int], *,
            last_rung: bool, can_add_seeds: bool) -> Any:
-    """The decision at a rung: the one call into the statistics (campaign/adaptive_policy.py)."""
+    """The decision at a rung: the one call into the statistics (campaign/adaptive/policy.py)."""
 
     looks = planned_looks(len(plan.rungs), plan.min_seeds, plan.max_seeds)  # alpha is spent over every look
     return policy(step, values, seeds_by_condition=seeds, mode=plan.mode, alpha=plan.alpha,  # type: ignore[arg-type]
