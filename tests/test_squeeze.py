@@ -161,6 +161,7 @@ def test_squeeze_refuses_bad_input_with_the_fix(tmp_path, capsys):
 def test_after_campaign_steps_record_failures_without_raising(tmp_path, capsys):
     from retrain_ray.campaign.afterwards import run_afterwards
     from retrain_ray.campaign.manifest import Manifest
+    from retrain_ray.campaign.observer import ConsoleCampaignObserver
     from retrain_ray.config import load_config
 
     cdir = tmp_path / "c"
@@ -176,14 +177,14 @@ def test_after_campaign_steps_record_failures_without_raising(tmp_path, capsys):
     toml = write_campaign(tmp_path / "c.toml", base={}, model={"finetune": "lora", "lora_rank": 4},
                           squeeze={"min_variance_retention": 0.9},
                           campaign={"summary_script": str(script), "summary_args": ["k"]}, conditions=[])
-    run_afterwards(cdir, load_config(toml), progress=False)
+    run_afterwards(cdir, load_config(toml), observer=ConsoleCampaignObserver(progress=False))
     data = Manifest.load(cdir).data
     assert data["squeeze"]["run"] == "b_s1" and data["squeeze"]["recommended_rank"] == 2  # 4/5 < 0.9 <= 1
     assert data["summary"]["returncode"] == 3 and data["summary"]["args"] == ["k"]
     assert f"args ['{cdir}', 'k']" in (cdir / "summary.log").read_text()
     assert "summary failed: exit code 3" in capsys.readouterr().err
     script.unlink()
-    run_afterwards(cdir, load_config(toml), progress=False)
+    run_afterwards(cdir, load_config(toml), observer=ConsoleCampaignObserver(progress=False))
     assert "not found" in Manifest.load(cdir).data["summary"]["error"]
 
 

@@ -9,7 +9,7 @@
   (as the original), output in `<campaign>/summary.log`; the manifest records
   `summary: {script, args, returncode}`.
 
-Neither can lose results: a failure is recorded in the manifest and printed, and the campaign's own
+Neither can lose results: a failure is recorded in the manifest and told to the campaign's observer, and the campaign's own
 exit status stays that of its runs.
 """
 
@@ -22,20 +22,22 @@ from pathlib import Path
 from typing import Any
 
 from retrain_ray.campaign.manifest import Manifest
+from retrain_ray.campaign.observer import CampaignObserver
 
 SUMMARY_LOG = "summary.log"
 SUMMARY_TIMEOUT_S = 3600.0
 
 
-def run_afterwards(campaign_dir: Path, config: Any, *, progress: bool = True) -> None:
+def run_afterwards(campaign_dir: Path, config: Any, *, observer: CampaignObserver | None = None) -> None:
     """Runs the configured post-campaign steps and records each in the manifest."""
     campaign = config.campaign
+    observer = observer or CampaignObserver()
     if config.squeeze is not None:
         storage = str(campaign.storage or "") if campaign is not None else ""
-        _record(campaign_dir, "squeeze", squeeze_first_completed(campaign_dir, config.squeeze, storage), progress)
+        _record(campaign_dir, "squeeze", squeeze_first_completed(campaign_dir, config.squeeze, storage), observer)
     if campaign is not None and campaign.summary_script:
         _record(campaign_dir, "summary",
-                run_summary_script(campaign_dir, campaign.summary_script, list(campaign.summary_args)), progress)
+                run_summary_script(campaign_dir, campaign.summary_script, list(campaign.summary_args)), observer)
 
 
 def squeeze_first_completed(campaign_dir: Path, section: Any, storage: str = "") -> dict[str, Any]:
@@ -97,13 +99,13 @@ def run_summary_script(campaign_dir: Path, script: str, args: list[str]) -> dict
     return {**record, "returncode": done.returncode}
 
 
-def _record(campaign_dir: Path, key: str, result: dict[str, Any], progress: bool) -> None:
+def _record(campaign_dir: Path, key: str, result: dict[str, Any], observer: CampaignObserver) -> None:
     manifest = Manifest.load(campaign_dir)
     manifest.data[key] = result
     manifest.save()
     failed = "error" in result or result.get("returncode") not in (None, 0)
     if failed:
         why = result.get("error") or f"exit code {result['returncode']} (see {result.get('log')})"
-        print(f"[campaign] warning: {key} failed: {why}", file=sys.stderr, flush=True)
-    elif progress:
-        print(f"[campaign] {key}: {result}", flush=True)
+        observer.on_afterwards_failed(key, why)
+    else:
+        observer.on_afterwards(key, result)

@@ -32,6 +32,7 @@ from retrain_ray.campaign.afterwards import run_afterwards
 from retrain_ray.campaign.control import start_control_plane
 from retrain_ray.campaign.local_ray import connect, trial_modules
 from retrain_ray.campaign.manifest import Manifest, read_manifest, run_entry, write_json_atomic
+from retrain_ray.campaign.observer import CampaignObserver, ConsoleCampaignObserver
 from retrain_ray.campaign.plan import DEFAULT_RUNNER, CampaignError, CampaignPlan, RunPlan, build_plan
 from retrain_ray.campaign.plugin_bundle import PluginBundle, build_bundle
 from retrain_ray.campaign.recorder import start_recorder
@@ -62,6 +63,7 @@ class Campaign:
         self.runner = runner
         self.source = source
         self.plan: CampaignPlan = build_plan(config, name=name, root=root or None)
+        self.observer: CampaignObserver = ConsoleCampaignObserver()  # `run(observer=...)` sets it
 
     @classmethod
     def from_toml(cls, path: str | Path, overrides: dict[str, Any] | None = None, **kwargs: Any) -> Campaign:
@@ -85,7 +87,8 @@ class Campaign:
     def campaign_dir(self) -> Path:
         return self.plan.campaign_dir
 
-    def run(self, *, address: str | None = None, progress: bool = True, dashboard: bool = False) -> CampaignResults:
+    def run(self, *, address: str | None = None, progress: bool = True, dashboard: bool = False,
+            observer: CampaignObserver | None = None) -> CampaignResults:
         """Runs (or resumes) the campaign to the end and returns its results. Blocks.
 
         A Ray this call started (no cluster address) is shut down before it returns, so a CLI driver
@@ -95,12 +98,15 @@ class Campaign:
         The campaign directory is locked for the call (logs/dir_lock.py): a second driver of the same
         campaign gets a `CampaignError` naming this one. Stopped by Ctrl-C (or SIGTERM at the CLI), it
         raises `CampaignInterrupted` (a KeyboardInterrupt) once Tune has saved its state.
+        `observer` receives the campaign's messages (campaign/observer.py); without one they are printed,
+        the progress messages only with `progress`.
         """
+        self.observer = observer if observer is not None else ConsoleCampaignObserver(progress=progress)
         problems = campaign_problems(self.config)
         if problems:
             raise CampaignError(problems)
         self._existing()  # a changed config is refused before Ray starts and before anything is written
-        plugins = self._plugins(progress)
+        plugins = self._plugins()
         lock = DirLock(self.campaign_dir, what="campaign",
                        fix="give this campaign another name ([campaign].name or --name)")
         try:
@@ -109,39 +115,38 @@ class Campaign:
             raise CampaignError([str(exc)]) from None
         try:
             peft = any(config_uses_peft(r.config) for r in self.plan.runs)
-            started = connect(address, dashboard=dashboard, preload=trial_modules(peft=peft))
+            started = connect(address, dashboard=dashboard, preload=trial_modules(peft=peft), observer=self.observer)
             try:
-                return self._run(progress, plugins, can_scale=not started)
+                return self._run(plugins, can_scale=not started)
             finally:
                 if started:
                     ray.shutdown()
         finally:
             lock.release()
 
-    def _plugins(self, progress: bool) -> PluginBundle | None:
+    def _plugins(self) -> PluginBundle | None:
         """The code of the plugins the runs name, packed for the trials (campaign/plugin_bundle.py)."""
         try:
             bundle = build_bundle(r.config for r in self.plan.runs)
         except ValueError as exc:
             raise CampaignError([str(exc)]) from exc
-        if bundle is not None and progress:
-            print(f"[campaign] plugins shipped to the trials: {bundle.describe()}", flush=True)
+        if bundle is not None:
+            self.observer.on_plugins(bundle.describe())
         return bundle
 
-    def _run(self, progress: bool, plugins: PluginBundle | None, *, can_scale: bool) -> CampaignResults:
-        self.plan = _place(self.plan, cpu_fallback=bool(self.config.campaign.cpu_fallback), can_scale=can_scale)
+    def _run(self, plugins: PluginBundle | None, *, can_scale: bool) -> CampaignResults:
+        self.plan = _place(self.plan, cpu_fallback=bool(self.config.campaign.cpu_fallback), can_scale=can_scale,
+                           observer=self.observer)
         manifest, resuming = self._open_dir()
-        if progress:
-            verb = "resuming" if resuming or len(manifest.data.get("sessions", [])) > 1 else "starting"
-            print(f"[campaign] {verb} {self.plan.name}: {len(self.plan.runs)} runs -> {self.campaign_dir}",
-                  flush=True)
+        self.observer.on_start(self.plan.name, len(self.plan.runs), self.campaign_dir,
+                               resuming=resuming or len(manifest.data.get("sessions", [])) > 1)
         namespace = ray.get_runtime_context().namespace
         actors = self._start_actors(namespace)
         try:
             from retrain_ray.campaign.experiment import build_tuner  # deferred: loads Tune
 
             build_tuner(self.plan, manifest, namespace=namespace, control=actors["control"], runner=self.runner,
-                        progress=progress, resuming=resuming, plugins=plugins).fit()
+                        observer=self.observer, resuming=resuming, plugins=plugins).fit()
         finally:
             ray.get(actors["recorder"].close.remote(), timeout=120)
             for handle in (actors["recorder"], actors.get("gate")):
@@ -152,9 +157,8 @@ class Campaign:
             raise CampaignInterrupted(self.campaign_dir)
         Manifest.load(self.campaign_dir).finish()
         _compact(self.plan)
-        run_afterwards(self.campaign_dir, self.config, progress=progress)
-        if progress:
-            print(f"[campaign] results: {self.campaign_dir}", flush=True)
+        run_afterwards(self.campaign_dir, self.config, observer=self.observer)
+        self.observer.on_results(self.campaign_dir)
         from retrain_ray.campaign.results import CampaignResults  # deferred: loads Tune
 
         return CampaignResults.from_dir(self.campaign_dir)
@@ -215,9 +219,10 @@ class Campaign:
         runs = [r["run_name"] for r in manifest.data["runs"]]
         aside = set_aside(Path(self.plan.local_tune_path), runs, kind="extended")
         finished = record_extension(manifest, extension, self._config_json())
-        print(f"[campaign] extending {self.plan.name} from {extension.from_steps} to {extension.to_steps} steps: "
-              f"{len(finished)} finished run(s) continue after their final checkpoints, the others after their "
-              f"newest (Tune's state set aside in {aside})", flush=True)
+        self.observer.on_notice(
+            f"extending {self.plan.name} from {extension.from_steps} to {extension.to_steps} steps: "
+            f"{len(finished)} finished run(s) continue after their final checkpoints, the others after their "
+            f"newest (Tune's state set aside in {aside})")
 
     def _fresh_adaptive_tune(self, manifest: Manifest) -> bool:
         """False, after setting Tune's state aside: a resumed adaptive campaign starts a fresh Tune experiment
@@ -240,10 +245,10 @@ class Campaign:
         if not problem:
             return True
         aside = set_aside(tune_dir, [r["run_name"] for r in manifest.data["runs"] if r["status"] != "completed"])
-        print(f"[campaign] warning: Tune's experiment state is torn ({problem}: the driver was killed while Tune "
-              f"copied it); set aside in {aside}. Starting Tune afresh: runs the manifest records completed are "
-              "not run again, the others continue after their own newest verified checkpoint (step 0 without one)",
-              flush=True)
+        self.observer.on_warning(
+            f"Tune's experiment state is torn ({problem}: the driver was killed while Tune copied it); set aside in "
+            f"{aside}. Starting Tune afresh: runs the manifest records completed are not run again, the others "
+            "continue after their own newest verified checkpoint (step 0 without one)")
         return False
 
     def _header(self) -> dict[str, Any]:
@@ -284,7 +289,7 @@ def _with_secrets(config_json: dict[str, Any], source: str, snapshot: Path) -> d
     return restored
 
 
-def _place(plan: CampaignPlan, *, cpu_fallback: bool, can_scale: bool) -> CampaignPlan:
+def _place(plan: CampaignPlan, *, cpu_fallback: bool, can_scale: bool, observer: CampaignObserver) -> CampaignPlan:
     """Gives each run its placement for the connected cluster; errors name the missing resource.
 
     `can_scale`: the cluster may grow (this driver connected to it rather than starting it), so runs
@@ -308,7 +313,7 @@ def _place(plan: CampaignPlan, *, cpu_fallback: bool, can_scale: bool) -> Campai
             problems.append(f"run {r.run_name}: {d.problem}")
         placed.append(dataclasses.replace(r, placement=d.placement, config=config))
     for note in sorted(notes):
-        print(f"[campaign] {note}", flush=True)
+        observer.on_notice(note)
     if problems:
         raise CampaignError(problems)
     return dataclasses.replace(plan, runs=placed[:len(plan.runs)], reserve=placed[len(plan.runs):])

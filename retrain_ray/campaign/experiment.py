@@ -16,9 +16,9 @@ from ray.tune.trainable.function_trainable import wrap_function
 
 from retrain_ray.campaign.adaptive.scheduler import AdaptiveBook, AdaptiveScheduler, AdaptiveSearcher
 from retrain_ray.campaign.manifest import Manifest
+from retrain_ray.campaign.observer import CampaignObserver
 from retrain_ray.campaign.plan import TUNE_DIR, CampaignError, CampaignPlan, RunPlan
 from retrain_ray.campaign.plugin_bundle import PluginBundle
-from retrain_ray.campaign.progress_line import CampaignProgress
 from retrain_ray.campaign.resume.tune_copies import TuneCopyPruner
 from retrain_ray.campaign.tracking import ManifestCallback
 from retrain_ray.campaign.trial import TrialContext, run_trial
@@ -40,7 +40,7 @@ def can_restore(plan: CampaignPlan) -> bool:
 
 
 def build_tuner(plan: CampaignPlan, manifest: Manifest, *, namespace: str, control: Any, runner: Any,
-                progress: bool, resuming: bool, plugins: PluginBundle | None) -> Any:
+                observer: CampaignObserver, resuming: bool, plugins: PluginBundle | None) -> Any:
     """The campaign's tuner: restored from `plan.tune_path` when `resuming`, else a new experiment."""
     adaptive = plan.adaptive
     ctx = TrialContext(campaign=plan.name, namespace=namespace, runs={r.run_name: r for r in plan.all_runs},
@@ -53,21 +53,22 @@ def build_tuner(plan: CampaignPlan, manifest: Manifest, *, namespace: str, contr
     trainable = make_trainable(ctx, {r.run_name: _resources(r) for r in plan.all_runs})
     if resuming:
         return tune.Tuner.restore(plan.tune_path, trainable, resume_errored=True)
-    records = ManifestCallback(manifest, progress=progress, start_timeout_s=plan.schedule.trial_start_timeout_s)
+    records = ManifestCallback(manifest, observer=observer, start_timeout_s=plan.schedule.trial_start_timeout_s)
     callbacks: list[tune.Callback] = [
         records,
-        TuneCopyPruner({r.run_name: r.config.training.keep_last_checkpoints for r in plan.all_runs}),
+        TuneCopyPruner({r.run_name: r.config.training.keep_last_checkpoints for r in plan.all_runs}, observer=observer),
         JsonLoggerCallback(),  # the only Tune logger kept (campaign/local_ray.py): fit()'s ResultGrid reads it
     ]
-    if progress:
-        callbacks.append(CampaignProgress(plan.campaign_dir))
+    line = observer.progress_line(plan.campaign_dir)
+    if line is not None:
+        callbacks.append(line)
     return tune.Tuner(
         trainable,
         param_space={} if adaptive else {"run_name": tune.grid_search([r.run_name for r in plan.runs])},
         tune_config=tune.TuneConfig(max_concurrent_trials=None if adaptive else plan.schedule.max_concurrent,
                                     reuse_actors=True,
                                     trial_name_creator=trial_name, trial_dirname_creator=trial_name,
-                                    **_adaptive_tune(plan, records, progress)),
+                                    **_adaptive_tune(plan, records, observer)),
         run_config=tune.RunConfig(
             name=TUNE_DIR, storage_path=plan.tune_storage, verbose=0, callbacks=callbacks,
             failure_config=tune.FailureConfig(max_failures=plan.schedule.max_failures),
@@ -77,16 +78,11 @@ def build_tuner(plan: CampaignPlan, manifest: Manifest, *, namespace: str, contr
     )
 
 
-def _adaptive_tune(plan: CampaignPlan, records: ManifestCallback, progress: bool) -> dict[str, Any]:
+def _adaptive_tune(plan: CampaignPlan, records: ManifestCallback, observer: CampaignObserver) -> dict[str, Any]:
     """The scheduler and searcher of an adaptive campaign (campaign/adaptive/scheduler.py); none for a grid."""
     if plan.adaptive is None:
         return {}
-
-    def say(text: str) -> None:
-        if progress:
-            print(f"[campaign] adaptive: {text}", flush=True)
-
-    book = AdaptiveBook(plan.adaptive, plan.runs, plan.reserve, records, say=say)
+    book = AdaptiveBook(plan.adaptive, plan.runs, plan.reserve, records, say=observer.on_adaptive)
     return {"search_alg": AdaptiveSearcher(book), "scheduler": AdaptiveScheduler(book, plan.schedule.max_concurrent),
             "num_samples": -1}
 

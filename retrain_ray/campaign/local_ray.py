@@ -37,6 +37,7 @@ import ray._private.node as ray_node
 import ray._private.parameter as ray_parameter
 
 from retrain_ray.actors.worker_env import PRELOAD_ENV_VAR, PRELOAD_MODULE
+from retrain_ray.campaign.observer import CampaignObserver
 
 # Tune's experiment state is snapshotted every 2 s (`TUNE_GLOBAL_CHECKPOINT_S`, Tune's own default is
 # 10 s or more) and copied to the campaign directory as often (experiment.STATE_SYNC_S), so a restore after
@@ -75,22 +76,24 @@ def _no_tag(callbacks: Any) -> bool:
     return False
 
 
-def connect(address: str | None, *, dashboard: bool = False, preload: Sequence[str] = ()) -> bool:
+def connect(address: str | None, *, dashboard: bool = False, preload: Sequence[str] = (),
+            observer: CampaignObserver | None = None) -> bool:
     """Connects to `address`, else RAY_ADDRESS, else starts a local Ray; True if this call started Ray.
     `preload`: modules the worker processes of a local Ray import as they start (see the module doc)."""
     _tune_env()
-    started = False if ray.is_initialized() else _init(address, dashboard=dashboard, preload=preload)
+    started = False if ray.is_initialized() else _init(address, dashboard=dashboard, preload=preload,
+                                                        observer=observer or CampaignObserver())
     _no_usage_tag()
     if started:
         _trials_in_the_workers_env()
     return started
 
 
-def _init(address: str | None, *, dashboard: bool, preload: Sequence[str]) -> bool:
+def _init(address: str | None, *, dashboard: bool, preload: Sequence[str], observer: CampaignObserver) -> bool:
     target = address or os.environ.get("RAY_ADDRESS") or "local"
     if target != "local":
         ray.init(address=target, namespace="retrain-ray", log_to_driver=True)
-        print(f"[campaign] connected to the Ray cluster at {target}", flush=True)
+        observer.on_notice(f"connected to the Ray cluster at {target}")
         return False
     with contextlib.nullcontext() if dashboard else lean_local_ray(), _worker_env(PRELOAD_ENV_VAR, ",".join(preload)):
         ray.init(address="local", namespace="retrain-ray", log_to_driver=False, include_dashboard=dashboard,

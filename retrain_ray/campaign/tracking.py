@@ -1,4 +1,5 @@
-"""Tune callback (in the driver) that keeps the manifest current and prints run transitions.
+"""Tune callback (in the driver) that keeps the manifest current and tells the campaign's observer of
+run transitions (campaign/observer.py).
 
 Attempts count trial starts (first start, each retry, each campaign resume). A run is "failed"
 only when Tune gives up on it (max_failures exhausted); a retried run is "running" with its last
@@ -18,6 +19,7 @@ from typing import Any
 from ray.tune import Callback
 
 from retrain_ray.campaign.manifest import Manifest
+from retrain_ray.campaign.observer import CampaignObserver
 
 
 def _run_name(trial: Any) -> str:
@@ -31,9 +33,9 @@ def _result_summary(result: dict[str, Any]) -> dict[str, Any]:
 
 
 class ManifestCallback(Callback):
-    def __init__(self, manifest: Manifest, *, progress: bool, start_timeout_s: float) -> None:
+    def __init__(self, manifest: Manifest, *, observer: CampaignObserver, start_timeout_s: float) -> None:
         self.manifest = manifest
-        self.progress = progress
+        self.observer = observer
         self.start_timeout_s = start_timeout_s
         self._last_activity = time.monotonic()
         self._finished: set[str] = set()
@@ -48,20 +50,17 @@ class ManifestCallback(Callback):
         """True for a run completed before this session: its manifest entry is final."""
         return _run_name(trial) in self._finished
 
-    def _say(self, text: str) -> None:
-        if self.progress:
-            print(f"[campaign] {text}", flush=True)
 
     def on_trial_start(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
         name = _run_name(trial)
         if self._recorded(trial):
             self._last_activity = time.monotonic()
-            self._say(f"{name}: already completed (manifest.json), not run again")
+            self.observer.on_run(name, "already completed (manifest.json), not run again")
             return
         attempts = self.manifest.run(name)["attempts"] + 1
         self.manifest.update_run(name, status="running", attempts=attempts, started_at=time.time())
         self._last_activity = time.monotonic()
-        self._say(f"{name}: started (attempt {attempts})")
+        self.observer.on_run(name, f"started (attempt {attempts})")
 
     def on_trial_result(self, iteration: int, trials: list, trial: Any, result: dict, **info: Any) -> None:
         if self._recorded(trial):
@@ -81,7 +80,7 @@ class ManifestCallback(Callback):
                                  checkpoint=checkpoint.path if checkpoint is not None else "")
         if stopped:
             steps = int(last.get("step", -1)) + 1  # `step` is the 0-based index of its last step
-            self._say(f"{name}: stopped after {steps} steps: {self.manifest.run(name)['stop_reason']}")
+            self.observer.on_run(name, f"stopped after {steps} steps: {self.manifest.run(name)['stop_reason']}")
             return
         own = last.get("resumed_own_step")  # Tune had no checkpoint of it (campaign/resume/own_checkpoint.py)
         source = ("its own checkpoint" if last.get("resumed_from", "own") == "own"
@@ -89,21 +88,21 @@ class ManifestCallback(Callback):
         how = "" if own is None else f" (continued after {source} of step {own}: Tune had none)"
         if own is not None and str(last.get("resumed_path", "")).endswith("/final"):
             how = f" (extended: continued after its final checkpoint of step {own})"
-        self._say(f"{name}: completed at step {last.get('step', '?')}{how}")
+        self.observer.on_run(name, f"completed at step {last.get('step', '?')}{how}")
 
     def on_trial_recover(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
         if self._recorded(trial):
             return
         name = _run_name(trial)
         self.manifest.update_run(name, error=_error_text(trial))
-        self._say(f"{name}: failed, retrying from its last checkpoint")
+        self.observer.on_run(name, "failed, retrying from its last checkpoint")
 
     def on_trial_error(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
         if self._recorded(trial):
             return
         name = _run_name(trial)
         self.manifest.update_run(name, status="failed", error=_error_text(trial))
-        self._say(f"{name}: FAILED ({self.manifest.run(name)['error'].splitlines()[-1:]})")
+        self.observer.on_run(name, f"FAILED ({self.manifest.run(name)['error'].splitlines()[-1:]})")
 
     def on_step_end(self, iteration: int, trials: list, **info: Any) -> None:
         states = [t.status for t in trials]

@@ -33,6 +33,8 @@ from ray.tune import Callback
 # Tune's own reader of its run metadata (Ray is pinned to one minor version in pyproject.toml)
 from ray.tune.trainable.metadata import _TrainingRunMetadata
 
+from retrain_ray.campaign.observer import CampaignObserver
+
 PRUNE_EVERY_S = 2.0  # as often as Tune syncs its state (STATE_SYNC_S, campaign/experiment.py)
 STATE_PATTERN = "experiment_state-*.json"
 _COPY = re.compile(r"checkpoint_(\d+)$")
@@ -99,8 +101,10 @@ def prune_trial(fs: pafs.FileSystem, trial_fs_path: str, named: int | None, keep
 class TuneCopyPruner(Callback):
     """Deletes Tune's checkpoint copies beyond each run's `keep` (run name -> keep_last_checkpoints)."""
 
-    def __init__(self, keep: Mapping[str, int], every_s: float = PRUNE_EVERY_S) -> None:
+    def __init__(self, keep: Mapping[str, int], every_s: float = PRUNE_EVERY_S,
+                 observer: CampaignObserver | None = None) -> None:
         self.keep = dict(keep)
+        self.observer = observer or CampaignObserver()
         self.every_s = every_s
         self._dirty = False
         self._last = 0.0
@@ -132,4 +136,4 @@ class TuneCopyPruner(Callback):
             try:
                 prune_trial(fs, path, named.get(path), self.keep[trial.config["run_name"]])
             except OSError as exc:  # storage hiccup: the next pass tries again, the run goes on
-                print(f"[campaign] warning: could not prune Tune's checkpoint copies in {path}: {exc}", flush=True)
+                self.observer.on_warning(f"could not prune Tune's checkpoint copies in {path}: {exc}")
