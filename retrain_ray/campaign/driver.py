@@ -23,17 +23,18 @@ import dataclasses
 import json
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, cast
 
 import ray
+from ray.actor import ActorHandle
 
 from retrain_ray.actors.placement import alive_node_resources, decide_placement
 from retrain_ray.campaign.afterwards import run_afterwards
-from retrain_ray.campaign.control import start_control_plane
+from retrain_ray.campaign.control import ControlPlane, start_control_plane
 from retrain_ray.campaign.local_ray import connect, trial_modules
 from retrain_ray.campaign.manifest import Manifest, read_manifest, run_entry, write_json_atomic
 from retrain_ray.campaign.observer import CampaignObserver, ConsoleCampaignObserver
-from retrain_ray.campaign.plan import DEFAULT_RUNNER, CampaignError, CampaignPlan, RunPlan, build_plan
+from retrain_ray.campaign.plan import DEFAULT_RUNNER, CampaignError, CampaignPlan, Runner, RunPlan, build_plan
 from retrain_ray.campaign.plugin_bundle import PluginBundle, build_bundle
 from retrain_ray.campaign.recorder import start_recorder
 from retrain_ray.campaign.resume.edits import Extension, check_edits, record_extension
@@ -57,8 +58,8 @@ RESUME_CONFIG = ".resume_config.json"
 class Campaign:
     """A campaign: one config, conditions x seeds runs. Keyword-only, validated on construction."""
 
-    def __init__(self, config: Any, *, name: str | None = None, root: str | Path | None = None,
-                 runner: Any = DEFAULT_RUNNER, source: str = "") -> None:
+    def __init__(self, config: RetrainConfig, *, name: str | None = None, root: str | Path | None = None,
+                 runner: str | Runner = DEFAULT_RUNNER, source: str = "") -> None:
         self.config = config
         self.runner = runner
         self.source = source
@@ -66,22 +67,24 @@ class Campaign:
         self.observer: CampaignObserver = ConsoleCampaignObserver()  # `run(observer=...)` sets it
 
     @classmethod
-    def from_toml(cls, path: str | Path, overrides: dict[str, Any] | None = None, **kwargs: Any) -> Campaign:
-        return cls(load_config(path, overrides), source=str(Path(path).resolve()), **kwargs)
+    def from_toml(cls, path: str | Path, overrides: dict[str, object] | None = None, *, name: str | None = None,
+                  root: str | Path | None = None, runner: str | Runner = DEFAULT_RUNNER) -> Campaign:
+        return cls(load_config(path, dict(overrides or {})), name=name, root=root, runner=runner,
+                   source=str(Path(path).resolve()))
 
     @classmethod
-    def from_dir(cls, campaign_dir: str | Path, **kwargs: Any) -> Campaign:
+    def from_dir(cls, campaign_dir: str | Path, *, runner: str | Runner = DEFAULT_RUNNER) -> Campaign:
         """The campaign stored in `campaign_dir` (for `retrain-ray resume DIR`)."""
         campaign_dir = Path(campaign_dir).resolve()
         snapshot = campaign_dir / RESUME_CONFIG
         if not snapshot.is_file():
             raise CampaignError([f"{snapshot} not found: {campaign_dir} is not a resumable campaign directory"])
-        config_json = json.loads(snapshot.read_text())
+        config_json = cast("dict[str, object]", json.loads(snapshot.read_text()))  # written by `_open_dir`
         source = read_manifest(campaign_dir).get("campaign_toml", "")
         if has_redactions(config_json):
             config_json = _with_secrets(config_json, source, snapshot)
         config = RetrainConfig.model_validate(config_json)
-        return cls(config, name=campaign_dir.name, root=campaign_dir.parent, source=source, **kwargs)
+        return cls(config, name=campaign_dir.name, root=campaign_dir.parent, source=source, runner=runner)
 
     @property
     def campaign_dir(self) -> Path:
@@ -120,7 +123,7 @@ class Campaign:
                 return self._run(plugins, can_scale=not started)
             finally:
                 if started:
-                    ray.shutdown()
+                    ray.shutdown()  # pyright: ignore[reportUnknownMemberType]
         finally:
             lock.release()
 
@@ -135,23 +138,20 @@ class Campaign:
         return bundle
 
     def _run(self, plugins: PluginBundle | None, *, can_scale: bool) -> CampaignResults:
-        self.plan = _place(self.plan, cpu_fallback=bool(self.config.campaign.cpu_fallback), can_scale=can_scale,
+        self.plan = _place(self.plan, cpu_fallback=bool(self.config.campaign and self.config.campaign.cpu_fallback), can_scale=can_scale,
                            observer=self.observer)
         manifest, resuming = self._open_dir()
         self.observer.on_start(self.plan.name, len(self.plan.runs), self.campaign_dir,
                                resuming=resuming or len(manifest.data.get("sessions", [])) > 1)
-        namespace = ray.get_runtime_context().namespace
+        namespace = cast("str", ray.get_runtime_context().namespace)  # pyright: ignore[reportUnknownMemberType]
         actors = self._start_actors(namespace)
         try:
             from retrain_ray.campaign.experiment import build_tuner  # deferred: loads Tune
 
-            build_tuner(self.plan, manifest, namespace=namespace, control=actors["control"], runner=self.runner,
+            build_tuner(self.plan, manifest, namespace=namespace, control=actors.control, runner=self.runner,
                         observer=self.observer, resuming=resuming, plugins=plugins).fit()
         finally:
-            ray.get(actors["recorder"].close.remote(), timeout=120)
-            for handle in (actors["recorder"], actors.get("gate")):
-                if handle is not None:
-                    ray.kill(handle)
+            actors.stop()
         if was_interrupted(self.campaign_dir):  # Tune stopped on Ctrl-C or SIGTERM: nothing to finish or compact
             record_interruption(self.campaign_dir)
             raise CampaignInterrupted(self.campaign_dir)
@@ -186,8 +186,8 @@ class Campaign:
             raise CampaignError([f"{cdir} holds a campaign with other runs; choose another [campaign].name"])
         return manifest, extension
 
-    def _config_json(self) -> dict[str, Any]:
-        return redact(self.config.model_dump(mode="json"))
+    def _config_json(self) -> dict[str, object]:
+        return cast("dict[str, object]", redact(self.config.model_dump(mode="json")))
 
     def _open_dir(self) -> tuple[Manifest, bool]:
         cdir = self.campaign_dir
@@ -251,7 +251,7 @@ class Campaign:
             "continue after their own newest verified checkpoint (step 0 without one)")
         return False
 
-    def _header(self) -> dict[str, Any]:
+    def _header(self) -> dict[str, object]:
         p = self.plan
         return {
             "name": p.name, "campaign_dir": str(p.campaign_dir), "campaign_toml": self.source,
@@ -262,18 +262,34 @@ class Campaign:
             **({"adaptive": {"plan": p.adaptive.to_json(), "decisions": []}} if p.adaptive else {}),
         }
 
-    def _start_actors(self, namespace: str) -> dict[str, Any]:
+    def _start_actors(self, namespace: str) -> _Actors:
         p = self.plan
-        actors: dict[str, Any] = {"recorder": start_recorder(p.name, p.campaign_dir, namespace=namespace)}
-        if p.schedule.stagger_seconds > 0:
-            actors["gate"] = start_gate(p.name, p.schedule.stagger_seconds, namespace=namespace)
-        actors["control"] = start_control_plane(self.config, p.name, namespace=namespace, campaign_dir=p.campaign_dir)
-        return actors
+        recorder = cast("ActorHandle[object]", start_recorder(p.name, p.campaign_dir, namespace=namespace))
+        gate = (cast("ActorHandle[object]", start_gate(p.name, p.schedule.stagger_seconds, namespace=namespace))
+                if p.schedule.stagger_seconds > 0 else None)
+        control = start_control_plane(self.config, p.name, namespace=namespace, campaign_dir=p.campaign_dir)
+        return _Actors(recorder, gate, control)
 
 
-def _with_secrets(config_json: dict[str, Any], source: str, snapshot: Path) -> dict[str, Any]:
+@dataclasses.dataclass(frozen=True)
+class _Actors:
+    """The campaign's actors of one driver session: the recorder, the stagger gate, the control plane."""
+
+    recorder: ActorHandle[object]
+    gate: ActorHandle[object] | None
+    control: ControlPlane
+
+    def stop(self) -> None:
+        """Closes the recorder's logs, then ends the recorder and the gate."""
+        ray.get(self.recorder.close.remote(), timeout=120)  # pyright: ignore[reportUnknownArgumentType]  # an actor method
+        for handle in (self.recorder, self.gate):
+            if handle is not None:
+                ray.kill(handle)  # pyright: ignore[reportUnknownMemberType]  # typed for ActorHandle[Unknown]
+
+
+def _with_secrets(config_json: dict[str, object], source: str, snapshot: Path) -> dict[str, object]:
     """The snapshot with its redacted secrets read back from the campaign's TOML file."""
-    fresh: dict[str, Any] = {}
+    fresh: dict[str, object] = {}
     if source and Path(source).is_file():
         try:
             fresh = load_config(source).model_dump(mode="json")

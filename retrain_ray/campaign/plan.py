@@ -15,6 +15,7 @@ writes its Arrow logs there, and the run's own working directory (checkpoints, l
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -27,6 +28,7 @@ from retrain_ray.campaign.adaptive.plan import AdaptivePlan, adaptive_plan
 from retrain_ray.config.matrix import expand_runs
 from retrain_ray.config.run_names import RULES, name_problem
 from retrain_ray.run.preflight import model_problems
+from retrain_ray.run.types import RunOutcome
 
 if TYPE_CHECKING:
     from retrain_ray.config.schema import RetrainConfig
@@ -43,6 +45,8 @@ class CampaignError(Exception):
 TUNE_DIR = "tune"  # Tune's experiment directory, under the campaign directory or `[campaign] storage`
 # What a trial calls to train its run (`module:function`; `Campaign(..., runner=...)` gives another)
 DEFAULT_RUNNER = "retrain_ray.run.train:train_run"
+# what runs one run: train_run (run/train.py) or a test's stand-in, by dotted `module:function` name or itself
+Runner = Callable[..., RunOutcome]
 
 
 @dataclass(frozen=True)

@@ -22,26 +22,27 @@ import math
 import os
 import sys
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, cast
+from typing import Protocol, cast
 
 import ray
-from ray import tune
+from ray import ObjectRef, tune
 
 from retrain_ray.actors.worker_env import PRELOAD_MODULE
 from retrain_ray.algorithms.plugins import use_plugin_root
 from retrain_ray.campaign.control import ControlPlane
 from retrain_ray.campaign.dashboard.gauges import RunGauges
-from retrain_ray.campaign.plan import DEFAULT_RUNNER, RunPlan
+from retrain_ray.campaign.plan import DEFAULT_RUNNER, Runner, RunPlan
 from retrain_ray.campaign.plugin_bundle import PluginBundle, activate
 from retrain_ray.campaign.recorder import RecorderClient, recorder_name
 from retrain_ray.campaign.resume.point import ResumePoint, decide_resume
 from retrain_ray.campaign.split import split_policy
 from retrain_ray.campaign.stagger import wait_for_start_slot
-from retrain_ray.logs.types import RunObserver
+from retrain_ray.logs.types import MetricsRow, RunObserver
 from retrain_ray.process_clock import process_started_at
+from retrain_ray.run.types import RunOutcome
 from retrain_ray.secrets import redact
 from retrain_ray.trackers import RunIdentity, build_trackers
 
@@ -57,13 +58,13 @@ class TrialContext:
     namespace: str
     runs: Mapping[str, RunPlan]
     control: ControlPlane
-    runner: str | Callable[..., Any] = DEFAULT_RUNNER
+    runner: str | Runner = DEFAULT_RUNNER
     timeout_s: float = 600.0
     # run name -> the MLflow experiment id the driver created for it (runs without MLflow: absent)
-    mlflow_experiments: Mapping[str, str] = field(default_factory=dict)
+    mlflow_experiments: Mapping[str, str] = field(default_factory=dict[str, str])
     # run name -> its recorded result, for runs manifest.json records completed when this driver
     # session started: Tune's experiment state may not know yet (see `run_trial`)
-    finished: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    finished: Mapping[str, Mapping[str, object]] = field(default_factory=dict[str, Mapping[str, object]])
     # the driver's working directory: where the config's [plugins] search_paths are (trials run elsewhere)
     plugin_root: str = field(default_factory=os.getcwd)
     # the code of the plugins the config names, packed by the driver (any node imports it from here)
@@ -79,23 +80,23 @@ class TrialContext:
 class TuneReporter(RunObserver):
     """RunObserver: remembers the last row and reports it to Tune with each checkpoint."""
 
-    def __init__(self, resumed: Mapping[str, Any] | None = None, meta: Mapping[str, Any] | None = None,
+    def __init__(self, resumed: Mapping[str, int | str] | None = None, meta: Mapping[str, object] | None = None,
                  *, metric: str = "", window: int = 0) -> None:
-        self.last: dict[str, Any] = {}
+        self.last: dict[str, int | float] = {}
         self.resumed = dict(resumed or {})  # reported with every checkpoint (ResumePoint.reported)
         self.meta = dict(meta or {})  # run name and config, written into each checkpoint Tune copies
         self.metric = metric
         self.recent: deque[float] = deque(maxlen=max(1, window))  # a run resumed mid-window starts it anew
 
-    def on_step(self, row: Mapping[str, Any], **info: Any) -> None:
-        self.last = {k: row[k] for k in ("step", *REPORTED) if isinstance(row.get(k), (int, float))}
+    def on_step(self, row: MetricsRow, **info: object) -> None:
+        self.last = {k: v for k in ("step", *REPORTED) if isinstance(v := row.get(k), (int, float))}
         self._remember(row)
 
-    def on_eval(self, row: Mapping[str, Any], **info: Any) -> None:
+    def on_eval(self, row: MetricsRow, **info: object) -> None:
         self._remember(row)
 
-    def _remember(self, row: Mapping[str, Any]) -> None:
-        value = row.get(self.metric) if self.metric else None
+    def _remember(self, row: MetricsRow) -> None:
+        value: object = row.get(self.metric) if self.metric else None
         if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
             self.recent.append(float(value))
 
@@ -103,24 +104,24 @@ class TuneReporter(RunObserver):
         """`adaptive_value` (the metric's mean over the window) when the run has logged it."""
         return {"adaptive_value": sum(self.recent) / len(self.recent)} if self.recent else {}
 
-    def on_checkpoint(self, step: int, directory: Path, **info: Any) -> None:
+    def on_checkpoint(self, step: int, directory: Path, **info: object) -> None:
         metrics = {**self.last, **self.resumed, **self.window_value(), "step": step, "run_done": False}
-        checkpoint = tune.Checkpoint.from_directory(str(directory))
+        checkpoint = tune.Checkpoint.from_directory(str(directory))  # pyright: ignore[reportUnknownMemberType]
         if self.meta:  # its copy then says which run and config it is of (own_checkpoint.tune_copy)
             checkpoint.set_metadata(self.meta)
-        tune.report(metrics, checkpoint=checkpoint)
+        tune.report(metrics, checkpoint=checkpoint)  # pyright: ignore[reportUnknownMemberType]
 
 
-def resolve_runner(runner: str | Callable[..., Any]) -> Callable[..., Any]:
+def resolve_runner(runner: str | Runner) -> Runner:
     if callable(runner):
         return runner
     module, _, attr = runner.partition(":")
-    return getattr(importlib.import_module(module), attr)
+    return cast("Runner", getattr(importlib.import_module(module), attr))  # a dotted `module:function` name
 
 
-def _observers(ctx: TrialContext, plan: RunPlan, reporter: TuneReporter) -> list[Any]:
+def _observers(ctx: TrialContext, plan: RunPlan, reporter: TuneReporter) -> list[RunObserver]:
     """Recorder, Tune reports, gauges and the experiment trackers the run's config asks for."""
-    handle = ray.get_actor(recorder_name(ctx.campaign), namespace=ctx.namespace)
+    handle = ray.get_actor(recorder_name(ctx.campaign), namespace=ctx.namespace)  # pyright: ignore[reportUnknownMemberType, reportUnknownVariableType]
     identity = RunIdentity(plan.run_name, plan.condition, plan.seed, campaign=ctx.campaign)
     return [
         RecorderClient(handle, plan.run_name, timeout_s=ctx.timeout_s, jsonl=plan.config.logging.jsonl),
@@ -131,11 +132,23 @@ def _observers(ctx: TrialContext, plan: RunPlan, reporter: TuneReporter) -> list
     ]
 
 
+class _RemoteMethod(Protocol):
+    def remote(self, run: str) -> ObjectRef[object]: ...
+
+
+class _RecorderHandle(Protocol):
+    """The recorder actor's methods the resume decision calls (campaign/recorder.py: RecorderActor)."""
+
+    repair_metrics: _RemoteMethod
+    logged_through: _RemoteMethod
+
+
 class _RecorderLog:
     """The campaign's recorder actor as the `RunLog` the resume decision reads (campaign/resume/point.py)."""
 
     def __init__(self, ctx: TrialContext) -> None:
-        self.handle = ray.get_actor(recorder_name(ctx.campaign), namespace=ctx.namespace)
+        handle = ray.get_actor(recorder_name(ctx.campaign), namespace=ctx.namespace)  # pyright: ignore[reportUnknownMemberType, reportUnknownVariableType]
+        self.handle = cast("_RecorderHandle", handle)  # a Ray actor handle: its methods are untyped
         self.timeout_s = ctx.timeout_s
 
     def repair_metrics(self, run: str) -> int | None:
@@ -153,7 +166,7 @@ def resume_from(ctx: TrialContext, plan: RunPlan, tune_checkpoint: Path | None) 
                          config=plan.config.model_dump(mode="json"))
 
 
-def _run(ctx: TrialContext, plan: RunPlan, tune_checkpoint: Path | None) -> Any:
+def _run(ctx: TrialContext, plan: RunPlan, tune_checkpoint: Path | None) -> tuple[RunOutcome, TuneReporter]:
     point = resume_from(ctx, plan, tune_checkpoint)
     if ctx.plugins is not None:
         activate(ctx.plugins)
@@ -195,7 +208,7 @@ def _set_threads(count: int) -> None:
     torch.set_num_threads(count)
 
 
-def run_trial(config: dict[str, Any], context: TrialContext) -> None:
+def run_trial(config: Mapping[str, str], context: TrialContext) -> None:
     """Tune function trainable: `config` holds only `run_name`; the rest comes in `context`.
 
     A run the manifest records completed is never run again: the manifest is written when Tune
@@ -206,13 +219,13 @@ def run_trial(config: dict[str, Any], context: TrialContext) -> None:
     recorded = context.finished.get(config["run_name"])
     if recorded is not None:
         numbers = {k: v for k, v in recorded.items() if isinstance(v, (int, float))}
-        tune.report({**numbers, "run_done": True, "run_status": "completed", "already_completed": True})
+        tune.report({**numbers, "run_done": True, "run_status": "completed", "already_completed": True})  # pyright: ignore[reportUnknownMemberType]
         return
     plan = context.runs[config["run_name"]]
     _RUNS_IN_PROCESS[0] += 1
     _set_threads(cpu_threads(plan))
     wait_for_start_slot(context.campaign, context.namespace, timeout_s=context.timeout_s)
-    checkpoint = tune.get_checkpoint()
+    checkpoint = cast("tune.Checkpoint | None", tune.get_checkpoint())  # pyright: ignore[reportUnknownMemberType]
     if checkpoint is None:
         outcome, reporter = _run(context, plan, None)
     else:
@@ -220,7 +233,7 @@ def run_trial(config: dict[str, Any], context: TrialContext) -> None:
             outcome, reporter = _run(context, plan, Path(resume_dir))
     final = {k: v for k, v in outcome.metrics.items() if isinstance(v, (int, float))}
     timing = {"first_step_at": outcome.first_step_at} if outcome.first_step_at else {}
-    tune.report({**reporter.last, **reporter.resumed, **final, **timing, **reporter.window_value(),
+    tune.report({**reporter.last, **reporter.resumed, **final, **timing, **reporter.window_value(),  # pyright: ignore[reportUnknownMemberType]
                  "step": outcome.last_step, "run_done": True,
                  "run_status": outcome.status, "process_runs": _RUNS_IN_PROCESS[0], "process_preloaded": _preloaded(),
                  "process_started_at": process_started_at() or 0.0})

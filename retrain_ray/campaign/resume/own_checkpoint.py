@@ -28,10 +28,10 @@ import json
 import logging
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import cast
 
 from retrain_ray.campaign.resume.tune_state import ASIDE_KINDS
-from retrain_ray.run.same_run import (  # noqa: F401 (re-exported: campaign/resume/edits.py, the tests)
+from retrain_ray.run.same_run import (  # (re-exported: campaign/resume/edits.py, the tests)
     RUN_META,
     ForeignRunDir,
     check_meta,
@@ -39,6 +39,9 @@ from retrain_ray.run.same_run import (  # noqa: F401 (re-exported: campaign/resu
     config_differences,
     flat_config,
 )
+
+__all__ = ["TUNE_META", "ForeignRunDir", "config_differences", "flat_config", "own_checkpoint", "set_aside_copies",
+           "tune_copy"]
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +57,7 @@ def _newest_usable(candidates: list[Path], logged_through: int) -> tuple[Path, i
     return newest_logged(candidates, logged_through, warn=log)
 
 
-def own_checkpoint(work_dir: Path, run_name: str, config: Mapping[str, Any],
+def own_checkpoint(work_dir: Path, run_name: str, config: Mapping[str, object],
                    logged_through: int) -> tuple[Path, int] | None:
     """The newest verified checkpoint in `work_dir` whose step is <= `logged_through` (the last step
     such that every step up to it is logged) and its step, after `check_same_run`; None: start from step 0."""
@@ -82,20 +85,20 @@ def set_aside_copies(tune_dir: Path, run_name: str) -> list[Path]:
     return sorted(copies, key=lambda p: p.name, reverse=True)  # checkpoint_NNNNNN: Tune's report index
 
 
-def _copy_meta(copy: Path, work_dir: Path) -> tuple[Any, Path] | None:
+def _copy_meta(copy: Path, work_dir: Path) -> tuple[dict[str, object], Path] | None:
     """The run and config a Tune copy belongs to: its `.metadata.json` (trial.TuneReporter writes it),
     else the run's `run_meta.json` when its work directory is on this node; None when neither loads."""
     for path in (copy / TUNE_META, work_dir / RUN_META):
         try:
-            meta = json.loads(path.read_text(encoding="utf-8"))
+            meta: object = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, UnicodeDecodeError, json.JSONDecodeError):
             continue
         if isinstance(meta, dict) and "run_name" in meta:
-            return meta, path
+            return cast("dict[str, object]", meta), path
     return None
 
 
-def tune_copy(tune_dir: Path, work_dir: Path, run_name: str, config: Mapping[str, Any],
+def tune_copy(tune_dir: Path, work_dir: Path, run_name: str, config: Mapping[str, object],
               logged_through: int) -> tuple[Path, int] | None:
     """For a run whose own work directory has no usable checkpoint (on a multi-node cluster it lies on
     the node that wrote it): the newest of Tune's set-aside copies of its checkpoints that verifies, whose
