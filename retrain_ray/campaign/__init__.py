@@ -7,7 +7,7 @@ needs the driver (`Campaign`, with Tune's driver side, the report, plots and Par
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # what type checkers see; at run time __getattr__ imports on first use
     from retrain_ray.campaign.driver import Campaign
@@ -19,7 +19,7 @@ _EXPORTS = {"Campaign": "driver", "CampaignError": "plan", "CampaignResults": "r
 __all__ = ["Campaign", "CampaignError", "CampaignResults", "RunResult"]
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> object:
     if name not in _EXPORTS:
         raise AttributeError(f"module 'retrain_ray.campaign' has no attribute {name!r}")
     return getattr(importlib.import_module(f"retrain_ray.campaign.{_EXPORTS[name]}"), name)

@@ -19,16 +19,16 @@ import dataclasses
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
 from retrain_ray.campaign.manifest import Manifest
 from retrain_ray.campaign.observer import CampaignObserver
+from retrain_ray.config import RetrainConfig, SqueezeSection
 
 SUMMARY_LOG = "summary.log"
 SUMMARY_TIMEOUT_S = 3600.0
 
 
-def run_afterwards(campaign_dir: Path, config: Any, *, observer: CampaignObserver | None = None) -> None:
+def run_afterwards(campaign_dir: Path, config: RetrainConfig, *, observer: CampaignObserver | None = None) -> None:
     """Runs the configured post-campaign steps and records each in the manifest."""
     campaign = config.campaign
     observer = observer or CampaignObserver()
@@ -40,7 +40,7 @@ def run_afterwards(campaign_dir: Path, config: Any, *, observer: CampaignObserve
                 run_summary_script(campaign_dir, campaign.summary_script, list(campaign.summary_args)), observer)
 
 
-def squeeze_first_completed(campaign_dir: Path, section: Any, storage: str = "") -> dict[str, Any]:
+def squeeze_first_completed(campaign_dir: Path, section: SqueezeSection, storage: str = "") -> dict[str, object]:
     # deferred: loads torch, which importing this module does not need
     from retrain_ray.squeeze import SqueezeError, SqueezeSettings, squeeze_adapter
 
@@ -69,25 +69,26 @@ def _local_checkpoint(campaign_dir: Path, storage: str, checkpoint: str) -> Path
         return None
     if not storage:
         return Path(checkpoint)
-    import pyarrow.fs as pafs  # deferred: only remote storage needs it
+    # deferred: only remote storage needs it; pyarrow ships no type stubs, so its calls are unchecked here
+    import pyarrow.fs as pafs  # pyright: ignore[reportMissingTypeStubs]
 
-    fs, _ = pafs.FileSystem.from_uri(storage)
-    if isinstance(fs, pafs.LocalFileSystem):
+    fs, _ = pafs.FileSystem.from_uri(storage)  # pyright: ignore[reportUnknownMemberType, reportUnknownVariableType]
+    if isinstance(fs, pafs.LocalFileSystem):  # pyright: ignore[reportUnknownMemberType]
         return Path(checkpoint)
     remote = f"{checkpoint.rstrip('/')}/adapter"
-    if fs.get_file_info(remote).type != pafs.FileType.Directory:
+    if fs.get_file_info(remote).type != pafs.FileType.Directory:  # pyright: ignore[reportUnknownMemberType]
         from retrain_ray.squeeze import SqueezeError  # deferred: loads torch
 
         raise SqueezeError(f"no LoRA adapter in {storage.split('://')[0]}://{checkpoint} (no adapter/); squeeze needs "
                            "a run trained with finetune = \"lora\"")
     local = campaign_dir / "squeeze" / "source" / "adapter"
     local.mkdir(parents=True, exist_ok=True)
-    pafs.copy_files(remote, str(local), source_filesystem=fs, destination_filesystem=pafs.LocalFileSystem())
+    pafs.copy_files(remote, str(local), source_filesystem=fs, destination_filesystem=pafs.LocalFileSystem())  # pyright: ignore[reportUnknownMemberType, reportUnknownArgumentType]
     return local
 
 
-def run_summary_script(campaign_dir: Path, script: str, args: list[str]) -> dict[str, Any]:
-    record: dict[str, Any] = {"script": script, "args": args, "log": str(campaign_dir / SUMMARY_LOG)}
+def run_summary_script(campaign_dir: Path, script: str, args: list[str]) -> dict[str, object]:
+    record: dict[str, object] = {"script": script, "args": args, "log": str(campaign_dir / SUMMARY_LOG)}
     if not Path(script).is_file():
         return {**record, "returncode": None, "error": f"summary_script {script} not found (relative to {Path.cwd()})"}
     with open(campaign_dir / SUMMARY_LOG, "w") as log:
@@ -99,13 +100,13 @@ def run_summary_script(campaign_dir: Path, script: str, args: list[str]) -> dict
     return {**record, "returncode": done.returncode}
 
 
-def _record(campaign_dir: Path, key: str, result: dict[str, Any], observer: CampaignObserver) -> None:
+def _record(campaign_dir: Path, key: str, result: dict[str, object], observer: CampaignObserver) -> None:
     manifest = Manifest.load(campaign_dir)
     manifest.data[key] = result
     manifest.save()
     failed = "error" in result or result.get("returncode") not in (None, 0)
     if failed:
         why = result.get("error") or f"exit code {result['returncode']} (see {result.get('log')})"
-        observer.on_afterwards_failed(key, why)
+        observer.on_afterwards_failed(key, str(why))
     else:
         observer.on_afterwards(key, result)

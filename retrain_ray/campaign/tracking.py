@@ -14,19 +14,21 @@ instead of waiting forever.
 from __future__ import annotations
 
 import time
-from typing import Any
+from collections.abc import Mapping
+from typing import cast
 
-from ray.tune import Callback
+from ray.tune import Callback, Stopper
+from ray.tune.experiment import Trial
 
 from retrain_ray.campaign.manifest import Manifest
 from retrain_ray.campaign.observer import CampaignObserver
 
 
-def _run_name(trial: Any) -> str:
-    return trial.config["run_name"]
+def _run_name(trial: Trial) -> str:
+    return str(trial.config["run_name"])  # pyright: ignore[reportUnknownMemberType, reportUnknownArgumentType]  # Tune types config loosely
 
 
-def _result_summary(result: dict[str, Any]) -> dict[str, Any]:
+def _result_summary(result: Mapping[str, object]) -> dict[str, int | float | str]:
     skip = {"run_done", "run_status", "config", "trial_id", "experiment_tag", "date", "hostname", "node_ip"}
     return {k: v for k, v in result.items() if isinstance(v, (int, float, str)) and k not in skip
             and not k.startswith(("time_", "timestamp", "pid", "training_iteration", "iterations_"))}
@@ -40,18 +42,19 @@ class ManifestCallback(Callback):
         self._last_activity = time.monotonic()
         self._finished: set[str] = set()
 
-    def setup(self, **info: Any) -> None:
+    def setup(self, stop: Stopper | None = None, num_samples: int | None = None,
+              total_num_samples: int | None = None, **info: object) -> None:
         """Re-reads the manifest: after `Tuner.restore` this callback is an unpickled copy."""
         self.manifest = Manifest.load(self.manifest.path.parent)
         self._finished = {r["run_name"] for r in self.manifest.data["runs"] if r["status"] in ("completed", "stopped")}
         self._last_activity = time.monotonic()
 
-    def _recorded(self, trial: Any) -> bool:
+    def _recorded(self, trial: Trial) -> bool:
         """True for a run completed before this session: its manifest entry is final."""
         return _run_name(trial) in self._finished
 
 
-    def on_trial_start(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+    def on_trial_start(self, iteration: int, trials: list[Trial], trial: Trial, **info: object) -> None:
         name = _run_name(trial)
         if self._recorded(trial):
             self._last_activity = time.monotonic()
@@ -62,24 +65,25 @@ class ManifestCallback(Callback):
         self._last_activity = time.monotonic()
         self.observer.on_run(name, f"started (attempt {attempts})")
 
-    def on_trial_result(self, iteration: int, trials: list, trial: Any, result: dict, **info: Any) -> None:
+    def on_trial_result(self, iteration: int, trials: list[Trial], trial: Trial, result: dict[str, object], **info: object) -> None:
         if self._recorded(trial):
             return
         self._last_activity = time.monotonic()
         self.manifest.update_run(_run_name(trial), result=_result_summary(result))
 
-    def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+    def on_trial_complete(self, iteration: int, trials: list[Trial], trial: Trial, **info: object) -> None:
         if self._recorded(trial):
             return
         name = _run_name(trial)
-        last = trial.last_result or {}
+        last = cast("dict[str, object]", trial.last_result or {})  # pyright: ignore[reportUnknownMemberType]  # Tune's result dict
         checkpoint = getattr(trial, "checkpoint", None)  # the run's last reported checkpoint (for squeeze)
         stopped = self.manifest.run(name)["status"] == "stopped"  # by an adaptive campaign (campaign/adaptive/scheduler.py)
         self.manifest.update_run(name, status="stopped" if stopped else "completed", result=_result_summary(last),
                                  finished_at=time.time(),
                                  checkpoint=checkpoint.path if checkpoint is not None else "")
         if stopped:
-            steps = int(last.get("step", -1)) + 1  # `step` is the 0-based index of its last step
+            step = last.get("step", -1)
+            steps = (int(step) if isinstance(step, (int, float)) else -1) + 1  # `step`: the 0-based index of its last step
             self.observer.on_run(name, f"stopped after {steps} steps: {self.manifest.run(name)['stop_reason']}")
             return
         own = last.get("resumed_own_step")  # Tune had no checkpoint of it (campaign/resume/own_checkpoint.py)
@@ -90,22 +94,22 @@ class ManifestCallback(Callback):
             how = f" (extended: continued after its final checkpoint of step {own})"
         self.observer.on_run(name, f"completed at step {last.get('step', '?')}{how}")
 
-    def on_trial_recover(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+    def on_trial_recover(self, iteration: int, trials: list[Trial], trial: Trial, **info: object) -> None:
         if self._recorded(trial):
             return
         name = _run_name(trial)
         self.manifest.update_run(name, error=_error_text(trial))
         self.observer.on_run(name, "failed, retrying from its last checkpoint")
 
-    def on_trial_error(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+    def on_trial_error(self, iteration: int, trials: list[Trial], trial: Trial, **info: object) -> None:
         if self._recorded(trial):
             return
         name = _run_name(trial)
         self.manifest.update_run(name, status="failed", error=_error_text(trial))
         self.observer.on_run(name, f"FAILED ({self.manifest.run(name)['error'].splitlines()[-1:]})")
 
-    def on_step_end(self, iteration: int, trials: list, **info: Any) -> None:
-        states = [t.status for t in trials]
+    def on_step_end(self, iteration: int, trials: list[Trial], **info: object) -> None:
+        states = [str(t.status) for t in trials]  # pyright: ignore[reportUnknownMemberType, reportUnknownArgumentType]
         if "RUNNING" in states or "PENDING" not in states:
             self._last_activity = time.monotonic()
             return
@@ -116,7 +120,7 @@ class ManifestCallback(Callback):
             )
 
 
-def _error_text(trial: Any) -> str:
+def _error_text(trial: Trial) -> str:
     path = getattr(trial, "error_file", None)
     try:
         text = open(path).read() if path else ""
