@@ -124,7 +124,7 @@ def _observers(ctx: TrialContext, plan: RunPlan, reporter: TuneReporter) -> list
     handle = ray.get_actor(recorder_name(ctx.campaign), namespace=ctx.namespace)  # pyright: ignore[reportUnknownMemberType, reportUnknownVariableType]
     identity = RunIdentity(plan.run_name, plan.condition, plan.seed, campaign=ctx.campaign)
     return [
-        RecorderClient(handle, plan.run_name, timeout_s=ctx.timeout_s, jsonl=plan.config.logging.jsonl),
+        RecorderClient(handle, plan.run_name, timeout_s=ctx.timeout_s, jsonl=plan.config.logging.jsonl),  # pyright: ignore[reportUnknownArgumentType]
         reporter,
         RunGauges(ctx.campaign, plan.run_name, plan.condition),
         *build_trackers(plan.config, identity, plan.work_dir,
