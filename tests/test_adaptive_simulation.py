@@ -1,5 +1,5 @@
 """Proof that the adaptive decisions are right (issue 25, deliverable 4): simulated campaigns with known
-condition means and seed noise (sd 1), run rung by rung through `adaptive_policy.decide`. Seeded loops of
+condition means and seed noise (sd 1), run rung by rung through `campaign/adaptive/policy.py: decide`. Seeded loops of
 500 campaigns, no Ray; each scenario takes about a second."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from retrain_ray.campaign.adaptive_policy import decide, planned_looks
-from retrain_ray.campaign.adaptive_simulation import Scenario, simulate
+from retrain_ray.campaign.adaptive.policy import decide, planned_looks
+from retrain_ray.campaign.adaptive.simulation import Scenario, simulate
 
 ALPHA = 0.05
 CAMPAIGNS = 500

@@ -14,8 +14,8 @@ import pytest
 from helpers import GRPO, write_campaign
 
 from retrain_ray.campaign import Campaign
-from retrain_ray.campaign.calibration import Calibration, read_calibration
-from retrain_ray.campaign.capacity import plan_capacity
+from retrain_ray.campaign.capacity.calibration import Calibration, read_calibration
+from retrain_ray.campaign.capacity.explain import plan_capacity
 from retrain_ray.cli.explain import explain_main
 from retrain_ray.config import expand_runs, load_config
 

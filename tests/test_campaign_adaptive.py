@@ -1,4 +1,4 @@
-"""Adaptive campaigns (`[campaign.adaptive]`, campaign/adaptive.py): real Tune, real train_run, tiny model.
+"""Adaptive campaigns (`[campaign.adaptive]`, campaign/adaptive/scheduler.py): real Tune, real train_run, tiny model.
 
 The hopeless condition is `configs/plugins/zero_advantage.py` (every advantage 0: no step trains). The metric
 the tests compare on is `rl/nonzero_advantage_action_tokens`: 0 at every step of the hopeless condition,
@@ -17,7 +17,7 @@ import pytest
 from campaign_helpers import REPO, kill_campaign_when, manifest_runs, resume_campaign
 from helpers import GRPO, TINY_RUN, write_campaign
 
-from retrain_ray.campaign.adaptive_plan import adaptive_plan
+from retrain_ray.campaign.adaptive.plan import adaptive_plan
 from retrain_ray.campaign.plan import build_plan
 from retrain_ray.config import ConfigError, load_config
 

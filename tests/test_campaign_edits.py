@@ -18,7 +18,7 @@ from fault_scenarios import final_weights, same_weights
 from helpers import GRPO, TINY_RUN, write_campaign
 
 from retrain_ray.campaign import Campaign, CampaignError
-from retrain_ray.campaign.edits import Extension, changed_keys
+from retrain_ray.campaign.resume.edits import Extension, changed_keys
 from retrain_ray.cli import main as cli_main
 from retrain_ray.logs import read_stream
 from retrain_ray.logs.stream import segment_paths

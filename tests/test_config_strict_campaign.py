@@ -71,7 +71,7 @@ def _summary(tmp: Path) -> None:
     script = tmp / "summary.py"
     script.write_text("import sys\nprint('got', sys.argv[2:])\n")
     toml = write_campaign(tmp / "c.toml", campaign={"summary_script": str(script), "summary_args": ["a", "b"]})
-    run_afterwards(cdir, load_config(toml), progress=False)
+    run_afterwards(cdir, load_config(toml))
     assert (Manifest.load(cdir).record.summary or {})["returncode"] == 0
     assert "got ['a', 'b']" in (cdir / "summary.log").read_text()
 

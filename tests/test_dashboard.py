@@ -6,9 +6,14 @@ import json
 import re
 from types import SimpleNamespace
 
+from retrain_ray.campaign.dashboard.gauges import RunGauges, run_gauge_names
+from retrain_ray.campaign.dashboard.grafana import (
+    DEFAULT_PATH,
+    EXPORT_PREFIX,
+    dashboard,
+    exported_metric_names,
+)
 from retrain_ray.campaign.experiment import trial_name
-from retrain_ray.campaign.gauges import RunGauges, run_gauge_names
-from retrain_ray.campaign.grafana import DEFAULT_PATH, EXPORT_PREFIX, dashboard, exported_metric_names
 
 METRIC = re.compile(r"\bray_retrain_[a-z_]+")
 
@@ -21,7 +26,7 @@ def _queries(board: dict) -> list[str]:
 
 def test_committed_dashboard_is_the_generated_one():
     assert json.loads(DEFAULT_PATH.read_text()) == dashboard(), \
-        "regenerate it: python -m retrain_ray.campaign.grafana"
+        "regenerate it: python -m retrain_ray.campaign.dashboard.grafana"
 
 
 def test_every_query_names_an_exported_metric_and_every_metric_has_a_panel():

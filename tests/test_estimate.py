@@ -1,5 +1,5 @@
-"""The campaign wall-time estimate (campaign/estimate.py) and its inputs from pilot figures
-(campaign/capacity.py), on hand-computed cases."""
+"""The campaign wall-time estimate (campaign/capacity/estimate.py) and its inputs from pilot figures
+(campaign/capacity/explain.py), on hand-computed cases."""
 
 from __future__ import annotations
 
@@ -7,9 +7,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from retrain_ray.campaign.calibration import PhaseFigures, RunFigures
-from retrain_ray.campaign.capacity import step_times, warm_start_steps
-from retrain_ray.campaign.estimate import (
+from retrain_ray.campaign.capacity.calibration import PhaseFigures, RunFigures
+from retrain_ray.campaign.capacity.estimate import (
     CheckpointUse,
     Overheads,
     RunWork,
@@ -19,6 +18,7 @@ from retrain_ray.campaign.estimate import (
     schedule,
     slots,
 )
+from retrain_ray.campaign.capacity.explain import step_times, warm_start_steps
 from retrain_ray.campaign.plan import concurrent_runs
 
 

@@ -1,5 +1,5 @@
 """Which of a run's own checkpoints a campaign trial resumes from when Tune gives it none
-(campaign/own_checkpoint.py): the newest verified one whose step is logged, and only in the run's own
+(campaign/resume/own_checkpoint.py): the newest verified one whose step is logged, and only in the run's own
 directory with a matching config; another run's or config's directory is an error, never reused."""
 
 from __future__ import annotations
@@ -12,8 +12,13 @@ from pathlib import Path
 import pytest
 from helpers import TINY_RUN, write_campaign
 
-from retrain_ray.campaign.own_checkpoint import ForeignRunDir, config_differences, own_checkpoint, tune_copy
 from retrain_ray.campaign.plan import build_plan
+from retrain_ray.campaign.resume.own_checkpoint import (
+    ForeignRunDir,
+    config_differences,
+    own_checkpoint,
+    tune_copy,
+)
 from retrain_ray.config import load_config
 from retrain_ray.logs import write_run_meta
 from retrain_ray.logs.stream import logged_through

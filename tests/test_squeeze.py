@@ -160,6 +160,7 @@ def test_squeeze_refuses_bad_input_with_the_fix(tmp_path, capsys):
 
 def test_after_campaign_steps_record_failures_without_raising(tmp_path, capsys):
     from retrain_ray.campaign.afterwards import run_afterwards
+    from retrain_ray.campaign.observer import ConsoleCampaignObserver
     from retrain_ray.config import load_config
     from retrain_ray.logs.manifest import Manifest
 
@@ -176,7 +177,7 @@ def test_after_campaign_steps_record_failures_without_raising(tmp_path, capsys):
     toml = write_campaign(tmp_path / "c.toml", base={}, model={"finetune": "lora", "lora_rank": 4},
                           squeeze={"min_variance_retention": 0.9},
                           campaign={"summary_script": str(script), "summary_args": ["k"]}, conditions=[])
-    run_afterwards(cdir, load_config(toml), progress=False)
+    run_afterwards(cdir, load_config(toml), observer=ConsoleCampaignObserver(progress=False))
     record = Manifest.load(cdir).record
     squeeze, summary = record.squeeze or {}, record.summary or {}
     assert squeeze["run"] == "b_s1" and squeeze["recommended_rank"] == 2  # 4/5 < 0.9 <= 1
@@ -184,7 +185,7 @@ def test_after_campaign_steps_record_failures_without_raising(tmp_path, capsys):
     assert f"args ['{cdir}', 'k']" in (cdir / "summary.log").read_text()
     assert "summary failed: exit code 3" in capsys.readouterr().err
     script.unlink()
-    run_afterwards(cdir, load_config(toml), progress=False)
+    run_afterwards(cdir, load_config(toml), observer=ConsoleCampaignObserver(progress=False))
     assert "not found" in str((Manifest.load(cdir).record.summary or {})["error"])
 
 

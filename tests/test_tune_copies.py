@@ -17,7 +17,7 @@ from ray.train._internal.checkpoint_manager import _CheckpointManager, _Training
 from ray.tune import Checkpoint
 from ray.tune.trainable.metadata import _TrainingRunMetadata
 
-from retrain_ray.campaign.tune_copies import copy_indices, prunable, prune_trial, synced_latest
+from retrain_ray.campaign.resume.tune_copies import copy_indices, prunable, prune_trial, synced_latest
 
 
 @given(st.sets(st.integers(0, 40), max_size=30), st.integers(0, 40), st.integers(0, 6))

@@ -7,7 +7,7 @@ needs the driver (`Campaign`, with Tune's driver side and Parquet export).
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # what type checkers see; at run time __getattr__ imports on first use
     from retrain_ray.campaign.driver import Campaign
@@ -21,7 +21,7 @@ _EXPORTS = {"Campaign": "retrain_ray.campaign.driver", "CampaignError": "retrain
 __all__ = ["Campaign", "CampaignError", "CampaignResults", "RunResult"]
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> object:
     if name not in _EXPORTS:
         raise AttributeError(f"module 'retrain_ray.campaign' has no attribute {name!r}")
     return getattr(importlib.import_module(_EXPORTS[name]), name)

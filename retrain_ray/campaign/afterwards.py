@@ -9,7 +9,7 @@
   (as the original), output in `<campaign>/summary.log`; the manifest records
   `summary: {script, args, returncode}`.
 
-Neither can lose results: a failure is recorded in the manifest and printed, and the campaign's own
+Neither can lose results: a failure is recorded in the manifest and told to the campaign's observer, and the campaign's own
 exit status stays that of its runs.
 """
 
@@ -19,26 +19,28 @@ import dataclasses
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
+from retrain_ray.campaign.observer import CampaignObserver
+from retrain_ray.config import RetrainConfig, SqueezeSection
 from retrain_ray.logs.manifest import Manifest
 
 SUMMARY_LOG = "summary.log"
 SUMMARY_TIMEOUT_S = 3600.0
 
 
-def run_afterwards(campaign_dir: Path, config: Any, *, progress: bool = True) -> None:
+def run_afterwards(campaign_dir: Path, config: RetrainConfig, *, observer: CampaignObserver | None = None) -> None:
     """Runs the configured post-campaign steps and records each in the manifest."""
     campaign = config.campaign
+    observer = observer or CampaignObserver()
     if config.squeeze is not None:
         storage = str(campaign.storage or "") if campaign is not None else ""
-        _record(campaign_dir, "squeeze", squeeze_first_completed(campaign_dir, config.squeeze, storage), progress)
+        _record(campaign_dir, "squeeze", squeeze_first_completed(campaign_dir, config.squeeze, storage), observer)
     if campaign is not None and campaign.summary_script:
         _record(campaign_dir, "summary",
-                run_summary_script(campaign_dir, campaign.summary_script, list(campaign.summary_args)), progress)
+                run_summary_script(campaign_dir, campaign.summary_script, list(campaign.summary_args)), observer)
 
 
-def squeeze_first_completed(campaign_dir: Path, section: Any, storage: str = "") -> dict[str, Any]:
+def squeeze_first_completed(campaign_dir: Path, section: SqueezeSection, storage: str = "") -> dict[str, object]:
     # deferred: loads torch, which importing this module does not need
     from retrain_ray.squeeze import SqueezeError, SqueezeSettings, squeeze_adapter
 
@@ -67,25 +69,26 @@ def _local_checkpoint(campaign_dir: Path, storage: str, checkpoint: str) -> Path
         return None
     if not storage:
         return Path(checkpoint)
-    import pyarrow.fs as pafs  # deferred: only remote storage needs it
+    # deferred: only remote storage needs it; pyarrow ships no type stubs, so its calls are unchecked here
+    import pyarrow.fs as pafs  # pyright: ignore[reportMissingTypeStubs]
 
-    fs, _ = pafs.FileSystem.from_uri(storage)
-    if isinstance(fs, pafs.LocalFileSystem):
+    fs, _ = pafs.FileSystem.from_uri(storage)  # pyright: ignore[reportUnknownMemberType, reportUnknownVariableType]
+    if isinstance(fs, pafs.LocalFileSystem):  # pyright: ignore[reportUnknownMemberType]
         return Path(checkpoint)
     remote = f"{checkpoint.rstrip('/')}/adapter"
-    if fs.get_file_info(remote).type != pafs.FileType.Directory:
+    if fs.get_file_info(remote).type != pafs.FileType.Directory:  # pyright: ignore[reportUnknownMemberType]
         from retrain_ray.squeeze import SqueezeError  # deferred: loads torch
 
         raise SqueezeError(f"no LoRA adapter in {storage.split('://')[0]}://{checkpoint} (no adapter/); squeeze needs "
                            "a run trained with finetune = \"lora\"")
     local = campaign_dir / "squeeze" / "source" / "adapter"
     local.mkdir(parents=True, exist_ok=True)
-    pafs.copy_files(remote, str(local), source_filesystem=fs, destination_filesystem=pafs.LocalFileSystem())
+    pafs.copy_files(remote, str(local), source_filesystem=fs, destination_filesystem=pafs.LocalFileSystem())  # pyright: ignore[reportUnknownMemberType, reportUnknownArgumentType]
     return local
 
 
-def run_summary_script(campaign_dir: Path, script: str, args: list[str]) -> dict[str, Any]:
-    record: dict[str, Any] = {"script": script, "args": args, "log": str(campaign_dir / SUMMARY_LOG)}
+def run_summary_script(campaign_dir: Path, script: str, args: list[str]) -> dict[str, object]:
+    record: dict[str, object] = {"script": script, "args": args, "log": str(campaign_dir / SUMMARY_LOG)}
     if not Path(script).is_file():
         return {**record, "returncode": None, "error": f"summary_script {script} not found (relative to {Path.cwd()})"}
     with open(campaign_dir / SUMMARY_LOG, "w") as log:
@@ -97,11 +100,11 @@ def run_summary_script(campaign_dir: Path, script: str, args: list[str]) -> dict
     return {**record, "returncode": done.returncode}
 
 
-def _record(campaign_dir: Path, key: str, result: dict[str, Any], progress: bool) -> None:
+def _record(campaign_dir: Path, key: str, result: dict[str, object], observer: CampaignObserver) -> None:
     Manifest.load(campaign_dir).update(**{key: result})
     failed = "error" in result or result.get("returncode") not in (None, 0)
     if failed:
         why = result.get("error") or f"exit code {result['returncode']} (see {result.get('log')})"
-        print(f"[campaign] warning: {key} failed: {why}", file=sys.stderr, flush=True)
-    elif progress:
-        print(f"[campaign] {key}: {result}", flush=True)
+        observer.on_afterwards_failed(key, str(why))
+    else:
+        observer.on_afterwards(key, result)

@@ -11,19 +11,34 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Protocol, cast
 
 import ray
+from ray import ObjectRef
 
 from retrain_ray.actors.backpressure import RemoteAdvisor, start_backpressure_actor
 from retrain_ray.actors.throttle import start_throttle
 from retrain_ray.backpressure.settings import BackPressureSettings
 from retrain_ray.throttle.client import ThrottleClient
 
+if TYPE_CHECKING:
+    from retrain_ray.config import RetrainConfig
+
+
+class _RemoteMethod(Protocol):
+    def remote(self, *args: object) -> ObjectRef[object]: ...
+
+
+class _BackPressureHandle(Protocol):
+    """The back-pressure actor's method the control plane calls (actors/backpressure.py)."""
+
+    set_throttle: _RemoteMethod
+
+
 HTTP_ENGINES = ("openai", "vllm", "sglang")
 
 
-def shared_endpoint(config: Any) -> str:
+def shared_endpoint(config: RetrainConfig) -> str:
     """The shared endpoint a run of this config calls: "tinker", "inference", or "" (none)."""
     if config.backend.backend == "tinker":
         return "tinker"
@@ -32,7 +47,7 @@ def shared_endpoint(config: Any) -> str:
     return ""
 
 
-def endpoint_capacity(config: Any, endpoint: str) -> int:
+def endpoint_capacity(config: RetrainConfig, endpoint: str) -> int:
     return config.backend.max_concurrent if endpoint == "tinker" else config.inference.max_concurrent
 
 
@@ -40,29 +55,29 @@ def endpoint_capacity(config: Any, endpoint: str) -> int:
 class ControlPlane:
     """Actor handles (picklable) of the campaign's control actors; empty where not started."""
 
-    throttles: dict[str, Any] = field(default_factory=dict)
-    backpressure: Any | None = None
+    throttles: dict[str, object] = field(default_factory=dict[str, object])  # endpoint -> its throttle actor
+    backpressure: object | None = None  # the back-pressure actor
     endpoint: str = ""
     timeout_s: float = 600.0
     lease_ttl_s: float = 30.0
-    engine: Any | None = None  # the campaign's shared vLLM actor (`[inference] shared = true`)
+    engine: object | None = None  # the campaign's shared vLLM actor (`[inference] shared = true`)
 
-    def throttle_for(self, run_name: str) -> Any | None:
+    def throttle_for(self, run_name: str) -> ThrottleClient | None:
         handle = self.throttles.get(self.endpoint)
         if handle is None:
             return None
         return ThrottleClient(handle, run_name, timeout_s=self.timeout_s, lease_ttl_s=self.lease_ttl_s)
 
-    def advisor_for(self, run_name: str) -> Any | None:
+    def advisor_for(self, run_name: str) -> RemoteAdvisor | None:
         if self.backpressure is None:
             return None
         return RemoteAdvisor(self.backpressure, run_name, self.endpoint, timeout_s=self.timeout_s)
 
 
-def start_control_plane(config: Any, campaign: str, *, namespace: str, campaign_dir: Path | None = None) -> ControlPlane:
+def start_control_plane(config: RetrainConfig, campaign: str, *, namespace: str, campaign_dir: Path | None = None) -> ControlPlane:
     """Starts the throttle of the shared endpoint (if any) and the back-pressure actor (if enabled)."""
     endpoint = shared_endpoint(config)
-    throttles: dict[str, Any] = {}
+    throttles: dict[str, object] = {}
     if endpoint:
         throttles[endpoint] = start_throttle(
             campaign, endpoint, endpoint_capacity(config, endpoint), namespace=namespace,
@@ -82,13 +97,13 @@ def start_control_plane(config: Any, campaign: str, *, namespace: str, campaign_
     )
 
 
-def _start_backpressure(config: Any, campaign: str, namespace: str, campaign_dir: Path | None,
-                        throttles: dict[str, Any]) -> Any:
+def _start_backpressure(config: RetrainConfig, campaign: str, namespace: str, campaign_dir: Path | None,
+                        throttles: dict[str, object]) -> object:
     # the pooled capacity never exceeds the limit the user configured for the endpoint
     endpoint = next(iter(throttles), "")  # a campaign shares at most one endpoint
     bounds = {"max_capacity": endpoint_capacity(config, endpoint)} if endpoint else {}
     settings = BackPressureSettings.from_config(config, **bounds)
-    actor = start_backpressure_actor(campaign, namespace, settings, campaign_dir)
+    actor = cast("_BackPressureHandle", start_backpressure_actor(campaign, namespace, settings, campaign_dir))
     for resource, handle in throttles.items():
         ray.get(actor.set_throttle.remote(resource, handle), timeout=60)
     return actor

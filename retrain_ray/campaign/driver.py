@@ -12,9 +12,9 @@ the config needs), then either starts a new Tune experiment or, when the campaig
 holds one, restores it with `Tuner.restore(..., resume_errored=True)`: finished runs are kept,
 unfinished and failed runs continue from their last checkpoint. A run that `manifest.json` records
 completed is never run again, even where Tune's last synced experiment state predates its end; a
-torn Tune state (a driver killed mid-copy) is set aside and Tune starts afresh (campaign/tune_state.py).
+torn Tune state (a driver killed mid-copy) is set aside and Tune starts afresh (campaign/resume/tune_state.py).
 A config that differs from the one the campaign ran with is refused naming each changed key, before Ray
-starts; a raised `[campaign] max_steps` extends every run instead (campaign/edits.py).
+starts; a raised `[campaign] max_steps` extends every run instead (campaign/resume/edits.py).
 """
 
 from __future__ import annotations
@@ -23,28 +23,31 @@ import dataclasses
 import json
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, cast
 
 import ray
+from ray.actor import ActorHandle
 
 from retrain_ray.actors.placement import alive_node_resources, decide_placement
 from retrain_ray.campaign.afterwards import run_afterwards
-from retrain_ray.campaign.control import start_control_plane
-from retrain_ray.campaign.edits import Extension, check_edits, record_extension
-from retrain_ray.campaign.interrupted import CampaignInterrupted, record_interruption, was_interrupted
+from retrain_ray.campaign.control import ControlPlane, start_control_plane
 from retrain_ray.campaign.local_ray import connect, trial_modules
+from retrain_ray.campaign.observer import CampaignObserver, ConsoleCampaignObserver
 from retrain_ray.campaign.plan import (
     DEFAULT_RUNNER,
     CampaignError,
     CampaignPlan,
+    Runner,
     RunPlan,
     build_plan,
     run_record,
 )
 from retrain_ray.campaign.plugin_bundle import PluginBundle, build_bundle
 from retrain_ray.campaign.recorder import start_recorder
+from retrain_ray.campaign.resume.edits import Extension, check_edits, record_extension
+from retrain_ray.campaign.resume.interrupted import CampaignInterrupted, record_interruption, was_interrupted
+from retrain_ray.campaign.resume.tune_state import set_aside, torn_state
 from retrain_ray.campaign.stagger import start_gate
-from retrain_ray.campaign.tune_state import set_aside, torn_state
 from retrain_ray.config import ConfigError, RetrainConfig, load_config
 from retrain_ray.logs.dir_lock import DirectoryInUse, DirLock
 from retrain_ray.logs.manifest import Manifest, read_manifest, write_json_atomic
@@ -63,36 +66,40 @@ RESUME_CONFIG = ".resume_config.json"
 class Campaign:
     """A campaign: one config, conditions x seeds runs. Keyword-only, validated on construction."""
 
-    def __init__(self, config: Any, *, name: str | None = None, root: str | Path | None = None,
-                 runner: Any = DEFAULT_RUNNER, source: str = "") -> None:
+    def __init__(self, config: RetrainConfig, *, name: str | None = None, root: str | Path | None = None,
+                 runner: str | Runner = DEFAULT_RUNNER, source: str = "") -> None:
         self.config = config
         self.runner = runner
         self.source = source
         self.plan: CampaignPlan = build_plan(config, name=name, root=root or None)
+        self.observer: CampaignObserver = ConsoleCampaignObserver()  # `run(observer=...)` sets it
 
     @classmethod
-    def from_toml(cls, path: str | Path, overrides: dict[str, Any] | None = None, **kwargs: Any) -> Campaign:
-        return cls(load_config(path, overrides), source=str(Path(path).resolve()), **kwargs)
+    def from_toml(cls, path: str | Path, overrides: dict[str, object] | None = None, *, name: str | None = None,
+                  root: str | Path | None = None, runner: str | Runner = DEFAULT_RUNNER) -> Campaign:
+        return cls(load_config(path, dict(overrides or {})), name=name, root=root, runner=runner,
+                   source=str(Path(path).resolve()))
 
     @classmethod
-    def from_dir(cls, campaign_dir: str | Path, **kwargs: Any) -> Campaign:
+    def from_dir(cls, campaign_dir: str | Path, *, runner: str | Runner = DEFAULT_RUNNER) -> Campaign:
         """The campaign stored in `campaign_dir` (for `retrain-ray resume DIR`)."""
         campaign_dir = Path(campaign_dir).resolve()
         snapshot = campaign_dir / RESUME_CONFIG
         if not snapshot.is_file():
             raise CampaignError([f"{snapshot} not found: {campaign_dir} is not a resumable campaign directory"])
-        config_json = json.loads(snapshot.read_text())
+        config_json = cast("dict[str, object]", json.loads(snapshot.read_text()))  # written by `_open_dir`
         source = read_manifest(campaign_dir).campaign_toml
         if has_redactions(config_json):
             config_json = _with_secrets(config_json, source, snapshot)
         config = RetrainConfig.model_validate(config_json)
-        return cls(config, name=campaign_dir.name, root=campaign_dir.parent, source=source, **kwargs)
+        return cls(config, name=campaign_dir.name, root=campaign_dir.parent, source=source, runner=runner)
 
     @property
     def campaign_dir(self) -> Path:
         return self.plan.campaign_dir
 
-    def run(self, *, address: str | None = None, progress: bool = True, dashboard: bool = False) -> CampaignResults:
+    def run(self, *, address: str | None = None, progress: bool = True, dashboard: bool = False,
+            observer: CampaignObserver | None = None) -> CampaignResults:
         """Runs (or resumes) the campaign to the end and returns its results. Blocks.
 
         A Ray this call started (no cluster address) is shut down before it returns, so a CLI driver
@@ -102,12 +109,15 @@ class Campaign:
         The campaign directory is locked for the call (logs/dir_lock.py): a second driver of the same
         campaign gets a `CampaignError` naming this one. Stopped by Ctrl-C (or SIGTERM at the CLI), it
         raises `CampaignInterrupted` (a KeyboardInterrupt) once Tune has saved its state.
+        `observer` receives the campaign's messages (campaign/observer.py); without one they are printed,
+        the progress messages only with `progress`.
         """
+        self.observer = observer if observer is not None else ConsoleCampaignObserver(progress=progress)
         problems = campaign_problems(self.config)
         if problems:
             raise CampaignError(problems)
         self._existing()  # a changed config is refused before Ray starts and before anything is written
-        plugins = self._plugins(progress)
+        plugins = self._plugins()
         lock = DirLock(self.campaign_dir, what="campaign",
                        fix="give this campaign another name ([campaign].name or --name)")
         try:
@@ -116,52 +126,47 @@ class Campaign:
             raise CampaignError([str(exc)]) from None
         try:
             peft = any(config_uses_peft(r.config) for r in self.plan.runs)
-            started = connect(address, dashboard=dashboard, preload=trial_modules(peft=peft))
+            started = connect(address, dashboard=dashboard, preload=trial_modules(peft=peft), observer=self.observer)
             try:
-                return self._run(progress, plugins, can_scale=not started)
+                return self._run(plugins, can_scale=not started)
             finally:
                 if started:
-                    ray.shutdown()
+                    ray.shutdown()  # pyright: ignore[reportUnknownMemberType]
         finally:
             lock.release()
 
-    def _plugins(self, progress: bool) -> PluginBundle | None:
+    def _plugins(self) -> PluginBundle | None:
         """The code of the plugins the runs name, packed for the trials (campaign/plugin_bundle.py)."""
         try:
             bundle = build_bundle(r.config for r in self.plan.runs)
         except ValueError as exc:
             raise CampaignError([str(exc)]) from exc
-        if bundle is not None and progress:
-            print(f"[campaign] plugins shipped to the trials: {bundle.describe()}", flush=True)
+        if bundle is not None:
+            self.observer.on_plugins(bundle.describe())
         return bundle
 
-    def _run(self, progress: bool, plugins: PluginBundle | None, *, can_scale: bool) -> CampaignResults:
-        self.plan = _place(self.plan, cpu_fallback=bool(self.config.campaign.cpu_fallback), can_scale=can_scale)
+    def _run(self, plugins: PluginBundle | None, *, can_scale: bool) -> CampaignResults:
+        self.plan = _place(self.plan, cpu_fallback=bool(self.config.campaign and self.config.campaign.cpu_fallback), can_scale=can_scale,
+                           observer=self.observer)
         manifest, resuming = self._open_dir()
-        if progress:
-            verb = "resuming" if resuming or len(manifest.record.sessions) > 1 else "starting"
-            print(f"[campaign] {verb} {self.plan.name}: {len(self.plan.runs)} runs -> {self.campaign_dir}",
-                  flush=True)
-        namespace = ray.get_runtime_context().namespace
+        self.observer.on_start(self.plan.name, len(self.plan.runs), self.campaign_dir,
+                               resuming=resuming or len(manifest.record.sessions) > 1)
+        namespace = cast("str", ray.get_runtime_context().namespace)  # pyright: ignore[reportUnknownMemberType]
         actors = self._start_actors(namespace)
         try:
             from retrain_ray.campaign.experiment import build_tuner  # deferred: loads Tune
 
-            build_tuner(self.plan, manifest, namespace=namespace, control=actors["control"], runner=self.runner,
-                        progress=progress, resuming=resuming, plugins=plugins).fit()
+            build_tuner(self.plan, manifest, namespace=namespace, control=actors.control, runner=self.runner,
+                        observer=self.observer, resuming=resuming, plugins=plugins).fit()
         finally:
-            ray.get(actors["recorder"].close.remote(), timeout=120)
-            for handle in (actors["recorder"], actors.get("gate")):
-                if handle is not None:
-                    ray.kill(handle)
+            actors.stop()
         if was_interrupted(self.campaign_dir):  # Tune stopped on Ctrl-C or SIGTERM: nothing to finish or compact
             record_interruption(self.campaign_dir)
             raise CampaignInterrupted(self.campaign_dir)
         Manifest.load(self.campaign_dir).finish()
         _compact(self.plan)
-        run_afterwards(self.campaign_dir, self.config, progress=progress)
-        if progress:
-            print(f"[campaign] results: {self.campaign_dir}", flush=True)
+        run_afterwards(self.campaign_dir, self.config, observer=self.observer)
+        self.observer.on_results(self.campaign_dir)
         from retrain_ray.results.campaign_results import CampaignResults  # deferred: loads Tune
 
         return CampaignResults.from_dir(self.campaign_dir)
@@ -169,7 +174,7 @@ class Campaign:
     def _existing(self) -> tuple[Manifest, Extension | None] | None:
         """The campaign directory's manifest and the extension the config asks of it (None: a new
         campaign); CampaignError when the directory holds another campaign or the config changed in
-        a way that is refused (campaign/edits.py)."""
+        a way that is refused (campaign/resume/edits.py)."""
         cdir = self.campaign_dir
         if not (cdir / "manifest.json").is_file():
             return None
@@ -189,8 +194,8 @@ class Campaign:
             raise CampaignError([f"{cdir} holds a campaign with other runs; choose another [campaign].name"])
         return manifest, extension
 
-    def _config_json(self) -> dict[str, Any]:
-        return redact(self.config.model_dump(mode="json"))
+    def _config_json(self) -> dict[str, object]:
+        return cast("dict[str, object]", redact(self.config.model_dump(mode="json")))
 
     def _open_dir(self) -> tuple[Manifest, bool]:
         cdir = self.campaign_dir
@@ -218,18 +223,19 @@ class Campaign:
 
     def _extend(self, manifest: Manifest, extension: Extension) -> None:
         """Records the extension and sets Tune's state aside: Tune never runs a finished trial again, so a
-        fresh Tune experiment runs every run on from its own newest checkpoint (campaign/edits.py)."""
+        fresh Tune experiment runs every run on from its own newest checkpoint (campaign/resume/edits.py)."""
         runs = [r.run_name for r in manifest.record.runs]
         aside = set_aside(Path(self.plan.local_tune_path), runs, kind="extended")
         finished = record_extension(manifest, extension, self._config_json())
-        print(f"[campaign] extending {self.plan.name} from {extension.from_steps} to {extension.to_steps} steps: "
-              f"{len(finished)} finished run(s) continue after their final checkpoints, the others after their "
-              f"newest (Tune's state set aside in {aside})", flush=True)
+        self.observer.on_notice(
+            f"extending {self.plan.name} from {extension.from_steps} to {extension.to_steps} steps: "
+            f"{len(finished)} finished run(s) continue after their final checkpoints, the others after their "
+            f"newest (Tune's state set aside in {aside})")
 
     def _fresh_adaptive_tune(self, manifest: Manifest) -> bool:
         """False, after setting Tune's state aside: a resumed adaptive campaign starts a fresh Tune experiment
-        whose searcher takes the runs still to run from the manifest (campaign/adaptive.py), and each run
-        continues after its own newest checkpoint (as after a torn state, campaign/tune_state.py)."""
+        whose searcher takes the runs still to run from the manifest (campaign/adaptive/scheduler.py), and each run
+        continues after its own newest checkpoint (as after a torn state, campaign/resume/tune_state.py)."""
         local = self.plan.local_tune_path
         if not local:  # remote storage: its trial copies stay where Tune's restore finds them
             return True
@@ -247,13 +253,13 @@ class Campaign:
         if not problem:
             return True
         aside = set_aside(tune_dir, [r.run_name for r in manifest.record.runs if r.status != "completed"])
-        print(f"[campaign] warning: Tune's experiment state is torn ({problem}: the driver was killed while Tune "
-              f"copied it); set aside in {aside}. Starting Tune afresh: runs the manifest records completed are "
-              "not run again, the others continue after their own newest verified checkpoint (step 0 without one)",
-              flush=True)
+        self.observer.on_warning(
+            f"Tune's experiment state is torn ({problem}: the driver was killed while Tune copied it); set aside in "
+            f"{aside}. Starting Tune afresh: runs the manifest records completed are not run again, the others "
+            "continue after their own newest verified checkpoint (step 0 without one)")
         return False
 
-    def _header(self) -> dict[str, Any]:
+    def _header(self) -> dict[str, object]:
         p = self.plan
         return {
             "name": p.name, "campaign_dir": str(p.campaign_dir), "campaign_toml": self.source,
@@ -264,18 +270,34 @@ class Campaign:
             **({"adaptive": {"plan": p.adaptive.to_json(), "decisions": []}} if p.adaptive else {}),
         }
 
-    def _start_actors(self, namespace: str) -> dict[str, Any]:
+    def _start_actors(self, namespace: str) -> _Actors:
         p = self.plan
-        actors: dict[str, Any] = {"recorder": start_recorder(p.name, p.campaign_dir, namespace=namespace)}
-        if p.schedule.stagger_seconds > 0:
-            actors["gate"] = start_gate(p.name, p.schedule.stagger_seconds, namespace=namespace)
-        actors["control"] = start_control_plane(self.config, p.name, namespace=namespace, campaign_dir=p.campaign_dir)
-        return actors
+        recorder = start_recorder(p.name, p.campaign_dir, namespace=namespace)
+        gate = (start_gate(p.name, p.schedule.stagger_seconds, namespace=namespace)
+                if p.schedule.stagger_seconds > 0 else None)
+        control = start_control_plane(self.config, p.name, namespace=namespace, campaign_dir=p.campaign_dir)
+        return _Actors(recorder, gate, control)
 
 
-def _with_secrets(config_json: dict[str, Any], source: str, snapshot: Path) -> dict[str, Any]:
+@dataclasses.dataclass(frozen=True)
+class _Actors:
+    """The campaign's actors of one driver session: the recorder, the stagger gate, the control plane."""
+
+    recorder: ActorHandle[object]
+    gate: ActorHandle[object] | None
+    control: ControlPlane
+
+    def stop(self) -> None:
+        """Closes the recorder's logs, then ends the recorder and the gate."""
+        ray.get(self.recorder.close.remote(), timeout=120)  # pyright: ignore[reportUnknownArgumentType]  # an actor method
+        for handle in (self.recorder, self.gate):
+            if handle is not None:
+                ray.kill(handle)  # pyright: ignore[reportUnknownMemberType]  # typed for ActorHandle[Unknown]
+
+
+def _with_secrets(config_json: dict[str, object], source: str, snapshot: Path) -> dict[str, object]:
     """The snapshot with its redacted secrets read back from the campaign's TOML file."""
-    fresh: dict[str, Any] = {}
+    fresh: dict[str, object] = {}
     if source and Path(source).is_file():
         try:
             fresh = load_config(source).model_dump(mode="json")
@@ -291,7 +313,7 @@ def _with_secrets(config_json: dict[str, Any], source: str, snapshot: Path) -> d
     return restored
 
 
-def _place(plan: CampaignPlan, *, cpu_fallback: bool, can_scale: bool) -> CampaignPlan:
+def _place(plan: CampaignPlan, *, cpu_fallback: bool, can_scale: bool, observer: CampaignObserver) -> CampaignPlan:
     """Gives each run its placement for the connected cluster; errors name the missing resource.
 
     `can_scale`: the cluster may grow (this driver connected to it rather than starting it), so runs
@@ -315,7 +337,7 @@ def _place(plan: CampaignPlan, *, cpu_fallback: bool, can_scale: bool) -> Campai
             problems.append(f"run {r.run_name}: {d.problem}")
         placed.append(dataclasses.replace(r, placement=d.placement, config=config))
     for note in sorted(notes):
-        print(f"[campaign] {note}", flush=True)
+        observer.on_notice(note)
     if problems:
         raise CampaignError(problems)
     return dataclasses.replace(plan, runs=placed[:len(plan.runs)], reserve=placed[len(plan.runs):])

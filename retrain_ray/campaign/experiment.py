@@ -8,19 +8,24 @@ import Tune.
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import TypedDict, cast
 
 from ray import tune
+from ray.tune import Trainable
+from ray.tune.experiment import Trial
 from ray.tune.logger import JsonLoggerCallback
+from ray.tune.schedulers import TrialScheduler
+from ray.tune.search import Searcher
 from ray.tune.trainable.function_trainable import wrap_function
 
-from retrain_ray.campaign.adaptive import AdaptiveBook, AdaptiveScheduler, AdaptiveSearcher
-from retrain_ray.campaign.plan import TUNE_DIR, CampaignError, CampaignPlan, RunPlan
+from retrain_ray.campaign.adaptive.scheduler import AdaptiveBook, AdaptiveScheduler, AdaptiveSearcher
+from retrain_ray.campaign.control import ControlPlane
+from retrain_ray.campaign.observer import CampaignObserver
+from retrain_ray.campaign.plan import TUNE_DIR, CampaignError, CampaignPlan, Runner, RunPlan
 from retrain_ray.campaign.plugin_bundle import PluginBundle
-from retrain_ray.campaign.progress_line import CampaignProgress
+from retrain_ray.campaign.resume.tune_copies import TuneCopyPruner
 from retrain_ray.campaign.tracking import ManifestCallback
 from retrain_ray.campaign.trial import TrialContext, run_trial
-from retrain_ray.campaign.tune_copies import TuneCopyPruner
 from retrain_ray.logs.manifest import Manifest
 from retrain_ray.trackers.mlflow_tracker import ensure_experiment, experiment_name
 
@@ -29,18 +34,18 @@ from retrain_ray.trackers.mlflow_tracker import ensure_experiment, experiment_na
 # a driver killed in its first 5 minutes restarts every unfinished run from scratch. Tune's own
 # `num_to_keep` deletes a checkpoint the last synced state may still name, and the restore fails
 # ("checkpoint does not exist on storage anymore"; seen in tests/test_campaign_resume.py): Tune keeps
-# every copy and `TuneCopyPruner` (campaign/tune_copies.py) bounds them by keep_last_checkpoints,
+# every copy and `TuneCopyPruner` (campaign/resume/tune_copies.py) bounds them by keep_last_checkpoints,
 # deleting only copies older than what the synced state names.
 STATE_SYNC_S = 2
 
 
 def can_restore(plan: CampaignPlan) -> bool:
     """Whether the campaign's Tune directory holds an experiment Tune can restore."""
-    return tune.Tuner.can_restore(plan.tune_path)
+    return tune.Tuner.can_restore(plan.tune_path)  # pyright: ignore[reportUnknownMemberType]
 
 
-def build_tuner(plan: CampaignPlan, manifest: Manifest, *, namespace: str, control: Any, runner: Any,
-                progress: bool, resuming: bool, plugins: PluginBundle | None) -> Any:
+def build_tuner(plan: CampaignPlan, manifest: Manifest, *, namespace: str, control: ControlPlane, runner: str | Runner,
+                observer: CampaignObserver, resuming: bool, plugins: PluginBundle | None) -> tune.Tuner:
     """The campaign's tuner: restored from `plan.tune_path` when `resuming`, else a new experiment."""
     adaptive = plan.adaptive
     ctx = TrialContext(campaign=plan.name, namespace=namespace, runs={r.run_name: r for r in plan.all_runs},
@@ -52,22 +57,23 @@ def build_tuner(plan: CampaignPlan, manifest: Manifest, *, namespace: str, contr
     _drop_tune_restore_hint()
     trainable = make_trainable(ctx, {r.run_name: _resources(r) for r in plan.all_runs})
     if resuming:
-        return tune.Tuner.restore(plan.tune_path, trainable, resume_errored=True)
-    records = ManifestCallback(manifest, progress=progress, start_timeout_s=plan.schedule.trial_start_timeout_s)
+        return tune.Tuner.restore(plan.tune_path, trainable, resume_errored=True)  # pyright: ignore[reportUnknownMemberType]
+    records = ManifestCallback(manifest, observer=observer, start_timeout_s=plan.schedule.trial_start_timeout_s)
     callbacks: list[tune.Callback] = [
         records,
-        TuneCopyPruner({r.run_name: r.config.training.keep_last_checkpoints for r in plan.all_runs}),
+        TuneCopyPruner({r.run_name: r.config.training.keep_last_checkpoints for r in plan.all_runs}, observer=observer),
         JsonLoggerCallback(),  # the only Tune logger kept (campaign/local_ray.py): fit()'s ResultGrid reads it
     ]
-    if progress:
-        callbacks.append(CampaignProgress(plan.campaign_dir))
+    line = observer.progress_line(plan.campaign_dir)
+    if line is not None:
+        callbacks.append(line)
     return tune.Tuner(
         trainable,
-        param_space={} if adaptive else {"run_name": tune.grid_search([r.run_name for r in plan.runs])},
+        param_space={} if adaptive else {"run_name": tune.grid_search([r.run_name for r in plan.runs])},  # pyright: ignore[reportUnknownMemberType]
         tune_config=tune.TuneConfig(max_concurrent_trials=None if adaptive else plan.schedule.max_concurrent,
                                     reuse_actors=True,
                                     trial_name_creator=trial_name, trial_dirname_creator=trial_name,
-                                    **_adaptive_tune(plan, records, progress)),
+                                    **_adaptive_tune(plan, records, observer)),
         run_config=tune.RunConfig(
             name=TUNE_DIR, storage_path=plan.tune_storage, verbose=0, callbacks=callbacks,
             failure_config=tune.FailureConfig(max_failures=plan.schedule.max_failures),
@@ -77,30 +83,37 @@ def build_tuner(plan: CampaignPlan, manifest: Manifest, *, namespace: str, contr
     )
 
 
-def _adaptive_tune(plan: CampaignPlan, records: ManifestCallback, progress: bool) -> dict[str, Any]:
-    """The scheduler and searcher of an adaptive campaign (campaign/adaptive.py); none for a grid."""
+def _adaptive_tune(plan: CampaignPlan, records: ManifestCallback, observer: CampaignObserver) -> _AdaptiveTune:
+    """The scheduler and searcher of an adaptive campaign (campaign/adaptive/scheduler.py); none for a grid."""
     if plan.adaptive is None:
-        return {}
+        return _AdaptiveTune()
+    book = AdaptiveBook(plan.adaptive, plan.runs, plan.reserve, records, say=observer.on_adaptive)
+    return _AdaptiveTune(search_alg=AdaptiveSearcher(book),
+                         scheduler=AdaptiveScheduler(book, plan.schedule.max_concurrent), num_samples=-1)
 
-    def say(text: str) -> None:
-        if progress:
-            print(f"[campaign] adaptive: {text}", flush=True)
 
-    book = AdaptiveBook(plan.adaptive, plan.runs, plan.reserve, records, say=say)
-    return {"search_alg": AdaptiveSearcher(book), "scheduler": AdaptiveScheduler(book, plan.schedule.max_concurrent),
-            "num_samples": -1}
+class _AdaptiveTune(TypedDict, total=False):
+    """`tune.TuneConfig`'s arguments an adaptive campaign sets."""
+
+    search_alg: Searcher
+    scheduler: TrialScheduler
+    num_samples: int
 
 
 TRIAL_CLASS_NAME = "RetrainRun"
 
 
-def make_trainable(ctx: TrialContext, factories: dict[str, Any]) -> Any:
+def make_trainable(ctx: TrialContext, factories: dict[str, tune.PlacementGroupFactory]) -> type[Trainable]:
     """`run_trial` with the campaign's context and each run's resources, as the class Tune would
     wrap it into (`wrap_function`, a fresh class per call) under the product's name: Ray names an
     actor after its class, so the dashboard's actor list and `ray.util.state.list_actors()` show
     each trial's process as `RetrainRun`, not Tune's `ImplicitFunc`."""
-    wrapped = wrap_function(tune.with_parameters(run_trial, context=ctx))
-    trainable = tune.with_resources(wrapped, resources=lambda cfg: factories[cfg["run_name"]])
+    wrapped = wrap_function(tune.with_parameters(run_trial, context=ctx))  # pyright: ignore[reportUnknownMemberType, reportUnknownArgumentType]
+
+    def resources(cfg: dict[str, str]) -> tune.PlacementGroupFactory:
+        return factories[cfg["run_name"]]
+
+    trainable = cast("type[Trainable]", tune.with_resources(wrapped, resources=resources))  # pyright: ignore[reportUnknownMemberType]
     for cls in (wrapped, trainable):  # Ray takes the actor's class name from __qualname__
         cls.__name__ = cls.__qualname__ = TRIAL_CLASS_NAME
     return trainable
@@ -109,7 +122,7 @@ def make_trainable(ctx: TrialContext, factories: dict[str, Any]) -> Any:
 class _NoRestoreHint(logging.Filter):
     """Drops Tune's advice after an interrupted fit (`Tuner.restore(...)`, "Trials did not complete"): the
     campaign says which runs stopped where and that `retrain-ray resume DIR` continues them
-    (campaign/interrupted.py)."""
+    (campaign/resume/interrupted.py)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         message = record.getMessage()
@@ -134,15 +147,15 @@ def mlflow_experiments(plan: CampaignPlan) -> dict[str, str]:
     return ids
 
 
-def finished_runs(manifest: Manifest) -> dict[str, dict[str, Any]]:
+def finished_runs(manifest: Manifest) -> dict[str, dict[str, object]]:
     """Runs the manifest records completed or stopped (with their results): a resume never runs them again."""
     return {r.run_name: dict(r.result) for r in manifest.record.runs
             if r.status in ("completed", "stopped")}
 
 
-def trial_name(trial: Any) -> str:
+def trial_name(trial: Trial) -> str:
     """Tune trials (and their directories) are named after their runs, not `run_trial_<id>`."""
-    return str(trial.config["run_name"])
+    return str(trial.config["run_name"])  # pyright: ignore[reportUnknownMemberType, reportUnknownArgumentType]  # Tune types config loosely
 
 
 def _resources(run: RunPlan) -> tune.PlacementGroupFactory:

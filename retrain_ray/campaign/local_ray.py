@@ -29,14 +29,14 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterator, Sequence
-from typing import Any
+from collections.abc import Generator, Sequence
 
 import ray
 import ray._private.node as ray_node
 import ray._private.parameter as ray_parameter
 
 from retrain_ray.actors.worker_env import PRELOAD_ENV_VAR, PRELOAD_MODULE
+from retrain_ray.campaign.observer import CampaignObserver
 
 # Tune's experiment state is snapshotted every 2 s (`TUNE_GLOBAL_CHECKPOINT_S`, Tune's own default is
 # 10 s or more) and copied to the campaign directory as often (experiment.STATE_SYNC_S), so a restore after
@@ -71,30 +71,33 @@ def _no_usage_tag() -> None:
     air_usage.tag_callbacks = _no_tag
 
 
-def _no_tag(callbacks: Any) -> bool:
+def _no_tag(callbacks: object) -> bool:
     return False
 
 
-def connect(address: str | None, *, dashboard: bool = False, preload: Sequence[str] = ()) -> bool:
+def connect(address: str | None, *, dashboard: bool = False, preload: Sequence[str] = (),
+            observer: CampaignObserver | None = None) -> bool:
     """Connects to `address`, else RAY_ADDRESS, else starts a local Ray; True if this call started Ray.
     `preload`: modules the worker processes of a local Ray import as they start (see the module doc)."""
     _tune_env()
-    started = False if ray.is_initialized() else _init(address, dashboard=dashboard, preload=preload)
+    started = False if ray.is_initialized() else _init(address, dashboard=dashboard, preload=preload,
+                                                        observer=observer or CampaignObserver())
     _no_usage_tag()
     if started:
         _trials_in_the_workers_env()
     return started
 
 
-def _init(address: str | None, *, dashboard: bool, preload: Sequence[str]) -> bool:
+def _init(address: str | None, *, dashboard: bool, preload: Sequence[str], observer: CampaignObserver) -> bool:
     target = address or os.environ.get("RAY_ADDRESS") or "local"
     if target != "local":
-        ray.init(address=target, namespace="retrain-ray", log_to_driver=True)
-        print(f"[campaign] connected to the Ray cluster at {target}", flush=True)
+        ray.init(address=target, namespace="retrain-ray", log_to_driver=True)  # pyright: ignore[reportUnknownMemberType]
+        observer.on_notice(f"connected to the Ray cluster at {target}")
         return False
     with contextlib.nullcontext() if dashboard else lean_local_ray(), _worker_env(PRELOAD_ENV_VAR, ",".join(preload)):
-        ray.init(address="local", namespace="retrain-ray", log_to_driver=False, include_dashboard=dashboard,
-                 _system_config=_warm_workers_config() if preload else None)
+        ray.init(  # pyright: ignore[reportUnknownMemberType]
+            address="local", namespace="retrain-ray", log_to_driver=False, include_dashboard=dashboard,
+            _system_config=_warm_workers_config() if preload else None)
     return True
 
 
@@ -109,7 +112,7 @@ def _trials_in_the_workers_env() -> None:
     tune_class_cache.ENV_VARS_TO_PROPAGATE = set()  # pyright: ignore[reportAttributeAccessIssue]
 
 
-def _warm_workers_config() -> dict[str, Any]:
+def _warm_workers_config() -> dict[str, object]:
     """Ray's settings for warm trial processes: each worker process imports `PRELOAD_MODULE` as it
     starts, and an idle one is kept 60 s (Ray's default: 1 s) before Ray ends it for exceeding one
     worker per CPU. The recorder's process counts against that limit, so with the default Ray ended
@@ -119,7 +122,7 @@ def _warm_workers_config() -> dict[str, Any]:
 
 
 @contextlib.contextmanager
-def _worker_env(key: str, value: str) -> Iterator[None]:
+def _worker_env(key: str, value: str) -> Generator[None]:
     """`key=value` in the environment of the Ray processes started inside (they inherit the driver's),
     not in the driver's after."""
     before = os.environ.get(key)
@@ -136,19 +139,19 @@ def _worker_env(key: str, value: str) -> Iterator[None]:
 class _LeanParams(ray_parameter.RayParams):
     """RayParams of a local node without log monitor, autoscaler monitor or fixed agent port."""
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)  # pyright: ignore[reportArgumentType, reportUnknownMemberType]  # RayParams' own arguments, passed on
         self.include_log_monitor = False
         self.no_monitor = True
         self.dashboard_agent_listen_port = 0
 
 
-def _no_api_server(node: Any, **options: Any) -> None:
+def _no_api_server(node: object, **options: object) -> None:
     """Stands in for `Node.start_api_server`: no dashboard head (the node's dashboard URL stays None)."""
 
 
 @contextlib.contextmanager
-def lean_local_ray() -> Iterator[None]:
+def lean_local_ray() -> Generator[None]:
     """While inside, a `ray.init()` that starts a local node starts it lean (see the module doc).
 
     `ray.init` builds its node's parameters with `ray._private.parameter.RayParams(...)`, which offers

@@ -15,22 +15,25 @@ writes its Arrow logs there, and the run's own working directory (checkpoints, l
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-import pyarrow.fs
+import pyarrow.fs  # pyright: ignore[reportMissingTypeStubs]
 
 from retrain_ray.actors.placement import Placement, parse_devices
 from retrain_ray.backends.registry import placed_devices
-from retrain_ray.campaign.adaptive_plan import AdaptivePlan, adaptive_plan
-from retrain_ray.config.matrix import expand_runs
+from retrain_ray.campaign.adaptive.plan import AdaptivePlan, adaptive_plan
+from retrain_ray.config.matrix import RunSpec, expand_runs
 from retrain_ray.config.run_names import RULES, name_problem
 from retrain_ray.logs.manifest import RunRecord
 from retrain_ray.run.preflight import model_problems
+from retrain_ray.run.types import RunOutcome
 from retrain_ray.util.secrets import redact
 
 if TYPE_CHECKING:
+    from retrain_ray.config.campaign_schema import CampaignSection
     from retrain_ray.config.schema import RetrainConfig
 
 
@@ -45,6 +48,8 @@ class CampaignError(Exception):
 TUNE_DIR = "tune"  # Tune's experiment directory, under the campaign directory or `[campaign] storage`
 # What a trial calls to train its run (`module:function`; `Campaign(..., runner=...)` gives another)
 DEFAULT_RUNNER = "retrain_ray.run.train:train_run"
+# what runs one run: train_run (run/train.py) or a test's stand-in, by dotted `module:function` name or itself
+Runner = Callable[..., RunOutcome]
 
 
 @dataclass(frozen=True)
@@ -54,7 +59,7 @@ class RunPlan:
     run_name: str
     condition: str
     seed: int
-    overrides: dict[str, Any]
+    overrides: dict[str, object]
     config: RetrainConfig  # this run's whole config, its own dirs
     run_dir: Path  # on the driver's machine; recorder output
     work_dir: Path  # train_run's run_dir on the node that runs it
@@ -105,31 +110,31 @@ class CampaignPlan:
         return "" if "://" in self.tune_path else self.tune_path
 
 
-def tune_storage(config: Any, name: str, campaign_dir: Path) -> tuple[str, list[str]]:
+def tune_storage(campaign: CampaignSection, name: str, campaign_dir: Path) -> tuple[str, list[str]]:
     """Tune's storage_path for the campaign and the problems with `[campaign] storage`.
 
     The campaign directory (manifest, the recorder's Arrow logs) always stays on the driver; only
     Tune's copies of run checkpoints and its experiment state go to `storage`."""
-    uri = str(config.campaign.storage or "").rstrip("/")
+    uri = str(campaign.storage or "").rstrip("/")
     if not uri:
         return str(campaign_dir), []
     if "://" not in uri:
         return "", [f"[campaign].storage = {uri!r}: expected a filesystem URI like 's3://bucket/prefix', "
                     "'gs://bucket/prefix' or 'file:///shared/dir' (leave it empty for the campaign directory)"]
     try:
-        pyarrow.fs.FileSystem.from_uri(uri)
+        pyarrow.fs.FileSystem.from_uri(uri)  # pyright: ignore[reportUnknownMemberType]  # pyarrow ships no type stubs
     except (ValueError, OSError, ImportError) as exc:
         return "", [f"[campaign].storage = {uri!r}: pyarrow cannot open it ({exc}); check the scheme, "
                     "the bucket name and the credentials, or install the filesystem's pyarrow support"]
     return f"{uri}/{name}", []
 
 
-def default_root(config: Any) -> Path:
+def default_root(config: RetrainConfig) -> Path:
     return Path(config.logging.log_dir or "logs")
 
 
-def campaign_name(config: Any, name: str | None) -> str:
-    chosen = name or config.campaign.name
+def campaign_name(campaign: CampaignSection, name: str | None) -> str:
+    chosen = name or campaign.name
     return chosen or time.strftime("campaign_%Y%m%d_%H%M%S", time.gmtime())
 
 
@@ -148,9 +153,8 @@ def concurrent_runs(parallel: bool, max_workers: int, num_runs: int) -> int:
     return max(1, min(workers, max(num_runs, 1)))
 
 
-def _schedule(config: Any, num_runs: int) -> tuple[Schedule, list[str]]:
-    c = config.campaign
-    problems = []
+def _schedule(c: CampaignSection, num_runs: int) -> tuple[Schedule, list[str]]:
+    problems: list[str] = []
     if c.max_workers < 0:
         problems.append(f"[campaign].max_workers = {c.max_workers}: must be >= 0 (0 = one worker per run)")
     if c.stagger_seconds < 0:
@@ -169,7 +173,7 @@ def _schedule(config: Any, num_runs: int) -> tuple[Schedule, list[str]]:
     return sched, problems
 
 
-def _run_plan(spec: Any, campaign_dir: Path) -> tuple[RunPlan | None, list[str]]:
+def _run_plan(spec: RunSpec, campaign_dir: Path) -> tuple[RunPlan | None, list[str]]:
     try:
         placed = placed_devices(spec.config)
         parse_devices(placed.devices)
@@ -190,11 +194,12 @@ def _run_plan(spec: Any, campaign_dir: Path) -> tuple[RunPlan | None, list[str]]
     return plan, []
 
 
-def build_plan(config: Any, *, name: str | None = None, root: str | Path | None = None) -> CampaignPlan:
+def build_plan(config: RetrainConfig, *, name: str | None = None, root: str | Path | None = None) -> CampaignPlan:
     """Validates the campaign and expands its runs; raises CampaignError listing every problem."""
-    if getattr(config, "campaign", None) is None:
+    campaign = config.campaign
+    if campaign is None:
         raise CampaignError(["the config has no [campaign] section; add one (spec 5.1) or use `retrain-ray train`"])
-    cname = campaign_name(config, name)
+    cname = campaign_name(campaign, name)
     problems = _check_name(cname)
     if root is not None and "://" in str(root):
         problems.append(f"--root {root}: the campaign directory (manifest, Arrow logs) stays on the driver, so "
@@ -206,7 +211,7 @@ def build_plan(config: Any, *, name: str | None = None, root: str | Path | None 
     expanded = config
     if adaptive is not None:  # every run it may start: the seeds it adds have their runs planned now
         seeds = [*adaptive.start_seeds, *adaptive.spare_seeds]
-        expanded = config.model_copy(update={"campaign": config.campaign.model_copy(update={"seeds": seeds})})
+        expanded = config.model_copy(update={"campaign": campaign.model_copy(update={"seeds": seeds})})
     specs = expand_runs(expanded, run_dir=lambda run_name: campaign_dir / "runs" / run_name / "work")
     runs: list[RunPlan] = []
     for spec in specs:
@@ -225,9 +230,9 @@ def build_plan(config: Any, *, name: str | None = None, root: str | Path | None 
         problems.append(f"run names repeat: {dupes}; make [[campaign.conditions]] or [campaign].seeds unique")
     if not specs:
         problems.append("the campaign has no runs: [campaign].seeds or [[campaign.conditions]] is empty")
-    schedule, errs = _schedule(config, len(runs))
+    schedule, errs = _schedule(campaign, len(runs))
     problems += errs
-    storage, errs = tune_storage(config, cname, campaign_dir)
+    storage, errs = tune_storage(campaign, cname, campaign_dir)
     problems += errs
     if not problems:  # the model check may ask the Hub: only for an otherwise valid campaign
         problems += model_problems([r.config for r in runs])
@@ -244,7 +249,7 @@ def build_plan(config: Any, *, name: str | None = None, root: str | Path | None 
         schedule=schedule,
         conditions=list(dict.fromkeys(r.condition for r in runs)),
         seeds=list(dict.fromkeys(r.seed for r in runs)),
-        max_steps=int(config.campaign.max_steps),
+        max_steps=int(campaign.max_steps),
         tune_storage=storage,
     )
 

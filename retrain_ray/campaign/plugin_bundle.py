@@ -39,7 +39,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from types import ModuleType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from retrain_ray.algorithms.plugins import is_dotted_path, plugin_module, use_search_paths
 from retrain_ray.config.names import PLUGIN_KEYS
@@ -215,7 +215,7 @@ def _bundle(packed: Packing) -> PluginBundle:
     return PluginBundle(hashlib.sha256(data).hexdigest(), data, sources, len(packed.files))
 
 
-def shipment(configs: Iterable[RetrainConfig]) -> dict[str, Any]:
+def shipment(configs: Iterable[RetrainConfig]) -> dict[str, object]:
     """What a campaign of these configs would ship to its trials, for `retrain-ray explain`: status
     "shipped" (units, files, raw and zipped bytes), "none" (with why) or "refused" (the driver's error)."""
     configs = list(configs)

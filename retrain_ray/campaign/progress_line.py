@@ -13,9 +13,10 @@ import logging
 import sys
 import time
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TextIO
 
 from ray.tune import Callback
+from ray.tune.experiment import Trial
 
 from retrain_ray.results.live import summary_line
 from retrain_ray.results.status import campaign_status
@@ -35,7 +36,7 @@ class CampaignProgress(Callback):
         self._last: float | None = None  # the first call always shows (monotonic time starts at boot)
         self._drawn = False
 
-    def __getstate__(self) -> dict[str, Any]:  # Tune pickles callbacks with its experiment state
+    def __getstate__(self) -> dict[str, object]:  # Tune pickles callbacks with its experiment state
         return {**self.__dict__, "stream": None}
 
     def _out(self) -> TextIO:
@@ -48,7 +49,7 @@ class CampaignProgress(Callback):
     def line(self) -> str:
         return "[campaign] " + summary_line(campaign_status(self.campaign_dir))
 
-    def on_step_end(self, iteration: int, trials: list, **info: Any) -> None:
+    def on_step_end(self, iteration: int, trials: list[Trial], **info: object) -> None:
         every = self.tty_every_s if self._tty() else self.log_every_s
         if self._last is not None and time.monotonic() - self._last < every:
             return
@@ -69,7 +70,7 @@ class CampaignProgress(Callback):
             out.write(text + "\n")
         out.flush()
 
-    def on_experiment_end(self, trials: list, **info: Any) -> None:
+    def on_experiment_end(self, trials: list[Trial], **info: object) -> None:
         self.show()
         if self._drawn:
             self._out().write("\n")

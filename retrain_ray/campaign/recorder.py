@@ -28,13 +28,15 @@ import logging
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Protocol, cast
 
 import ray
+from ray import ObjectRef
+from ray.actor import ActorHandle
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from retrain_ray.actors.worker_env import SERVICE_RUNTIME_ENV
-from retrain_ray.logs import EVAL_SCHEMA, GENERATIONS_SCHEMA, METRICS_SCHEMA, ArrowStreamWriter, row_to_record
+from retrain_ray.logs import EVAL_SCHEMA, GENERATIONS_SCHEMA, METRICS_SCHEMA, ArrowStreamWriter, row_to_record  # pyright: ignore[reportUnknownVariableType]  # pyarrow schemas: no stubs
 from retrain_ray.logs.jsonl import JsonlMirror
 from retrain_ray.logs.parquet_export import (
     campaign_name,
@@ -43,22 +45,24 @@ from retrain_ray.logs.parquet_export import (
     run_identities,
 )
 from retrain_ray.logs.stream import logged_through, repair_and_last_step
-from retrain_ray.logs.types import RunObserver
+from retrain_ray.logs.types import MetricsRow, RunObserver
 
 RECORDER_KINDS = ("metrics", "generations", "eval")
 PARQUET_EVERY_S = 10.0
 log = logging.getLogger(__name__)
 
 
-def _schema(kind: str) -> Any:
-    return {"metrics": METRICS_SCHEMA, "generations": GENERATIONS_SCHEMA, "eval": EVAL_SCHEMA}[kind]
+def _schema(kind: str) -> object:
+    """The `pyarrow.Schema` of a row kind."""
+    schemas: dict[str, object] = {"metrics": METRICS_SCHEMA, "generations": GENERATIONS_SCHEMA, "eval": EVAL_SCHEMA}
+    return schemas[kind]
 
 
-def _to_record(kind: str, row: Mapping[str, Any]) -> dict[str, Any]:
+def _to_record(kind: str, row: MetricsRow) -> dict[str, object]:
     if kind == "metrics":
-        return row_to_record(dict(row))
-    schema = _schema(kind)
-    return {name: row.get(name) for name in schema.names}
+        return cast("dict[str, object]", row_to_record(dict(row)))  # pyright: ignore[reportUnknownArgumentType]
+    names = cast("list[str]", getattr(_schema(kind), "names"))  # noqa: B009  # a pyarrow Schema, untyped
+    return {name: row.get(name) for name in names}
 
 
 class RecorderCore:
@@ -67,12 +71,12 @@ class RecorderCore:
     def __init__(self, campaign_dir: str | Path, *, parquet_every_s: float = PARQUET_EVERY_S) -> None:
         self.campaign_dir = Path(campaign_dir)
         self.parquet_every_s = parquet_every_s
-        self._writers: dict[tuple[str, str], Any] = {}
+        self._writers: dict[tuple[str, str], ArrowStreamWriter] = {}
         self._mirrors: dict[str, JsonlMirror] = {}
         self._exported_at: dict[str, float] = {}
         self.rows_written: dict[str, int] = {}
 
-    def _writer(self, run: str, kind: str) -> Any:
+    def _writer(self, run: str, kind: str) -> ArrowStreamWriter:
         key = (run, kind)
         if key not in self._writers:
             run_dir = self.campaign_dir / "runs" / run
@@ -80,7 +84,7 @@ class RecorderCore:
             self._writers[key] = ArrowStreamWriter(run_dir / f"{kind}.arrows", _schema(kind))  # a new segment
         return self._writers[key]
 
-    def append(self, run: str, kind: str, rows: Sequence[Mapping[str, Any]], *, jsonl: bool = True) -> int:
+    def append(self, run: str, kind: str, rows: Sequence[MetricsRow], *, jsonl: bool = True) -> int:
         """Writes `rows` of `kind` for `run`; metrics rows also go to its `metrics.jsonl` when `jsonl`."""
         if kind not in RECORDER_KINDS:
             raise ValueError(f"recorder: unknown row kind {kind!r}; expected one of {RECORDER_KINDS}")
@@ -147,14 +151,14 @@ class RecorderCore:
             self.close_run(run)
 
 
-@ray.remote(num_cpus=0, max_concurrency=64, runtime_env=SERVICE_RUNTIME_ENV)  # pyright: ignore[reportCallIssue]  # ray's overloads omit max_concurrency
+@ray.remote(num_cpus=0, max_concurrency=64, runtime_env=SERVICE_RUNTIME_ENV)  # pyright: ignore[reportCallIssue, reportUntypedClassDecorator]  # ray's overloads omit max_concurrency
 class RecorderActor:
     """Async Ray host of `RecorderCore`. Methods run one at a time on the actor's event loop."""
 
     def __init__(self, campaign_dir: str) -> None:
         self._core = RecorderCore(campaign_dir)
 
-    async def append(self, run: str, kind: str, rows: list[dict[str, Any]], jsonl: bool = True) -> int:
+    async def append(self, run: str, kind: str, rows: list[dict[str, object]], jsonl: bool = True) -> int:
         return self._core.append(run, kind, rows, jsonl=jsonl)
 
     async def close_run(self, run: str) -> None:
@@ -180,17 +184,28 @@ def recorder_name(campaign: str) -> str:
     return f"{campaign}/recorder"
 
 
-def start_recorder(campaign: str, campaign_dir: Path, *, namespace: str, timeout_s: float = 60.0) -> Any:
+def start_recorder(campaign: str, campaign_dir: Path, *, namespace: str, timeout_s: float = 60.0) -> ActorHandle[object]:
     """Starts (or finds) the campaign's recorder on the driver's node and waits until it answers."""
     node_id = ray.get_runtime_context().get_node_id()
-    handle = RecorderActor.options(  # pyright: ignore[reportAttributeAccessIssue]  # an @ray.remote class
+    handle = RecorderActor.options(  # pyright: ignore[reportAttributeAccessIssue, reportUnknownMemberType, reportUnknownVariableType]  # an @ray.remote class
         name=recorder_name(campaign),
         namespace=namespace,
         get_if_exists=True,
         scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=node_id, soft=False),
     ).remote(str(campaign_dir))
-    ray.get(handle.ping.remote(), timeout=timeout_s)
-    return handle
+    ray.get(handle.ping.remote(), timeout=timeout_s)  # pyright: ignore[reportUnknownMemberType, reportUnknownArgumentType]
+    return cast("ActorHandle[object]", handle)
+
+
+class _RemoteMethod(Protocol):
+    def remote(self, *args: object) -> ObjectRef[object]: ...
+
+
+class _RecorderHandle(Protocol):
+    """The recorder actor's methods a client calls (`RecorderActor`)."""
+
+    append: _RemoteMethod
+    close_run: _RemoteMethod
 
 
 class RecorderClient(RunObserver):
@@ -201,27 +216,27 @@ class RecorderClient(RunObserver):
 
     def __init__(
         self,
-        handle: Any,
+        handle: object,
         run: str,
         *,
         batch_rows: int = 16,
         flush_interval_s: float = 2.0,
         timeout_s: float = 60.0,
-        extra: Mapping[str, Any] | None = None,
+        extra: Mapping[str, object] | None = None,
         jsonl: bool = True,
     ) -> None:
-        self._handle = handle
+        self._handle = cast("_RecorderHandle", handle)  # a Ray actor handle: its methods are untyped
         self._jsonl = jsonl
         self._run = run
         self._batch_rows = batch_rows
         self._flush_interval_s = flush_interval_s
         self._timeout_s = timeout_s
         self._extra = dict(extra or {})
-        self._buffers: dict[str, list[dict[str, Any]]] = {k: [] for k in RECORDER_KINDS}
-        self._in_flight: list[Any] = []
+        self._buffers: dict[str, list[dict[str, object]]] = {k: [] for k in RECORDER_KINDS}
+        self._in_flight: list[ObjectRef[object]] = []
         self._last_send = time.monotonic()
 
-    def _add(self, kind: str, rows: list[Mapping[str, Any]]) -> None:
+    def _add(self, kind: str, rows: Sequence[MetricsRow]) -> None:
         self._buffers[kind].extend({**self._extra, **r} for r in rows)
         due = time.monotonic() - self._last_send >= self._flush_interval_s
         if due or sum(len(b) for b in self._buffers.values()) >= self._batch_rows:
@@ -233,8 +248,8 @@ class RecorderClient(RunObserver):
                 self._in_flight.append(self._handle.append.remote(self._run, kind, rows, self._jsonl))
                 self._buffers[kind] = []
         self._last_send = time.monotonic()
-        done, self._in_flight = ray.wait(self._in_flight, num_returns=len(self._in_flight), timeout=0)
-        ray.get(done)  # surfaces a recorder error (bad row) early, without waiting
+        done, self._in_flight = ray.wait(self._in_flight, num_returns=len(self._in_flight), timeout=0)  # pyright: ignore[reportUnknownMemberType, reportUnknownVariableType]
+        ray.get(done)  # pyright: ignore[reportUnknownArgumentType]  # surfaces a recorder error (bad row) early, without waiting
 
     def flush(self) -> None:
         """Sends what is buffered and waits until the recorder has written it (or times out)."""
@@ -243,19 +258,19 @@ class RecorderClient(RunObserver):
             ray.get(self._in_flight, timeout=self._timeout_s)
         self._in_flight = []
 
-    def on_step(self, row: Mapping[str, Any], **info: Any) -> None:
+    def on_step(self, row: MetricsRow, **info: object) -> None:
         self._add("metrics", [row])
 
-    def on_generations(self, rows: list[Mapping[str, Any]], **info: Any) -> None:
+    def on_generations(self, rows: list[MetricsRow], **info: object) -> None:
         self._add("generations", rows)
 
-    def on_eval(self, row: Mapping[str, Any], **info: Any) -> None:
+    def on_eval(self, row: MetricsRow, **info: object) -> None:
         self._add("eval", [row])
 
-    def on_checkpoint(self, step: int, directory: Path, **info: Any) -> None:
+    def on_checkpoint(self, step: int, directory: Path, **info: object) -> None:
         self.flush()
 
-    def close(self, **info: Any) -> None:
+    def close(self, **info: object) -> None:
         """Flushes, then lets the recorder close the run's segments and write its Parquet copies."""
         self.flush()
         ray.get(self._handle.close_run.remote(self._run), timeout=self._timeout_s)

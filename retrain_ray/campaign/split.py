@@ -10,26 +10,31 @@ tokenizer)` for `train_run(policy=...)`, and kills the actors when the run ends.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Generator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, cast
 
 from retrain_ray.backends.types import Policy
+
+if TYPE_CHECKING:
+    from retrain_ray.actors.run_actors import SplitActors
+    from retrain_ray.campaign.plan import RunPlan
+    from retrain_ray.campaign.trial import TrialContext
 
 PLACEMENT_FILE = "placement.json"
 
 
-def _record_placement(work_dir: Path, actors: Any) -> None:
+def _record_placement(work_dir: Path, actors: SplitActors) -> None:
     work_dir.mkdir(parents=True, exist_ok=True)
     path = work_dir / PLACEMENT_FILE
-    attempts = json.loads(path.read_text()) if path.is_file() else []
+    attempts = cast("list[object]", json.loads(path.read_text())) if path.is_file() else []  # one entry per attempt
     attempts.append(actors.placements())
     path.write_text(json.dumps(attempts, indent=2))
 
 
 @contextmanager
-def split_policy(ctx: Any, plan: Any) -> Iterator[Policy | None]:
+def split_policy(ctx: TrialContext, plan: RunPlan) -> Generator[Policy | None]:
     if ctx.control.engine is not None:  # the campaign's shared vLLM engine samples; the run trains here
         # deferred: loads torch, which importing this module does not need
         from retrain_ray.actors.shared_vllm import shared_vllm_policy

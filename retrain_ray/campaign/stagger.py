@@ -8,9 +8,10 @@ start slot at trial start and sleeps until it: slot = max(now, previous slot + s
 from __future__ import annotations
 
 import time
-from typing import Any, cast
+from typing import cast
 
 import ray
+from ray.actor import ActorHandle
 
 from retrain_ray.actors.worker_env import SERVICE_RUNTIME_ENV
 
@@ -28,7 +29,7 @@ class StaggerClock:
         return slot - now
 
 
-@ray.remote(num_cpus=0, max_concurrency=16, runtime_env=SERVICE_RUNTIME_ENV)  # pyright: ignore[reportCallIssue]  # ray's overloads omit max_concurrency
+@ray.remote(num_cpus=0, max_concurrency=16, runtime_env=SERVICE_RUNTIME_ENV)  # pyright: ignore[reportCallIssue, reportUntypedClassDecorator]  # ray's overloads omit max_concurrency
 class StartGate:
     def __init__(self, stagger_seconds: float) -> None:
         self._clock = StaggerClock(stagger_seconds)
@@ -41,16 +42,17 @@ def gate_name(campaign: str) -> str:
     return f"{campaign}/start_gate"
 
 
-def start_gate(campaign: str, stagger_seconds: float, *, namespace: str) -> Any:
-    return StartGate.options(name=gate_name(campaign), namespace=namespace, get_if_exists=True).remote(  # pyright: ignore[reportAttributeAccessIssue]  # an @ray.remote class
+def start_gate(campaign: str, stagger_seconds: float, *, namespace: str) -> ActorHandle[object]:
+    handle = StartGate.options(name=gate_name(campaign), namespace=namespace, get_if_exists=True).remote(  # pyright: ignore[reportAttributeAccessIssue, reportUnknownMemberType, reportUnknownVariableType]  # an @ray.remote class
         stagger_seconds
     )
+    return cast("ActorHandle[object]", handle)
 
 
 def wait_for_start_slot(campaign: str, namespace: str, *, timeout_s: float) -> float:
     """Sleeps until this trial's start slot; returns the seconds waited. No gate -> no wait."""
     try:
-        gate = ray.get_actor(gate_name(campaign), namespace=namespace)
+        gate = ray.get_actor(gate_name(campaign), namespace=namespace)  # pyright: ignore[reportUnknownMemberType, reportUnknownVariableType]
     except ValueError:
         return 0.0
     delay = float(cast(float, ray.get(gate.reserve.remote(), timeout=timeout_s)))

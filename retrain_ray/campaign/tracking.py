@@ -1,10 +1,11 @@
-"""Tune callback (in the driver) that keeps the manifest current and prints run transitions.
+"""Tune callback (in the driver) that keeps the manifest current and tells the campaign's observer of
+run transitions (campaign/observer.py).
 
 Attempts count trial starts (first start, each retry, each campaign resume). A run is "failed"
 only when Tune gives up on it (max_failures exhausted); a retried run is "running" with its last
 error kept. A run already completed when this driver session started keeps its record untouched:
 Tune may restore it as unfinished (its state synced before the run ended), and its trial then only
-reports the recorded result (campaign/trial.py). A run an adaptive campaign stopped (campaign/adaptive.py)
+reports the recorded result (campaign/trial.py). A run an adaptive campaign stopped (campaign/adaptive/scheduler.py)
 keeps its status `stopped` when Tune ends its trial. It also enforces `trial_start_timeout_s`: if runs
 are pending and none has started or reported for that long, the campaign stops with an error
 instead of waiting forever.
@@ -13,100 +14,102 @@ instead of waiting forever.
 from __future__ import annotations
 
 import time
-from typing import Any
+from collections.abc import Mapping
+from typing import cast
 
-from ray.tune import Callback
+from ray.tune import Callback, Stopper
+from ray.tune.experiment import Trial
 
+from retrain_ray.campaign.observer import CampaignObserver
 from retrain_ray.logs.manifest import Manifest
 
 
-def _run_name(trial: Any) -> str:
-    return trial.config["run_name"]
+def _run_name(trial: Trial) -> str:
+    return str(trial.config["run_name"])  # pyright: ignore[reportUnknownMemberType, reportUnknownArgumentType]  # Tune types config loosely
 
 
-def _result_summary(result: dict[str, Any]) -> dict[str, Any]:
+def _result_summary(result: Mapping[str, object]) -> dict[str, int | float | str]:
     skip = {"run_done", "run_status", "config", "trial_id", "experiment_tag", "date", "hostname", "node_ip"}
     return {k: v for k, v in result.items() if isinstance(v, (int, float, str)) and k not in skip
             and not k.startswith(("time_", "timestamp", "pid", "training_iteration", "iterations_"))}
 
 
 class ManifestCallback(Callback):
-    def __init__(self, manifest: Manifest, *, progress: bool, start_timeout_s: float) -> None:
+    def __init__(self, manifest: Manifest, *, observer: CampaignObserver, start_timeout_s: float) -> None:
         self.manifest = manifest
-        self.progress = progress
+        self.observer = observer
         self.start_timeout_s = start_timeout_s
         self._last_activity = time.monotonic()
         self._finished: set[str] = set()
 
-    def setup(self, **info: Any) -> None:
+    def setup(self, stop: Stopper | None = None, num_samples: int | None = None,
+              total_num_samples: int | None = None, **info: object) -> None:
         """Re-reads the manifest: after `Tuner.restore` this callback is an unpickled copy."""
         self.manifest = Manifest.load(self.manifest.path.parent)
         self._finished = {r.run_name for r in self.manifest.record.runs if r.status in ("completed", "stopped")}
         self._last_activity = time.monotonic()
 
-    def _recorded(self, trial: Any) -> bool:
+    def _recorded(self, trial: Trial) -> bool:
         """True for a run completed before this session: its manifest entry is final."""
         return _run_name(trial) in self._finished
 
-    def _say(self, text: str) -> None:
-        if self.progress:
-            print(f"[campaign] {text}", flush=True)
 
-    def on_trial_start(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+    def on_trial_start(self, iteration: int, trials: list[Trial], trial: Trial, **info: object) -> None:
         name = _run_name(trial)
         if self._recorded(trial):
             self._last_activity = time.monotonic()
-            self._say(f"{name}: already completed (manifest.json), not run again")
+            self.observer.on_run(name, "already completed (manifest.json), not run again")
             return
         attempts = self.manifest.run(name).attempts + 1
         self.manifest.update_run(name, status="running", attempts=attempts, started_at=time.time())
         self._last_activity = time.monotonic()
-        self._say(f"{name}: started (attempt {attempts})")
+        self.observer.on_run(name, f"started (attempt {attempts})")
 
-    def on_trial_result(self, iteration: int, trials: list, trial: Any, result: dict, **info: Any) -> None:
+    def on_trial_result(self, iteration: int, trials: list[Trial], trial: Trial, result: dict[str, object], **info: object) -> None:
         if self._recorded(trial):
             return
         self._last_activity = time.monotonic()
         self.manifest.update_run(_run_name(trial), result=_result_summary(result))
 
-    def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+    def on_trial_complete(self, iteration: int, trials: list[Trial], trial: Trial, **info: object) -> None:
         if self._recorded(trial):
             return
         name = _run_name(trial)
-        last = trial.last_result or {}
+        last = cast("dict[str, object]", trial.last_result or {})  # pyright: ignore[reportUnknownMemberType]  # Tune's result dict
         checkpoint = getattr(trial, "checkpoint", None)  # the run's last reported checkpoint (for squeeze)
-        stopped = self.manifest.run(name).status == "stopped"  # by an adaptive campaign (campaign/adaptive.py)
+        stopped = self.manifest.run(name).status == "stopped"  # by an adaptive campaign (campaign/adaptive/scheduler.py)
         self.manifest.update_run(name, status="stopped" if stopped else "completed", result=_result_summary(last),
                                  finished_at=time.time(),
                                  checkpoint=checkpoint.path if checkpoint is not None else "")
         if stopped:
-            steps = int(last.get("step", -1)) + 1  # `step` is the 0-based index of its last step
-            self._say(f"{name}: stopped after {steps} steps: {self.manifest.run(name).stop_reason}")
+            step = last.get("step", -1)
+            steps = (int(step) if isinstance(step, (int, float)) else -1) + 1  # `step`: the 0-based index of its last step
+            self.observer.on_run(name, f"stopped after {steps} steps: {self.manifest.run(name).stop_reason}")
             return
-        own = last.get("resumed_own_step")  # Tune had no checkpoint of it (campaign/own_checkpoint.py)
+        own = last.get("resumed_own_step")  # Tune had no checkpoint of it (campaign/resume/own_checkpoint.py)
         source = ("its own checkpoint" if last.get("resumed_from", "own") == "own"
                   else f"Tune's set-aside copy {last.get('resumed_path', '?')}")
         how = "" if own is None else f" (continued after {source} of step {own}: Tune had none)"
         if own is not None and str(last.get("resumed_path", "")).endswith("/final"):
             how = f" (extended: continued after its final checkpoint of step {own})"
-        self._say(f"{name}: completed at step {last.get('step', '?')}{how}")
+        self.observer.on_run(name, f"completed at step {last.get('step', '?')}{how}")
 
-    def on_trial_recover(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+    def on_trial_recover(self, iteration: int, trials: list[Trial], trial: Trial, **info: object) -> None:
         if self._recorded(trial):
             return
         name = _run_name(trial)
         self.manifest.update_run(name, error=_error_text(trial))
-        self._say(f"{name}: failed, retrying from its last checkpoint")
+        self.observer.on_run(name, "failed, retrying from its last checkpoint")
 
-    def on_trial_error(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+    def on_trial_error(self, iteration: int, trials: list[Trial], trial: Trial, **info: object) -> None:
         if self._recorded(trial):
             return
         name = _run_name(trial)
         self.manifest.update_run(name, status="failed", error=_error_text(trial))
-        self._say(f"{name}: FAILED ({self.manifest.run(name).error.splitlines()[-1:]})")
+        self.observer.on_run(name, f"FAILED ({self.manifest.run(name).error.splitlines()[-1:]})")
 
-    def on_step_end(self, iteration: int, trials: list, **info: Any) -> None:
-        states = [t.status for t in trials]
+    def on_step_end(self, iteration: int, trials: list[Trial], **info: object) -> None:
+        states = [str(t.status) for t in trials]  # pyright: ignore[reportUnknownMemberType, reportUnknownArgumentType]
         if "RUNNING" in states or "PENDING" not in states:
             self._last_activity = time.monotonic()
             return
@@ -117,7 +120,7 @@ class ManifestCallback(Callback):
             )
 
 
-def _error_text(trial: Any) -> str:
+def _error_text(trial: Trial) -> str:
     path = getattr(trial, "error_file", None)
     try:
         text = open(path).read() if path else ""

@@ -2,17 +2,12 @@
 
 At trial start it waits for its stagger slot, then calls the runner (`train_run`) with observers
 that forward rows to the recorder actor, export gauges and report each checkpoint to Tune
-(`tune.report(metrics, checkpoint=...)`). On a retry (Tune's FailureConfig) or after a campaign
-restore, `tune.get_checkpoint()` gives the last reported checkpoint and the run continues after it.
-When Tune has none (a fresh Tune experiment after a torn state, a restart that lost its copies), the
-run continues after its own newest verified checkpoint in its work directory, if that directory is
-this run's with a matching config, else after the newest such of Tune's copies set aside with the torn
-state (its work directory is on another node), restored as Tune's checkpoint is
-(campaign/own_checkpoint.py; another run's or config's is an error, never reused).
-A run that fails raises (the contract in run/types.py); the exception reaches Tune, which retries
-it from that checkpoint up to `[campaign].max_failures` times; when the recorder finds the run's
-metrics log torn before that checkpoint, from the run's newest checkpoint at or before the last step
-logged (run/torn_log.py).
+(`tune.report(metrics, checkpoint=...)`). Where the run continues from is one decision,
+`campaign/resume/point.py: decide_resume`: Tune's last reported checkpoint (a retry, a campaign
+restore), an earlier one of the run's own when the recorder finds its metrics log torn before it,
+the run's own newest verified checkpoint or a set-aside Tune copy when Tune has none (a fresh Tune
+experiment after a torn state), else step 0. A run that fails raises (the contract in run/types.py);
+the exception reaches Tune, which retries it up to `[campaign].max_failures` times.
 
 Tune reuses a trial's process for the next run (`reuse_actors`): imports and the Ray worker start
 are paid once per concurrent slot, not once per run. Each run sets everything it depends on itself
@@ -27,25 +22,26 @@ import math
 import os
 import sys
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, cast
+from typing import Protocol, cast
 
 import ray
-from ray import tune
+from ray import ObjectRef, tune
 
 from retrain_ray.actors.worker_env import PRELOAD_MODULE
 from retrain_ray.algorithms.plugins import use_plugin_root
 from retrain_ray.campaign.control import ControlPlane
-from retrain_ray.campaign.gauges import RunGauges
-from retrain_ray.campaign.own_checkpoint import own_checkpoint, set_aside_copies, tune_copy
-from retrain_ray.campaign.plan import DEFAULT_RUNNER, RunPlan
+from retrain_ray.campaign.dashboard.gauges import RunGauges
+from retrain_ray.campaign.plan import DEFAULT_RUNNER, Runner, RunPlan
 from retrain_ray.campaign.plugin_bundle import PluginBundle, activate
 from retrain_ray.campaign.recorder import RecorderClient, recorder_name
+from retrain_ray.campaign.resume.point import ResumePoint, decide_resume
 from retrain_ray.campaign.split import split_policy
 from retrain_ray.campaign.stagger import wait_for_start_slot
-from retrain_ray.logs.types import RunObserver
+from retrain_ray.logs.types import MetricsRow, RunObserver
+from retrain_ray.run.types import RunOutcome
 from retrain_ray.trackers import RunIdentity, build_trackers
 from retrain_ray.util.process_clock import process_started_at
 from retrain_ray.util.secrets import redact
@@ -62,21 +58,21 @@ class TrialContext:
     namespace: str
     runs: Mapping[str, RunPlan]
     control: ControlPlane
-    runner: str | Callable[..., Any] = DEFAULT_RUNNER
+    runner: str | Runner = DEFAULT_RUNNER
     timeout_s: float = 600.0
     # run name -> the MLflow experiment id the driver created for it (runs without MLflow: absent)
-    mlflow_experiments: Mapping[str, str] = field(default_factory=dict)
+    mlflow_experiments: Mapping[str, str] = field(default_factory=dict[str, str])
     # run name -> its recorded result, for runs manifest.json records completed when this driver
     # session started: Tune's experiment state may not know yet (see `run_trial`)
-    finished: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    finished: Mapping[str, Mapping[str, object]] = field(default_factory=dict[str, Mapping[str, object]])
     # the driver's working directory: where the config's [plugins] search_paths are (trials run elsewhere)
     plugin_root: str = field(default_factory=os.getcwd)
     # the code of the plugins the config names, packed by the driver (any node imports it from here)
     plugins: PluginBundle | None = None
-    # Tune's experiment directory when local (its set-aside `.torn-*` copies: campaign/tune_state.py); else ""
+    # Tune's experiment directory when local (its set-aside `.torn-*` copies: campaign/resume/tune_state.py); else ""
     tune_dir: str = ""
     # [campaign.adaptive]: the column each report carries as `adaptive_value` (its mean over the last
-    # `adaptive_window` rows: campaign/adaptive.py compares conditions on it); "" for a grid campaign
+    # `adaptive_window` rows: campaign/adaptive/scheduler.py compares conditions on it); "" for a grid campaign
     adaptive_metric: str = ""
     adaptive_window: int = 0
 
@@ -84,23 +80,23 @@ class TrialContext:
 class TuneReporter(RunObserver):
     """RunObserver: remembers the last row and reports it to Tune with each checkpoint."""
 
-    def __init__(self, extra: Mapping[str, Any] | None = None, meta: Mapping[str, Any] | None = None,
+    def __init__(self, resumed: Mapping[str, int | str] | None = None, meta: Mapping[str, object] | None = None,
                  *, metric: str = "", window: int = 0) -> None:
-        self.last: dict[str, Any] = {}
-        self.extra = dict(extra or {})  # reported with every checkpoint (where the run resumed from)
+        self.last: dict[str, int | float] = {}
+        self.resumed = dict(resumed or {})  # reported with every checkpoint (ResumePoint.reported)
         self.meta = dict(meta or {})  # run name and config, written into each checkpoint Tune copies
         self.metric = metric
         self.recent: deque[float] = deque(maxlen=max(1, window))  # a run resumed mid-window starts it anew
 
-    def on_step(self, row: Mapping[str, Any], **info: Any) -> None:
-        self.last = {k: row[k] for k in ("step", *REPORTED) if isinstance(row.get(k), (int, float))}
+    def on_step(self, row: MetricsRow, **info: object) -> None:
+        self.last = {k: v for k in ("step", *REPORTED) if isinstance(v := row.get(k), (int, float))}
         self._remember(row)
 
-    def on_eval(self, row: Mapping[str, Any], **info: Any) -> None:
+    def on_eval(self, row: MetricsRow, **info: object) -> None:
         self._remember(row)
 
-    def _remember(self, row: Mapping[str, Any]) -> None:
-        value = row.get(self.metric) if self.metric else None
+    def _remember(self, row: MetricsRow) -> None:
+        value: object = row.get(self.metric) if self.metric else None
         if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
             self.recent.append(float(value))
 
@@ -108,27 +104,27 @@ class TuneReporter(RunObserver):
         """`adaptive_value` (the metric's mean over the window) when the run has logged it."""
         return {"adaptive_value": sum(self.recent) / len(self.recent)} if self.recent else {}
 
-    def on_checkpoint(self, step: int, directory: Path, **info: Any) -> None:
-        metrics = {**self.last, **self.extra, **self.window_value(), "step": step, "run_done": False}
-        checkpoint = tune.Checkpoint.from_directory(str(directory))
+    def on_checkpoint(self, step: int, directory: Path, **info: object) -> None:
+        metrics = {**self.last, **self.resumed, **self.window_value(), "step": step, "run_done": False}
+        checkpoint = tune.Checkpoint.from_directory(str(directory))  # pyright: ignore[reportUnknownMemberType]
         if self.meta:  # its copy then says which run and config it is of (own_checkpoint.tune_copy)
             checkpoint.set_metadata(self.meta)
-        tune.report(metrics, checkpoint=checkpoint)
+        tune.report(metrics, checkpoint=checkpoint)  # pyright: ignore[reportUnknownMemberType]
 
 
-def resolve_runner(runner: str | Callable[..., Any]) -> Callable[..., Any]:
+def resolve_runner(runner: str | Runner) -> Runner:
     if callable(runner):
         return runner
     module, _, attr = runner.partition(":")
-    return getattr(importlib.import_module(module), attr)
+    return cast("Runner", getattr(importlib.import_module(module), attr))  # a dotted `module:function` name
 
 
-def _observers(ctx: TrialContext, plan: RunPlan, reporter: TuneReporter) -> list[Any]:
+def _observers(ctx: TrialContext, plan: RunPlan, reporter: TuneReporter) -> list[RunObserver]:
     """Recorder, Tune reports, gauges and the experiment trackers the run's config asks for."""
-    handle = ray.get_actor(recorder_name(ctx.campaign), namespace=ctx.namespace)
+    handle = ray.get_actor(recorder_name(ctx.campaign), namespace=ctx.namespace)  # pyright: ignore[reportUnknownMemberType, reportUnknownVariableType]
     identity = RunIdentity(plan.run_name, plan.condition, plan.seed, campaign=ctx.campaign)
     return [
-        RecorderClient(handle, plan.run_name, timeout_s=ctx.timeout_s, jsonl=plan.config.logging.jsonl),
+        RecorderClient(handle, plan.run_name, timeout_s=ctx.timeout_s, jsonl=plan.config.logging.jsonl),  # pyright: ignore[reportUnknownArgumentType]
         reporter,
         RunGauges(ctx.campaign, plan.run_name, plan.condition),
         *build_trackers(plan.config, identity, plan.work_dir,
@@ -136,48 +132,46 @@ def _observers(ctx: TrialContext, plan: RunPlan, reporter: TuneReporter) -> list
     ]
 
 
-def resume_point(ctx: TrialContext, plan: RunPlan, checkpoint: Path) -> Path | None:
-    """Tune's checkpoint, or an earlier one of the run's own when the recorder found the run's metrics
-    log torn before it (rows a killed recorder lost are then logged again; None: from the start)."""
-    recorder = ray.get_actor(recorder_name(ctx.campaign), namespace=ctx.namespace)
-    last_logged = cast("int | None", ray.get(recorder.repair_metrics.remote(plan.run_name), timeout=ctx.timeout_s))
-    if last_logged is None:
-        return checkpoint
-    from retrain_ray.run.torn_log import resume_point as at_or_before  # deferred: loads torch
-
-    return at_or_before(checkpoint, last_logged, Path(plan.work_dir))
+class _RemoteMethod(Protocol):
+    def remote(self, run: str) -> ObjectRef[object]: ...
 
 
-def own_resume_point(ctx: TrialContext, plan: RunPlan) -> tuple[tune.Checkpoint, dict[str, Any]] | None:
-    """For a trial Tune gives no checkpoint (a fresh Tune experiment after a torn state, a restart that
-    lost its copies): the run's own newest verified checkpoint with every step up to it logged, else
-    (its work directory is on another node) the newest such of Tune's set-aside copies of it, as a Tune
-    checkpoint, and what to record of it (campaign/own_checkpoint.py; raises ForeignRunDir for another
-    run's or config's directory)."""
-    work_dir = Path(plan.work_dir)
-    tune_dir = Path(ctx.tune_dir) if ctx.tune_dir else None
-    if not (work_dir / "checkpoints").is_dir() and not (tune_dir and set_aside_copies(tune_dir, plan.run_name)):
-        return None
-    recorder = ray.get_actor(recorder_name(ctx.campaign), namespace=ctx.namespace)
-    logged = cast("int", ray.get(recorder.logged_through.remote(plan.run_name), timeout=ctx.timeout_s))
-    config = plan.config.model_dump(mode="json")
-    found, kind = own_checkpoint(work_dir, plan.run_name, config, logged), "own"
-    if found is None and tune_dir is not None:
-        found, kind = tune_copy(tune_dir, work_dir, plan.run_name, config, logged), "tune_copy"
-    if found is None:
-        return None
-    path, step = found
-    extra = {"resumed_own_step": step, "resumed_from": kind, "resumed_path": str(path)}
-    return tune.Checkpoint(str(path)), extra
+class _RecorderHandle(Protocol):
+    """The recorder actor's methods the resume decision calls (campaign/recorder.py: RecorderActor)."""
+
+    repair_metrics: _RemoteMethod
+    logged_through: _RemoteMethod
 
 
-def _run(ctx: TrialContext, plan: RunPlan, resume_from: Path | None, extra: Mapping[str, Any] | None = None) -> Any:
-    if resume_from is not None and not extra:  # an own checkpoint: logged_through already repaired the log
-        resume_from = resume_point(ctx, plan, resume_from)
+class _RecorderLog:
+    """The campaign's recorder actor as the `RunLog` the resume decision reads (campaign/resume/point.py)."""
+
+    def __init__(self, ctx: TrialContext) -> None:
+        handle = ray.get_actor(recorder_name(ctx.campaign), namespace=ctx.namespace)  # pyright: ignore[reportUnknownMemberType, reportUnknownVariableType]
+        self.handle = cast("_RecorderHandle", handle)  # a Ray actor handle: its methods are untyped
+        self.timeout_s = ctx.timeout_s
+
+    def repair_metrics(self, run: str) -> int | None:
+        return cast("int | None", ray.get(self.handle.repair_metrics.remote(run), timeout=self.timeout_s))
+
+    def logged_through(self, run: str) -> int:
+        return cast("int", ray.get(self.handle.logged_through.remote(run), timeout=self.timeout_s))
+
+
+def resume_from(ctx: TrialContext, plan: RunPlan, tune_checkpoint: Path | None) -> ResumePoint:
+    """Where the run continues (campaign/resume/point.py): Tune's checkpoint, an earlier one of the run's
+    own when its metrics log was torn before it, else the run's own or a set-aside Tune copy, else step 0."""
+    return decide_resume(tune_checkpoint, _RecorderLog(ctx), run_name=plan.run_name, work_dir=Path(plan.work_dir),
+                         tune_dir=Path(ctx.tune_dir) if ctx.tune_dir else None,
+                         config=plan.config.model_dump(mode="json"))
+
+
+def _run(ctx: TrialContext, plan: RunPlan, tune_checkpoint: Path | None) -> tuple[RunOutcome, TuneReporter]:
+    point = resume_from(ctx, plan, tune_checkpoint)
     if ctx.plugins is not None:
         activate(ctx.plugins)
     use_plugin_root(ctx.plugin_root)
-    reporter = TuneReporter(extra, {"run_name": plan.run_name, "config": redact(plan.config.model_dump(mode="json"))},
+    reporter = TuneReporter(point.reported(), {"run_name": plan.run_name, "config": redact(plan.config.model_dump(mode="json"))},
                             metric=ctx.adaptive_metric, window=ctx.adaptive_window)
     runner = resolve_runner(ctx.runner)
     throttle = ctx.control.throttle_for(plan.run_name)
@@ -190,7 +184,7 @@ def _run(ctx: TrialContext, plan: RunPlan, resume_from: Path | None, extra: Mapp
                 observers=_observers(ctx, plan, reporter),
                 advisor=ctx.control.advisor_for(plan.run_name),
                 throttle=throttle,
-                resume_from=resume_from,
+                resume_from=point.path,
                 policy=policy,
                 local_logs=False,
             )
@@ -214,7 +208,7 @@ def _set_threads(count: int) -> None:
     torch.set_num_threads(count)
 
 
-def run_trial(config: dict[str, Any], context: TrialContext) -> None:
+def run_trial(config: Mapping[str, str], context: TrialContext) -> None:
     """Tune function trainable: `config` holds only `run_name`; the rest comes in `context`.
 
     A run the manifest records completed is never run again: the manifest is written when Tune
@@ -225,24 +219,21 @@ def run_trial(config: dict[str, Any], context: TrialContext) -> None:
     recorded = context.finished.get(config["run_name"])
     if recorded is not None:
         numbers = {k: v for k, v in recorded.items() if isinstance(v, (int, float))}
-        tune.report({**numbers, "run_done": True, "run_status": "completed", "already_completed": True})
+        tune.report({**numbers, "run_done": True, "run_status": "completed", "already_completed": True})  # pyright: ignore[reportUnknownMemberType]
         return
     plan = context.runs[config["run_name"]]
     _RUNS_IN_PROCESS[0] += 1
     _set_threads(cpu_threads(plan))
     wait_for_start_slot(context.campaign, context.namespace, timeout_s=context.timeout_s)
-    checkpoint, resumed = tune.get_checkpoint(), {}
-    if checkpoint is None:
-        own = own_resume_point(context, plan)
-        checkpoint, resumed = own if own is not None else (None, {})
+    checkpoint = cast("tune.Checkpoint | None", tune.get_checkpoint())  # pyright: ignore[reportUnknownMemberType]
     if checkpoint is None:
         outcome, reporter = _run(context, plan, None)
-    else:  # Tune's checkpoint or one of the run's own: the same restore
+    else:
         with checkpoint.as_directory() as resume_dir:
-            outcome, reporter = _run(context, plan, Path(resume_dir), resumed)
+            outcome, reporter = _run(context, plan, Path(resume_dir))
     final = {k: v for k, v in outcome.metrics.items() if isinstance(v, (int, float))}
     timing = {"first_step_at": outcome.first_step_at} if outcome.first_step_at else {}
-    tune.report({**reporter.last, **reporter.extra, **final, **timing, **reporter.window_value(),
+    tune.report({**reporter.last, **reporter.resumed, **final, **timing, **reporter.window_value(),  # pyright: ignore[reportUnknownMemberType]
                  "step": outcome.last_step, "run_done": True,
                  "run_status": outcome.status, "process_runs": _RUNS_IN_PROCESS[0], "process_preloaded": _preloaded(),
                  "process_started_at": process_started_at() or 0.0})

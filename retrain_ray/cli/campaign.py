@@ -84,7 +84,7 @@ def _run(make_campaign, address: str | None, dashboard: bool = False) -> int:
 def _interrupted(campaign_dir: Path, address: str | None, stops: Stops) -> int:
     """Where each run stopped and the command that continues the campaign; exit 130 (143 on SIGTERM)."""
     # deferred: loads ray, which importing this module does not need
-    from retrain_ray.campaign.interrupted import run_lines
+    from retrain_ray.campaign.resume.interrupted import run_lines
 
     lines = run_lines(campaign_dir)
     print(f"\ninterrupted by {stops.name()}: campaign {campaign_dir} stopped", file=sys.stderr)

@@ -3,11 +3,11 @@
 Validates the file (all problems on stderr, exit 2, no traceback), then describes what would run:
 for a single run the model, backend and its capabilities, condition, datums per step and in total,
 and the resources one run takes; for a campaign also the run matrix (conditions x seeds) and the
-capacity estimate (campaign/capacity.py, campaign/estimate.py): the runs scheduled into the slots the
+capacity estimate (campaign/capacity/explain.py, campaign/capacity/estimate.py): the runs scheduled into the slots the
 plan's own concurrency gives (`max_workers`, bounded by the GPUs available: `--gpus N`, or the
 cluster at RAY_ADDRESS), each run's warm-start and RL steps at their own seconds per step, the
 per-run and campaign start-up, `stagger_seconds`, and the checkpoint disk. The figures come from
-a pilot's logs (`--calibrate DIR`: campaign/calibration.py), else from earlier runs of the same
+a pilot's logs (`--calibrate DIR`: campaign/capacity/calibration.py), else from earlier runs of the same
 campaign under its log_dir (said so), else a fixed `--median-step-time` (10 s) per step, said to
 be uncalibrated. Seed 000's checklist (truncation, concurrency, the wall time) follows.
 
@@ -37,8 +37,13 @@ import threading
 from typing import Any
 
 from retrain_ray.actors.placement import mode_for_gpus
-from retrain_ray.campaign.adaptive_plan import adaptive_plan
-from retrain_ray.campaign.capacity import capacity_dict, capacity_text, load_calibration, plan_capacity
+from retrain_ray.campaign.adaptive.plan import adaptive_plan
+from retrain_ray.campaign.capacity.explain import (
+    capacity_dict,
+    capacity_text,
+    load_calibration,
+    plan_capacity,
+)
 from retrain_ray.campaign.plugin_bundle import shipment
 from retrain_ray.config import (
     ConfigError,
@@ -181,7 +186,7 @@ def describe(cfg: RetrainConfig, sizing: Sizing) -> dict[str, Any]:
         "capacity": capacity_dict(cap, cfg, len(labels)),
     }
     adaptive = adaptive_plan(cfg)
-    if adaptive is not None:  # [campaign.adaptive]: the rungs and the step budgets (campaign/adaptive_plan.py)
+    if adaptive is not None:  # [campaign.adaptive]: the rungs and the step budgets (campaign/adaptive/plan.py)
         out["campaign"]["adaptive"] = {**adaptive.to_json(), "plan": adaptive.describe()}
     return out
 

@@ -32,9 +32,13 @@ import json
 import math
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from retrain_ray.results.bottleneck import PARTS, Breakdown, breakdown, by_condition
+
+if TYPE_CHECKING:
+    from retrain_ray.results.run_status import RunSummary
+    from retrain_ray.results.status import CampaignStatus
 
 
 def _status_parser() -> argparse.ArgumentParser:
@@ -96,7 +100,7 @@ def top_main(argv: list[str]) -> int:
     return status_main([*argv, "--watch", "--active"])
 
 
-def _banner(campaigns: list[dict[str, Any]], runs: list[dict[str, Any]]) -> str:
+def _banner(campaigns: list[CampaignStatus], runs: list[RunSummary]) -> str:
     """The original's banner: `Campaigns: N running, ... | Runs: a running, s stale, c done`."""
     states = [st["status"] or "unknown" for st in campaigns]
     camp = ", ".join(f"{states.count(s)} {s}" for s in dict.fromkeys(states)) or "none"
@@ -105,7 +109,7 @@ def _banner(campaigns: list[dict[str, Any]], runs: list[dict[str, Any]]) -> str:
             f"{count['completed']} done")
 
 
-def _print_campaign(st: dict[str, Any]) -> None:
+def _print_campaign(st: CampaignStatus) -> None:
     import pandas as pd  # deferred: loads pandas, which importing this module does not need
 
     from retrain_ray.results.live import summary_line  # deferred: loads rich and pandas
@@ -116,7 +120,7 @@ def _print_campaign(st: dict[str, Any]) -> None:
     _print_table(pd.DataFrame(rows), st["campaign"])
 
 
-def _print_runs(runs: list[dict[str, Any]]) -> None:
+def _print_runs(runs: list[RunSummary]) -> None:
     # deferred: loads rich, which importing this module does not need
     from retrain_ray.results.live import run_line
 

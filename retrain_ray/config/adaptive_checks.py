@@ -1,6 +1,6 @@
 """Checks of `[campaign.adaptive]` that need more than the section itself: its rungs against the campaign's
 steps and checkpoints, and its metric against the columns runs log. Used when the config loads
-(config/validate.py) and by the adaptive plan (campaign/adaptive_plan.py)."""
+(config/validate.py) and by the adaptive plan (campaign/adaptive/plan.py)."""
 
 from __future__ import annotations
 

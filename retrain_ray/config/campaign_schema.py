@@ -78,7 +78,7 @@ ADAPTIVE_METRIC = "mean_reward"
 
 class AdaptiveSection(Section):
     """`[campaign.adaptive]`: stop conditions that have clearly lost, add seeds where undecided
-    (campaign/adaptive.py, docs/campaigns.md). Absent: the full grid runs, as always."""
+    (campaign/adaptive/scheduler.py, docs/campaigns.md). Absent: the full grid runs, as always."""
 
     metric: str = Field(default=ADAPTIVE_METRIC, min_length=1)
     """A logged column (mean_reward, correct_rate, loss, ...), averaged over the last `window` steps."""

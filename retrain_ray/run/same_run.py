@@ -1,7 +1,7 @@
 """Is a directory of checkpoints this run's? The run name and config its `run_meta.json` records.
 
 A run's checkpoints are resumed only by the same run with a config that matches in every setting that
-shapes the steps: a campaign trial picking up its work directory (campaign/own_checkpoint.py) and a run
+shapes the steps: a campaign trial picking up its work directory (campaign/resume/own_checkpoint.py) and a run
 started with a `[training] checkpoint_dir` that holds checkpoints already (run/checkpoint_dir.py).
 Settings that do not shape the steps (`[campaign]`, `[logging]`, `[resume]`, `[squeeze]`,
 `training.max_steps`: raising it continues a run) may differ. Pure: no Ray, no torch.

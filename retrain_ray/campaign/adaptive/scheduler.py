@@ -12,43 +12,70 @@ A run reports to the campaign only with its checkpoints (campaign/trial.py), eac
 `adaptive_value`, the mean of the metric over its last `window` steps. A rung `r` is a step count: a run
 reaches it with the report whose `step` (0-based index of its last completed step) is `r - 1`, or when it
 ends. When every live run (started or still to start) of every condition that is not stopped has reached
-the rung or ended, the values of the runs that reached it go to `decide` (campaign/adaptive_policy.py).
+the rung or ended, the values of the runs that reached it go to `decide` (campaign/adaptive/policy.py).
 """
 
 from __future__ import annotations
 
 import time
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING
 
+from pydantic import JsonValue
 from ray.tune.schedulers import FIFOScheduler, TrialScheduler
 from ray.tune.search import Searcher
 
-from retrain_ray.campaign.adaptive_plan import AdaptivePlan
-from retrain_ray.campaign.adaptive_policy import decide as policy
-from retrain_ray.campaign.adaptive_policy import planned_looks
+from retrain_ray.campaign.adaptive.plan import AdaptivePlan
+from retrain_ray.campaign.adaptive.policy import RungDecision, planned_looks
+from retrain_ray.campaign.adaptive.policy import decide as policy
 from retrain_ray.campaign.plan import RunPlan, run_record
 from retrain_ray.logs.manifest import AdaptiveRecord, Decision, Manifest, RunRecord, StoppedCondition
 
+if TYPE_CHECKING:
+    from ray.tune.execution.tune_controller import TuneController
+    from ray.tune.experiment import Trial
+
+    from retrain_ray.campaign.tracking import ManifestCallback
+    from retrain_ray.results.significance import PairComparison
+
 ENDED = ("completed", "stopped", "failed")
+def _run_name(trial: Trial) -> str:
+    return str(trial.config.get("run_name", ""))  # pyright: ignore[reportUnknownMemberType, reportUnknownArgumentType]  # Tune types config loosely
+
+
+def _status(trial: Trial) -> str:
+    return str(trial.status)  # pyright: ignore[reportUnknownMemberType, reportUnknownArgumentType]  # Tune's status
+
+
+def _reported_step(result: Mapping[str, object]) -> int:
+    """The 0-based step a report is of (-1: none yet)."""
+    step = result.get("step", -1)
+    return int(step) if isinstance(step, (int, float)) else -1
+
+
+def _silent(text: str) -> None:
+    """No one to tell (a book built without the campaign's observer)."""
+
+
 VALUE = "adaptive_value"  # the metric's window mean, reported with each checkpoint (campaign/trial.py)
 
 
 def decide(plan: AdaptivePlan, step: int, values: dict[str, list[float]], seeds: dict[str, int], *,
-           last_rung: bool, can_add_seeds: bool) -> Any:
-    """The decision at a rung: the one call into the statistics (campaign/adaptive_policy.py)."""
+           last_rung: bool, can_add_seeds: bool) -> RungDecision:
+    """The decision at a rung: the one call into the statistics (campaign/adaptive/policy.py)."""
 
     looks = planned_looks(len(plan.rungs), plan.min_seeds, plan.max_seeds)  # alpha is spent over every look
     return policy(step, values, seeds_by_condition=seeds, mode=plan.mode, alpha=plan.alpha,  # type: ignore[arg-type]
                   max_seeds=plan.max_seeds, last_rung=last_rung, can_add_seeds=can_add_seeds, looks=looks)
 
 
-def _comparison(pc: Any) -> dict[str, Any]:
+def _comparison(pc: PairComparison) -> dict[str, JsonValue]:
     return {"condition": pc.condition, "reference": pc.reference, "diff": pc.diff, "ci_low": pc.ci_low,
             "ci_high": pc.ci_high, "p_value": pc.p_value, "verdict": pc.verdict, "seeds": pc.seeds,
             "reference_seeds": pc.reference_seeds, "test": pc.test}
 
 
-def stop_reason(pc: Any, step: int) -> str:
+def stop_reason(pc: PairComparison, step: int) -> str:
     return (f"worse than {pc.reference} at step {step} (diff {pc.diff:+.4g}, 95% CI [{pc.ci_low:.4g}, "
             f"{pc.ci_high:.4g}], p = {pc.p_value:.3g}, {pc.test}; {pc.seeds} vs {pc.reference_seeds} seeds)")
 
@@ -59,12 +86,12 @@ class AdaptiveBook:
     Every change goes to the manifest at once, through the `ManifestCallback`'s `Manifest` (one object
     writes the file: the callback reloads it in `setup`, hence `records`, not a manifest of its own)."""
 
-    def __init__(self, plan: AdaptivePlan, runs: list[RunPlan], reserve: list[RunPlan], records: Any,
-                 *, say: Any = None) -> None:
+    def __init__(self, plan: AdaptivePlan, runs: list[RunPlan], reserve: list[RunPlan], records: ManifestCallback,
+                 *, say: Callable[[str], None] | None = None) -> None:
         self.plan = plan
         self.plans = {r.run_name: r for r in [*runs, *reserve]}
         self.records = records  # campaign/tracking.py ManifestCallback
-        self.say = say or (lambda text: None)
+        self.say: Callable[[str], None] = say or _silent
         self.queue: list[str] = []
         self.progress: dict[str, int] = {}  # run -> steps completed, as last reported this session
         self.finished = False
@@ -114,16 +141,16 @@ class AdaptiveBook:
         return total
 
     # ---- reports -------------------------------------------------------------------------------
-    def record(self, run_name: str, result: dict[str, Any]) -> None:
+    def record(self, run_name: str, result: Mapping[str, object]) -> None:
         """A run's report: its progress, and its value where the report is at a rung."""
-        steps = int(result.get("step", -1)) + 1
+        steps = _reported_step(result) + 1
         if result.get("run_done"):
             steps = max(steps, self.plan.max_steps)
         self.progress[run_name] = max(self.progress.get(run_name, 0), steps)
         value = result.get(VALUE)
         if not isinstance(value, (int, float)) or result.get("already_completed"):
             return
-        rung = int(result.get("step", -1)) + 1
+        rung = _reported_step(result) + 1
         if rung in self.plan.rungs:
             rung_values = {**self.manifest.run(run_name).rung_values, str(rung): float(value)}
             self.manifest.update_run(run_name, rung_values=rung_values)
@@ -149,10 +176,10 @@ class AdaptiveBook:
             return rung if all(self.reached(e, rung) for e in live) else None
         return None
 
-    def waits_at(self, run_name: str, result: dict[str, Any]) -> int | None:
+    def waits_at(self, run_name: str, result: Mapping[str, object]) -> int | None:
         """The rung this report is at when its decision has not been made yet (the run should wait there);
         else None. The last step is never a wait: the run ends there."""
-        rung = int(result.get("step", -1)) + 1
+        rung = _reported_step(result) + 1
         if result.get("run_done") or rung not in self.plan.rungs or rung >= self.plan.max_steps or self.finished:
             return None
         if self.manifest.run(run_name).status == "stopped":
@@ -205,7 +232,7 @@ class AdaptiveBook:
             self._finish(f"decided at the last rung, step {rung}")
         return stopped
 
-    def _stop(self, pc: Any, rung: int) -> None:
+    def _stop(self, pc: PairComparison, rung: int) -> None:
         reason = stop_reason(pc, rung)
         stopping = [e.run_name for e in self.entries() if e.condition == pc.condition and e.status != "completed"]
         record = self.manifest.record
@@ -228,7 +255,7 @@ class AdaptiveBook:
             return 1 << 30
         return max(0, (self.plan.budget_steps - self.steps_committed()) // self.plan.max_steps)
 
-    def _add(self, decision: Any, rung: int, room: int) -> list[str]:
+    def _add(self, decision: RungDecision, rung: int, room: int) -> list[str]:
         gone = self.stopped_conditions()
         known = {e.run_name for e in self.entries()}
         counts = self._seed_counts(self.live_entries())
@@ -267,12 +294,12 @@ class AdaptiveScheduler(FIFOScheduler):
         self.max_concurrent = max_concurrent
         self.waiting: dict[str, int] = {}  # run -> the rung it is paused at until that rung is decided
 
-    def on_trial_add(self, tune_controller: Any, trial: Any) -> None:
+    def on_trial_add(self, tune_controller: TuneController, trial: Trial) -> None:
         self.book.load()
-        self.book.started(trial.config["run_name"])
+        self.book.started(_run_name(trial))
 
-    def on_trial_result(self, tune_controller: Any, trial: Any, result: dict[str, Any]) -> str:
-        name = trial.config["run_name"]
+    def on_trial_result(self, tune_controller: TuneController, trial: Trial, result: dict[str, object]) -> str:
+        name = _run_name(trial)
         self.book.record(name, result)
         stopped = self.book.check()
         self._stop_others(tune_controller, trial, stopped)
@@ -286,38 +313,38 @@ class AdaptiveScheduler(FIFOScheduler):
         self.waiting[name] = rung
         return TrialScheduler.PAUSE
 
-    def choose_trial_to_run(self, tune_controller: Any) -> Any:
+    def choose_trial_to_run(self, tune_controller: TuneController) -> Trial | None:
         """Pending trials first; a paused one only once the rung it waits at is decided."""
         trials = tune_controller.get_trials()
-        if sum(t.status == "RUNNING" for t in trials) >= self.max_concurrent:
+        if sum(_status(t) == "RUNNING" for t in trials) >= self.max_concurrent:
             return None
         for trial in trials:
-            if trial.status == "PENDING":
+            if _status(trial) == "PENDING":
                 return trial
         decided = {d.step for d in self.book.decisions()}
         for trial in trials:
-            rung = self.waiting.get(trial.config.get("run_name"))
-            if trial.status == "PAUSED" and (rung is None or rung in decided or self.book.finished):
+            rung = self.waiting.get(_run_name(trial))
+            if _status(trial) == "PAUSED" and (rung is None or rung in decided or self.book.finished):
                 return trial
         return None
 
-    def on_trial_complete(self, tune_controller: Any, trial: Any, result: dict[str, Any]) -> None:
-        self.book.ended(trial.config["run_name"])
+    def on_trial_complete(self, tune_controller: TuneController, trial: Trial, result: dict[str, object]) -> None:
+        self.book.ended(_run_name(trial))
         self._stop_others(tune_controller, trial, self.book.check())
 
-    def on_trial_error(self, tune_controller: Any, trial: Any) -> None:
-        self.book.ended(trial.config["run_name"])
+    def on_trial_error(self, tune_controller: TuneController, trial: Trial) -> None:
+        self.book.ended(_run_name(trial))
         self._stop_others(tune_controller, trial, self.book.check())
 
-    def _stop_others(self, tune_controller: Any, current: Any, stopped: list[str]) -> None:
+    def _stop_others(self, tune_controller: TuneController, current: Trial, stopped: list[str]) -> None:
         if not stopped:
             return
         for trial in tune_controller.get_trials():
-            name = trial.config.get("run_name")
+            name = _run_name(trial)
             if trial is current or name not in self.book.plans or trial.is_finished():
                 continue
             if self.book.plans[name].condition in stopped:
-                tune_controller.stop_trial(trial)
+                tune_controller.stop_trial(trial)  # pyright: ignore[reportUnknownMemberType]
 
 
 class AdaptiveSearcher(Searcher):
@@ -329,7 +356,7 @@ class AdaptiveSearcher(Searcher):
         self.book = book
         self.suggested: set[str] = set()
 
-    def suggest(self, trial_id: str) -> dict[str, Any] | str | None:
+    def suggest(self, trial_id: str) -> dict[str, object] | str | None:  # pyright: ignore[reportIncompatibleMethodOverride]  # Tune's own Searcher.FINISHED is a str
         self.book.load()
         waiting = [n for n in self.book.queue if n not in self.suggested]
         if waiting:
@@ -339,7 +366,7 @@ class AdaptiveSearcher(Searcher):
             self.book.check()
         return Searcher.FINISHED if self.book.finished and not self.book.queue else None
 
-    def on_trial_complete(self, trial_id: str, result: dict[str, Any] | None = None, error: bool = False) -> None:
+    def on_trial_complete(self, trial_id: str, result: dict[str, object] | None = None, error: bool = False) -> None:
         """Nothing to learn: the scheduler records every report (the manifest is the state)."""
 
     def save(self, checkpoint_path: str) -> None:

@@ -1,6 +1,6 @@
 """The Grafana dashboard of a campaign, generated from the gauge definitions (so names cannot drift).
 
-    python -m retrain_ray.campaign.grafana [cluster/grafana/retrain_ray_dashboard.json]
+    python -m retrain_ray.campaign.dashboard.grafana [cluster/grafana/retrain_ray_dashboard.json]
 
 Panels follow the layout of Ray's own dashboards (a Prometheus `datasource` variable, rows of
 timeseries panels, 12 columns wide): per condition averages for the campaign, then per run
@@ -13,14 +13,13 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Any
 
 from retrain_ray.actors.backpressure import BP_GAUGES
 from retrain_ray.actors.throttle import THROTTLE_GAUGES
-from retrain_ray.campaign.gauges import EVAL_GAUGES, RUN_GAUGE_PREFIX, STEP_GAUGES
+from retrain_ray.campaign.dashboard.gauges import EVAL_GAUGES, RUN_GAUGE_PREFIX, STEP_GAUGES
 
 EXPORT_PREFIX = "ray_"
-DEFAULT_PATH = Path(__file__).resolve().parents[2] / "cluster" / "grafana" / "retrain_ray_dashboard.json"
+DEFAULT_PATH = Path(__file__).resolve().parents[3] / "cluster" / "grafana" / "retrain_ray_dashboard.json"
 FILTER = 'campaign=~"$campaign"'
 RUN_FILTER = 'campaign=~"$campaign", run=~"$run"'
 CAMPAIGN_PANELS = ("mean_reward", "correct_rate", "eval_correct_rate", "loss", "kl", "tokens_per_second")
@@ -33,7 +32,7 @@ def exported_metric_names() -> set[str]:
     return {EXPORT_PREFIX + n for n in names}
 
 
-def _panel(panel_id: int, title: str, expr: str, legend: str, x: int, y: int) -> dict[str, Any]:
+def _panel(panel_id: int, title: str, expr: str, legend: str, x: int, y: int) -> dict[str, object]:
     return {
         "id": panel_id, "type": "timeseries", "title": title, "datasource": "${datasource}",
         "gridPos": {"h": 8, "w": 12, "x": x, "y": y},
@@ -42,7 +41,7 @@ def _panel(panel_id: int, title: str, expr: str, legend: str, x: int, y: int) ->
     }
 
 
-def _row(panel_id: int, title: str, y: int) -> dict[str, Any]:
+def _row(panel_id: int, title: str, y: int) -> dict[str, object]:
     return {"id": panel_id, "type": "row", "title": title, "collapsed": False, "panels": [],
             "gridPos": {"h": 1, "w": 24, "x": 0, "y": y}}
 
@@ -60,13 +59,14 @@ def _sections() -> list[tuple[str, list[tuple[str, str, str]]]]:
     return [("Campaign", campaign), ("Runs", runs), ("Back pressure", bp), ("Throttles", throttle)]
 
 
-def _variable(name: str, query: str) -> dict[str, Any]:
+def _variable(name: str, query: str) -> dict[str, object]:
     return {"name": name, "type": "query", "datasource": "${datasource}", "query": query, "refresh": 2,
             "includeAll": True, "multi": True, "allValue": ".*", "current": {"text": "All", "value": "$__all"}}
 
 
-def dashboard() -> dict[str, Any]:
-    panels, panel_id, y = [], 1, 0
+def dashboard() -> dict[str, object]:
+    panels: list[dict[str, object]] = []
+    panel_id, y = 1, 0
     for title, entries in _sections():
         panels.append(_row(panel_id, title, y))
         panel_id, y = panel_id + 1, y + 1

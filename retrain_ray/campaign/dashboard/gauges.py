@@ -1,7 +1,7 @@
 """Live per-run gauges (`ray.util.metrics`): a RunObserver that exports the latest step's numbers.
 
 The definitions here (and the back-pressure and throttle actors' BP_GAUGES / THROTTLE_GAUGES) are
-what `retrain_ray.campaign.grafana` builds the Grafana dashboard from, so panel queries cannot drift
+what `retrain_ray.campaign.dashboard.grafana` builds the Grafana dashboard from, so panel queries cannot drift
 from the exported names.
 
 Exported on Ray's metrics endpoint with a `ray_` prefix (after about 10 s), tagged
@@ -11,11 +11,10 @@ campaign / run / condition, for Prometheus and Grafana dashboards.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 from ray.util.metrics import Gauge
 
-from retrain_ray.logs.types import RunObserver
+from retrain_ray.logs.types import MetricsRow, RunObserver
 
 # Gauge name (exported as ray_retrain_run_<name>) -> the row key it shows.
 STEP_GAUGES: dict[str, str] = {
@@ -35,7 +34,7 @@ def run_gauge_names() -> list[str]:
     return [RUN_GAUGE_PREFIX + name for name in (*STEP_GAUGES, *EVAL_GAUGES)]
 
 
-def _number(value: Any) -> float | None:
+def _number(value: object) -> float | None:
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         return float(value)
     return None
@@ -51,14 +50,14 @@ class RunGauges(RunObserver):
             for name, key in {**STEP_GAUGES, **EVAL_GAUGES}.items()
         }
 
-    def _set(self, keys: Mapping[str, str], row: Mapping[str, Any]) -> None:
+    def _set(self, keys: Mapping[str, str], row: MetricsRow) -> None:
         for name, key in keys.items():
             value = _number(row.get(key))
             if value is not None:
                 self._gauges[name].set(value, tags=self._tags)
 
-    def on_step(self, row: Mapping[str, Any], **info: Any) -> None:
+    def on_step(self, row: MetricsRow, **info: object) -> None:
         self._set(STEP_GAUGES, row)
 
-    def on_eval(self, row: Mapping[str, Any], **info: Any) -> None:
+    def on_eval(self, row: MetricsRow, **info: object) -> None:
         self._set(EVAL_GAUGES, row)

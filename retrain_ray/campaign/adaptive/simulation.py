@@ -8,7 +8,7 @@ rung r is
 
 so a seed that is lucky early tends to stay lucky (`persistence` is the correlation of a seed's values
 between rungs; 1 = a seed's luck never changes). The adaptive campaign starts `min_seeds` seeds per
-condition, calls `adaptive_policy.decide` at every rung on the conditions still running, stops what it
+condition, calls `policy.decide` at every rung on the conditions still running, stops what it
 says, and at the last rung adds the seeds it asks for (up to `max_seeds`, at most `max_seeds - min_seeds`
 rounds), looking again each time. A seed's steps count up to where its condition stopped. The grid runs
 `grid_seeds` seeds (default `min_seeds`) of every condition to the last rung on the same draws (seed s
@@ -26,7 +26,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from retrain_ray.campaign.adaptive_policy import RungDecision, decide, planned_looks
+from retrain_ray.campaign.adaptive.policy import RungDecision, decide, planned_looks
 from retrain_ray.results.significance import Family
 
 

@@ -23,7 +23,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import cast
 
 from retrain_ray.logs.manifest import MANIFEST, RunRecord, SessionRecord, read_manifest
 
@@ -106,14 +106,14 @@ class Calibration:
 # --- reading ---------------------------------------------------------------------------------------
 
 
-def _number(value: Any) -> float | None:
+def _number(value: object) -> float | None:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
     number = float(value)
     return number if number == number and abs(number) != float("inf") else None
 
 
-def _seconds(value: Any) -> float | None:
+def _seconds(value: object) -> float | None:
     """A row's wall_time (datetime, or an ISO string from JSON) as Unix seconds."""
     if isinstance(value, dt.datetime):
         return value.timestamp()
@@ -125,7 +125,7 @@ def _seconds(value: Any) -> float | None:
     return _number(value)
 
 
-def phase_figures(rows: Sequence[Mapping[str, Any]], previous: Sequence[float | None]) -> PhaseFigures | None:
+def phase_figures(rows: Sequence[Mapping[str, object]], previous: Sequence[float | None]) -> PhaseFigures | None:
     """Figures of one phase's rows; `previous[i]` is the wall time of the row logged before rows[i]."""
     times = [_number(r.get("step_time_s")) for r in rows]
     if not rows:
@@ -144,7 +144,7 @@ def phase_figures(rows: Sequence[Mapping[str, Any]], previous: Sequence[float | 
     return PhaseFigures(len(rows), recent, step_sum, span_sum, spans)
 
 
-def _frequencies(rows: Iterable[Mapping[str, Any]], key: str) -> dict[str, int]:
+def _frequencies(rows: Iterable[Mapping[str, object]], key: str) -> dict[str, int]:
     return dict(Counter(str(r[key]) for r in rows if r.get(key)))
 
 
@@ -155,7 +155,7 @@ def _checkpoint_bytes(work_dir: Path) -> int | None:
     return max(sizes) if sizes else None
 
 
-def run_figures(run_name: str, rows: Sequence[Mapping[str, Any]], *, seed: int | None = None,
+def run_figures(run_name: str, rows: Sequence[Mapping[str, object]], *, seed: int | None = None,
                 started_at: float | None = None, finished_at: float | None = None,
                 work_dir: Path | None = None) -> RunFigures:
     """A run's figures from its metric rows (in step order) and, where known, its trial's start and end."""
@@ -190,18 +190,19 @@ def run_figures(run_name: str, rows: Sequence[Mapping[str, Any]], *, seed: int |
     )
 
 
-def _read_rows(run_dir: Path) -> list[dict[str, Any]]:
+def _read_rows(run_dir: Path) -> list[dict[str, object]]:
     # deferred: pyarrow, only once a run was found
-    from retrain_ray.logs import read_stream
+    from retrain_ray.logs import read_stream  # pyright: ignore[reportUnknownVariableType]  # returns a pyarrow Table
 
     try:
-        rows = read_stream(run_dir, name="metrics").to_pylist()
+        table = read_stream(run_dir, name="metrics")  # pyright: ignore[reportUnknownVariableType]  # a pyarrow Table
+        rows = cast("list[dict[str, object]]", table.to_pylist())  # pyright: ignore[reportUnknownMemberType]
     except (OSError, ValueError):
         return []
-    return sorted(rows, key=lambda r: int(r.get("step") or 0))
+    return sorted(rows, key=lambda r: int(_number(r.get("step")) or 0))
 
 
-def _iso(value: Any) -> float | None:
+def _iso(value: object) -> float | None:
     return _seconds(value) if isinstance(value, str) else None
 
 
@@ -219,7 +220,7 @@ def _handover(entries: Sequence[RunRecord], slots: int) -> float | None:
     """Median seconds from a run's end to the start of the run that took its slot."""
     starts = sorted(s for s in (_number(e.started_at) for e in entries) if s is not None)
     ends = sorted(f for f in (_number(e.finished_at) for e in entries) if f is not None)
-    gaps = []
+    gaps: list[float] = []
     for start in starts[slots:]:
         before = [f for f in ends if f <= start]
         if before:

@@ -44,7 +44,7 @@ def run_lines(campaign_dir: Path) -> list[str]:
         read_manifest(campaign_dir)
     except (OSError, ValueError):
         return []
-    lines = []
+    lines: list[str] = []
     for run in campaign_status(campaign_dir)["runs"]:
         step, total, status = run["step"], run.get("max_steps"), run["status"]
         if status == "completed":

@@ -8,7 +8,12 @@ which each run checkpoints: a multiple of `[training] save_every`, or the last s
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
+
+from pydantic import JsonValue
+
+if TYPE_CHECKING:
+    from retrain_ray.config import RetrainConfig
 
 
 @dataclass(frozen=True)
@@ -57,7 +62,7 @@ class AdaptivePlan:
             f"seeds: {self.grid_steps}",
         ]
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, JsonValue]:
         return {"metric": self.metric, "window": self.window, "mode": self.mode, "min_seeds": self.min_seeds,
                 "max_seeds": self.max_seeds, "rungs": list(self.rungs), "alpha": self.alpha,
                 "budget_steps": self.budget_steps, "start_seeds": list(self.start_seeds),
@@ -65,7 +70,7 @@ class AdaptivePlan:
                 "worst_case_steps": self.worst_case_steps, "grid_steps": self.grid_steps}
 
 
-def adaptive_plan(config: Any) -> AdaptivePlan | None:
+def adaptive_plan(config: RetrainConfig) -> AdaptivePlan | None:
     """The adaptive plan of a validated campaign config; None when `[campaign.adaptive]` is absent."""
     camp = config.campaign
     ad = camp.adaptive if camp is not None else None

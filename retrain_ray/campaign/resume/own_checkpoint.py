@@ -1,7 +1,7 @@
 """A trial that Tune gives no checkpoint resumes from its run's own checkpoints when they are its own.
 
 Tune hands a trial its last reported checkpoint. It has none after a torn experiment state was set
-aside and Tune started afresh (campaign/tune_state.py), nor after a restart that lost its copies;
+aside and Tune started afresh (campaign/resume/tune_state.py), nor after a restart that lost its copies;
 yet the run's work directory (`<campaign>/runs/<run>/work`) still holds the checkpoints the run wrote
 (`checkpoint_step_N`, atomic and checksummed: run/checkpoint.py). `own_checkpoint` picks the newest of
 them that verifies (a damaged one is skipped with a warning, as `retrain-ray train --resume` does),
@@ -28,10 +28,10 @@ import json
 import logging
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import cast
 
-from retrain_ray.campaign.tune_state import ASIDE_KINDS
-from retrain_ray.run.same_run import (  # noqa: F401 (re-exported: campaign/edits.py, the tests)
+from retrain_ray.campaign.resume.tune_state import ASIDE_KINDS
+from retrain_ray.run.same_run import (  # (re-exported: campaign/resume/edits.py, the tests)
     RUN_META,
     ForeignRunDir,
     check_meta,
@@ -39,6 +39,9 @@ from retrain_ray.run.same_run import (  # noqa: F401 (re-exported: campaign/edit
     config_differences,
     flat_config,
 )
+
+__all__ = ["TUNE_META", "ForeignRunDir", "config_differences", "flat_config", "own_checkpoint", "set_aside_copies",
+           "tune_copy"]
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +57,7 @@ def _newest_usable(candidates: list[Path], logged_through: int) -> tuple[Path, i
     return newest_logged(candidates, logged_through, warn=log)
 
 
-def own_checkpoint(work_dir: Path, run_name: str, config: Mapping[str, Any],
+def own_checkpoint(work_dir: Path, run_name: str, config: Mapping[str, object],
                    logged_through: int) -> tuple[Path, int] | None:
     """The newest verified checkpoint in `work_dir` whose step is <= `logged_through` (the last step
     such that every step up to it is logged) and its step, after `check_same_run`; None: start from step 0."""
@@ -73,7 +76,7 @@ def own_checkpoint(work_dir: Path, run_name: str, config: Mapping[str, Any],
 
 def set_aside_copies(tune_dir: Path, run_name: str) -> list[Path]:
     """Tune's copies of `run_name`'s checkpoints in the newest `tune/.torn-<time>/<run>/` (or
-    `.extended-<time>/`: campaign/edits.py), newest first."""
+    `.extended-<time>/`: campaign/resume/edits.py), newest first."""
     asides = sorted((p for kind in ASIDE_KINDS for p in tune_dir.glob(f".{kind}-*") if (p / run_name).is_dir()),
                     key=lambda p: p.name.split("-", 1)[1])  # by the time they were set aside
     if not asides:
@@ -82,20 +85,20 @@ def set_aside_copies(tune_dir: Path, run_name: str) -> list[Path]:
     return sorted(copies, key=lambda p: p.name, reverse=True)  # checkpoint_NNNNNN: Tune's report index
 
 
-def _copy_meta(copy: Path, work_dir: Path) -> tuple[Any, Path] | None:
+def _copy_meta(copy: Path, work_dir: Path) -> tuple[dict[str, object], Path] | None:
     """The run and config a Tune copy belongs to: its `.metadata.json` (trial.TuneReporter writes it),
     else the run's `run_meta.json` when its work directory is on this node; None when neither loads."""
     for path in (copy / TUNE_META, work_dir / RUN_META):
         try:
-            meta = json.loads(path.read_text(encoding="utf-8"))
+            meta: object = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, UnicodeDecodeError, json.JSONDecodeError):
             continue
         if isinstance(meta, dict) and "run_name" in meta:
-            return meta, path
+            return cast("dict[str, object]", meta), path
     return None
 
 
-def tune_copy(tune_dir: Path, work_dir: Path, run_name: str, config: Mapping[str, Any],
+def tune_copy(tune_dir: Path, work_dir: Path, run_name: str, config: Mapping[str, object],
               logged_through: int) -> tuple[Path, int] | None:
     """For a run whose own work directory has no usable checkpoint (on a multi-node cluster it lies on
     the node that wrote it): the newest of Tune's set-aside copies of its checkpoints that verifies, whose

@@ -8,9 +8,9 @@ come from one config, so the config it runs with is compared with the one its `m
   run after its `final` checkpoint (state, optimizer and random generators, as any resume), so the result
   is the run trained to M directly (tests/test_campaign_edits.py). The manifest records
   `extended: [{from, to, at, runs}]`. Tune will not run a finished (TERMINATED) trial again, so the
-  driver sets Tune's experiment state aside (`tune/.extended-<time>/`, campaign/tune_state.py) and starts
+  driver sets Tune's experiment state aside (`tune/.extended-<time>/`, campaign/resume/tune_state.py) and starts
   a fresh Tune experiment; each run then continues after its own newest verified checkpoint
-  (campaign/own_checkpoint.py), as after a torn Tune state.
+  (campaign/resume/own_checkpoint.py), as after a torn Tune state.
 * `max_steps` lowered is refused: finished runs have trained the steps already.
 * The keys in `MAY_CHANGE` decide only how runs are scheduled or what runs after them; they may change.
 * Every other change is refused naming each key with its recorded and new values, and the fix (a new
@@ -27,10 +27,10 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cache
-from typing import Any
+from pathlib import Path
 
-from retrain_ray.campaign.own_checkpoint import flat_config
 from retrain_ray.campaign.plan import CampaignError
+from retrain_ray.campaign.resume.own_checkpoint import flat_config
 from retrain_ray.config import CampaignSection, RetrainConfig
 from retrain_ray.logs.manifest import Manifest
 
@@ -50,7 +50,7 @@ class Extension:
 
 
 @cache
-def _defaults() -> dict[str, Any]:
+def _defaults() -> dict[str, object]:
     return flat_config(RetrainConfig(campaign=CampaignSection()).model_dump(mode="json"))
 
 
@@ -58,11 +58,11 @@ def _may_change(key: str) -> bool:
     return any(key == k or key.startswith(f"{k}.") for k in MAY_CHANGE)
 
 
-def changed_keys(recorded: Mapping[str, Any], current: Mapping[str, Any]) -> list[tuple[str, Any, Any]]:
+def changed_keys(recorded: Mapping[str, object], current: Mapping[str, object]) -> list[tuple[str, object, object]]:
     """(dotted key, recorded value, current value) for each key whose value differs; a key only one side
     has counts when the other side's is not the schema default (a newer or older version's keys)."""
     old, new, defaults = flat_config(recorded), flat_config(current), _defaults()
-    changes = []
+    changes: list[tuple[str, object, object]] = []
     for key in sorted(old.keys() | new.keys()):
         before, after = old.get(key, _ABSENT), new.get(key, _ABSENT)
         if before == after or after is _ABSENT:  # absent now: a key this version no longer has
@@ -73,12 +73,12 @@ def changed_keys(recorded: Mapping[str, Any], current: Mapping[str, Any]) -> lis
     return changes
 
 
-def _shown(value: Any) -> str:
+def _shown(value: object) -> str:
     text = "(not set)" if value is _ABSENT else repr(value)
     return text if len(text) <= 80 else f"{text[:77]}..."
 
 
-def _refusal(key: str, before: Any, after: Any) -> str:
+def _refusal(key: str, before: object, after: object) -> str:
     section, _, name = key.partition(".")
     line = f"[{section}].{name} changed: {_shown(before)} -> {_shown(after)}"
     if key == "training.max_steps":
@@ -87,13 +87,13 @@ def _refusal(key: str, before: Any, after: Any) -> str:
     return line
 
 
-def check_edits(recorded: Mapping[str, Any], current: Mapping[str, Any], *, campaign: str, campaign_dir: Any,
+def check_edits(recorded: Mapping[str, object], current: Mapping[str, object], *, campaign: str, campaign_dir: Path,
                 local_tune: bool) -> Extension | None:
     """The extension the config asks of the campaign in `campaign_dir` (None: none), or CampaignError
     naming every change that is refused. `recorded`/`current`: redacted `model_dump(mode="json")`s."""
     changes = [c for c in changed_keys(recorded, current) if not _may_change(c[0])]
     problems = [_refusal(*c) for c in changes if c[0] != EXTENDS]
-    steps = next(((int(b), int(a)) for k, b, a in changes if k == EXTENDS), None)
+    steps = next(((_steps(b), _steps(a)) for k, b, a in changes if k == EXTENDS), None)
     if steps is not None and steps[1] < steps[0]:
         problems.append(f"[campaign].max_steps lowered: {steps[0]} -> {steps[1]}; a campaign cannot be shortened "
                         f"(its finished runs trained {steps[0]} steps): restore max_steps = {steps[0]}, or read the "
@@ -113,7 +113,14 @@ def check_edits(recorded: Mapping[str, Any], current: Mapping[str, Any], *, camp
     return Extension(*steps) if steps is not None else None
 
 
-def record_extension(manifest: Manifest, extension: Extension, config: Mapping[str, Any]) -> list[str]:
+def _steps(value: object) -> int:
+    """`[campaign].max_steps` as recorded or configured (an int in a validated config)."""
+    if isinstance(value, (int, float, str)):
+        return int(value)
+    raise TypeError(f"[campaign].max_steps is not a number: {value!r}")
+
+
+def record_extension(manifest: Manifest, extension: Extension, config: Mapping[str, object]) -> list[str]:
     """Marks the finished runs pending again with the new step count, records the extension and the
     config it runs with; returns the names of the runs that had finished."""
     record = manifest.record

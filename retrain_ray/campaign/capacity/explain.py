@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from retrain_ray.campaign.calibration import (
+from retrain_ray.campaign.capacity.calibration import (
     Calibration,
     PhaseFigures,
     RunFigures,
@@ -27,7 +27,7 @@ from retrain_ray.campaign.calibration import (
     pooled_phase,
     read_calibration,
 )
-from retrain_ray.campaign.estimate import (
+from retrain_ray.campaign.capacity.estimate import (
     CheckpointUse,
     Estimate,
     Overheads,

@@ -13,7 +13,7 @@ Tune experiment. The manifest stays the record: its completed runs are not run a
 and keep their Tune directories (the manifest names their last checkpoint there). The other runs get no
 checkpoint from the fresh Tune experiment; each continues after its own newest checkpoint in its work
 directory that verifies (checksums), whose step its metrics log holds with every step before it, and
-whose `run_meta.json` names the same run and config (campaign/own_checkpoint.py). A run whose work
+whose `run_meta.json` names the same run and config (campaign/resume/own_checkpoint.py). A run whose work
 directory has none (it lies on another node of a cluster without a shared file system) continues after
 the newest of Tune's copies of its checkpoints set aside here (`.torn-<time>/<run>/checkpoint_*`, the
 newest `.torn-*`), with the same checks, the run and config read from the copy's `.metadata.json`
@@ -59,7 +59,7 @@ def torn_state(tune_dir: Path) -> str:
     return ""
 
 
-ASIDE_KINDS = ("torn", "extended")  # why a Tune state was set aside: torn, or a campaign extended (campaign/edits.py)
+ASIDE_KINDS = ("torn", "extended")  # why a Tune state was set aside: torn, or a campaign extended (campaign/resume/edits.py)
 
 
 def set_aside(tune_dir: Path, unfinished: Iterable[str], kind: str = "torn") -> Path:

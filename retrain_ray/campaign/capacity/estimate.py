@@ -1,7 +1,7 @@
 """The campaign's wall-time estimate: pure arithmetic over the plan's shape and calibration figures.
 
 No files, no Ray: `retrain-ray explain` gathers the inputs (the plan, a pilot's figures from
-campaign/calibration.py, the GPUs available) and this module adds them up.
+campaign/capacity/calibration.py, the GPUs available) and this module adds them up.
 
     slots      = min(concurrent_runs(parallel, max_workers, runs), GPUs available // GPUs per run)
     run time   = run start-up + warm-start steps x warm-start s/step + RL steps x RL s/step + run teardown

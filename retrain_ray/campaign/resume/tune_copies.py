@@ -25,17 +25,50 @@ import re
 import time
 from collections.abc import Mapping
 from pathlib import PurePosixPath
-from typing import Any
+from typing import Protocol, cast
 
-import pyarrow.fs as pafs
-from ray.tune import Callback
+import pyarrow.fs as pafs  # pyright: ignore[reportMissingTypeStubs]
+from ray.tune import Callback, Stopper
+from ray.tune.experiment import Trial
 
 # Tune's own reader of its run metadata (Ray is pinned to one minor version in pyproject.toml)
-from ray.tune.trainable.metadata import _TrainingRunMetadata
+from ray.tune.trainable.metadata import _TrainingRunMetadata  # pyright: ignore[reportPrivateUsage]
+
+from retrain_ray.campaign.observer import CampaignObserver
 
 PRUNE_EVERY_S = 2.0  # as often as Tune syncs its state (STATE_SYNC_S, campaign/experiment.py)
 STATE_PATTERN = "experiment_state-*.json"
 _COPY = re.compile(r"checkpoint_(\d+)$")
+
+
+class _FileInfo(Protocol):
+    @property
+    def base_name(self) -> str: ...
+    @property
+    def type(self) -> object: ...
+
+
+class _Stream(Protocol):
+    def read(self) -> bytes: ...
+    def __enter__(self) -> _Stream: ...
+    def __exit__(self, *exc: object) -> None: ...
+
+
+class StorageFS(Protocol):
+    """What the pruner uses of a `pyarrow.fs.FileSystem` (pyarrow ships no type stubs)."""
+
+    def get_file_info(self, paths_or_selector: object) -> list[_FileInfo]: ...
+    def open_input_stream(self, path: str) -> _Stream: ...
+    def delete_dir(self, path: str) -> None: ...
+
+
+def _listing(fs: StorageFS, path: str) -> list[_FileInfo]:
+    """The entries of directory `path` on `fs` (none when it is absent)."""
+    selector = cast("object", pafs.FileSelector(path, allow_not_found=True))  # pyright: ignore[reportUnknownMemberType]
+    return fs.get_file_info(selector)
+
+
+_DIRECTORY: object = pafs.FileType.Directory  # pyright: ignore[reportUnknownMemberType, reportUnknownVariableType]
 
 
 def prunable(indices: list[int], named: int | None, keep: int) -> list[int]:
@@ -50,45 +83,43 @@ def prunable(indices: list[int], named: int | None, keep: int) -> list[int]:
     return [i for i in ordered if i < below]
 
 
-def synced_latest(fs: pafs.FileSystem, experiment_fs_path: str) -> dict[str, int]:
+def synced_latest(fs: StorageFS, experiment_fs_path: str) -> dict[str, int]:
     """{trial fs path: index of its latest checkpoint} from the newest experiment state on storage.
 
     An unreadable or half-written state gives {} (the caller then deletes nothing).
     """
     try:
-        infos = fs.get_file_info(pafs.FileSelector(experiment_fs_path, allow_not_found=True))
-        names = sorted(fnmatch.filter([i.base_name for i in infos], STATE_PATTERN))
+        names = sorted(fnmatch.filter([i.base_name for i in _listing(fs, experiment_fs_path)], STATE_PATTERN))
         if not names:
             return {}
         with fs.open_input_stream(f"{experiment_fs_path}/{names[-1]}") as f:
-            state = json.loads(f.read())
+            state = cast("dict[str, list[list[str]]]", json.loads(f.read()))  # Tune's experiment state
         return _latest_by_trial(state)
     except Exception:  # unreadable in any way (I/O, JSON, unpickling): delete nothing this time
         return {}
 
 
-def _latest_by_trial(state: Mapping[str, Any]) -> dict[str, int]:
-    latest = {}
+def _latest_by_trial(state: Mapping[str, list[list[str]]]) -> dict[str, int]:
+    latest: dict[str, int] = {}
     for _trial_json, metadata_json in state["trial_data"]:
         manager = _TrainingRunMetadata.from_json_state(metadata_json).checkpoint_manager
         result = manager.latest_checkpoint_result if manager is not None else None
         if result is None or result.checkpoint is None:
             continue
-        path = PurePosixPath(result.checkpoint.path)
+        path = PurePosixPath(str(result.checkpoint.path))  # pyright: ignore[reportUnknownMemberType, reportUnknownArgumentType]
         found = _COPY.match(path.name)
         if found:
             latest[str(path.parent)] = int(found.group(1))
     return latest
 
 
-def copy_indices(fs: pafs.FileSystem, trial_fs_path: str) -> list[int]:
+def copy_indices(fs: StorageFS, trial_fs_path: str) -> list[int]:
     """Indices of the `checkpoint_NNNNNN` copies under one trial's storage directory."""
-    infos = fs.get_file_info(pafs.FileSelector(trial_fs_path, allow_not_found=True))
-    return sorted(int(m.group(1)) for i in infos if i.type == pafs.FileType.Directory
+    return sorted(int(m.group(1)) for i in _listing(fs, trial_fs_path) if i.type == _DIRECTORY
                   and (m := _COPY.match(i.base_name)))
 
 
-def prune_trial(fs: pafs.FileSystem, trial_fs_path: str, named: int | None, keep: int) -> list[int]:
+def prune_trial(fs: StorageFS, trial_fs_path: str, named: int | None, keep: int) -> list[int]:
     """Deletes one trial's prunable copies; returns the indices deleted."""
     doomed = prunable(copy_indices(fs, trial_fs_path), named, keep)
     for index in doomed:
@@ -96,40 +127,48 @@ def prune_trial(fs: pafs.FileSystem, trial_fs_path: str, named: int | None, keep
     return doomed
 
 
+def _run_name(trial: Trial) -> str:
+    return str(trial.config.get("run_name", ""))  # pyright: ignore[reportUnknownMemberType, reportUnknownArgumentType]  # Tune types config loosely
+
+
 class TuneCopyPruner(Callback):
     """Deletes Tune's checkpoint copies beyond each run's `keep` (run name -> keep_last_checkpoints)."""
 
-    def __init__(self, keep: Mapping[str, int], every_s: float = PRUNE_EVERY_S) -> None:
+    def __init__(self, keep: Mapping[str, int], every_s: float = PRUNE_EVERY_S,
+                 observer: CampaignObserver | None = None) -> None:
         self.keep = dict(keep)
+        self.observer = observer or CampaignObserver()
         self.every_s = every_s
         self._dirty = False
         self._last = 0.0
 
-    def setup(self, **info: Any) -> None:
+    def setup(self, stop: Stopper | None = None, num_samples: int | None = None,
+              total_num_samples: int | None = None, **info: object) -> None:
         """After `Tuner.restore` this is an unpickled copy: its clock reading came from another process."""
         self._dirty, self._last = True, 0.0
 
-    def on_checkpoint(self, iteration: int, trials: list, trial: Any, checkpoint: Any, **info: Any) -> None:
+    def on_checkpoint(self, iteration: int, trials: list[Trial], trial: Trial, checkpoint: object, **info: object) -> None:
         self._dirty = True
 
-    def on_step_end(self, iteration: int, trials: list, **info: Any) -> None:
+    def on_step_end(self, iteration: int, trials: list[Trial], **info: object) -> None:
         if self._dirty and time.monotonic() - self._last >= self.every_s:
             self.prune(trials)
 
-    def on_experiment_end(self, trials: list, **info: Any) -> None:
+    def on_experiment_end(self, trials: list[Trial], **info: object) -> None:
         self.prune(trials)
 
-    def prune(self, trials: list) -> None:
+    def prune(self, trials: list[Trial]) -> None:
         self._dirty, self._last = False, time.monotonic()
-        wanted = [t for t in trials if self.keep.get(t.config.get("run_name"), 0) > 0 and t.storage is not None]
+        wanted = [(keep, t.storage) for t in trials
+                  if (keep := self.keep.get(_run_name(t), 0)) > 0 and t.storage is not None]
         if not wanted:
             return
-        storage = wanted[0].storage
-        fs = storage.storage_filesystem
+        storage = wanted[0][1]
+        fs = cast("StorageFS", storage.storage_filesystem)  # pyright: ignore[reportUnknownMemberType]  # a pyarrow FileSystem
         named = synced_latest(fs, storage.experiment_fs_path)
-        for trial in wanted:
-            path = trial.storage.trial_fs_path.rstrip("/")
+        for keep, trial_storage in wanted:
+            path = trial_storage.trial_fs_path.rstrip("/")
             try:
-                prune_trial(fs, path, named.get(path), self.keep[trial.config["run_name"]])
+                prune_trial(fs, path, named.get(path), keep)
             except OSError as exc:  # storage hiccup: the next pass tries again, the run goes on
-                print(f"[campaign] warning: could not prune Tune's checkpoint copies in {path}: {exc}", flush=True)
+                self.observer.on_warning(f"could not prune Tune's checkpoint copies in {path}: {exc}")
