@@ -30,24 +30,13 @@ from retrain_ray.backends.registry import (
 from retrain_ray.backends.types import BackendCapabilities
 from retrain_ray.config import ConfigError, load_config, names
 from retrain_ray.config.backend_options import schema_for
+from retrain_ray.config.components import BACKEND_SPECS
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
     from retrain_ray.config.schema import RetrainConfig
 
-_DEPENDENCIES: dict[str, list[tuple[str, str]]] = {
-    "local": [("torch", "pip install retrain-ray"), ("transformers", "pip install retrain-ray"),
-              ("peft", "pip install retrain-ray")],
-    "tinker": [("tinker", 'pip install "retrain-ray[tinker]"')],
-    "prime_rl": [("msgspec", 'pip install "retrain-ray[prime_rl]"'), ("zmq", 'pip install "retrain-ray[prime_rl]"')],
-}
-_DESCRIPTIONS = {
-    "local": "PyTorch/PEFT on this machine or a Ray worker: CPU, one GPU, or split sampler/trainer GPUs",
-    "tinker": "remote training API (Tinker); sampling and updates run on the service",
-    "prime_rl": "a running PRIME-RL trainer + inference server: TrainingBatch messages over its filesystem or zmq "
-                "transport, weights from its broadcasts via /update_weights (options.standin: a local stand-in)",
-}
 NOT_SHIPPED = {
     "unsloth": "the original's Unsloth-patched local backend; not shipped: use backend = \"local\"",
 }
@@ -74,11 +63,11 @@ def importable(module: str) -> bool:
 def backend_catalog() -> dict[str, Any]:
     """Everything `backends --json` prints."""
     backends: dict[str, Any] = {}
-    for name in sorted(names.SUPPORTED_BACKENDS):
-        dependencies = [{"module": m, "install": hint, "available": importable(m)} for m, hint in _DEPENDENCIES[name]]
+    for name, spec in sorted(BACKEND_SPECS.items()):
+        dependencies = [{"module": m, "install": hint, "available": importable(m)} for m, hint in spec.dependencies]
         backends[name] = {
             "source": "builtin",
-            "description": _DESCRIPTIONS[name],
+            "description": spec.description,
             "available": all(d["available"] for d in dependencies),  # every package it needs imports here
             "dependencies": dependencies,
             "capabilities": dataclasses.asdict(builtin_capabilities(name)),

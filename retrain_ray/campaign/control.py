@@ -18,18 +18,16 @@ import ray
 from retrain_ray.actors.backpressure import RemoteAdvisor, start_backpressure_actor
 from retrain_ray.actors.throttle import start_throttle
 from retrain_ray.backpressure.settings import BackPressureSettings
+from retrain_ray.config.components import backend_spec, engine_spec
 from retrain_ray.throttle.client import ThrottleClient
-
-HTTP_ENGINES = ("openai", "vllm", "sglang")
 
 
 def shared_endpoint(config: Any) -> str:
     """The shared endpoint a run of this config calls: "tinker", "inference", or "" (none)."""
-    if config.backend.backend == "tinker":
-        return "tinker"
-    if config.inference.engine in HTTP_ENGINES or config.inference.shared:
-        return "inference"
-    return ""
+    throttled = backend_spec(config.backend.backend).throttled_endpoint
+    if throttled:
+        return throttled
+    return "inference" if engine_spec(config.inference.engine).shared_server or config.inference.shared else ""
 
 
 def endpoint_capacity(config: Any, endpoint: str) -> int:
