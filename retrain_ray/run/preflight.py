@@ -11,7 +11,6 @@ from typing import TYPE_CHECKING
 
 from retrain_ray.algorithms import preflight
 from retrain_ray.algorithms.plugins import is_dotted_path, load_callable, use_search_paths
-from retrain_ray.config.components import backend_spec
 from retrain_ray.file_kinds import env_directory
 from retrain_ray.models.hub import model_problem
 
@@ -26,6 +25,14 @@ class PreflightError(ValueError):
     def __init__(self, problems: list[str]) -> None:
         self.problems = problems
         super().__init__("\n".join(problems))
+
+
+def _trains_locally(backend: str) -> bool:
+    """The backend's spec says it trains the run's own model here (config/components.py)."""
+    # deferred: the config package loads pydantic, which importing this module does not need
+    from retrain_ray.config.components import backend_spec
+
+    return backend_spec(backend).trains_locally
 
 
 def backend_capabilities(cfg: RetrainConfig) -> BackendCapabilities:
@@ -55,7 +62,7 @@ def entropy_support(cfg: RetrainConfig) -> tuple[bool, str]:
                 "or use uncertainty_kind='surprisal'.")
     generic = ("Use the PyTorch engine (or a plugin engine that declares entropies) on a local backend, or "
                "uncertainty_kind='surprisal'.")
-    if not backend_spec(backend).trains_locally:
+    if not _trains_locally(backend):
         return False, generic
     provides = engine_capabilities(engine, inference)[0].returns_token_entropies
     if not is_dotted_path(engine):
@@ -88,7 +95,7 @@ def engine_plugin_problems(cfg: RetrainConfig) -> list[str]:
     if not is_dotted_path(engine):
         return []
     where = f"preflight: inference.engine = {engine!r}: a plugin engine samples for the local backend"
-    if not backend_spec(cfg.backend.backend).trains_locally:
+    if not _trains_locally(cfg.backend.backend):
         return [f"{where}, not for backend {cfg.backend.backend!r} (which samples itself): use a built-in engine, "
                 "or build the plugin engine inside the plugin backend's factory"]
     if "," in cfg.backend.devices:
@@ -131,7 +138,7 @@ def model_problems(configs: Iterable[RetrainConfig]) -> list[str]:
     """Why a run's model cannot be loaded here (not cached and not downloadable, no such folder), checked
     once per distinct model before anything starts. Only the local backend loads the model itself."""
     wanted = {(c.model.model, c.model.revision, bool(c.model.local_files_only))
-              for c in configs if backend_spec(c.backend.backend).trains_locally}
+              for c in configs if _trains_locally(c.backend.backend)}
     found = (model_problem(name, rev, local_files_only=lfo) for name, rev, lfo in sorted(wanted))
     return [f"model.model: {p}" for p in found if p]
 
