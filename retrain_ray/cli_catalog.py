@@ -10,7 +10,6 @@ config FILE it also checks that every dotted path the file names imports.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
 import importlib
 import importlib.util
@@ -19,6 +18,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from retrain_ray.algorithms.plugins import PluginLoader
 from retrain_ray.backends.registry import (
     BUILTIN_CAPABILITIES,
     ENGINE_HOOKS,
@@ -33,7 +33,6 @@ from retrain_ray.config.backend_options import schema_for
 from retrain_ray.config.components import BACKEND_SPECS
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
 
     from retrain_ray.config.schema import RetrainConfig
 
@@ -162,30 +161,22 @@ def discover_plugin_modules(search_paths: list[str], base: Path) -> list[dict[st
     return found
 
 
-@contextlib.contextmanager
-def _search_paths_first(search_paths: list[str], base: Path) -> Iterator[None]:
-    """`search_paths` (relative to `base`) put first on `sys.path` where not on it already, then `sys.path`
-    restored."""
-    extra = [str(Path(p) if Path(p).is_absolute() else base / p) for p in search_paths]
-    saved = list(sys.path)
-    sys.path[:0] = [p for p in extra if p not in sys.path]
-    try:
-        yield
-    finally:
-        sys.path[:] = saved
+def _catalog_loader(search_paths: list[str], base: Path) -> PluginLoader:
+    """A loader that looks in `search_paths` (folders, relative to `base`) before `sys.path`."""
+    roots = tuple(str(Path(p) if Path(p).is_absolute() else base / p) for p in search_paths)
+    return PluginLoader((), roots, roots_first=True, cwd=False)
 
 
 def check_reference(ref: str, search_paths: list[str], base: Path) -> str:
     """"" if the dotted path `pkg.mod:name` / `pkg.mod.name` imports and resolves, else why not."""
     module, _, attr = ref.partition(":") if ":" in ref else ref.rpartition(".")
-    with _search_paths_first(search_paths, base):
-        try:
-            obj = importlib.import_module(module)
-            if not hasattr(obj, attr):
-                return f"module {module!r} has no attribute {attr!r}"
-            return ""
-        except Exception as exc:  # a plugin may fail to import in any way; report it, do not crash
-            return f"import {module!r} failed: {type(exc).__name__}: {exc}"
+    try:
+        obj = _catalog_loader(search_paths, base).import_module(module)
+        if not hasattr(obj, attr):
+            return f"module {module!r} has no attribute {attr!r}"
+        return ""
+    except Exception as exc:  # a plugin may fail to import in any way; report it, do not crash
+        return f"import {module!r} failed: {type(exc).__name__}: {exc}"
 
 
 def _config_references(cfg: RetrainConfig) -> dict[str, str]:
@@ -219,12 +210,11 @@ def _reference(key: str, ref: str, search_paths: list[str], base: Path,
     its sampling returns (the engine hook, given the `[inference]` section as preflight gives it)."""
     found: dict[str, Any] = {"path": ref, "error": check_reference(ref, search_paths, base)}
     if key in ("inference.engine", "backend.backend") and not found["error"]:
-        with _search_paths_first(search_paths, base):
-            try:  # a malformed hook: preflight reports the same ValueError
-                flags, source = engine_capabilities(ref, inference, kind=f"[{key.replace('.', '] ')}")
-                found["capabilities"], found["source"] = dataclasses.asdict(flags), source
-            except ValueError as exc:
-                found["error"] = str(exc)
+        try:  # a malformed hook: preflight reports the same ValueError (check_reference imported the module)
+            flags, source = engine_capabilities(ref, inference, kind=f"[{key.replace('.', '] ')}")
+            found["capabilities"], found["source"] = dataclasses.asdict(flags), source
+        except ValueError as exc:
+            found["error"] = str(exc)
     return found
 
 
