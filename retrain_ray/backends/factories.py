@@ -4,11 +4,13 @@ from a `PolicyRequest`, importing its backend only when called (backends/registr
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from pathlib import Path
 
+    from retrain_ray.backends.local.policy import PolicySettings
     from retrain_ray.backends.types import Policy
     from retrain_ray.config.schema import RetrainConfig
     from retrain_ray.throttle.types import Throttle
@@ -23,6 +25,14 @@ class PolicyRequest:
     throttle: Throttle | None = None
     run_name: str = "run"
     cache_dir: Path | None = None
+
+    @cached_property
+    def local_settings(self) -> PolicySettings:
+        """The local trainer's settings of `cfg`, built once for every part of the policy that needs them."""
+        # deferred: loads torch and transformers, which importing this module does not need
+        from retrain_ray.backends.local.policy import settings_from_config
+
+        return settings_from_config(self.cfg)
 
 
 def tinker_policy(request: PolicyRequest) -> Policy:
@@ -47,7 +57,7 @@ def openai_policy(request: PolicyRequest) -> Policy:
     from retrain_ray.backends.local.openai_policy import build_openai_policy
 
     return build_openai_policy(request.cfg, request.throttle, adapter_name=request.run_name, device=request.device,
-                               cache_dir=request.cache_dir)
+                               cache_dir=request.cache_dir, settings=request.local_settings)
 
 
 def vllm_policy(request: PolicyRequest) -> Policy:
@@ -55,7 +65,8 @@ def vllm_policy(request: PolicyRequest) -> Policy:
     # deferred: loads transformers, which importing this module does not need
     from retrain_ray.backends.local.vllm_policy import build_vllm_policy
 
-    return build_vllm_policy(request.cfg, device=request.device, cache_dir=request.cache_dir)
+    return build_vllm_policy(request.cfg, device=request.device, cache_dir=request.cache_dir,
+                             settings=request.local_settings)
 
 
 def local_policy(request: PolicyRequest) -> Policy:
@@ -63,4 +74,5 @@ def local_policy(request: PolicyRequest) -> Policy:
     # deferred: loads transformers, which importing this module does not need
     from retrain_ray.backends.local import build_local_policy
 
-    return build_local_policy(request.cfg, device=request.device, cache_dir=request.cache_dir)
+    return build_local_policy(request.cfg, device=request.device, cache_dir=request.cache_dir,
+                              settings=request.local_settings)

@@ -149,7 +149,8 @@ def _plugin_policy(request: PolicyRequest) -> Policy:
     if plugin_backend:
         return build_plugin_backend_policy(context)
     return build_plugin_engine_policy(
-        context, lambda: build_local_trainer(cfg, device, cache_dir=request.cache_dir))
+        context, lambda: build_local_trainer(cfg, device, cache_dir=request.cache_dir,
+                                             settings=request.local_settings))
 
 
 def build_components(
