@@ -249,3 +249,17 @@ def test_labels_before_the_first_fit_say_no_model():
     assert ctl.recommend().lam == 0.0  # two distinct p cannot fix three parameters
     ctl.observe(step_time_s=1.0, batch_size=6, group_size=8, total_tokens=2600)  # a third p: now it fits
     assert ctl.recommend().lam > 0.0
+
+
+
+def test_settings_take_every_section_key_and_its_default_from_the_section():
+    from retrain_ray.backpressure.settings import BackPressureSettings
+    from retrain_ray.config.schema import RetrainConfig
+    from retrain_ray.config.sections_aux import BackpressureSection
+
+    defaults = BackPressureSettings()
+    assert {k: getattr(defaults, k) for k in BackpressureSection.model_fields} == BackpressureSection().model_dump()
+    cfg = RetrainConfig.model_validate({"model": {"model": "builtin:tiny"},
+                                        "backpressure": {"warmup_steps": 3, "error_cut": 0.25}})
+    changed = BackPressureSettings.from_config(cfg, max_capacity=5)
+    assert (changed.warmup_steps, changed.error_cut, changed.max_capacity) == (3, 0.25, 5)

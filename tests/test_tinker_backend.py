@@ -197,6 +197,27 @@ def test_dual_clip_exact_values():
     assert metrics["ppo_clip_fraction"] == pytest.approx(1.0)
 
 
+def test_dual_clip_without_ppo_clip_is_the_local_loss():
+    # clip_eps = 0, clip_ratio_c = 3 (issue 22's fix: no PPO clip, the dual clip on top where A < 0):
+    # r = e^0.5 (A=+1): -e^0.5; r = e^-1 (A=-2): 2e^-1 (under the dual bound 6); r = e^2 (A=-1): e^2 > 3, so 3.
+    # (The old loss clamped r to [1, 1]: max(-e^0.5, -1) = -1 and max(2e^-1, 2) = 2.)
+    import math
+
+    from retrain_ray.algorithms.loss import policy_loss
+    from retrain_ray.backends.tinker import loss_variant
+
+    clip = ClipSettings(0.0, 0.0, 3.0)
+    new, adv = [0.5, -1.0, 2.0], [1.0, -2.0, -1.0]
+    loss, grads, metrics = dual_clip_loss_and_grads([new], [[0.0] * 3], [adv], clip)
+    assert loss == pytest.approx((-math.exp(0.5) + 2 * math.exp(-1.0) + 3.0) / 3, rel=1e-12)
+    assert grads[0] == pytest.approx([-math.exp(0.5) / 3, 2 * math.exp(-1.0) / 3, 0.0], rel=1e-12)
+    assert metrics["ppo_clip_fraction"] == 0.0
+    assert loss_variant(clip) == "ppo_dual_clip"  # the service's plain loss would drop the dual clip
+    local = policy_loss(torch.tensor([new], dtype=torch.float64), torch.zeros(1, 3, dtype=torch.float64),
+                        torch.tensor([adv], dtype=torch.float64), torch.ones(1, 3), clip_ratio_c=3.0)
+    assert float(local.loss_sum) / local.num_action_tokens == pytest.approx(loss, rel=1e-12)
+
+
 @settings(max_examples=40, deadline=None)
 @given(st.lists(st.tuples(st.floats(-0.05, 0.05), st.floats(-3, 3)), min_size=1, max_size=12))
 def test_dual_clip_inside_the_trust_region_is_the_plain_surrogate(pairs):

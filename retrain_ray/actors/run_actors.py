@@ -36,6 +36,7 @@ from ray.util import get_current_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from retrain_ray.backends.types import Policy, TrainStepResult
+from retrain_ray.config.components import engine_spec
 from retrain_ray.engines.types import SamplingParams, WeightUpdate
 
 
@@ -54,7 +55,7 @@ class InferenceActor:
     """Hosts the run's sampler (its own copy of the model layout, fed with WeightUpdates)."""
 
     def __init__(self, config: Any) -> None:
-        if config.inference.engine == "vllm-embedded":  # vLLM on this actor's GPU, fed WeightUpdates
+        if engine_spec(config.inference.engine).embeds_vllm:  # vLLM on this actor's GPU, fed WeightUpdates
             # deferred: loads transformers, which importing this module does not need
             from retrain_ray.backends.local.vllm_policy import build_vllm_engine
             from retrain_ray.models.loading import load_tokenizer

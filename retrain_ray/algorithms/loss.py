@@ -13,6 +13,9 @@ and `mask_B_T`. Only tokens with `mask > 0` **and** `advantage != 0` are action 
               with clip_cov_min < cov < clip_cov_max that were not clipped get no gradient (L := 0)
     clip_ratio_c > 0 (dual clip, any mode): L = where(A < 0, min(-A c, L), L)
 
+The standard mode with the dual clip is `dual_clip_ppo_token_losses`, which the tinker backend's loss
+(backends/tinker/loss.py) calls too: one PPO loss for both backends.
+
 Aggregation: every call returns *sums*. Over micro-batches, divide each `loss_sum` by the whole batch's
 action-token count before backward (`mb.loss_sum / total_tokens`), which weights every action token of
 the batch equally (global token mean), exactly as the original's `loss_mb * tokens_mb / total`.
@@ -60,11 +63,27 @@ class LossInputs:
 ModeResult = tuple[torch.Tensor, torch.Tensor, torch.Tensor]  # per-token loss, clipped flags, selected flags
 
 
-def _ppo(x: LossInputs, eps_low: float, eps_high: float) -> tuple[torch.Tensor, torch.Tensor]:
-    clipped_ratio = torch.clamp(x.ratio, 1.0 - eps_low, 1.0 + eps_high)
-    loss = torch.maximum(-x.ratio * x.adv, -clipped_ratio * x.adv)
-    out_of_band = (x.ratio < 1.0 - eps_low) | (x.ratio > 1.0 + eps_high)
+def _ppo(ratio: torch.Tensor, adv: torch.Tensor, eps_low: float, eps_high: float) -> tuple[torch.Tensor, torch.Tensor]:
+    clipped_ratio = torch.clamp(ratio, 1.0 - eps_low, 1.0 + eps_high)
+    loss = torch.maximum(-ratio * adv, -clipped_ratio * adv)
+    out_of_band = (ratio < 1.0 - eps_low) | (ratio > 1.0 + eps_high)
     return loss, out_of_band.detach()
+
+
+def dual_clip_ppo_token_losses(
+    ratio: torch.Tensor, adv: torch.Tensor, *, clip_eps: float, clip_eps_high: float = 0.0, clip_ratio_c: float = 0.0,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(per-token loss, clipped flags) of the standard dual-clip PPO loss, for the local and tinker backends:
+    no PPO clip when `clip_eps = 0` (L = -ratio A), the asymmetric clip [1 - eps, 1 + (eps_high or eps)]
+    otherwise, and the dual clip `clip_ratio_c > 0` on top where A < 0.
+
+    Fix (issue 22): the tinker backend's copy clamped the ratio to [1, 1] when clip_eps = 0 with
+    clip_ratio_c > 0 (L = max(-ratio A, -A), every token with ratio != 1 counted clipped); it now has no
+    PPO clip there, as the local backend."""
+    if clip_eps <= 0:
+        return _dual_clip(-ratio * adv, adv, clip_ratio_c), torch.zeros_like(adv, dtype=torch.bool)
+    loss, clipped = _ppo(ratio, adv, clip_eps, clip_eps_high or clip_eps)
+    return _dual_clip(loss, adv, clip_ratio_c), clipped
 
 
 def _centred_cov(x: LossInputs) -> torch.Tensor:
@@ -73,11 +92,9 @@ def _centred_cov(x: LossInputs) -> torch.Tensor:
 
 
 def _standard(x: LossInputs) -> ModeResult:
-    none = torch.zeros_like(x.adv, dtype=torch.bool)
-    if x.clip_eps <= 0:
-        return -x.ratio * x.adv, none, none
-    loss, clipped = _ppo(x, x.clip_eps, x.clip_eps_high or x.clip_eps)
-    return loss, clipped, none
+    """The dual clip is applied by `policy_loss` (to every mode), so none here."""
+    loss, clipped = dual_clip_ppo_token_losses(x.ratio, x.adv, clip_eps=x.clip_eps, clip_eps_high=x.clip_eps_high)
+    return loss, clipped, torch.zeros_like(x.adv, dtype=torch.bool)
 
 
 def _kl_cov(x: LossInputs) -> ModeResult:
@@ -92,7 +109,7 @@ def _kl_cov(x: LossInputs) -> ModeResult:
 def _clip_cov(x: LossInputs) -> ModeResult:
     eps_low = x.clip_eps or 1.0
     eps_high = x.clip_eps_high or eps_low
-    loss, out_of_band = _ppo(x, eps_low, eps_high)
+    loss, out_of_band = _ppo(x.ratio, x.adv, eps_low, eps_high)
     clipped_by_origin = (-torch.clamp(x.ratio, 1.0 - eps_low, 1.0 + eps_high) * x.adv > -x.ratio * x.adv).detach()
     cov = _centred_cov(x)
     eligible = torch.nonzero(~clipped_by_origin & (cov > x.clip_cov_min) & (cov < x.clip_cov_max)).flatten()
@@ -114,9 +131,12 @@ LOSS_MODES: dict[str, Callable[[LossInputs], ModeResult]] = {
 def _dual_clip(loss: torch.Tensor, adv: torch.Tensor, clip_ratio_c: float) -> torch.Tensor:
     if clip_ratio_c <= 0:
         return loss
-    if clip_ratio_c <= 1:
-        raise ValueError(f"clip_ratio_c must be > 1 (dual-clip bound on the ratio) or 0 to disable; got {clip_ratio_c}.")
     return torch.where(adv < 0, torch.minimum(-adv * clip_ratio_c, loss), loss)
+
+
+def _check_clip_ratio_c(clip_ratio_c: float) -> None:
+    if 0 < clip_ratio_c <= 1:
+        raise ValueError(f"clip_ratio_c must be > 1 (dual-clip bound on the ratio) or 0 to disable; got {clip_ratio_c}.")
 
 
 def policy_loss(
@@ -153,6 +173,7 @@ def policy_loss(
         kl_cov_percent, kl_cov_coef, clip_cov_ratio, clip_cov_min, clip_cov_max, generator,
     )
     loss_T, clipped_T, selected_T = LOSS_MODES[mode](x)
+    _check_clip_ratio_c(clip_ratio_c)
     loss_T = _dual_clip(loss_T, x.adv, clip_ratio_c)
     return LossOutput(
         loss_sum=loss_T.sum(),

@@ -3,13 +3,16 @@
 A mode name that is not a built-in and contains a dot or colon is imported once (the registry caches
 the result). Import problems become a `ValueError` that names the path and how to fix it.
 As the original, `[plugins] search_paths` (default ["plugins"]) are package prefixes tried first:
-`my_mod.fn` is looked up as `plugins.my_mod.fn`, then `my_mod.fn`; the working directory is put on
-`sys.path` so a ./plugins folder imports. `use_search_paths` sets them for the process.
+`my_mod.fn` is looked up as `plugins.my_mod.fn`, then `my_mod.fn`; a top-level package that `sys.path`
+lacks is looked for in the working directory (so a ./plugins folder imports) by a `PluginLoader`, which
+never edits `sys.path`. `use_search_paths` sets the process loader's prefixes.
 """
 
 from __future__ import annotations
 
 import importlib
+import importlib.machinery
+import importlib.util
 import inspect
 import os
 import sys
@@ -36,45 +39,108 @@ def _split(path: str) -> tuple[str, str]:
     return module, attr
 
 
-_search_paths: tuple[str, ...] = ("plugins",)
+def _is_namespace(spec: importlib.machinery.ModuleSpec | None) -> bool:
+    return spec is not None and spec.origin is None and spec.submodule_search_locations is not None
+
+
+class PluginLoader:
+    """Imports plugin modules: `search_paths` are package prefixes tried first (`my_mod` as `plugins.my_mod`),
+    `roots` the folders a top-level package or module is also looked for in (after `sys.path`, or before it
+    with `roots_first`; the working directory first of them unless `cwd=False`). It imports through importlib's path finder and registers in `sys.modules` only the
+    modules it loads; it never edits `sys.path`."""
+
+    def __init__(self, search_paths: list[str] | tuple[str, ...] = ("plugins",), roots: tuple[str, ...] = (),
+                 *, roots_first: bool = False, cwd: bool = True) -> None:
+        self.search_paths: tuple[str, ...] = ()
+        self.roots: tuple[str, ...] = roots
+        self.roots_first = roots_first
+        self.cwd = cwd
+        self.use_search_paths(search_paths)
+
+    def use_search_paths(self, paths: list[str] | tuple[str, ...]) -> None:
+        """Set the package prefixes tried before a plugin's own module path (`[plugins] search_paths`)."""
+        self.search_paths = tuple(dict.fromkeys(p.strip().strip(".").replace("/", ".") for p in paths if p.strip()))
+
+    def add_root(self, directory: str) -> None:
+        """Also look for plugin modules under `directory`."""
+        if directory and directory not in self.roots:
+            self.roots = (*self.roots, directory)
+
+    def import_module(self, name: str) -> ModuleType:
+        """`importlib.import_module(name)` as if the roots were on `sys.path` (after it, or with `roots_first`
+        before it): a top-level package or module the import system cannot find, or a namespace package
+        (`./plugins` without `__init__.py`), is looked for in the roots too."""
+        top = name.partition(".")[0]
+        module = sys.modules.get(top)
+        if module is None:
+            self._load_top(top)
+        elif _is_namespace(module.__spec__):
+            module.__path__ = list(dict.fromkeys([*module.__path__, *self._portions(top)]))
+        return importlib.import_module(name)
+
+    def _entries(self) -> list[str]:
+        roots = [os.getcwd(), *self.roots] if self.cwd else list(self.roots)
+        return [*roots, *sys.path] if self.roots_first else [*sys.path, *roots]
+
+    def _portions(self, top: str) -> list[str]:
+        spec = importlib.machinery.PathFinder.find_spec(top, self._entries())
+        return list(spec.submodule_search_locations or []) if spec is not None and _is_namespace(spec) else []
+
+    def _load_top(self, top: str) -> None:
+        if not self.roots_first:
+            found = importlib.util.find_spec(top)
+            if found is not None and not _is_namespace(found):
+                return  # the import system finds it (installed, or on sys.path): it imports it
+        spec = importlib.machinery.PathFinder.find_spec(top, self._entries())
+        if spec is None:
+            return  # importlib.import_module reports it missing
+        module = importlib.util.module_from_spec(spec)
+        if _is_namespace(spec):
+            # a namespace package's path is recomputed from sys.path, which lacks the roots: fix it
+            module.__path__ = list(spec.submodule_search_locations or [])
+        sys.modules[top] = module
+        try:
+            if spec.loader is not None:
+                spec.loader.exec_module(module)
+        except BaseException:
+            del sys.modules[top]
+            raise
+
+    def find(self, module_name: str, path: str, kind: str) -> tuple[ModuleType, str]:
+        """The module and the search path prefix it was found under ("": as given)."""
+        provide_original_names()  # a plugin written for the original imports `retrain.data`, ...
+        tries = [*((prefix, f"{prefix}.{module_name}") for prefix in self.search_paths), ("", module_name)]
+        candidates = [candidate for _, candidate in tries]
+        for prefix, candidate in tries:
+            try:
+                return self.import_module(candidate), prefix
+            except ModuleNotFoundError as exc:
+                if exc.name is None or not candidate.startswith(exc.name):
+                    raise ValueError(f"{kind}={path!r}: importing {candidate!r} failed: {exc}") from exc
+        raise ValueError(
+            f"{kind}={path!r}: cannot import any of {candidates}. Put the module under a [plugins] search_paths "
+            "folder (default ./plugins) or make it importable (installed, or on PYTHONPATH)."
+        )
+
+
+LOADER = PluginLoader()
+"""The process's loader: `[plugins] search_paths` of the config being run (`use_search_paths`), and the
+driver's folder in a campaign's trials (`use_plugin_root`)."""
 
 
 def use_search_paths(paths: list[str] | tuple[str, ...]) -> None:
     """Set the package prefixes tried before a plugin's own module path (`[plugins] search_paths`)."""
-    global _search_paths
-    _search_paths = tuple(dict.fromkeys(p.strip().strip(".").replace("/", ".") for p in paths if p.strip()))
-
-
-_roots: list[str] = []
+    LOADER.use_search_paths(paths)
 
 
 def use_plugin_root(directory: str) -> None:
     """Also look for plugin modules under `directory`: a campaign's trials run in another working
     directory than the driver whose ./plugins the config means."""
-    if directory and directory not in _roots:
-        _roots.append(directory)
+    LOADER.add_root(directory)
 
 
 def _import(module_name: str, path: str, kind: str) -> tuple[ModuleType, str]:
-    """The module and the search path prefix it was found under ("": as given)."""
-    provide_original_names()  # a plugin written for the original imports `retrain.data`, ...
-    for root in (os.getcwd(), *_roots):  # ./plugins/<module>.py imports as plugins.<module>
-        if root not in sys.path:
-            sys.path.append(root)
-    tries = [*((prefix, f"{prefix}.{module_name}") for prefix in _search_paths), ("", module_name)]
-    candidates = [candidate for _, candidate in tries]
-    errors: list[str] = []
-    for prefix, candidate in tries:
-        try:
-            return importlib.import_module(candidate), prefix
-        except ModuleNotFoundError as exc:
-            if exc.name is None or not candidate.startswith(exc.name):
-                raise ValueError(f"{kind}={path!r}: importing {candidate!r} failed: {exc}") from exc
-            errors.append(f"{candidate} ({exc})")
-    raise ValueError(
-        f"{kind}={path!r}: cannot import any of {candidates}. Put the module under a [plugins] search_paths "
-        "folder (default ./plugins) or make it importable (installed, or on PYTHONPATH)."
-    )
+    return LOADER.find(module_name, path, kind)
 
 
 def plugin_module(path: str, kind: str) -> tuple[ModuleType, str]:

@@ -1,7 +1,11 @@
-"""The one backend registry: capability flags and option schemas of built-in and plugin backends.
+"""The one backend registry: the spec of each built-in engine and backend, capability flags and option
+schemas of built-in and plugin backends, and the factory that builds a run's policy.
 
 `explain`, `backends`, preflight and the backends' own classes read the flags from here, so they
-cannot disagree. A dotted-path plugin backend may declare its flags and `[backend.options]` schema with
+cannot disagree. The specs (`engine_spec`, `backend_spec`: HTTP or in-process, entropies, placement,
+options table, factory, description) are declared in config/components.py, because config validation
+reads them and config/ sits below this package; code asks a spec instead of comparing names, and
+`build_policy_for` imports a spec's factory when a run needs it. A dotted-path plugin backend may declare its flags and `[backend.options]` schema with
 the original's hooks (seed 002), on the backend callable/class or on its module:
 
 * `retrain_backend_capabilities` / `RETRAIN_BACKEND_CAPABILITIES`: a `BackendCapabilities`, a dict of
@@ -34,10 +38,12 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from retrain_ray.algorithms.plugins import is_dotted_path, load_object, use_search_paths
 from retrain_ray.backends.types import BackendCapabilities
-from retrain_ray.config.names import ENTROPY_ENGINES
+from retrain_ray.config.components import BACKEND_SPECS, backend_spec, engine_spec
 from retrain_ray.engines.types import EngineCapabilities
 
 if TYPE_CHECKING:
+    from retrain_ray.backends.factories import PolicyRequest
+    from retrain_ray.backends.types import Policy
     from retrain_ray.config.schema import RetrainConfig
 
 BUILTIN_CAPABILITIES: dict[str, BackendCapabilities] = {
@@ -53,7 +59,7 @@ BUILTIN_CAPABILITIES: dict[str, BackendCapabilities] = {
                                     supports_checkpoint_resume=True, resume_runtime_dependent=False,
                                     checkpoint_resume_mode="exact"),
 }
-REMOTE_BACKENDS = frozenset({"tinker", "prime_rl"})
+REMOTE_BACKENDS = frozenset(name for name, spec in BACKEND_SPECS.items() if spec.remote)
 """Backends that train outside the run's process (a service, or PRIME-RL's own trainer): a run of one holds
 no local GPU, whatever `backend.devices` says."""
 PLUGIN_DEFAULT_CAPABILITIES = BackendCapabilities(preserves_token_advantages=False,
@@ -80,9 +86,10 @@ class RunDevices:
 def run_devices(backend: str, devices: str, options: Mapping[str, Any] | None = None) -> RunDevices:
     """The placement of one run of `backend`; `explain` and the campaign plan both read it. A remote
     built-in backend holds no GPU; a plugin holds what its resources hook declares, else `devices`."""
-    if backend in REMOTE_BACKENDS:
+    spec = backend_spec(backend)
+    if spec.remote:
         return RunDevices("cpu", in_process=True)
-    if backend in BUILTIN_CAPABILITIES:
+    if not spec.is_plugin:
         return RunDevices(devices, in_process=False)
     gpus = plugin_gpus(backend, options)
     if gpus is None:
@@ -181,9 +188,17 @@ def engine_capabilities(engine: str, inference: Mapping[str, Any] | None = None,
     itself: "builtin", "plugin/hook" or "plugin/default". `inference`: the `[inference]` section, the
     argument of a callable hook."""
     if not is_dotted_path(engine):
-        return EngineCapabilities(returns_token_entropies=engine in ENTROPY_ENGINES), "builtin"
+        return EngineCapabilities(returns_token_entropies=engine_spec(engine).gives_entropies), "builtin"
     hooks = " / ".join(ENGINE_HOOKS["capabilities"])
     return _plugin_flags(engine, ENGINE_HOOKS["capabilities"], inference, PLUGIN_ENGINE_DEFAULT_CAPABILITIES,
                          lambda value, fields: f"{kind} {engine!r}: {hooks} gave {value!r}; give an "
                          f"EngineCapabilities or a dict of booleans with keys among {sorted(fields)}",
                          kind=kind, only_bools=True)
+
+
+def build_policy_for(factory: str, request: PolicyRequest) -> Policy:
+    """The policy a spec's factory (`module:function`, config/components.py) builds, imported now: a
+    backend's heavy libraries load only for the runs that use it."""
+    module, _, name = factory.partition(":")
+    build: Callable[[PolicyRequest], Policy] = getattr(importlib.import_module(module), name)
+    return build(request)

@@ -1,38 +1,45 @@
 """Settings of the campaign's back-pressure actor: the [backpressure] section, frozen and picklable.
 
-`from_config(cfg)` reads `RetrainConfig.backpressure`; the keyword defaults mirror the original's
-(spec 4.3) so the pure classes work without the config package.
+`from_config(cfg)` reads `RetrainConfig.backpressure`. The section's keys take their defaults from the
+section itself (`BackpressureSection`, config/sections_aux.py: the original's, spec 4.3), so the two
+cannot drift; the pooled fit's tuning and the roofline's model figures are ours and live only here.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from retrain_ray.backpressure.pooled import PooledController
 from retrain_ray.backpressure.roofline import ModelShapes
 from retrain_ray.backpressure.usl import USLController, roofline_flops_per_token, roofline_shapes
+from retrain_ray.config.sections_aux import BackpressureSection
 
 if TYPE_CHECKING:
     from retrain_ray.config.schema import RetrainConfig
+
+_SECTION = BackpressureSection()
+"""The [backpressure] defaults: the one place they are written."""
 
 
 @dataclass(frozen=True)
 class BackPressureSettings:
     """Per-run controller parameters plus the pooled fit's. Frozen and picklable (sent to the actor)."""
 
-    enabled: bool = False
-    warmup_steps: int = 10
-    ema_decay: float = 0.9
-    throttle_margin: float = 0.85
-    increase_margin: float = 0.5
-    min_batch_size: int = 1
-    max_batch_size: int = 64
-    peak_gflops: float = 0.0
-    peak_bw_gb_s: float = 0.0
-    pooled: bool = True
-    error_cut: float = 0.5
+    # the [backpressure] section's keys (`from_config` copies every one)
+    enabled: bool = _SECTION.enabled
+    warmup_steps: int = _SECTION.warmup_steps
+    ema_decay: float = _SECTION.ema_decay
+    throttle_margin: float = _SECTION.throttle_margin
+    increase_margin: float = _SECTION.increase_margin
+    min_batch_size: int = _SECTION.min_batch_size
+    max_batch_size: int = _SECTION.max_batch_size
+    peak_gflops: float = _SECTION.peak_gflops
+    peak_bw_gb_s: float = _SECTION.peak_bw_gb_s
+    pooled: bool = _SECTION.pooled
+    error_cut: float = _SECTION.error_cut
+    # not in the section: the pooled fit's tuning (tests set them)
     min_capacity: int = 1
     max_capacity: int = 64
     pooled_warmup_rounds: int = 16
@@ -43,14 +50,11 @@ class BackPressureSettings:
     shapes: ModelShapes | None = None  # the model's, when both peaks turn the roofline on (usl.roofline_shapes)
 
     @classmethod
-    def from_config(cls, cfg: RetrainConfig, **overrides: Any) -> BackPressureSettings:
-        bp = cfg.backpressure
-        names = {f.name for f in dataclasses.fields(cls)}
-        values = {n: getattr(bp, n) for n in names if hasattr(bp, n)}
-        values["flops_per_token"] = roofline_flops_per_token(cfg)
-        values["shapes"] = roofline_shapes(cfg)
-        values.update(overrides)
-        return cls(**values)
+    def from_config(cls, cfg: RetrainConfig, **overrides: int | float | bool) -> BackPressureSettings:
+        """The section's keys, the model's roofline figures, then `overrides`."""
+        section = cls(**cfg.backpressure.model_dump(), flops_per_token=roofline_flops_per_token(cfg),
+                      shapes=roofline_shapes(cfg))
+        return dataclasses.replace(section, **overrides)
 
     def controller(self) -> USLController:
         return USLController(

@@ -19,6 +19,7 @@ from ray import ObjectRef
 from retrain_ray.actors.backpressure import RemoteAdvisor, start_backpressure_actor
 from retrain_ray.actors.throttle import start_throttle
 from retrain_ray.backpressure.settings import BackPressureSettings
+from retrain_ray.config.components import backend_spec, engine_spec
 from retrain_ray.throttle.client import ThrottleClient
 
 if TYPE_CHECKING:
@@ -35,16 +36,13 @@ class _BackPressureHandle(Protocol):
     set_throttle: _RemoteMethod
 
 
-HTTP_ENGINES = ("openai", "vllm", "sglang")
-
 
 def shared_endpoint(config: RetrainConfig) -> str:
     """The shared endpoint a run of this config calls: "tinker", "inference", or "" (none)."""
-    if config.backend.backend == "tinker":
-        return "tinker"
-    if config.inference.engine in HTTP_ENGINES or config.inference.shared:
-        return "inference"
-    return ""
+    throttled = backend_spec(config.backend.backend).throttled_endpoint
+    if throttled:
+        return throttled
+    return "inference" if engine_spec(config.inference.engine).shared_server or config.inference.shared else ""
 
 
 def endpoint_capacity(config: RetrainConfig, endpoint: str) -> int:

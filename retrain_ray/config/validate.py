@@ -15,11 +15,10 @@ from typing import TYPE_CHECKING
 
 from retrain_ray.config.adaptive_checks import metric_problem, rung_problem
 from retrain_ray.config.backend_options import check_options
+from retrain_ray.config.components import backend_spec, engine_spec
 from retrain_ray.config.errors import ConfigIssue
 from retrain_ray.config.names import (
-    ENTROPY_ENGINES,
     ORIGINAL_ONLY_BACKENDS,
-    PATH_ADAPTER_ENGINES,
     SUPPORTED_BACKENDS,
     UNCERTAINTY_PARAM_KEYS,
     canonical_uncertainty,
@@ -47,7 +46,8 @@ def _backend(cfg: RetrainConfig) -> list[ConfigIssue]:
 
 def _adapter_engines(cfg: RetrainConfig) -> list[ConfigIssue]:
     engine = cfg.inference.engine
-    if engine in PATH_ADAPTER_ENGINES and cfg.backend.backend == "local" and cfg.model.finetune != "lora":
+    if (engine_spec(engine).adapter_folder_only and backend_spec(cfg.backend.backend).trains_locally
+            and cfg.model.finetune != "lora"):
         return [ConfigIssue("model.finetune", cfg.model.finetune,
                             f"the {engine} engine loads the trainer's weights as a LoRA adapter folder only",
                             'use [model] finetune = "lora", or [inference] engine = "openai" / "pytorch"')]
@@ -70,7 +70,7 @@ def _clipping(cfg: RetrainConfig) -> list[ConfigIssue]:
     if t.clip_cov_min >= t.clip_cov_max:
         issues.append(ConfigIssue("training.clip_cov_min", t.clip_cov_min,
                                   f"must be below clip_cov_max ({t.clip_cov_max})", "lower clip_cov_min"))
-    if t.policy_loss_mode != "standard" and cfg.backend.backend != "local":
+    if t.policy_loss_mode != "standard" and not backend_spec(cfg.backend.backend).trains_locally:
         issues.append(ConfigIssue("training.policy_loss_mode", t.policy_loss_mode,
                                   "non-standard policy losses need backend = \"local\"",
                                   "use policy_loss_mode = \"standard\" or the local backend"))
@@ -132,12 +132,12 @@ ENGINE_ONLY_KEYS = ("attention_kernel", "kv_cache_dtype", "prefix_caching")
 
 def _engine_only_keys(cfg: RetrainConfig) -> list[ConfigIssue]:
     inf = cfg.inference
-    if inf.engine == "vllm-embedded" or is_dotted_path(inf.engine):
+    if engine_spec(inf.engine).embeds_vllm or is_dotted_path(inf.engine):
         return []
     fields = type(inf).model_fields
     return [ConfigIssue(f"inference.{key}", getattr(inf, key),
                         f"acts only with engine = \"vllm-embedded\", not engine = {inf.engine!r}"
-                        + (" (a server's engine takes it as a launch flag of the server)" if inf.engine != "pytorch"
+                        + (" (a server's engine takes it as a launch flag of the server)" if engine_spec(inf.engine).is_http
                            else " (the PyTorch engine has no such setting)"),
                         f"set [inference] engine = \"vllm-embedded\", or remove {key}")
             for key in ENGINE_ONLY_KEYS if getattr(inf, key) != fields[key].default]
@@ -154,8 +154,8 @@ def _uncertainty(cfg: RetrainConfig) -> list[ConfigIssue]:
     issues.extend(_shared_engine_issues(cfg))
     kind = effective_uncertainty_kind(cfg)
     engine = cfg.inference.engine  # a plugin engine's declared capabilities are checked by preflight
-    if kind == "shannon_entropy" and ((engine not in ENTROPY_ENGINES and not is_dotted_path(engine))
-                                      or cfg.backend.backend in ("tinker", "prime_rl")):
+    if kind == "shannon_entropy" and ((not engine_spec(engine).gives_entropies and not is_dotted_path(engine))
+                                      or not backend_spec(cfg.backend.backend).samples_with_entropies):
         issues.append(ConfigIssue("algorithm.uncertainty_kind", kind,
                                   "shannon_entropy needs inference.engine = \"pytorch\" (or a plugin engine that "
                                   "declares entropies) and a backend other than tinker and prime_rl",
@@ -219,7 +219,7 @@ def _optimizer_batch(cfg: RetrainConfig) -> list[ConfigIssue]:
     if not (ob.capture or ob.replay_path):
         return []
     needs = {
-        "backend.backend": (cfg.backend.backend == "local", "local"),
+        "backend.backend": (backend_spec(cfg.backend.backend).trains_locally, "local"),
         "backend.devices": ("," not in cfg.backend.devices, "a single device"),
         "training.max_steps": (cfg.training.max_steps == 1, 1),
         "training.save_every": (cfg.training.save_every == 0, 0),
@@ -254,7 +254,7 @@ def _squeeze(cfg: RetrainConfig) -> list[ConfigIssue]:
     if sq.adapter_path and cfg.campaign is not None:
         return [ConfigIssue("squeeze.adapter_path", sq.adapter_path, "a campaign squeezes its first completed run",
                             "remove adapter_path, or squeeze that adapter with `retrain-ray squeeze PATH`")]
-    if not sq.adapter_path and (cfg.model.finetune != "lora" or cfg.backend.backend != "local"):
+    if not sq.adapter_path and (cfg.model.finetune != "lora" or not backend_spec(cfg.backend.backend).trains_locally):
         return [ConfigIssue("squeeze", "[squeeze]", "squeeze analyses a local LoRA adapter, but this file trains "
                             f"finetune = {cfg.model.finetune!r} on backend {cfg.backend.backend!r}",
                             "set [model] finetune = \"lora\" with backend = \"local\", or remove [squeeze]")]
@@ -318,7 +318,7 @@ def _warnings(cfg: RetrainConfig) -> list[str]:
         out.append("training.save_every = 0: no checkpoints, a failed run cannot resume")
     if cfg.training.weight_decay < 0:
         out.append(f"training.weight_decay = {cfg.training.weight_decay} is negative")
-    if cfg.training.clip_eps > 0 and cfg.backend.backend not in ("local", "tinker"):
+    if cfg.training.clip_eps > 0 and not backend_spec(cfg.backend.backend).honours_clip_eps:
         out.append(f"training.clip_eps is set but backend {cfg.backend.backend!r} may ignore it")
     return out
 
@@ -333,14 +333,14 @@ def _shared_engine_issues(cfg: RetrainConfig) -> list[ConfigIssue]:
     inf = cfg.inference
     if not inf.shared:
         return []
-    if inf.engine != "vllm-embedded":
+    if not engine_spec(inf.engine).embeds_vllm:
         return [ConfigIssue("inference.shared", True, f"a shared engine is the embedded vLLM engine, not {inf.engine!r}",
                             'set [inference] engine = "vllm-embedded"')]
     if cfg.model.finetune != "lora":
         return [ConfigIssue("inference.shared", True,
                             "runs with full fine-tuning cannot share one vLLM engine (one set of weights per engine)",
                             'use [model] finetune = "lora", or shared = false')]
-    if cfg.backend.backend != "local":
+    if not backend_spec(cfg.backend.backend).trains_locally:
         return [ConfigIssue("inference.shared", True, f"the shared engine samples for the local backend, not for "
                             f"{cfg.backend.backend!r} (a plugin or remote backend builds its own sampler)",
                             'use [backend] backend = "local", or shared = false')]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -11,11 +12,13 @@ import torch
 from retrain_ray.algorithms import RegexPlanningDetector, resolve_modes
 from retrain_ray.algorithms.plugins import is_dotted_path
 from retrain_ray.algorithms.sepa import SEPAController
+from retrain_ray.backends.factories import PolicyRequest
+from retrain_ray.backends.registry import build_policy_for
 from retrain_ray.backends.types import Policy
 from retrain_ray.backpressure.advisor import LocalAdvisor
 from retrain_ray.backpressure.types import BackPressureAdvisor, NoOpAdvisor
 from retrain_ray.compat import provide_original_names
-from retrain_ray.config.names import OPENAI_ENGINES
+from retrain_ray.config.components import backend_spec, engine_spec
 from retrain_ray.data.loading import load_examples_from_config
 from retrain_ray.data.types import TaskData
 from retrain_ray.rewards import build_reward_from_config
@@ -113,44 +116,21 @@ def build_policy(
       * `[inference] engine = "vllm-embedded"`: vLLM in this process + the local trainer;
       * otherwise the PyTorch engine and the local trainer share one model in this process.
     """
-    device = resolve_device(cfg.backend.devices)
-    if cfg.backend.backend == "tinker":
-        # deferred: loads rich, which importing this module does not need
-        from retrain_ray.backends.tinker import build_tinker_policy
-
-        return build_tinker_policy(cfg, throttle)
-    if cfg.backend.backend == "prime_rl":
-        # deferred: loads transformers and msgspec, which importing this module does not need
-        from retrain_ray.backends.prime_rl import build_prime_rl_policy
-
-        return build_prime_rl_policy(cfg, throttle, cache_dir=cache_dir)
-    if is_dotted_path(cfg.backend.backend) or is_dotted_path(cfg.inference.engine):
-        return _plugin_policy(cfg, throttle=throttle, run_name=run_name, device=device, cache_dir=cache_dir)
-    return _builtin_policy(cfg, throttle=throttle, run_name=run_name, device=device, cache_dir=cache_dir)
+    request = PolicyRequest(cfg, resolve_device(cfg.backend.devices), throttle, run_name, cache_dir)
+    backend = backend_spec(cfg.backend.backend)
+    if backend.factory:
+        return build_policy_for(backend.factory, request)
+    if backend.is_plugin or engine_spec(cfg.inference.engine).is_plugin:
+        return _plugin_policy(request)
+    return _builtin_policy(request)
 
 
-def _builtin_policy(
-    cfg: RetrainConfig, *, throttle: Throttle | None, run_name: str, device: str, cache_dir: Path | None,
-) -> Policy:
-    if cfg.inference.engine in OPENAI_ENGINES:
-        # deferred: loads transformers, which importing this module does not need
-        from retrain_ray.backends.local.openai_policy import build_openai_policy
-
-        return build_openai_policy(cfg, throttle, adapter_name=run_name, device=device, cache_dir=cache_dir)
-    if cfg.inference.engine == "vllm-embedded":
-        # deferred: loads transformers, which importing this module does not need
-        from retrain_ray.backends.local.vllm_policy import build_vllm_policy
-
-        return build_vllm_policy(cfg, device=device, cache_dir=cache_dir)
-    # deferred: loads transformers, which importing this module does not need
-    from retrain_ray.backends.local import build_local_policy
-
-    return build_local_policy(cfg, device=device, cache_dir=cache_dir)
+def _builtin_policy(request: PolicyRequest) -> Policy:
+    """The local trainer with the sampler of `[inference] engine` (its spec's factory)."""
+    return build_policy_for(engine_spec(request.cfg.inference.engine).factory, request)
 
 
-def _plugin_policy(
-    cfg: RetrainConfig, *, throttle: Throttle | None, run_name: str, device: str, cache_dir: Path | None,
-) -> Policy:
+def _plugin_policy(request: PolicyRequest) -> Policy:
     """A plugin backend's policy, or a plugin engine's with the local trainer. `context.builtin_policy()`
     is what `_builtin_policy` builds for the local backend (its default options under a plugin backend,
     the PyTorch engine under a plugin engine)."""
@@ -160,14 +140,17 @@ def _plugin_policy(
     from retrain_ray.backends.plugin_context import PluginContext
     from retrain_ray.backends.plugin_engine import build_plugin_engine_policy
 
-    plugin_backend = is_dotted_path(cfg.backend.backend)
+    cfg, device = request.cfg, request.device
+    plugin_backend = backend_spec(cfg.backend.backend).is_plugin
     base = cfg.replace_section("backend", backend="local", options={}) if plugin_backend else \
         cfg.replace_section("inference", engine="pytorch")
-    context = PluginContext(cfg, device, run_name, throttle, build_builtin=lambda: _builtin_policy(
-        base, throttle=throttle, run_name=run_name, device=device, cache_dir=cache_dir))
+    context = PluginContext(cfg, device, request.run_name, request.throttle,
+                            build_builtin=lambda: _builtin_policy(dataclasses.replace(request, cfg=base)))
     if plugin_backend:
         return build_plugin_backend_policy(context)
-    return build_plugin_engine_policy(context, lambda: build_local_trainer(cfg, device, cache_dir=cache_dir))
+    return build_plugin_engine_policy(
+        context, lambda: build_local_trainer(cfg, device, cache_dir=request.cache_dir,
+                                             settings=request.local_settings))
 
 
 def build_components(

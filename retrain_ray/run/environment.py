@@ -17,12 +17,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
+from retrain_ray.config.components import backend_spec, engine_spec
 from retrain_ray.run.preflight import model_problems
 
 if TYPE_CHECKING:
     from retrain_ray.config.schema import RetrainConfig
 
-HTTP_ENGINES = ("openai", "vllm", "sglang")
 CONNECT_TIMEOUT_S = 2.0
 
 
@@ -42,7 +42,7 @@ def data_problems(configs: Iterable[RetrainConfig]) -> list[str]:
 
 def endpoint_url(cfg: RetrainConfig) -> str | None:
     """The server an HTTP sampling engine calls (its default when `[inference] url` is empty), else None."""
-    if cfg.inference.engine not in HTTP_ENGINES or cfg.backend.backend != "local":
+    if not engine_spec(cfg.inference.engine).shared_server or not backend_spec(cfg.backend.backend).trains_locally:
         return None
     # deferred: loads httpx, which importing this module does not need
     from retrain_ray.engines.openai import DEFAULT_URLS

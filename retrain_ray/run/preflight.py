@@ -27,6 +27,14 @@ class PreflightError(ValueError):
         super().__init__("\n".join(problems))
 
 
+def _trains_locally(backend: str) -> bool:
+    """The backend's spec says it trains the run's own model here (config/components.py)."""
+    # deferred: the config package loads pydantic, which importing this module does not need
+    from retrain_ray.config.components import backend_spec
+
+    return backend_spec(backend).trains_locally
+
+
 def backend_capabilities(cfg: RetrainConfig) -> BackendCapabilities:
     """The flags of the configured backend, from the one registry (plugin hooks, conservative default)."""
     # deferred: loads torch, which importing this module does not need
@@ -54,7 +62,7 @@ def entropy_support(cfg: RetrainConfig) -> tuple[bool, str]:
                 "or use uncertainty_kind='surprisal'.")
     generic = ("Use the PyTorch engine (or a plugin engine that declares entropies) on a local backend, or "
                "uncertainty_kind='surprisal'.")
-    if backend != "local":
+    if not _trains_locally(backend):
         return False, generic
     provides = engine_capabilities(engine, inference)[0].returns_token_entropies
     if not is_dotted_path(engine):
@@ -87,7 +95,7 @@ def engine_plugin_problems(cfg: RetrainConfig) -> list[str]:
     if not is_dotted_path(engine):
         return []
     where = f"preflight: inference.engine = {engine!r}: a plugin engine samples for the local backend"
-    if cfg.backend.backend != "local":
+    if not _trains_locally(cfg.backend.backend):
         return [f"{where}, not for backend {cfg.backend.backend!r} (which samples itself): use a built-in engine, "
                 "or build the plugin engine inside the plugin backend's factory"]
     if "," in cfg.backend.devices:
@@ -130,7 +138,7 @@ def model_problems(configs: Iterable[RetrainConfig]) -> list[str]:
     """Why a run's model cannot be loaded here (not cached and not downloadable, no such folder), checked
     once per distinct model before anything starts. Only the local backend loads the model itself."""
     wanted = {(c.model.model, c.model.revision, bool(c.model.local_files_only))
-              for c in configs if c.backend.backend == "local"}
+              for c in configs if _trains_locally(c.backend.backend)}
     found = (model_problem(name, rev, local_files_only=lfo) for name, rev, lfo in sorted(wanted))
     return [f"model.model: {p}" for p in found if p]
 

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
+from retrain_ray.config.components import backend_spec
 from retrain_ray.data.files import row_origin
 from retrain_ray.data.fit import ContextLimit, fit_prompts
 from retrain_ray.data.types import TaskData
@@ -56,7 +57,7 @@ def fit_task(cfg: RetrainConfig, task: TaskData) -> TaskData:
     """`task` with every prompt checked against the model's context (data/fit.py); raises
     PromptTooLongError naming the rows, or truncates them when `[data] truncate_prompts`."""
     backend = cfg.backend.backend
-    if backend != "local":  # tinker, or a plugin backend
+    if not backend_spec(backend).trains_locally:  # tinker, prime_rl, or a plugin backend
         log.info("backend %r holds the model elsewhere: prompt lengths are not checked against its context", backend)
         return task
     found = _codec_and_context(cfg)

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from retrain_ray.backends.local.backend import LocalBackend
-from retrain_ray.backends.local.policy import load_trainable_model, settings_from_config
+from retrain_ray.backends.local.policy import PolicySettings, load_trainable_model, settings_from_config
 from retrain_ray.backends.types import Policy
 from retrain_ray.engines.adapters import AdapterSpec
 from retrain_ray.engines.openai import DEFAULT_URLS, UPLOAD_OF_ENGINE, OpenAIEngine
@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
 def build_openai_policy(
     cfg: RetrainConfig, throttle: Any = None, *, adapter_name: str | None = None, device: str = "cpu",
-    cache_dir: Path | None = None,
+    cache_dir: Path | None = None, settings: PolicySettings | None = None,
 ) -> Policy:
     """The policy for `[inference] engine = "openai" | "vllm" | "sglang" | "max" | "mlx" | "trtllm"`.
 
@@ -29,7 +29,7 @@ def build_openai_policy(
     engine, as in the original) under `adapter_name` (give every run its own, e.g. the run id), with
     up to `[inference] max_concurrent` parallel requests, each holding a slot of `throttle`.
     """
-    settings = settings_from_config(cfg)
+    settings = settings or settings_from_config(cfg)
     model, tokenizer = load_trainable_model(cfg.model.model, settings, device=device, cache_dir=cache_dir)
     backend = LocalBackend(model, shares_model_with_engine=False, **settings.backend_kwargs())
     name = adapter_name or f"run-{uuid.uuid4().hex[:8]}"

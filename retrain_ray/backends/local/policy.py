@@ -199,17 +199,21 @@ def build_split_engine(
 
 
 def build_local_policy(
-    cfg: RetrainConfig, *, device: str | torch.device, cache_dir: Path | None = None
+    cfg: RetrainConfig, *, device: str | torch.device, cache_dir: Path | None = None,
+    settings: PolicySettings | None = None,
 ) -> Policy:
-    """Single-process policy from a RetrainConfig: engine and backend sharing one model."""
-    return Policy(*build_shared_policy(cfg.model.model, settings_from_config(cfg), device=device, cache_dir=cache_dir))
+    """Single-process policy from a RetrainConfig: engine and backend sharing one model (`settings`: the
+    config's, when the caller built them already)."""
+    settings = settings or settings_from_config(cfg)
+    return Policy(*build_shared_policy(cfg.model.model, settings, device=device, cache_dir=cache_dir))
 
 
 def build_local_trainer(
-    cfg: RetrainConfig, device: str | torch.device, *, cache_dir: Path | None = None
+    cfg: RetrainConfig, device: str | torch.device, *, cache_dir: Path | None = None,
+    settings: PolicySettings | None = None,
 ) -> tuple[LocalBackend, Tokenizer]:
     """A trainer with its own model, whose `export_weights()` carries tensors, and its tokenizer."""
-    settings = settings_from_config(cfg)
+    settings = settings or settings_from_config(cfg)
     model, tokenizer = load_trainable_model(cfg.model.model, settings, device=device, cache_dir=cache_dir)
     return LocalBackend(model, **settings.backend_kwargs()), tokenizer
 

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from retrain_ray.backends.local.backend import LocalBackend
-from retrain_ray.backends.local.policy import load_trainable_model, settings_from_config
+from retrain_ray.backends.local.policy import PolicySettings, load_trainable_model, settings_from_config
 from retrain_ray.backends.types import Policy, TrainBatch, TrainStepResult
 from retrain_ray.engines.types import WeightUpdate
 from retrain_ray.engines.vllm_embedded import VLLMEngine, VLLMSettings
@@ -34,9 +34,10 @@ ONE_GPU_MEMORY_SHARE = 0.3
 
 
 def vllm_settings_from_config(cfg: RetrainConfig, *, device: str, cache_dir: Path | None = None,
-                              max_loras: int = 1) -> VLLMSettings:
-    """[model], [lora] and [inference] of a RetrainConfig -> how to start vLLM for it."""
-    policy = settings_from_config(cfg)
+                              max_loras: int = 1, policy: PolicySettings | None = None) -> VLLMSettings:
+    """[model], [lora] and [inference] of a RetrainConfig -> how to start vLLM for it (`policy`: the
+    config's local settings, when the caller built them already)."""
+    policy = policy or settings_from_config(cfg)
     inf = cfg.inference
     on_gpu = device.startswith("cuda")
     dtype = inf.dtype if inf.dtype != "auto" else ("bfloat16" if on_gpu else "float32")
@@ -84,17 +85,20 @@ class SleepDuringUpdates:
         self._backend.load_checkpoint(directory)
 
 
-def build_vllm_engine(cfg: RetrainConfig, *, device: str, cache_dir: Path | None = None, name: str = "run") -> VLLMEngine:
-    return VLLMEngine.start(vllm_settings_from_config(cfg, device=device, cache_dir=cache_dir), name=name)
+def build_vllm_engine(cfg: RetrainConfig, *, device: str, cache_dir: Path | None = None, name: str = "run",
+                      policy: PolicySettings | None = None) -> VLLMEngine:
+    settings = vllm_settings_from_config(cfg, device=device, cache_dir=cache_dir, policy=policy)
+    return VLLMEngine.start(settings, name=name)
 
 
-def build_vllm_policy(cfg: RetrainConfig, *, device: str | torch.device, cache_dir: Path | None = None) -> Policy:
-    """The local trainer on `device` and vLLM beside it."""
+def build_vllm_policy(cfg: RetrainConfig, *, device: str | torch.device, cache_dir: Path | None = None,
+                      settings: PolicySettings | None = None) -> Policy:
+    """The local trainer on `device` and vLLM beside it, both from one `settings` (the config's)."""
     device = str(device)
-    settings = settings_from_config(cfg)
+    settings = settings or settings_from_config(cfg)
     model, tokenizer = load_trainable_model(cfg.model.model, settings, device=device, cache_dir=cache_dir)
     backend = LocalBackend(model, shares_model_with_engine=False, **settings.backend_kwargs())
-    engine = build_vllm_engine(cfg, device=device, cache_dir=cache_dir)
+    engine = build_vllm_engine(cfg, device=device, cache_dir=cache_dir, policy=settings)
     if device.startswith("cuda"):
         return Policy(engine, SleepDuringUpdates(backend, engine), tokenizer)
     return Policy(engine, backend, tokenizer)

@@ -81,7 +81,9 @@ LOSS_STEPS: dict[str, LossStep] = {
 
 
 def loss_variant(clip: ClipSettings) -> str:
-    return "ppo_dual_clip" if clip.clip_eps > 0 else "importance_sampling"
+    """The custom dual-clip loss when it clips (clip_eps or clip_ratio_c set), else the service's own
+    importance-sampling loss, which is the same loss unclipped (L = -ratio A)."""
+    return "ppo_dual_clip" if clip.clip_eps > 0 or clip.clip_ratio_c > 0 else "importance_sampling"
 
 
 class TinkerBackend:

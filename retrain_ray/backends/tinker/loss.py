@@ -1,9 +1,15 @@
 """The custom PPO dual-clip loss of the tinker backend (spec 3.3), computed locally on logprobs.
 
-Per token, with ratio r = exp(new_lp - old_lp) and advantage A:
-    surr1 = -A r;  surr2 = -A clamp(r, 1 - eps_lo, 1 + eps_hi);  L = max(surr1, surr2)
+Per token, with ratio r = exp(new_lp - old_lp) and advantage A, the local backend's standard loss
+(`algorithms.loss.dual_clip_ppo_token_losses`, one function for both backends):
+    clip_eps = 0: L = -A r (no PPO clip)
+    clip_eps > 0: surr1 = -A r;  surr2 = -A clamp(r, 1 - eps_lo, 1 + eps_hi);  L = max(surr1, surr2)
     dual clip (clip_ratio_c = c > 0): where A < 0, L = min(-A c, L)
     tokens with A == 0 are not in the loss.
+
+Fix (issue 22): with clip_eps = 0 and clip_ratio_c > 0 this loss used to clamp the ratio to [1, 1]
+(L = max(-A r, -A)), and the backend sent the service's plain importance-sampling loss instead, without
+the dual clip; now that case has no PPO clip and the dual clip applies, as on the local backend.
 
 Departure from the original: the original averaged L per datum, then over datums (SEQUENCE-mean,
 hazard 13.9), so a token of a short completion weighed more than one of a long completion, unlike
@@ -24,6 +30,8 @@ from typing import cast
 
 import torch
 
+from retrain_ray.algorithms.loss import dual_clip_ppo_token_losses
+
 
 @dataclass(frozen=True)
 class ClipSettings:
@@ -40,14 +48,8 @@ def dual_clip_token_losses(
     new_lp_T: torch.Tensor, old_lp_T: torch.Tensor, adv_T: torch.Tensor, clip: ClipSettings
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(per-token loss L_T, clipped_T bool) for one flat run of tokens."""
-    ratio_T = torch.exp(new_lp_T - old_lp_T)
-    surr1_T = -adv_T * ratio_T
-    surr2_T = -adv_T * ratio_T.clamp(1.0 - clip.clip_eps, 1.0 + clip.eps_high)
-    loss_T = torch.maximum(surr1_T, surr2_T)
-    if clip.clip_ratio_c > 0:
-        loss_T = torch.where(adv_T < 0, torch.minimum(-adv_T * clip.clip_ratio_c, loss_T), loss_T)
-    clipped_T = (ratio_T < 1.0 - clip.clip_eps) | (ratio_T > 1.0 + clip.eps_high)
-    return loss_T, clipped_T
+    return dual_clip_ppo_token_losses(torch.exp(new_lp_T - old_lp_T), adv_T, clip_eps=clip.clip_eps,
+                                      clip_eps_high=clip.clip_eps_high, clip_ratio_c=clip.clip_ratio_c)
 
 
 def dual_clip_loss_and_grads(
