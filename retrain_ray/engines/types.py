@@ -7,12 +7,20 @@ except inside `WeightUpdate`, whose tensors are CPU tensors (cheap to put in the
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
 
 if TYPE_CHECKING:  # annotations only: the campaign driver imports this module and needs no torch
     import torch
 
 FinishReason = Literal["stop", "length"]
+
+
+class HoldsSlots(Protocol):
+    """Anything with a `hold()` context manager around one request: `ThrottleClient`, `NullThrottle`, a
+    test counter."""
+
+    def hold(self) -> AbstractContextManager[object]: ...
 
 
 @dataclass(frozen=True)
