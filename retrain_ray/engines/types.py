@@ -6,8 +6,8 @@ except inside `WeightUpdate`, whose tensors are CPU tensors (cheap to put in the
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
 
 if TYPE_CHECKING:  # annotations only: the campaign driver imports this module and needs no torch
