@@ -33,7 +33,7 @@ import logging
 from collections.abc import Generator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, Required, TypedDict, cast
 
 import httpx
 
@@ -78,6 +78,22 @@ def _raise_for_status(response: httpx.Response, what: str) -> None:
         detail = response.text[:300]
         raise httpx.HTTPStatusError(f"{what}: HTTP {response.status_code}: {detail}", request=response.request,
                                     response=response)
+
+
+class OpenAIEngineOptions(TypedDict, total=False):
+    """`OpenAIEngine`'s keyword arguments, for an engine that passes them through (`PrimeRLEngine`)."""
+
+    model_name: Required[str]
+    adapter_name: str | None
+    adapter_spec: AdapterSpec | None
+    throttle: HoldsSlots | None
+    timeout_s: float
+    max_attempts: int
+    backoff_s: float
+    seed: int
+    max_parallel_requests: int
+    adapter_upload: str
+    adapter_dir: str | Path | None
 
 
 class OpenAIEngine(WeightsVersion):
