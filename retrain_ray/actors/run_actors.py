@@ -28,7 +28,7 @@ import dataclasses
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import ray
 import torch
@@ -37,6 +37,9 @@ from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from retrain_ray.backends.types import Policy, TrainStepResult
 from retrain_ray.engines.types import SamplingParams, WeightUpdate
+
+if TYPE_CHECKING:
+    from retrain_ray.models.types import Tokenizer
 
 
 def _device() -> str:
@@ -232,7 +235,7 @@ class SplitActors:
     one_step_off: bool = False
 
     def policy(self) -> Policy:
-        tokenizer = ray.get(self.inference.tokenizer.remote(), timeout=self.timeout_s)
+        tokenizer = cast("Tokenizer", ray.get(self.inference.tokenizer.remote(), timeout=self.timeout_s))
         backend = BackendProxy(self.trainer, self.timeout_s, one_step_off=self.one_step_off)
         return Policy(EngineProxy(self.inference, self.timeout_s), backend, tokenizer)
 
