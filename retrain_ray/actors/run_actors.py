@@ -39,6 +39,7 @@ from retrain_ray.backends.types import Policy, TrainStepResult
 from retrain_ray.engines.types import SamplingParams, WeightUpdate
 
 if TYPE_CHECKING:
+    from retrain_ray.config.schema import RetrainConfig
     from retrain_ray.models.types import Tokenizer
 
 
@@ -56,7 +57,7 @@ def _placement_info(role: str) -> dict[str, Any]:
 class InferenceActor:
     """Hosts the run's sampler (its own copy of the model layout, fed with WeightUpdates)."""
 
-    def __init__(self, config: Any) -> None:
+    def __init__(self, config: RetrainConfig) -> None:
         if config.inference.engine == "vllm-embedded":  # vLLM on this actor's GPU, fed WeightUpdates
             # deferred: loads transformers, which importing this module does not need
             from retrain_ray.backends.local.vllm_policy import build_vllm_engine
@@ -103,7 +104,7 @@ class InferenceActor:
 class TrainerActor:
     """Hosts the run's LocalBackend (its own model; exports weights with tensors)."""
 
-    def __init__(self, config: Any) -> None:
+    def __init__(self, config: RetrainConfig) -> None:
         from retrain_ray.backends.local import build_local_backend  # defers torch
 
         self._backend = build_local_backend(config, _device())
@@ -245,7 +246,7 @@ class SplitActors:
         return ray.get(refs, timeout=self.timeout_s)
 
 
-def start_split_actors(config: Any, *, name: str, namespace: str, timeout_s: float) -> SplitActors:
+def start_split_actors(config: RetrainConfig, *, name: str, namespace: str, timeout_s: float) -> SplitActors:
     """Starts both actors in the current trial's placement group (bundles 1 and 2)."""
     pg = get_current_placement_group()
     if pg is None:

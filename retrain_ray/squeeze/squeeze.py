@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -27,6 +27,9 @@ from retrain_ray.squeeze.analysis import (
     recommend_rank,
     retained_energy,
 )
+
+if TYPE_CHECKING:
+    from retrain_ray.config.campaign_schema import SqueezeSection
 
 REPORT = "squeeze.json"
 
@@ -46,7 +49,7 @@ class SqueezeSettings:
     device: str = "cpu"
 
     @classmethod
-    def from_section(cls, section: Any) -> SqueezeSettings:
+    def from_section(cls, section: SqueezeSection) -> SqueezeSettings:
         """From a config's `[squeeze]` section (a SqueezeSection)."""
         data = section.model_dump()
         data["target_ranks"] = tuple(data["target_ranks"])
