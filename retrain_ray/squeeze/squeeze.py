@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
@@ -27,9 +27,6 @@ from retrain_ray.squeeze.analysis import (
     recommend_rank,
     retained_energy,
 )
-
-if TYPE_CHECKING:
-    from retrain_ray.config.campaign_schema import SqueezeSection
 
 REPORT = "squeeze.json"
 
@@ -49,7 +46,7 @@ class SqueezeSettings:
     device: str = "cpu"
 
     @classmethod
-    def from_section(cls, section: SqueezeSection) -> SqueezeSettings:
+    def from_section(cls, section: Any) -> SqueezeSettings:
         """From a config's `[squeeze]` section (a SqueezeSection)."""
         data = section.model_dump()
         data["target_ranks"] = tuple(data["target_ranks"])
