@@ -43,7 +43,7 @@ if TYPE_CHECKING:
 TINKER_CAPABILITIES = BUILTIN_CAPABILITIES["tinker"]
 STATE_FILE = "tinker_state.json"
 
-LossStep = Callable[["TinkerBackend", list[Datum]], tuple[float, dict[str, float]]]
+LossStep = Callable[["TinkerBackend", "list[Datum]"], tuple[float, dict[str, float]]]
 
 
 def _logprobs_of(output: ForwardBackwardOutput) -> list[list[float]]:
