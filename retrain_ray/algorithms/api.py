@@ -9,15 +9,18 @@ Extensions over the original signature (keyword-only, optional): `advantage_para
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import TypeVar
 
 from retrain_ray.algorithms.modes import resolve_modes
 from retrain_ray.algorithms.pipeline import GroupInput, Knobs, check_group, run_pipeline
-from retrain_ray.algorithms.types import AlgorithmContext, GroupAdvantages
+from retrain_ray.algorithms.types import AlgorithmContext, GroupAdvantages, param_table
+
+_V = TypeVar("_V")
+_N = TypeVar("_N")
 
 
-def _rows(values: Sequence[Sequence[Any]] | None, cast: type) -> list[list[Any]] | None:
+def _rows(values: Sequence[Sequence[_V]] | None, cast: Callable[[_V], _N]) -> list[list[_N]] | None:
     return None if values is None else [[cast(v) for v in row] for row in values]
 
 
@@ -32,11 +35,11 @@ def compute_group_advantages(
     gtpo_beta: float = 0.1,
     hicra_alpha: float = 0.2,
     uncertainty_kind: str = "surprisal",
-    transform_params: Mapping[str, Any] | None = None,
+    transform_params: Mapping[str, object] | None = None,
     algorithm_mode: str = "",
     entropies: Sequence[Sequence[float]] | None = None,
-    advantage_params: Mapping[str, Any] | None = None,
-    algorithm_params: Mapping[str, Any] | None = None,
+    advantage_params: Mapping[str, object] | None = None,
+    algorithm_params: Mapping[str, object] | None = None,
     token_distributions: Sequence[Sequence[Sequence[float]]] | None = None,
     step: int = 0,
 ) -> GroupAdvantages:
@@ -59,8 +62,8 @@ def compute_group_advantages(
         params = {
             **dict(algorithm_params or {}),
             "uncertainty_kind": modes.uncertainty_kind,
-            "advantage_params": dict((algorithm_params or {}).get("advantage_params") or advantage_params or {}),
-            "transform_params": dict((algorithm_params or {}).get("transform_params") or t_params),
+            "advantage_params": dict(param_table((algorithm_params or {}).get("advantage_params") or advantage_params or {})),
+            "transform_params": dict(param_table((algorithm_params or {}).get("transform_params") or t_params)),
         }
         ctx = AlgorithmContext(
             group.rewards_G, group.logprobs_G_T, group.masks_G_T, params, step, sepa_lambda, gtpo_beta,

@@ -24,10 +24,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
-from typing import Any
 
 from retrain_ray.algorithms.stats import SplitCollector, entropy_stats
-from retrain_ray.algorithms.types import MAX_SURPRISAL, GroupAdvantages, TransformContext
+from retrain_ray.algorithms.types import MAX_SURPRISAL, GroupAdvantages, TransformContext, param_number
 
 NORM_MODES = ("none", "scale", "mad_scale")
 ETA_MODES = ("fixed", "adaptive")
@@ -98,7 +97,7 @@ def quantile(values: list[float], q: float) -> float:
     return ordered[lo] * (1.0 - frac) + ordered[hi] * frac
 
 
-def norm_mode_of(params: Mapping[str, Any], default: str) -> str:
+def norm_mode_of(params: Mapping[str, object], default: str) -> str:
     """`delight_norm_mode`, else the boolean `delight_normalize` (true: "scale"), else `default`."""
     raw = params.get("delight_norm_mode")
     if raw is not None:
@@ -113,7 +112,7 @@ def norm_mode_of(params: Mapping[str, Any], default: str) -> str:
     return default
 
 
-def eta_mode_of(params: Mapping[str, Any]) -> str:
+def eta_mode_of(params: Mapping[str, object]) -> str:
     """`delight_eta_mode`, else the boolean `delight_eta_adaptive`, else "fixed"."""
     raw = params.get("delight_eta_mode")
     if raw is None:
@@ -128,7 +127,7 @@ def eta_mode_of(params: Mapping[str, Any]) -> str:
     return raw.strip().lower()
 
 
-def is_adaptive(params: Mapping[str, Any]) -> bool:
+def is_adaptive(params: Mapping[str, object]) -> bool:
     """Whether these transform params ask for an adaptive eta (the run then carries its EMA)."""
     raw = params.get("delight_eta_mode")
     if isinstance(raw, str):
@@ -170,8 +169,8 @@ def ordering_gaps(rollouts: list[Rollout], eta: float) -> tuple[list[float], lis
     return all_gaps, pos, neg
 
 
-def _num(params: Mapping[str, Any], key: str, default: float) -> float:
-    return float(params.get(key, default))
+def _num(params: Mapping[str, object], key: str, default: float) -> float:
+    return param_number(params.get(key, default))
 
 
 def _ema(prev: float, now: float, decay: float) -> float:
@@ -185,7 +184,7 @@ def resolve_eta(ctx: TransformContext, norm_mode: str) -> tuple[float, dict[str,
     decay = _num(params, "delight_eta_ema_decay", 0.0)
     if not 0.0 <= decay < 1.0:
         raise ValueError(f"transform_params.delight_eta_ema_decay={decay} must be in [0, 1), e.g. 0.8.")
-    prev = None if params.get(PREV_ETA_PARAM) is None else max(float(params[PREV_ETA_PARAM]), ETA_FLOOR)
+    prev = None if params.get(PREV_ETA_PARAM) is None else max(param_number(params[PREV_ETA_PARAM]), ETA_FLOOR)
     smooth = prev is not None and decay > 0.0
     if eta_mode_of(params) == "fixed":
         return base, {"dg_eta": base, "dg_eta_adaptive": 0.0}
@@ -304,7 +303,7 @@ def _bias_metrics(ctx: TransformContext, advs_G_T: list[list[float]]) -> dict[st
 
 def _lambda(ctx: TransformContext) -> float:
     override = ctx.params.get("delight_lambda")
-    return float(override) if override is not None else ctx.sepa_lambda
+    return param_number(override) if override is not None else ctx.sepa_lambda
 
 
 def _gated(ctx: TransformContext, gate: Callable[[float, list[float]], list[float]]) -> tuple[list[list[float]], SplitCollector]:

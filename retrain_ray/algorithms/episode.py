@@ -10,12 +10,12 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import cast
 
 MAXRL_EPS = 1e-6
 
 
-def grpo(rewards_G: Sequence[float], params: Mapping[str, Any] | None = None) -> list[float]:
+def grpo(rewards_G: Sequence[float], params: Mapping[str, object] | None = None) -> list[float]:
     """Group-centred rewards."""
     if not rewards_G:
         return []
@@ -23,16 +23,16 @@ def grpo(rewards_G: Sequence[float], params: Mapping[str, Any] | None = None) ->
     return [float(r) - mean for r in rewards_G]
 
 
-def reinforce_pp(rewards_G: Sequence[float], params: Mapping[str, Any] | None = None) -> list[float]:
+def reinforce_pp(rewards_G: Sequence[float], params: Mapping[str, object] | None = None) -> list[float]:
     """REINFORCE++ at group level: the same as GRPO (its batch step lives in `batch.py`)."""
     return grpo(rewards_G, params)
 
 
-def maxrl(rewards_G: Sequence[float], params: Mapping[str, Any] | None = None) -> list[float]:
+def maxrl(rewards_G: Sequence[float], params: Mapping[str, object] | None = None) -> list[float]:
     """Centred rewards divided by the group mean; zeros for a group whose mean is <= eps."""
     if not rewards_G:
         return []
-    eps = float((params or {}).get("eps", MAXRL_EPS))
+    eps = float(cast("float", (params or {}).get("eps", MAXRL_EPS)))
     mean = sum(rewards_G) / len(rewards_G)
     if mean <= eps:
         return [0.0] * len(rewards_G)

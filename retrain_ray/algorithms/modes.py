@@ -11,7 +11,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Any
 
 from retrain_ray.algorithms.recipes import ALGORITHMS, AlgorithmSpec
 from retrain_ray.algorithms.registry import (
@@ -54,7 +53,7 @@ def _resolve(advantage_mode: str, transform_mode: str, algorithm_mode: str, kind
     t_spec = TRANSFORMS.resolve(transform_mode)
     u_spec = UNCERTAINTIES.resolve(kind)
     alg = ALGORITHMS.resolve(algorithm_mode) if algorithm_mode else None
-    source: Any = alg if alg is not None else t_spec
+    source: AlgorithmSpec | TransformSpec = alg if alg is not None else t_spec
     return ResolvedModes(
         advantage_mode=a_spec.name,
         transform_mode=t_spec.name,
@@ -76,7 +75,7 @@ def resolve_modes(
     transform_mode: str,
     algorithm_mode: str = "",
     uncertainty_kind: str = "surprisal",
-    transform_params: Mapping[str, Any] | None = None,
+    transform_params: Mapping[str, object] | None = None,
 ) -> ResolvedModes:
     """Validate the mode names (ValueError naming the bad one) and describe their needs.
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import cast
 
 from retrain_ray.algorithms import credit
 from retrain_ray.algorithms.registry import AdvantageSpec, TransformSpec, UncertaintySpec
@@ -42,8 +42,8 @@ class Knobs:
     sepa_lambda: float
     gtpo_beta: float
     hicra_alpha: float
-    params: Mapping[str, Any]
-    advantage_params: Mapping[str, Any]
+    params: Mapping[str, object]
+    advantage_params: Mapping[str, object]
     step: int = 0
 
 
@@ -62,16 +62,17 @@ def check_group(group: GroupInput) -> None:
         raise ValueError(f"entropies has {len(group.entropies_G_T)} rows for a group of {n} completions.")
 
 
-def as_group_advantages(result: Any, logprobs_G_T: Sequence[Sequence[float]], who: str) -> GroupAdvantages:
+def as_group_advantages(result: object, logprobs_G_T: Sequence[Sequence[float]], who: str) -> GroupAdvantages:
     """Accept a GroupAdvantages or a list of lists from a plugin, and check its shape."""
-    out = result if isinstance(result, GroupAdvantages) else GroupAdvantages([list(map(float, r)) for r in result])
+    out = result if isinstance(result, GroupAdvantages) else GroupAdvantages(
+        [list(map(float, r)) for r in cast("Sequence[Sequence[float]]", result)])  # a plugin's rows
     rows = out.token_advantages
     if len(rows) != len(logprobs_G_T) or any(len(a) != len(b) for a, b in zip(rows, logprobs_G_T, strict=True)):
         raise ValueError(f"{who} returned token advantages whose shape differs from the logprobs.")
     return out
 
 
-def episode_advantages(spec: AdvantageSpec, rewards_G: list[float], params: Mapping[str, Any]) -> list[float]:
+def episode_advantages(spec: AdvantageSpec, rewards_G: list[float], params: Mapping[str, object]) -> list[float]:
     advantages_G = [float(a) for a in spec.compute(rewards_G, params)]
     if len(advantages_G) != len(rewards_G):
         raise ValueError(f"advantage_mode={spec.name!r} returned {len(advantages_G)} values for {len(rewards_G)} rewards.")

@@ -11,14 +11,25 @@ configured pipeline with lambda = 0.5. Errors are returned as a list of messages
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TypedDict
 
 from retrain_ray.algorithms.api import compute_group_advantages
 from retrain_ray.algorithms.modes import ResolvedModes, resolve_modes
 
 PROBE_TOLERANCE = 1e-6
 PROBE_LAMBDA = 0.5
-PROBE_GROUPS: tuple[dict[str, Any], ...] = (
+class _Probe(TypedDict):
+    rewards: list[float]
+    logprobs: list[list[float]]
+    masks: list[list[int]]
+
+
+class _ProbeParams(TypedDict):
+    advantage_params: Mapping[str, object] | None
+    algorithm_params: Mapping[str, object] | None
+
+
+PROBE_GROUPS: tuple[_Probe, ...] = (
     {
         "rewards": [1.0, 0.0, 0.0, 1.0],
         "logprobs": [[-0.1, -2.0, -0.5], [-1.5, -0.2], [-0.05, -3.0, -0.7, -1.1], [-0.9]],
@@ -37,7 +48,7 @@ def _probe_entropies(logprobs: list[list[float]]) -> list[list[float]]:
 
 
 def _run_probe(
-    modes: ResolvedModes, transform_params: Mapping[str, Any], scalar_only: bool, kwargs: Mapping[str, Any]
+    modes: ResolvedModes, transform_params: Mapping[str, object], scalar_only: bool, kwargs: _ProbeParams
 ) -> list[str]:
     errors: list[str] = []
     for index, probe in enumerate(PROBE_GROUPS):
@@ -75,11 +86,11 @@ def preflight(
     transform_mode: str,
     algorithm_mode: str = "",
     uncertainty_kind: str = "surprisal",
-    transform_params: Mapping[str, Any] | None = None,
+    transform_params: Mapping[str, object] | None = None,
     engine_provides_entropy: bool = True,
     *,
-    advantage_params: Mapping[str, Any] | None = None,
-    algorithm_params: Mapping[str, Any] | None = None,
+    advantage_params: Mapping[str, object] | None = None,
+    algorithm_params: Mapping[str, object] | None = None,
     entropy_fix: str = "Use the PyTorch engine on a local backend, or uncertainty_kind='surprisal'.",
 ) -> list[str]:
     """Error messages (empty when the configuration is usable); `entropy_fix` ends the message when the
@@ -97,5 +108,5 @@ def preflight(
     scalar_only = not capabilities_preserve_token_advantages
     if scalar_only and modes.builtin and modes.token_varying:
         return [*errors, _scalar_error(modes, "the mode is token-varying by construction")]
-    kwargs = {"advantage_params": advantage_params, "algorithm_params": algorithm_params}
+    kwargs: _ProbeParams = {"advantage_params": advantage_params, "algorithm_params": algorithm_params}
     return errors + _run_probe(modes, transform_params or {}, scalar_only, kwargs)

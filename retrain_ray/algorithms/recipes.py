@@ -14,12 +14,12 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import cast
 
 from retrain_ray.algorithms.pipeline import GroupInput, Knobs, as_group_advantages, broadcast, run_pipeline
 from retrain_ray.algorithms.plugins import load_spec, plugin_flags
 from retrain_ray.algorithms.registry import ADVANTAGES, TRANSFORMS, UNCERTAINTIES, Registry
-from retrain_ray.algorithms.types import AlgorithmContext, GroupAdvantages
+from retrain_ray.algorithms.types import AlgorithmContext, GroupAdvantages, param_number, param_table
 
 DISCOVER_TARGET_KL = 0.2
 DISCOVER_BETA_MAX = 50.0
@@ -32,7 +32,7 @@ class AlgorithmSpec:
     """A full algorithm: AlgorithmContext -> GroupAdvantages (or a list of token-advantage lists)."""
 
     name: str
-    compute: Callable[[AlgorithmContext], Any]
+    compute: Callable[[AlgorithmContext], GroupAdvantages]
     needs_planning: bool = False
     uses_sepa_controller: bool = False
     token_varying: bool = True
@@ -48,11 +48,11 @@ def _recipe(advantage_mode: str, transform_mode: str) -> AlgorithmSpec:
     a_spec, t_spec = ADVANTAGES.resolve(advantage_mode), TRANSFORMS.resolve(transform_mode)
 
     def compute(ctx: AlgorithmContext) -> GroupAdvantages:
-        transform_params = dict(ctx.params.get("transform_params") or {})
+        transform_params = dict(param_table(ctx.params.get("transform_params") or {}))
         kind = str(ctx.params.get("uncertainty_kind", "surprisal"))
         knobs = Knobs(
             ctx.sepa_lambda, ctx.gtpo_beta, ctx.hicra_alpha, {"uncertainty_kind": kind, **transform_params},
-            dict(ctx.params.get("advantage_params") or {}), ctx.step,
+            dict(param_table(ctx.params.get("advantage_params") or {})), ctx.step,
         )
         return run_pipeline(a_spec, t_spec, UNCERTAINTIES.resolve(kind), _group_of(ctx), knobs)
 
@@ -75,18 +75,18 @@ def kl_to_uniform(p_G: list[float]) -> float:
     return sum(p * (math.log(p) + math.log(n)) for p in p_G if p > 0.0)
 
 
-def discover_beta(rewards_G: list[float], params: Mapping[str, Any]) -> float:
+def discover_beta(rewards_G: list[float], params: Mapping[str, object]) -> float:
     """The inverse temperature: given, or the largest one within the KL target."""
     if len(rewards_G) <= 1 or max(rewards_G) - min(rewards_G) <= 1e-12:
         return 0.0
     if params.get("beta") is not None:
-        return max(0.0, float(params["beta"]))
-    target = float(params.get("target_kl", params.get("discover_target_kl", DISCOVER_TARGET_KL)))
-    hi = float(params.get("beta_max", DISCOVER_BETA_MAX))
+        return max(0.0, param_number(params["beta"]))
+    target = param_number(params.get("target_kl", params.get("discover_target_kl", DISCOVER_TARGET_KL)))
+    hi = param_number(params.get("beta_max", DISCOVER_BETA_MAX))
     if kl_to_uniform(boltzmann(rewards_G, hi)) <= target:
         return hi
     lo = 0.0
-    for _ in range(int(params.get("beta_search_steps", DISCOVER_SEARCH_STEPS))):
+    for _ in range(int(cast("int", params.get("beta_search_steps", DISCOVER_SEARCH_STEPS)))):
         mid = (lo + hi) / 2
         if kl_to_uniform(boltzmann(rewards_G, mid)) <= target:
             lo = mid
@@ -113,7 +113,7 @@ def discover_entropic(ctx: AlgorithmContext) -> GroupAdvantages:
 
 
 def _algorithm_plugin(path: str) -> AlgorithmSpec:
-    def wrap(fn: Callable[..., Any]) -> AlgorithmSpec:
+    def wrap(fn: Callable[..., object]) -> AlgorithmSpec:
         def compute(ctx: AlgorithmContext) -> GroupAdvantages:
             return as_group_advantages(fn(ctx), ctx.logprobs_G_T, f"algorithm_mode={path!r}")
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import Generic, TypeVar
 
 from retrain_ray.algorithms import credit, delight, episode, uncertainty
 from retrain_ray.algorithms.plugins import (
@@ -19,11 +19,11 @@ from retrain_ray.algorithms.plugins import (
     plugin_flags,
     positional_arity,
 )
-from retrain_ray.algorithms.types import AdvantageContext, UncertaintyInput
+from retrain_ray.algorithms.types import AdvantageContext, TransformContext, UncertaintyInput, param_number
 
 EntropyTransform = Callable[[Sequence[float], Sequence[int], float], list[float]]
 PostProcess = Callable[
-    [list[list[float]], list[list[float]], Mapping[str, Any]], tuple[list[list[float]], dict[str, float]]
+    [list[list[float]], list[list[float]], Mapping[str, object]], tuple[list[list[float]], dict[str, float]]
 ]
 
 
@@ -32,7 +32,7 @@ class AdvantageSpec:
     """An episode-level mode: rewards_G (+ params) -> one advantage per completion."""
 
     name: str
-    compute: Callable[[list[float], Mapping[str, Any]], list[float]]
+    compute: Callable[[list[float], Mapping[str, object]], list[float]]
 
 
 @dataclass(frozen=True)
@@ -53,7 +53,7 @@ class TransformSpec:
     entropy_transform: EntropyTransform | None = None
     apply_hicra: bool = False
     post_process: PostProcess | None = None
-    compute_context: Callable[..., Any] | None = None
+    compute_context: Callable[[TransformContext], object] | None = None
     needs_planning: bool = False
     uses_sepa_controller: bool = False
 
@@ -63,16 +63,16 @@ class TransformSpec:
         return self.use_gtpo or self.compute_context is not None
 
 
-def mask_rho(params: Mapping[str, Any]) -> float:
+def mask_rho(params: Mapping[str, object]) -> float:
     """The entropy-mask keep fraction: `surprisal_mask_rho`, else `entropy_mask_rho`, else 0 (off)."""
     for key in ("surprisal_mask_rho", "entropy_mask_rho"):
         if params.get(key):
-            return float(params[key])
+            return param_number(params[key])
     return 0.0
 
 
 def surprisal_mask_post(
-    advs_G_T: list[list[float]], raw_u_G_T: list[list[float]], params: Mapping[str, Any]
+    advs_G_T: list[list[float]], raw_u_G_T: list[list[float]], params: Mapping[str, object]
 ) -> tuple[list[list[float]], dict[str, float]]:
     """`entropy_mask` post-process: a no-op (no metrics) while rho <= 0."""
     rho = mask_rho(params)

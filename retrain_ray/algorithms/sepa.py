@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 import sys
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, cast
 
 if TYPE_CHECKING:
     from retrain_ray.config.schema import RetrainConfig
@@ -115,18 +115,18 @@ class SEPAController:
             if self.warmup_seen >= self.sepa_warmup:
                 self.var_0 = max(self.var_ema, self.eps)
 
-    def state_dict(self) -> dict[str, Any]:
+    def state_dict(self) -> dict[str, object]:
         keys = (
             "sepa_steps", "sepa_schedule", "sepa_delay_steps", "sepa_correct_rate_gate", "sepa_ema_decay",
             "sepa_var_threshold", "sepa_warmup", "eps", "var_ema", "var_0", "warmup_seen", "gate_open",
         )
         return {k: getattr(self, k) for k in keys}
 
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+    def load_state_dict(self, state: Mapping[str, object]) -> None:
         """Restore var_ema, var_0 (finite or None), warmup_seen (>= 0) and gate_open; settings stay."""
         self.var_ema = _finite_or_none(state.get("var_ema"), "var_ema")
         self.var_0 = _finite_or_none(state.get("var_0"), "var_0")
-        seen = int(state.get("warmup_seen", 0))
+        seen = int(cast("int", state.get("warmup_seen", 0)))  # int() refuses what is not a count
         if seen < 0:
             raise ValueError(f"SEPA state: warmup_seen must be >= 0 (got {seen}).")
         self.warmup_seen = seen
@@ -136,7 +136,7 @@ class SEPAController:
         self.gate_open = gate
 
 
-def _finite_or_none(value: Any, key: str) -> float | None:
+def _finite_or_none(value: object, key: str) -> float | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):

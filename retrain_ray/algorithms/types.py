@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import cast
 
 MAX_SURPRISAL = 50.0
 """Cap applied to every surprisal / entropy value (spec 2, `advantages/constants.py`)."""
@@ -59,7 +59,7 @@ class AdvantageContext:
     """Input of an episode-level advantage plugin whose first parameter is named `ctx`."""
 
     rewards_G: list[float]
-    params: Mapping[str, Any]
+    params: Mapping[str, object]
 
 
 @dataclass(frozen=True)
@@ -79,7 +79,7 @@ class TransformContext:
     logprobs_G_T: list[list[float]]
     planning_masks_G_T: list[list[int]]
     sepa_lambda: float
-    params: Mapping[str, Any]
+    params: Mapping[str, object]
     step: int
     gtpo_beta: float
     hicra_alpha: float
@@ -93,10 +93,20 @@ class AlgorithmContext:
     rewards_G: list[float]
     logprobs_G_T: list[list[float]]
     planning_masks_G_T: list[list[int]]
-    params: Mapping[str, Any]
+    params: Mapping[str, object]
     step: int
     sepa_lambda: float
     gtpo_beta: float
     hicra_alpha: float
     token_distributions_G: list[list[list[float]]] | None = None
     precomputed_entropies_G: list[list[float]] | None = None
+
+
+def param_table(value: object) -> Mapping[str, object]:
+    """A nested table of the params (`transform_params`, ...) as TOML gives it; no check, no copy."""
+    return cast("Mapping[str, object]", value)
+
+
+def param_number(value: object) -> float:
+    """A numeric param as a float: exactly `float(value)`, which raises on what is not a number."""
+    return float(cast("float", value))

@@ -13,8 +13,7 @@ Aliases are canonicalised by `canonical_kind`. `varentropy` is a recognised name
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Mapping, Sequence
 
 from retrain_ray.algorithms.types import MAX_SURPRISAL, UncertaintyInput
 
@@ -50,7 +49,7 @@ def canonical_kind(name: str) -> str:
     )
 
 
-def resolve_kind(uncertainty_kind: str, transform_params: Mapping[str, Any] | None) -> str:
+def resolve_kind(uncertainty_kind: str, transform_params: Mapping[str, object] | None) -> str:
     """The effective kind: a transform_params override replaces the default; conflicts are errors."""
     base = canonical_kind(uncertainty_kind or DEFAULT_KIND)
     overrides = {
@@ -82,7 +81,7 @@ def predictive_variance(data: UncertaintyInput) -> list[float]:
     return out
 
 
-def _entropy_of(dist: Any) -> float:
+def _entropy_of(dist: Sequence[float]) -> float:
     return -sum(float(p) * math.log(float(p)) for p in dist if float(p) > 0.0)
 
 

@@ -20,8 +20,9 @@ advantages, lr, weight_decay)`. `HelperSampler` and `HelperBackend` share the he
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Protocol, TypeGuard, cast
 
 from retrain_ray.backends.types import TrainBatch, TrainStepResult
 from retrain_ray.engines.types import SampleResult, SamplingParams, WeightsVersion, WeightUpdate
@@ -30,27 +31,52 @@ HELPER_METHODS = ("checkpoint", "sample", "train_step", "save_adapter", "load_st
 STATE_FILE = "original_helper.json"
 
 
-def is_train_helper(obj: Any) -> bool:
+Rows = list[list[int]]
+SampleGroups = Sequence[Sequence[tuple[Sequence[int], Sequence[float]]]]
+EntropyGroups = Sequence[Sequence[tuple[Sequence[int], Sequence[float], Sequence[float] | None]]]
+SampleWithEntropy = Callable[[Rows, int, int, float, float], EntropyGroups]
+SFTStep = Callable[[Rows, list[list[float]], float, float], float]
+
+
+class TrainHelper(Protocol):
+    """The original's TrainHelper, as far as this adapter calls it (optional: `sample_with_entropy(...)`
+    like `sample` with triples, `sft_train_step(tokens_D, advantages_D, lr, weight_decay)`)."""
+
+    def checkpoint(self, name: str, /) -> object: ...
+
+    def sample(self, prompt_ids_P: Rows, num_samples: int, max_tokens: int, temperature: float, top_p: float,
+               /) -> SampleGroups: ...
+
+    def train_step(self, tokens_D: Rows, logprobs_D: list[list[float]], advantages_D: list[list[float]], lr: float,
+                   weight_decay: float, /) -> float: ...
+
+    def save_adapter(self, path: str, name: str, /) -> object: ...
+
+    def load_state(self, reference: str, /) -> object: ...
+
+
+def is_train_helper(obj: object) -> TypeGuard[TrainHelper]:
     return all(callable(getattr(obj, name, None)) for name in HELPER_METHODS)
 
 
 class HelperSampler(WeightsVersion):
     """SamplingEngine over a TrainHelper's `sample` and `checkpoint`."""
 
-    def __init__(self, helper: Any) -> None:
+    def __init__(self, helper: TrainHelper) -> None:
         self.helper = helper
 
     def generate(self, prompt_ids_P: list[list[int]], num_samples: int, params: SamplingParams
                  ) -> list[list[SampleResult]]:
         args = (prompt_ids_P, num_samples, params.max_tokens, params.temperature, params.top_p)
-        with_entropy: Any = getattr(self.helper, "sample_with_entropy", None)
+        with_entropy = cast("SampleWithEntropy | None", getattr(self.helper, "sample_with_entropy", None))
         if params.compute_entropy and with_entropy is not None:  # triples (ids, logprobs, entropies | None)
-            triples: list[list[tuple[Any, Any, Any]]] = with_entropy(*args)
+            triples = with_entropy(*args)
             return [[self._result(ids, lps, ents, params) for ids, lps, ents in group] for group in triples]
         return [[self._result(ids, lps, None, params) for ids, lps in group] for group in self.helper.sample(*args)]
 
     @staticmethod
-    def _result(ids: Any, lps: Any, ents: Any, params: SamplingParams) -> SampleResult:
+    def _result(ids: Sequence[int], lps: Sequence[float], ents: Sequence[float] | None,
+                params: SamplingParams) -> SampleResult:
         return SampleResult(tuple(ids), tuple(float(x) for x in lps), "length" if len(ids) >= params.max_tokens
                             else "stop", tuple(float(x) for x in ents) if ents is not None else None)
 
@@ -63,7 +89,7 @@ class HelperBackend:
     """A training backend over a TrainHelper's `train_step`, `save_adapter` and `load_state` (its capability
     flags are the registry's: `plugin_backend.RegisteredBackend` wraps it)."""
 
-    def __init__(self, helper: Any) -> None:
+    def __init__(self, helper: TrainHelper) -> None:
         self.helper, self._version = helper, 0
 
     @property
@@ -76,9 +102,9 @@ class HelperBackend:
         return TrainStepResult(loss=float(loss))
 
     def sft_step(self, batch: TrainBatch, *, lr: float, weight_decay: float) -> TrainStepResult:
-        sft: Any = getattr(self.helper, "sft_train_step", None)
+        sft = cast("SFTStep | None", getattr(self.helper, "sft_train_step", None))
         if callable(sft):
-            loss: Any = sft(batch.tokens_D, batch.advantages_D, lr, weight_decay)
+            loss = sft(batch.tokens_D, batch.advantages_D, lr, weight_decay)
         else:  # the original's fallback: an RL step with all-zero logprobs
             zeros = [[0.0] * len(row) for row in batch.tokens_D]
             loss = self.helper.train_step(batch.tokens_D, zeros, batch.advantages_D, lr, weight_decay)

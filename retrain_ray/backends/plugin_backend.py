@@ -17,9 +17,15 @@ bare loss number.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, cast
+from typing import Protocol, cast
 
-from retrain_ray.backends.original_helper import HELPER_METHODS, HelperBackend, HelperSampler, is_train_helper
+from retrain_ray.backends.original_helper import (
+    HELPER_METHODS,
+    HelperBackend,
+    HelperSampler,
+    TrainHelper,
+    is_train_helper,
+)
 from retrain_ray.backends.plugin_context import (
     BACKEND_MEMBERS,
     ENGINE_MEMBERS,
@@ -29,12 +35,13 @@ from retrain_ray.backends.plugin_context import (
 )
 from retrain_ray.backends.registry import capabilities_for
 from retrain_ray.backends.types import BackendCapabilities, Policy, TrainBatch, TrainStepResult
-from retrain_ray.engines.types import WeightUpdate
+from retrain_ray.engines.types import SamplingEngine, WeightUpdate
+from retrain_ray.models.types import Tokenizer, hf_tokenizer
 
 KIND = "[backend] backend"
 
 
-def _as_result(value: Any, where: str) -> TrainStepResult:
+def _as_result(value: object, where: str) -> TrainStepResult:
     if isinstance(value, TrainStepResult):
         return value
     if isinstance(value, (int, float)) and not isinstance(value, bool):
@@ -42,10 +49,28 @@ def _as_result(value: Any, where: str) -> TrainStepResult:
     raise TypeError(f"{where} returned {type(value).__name__}; return a TrainStepResult or the loss as a float")
 
 
+class PluginTrainBackend(Protocol):
+    """A plugin's training backend: `TrainBackend`'s members (`BACKEND_MEMBERS`), a step may return the loss
+    as a float instead of a `TrainStepResult`, and the capability flags come from the registry."""
+
+    @property
+    def version(self) -> int: ...
+
+    def train_step(self, batch: TrainBatch, *, lr: float, weight_decay: float) -> object: ...
+
+    def sft_step(self, batch: TrainBatch, *, lr: float, weight_decay: float) -> object: ...
+
+    def export_weights(self) -> WeightUpdate: ...
+
+    def save_checkpoint(self, directory: Path) -> None: ...
+
+    def load_checkpoint(self, directory: Path) -> None: ...
+
+
 class RegisteredBackend:
     """A plugin's training backend, reporting the registry's capability flags."""
 
-    def __init__(self, inner: Any, capabilities: BackendCapabilities, label: str) -> None:
+    def __init__(self, inner: PluginTrainBackend, capabilities: BackendCapabilities, label: str) -> None:
         self.inner, self.capabilities, self.label = inner, capabilities, label
 
     @property
@@ -68,7 +93,7 @@ class RegisteredBackend:
         self.inner.load_checkpoint(directory)
 
 
-def _wrong_type(path: str, made: Any) -> ValueError:
+def _wrong_type(path: str, made: object) -> ValueError:
     lacking = missing_members(made, BACKEND_MEMBERS)
     helper = [n for n in HELPER_METHODS if not callable(getattr(made, n, None))]
     return ValueError(
@@ -78,22 +103,22 @@ def _wrong_type(path: str, made: Any) -> ValueError:
         "(docs/configuration.md, plugin backends)")
 
 
-def _helper_tokenizer(helper: Any, context: PluginContext) -> Any:
+def _helper_tokenizer(helper: TrainHelper, context: PluginContext) -> Tokenizer:
     """The helper's own tokenizer, else the configured model's."""
     if getattr(helper, "tokenizer", None) is not None:
-        return helper.tokenizer
+        return cast("Tokenizer", getattr(helper, "tokenizer"))  # noqa: B009 (the helper's attribute is optional)
     # deferred: loads transformers, which importing this module does not need
     from retrain_ray.models.loading import load_tokenizer
 
     m = context.config.model
-    return load_tokenizer(m.model, revision=m.revision, local_files_only=bool(m.local_files_only))
+    return hf_tokenizer(load_tokenizer(m.model, revision=m.revision, local_files_only=bool(m.local_files_only)))
 
 
-def _unpack(path: str, made: Any, context: PluginContext) -> tuple[Any, Any, Any]:
+def _unpack(path: str, made: object, context: PluginContext) -> tuple[object, object, object]:
     if isinstance(made, tuple):  # a Policy is a NamedTuple
-        parts = cast("tuple[Any, ...]", made)
+        parts = cast("tuple[object, ...]", made)
         if len(parts) != 3:
-            raise _wrong_type(path, made)
+            raise _wrong_type(path, parts)
         return parts[0], parts[1], parts[2]
     if missing_members(made, BACKEND_MEMBERS):
         if is_train_helper(made):
@@ -117,4 +142,6 @@ def build_plugin_backend_policy(context: PluginContext) -> Policy:
         if lacking:
             raise ValueError(f"{KIND}={path!r}: the factory's {what} ({type(obj).__name__}) lacks {lacking}")
     flags, _ = capabilities_for(path, cfg.backend.options)
-    return Policy(engine, RegisteredBackend(backend, flags, path), tokenizer)
+    # the members are checked above; the tokenizer is the plugin's (or the model's)
+    return Policy(cast("SamplingEngine", engine), RegisteredBackend(cast("PluginTrainBackend", backend), flags, path),
+                  cast("Tokenizer", tokenizer))

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from retrain_ray.algorithms.plugins import load_callable, positional_arity, use_search_paths
 from retrain_ray.config.original_view import OriginalConfigView
@@ -22,6 +22,7 @@ from retrain_ray.config.original_view import OriginalConfigView
 if TYPE_CHECKING:
     from retrain_ray.backends.types import Policy
     from retrain_ray.config.schema import RetrainConfig
+    from retrain_ray.throttle.types import Throttle
 
 BACKEND_MEMBERS = ("version", "train_step", "sft_step", "export_weights", "save_checkpoint", "load_checkpoint")
 """What a plugin's training backend must have (`retrain_ray.backends.types.TrainBackend`, capabilities aside:
@@ -37,7 +38,7 @@ class PluginContext:
     config: RetrainConfig
     device: str  # the torch device this run trains on ("cpu", "cuda", "cuda:1")
     run_name: str
-    throttle: Any | None  # remote calls take one slot each (`retrain_ray.throttle.types.Throttle`), or None
+    throttle: Throttle | None  # remote calls take one slot each (`retrain_ray.throttle.types.Throttle`), or None
     build_builtin: Callable[[], Policy] = field(repr=False)
     _builtin: Policy | None = field(default=None, repr=False)
 
@@ -55,7 +56,7 @@ class PluginContext:
         return self._builtin
 
 
-def call_factory(path: str, kind: str, context: PluginContext) -> Any:
+def call_factory(path: str, kind: str, context: PluginContext) -> object:
     """`factory(config, context)` or `factory(config)` of the dotted `path` (under `[plugins] search_paths`)."""
     use_search_paths(context.config.plugins.search_paths)
     factory = load_callable(path, kind)
@@ -66,7 +67,7 @@ def call_factory(path: str, kind: str, context: PluginContext) -> Any:
         raise ValueError(f"{kind}={path!r}: the factory raised {type(exc).__name__}: {exc}") from exc
 
 
-def missing_members(obj: Any, names: Sequence[str]) -> list[str]:
+def missing_members(obj: object, names: Sequence[str]) -> list[str]:
     """The names of `names` that `obj` lacks (a `*version` is an attribute or property, the rest are methods)."""
     return [n for n in names
             if not (hasattr(obj, n) if n.endswith("version") else callable(getattr(obj, n, None)))]

@@ -16,15 +16,19 @@ assumed to return per-token entropies.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, cast
 
 from retrain_ray.backends.plugin_context import ENGINE_MEMBERS, PluginContext, call_factory, missing_members
-from retrain_ray.backends.types import Policy
+from retrain_ray.backends.types import Policy, TrainBackend
+
+if TYPE_CHECKING:
+    from retrain_ray.engines.types import SamplingEngine
+    from retrain_ray.models.types import Tokenizer
 
 KIND = "[inference] engine"
 
 
-def build_plugin_engine_policy(context: PluginContext, build_trainer: Callable[[], tuple[Any, Any]]) -> Policy:
+def build_plugin_engine_policy(context: PluginContext, build_trainer: Callable[[], tuple[TrainBackend, Tokenizer]]) -> Policy:
     """The policy of a run whose `[inference] engine` is a dotted path; `build_trainer` gives (backend,
     tokenizer) of a local trainer that exports its weights, used when the factory built no policy."""
     path = context.config.inference.engine
@@ -36,6 +40,6 @@ def build_plugin_engine_policy(context: PluginContext, build_trainer: Callable[[
                          "context.builtin_policy().engine (docs/configuration.md, plugin engines)")
     built = context.built
     if built is not None:
-        return Policy(engine, built.backend, built.tokenizer)
+        return Policy(cast("SamplingEngine", engine), built.backend, built.tokenizer)  # its members checked above
     backend, tokenizer = build_trainer()
-    return Policy(engine, backend, tokenizer)
+    return Policy(cast("SamplingEngine", engine), backend, tokenizer)

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, NamedTuple, Protocol, runtime_checkable
+from typing import Literal, NamedTuple, Protocol, runtime_checkable
 
 from retrain_ray.engines.types import SamplingEngine, WeightUpdate
+from retrain_ray.models.types import Tokenizer
 
 ResumeMode = Literal["exact", "adapter_only", "unsupported"]
 
@@ -93,4 +94,4 @@ class Policy(NamedTuple):
 
     engine: SamplingEngine
     backend: TrainBackend
-    tokenizer: Any  # a Hugging Face tokenizer, or the remote service's with the calls the run makes
+    tokenizer: Tokenizer  # a Hugging Face tokenizer, or the remote service's with the calls the run makes

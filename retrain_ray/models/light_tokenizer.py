@@ -115,6 +115,12 @@ class LightTokenizer:
             return self._tokenizer.id_to_token(ids)
         return [self._tokenizer.id_to_token(int(i)) for i in ids]
 
+    def apply_chat_template(
+        self, conversation: list[dict[str, str]], *, tokenize: bool = True, add_generation_prompt: bool = False
+    ) -> str:
+        """Never called: `chat_template` is None (the `Tokenizer` contract calls this only when it is set)."""
+        raise ValueError("this tokenizer has no chat template")
+
     def save_pretrained(self, directory: str | Path) -> None:
         """tokenizer.json and tokenizer_config.json, loadable by `AutoTokenizer.from_pretrained`."""
         directory = Path(directory)

@@ -20,7 +20,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from retrain_ray.algorithms import (
     PREV_ETA_PARAM,
@@ -30,6 +30,7 @@ from retrain_ray.algorithms import (
     is_adaptive_delight,
     reward_tie_stats,
 )
+from retrain_ray.algorithms.types import param_table
 from retrain_ray.backends.types import TrainBatch
 from retrain_ray.run.rollout import Group
 
@@ -56,9 +57,9 @@ class CreditSettings:
     transform_mode: str
     algorithm_mode: str = ""
     uncertainty_kind: str = "surprisal"
-    transform_params: dict[str, Any] = field(default_factory=dict)
-    advantage_params: dict[str, Any] = field(default_factory=dict)
-    algorithm_params: dict[str, Any] = field(default_factory=dict)
+    transform_params: dict[str, object] = field(default_factory=dict)
+    advantage_params: dict[str, object] = field(default_factory=dict)
+    algorithm_params: dict[str, object] = field(default_factory=dict)
     gtpo_beta: float = 0.1
     hicra_alpha: float = 0.2
     batch_advantage_norm: bool = False
@@ -92,7 +93,7 @@ class CreditSettings:
         only once a previous step logged one, and only where `delight_eta_mode` is adaptive)."""
         if delight_eta_prev is None:
             return self
-        nested = dict(self.algorithm_params.get("transform_params") or self.transform_params)
+        nested = dict(param_table(self.algorithm_params.get("transform_params") or self.transform_params))
         return replace(
             self,
             transform_params=_with_prev_eta(self.transform_params, delight_eta_prev),
@@ -100,7 +101,7 @@ class CreditSettings:
         )
 
 
-def _with_prev_eta(params: dict[str, Any], eta: float) -> dict[str, Any]:
+def _with_prev_eta(params: dict[str, object], eta: float) -> dict[str, object]:
     return {**params, PREV_ETA_PARAM: eta} if is_adaptive_delight(params) else params
 
 

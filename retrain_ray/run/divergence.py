@@ -30,7 +30,7 @@ import statistics
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import cast
 
 from retrain_ray.util.finite import NonFiniteError
 
@@ -57,7 +57,7 @@ class Divergence:
         return f"training diverged at step {self.step}: {'; '.join(self.reasons)}"
 
 
-def _number(row: Mapping[str, Any], key: str) -> float | None:
+def _number(row: Mapping[str, object], key: str) -> float | None:
     value = row.get(key)
     return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
 
@@ -70,7 +70,7 @@ class DivergenceWatch:
         self.history: dict[str, deque[float]] = {key: deque(maxlen=WINDOW) for key in BASELINED}
         self.diverging = False
 
-    def observe(self, row: Mapping[str, Any]) -> Divergence | None:
+    def observe(self, row: Mapping[str, object]) -> Divergence | None:
         """The row's divergence (None: healthy, or a row without an update)."""
         if row.get("trained") is False:
             return None
@@ -81,13 +81,13 @@ class DivergenceWatch:
             return None
         onset = not self.diverging
         self.diverging = True
-        return Divergence(int(row.get("step", -1)), tuple(reasons), onset)
+        return Divergence(int(cast("int", row.get("step", -1))), tuple(reasons), onset)
 
-    def _nonfinite(self, row: Mapping[str, Any]) -> list[str]:
+    def _nonfinite(self, row: Mapping[str, object]) -> list[str]:
         values = {key: _number(row, key) for key in FINITE_CHECKED}
         return [f"{key} is {value}" for key, value in values.items() if value is not None and not math.isfinite(value)]
 
-    def _growth(self, row: Mapping[str, Any]) -> list[str]:
+    def _growth(self, row: Mapping[str, object]) -> list[str]:
         if self.factor <= 0:
             return []
         reasons: list[str] = []
@@ -107,7 +107,7 @@ class DivergenceWatch:
             reasons.append(f"largest weight |w| = {largest:.4g}")
         return reasons
 
-    def _remember(self, row: Mapping[str, Any]) -> None:
+    def _remember(self, row: Mapping[str, object]) -> None:
         for key in BASELINED:
             value = _number(row, key)
             if value is not None and value > 0:

@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, cast
 
 from retrain_ray.algorithms.sepa import SEPAController
 from retrain_ray.backends.types import TrainBackend, TrainBatch, TrainStepResult
@@ -50,6 +50,10 @@ from retrain_ray.run.timing import timed
 from retrain_ray.run.types import MetricsRow, RunObserver, RunOutcome
 from retrain_ray.run.warm_start import WarmStart, WarmStartStep
 
+if TYPE_CHECKING:
+    from retrain_ray.config.schema import RetrainConfig
+    from retrain_ray.models.types import Tokenizer
+
 log = logging.getLogger(__name__)
 
 
@@ -59,7 +63,7 @@ class RunComponents:
 
     engine: SamplingEngine
     backend: TrainBackend
-    tokenizer: Any  # a Hugging Face tokenizer, or a remote engine's stand-in with the same calls
+    tokenizer: Tokenizer  # a Hugging Face tokenizer, or a remote engine's stand-in with the same calls
     reward: Reward
     train_examples: list[Example]
     eval_examples: list[Example]
@@ -75,7 +79,7 @@ class RunComponents:
 class RLStep:
     """What one RL step made: its row (every step has one) and the state it advances."""
 
-    row: dict[str, Any]
+    row: dict[str, object]
     example_idx: int  # the data cursor after this step's batch
     correct: int  # completions of this step with reward > CORRECT_THRESHOLD
     completions: int
@@ -87,7 +91,7 @@ class RLStep:
 class RunLoop:
     """Runs steps `state.next_step .. max_steps-1` of one run and checkpoints along the way."""
 
-    def __init__(self, cfg: Any, parts: RunComponents, *, run_name: str, run_dir: Path, condition: str) -> None:
+    def __init__(self, cfg: RetrainConfig, parts: RunComponents, *, run_name: str, run_dir: Path, condition: str) -> None:
         self.cfg = cfg
         self.parts = parts
         self.run_name = run_name
@@ -112,7 +116,7 @@ class RunLoop:
 
     # ---- the run ---------------------------------------------------------------------------
     def run(self, state: TrainerState) -> RunOutcome:
-        last_row: dict[str, Any] = {}
+        last_row: dict[str, object] = {}
         max_steps = self.cfg.training.max_steps
         first_step_at = None
         for step in range(state.next_step, max_steps):
@@ -207,14 +211,14 @@ class RunLoop:
         if isinstance(result, RLStep) and result.generations:
             self.parts.observer.on_generations(result.generations)
 
-    def watch_update(self, row: dict[str, Any]) -> None:
+    def watch_update(self, row: dict[str, object]) -> None:
         """Warns at the onset of a divergence, or stops the run (`stop_on_divergence`) once its row is logged."""
         found = self.divergence.observe(row)
         if found is None:
             return
         t = self.cfg.training
         if t.stop_on_divergence:
-            lr = row.get("lr", t.lr)
+            lr = cast("float", row.get("lr", t.lr))
             raise DivergenceError(stop_message(found, lr))
         if found.onset:
             log.warning("%s: %s (warned once until it recovers; [training] stop_on_divergence = true stops the "
@@ -295,7 +299,7 @@ class RunLoop:
             return
         self.parts.observer.on_eval(self.evaluate(step))
 
-    def evaluate(self, step: int) -> dict[str, Any]:
+    def evaluate(self, step: int) -> dict[str, object]:
         """Greedy decoding on the eval split: one completion per example, scored by the run's reward."""
         self.sync_weights()
         examples = self.parts.eval_examples[: self.cfg.training.eval_examples]

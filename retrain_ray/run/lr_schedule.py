@@ -15,7 +15,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from retrain_ray.config.sections_core import TrainingSection
 
 
 @dataclass(frozen=True)
@@ -26,7 +29,7 @@ class LRSchedule:
     kind: str = "constant"
 
     @classmethod
-    def from_training(cls, training: Any) -> LRSchedule:
+    def from_training(cls, training: TrainingSection) -> LRSchedule:
         """From `[training]`: lr, max_steps (the run's step count), warmup_steps / warmup_ratio, lr_schedule."""
         total = int(training.max_steps)
         warmup = int(training.warmup_steps) or round(float(training.warmup_ratio) * total)

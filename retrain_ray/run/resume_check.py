@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Required, TypedDict, cast
 
 from retrain_ray.run.checkpoint import STATE_FILE, CheckpointManager, load_state, verify_checkpoint
 
@@ -19,7 +19,29 @@ OPTIMIZER_FILE = "optimizer.pt"  # the local backend's (backends/local/checkpoin
 PAYLOADS = {"adapter": "LoRA adapter", "model.safetensors": "full weights", "tinker_state.json": "tinker state"}
 
 
-def _recorded_config(run_dir: Path) -> dict[str, Any] | None:
+class CheckpointNote(TypedDict):
+    name: str
+    problem: str  # empty when the checkpoint is complete
+
+
+class ResumeReport(TypedDict, total=False):
+    """What `retrain-ray resume-check` prints (as JSON with --json)."""
+
+    run_dir: Required[str]
+    problems: Required[list[str]]
+    notes: Required[list[str]]
+    checkpoints: list[CheckpointNote]
+    checkpoint: str
+    step: int
+    next_step: int
+    resume_mode: str
+    payload: str
+    max_steps: int | None
+    complete: bool
+    resumable: bool
+
+
+def _recorded_config(run_dir: Path) -> dict[str, object] | None:
     meta = run_dir / "run_meta.json"
     if not meta.is_file():
         return None
@@ -37,7 +59,7 @@ def _max_steps(run_dir: Path, config_path: str | None) -> tuple[int | None, int]
     recorded = _recorded_config(run_dir)
     if not recorded:
         return None, 0
-    training = recorded.get("training", {})
+    training = cast("dict[str, int]", recorded.get("training", {}))  # run_meta.json's [training]
     return training.get("max_steps"), int(training.get("sft_warmup_steps", 0))
 
 
@@ -50,10 +72,10 @@ def _payload_problems(checkpoint: Path) -> tuple[str, list[str]]:
     return kinds[0], []
 
 
-def check_resume(run_dir: Path, config_path: str | None = None) -> dict[str, Any]:
+def check_resume(run_dir: Path, config_path: str | None = None) -> dict[str, object]:
     """Everything resume-check reports; `resumable` is False when a problem blocks resuming."""
     run_dir = Path(run_dir)
-    report: dict[str, Any] = {"run_dir": str(run_dir), "problems": [], "notes": []}
+    report: ResumeReport = {"run_dir": str(run_dir), "problems": [], "notes": []}
     manager = CheckpointManager(run_dir, keep_last=0)
     candidates = manager.candidates()
     report["checkpoints"] = [{"name": c.name, "problem": verify_checkpoint(c)} for c in candidates]
@@ -64,7 +86,7 @@ def check_resume(run_dir: Path, config_path: str | None = None) -> dict[str, Any
         report["problems"].append(f"no complete checkpoint under {run_dir}/checkpoints (looked for "
                                   f"checkpoint_step_N and final with CHECKSUMS.json): it cannot be resumed; "
                                   f"start it afresh with `retrain-ray train FILE --overwrite` (replaces {run_dir})")
-        return _finish(report)
+        return dict(_finish(report))  # a plain dict: the CLI prints it as JSON
     state = load_state(newest)
     payload, problems = _payload_problems(newest)
     report.update(checkpoint=str(newest), step=state.step, next_step=state.next_step,
@@ -78,10 +100,10 @@ def check_resume(run_dir: Path, config_path: str | None = None) -> dict[str, Any
     if state.next_step < sft_steps and not state.sft_finished:
         report["notes"].append(f"resumes inside the supervised warm start (step {state.next_step} of "
                                f"{sft_steps}); its targets are rebuilt from the task")
-    return _finish(report)
+    return dict(_finish(report))
 
 
-def _check_bounds(report: dict[str, Any], next_step: int, max_steps: int | None, name: str) -> None:
+def _check_bounds(report: ResumeReport, next_step: int, max_steps: int | None, name: str) -> None:
     if max_steps is None:
         report["notes"].append("no config (pass --config, or the run's run_meta.json): max_steps not checked")
     elif name == "final" or next_step >= max_steps:
@@ -92,7 +114,7 @@ def _check_bounds(report: dict[str, Any], next_step: int, max_steps: int | None,
         report["problems"].append(f"trainer state step {next_step - 1} is invalid")
 
 
-def _finish(report: dict[str, Any]) -> dict[str, Any]:
+def _finish(report: ResumeReport) -> ResumeReport:
     report.setdefault("complete", False)
     report["resumable"] = not report["problems"]
     return report

@@ -9,12 +9,15 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import TYPE_CHECKING, TypeVar, cast
 
 from retrain_ray.data.types import Example
 from retrain_ray.engines.types import SampleResult, SamplingEngine, SamplingParams
 from retrain_ray.rewards.types import Reward
 from retrain_ray.util.finite import check_rewards
+
+if TYPE_CHECKING:
+    from retrain_ray.models.types import Tokenizer
 
 CORRECT_THRESHOLD = 0.5
 
@@ -57,7 +60,7 @@ def rollout(
     *,
     group_size: int,
     params: SamplingParams,
-    tokenizer: Any,
+    tokenizer: Tokenizer,
     reward: Reward,
     detect_planning: PlanningDetector | None = None,
 ) -> Rollout:
@@ -79,17 +82,17 @@ def rollout(
     return Rollout(groups, sample_time_s=sampled - start, score_time_s=time.perf_counter() - sampled)
 
 
-def _decode(results_P_G: list[list[SampleResult]], tokenizer: Any) -> list[list[str]]:
+def _decode(results_P_G: list[list[SampleResult]], tokenizer: Tokenizer) -> list[list[str]]:
     flat = [list(s.token_ids) for res_G in results_P_G for s in res_G]
     return _split(tokenizer.batch_decode(flat, skip_special_tokens=True), results_P_G)
 
 
 def _planning_masks(
-    samples_G: list[SampleResult], tokenizer: Any, detect_planning: PlanningDetector | None
+    samples_G: list[SampleResult], tokenizer: Tokenizer, detect_planning: PlanningDetector | None
 ) -> list[list[int]]:
     if detect_planning is None:
         return [[0] * len(s.token_ids) for s in samples_G]
-    return [list(detect_planning(tokenizer.convert_ids_to_tokens(list(s.token_ids)))) for s in samples_G]
+    return [list(detect_planning(cast("list[str]", tokenizer.convert_ids_to_tokens(list(s.token_ids))))) for s in samples_G]
 
 
 def _score(texts_P_G: list[list[str]], examples_P: Sequence[Example], reward: Reward) -> list[list[float]]:
@@ -100,9 +103,12 @@ def _score(texts_P_G: list[list[str]], examples_P: Sequence[Example], reward: Re
     return _split(scores, texts_P_G)
 
 
-def _split(flat: list[Any], shape_P_G: Sequence[Sequence[Any]]) -> list[list[Any]]:
+_T = TypeVar("_T")
+
+
+def _split(flat: list[_T], shape_P_G: Sequence[Sequence[object]]) -> list[list[_T]]:
     """`flat` cut into consecutive runs with the lengths of the rows of `shape_P_G`."""
-    out: list[list[Any]] = []
+    out: list[list[_T]] = []
     cursor = 0
     for row in shape_P_G:
         out.append(list(flat[cursor : cursor + len(row)]))

@@ -14,10 +14,13 @@ import sys
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from retrain_ray.backends.types import BackendCapabilities, TrainStepResult
 from retrain_ray.run.rollout import CORRECT_THRESHOLD, Group
+
+if TYPE_CHECKING:
+    from retrain_ray.config.sections_core import AlgorithmSection
 
 
 @dataclass(frozen=True)
@@ -26,11 +29,11 @@ class RowIdentity:
 
     run_name: str
     condition: str
-    algorithm: Any  # the config's [algorithm] section
+    algorithm: AlgorithmSection
     policy_loss_mode: str
     capabilities: BackendCapabilities
 
-    def columns(self, step: int, *, phase: str) -> dict[str, Any]:
+    def columns(self, step: int, *, phase: str) -> dict[str, object]:
         alg, caps = self.algorithm, self.capabilities
         return {
             "run": self.run_name,
@@ -66,12 +69,12 @@ class StepRecord:
     batch_sha256: str | None = None  # the logical batch's fingerprint (None: no update)
 
 
-def build_row(identity: RowIdentity, record: StepRecord) -> dict[str, Any]:
+def build_row(identity: RowIdentity, record: StepRecord) -> dict[str, object]:
     metrics = record.metrics
     step_time = max(metrics["step_time_s"], 1e-9)
     tokens = metrics.get("tokens_per_step", 0.0)
     train = record.train
-    row: dict[str, Any] = {
+    row: dict[str, object] = {
         **identity.columns(record.step, phase="rl"),
         **metrics,
         "trained": train is not None,
@@ -96,7 +99,7 @@ def build_row(identity: RowIdentity, record: StepRecord) -> dict[str, Any]:
     return row
 
 
-def eval_row(run_name: str, step: int, groups: Sequence[Group]) -> dict[str, Any]:
+def eval_row(run_name: str, step: int, groups: Sequence[Group]) -> dict[str, object]:
     """The eval row of greedy single completions: mean reward and correct rate over the examples."""
     rewards = [g.rewards_G[0] for g in groups]
     return {

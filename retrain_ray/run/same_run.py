@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, cast
+from typing import cast
 
 from retrain_ray.util.secrets import redact
 
@@ -25,12 +25,12 @@ class ForeignRunDir(RuntimeError):
     """The run directory holds checkpoints of another run or config."""
 
 
-def flat_config(data: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    flat: dict[str, Any] = {}
+def flat_config(data: Mapping[str, object], prefix: str = "") -> dict[str, object]:
+    flat: dict[str, object] = {}
     for key, value in data.items():
         name = f"{prefix}{key}"
         if isinstance(value, Mapping):
-            flat.update(flat_config(cast("Mapping[str, Any]", value), f"{name}."))
+            flat.update(flat_config(cast("Mapping[str, object]", value), f"{name}."))
         else:
             flat[name] = value
     return flat
@@ -40,7 +40,7 @@ def _ignored(key: str) -> bool:
     return any(key == i or key.startswith(f"{i}.") for i in IGNORED)
 
 
-def config_differences(recorded: Mapping[str, Any], current: Mapping[str, Any]) -> list[str]:
+def config_differences(recorded: Mapping[str, object], current: Mapping[str, object]) -> list[str]:
     """Dotted keys whose values differ between two (redacted) config dumps, ignoring `IGNORED`."""
     old, new = flat_config(recorded), flat_config(current)
     return sorted(k for k in old.keys() | new.keys() if not _ignored(k) and old.get(k) != new.get(k))
@@ -52,19 +52,19 @@ def foreign(work_dir: Path, what: str) -> ForeignRunDir:
         "away (or delete it) to start this run from step 0, or run with the config that wrote it")
 
 
-def check_meta(meta: Any, meta_path: Path, where: Path, run_name: str, config: Mapping[str, Any]) -> None:
-    if not isinstance(meta, dict) or not isinstance(cast("dict[str, Any]", meta).get("config"), dict):
+def check_meta(meta: object, meta_path: Path, where: Path, run_name: str, config: Mapping[str, object]) -> None:
+    if not isinstance(meta, dict) or not isinstance(cast("dict[str, object]", meta).get("config"), dict):
         raise foreign(where, f"an unknown run ({meta_path} records no config)")
-    recorded = cast("dict[str, Any]", meta)
+    recorded = cast("dict[str, object]", meta)
     if recorded.get("run_name") != run_name:
         raise foreign(where, f"run {recorded.get('run_name')!r}, not {run_name!r}")
-    differ = config_differences(recorded["config"], redact(dict(config)))
+    differ = config_differences(cast("Mapping[str, object]", recorded["config"]), redact(dict(config)))
     if differ:
         shown = ", ".join(differ[:8]) + (f" and {len(differ) - 8} more" if len(differ) > 8 else "")
         raise foreign(where, f"run {run_name!r} with another config (differs in {shown})")
 
 
-def check_same_run(work_dir: Path, run_name: str, config: Mapping[str, Any]) -> None:
+def check_same_run(work_dir: Path, run_name: str, config: Mapping[str, object]) -> None:
     """Raises ForeignRunDir unless `work_dir/run_meta.json` records `run_name` and a matching config
     (`config`: the trial's `model_dump(mode="json")`, redacted here as run_meta's is)."""
     meta_path = work_dir / RUN_META

@@ -26,7 +26,11 @@ import json
 import random
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, cast
+from typing import TYPE_CHECKING, cast
+
+if TYPE_CHECKING:
+    from retrain_ray.config.sections_core import TrainingSection
+    from retrain_ray.models.types import Tokenizer
 
 CHUNK = 1 << 20
 
@@ -63,7 +67,7 @@ def _existing(key: str, value: str) -> Path:
     return path
 
 
-def check_audits(t: Any) -> None:
+def check_audits(t: TrainingSection) -> None:
     """The audit files: each named one must exist and match its checksum; a checksum needs its file."""
     for path_key, sha_key in (("sft_audit_path", "sft_audit_sha256"), ("sft_token_audit_path", "sft_token_audit_sha256")):
         value, sha = getattr(t, path_key), getattr(t, sha_key)
@@ -73,22 +77,22 @@ def check_audits(t: Any) -> None:
             _check_sha(sha_key, _existing(path_key, value), sha)
 
 
-def _messages_text(messages: Messages, tokenizer: Any, *, prompt: bool) -> str:
+def _messages_text(messages: Messages, tokenizer: Tokenizer, *, prompt: bool) -> str:
     if getattr(tokenizer, "chat_template", None):
         return str(tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=prompt))
     return "".join(f"{m.get('content', '')}\n" for m in messages)
 
 
-Messages = list[dict[str, Any]]
+Messages = list[dict[str, str]]
 
 
 def _is_message(m: object) -> bool:
-    return isinstance(m, dict) and isinstance(cast("dict[str, Any]", m).get("content"), str)
+    return isinstance(m, dict) and isinstance(cast("dict[str, object]", m).get("content"), str)
 
 
 def _texts(row: object, where: str) -> tuple[str | Messages, str | Messages]:
     if isinstance(row, dict):
-        data = cast("dict[str, Any]", row)
+        data = cast("dict[str, object]", row)
         messages: object = data.get("messages")
         if isinstance(messages, list) and len(cast("list[object]", messages)) >= 2:
             listed = cast("list[object]", messages)
@@ -103,21 +107,21 @@ def _texts(row: object, where: str) -> tuple[str | Messages, str | Messages]:
                      "string \"content\") or string \"prompt\" and \"completion\"")
 
 
-def tokenize_row(row: object, tokenizer: Any, limit: int, where: str) -> SFTRow:
+def tokenize_row(row: object, tokenizer: Tokenizer, limit: int, where: str) -> SFTRow:
     prompt, full = _texts(row, where)
     if isinstance(prompt, list) and isinstance(full, list):
         prompt_text = _messages_text(prompt, tokenizer, prompt=True)
         tokens = [int(t) for t in tokenizer.encode(_messages_text(full, tokenizer, prompt=False), add_special_tokens=False)]
     else:
         prompt_text = str(prompt)
-        tokens = [int(t) for t in tokenizer.encode(str(full), add_special_tokens=False)] + [int(tokenizer.eos_token_id)]
+        tokens = [int(t) for t in tokenizer.encode(str(full), add_special_tokens=False)] + [int(cast("int", tokenizer.eos_token_id))]
     prompt_len = min(len(tokenizer.encode(prompt_text, add_special_tokens=False)), len(tokens))
     if limit > 0:
         tokens, prompt_len = tokens[:limit], min(prompt_len, limit)
     return SFTRow(tokens, prompt_len)
 
 
-def load_sft_file(t: Any, tokenizer: Any) -> list[SFTRow]:
+def load_sft_file(t: TrainingSection, tokenizer: Tokenizer) -> list[SFTRow]:
     """The pinned, checked rows of `t.sft_data_path` (the `[training]` section), tokenized."""
     path = _existing("sft_data_path", t.sft_data_path)
     _check_sha("sft_data_sha256", path, t.sft_data_sha256)

@@ -11,7 +11,6 @@ import json
 import pickle
 import random
 from dataclasses import asdict, dataclass, field
-from typing import Any
 
 import numpy as np
 import torch
@@ -30,8 +29,8 @@ class TrainerState:
     checkpoint_name: str = ""
     checkpoint_path: str = ""
     resume_mode: str = "exact"
-    sepa: dict[str, Any] = field(default_factory=dict)
-    backpressure: dict[str, Any] = field(default_factory=dict)
+    sepa: dict[str, object] = field(default_factory=dict)
+    backpressure: dict[str, object] = field(default_factory=dict)
     rng: dict[str, str] = field(default_factory=dict)
     weights_version: int = 0
     wall_time_s: float = 0.0
@@ -61,7 +60,7 @@ def correct_rate(correct: int, completions: int) -> float:
     return correct / completions if completions else 0.0
 
 
-def engine_generators(engine: Any) -> dict[str, Any]:
+def engine_generators(engine: object) -> dict[str, torch.Generator]:
     """The sampler's own generator, by name, when the engine has one (local engines, split proxies)."""
     gen = getattr(engine, "generator", None)
     return {"engine": gen} if gen is not None else {}
@@ -69,7 +68,7 @@ def engine_generators(engine: Any) -> dict[str, Any]:
 
 def capture_rng_state(extra_generators: dict[str, torch.Generator] | None = None) -> dict[str, str]:
     """Python, NumPy, torch (and CUDA) RNG states, plus named generators, as base64 text."""
-    states: dict[str, Any] = {
+    states: dict[str, object] = {
         "python": random.getstate(),
         "numpy": np.random.get_state(),
         "torch": torch.get_rng_state(),

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from retrain_ray.backends.types import Policy
 from retrain_ray.backpressure.types import BackPressureAdvisor
@@ -28,6 +28,7 @@ from retrain_ray.util.secrets import redact
 
 if TYPE_CHECKING:
     from retrain_ray.config.schema import RetrainConfig
+    from retrain_ray.throttle.types import Throttle
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +65,7 @@ def train_run(
     run_dir: Path,
     observers: Sequence[RunObserver] = (),
     advisor: BackPressureAdvisor | None = None,
-    throttle: Any | None = None,
+    throttle: Throttle | None = None,
     resume_from: Path | None = None,
     policy: Policy | None = None,
     local_logs: bool = True,

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 from retrain_ray.logs.types import MetricsRow, RunObserver
 
@@ -40,6 +40,6 @@ class RunOutcome:
     run_name: str
     status: RunStatus
     last_step: int
-    metrics: dict[str, Any] = field(default_factory=dict)
+    metrics: dict[str, object] = field(default_factory=dict)
     checkpoint_dir: Path | None = None
     first_step_at: float | None = None  # time.time() when this process finished its first step (row or not)

@@ -13,7 +13,7 @@ import random
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, cast
 
 from retrain_ray.backends.types import TrainBatch
 from retrain_ray.data.types import Example
@@ -23,19 +23,23 @@ from retrain_ray.run.rows import RowIdentity
 from retrain_ray.run.sft_file import SFTRow, bucketed_order, load_sft_file
 from retrain_ray.run.timing import timed
 
+if TYPE_CHECKING:
+    from retrain_ray.config.schema import RetrainConfig
+    from retrain_ray.run.loop import RunComponents
+
 
 @dataclass(frozen=True)
 class WarmStartStep:
     """One warm-start step's row, and whether the probe ended the warm start (None: no probe)."""
 
-    row: dict[str, Any]
+    row: dict[str, object]
     finished: bool | None
 
 
 class WarmStart:
     """The supervised steps of a run: example order, SFT batches, the target-accuracy probe."""
 
-    def __init__(self, cfg: Any, parts: Any, *, encode: Callable[[str], list[int]], sampling: SamplingParams) -> None:
+    def __init__(self, cfg: RetrainConfig, parts: RunComponents, *, encode: Callable[[str], list[int]], sampling: SamplingParams) -> None:
         self.cfg = cfg
         self.parts = parts
         self.encode = encode
@@ -140,8 +144,9 @@ class WarmStart:
         lens: list[int] = []
         for ex in examples:
             prompt = self.encode(ex.prompt)
-            target = tok.encode(self.parts.format_answer(ex.reference), add_special_tokens=False)
-            target = target + [tok.eos_token_id]
+            format_answer = cast("Callable[[str], str]", self.parts.format_answer)  # set when a warm start runs
+            target = tok.encode(format_answer(ex.reference), add_special_tokens=False)
+            target = target + [cast("int", tok.eos_token_id)]
             tokens_D.append((prompt + target)[:limit])
             adv_D.append(([0.0] * len(prompt) + [1.0] * len(target))[:limit])
             lens.append(min(len(prompt), limit))

@@ -14,11 +14,14 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Iterable
-from typing import Any
 
 import torch
+from torch.optim.optimizer import StateDict
 
-_GROUP_DEFAULTS: dict[str, Any] = {"amsgrad": False, "maximize": False, "foreach": None, "capturable": False,
+ParamGroup = StateDict
+"""One parameter group in torch's layout (`dict[str, Any]`), so this class and torch's AdamW interchange."""
+
+_GROUP_DEFAULTS: ParamGroup = {"amsgrad": False, "maximize": False, "foreach": None, "capturable": False,
                                    "differentiable": False, "fused": None, "decoupled_weight_decay": True}
 
 
@@ -27,11 +30,11 @@ class PlainAdamW:
 
     def __init__(self, params: Iterable[torch.nn.Parameter], *, lr: float, betas: tuple[float, float],
                  eps: float, weight_decay: float) -> None:
-        group: dict[str, Any] = {"params": list(params), "lr": lr, "betas": tuple(betas), "eps": eps,
+        group: ParamGroup = {"params": list(params), "lr": lr, "betas": tuple(betas), "eps": eps,
                                  "weight_decay": weight_decay, **_GROUP_DEFAULTS}
         if not group["params"]:
             raise ValueError("optimizer got an empty parameter list")
-        self.param_groups: list[dict[str, Any]] = [group]
+        self.param_groups: list[ParamGroup] = [group]
         self.state: dict[torch.Tensor, dict[str, torch.Tensor]] = {}
 
     def zero_grad(self, set_to_none: bool = True) -> None:
@@ -48,7 +51,7 @@ class PlainAdamW:
                 if p.grad is not None:
                     self._update(p, p.grad, group)
 
-    def _update(self, param: torch.Tensor, grad: torch.Tensor, group: dict[str, Any]) -> None:
+    def _update(self, param: torch.Tensor, grad: torch.Tensor, group: ParamGroup) -> None:
         """torch.optim.adam._single_tensor_adam with decoupled weight decay, no amsgrad/maximize/capturable."""
         lr, (beta1, beta2), eps, weight_decay = group["lr"], group["betas"], group["eps"], group["weight_decay"]
         state = self.state.get(param)
@@ -71,14 +74,14 @@ class PlainAdamW:
         denom = (exp_avg_sq.sqrt() / bias_correction2**0.5).add_(eps)
         param.addcdiv_(exp_avg, denom, value=-step_size)
 
-    def state_dict(self) -> dict[str, Any]:
+    def state_dict(self) -> StateDict:
         """torch.optim.Optimizer.state_dict's layout: state keyed by parameter index, groups without params."""
         index = {id(p): i for i, p in enumerate(self.param_groups[0]["params"])}
         groups = [{**{k: v for k, v in g.items() if k != "params"}, "params": [index[id(p)] for p in g["params"]]}
                   for g in self.param_groups]
         return {"state": {index[id(p)]: s for p, s in self.state.items()}, "param_groups": groups}
 
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+    def load_state_dict(self, state_dict: StateDict) -> None:
         """Loads this class's or torch.optim.AdamW's state dict (moments cast to each parameter's dtype)."""
         saved = copy.deepcopy(state_dict)
         params = self.param_groups[0]["params"]

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import uuid
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from retrain_ray.backends.local.backend import LocalBackend
 from retrain_ray.backends.local.policy import PolicySettings, load_trainable_model, settings_from_config
@@ -16,11 +16,12 @@ from retrain_ray.engines.openai import DEFAULT_URLS, UPLOAD_OF_ENGINE, OpenAIEng
 
 if TYPE_CHECKING:
     from retrain_ray.config.schema import RetrainConfig
+    from retrain_ray.engines.types import HoldsSlots
 
 
 def build_openai_policy(
-    cfg: RetrainConfig, throttle: Any = None, *, adapter_name: str | None = None, device: str = "cpu",
-    cache_dir: Path | None = None, settings: PolicySettings | None = None,
+    cfg: RetrainConfig, throttle: HoldsSlots | None = None, *, adapter_name: str | None = None,
+    device: str = "cpu", cache_dir: Path | None = None, settings: PolicySettings | None = None,
 ) -> Policy:
     """The policy for `[inference] engine = "openai" | "vllm" | "sglang" | "max" | "mlx" | "trtllm"`.
 

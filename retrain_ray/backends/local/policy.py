@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, TypedDict, cast
 
 import torch
 
@@ -25,14 +25,23 @@ from retrain_ray.models.finetune import DEFAULT_TARGET_MODULES, LoraSettings, pr
 from retrain_ray.models.lean_loading import load_lean_model_and_tokenizer
 from retrain_ray.models.names import lean_applies
 from retrain_ray.models.tokenizer import single_id
+from retrain_ray.models.types import Tokenizer, hf_tokenizer
 
 if TYPE_CHECKING:
-    from transformers import PreTrainedModel, PreTrainedTokenizerBase
+    from transformers import PreTrainedModel
 
     from retrain_ray.config.schema import RetrainConfig
-    from retrain_ray.models.light_tokenizer import LightTokenizer
 
-    Tokenizer = PreTrainedTokenizerBase | LightTokenizer
+
+class BackendKwargs(TypedDict):
+    """`LocalBackend`'s keyword arguments from the policy settings."""
+
+    top_p: float
+    micro_batch_size: int
+    accumulation_steps: int
+    loss: LossSettings
+    optimizer: OptimizerSettings
+    seed: int
 
 
 @dataclass(frozen=True)
@@ -55,7 +64,7 @@ class PolicySettings:
     use_reentrant: bool = False
     strict_deterministic: bool = False
 
-    def backend_kwargs(self) -> dict[str, Any]:
+    def backend_kwargs(self) -> BackendKwargs:
         return {"top_p": self.top_p, "micro_batch_size": self.micro_batch_size,
                 "accumulation_steps": self.accumulation_steps, "loss": self.loss,
                 "optimizer": self.optimizer, "seed": self.seed}
@@ -135,10 +144,11 @@ def _load_base(name_or_path: str | Path, settings: PolicySettings,
     # deferred: transformers costs seconds of imports that the lean path above never needs
     from retrain_ray.models.loading import load_model_and_tokenizer
 
-    return load_model_and_tokenizer(
+    model, tokenizer = load_model_and_tokenizer(
         name_or_path, cache_dir=cache_dir, dtype=settings.dtype, device="cpu", revision=settings.revision,
         local_files_only=settings.local_files_only, trust_remote_code=settings.trust_remote_code,
     )
+    return model, hf_tokenizer(tokenizer)
 
 
 def load_trainable_model(

@@ -16,7 +16,7 @@ the sampler's log-probabilities are the trainer's.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -60,7 +60,7 @@ class SleepDuringUpdates:
         self._backend, self._engine = backend, engine
         self.capabilities = backend.capabilities
 
-    def __getattr__(self, name: str) -> Any:
+    def __getattr__(self, name: str) -> object:
         return getattr(self._backend, name)
 
     @property

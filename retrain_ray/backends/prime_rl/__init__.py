@@ -14,7 +14,7 @@ files followed), plus a local stand-in for tests (`standin.py`; it is not PRIME-
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from retrain_ray.backends.prime_rl.backend import PRIME_RL_CAPABILITIES, PrimeRLBackend
 from retrain_ray.backends.prime_rl.engine import PrimeRLEngine, wait_for_broadcast
@@ -24,6 +24,7 @@ from retrain_ray.config.prime_rl_options import PrimeRLOptions, parse_prime_rl_o
 
 if TYPE_CHECKING:
     from retrain_ray.config.schema import RetrainConfig
+    from retrain_ray.engines.types import HoldsSlots
 
 __all__ = ["PRIME_RL_CAPABILITIES", "PrimeRLBackend", "PrimeRLEngine", "PrimeRLOptions", "build_prime_rl_policy",
            "prime_rl_run_dir", "wait_for_broadcast"]
@@ -35,10 +36,11 @@ def prime_rl_run_dir(cfg: RetrainConfig, options: PrimeRLOptions) -> Path:
     return base / options.run_id if options.run_id else base
 
 
-def build_prime_rl_policy(cfg: RetrainConfig, throttle: Any = None, *, cache_dir: Path | None = None) -> Policy:
+def build_prime_rl_policy(cfg: RetrainConfig, throttle: HoldsSlots | None = None, *, cache_dir: Path | None = None) -> Policy:
     """The PRIME-RL sampler and trainer of `cfg` (with `options.standin`, the local stand-in's)."""
     # deferred: loads transformers, which importing this module does not need
     from retrain_ray.models.loading import load_tokenizer
+    from retrain_ray.models.types import hf_tokenizer
 
     options = parse_prime_rl_options(cfg.backend.options)
     run_dir = prime_rl_run_dir(cfg, options)
@@ -58,4 +60,4 @@ def build_prime_rl_policy(cfg: RetrainConfig, throttle: Any = None, *, cache_dir
     engine = PrimeRLEngine(url, run_dir=run_dir, sync_wait_s=options.sync_wait_s, sync_poll_s=options.sync_poll_s,
                            model_name=cfg.model.model, throttle=throttle, seed=cfg.training.seed,
                            max_parallel_requests=cfg.inference.max_concurrent, standin=standin)
-    return Policy(engine, backend, load_tokenizer(cfg.model.model, cache_dir))
+    return Policy(engine, backend, hf_tokenizer(load_tokenizer(cfg.model.model, cache_dir)))

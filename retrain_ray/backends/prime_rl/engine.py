@@ -14,11 +14,14 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Unpack
 
 from retrain_ray.backends.prime_rl.wire import STABLE_MARKER, broadcast_dir
-from retrain_ray.engines.openai import OpenAIEngine
+from retrain_ray.engines.openai import OpenAIEngine, OpenAIEngineOptions
 from retrain_ray.engines.types import WeightUpdate
+
+if TYPE_CHECKING:
+    from retrain_ray.backends.prime_rl.standin import PrimeRLStandin
 
 
 def wait_for_broadcast(run_dir: Path, version: int, *, wait_s: float, poll_s: float) -> Path:
@@ -38,8 +41,8 @@ def wait_for_broadcast(run_dir: Path, version: int, *, wait_s: float, poll_s: fl
 class PrimeRLEngine(OpenAIEngine):
     """Samples from PRIME-RL's inference server; loads the trainer's broadcasts with `/update_weights`."""
 
-    def __init__(self, url: str, *, run_dir: Path, sync_wait_s: float, sync_poll_s: float, standin: Any = None,
-                 **kwargs: Any) -> None:
+    def __init__(self, url: str, *, run_dir: Path, sync_wait_s: float, sync_poll_s: float, standin: PrimeRLStandin | None = None,
+                 **kwargs: Unpack[OpenAIEngineOptions]) -> None:
         super().__init__(url, **kwargs)
         self.run_dir, self.sync_wait_s, self.sync_poll_s = Path(run_dir), sync_wait_s, sync_poll_s
         self.standin = standin  # the local stand-in this engine talks to (tests), kept alive with the engine

@@ -28,9 +28,10 @@ import json
 import logging
 import threading
 import time
+from collections.abc import Callable, Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import cast
 
 import torch
 from safetensors.torch import save_file  # pyright: ignore[reportUnknownVariableType]
@@ -76,8 +77,8 @@ class ZmqReceiver:
         # deferred: pyzmq is the prime_rl extra, needed only for this transport
         import zmq
 
-        context: Any = zmq.Context.instance()  # pyright: ignore[reportUnknownMemberType, reportUnknownVariableType]
-        self._socket: Any = context.socket(zmq.PULL)
+        context = cast("zmq.Context[zmq.Socket[bytes]]", zmq.Context.instance())  # pyzmq: `instance` is untyped
+        self._socket: zmq.Socket[bytes] = context.socket(zmq.PULL)
         self._socket.setsockopt(zmq.RCVHWM, hwm)
         self._socket.setsockopt(zmq.LINGER, 0)
         self._socket.bind(f"tcp://{'127.0.0.1' if host == 'localhost' else host}:{port}")
@@ -125,9 +126,9 @@ def batch_loss(model: torch.nn.Module, batch: TrainingBatch) -> torch.Tensor:
     return rl_sum / max(rl_n, 1) + ce_sum / max(ce_n, 1)
 
 
-def _handler(server: CompletionServer, on_update: Any) -> type[BaseHTTPRequestHandler]:
+def _handler(server: CompletionServer, on_update: Callable[[str], dict[str, object]]) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
-        def _reply(self, status: int, body: dict[str, Any]) -> None:
+        def _reply(self, status: int, body: Mapping[str, object]) -> None:
             data = json.dumps(body).encode()
             self.send_response(status)
             self.send_header("content-type", "application/json")
@@ -154,7 +155,7 @@ def _handler(server: CompletionServer, on_update: Any) -> type[BaseHTTPRequestHa
             except (KeyError, ValueError, TypeError, FileNotFoundError) as err:
                 self._reply(400, {"detail": str(err)})
 
-        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (http.server's signature)
+        def log_message(self, format: str, *args: object) -> None:  # noqa: A002 (http.server's signature)
             log.debug("prime_rl stand-in: " + format, *args)
 
     return Handler
@@ -189,7 +190,7 @@ class PrimeRLStandin:
         for thread in self._threads:
             thread.start()
 
-    def update_weights(self, weight_dir: str) -> dict[str, Any]:
+    def update_weights(self, weight_dir: str) -> dict[str, object]:
         """PRIME-RL's `/update_weights`: the served model takes the weights in `weight_dir`."""
         version = self.inference.update_weights(Path(weight_dir) / WEIGHTS_FILE)
         return {"status": "ok", "version": version}

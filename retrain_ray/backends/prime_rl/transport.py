@@ -13,7 +13,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol, cast
 
 from retrain_ray.backends.prime_rl.wire import TrainingBatch, encode_batch, rollout_file
 
@@ -47,8 +47,8 @@ class ZmqSender:
         self.endpoint = f"tcp://{host}:{port}"
         self.sender_id = Path(run_dir).name.encode("utf-8")
         # the process-wide context: a context of our own, collected while a socket is open, blocks in term()
-        context: Any = zmq.Context.instance()  # pyright: ignore[reportUnknownMemberType, reportUnknownVariableType]
-        self._socket: Any = context.socket(zmq.PUSH)
+        context = cast("zmq.Context[zmq.Socket[bytes]]", zmq.Context.instance())  # pyzmq: `instance` is untyped
+        self._socket: zmq.Socket[bytes] = context.socket(zmq.PUSH)
         self._socket.setsockopt(zmq.SNDHWM, hwm)
         self._socket.setsockopt(zmq.SNDTIMEO, int(send_timeout_s * 1000))
         self._socket.setsockopt(zmq.LINGER, 5000)  # close() still delivers what is queued, for 5 s at most

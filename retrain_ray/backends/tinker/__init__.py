@@ -7,14 +7,15 @@ retries) shared by `TinkerEngine` (sampling) and `TinkerBackend` (training, chec
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from retrain_ray.backends.tinker.backend import LOSS_STEPS, TINKER_CAPABILITIES, TinkerBackend, loss_variant
 from retrain_ray.backends.tinker.engine import TinkerEngine
 from retrain_ray.backends.tinker.loss import ClipSettings, dual_clip_loss_and_grads
-from retrain_ray.backends.tinker.session import HoldsSlots, NullThrottle, TinkerSession, make_service_client
+from retrain_ray.backends.tinker.session import NullThrottle, TinkerSession, make_service_client
 from retrain_ray.backends.types import Policy
 from retrain_ray.config.tinker_options import TINKER_OPTION_DEFAULTS, TinkerOptions, parse_tinker_options
+from retrain_ray.engines.types import HoldsSlots
 
 if TYPE_CHECKING:
     from retrain_ray.config.schema import RetrainConfig
@@ -38,6 +39,9 @@ __all__ = [
 ]
 
 
+_T = TypeVar("_T")
+
+
 def build_tinker_policy(
     cfg: RetrainConfig, throttle: HoldsSlots | None = None, *, service_client: Any = None, **standin_kwargs: Any
 ) -> Policy:
@@ -57,11 +61,11 @@ def build_tinker_policy(
     return Policy(TinkerEngine(session), backend, tokenizer)
 
 
-class _Ready:
+class _Ready(Generic[_T]):
     """Wraps a value that a synchronous SDK method returned, so `session.call` can treat it as a future."""
 
-    def __init__(self, value: Any) -> None:
+    def __init__(self, value: _T) -> None:
         self.value = value
 
-    def result(self, timeout: float | None = None) -> Any:
+    def result(self, timeout: float | None = None) -> _T:
         return self.value

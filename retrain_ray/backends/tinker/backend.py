@@ -28,7 +28,7 @@ import json
 import uuid
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from retrain_ray.backends.registry import BUILTIN_CAPABILITIES
 from retrain_ray.backends.tinker.datums import rl_datums, sft_datums, with_inputs
@@ -37,17 +37,20 @@ from retrain_ray.backends.tinker.session import TinkerSession
 from retrain_ray.backends.types import TrainBatch, TrainStepResult
 from retrain_ray.engines.types import WeightUpdate
 
+if TYPE_CHECKING:
+    from tinker.types import Datum, ForwardBackwardOutput
+
 TINKER_CAPABILITIES = BUILTIN_CAPABILITIES["tinker"]
 STATE_FILE = "tinker_state.json"
 
-LossStep = Callable[["TinkerBackend", list[Any]], tuple[float, dict[str, float]]]
+LossStep = Callable[["TinkerBackend", "list[Datum]"], tuple[float, dict[str, float]]]
 
 
-def _logprobs_of(output: Any) -> list[list[float]]:
+def _logprobs_of(output: ForwardBackwardOutput) -> list[list[float]]:
     return [[float(x) for x in out["logprobs"].tolist()] for out in output.loss_fn_outputs]
 
 
-def importance_sampling_step(backend: TinkerBackend, datums: list[Any]) -> tuple[float, dict[str, float]]:
+def importance_sampling_step(backend: TinkerBackend, datums: list[Datum]) -> tuple[float, dict[str, float]]:
     out = backend.session.call(
         "forward_backward(importance_sampling)",
         lambda: backend.session.training_client.forward_backward(datums, loss_fn="importance_sampling"),
@@ -56,7 +59,7 @@ def importance_sampling_step(backend: TinkerBackend, datums: list[Any]) -> tuple
     return float(out.metrics["loss:sum"]) / max(len(datums), 1), {"clip_fraction": 0.0}
 
 
-def ppo_dual_clip_step(backend: TinkerBackend, datums: list[Any]) -> tuple[float, dict[str, float]]:
+def ppo_dual_clip_step(backend: TinkerBackend, datums: list[Datum]) -> tuple[float, dict[str, float]]:
     tc = backend.session.training_client
     fwd = backend.session.call("forward", lambda: tc.forward(datums, loss_fn="importance_sampling"))
     new_lp_D = _logprobs_of(fwd)

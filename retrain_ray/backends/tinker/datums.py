@@ -9,25 +9,29 @@ service's next-token losses expect.
 
 from __future__ import annotations
 
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from retrain_ray.backends.types import TrainBatch
 
+if TYPE_CHECKING:
+    from tinker.types import Datum, TensorData
 
-def _types() -> Any:
+
+def _types() -> ModuleType:
     # deferred: tinker is an optional extra, imported only when used
     from tinker import types
 
     return types
 
 
-def tensor(values: list[float] | list[int], dtype: str) -> Any:
+def tensor(values: list[float] | list[int], dtype: str) -> TensorData:
     return _types().TensorData.from_numpy(np.asarray(values, dtype=np.int64 if dtype == "int64" else np.float32))
 
 
-def rl_datum(tokens: list[int], logprobs: list[float], advantages: list[float]) -> Any:
+def rl_datum(tokens: list[int], logprobs: list[float], advantages: list[float]) -> Datum:
     types = _types()
     return types.Datum(
         model_input=types.ModelInput.from_ints(list(tokens[:-1])),
@@ -39,7 +43,7 @@ def rl_datum(tokens: list[int], logprobs: list[float], advantages: list[float]) 
     )
 
 
-def rl_datums(batch: TrainBatch) -> list[Any]:
+def rl_datums(batch: TrainBatch) -> list[Datum]:
     """One datum per row; rows need at least two tokens (one prompt token and one completion token)."""
     for i, row in enumerate(batch.tokens_D):
         if len(row) < 2:
@@ -47,7 +51,7 @@ def rl_datums(batch: TrainBatch) -> list[Any]:
     return [rl_datum(t, lp, a) for t, lp, a in zip(batch.tokens_D, batch.logprobs_D, batch.advantages_D, strict=True)]
 
 
-def with_inputs(datum: Any, **inputs: list[float]) -> Any:
+def with_inputs(datum: Datum, **inputs: list[float]) -> Datum:
     """A copy of an RL datum with some float loss inputs replaced (e.g. logprobs, advantages)."""
     types = _types()
     new_inputs = dict(datum.loss_fn_inputs)
@@ -56,7 +60,7 @@ def with_inputs(datum: Any, **inputs: list[float]) -> Any:
     return types.Datum(model_input=datum.model_input, loss_fn_inputs=new_inputs)
 
 
-def sft_datums(batch: TrainBatch) -> tuple[list[Any], int]:
+def sft_datums(batch: TrainBatch) -> tuple[list[Datum], int]:
     """Cross-entropy datums whose weights average over the tokens with nonzero advantage."""
     types = _types()
     count = sum(1 for row in batch.advantages_D for a in row[1:] if a != 0)

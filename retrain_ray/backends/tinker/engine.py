@@ -17,23 +17,28 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING
 
 from retrain_ray.backends.tinker.session import TinkerSession
 from retrain_ray.engines.types import SampleResult, SamplingParams, WeightsVersion, WeightUpdate
 from retrain_ray.util.retry import is_transient
 
+if TYPE_CHECKING:
+    from tinker.types import SampleResponse
+    from tinker.types import SamplingParams as SDKSamplingParams
+
 log = logging.getLogger(__name__)
 
 
-def _sdk_types() -> Any:
+def _sdk_types() -> ModuleType:
     # deferred: tinker is an optional extra, imported only when used
     from tinker import types
 
     return types
 
 
-def to_sample_results(response: Any) -> list[SampleResult]:
+def to_sample_results(response: SampleResponse) -> list[SampleResult]:
     """An SDK `SampleResponse` -> SampleResults (stop reason "stop" or "length")."""
     out: list[SampleResult] = []
     for seq in response.sequences:
@@ -87,7 +92,7 @@ class TinkerEngine(WeightsVersion):
         return [results.get(i, []) for i in range(len(prompt_ids_P))]
 
     def _round(
-        self, prompt_ids_P: list[list[int]], indices: list[int], num_samples: int, sdk_params: Any,
+        self, prompt_ids_P: list[list[int]], indices: list[int], num_samples: int, sdk_params: SDKSamplingParams,
         results: dict[int, list[SampleResult]],
     ) -> dict[int, BaseException]:
         """Fire every pending prompt, then collect; returns the transient errors by prompt index."""

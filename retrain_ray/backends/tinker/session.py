@@ -12,19 +12,14 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Generator
-from typing import Any, Protocol, TypeVar
+from typing import Any, TypeVar
 
 from retrain_ray.backends.tinker.standin import StandinServiceClient
 from retrain_ray.config.tinker_options import TinkerOptions
+from retrain_ray.engines.types import HoldsSlots
 from retrain_ray.util.retry import RetryCounters, RetryPolicy, call_with_retry
 
 T = TypeVar("T")
-
-
-class HoldsSlots(Protocol):
-    """Anything with a `hold()` context manager: `ThrottleClient`, `NoThrottle`, a test counter."""
-
-    def hold(self) -> contextlib.AbstractContextManager[Any]: ...
 
 
 class NullThrottle:
