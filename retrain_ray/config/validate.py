@@ -171,6 +171,9 @@ def effective_uncertainty_kind(cfg: RetrainConfig) -> str:
     return cfg.algorithm.uncertainty_kind
 
 
+BUILTIN_ENVIRONMENTS = frozenset({"digit_chain"})  # retrain_ray/environments BUILTIN (config loads no torch)
+
+
 def _environment(cfg: RetrainConfig) -> list[ConfigIssue]:
     e, issues = cfg.environment, []
     if e.provider and not e.id:
@@ -179,6 +182,13 @@ def _environment(cfg: RetrainConfig) -> list[ConfigIssue]:
     if e.provider == "openenv" and e.id and not e.id.startswith(("http://", "https://", "ws://", "wss://")):
         issues.append(ConfigIssue("environment.id", e.id, "an openenv id must be an http(s) or ws(s) URL",
                                   "write the environment's URL"))
+    if e.provider == "builtin" and e.id and e.id not in BUILTIN_ENVIRONMENTS:
+        issues.append(ConfigIssue("environment.id", e.id, "is no built-in environment",
+                                  f"choose one of {', '.join(sorted(BUILTIN_ENVIRONMENTS))}"))
+    if cfg.training.tl_grpo and not e.provider:
+        issues.append(ConfigIssue("training.tl_grpo", True, "TL-GRPO assigns credit per turn of a multi-turn "
+                                  "environment, and this run has none",
+                                  "set [environment] provider and id (e.g. builtin / digit_chain) or tl_grpo = false"))
     return issues
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
@@ -29,6 +30,12 @@ from retrain_ray.algorithms import (
     compute_group_advantages,
     is_adaptive_delight,
     reward_tie_stats,
+)
+from retrain_ray.algorithms.turns import (
+    ema_update,
+    outcome_advantages,
+    tl_grpo_turn_advantages,
+    turn_token_advantages,
 )
 from retrain_ray.backends.types import TrainBatch
 from retrain_ray.run.rollout import Group
@@ -63,6 +70,9 @@ class CreditSettings:
     hicra_alpha: float = 0.2
     batch_advantage_norm: bool = False
     adv_clip_max: float = 0.0
+    tl_grpo: bool = False
+    tl_grpo_ema_decay: float = 0.9
+    tl_grpo_baseline: float | None = None  # the run's EMA of episode rewards before this step (TL-GRPO)
 
     @classmethod
     def from_config(cls, cfg: RetrainConfig) -> CreditSettings:
@@ -85,11 +95,16 @@ class CreditSettings:
             hicra_alpha=cfg.hicra.alpha,
             batch_advantage_norm=cfg.training.batch_advantage_norm,
             adv_clip_max=cfg.training.adv_clip_max,
+            tl_grpo=cfg.training.tl_grpo,
+            tl_grpo_ema_decay=cfg.training.tl_grpo_ema_decay,
         )
 
-    def for_step(self, delight_eta_prev: float | None) -> CreditSettings:
+    def for_step(self, delight_eta_prev: float | None, tl_grpo_ema: float | None = None) -> CreditSettings:
         """These settings with the run's delight eta state handed to an adaptive eta (as the original:
-        only once a previous step logged one, and only where `delight_eta_mode` is adaptive)."""
+        only once a previous step logged one, and only where `delight_eta_mode` is adaptive), and
+        TL-GRPO's EMA baseline."""
+        if tl_grpo_ema is not None:
+            return replace(self, tl_grpo_baseline=tl_grpo_ema).for_step(delight_eta_prev)
         if delight_eta_prev is None:
             return self
         nested = dict(self.algorithm_params.get("transform_params") or self.transform_params)
@@ -147,13 +162,21 @@ def assign_credit(groups: list[Group], settings: CreditSettings, sepa_lambda: fl
     prompt_lens_D: list[int] = []
     stats_rows: list[dict[str, float]] = []
     extras: dict[str, list[float]] = {}
-    for group, uniform in zip(groups, ties.uniform_G, strict=True):
-        if uniform and not settings.batch_advantage_norm:
+    turn_advantages_G = _turn_advantages(groups, settings, metrics)
+    for group, uniform, turn_advs in zip(groups, ties.uniform_G, turn_advantages_G, strict=True):
+        if uniform and not settings.batch_advantage_norm and not settings.tl_grpo:
             continue
         result = _group_advantages(group, settings, sepa_lambda)
         stats_rows.append(result.stats.as_metrics())
         for key, value in result.extra_metrics.items():
             extras.setdefault(key, []).append(float(value))
+        if group.episodes_G is not None:
+            for tokens, logprobs, advs, n_prompt in _turn_datums(group, result.token_advantages, turn_advs):
+                tokens_D.append(tokens)
+                logprobs_D.append(logprobs)
+                advantages_D.append(advs)
+                prompt_lens_D.append(n_prompt)
+            continue
         for sample, token_advs in zip(group.samples_G, result.token_advantages, strict=True):
             n_prompt = len(group.prompt_ids)
             tokens_D.append(list(group.prompt_ids) + list(sample.token_ids))
@@ -179,6 +202,40 @@ def assign_credit(groups: list[Group], settings: CreditSettings, sepa_lambda: fl
     batch = TrainBatch(tokens_D, logprobs_D, advantages_D, prompt_lens_D, temperature=temperature)
     metrics["tokens_per_step"] = float(batch.num_tokens)
     return Credit(batch=batch, metrics=metrics)
+
+
+def _turn_advantages(groups: list[Group], settings: CreditSettings, metrics: dict[str, float]) -> list[list[list[float]]]:
+    """Per group, per episode: the per-turn advantages that replace the episode-level ones (empty:
+    none). TL-GRPO's come from the branch rewards and the EMA baseline, which each group updates in
+    turn (the next group's baseline has seen this group's rewards, as in the original); otherwise the
+    environment's own (MT-GRPO)."""
+    ema = settings.tl_grpo_baseline
+    out: list[list[list[float]]] = []
+    for group in groups:
+        episodes = group.episodes_G or []
+        if settings.tl_grpo and ema is not None:
+            outcomes = outcome_advantages(group.rewards_G, ema)
+            out.append([tl_grpo_turn_advantages(e.branch_rewards, o) for e, o in zip(episodes, outcomes, strict=False)])
+            ema = ema_update(ema, group.rewards_G, settings.tl_grpo_ema_decay)
+        else:
+            out.append([list(e.turn_advantages) for e in episodes])
+    if settings.tl_grpo and ema is not None:
+        metrics["tl_grpo_ema"] = ema
+    return out
+
+
+def _turn_datums(group: Group, token_advantages: list[list[float]],
+                 turn_advantages: list[list[float]]) -> Iterator[tuple[list[int], list[float], list[float], int]]:
+    """One datum per turn of each finished episode (a truncated one has none): the turn's prompt and
+    completion, its advantages from `turn_token_advantages`."""
+    for episode, token_advs, turn_advs in zip(group.episodes_G or [], token_advantages, turn_advantages, strict=True):
+        if episode.truncated:
+            continue
+        per_turn = turn_token_advantages(episode.turn_lengths, token_advs, turn_advs)
+        for turn, advs in zip(episode.turns, per_turn, strict=True):
+            n_prompt = len(turn.prompt_ids)
+            yield (list(turn.prompt_ids) + list(turn.sample.token_ids), [0.0] * n_prompt + list(turn.sample.logprobs),
+                   [0.0] * n_prompt + advs, n_prompt)
 
 
 def trains(*, num_datums: int, nonzero_tokens: int, settings: CreditSettings) -> bool:
