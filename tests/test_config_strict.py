@@ -37,7 +37,7 @@ BAD_VALUES: dict[tuple[str, str], object] = {
 }
 
 
-VALUE_ONLY = {("training", "sft_loss_fn")}
+VALUE_ONLY = {("training", "sft_loss_fn"), ("echo", "loss_fn")}
 """Keys whose accepted values all describe what retrain-ray does (the others are refused above)."""
 
 

@@ -51,7 +51,7 @@ def test_digit_chain_scores_each_turn_and_the_second_builds_on_the_first():
     env = DigitChain({})
     ep = env.reset(Example("472", "4"))
     first = ep.step("\\boxed{4}")
-    assert (first.action, first.reward, first.done, first.observation) == ("4", 1.0, False, "472|4>")
+    assert (first.action, first.reward, first.done, first.observation) == ("4", 1.0, False, "472\\boxed{4}|4>")
     second = ep.step("5")
     assert (second.action, second.reward, second.done) == ("5", 1.0, True)
     assert ep.reward() == 1.0
@@ -93,6 +93,40 @@ def test_mt_grpo_run_trains_on_the_environments_turn_advantages(tmp_path):
     train_run(cfg, run_name="r", run_dir=run_dir)
     rows = _rows(run_dir)
     assert len(rows) == 2 and all("tl_grpo_ema" not in r["extras"] for r in rows)
+
+
+def test_echo_run_trains_the_observation_tokens_in_the_same_step(tmp_path):
+    echo = {"enabled": True, "weight": 0.5, "target_retention": "all", "entropy_floor": 0.0}
+    path = tmp_path / "echo.toml"
+    write_config(path, base={k: v for k, v in TINY_CPU.items() if k != "data"}, environment=ENV, echo=echo,
+                 logging={"log_dir": str(tmp_path / "echo")}, training={**TRAINING, "max_steps": 2})
+    train_run(load_config(path), run_name="r", run_dir=tmp_path / "echo")
+    rows = _rows(tmp_path / "echo")
+    assert len(rows) == 2 and all(r["trained"] for r in rows)  # tied groups train too: they carry targets
+    for row in rows:
+        extras = row["extras"]
+        # the observation of each second turn ("|d>" after the verbatim completion) is a target
+        assert extras["echo/target_tokens"] >= 3 * 8 and extras["echo/kept_tokens"] == extras["echo/target_tokens"]
+        assert extras["echo/loss"] > 0
+
+
+def test_echo_keys_are_checked(tmp_path):
+    with pytest.raises(ConfigError) as info:
+        write_config(tmp_path / "e.toml", echo={"enabled": True})
+        load_config(tmp_path / "e.toml")
+    assert info.value.locations == ["echo.enabled"]
+    with pytest.raises(ConfigError) as info:
+        write_config(tmp_path / "w.toml", environment=ENV, echo={"enabled": True, "weight": 0.0})
+        load_config(tmp_path / "w.toml")
+    assert info.value.locations == ["echo.weight"]
+    with pytest.raises(ConfigError) as info:
+        write_config(tmp_path / "f.toml", environment=ENV, echo={"target_retention": "all"})
+        load_config(tmp_path / "f.toml")
+    assert info.value.locations == ["echo.entropy_floor"]
+    with pytest.raises(ConfigError) as info:
+        write_config(tmp_path / "l.toml", environment=ENV, echo={"loss_fn": "kl"})
+        load_config(tmp_path / "l.toml")
+    assert info.value.locations == ["echo.loss_fn"]
 
 
 def test_environment_keys_are_checked(tmp_path):

@@ -16,7 +16,6 @@ from retrain_ray.config.errors import ConfigIssue
 if TYPE_CHECKING:
     from retrain_ray.config.schema import RetrainConfig
 
-_ECHO = "ECHO is not implemented"
 _HUB = ("installing environments from the Prime Intellect hub needs the hub, which retrain-ray does not call; "
         "install the environment's package yourself (pip install ...) and name it in [environment] id")
 _ENV_WORKERS = "episodes step in the run's own process, one batch of turns at a time"
@@ -32,9 +31,6 @@ REFUSED: dict[tuple[str, str], str] = {
     ("planning", "model"): "only the regex planning detector is implemented (this is the semantic detector's model)",
     ("planning", "threshold"): "only the regex planning detector is implemented (this is the semantic "
                                "detector's threshold)",
-    ("echo", "enabled"): _ECHO,
-    **{("echo", k): _ECHO for k in ("weight", "loss_fn", "target_retention", "max_tokens_per_step", "max_token_ratio",
-                                     "entropy_floor", "min_prompt_overlap", "require_live_observation_bridge")},
     ("environment", "auto_install"): _HUB,
     ("environment", "rollout_env_workers"): _ENV_WORKERS,
     ("environment", "rollout_buffer_size"): _ENV_WORKERS,
@@ -60,7 +56,12 @@ def _sft_order(value: Any) -> str:
     return "" if value in ("shuffle", "sequential") else "length-aware SFT ordering is not implemented"
 
 
+def _echo_loss(value: Any) -> str:
+    return "" if value == "cross_entropy" else "ECHO trains its targets with cross_entropy only"
+
+
 BY_VALUE: dict[tuple[str, str], ValueRule] = {
+    ("echo", "loss_fn"): _echo_loss,
     ("planning", "detector"): _detector,
     ("training", "sft_loss_fn"): _sft_loss,
     ("training", "sft_batch_order"): _sft_order,

@@ -218,6 +218,14 @@ def _echo(cfg: RetrainConfig) -> list[ConfigIssue]:
     if e.enabled and e.weight <= 0:
         issues.append(ConfigIssue("echo.weight", e.weight, "must be > 0 when echo is enabled",
                                   "set weight (default 0.05) or enabled = false"))
+    if e.enabled and not cfg.environment.provider:
+        issues.append(ConfigIssue("echo.enabled", True, "ECHO trains on the observation tokens of multi-turn "
+                                  "episodes, and this run has no environment",
+                                  "set [environment] provider and id (e.g. builtin / digit_chain) or enabled = false"))
+    if e.enabled and cfg.backend.backend != "local":
+        issues.append(ConfigIssue("echo.enabled", True, f"ECHO needs the loss in the trainer's own forward pass: "
+                                  f"only the local backend has it, not {cfg.backend.backend!r}",
+                                  "set [backend] backend = \"local\" or enabled = false"))
     if e.target_retention == "all" and e.entropy_floor != 0:
         issues.append(ConfigIssue("echo.entropy_floor", e.entropy_floor, "must be 0 with target_retention = \"all\"",
                                   "set entropy_floor = 0 or target_retention = \"bounded\""))

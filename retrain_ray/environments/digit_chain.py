@@ -2,7 +2,8 @@
 offline on CPU.
 
 Turn 1 shows a digit string ("472"); the answer is its first digit. Turn 2 shows the conversation so
-far and asks for the digit after the model's own turn-1 answer ("472|4>" expects 5), so the second
+far (the prompt, the completion verbatim) and the answer the environment read, and asks for the digit
+after it ("472\\boxed{4}|4>" expects 5), so the second
 turn builds on the first: a wrong first answer moves the target of the second. Answers are written
 `\\boxed{d}` (the built-in tasks' format, so the SFT warm start teaches it) or as the completion's
 first character. A turn scores 1 when right, 0 otherwise; an answer that is no digit is the action
@@ -67,7 +68,7 @@ class DigitChainEpisode:
         reward = turn_rewards(self.example, self.answers)[-1]
         if len(self.answers) == TURNS:
             return TurnResult(answer, reward, done=True)
-        self.transcript = f"{self.transcript}|{answer}>"
+        self.transcript = f"{self.transcript}{completion}|{answer}>"
         return TurnResult(answer, reward, done=False, observation=self.transcript)
 
     def reward(self) -> float:
