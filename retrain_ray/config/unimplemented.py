@@ -56,12 +56,21 @@ def _sft_order(value: Any) -> str:
     return "" if value in ("shuffle", "sequential") else "length-aware SFT ordering is not implemented"
 
 
+def _provider(value: Any) -> str:
+    if value in ("verifiers", "openenv"):
+        return (f"the {value} adapter is not built yet (the built-in environments run: provider = \"builtin\"); "
+                "verifiers' current release (0.4) replaced the MultiTurnEnv API the original drives, which lives on "
+                "in verifiers 0.1.x")
+    return ""
+
+
 def _echo_loss(value: Any) -> str:
     return "" if value == "cross_entropy" else "ECHO trains its targets with cross_entropy only"
 
 
 BY_VALUE: dict[tuple[str, str], ValueRule] = {
     ("echo", "loss_fn"): _echo_loss,
+    ("environment", "provider"): _provider,
     ("planning", "detector"): _detector,
     ("training", "sft_loss_fn"): _sft_loss,
     ("training", "sft_batch_order"): _sft_order,

@@ -43,4 +43,4 @@ def load_environment(section: EnvironmentSection) -> Environment:
             raise ValueError(f"environment.id: no built-in environment {section.id!r}; choose one of "
                              f"{', '.join(sorted(BUILTIN))}")
         return factory(args)
-    raise ValueError(f"environment.provider: {section.provider!r} is not one of builtin, verifiers, openenv")
+    raise ValueError(f"environment.provider: {section.provider!r} has no adapter here; use \"builtin\"")
