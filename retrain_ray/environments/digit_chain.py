@@ -1,5 +1,5 @@
-"""`digit_chain`: a two-turn environment shipped with retrain-ray that the built-in tiny model learns
-offline on CPU.
+"""`digit_chain`: a two-turn environment shipped with retrain-ray, small enough for the built-in tiny
+model on CPU (no download); configs/multiturn.toml trains it (and says what it measured).
 
 Turn 1 shows a digit string ("472"); the answer is its first digit. Turn 2 shows the conversation so
 far (the prompt, the completion verbatim) and the answer the environment read, and asks for the digit
