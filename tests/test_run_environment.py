@@ -89,10 +89,13 @@ def test_tl_grpo_run_trains_checkpoints_its_baseline_and_resumes_exactly(tmp_pat
 
 def test_mt_grpo_run_trains_on_the_environments_turn_advantages(tmp_path):
     env = {**ENV, "args": {**ENV["args"], "turn_advantages": True}}
-    cfg, run_dir = _run(tmp_path, "mt", 2, environment=env, training={"group_size": 8})
+    cfg, run_dir = _run(tmp_path, "mt", 2, environment=env,
+                        training={"group_size": 8, "eval_every": 2, "eval_examples": 3})
     train_run(cfg, run_name="r", run_dir=run_dir)
     rows = _rows(run_dir)
     assert len(rows) == 2 and all("tl_grpo_ema" not in r["extras"] for r in rows)
+    (evaluated,) = read_stream(run_dir, "eval").to_pylist()  # greedy episodes on the environment's eval split
+    assert evaluated["step"] == 1 and evaluated["num_examples"] == 3
 
 
 def test_echo_run_trains_the_observation_tokens_in_the_same_step(tmp_path):

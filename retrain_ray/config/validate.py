@@ -110,7 +110,7 @@ def _eval_split(cfg: RetrainConfig) -> list[ConfigIssue]:
     """`eval_every` needs held-out examples; sources without an eval split are refused, not silently
     never evaluated."""
     t, d = cfg.training, cfg.data
-    if t.eval_every <= 0:
+    if t.eval_every <= 0 or cfg.environment.provider:  # an environment holds its own eval examples back
         return []
     missing = ""
     if d.source == "builtin" and d.num_eval_examples == 0:
