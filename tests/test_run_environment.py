@@ -87,6 +87,13 @@ def test_tl_grpo_run_trains_checkpoints_its_baseline_and_resumes_exactly(tmp_pat
         torch.testing.assert_close(again[name], whole[name], rtol=0, atol=0)
 
 
+def test_tl_grpo_llm_branches_sample_alternatives_and_train(tmp_path):
+    cfg, run_dir = _run(tmp_path, "llm", 1, training={**TL_GRPO, "tl_grpo_branch_mode": "llm"})
+    train_run(cfg, run_name="r", run_dir=run_dir)
+    (row,) = _rows(run_dir)
+    assert row["trained"] and row["num_datums"] == 16 and row["extras"]["tl_grpo_ema"] != 0.5
+
+
 def test_mt_grpo_run_trains_on_the_environments_turn_advantages(tmp_path):
     env = {**ENV, "args": {**ENV["args"], "turn_advantages": True}}
     cfg, run_dir = _run(tmp_path, "mt", 2, environment=env,
