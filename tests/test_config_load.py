@@ -114,14 +114,21 @@ def test_coercion_and_empty_strings(tmp_path: Path):
     cfg = load_config(path)
     assert cfg.training.max_steps == 40 and cfg.training.lr == 1e-5 and cfg.backpressure.enabled is True
     assert cfg.model.model == "Qwen/Qwen3-4B-Instruct-2507"
-    # [environment] parses as the original's (a table of args becomes JSON text), then is refused whole
+    # [environment] parses as the original's (a table of args becomes JSON text); the hub install and the
+    # verifiers / openenv adapters are refused
     from retrain_ray.config.sections_aux import EnvironmentSection
 
     assert EnvironmentSection.model_validate({"args": {"k": 1}}).args == '{"k": 1}'
-    path.write_text('[environment]\nprovider = "verifiers"\nid = "x"\n[environment.args]\nk = 1\n')
+    path.write_text('[environment]\nprovider = "builtin"\nid = "digit_chain"\n[environment.args]\nseed = 1\n')
+    assert load_config(path).environment.args == '{"seed": 1}'
+    path.write_text('[environment]\nprovider = "builtin"\nid = "digit_chain"\nauto_install = true\n')
     with pytest.raises(ConfigError) as info:
         load_config(path)
-    assert {"environment.provider", "environment.id", "environment.args"} <= set(info.value.locations)
+    assert set(info.value.locations) == {"environment.auto_install"}
+    path.write_text('[environment]\nprovider = "verifiers"\nid = "x"\n')
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    assert set(info.value.locations) == {"environment.provider"}
 
 
 def test_uncertainty_alias_is_canonicalized_and_override_wins():

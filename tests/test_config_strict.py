@@ -34,10 +34,12 @@ BAD_VALUES: dict[tuple[str, str], object] = {
     ("planning", "detector"): "semantic",
     ("training", "sft_loss_fn"): "importance_sampling",
     ("training", "sft_batch_order"): "length_desc",
+    ("environment", "provider"): "verifiers",
+    ("echo", "loss_fn"): "kl",
 }
 
 
-VALUE_ONLY = {("training", "sft_loss_fn")}
+VALUE_ONLY = {("training", "sft_loss_fn"), ("echo", "loss_fn")}
 """Keys whose accepted values all describe what retrain-ray does (the others are refused above)."""
 
 

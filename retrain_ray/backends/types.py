@@ -40,11 +40,17 @@ class TrainBatch:
     advantages_D: list[list[float]]
     prompt_lens_D: list[int]
     temperature: float = 1.0
+    # ECHO (algorithms/echo.py): 1.0 marks a token the same forward pass also trains by cross-entropy
+    echo_mask_D: list[list[float]] | None = None
+    echo_weight: float = 0.0
+    echo_entropy_floor: float = 0.0
 
     def __post_init__(self) -> None:
         n = len(self.tokens_D)
         if not (len(self.logprobs_D) == len(self.advantages_D) == len(self.prompt_lens_D) == n):
             raise ValueError("TrainBatch: tokens, logprobs, advantages and prompt_lens differ in length")
+        if self.echo_mask_D is not None and [len(m) for m in self.echo_mask_D] != [len(t) for t in self.tokens_D]:
+            raise ValueError("TrainBatch: echo masks are not aligned with the tokens")
         for i, (t, lp, a) in enumerate(zip(self.tokens_D, self.logprobs_D, self.advantages_D, strict=True)):
             if not (len(t) == len(lp) == len(a)):
                 raise ValueError(f"TrainBatch: row {i} has mismatched token/logprob/advantage lengths")

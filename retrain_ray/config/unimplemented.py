@@ -16,29 +16,24 @@ from retrain_ray.config.errors import ConfigIssue
 if TYPE_CHECKING:
     from retrain_ray.config.schema import RetrainConfig
 
-_TL_GRPO = "TL-GRPO needs multi-turn environments, which retrain-ray does not implement"
-_ECHO = "ECHO is not implemented"
-_ENV = "verifiers/openenv environments are not implemented; use [data] with a task, a file or a plugin"
+_HUB = ("installing environments from the Prime Intellect hub needs the hub, which retrain-ray does not call; "
+        "install the environment's package yourself (pip install ...) and name it in [environment] id")
+_ENV_WORKERS = "episodes step in the run's own process, one batch of turns at a time"
 _OPT_BATCH = "optimizer-batch capture and replay are not implemented"
 
 REFUSED: dict[tuple[str, str], str] = {
     ("training", "trainer"): "only the built-in RL trainer runs (the original's sft/command/ttt_discover runners "
                              "are not implemented)",
     ("training", "trainer_command"): "the command runner is not implemented",
-    ("training", "tl_grpo"): _TL_GRPO,
-    **{("training", k): _TL_GRPO for k in ("tl_grpo_branch_mode", "tl_grpo_branch_size", "tl_grpo_lookahead_steps",
-                                            "tl_grpo_ema_decay", "tl_grpo_ema_init")},
     ("backend", "throttle_dir"): "the file-lock throttle is replaced by the campaign's throttle actor "
                                  "(its capacity is [backend] max_concurrent)",
     ("logging", "generation_top_surprisal_limit"): "per-token surprisal excerpts are not logged",
     ("planning", "model"): "only the regex planning detector is implemented (this is the semantic detector's model)",
     ("planning", "threshold"): "only the regex planning detector is implemented (this is the semantic "
                                "detector's threshold)",
-    ("echo", "enabled"): _ECHO,
-    **{("echo", k): _ECHO for k in ("weight", "loss_fn", "target_retention", "max_tokens_per_step", "max_token_ratio",
-                                     "entropy_floor", "min_prompt_overlap", "require_live_observation_bridge")},
-    **{("environment", k): _ENV for k in ("provider", "id", "args", "max_turns", "auto_install",
-                                           "rollout_env_workers", "rollout_buffer_size")},
+    ("environment", "auto_install"): _HUB,
+    ("environment", "rollout_env_workers"): _ENV_WORKERS,
+    ("environment", "rollout_buffer_size"): _ENV_WORKERS,
     **{("optimizer_batch", k): _OPT_BATCH for k in ("capture", "replay_path", "expected_logical_sha256",
                                                      "expected_manifest_sha256", "allow_config_differences")},
     ("plugins", "strict"): "plugin errors always stop the run (the original raises in both modes as well)",
@@ -61,7 +56,21 @@ def _sft_order(value: Any) -> str:
     return "" if value in ("shuffle", "sequential") else "length-aware SFT ordering is not implemented"
 
 
+def _provider(value: Any) -> str:
+    if value in ("verifiers", "openenv"):
+        return (f"the {value} adapter is not built yet (the built-in environments run: provider = \"builtin\"); "
+                "verifiers' current release (0.4) replaced the MultiTurnEnv API the original drives, which lives on "
+                "in verifiers 0.1.x")
+    return ""
+
+
+def _echo_loss(value: Any) -> str:
+    return "" if value == "cross_entropy" else "ECHO trains its targets with cross_entropy only"
+
+
 BY_VALUE: dict[tuple[str, str], ValueRule] = {
+    ("echo", "loss_fn"): _echo_loss,
+    ("environment", "provider"): _provider,
     ("planning", "detector"): _detector,
     ("training", "sft_loss_fn"): _sft_loss,
     ("training", "sft_batch_order"): _sft_order,

@@ -110,7 +110,7 @@ def _eval_split(cfg: RetrainConfig) -> list[ConfigIssue]:
     """`eval_every` needs held-out examples; sources without an eval split are refused, not silently
     never evaluated."""
     t, d = cfg.training, cfg.data
-    if t.eval_every <= 0:
+    if t.eval_every <= 0 or cfg.environment.provider:  # an environment holds its own eval examples back
         return []
     missing = ""
     if d.source == "builtin" and d.num_eval_examples == 0:
@@ -171,6 +171,9 @@ def effective_uncertainty_kind(cfg: RetrainConfig) -> str:
     return cfg.algorithm.uncertainty_kind
 
 
+BUILTIN_ENVIRONMENTS = frozenset({"digit_chain"})  # retrain_ray/environments BUILTIN (config loads no torch)
+
+
 def _environment(cfg: RetrainConfig) -> list[ConfigIssue]:
     e, issues = cfg.environment, []
     if e.provider and not e.id:
@@ -179,6 +182,13 @@ def _environment(cfg: RetrainConfig) -> list[ConfigIssue]:
     if e.provider == "openenv" and e.id and not e.id.startswith(("http://", "https://", "ws://", "wss://")):
         issues.append(ConfigIssue("environment.id", e.id, "an openenv id must be an http(s) or ws(s) URL",
                                   "write the environment's URL"))
+    if e.provider == "builtin" and e.id and e.id not in BUILTIN_ENVIRONMENTS:
+        issues.append(ConfigIssue("environment.id", e.id, "is no built-in environment",
+                                  f"choose one of {', '.join(sorted(BUILTIN_ENVIRONMENTS))}"))
+    if cfg.training.tl_grpo and not e.provider:
+        issues.append(ConfigIssue("training.tl_grpo", True, "TL-GRPO assigns credit per turn of a multi-turn "
+                                  "environment, and this run has none",
+                                  "set [environment] provider and id (e.g. builtin / digit_chain) or tl_grpo = false"))
     return issues
 
 
@@ -208,6 +218,14 @@ def _echo(cfg: RetrainConfig) -> list[ConfigIssue]:
     if e.enabled and e.weight <= 0:
         issues.append(ConfigIssue("echo.weight", e.weight, "must be > 0 when echo is enabled",
                                   "set weight (default 0.05) or enabled = false"))
+    if e.enabled and not cfg.environment.provider:
+        issues.append(ConfigIssue("echo.enabled", True, "ECHO trains on the observation tokens of multi-turn "
+                                  "episodes, and this run has no environment",
+                                  "set [environment] provider and id (e.g. builtin / digit_chain) or enabled = false"))
+    if e.enabled and cfg.backend.backend != "local":
+        issues.append(ConfigIssue("echo.enabled", True, f"ECHO needs the loss in the trainer's own forward pass: "
+                                  f"only the local backend has it, not {cfg.backend.backend!r}",
+                                  "set [backend] backend = \"local\" or enabled = false"))
     if e.target_retention == "all" and e.entropy_floor != 0:
         issues.append(ConfigIssue("echo.entropy_floor", e.entropy_floor, "must be 0 with target_retention = \"all\"",
                                   "set entropy_floor = 0 or target_retention = \"bounded\""))

@@ -21,6 +21,7 @@ from retrain_ray.compat import provide_original_names
 from retrain_ray.config.components import backend_spec, engine_spec
 from retrain_ray.data.loading import load_examples_from_config
 from retrain_ray.data.types import TaskData
+from retrain_ray.environments.types import Environment
 from retrain_ray.rewards import build_reward_from_config
 from retrain_ray.rewards.types import Reward
 from retrain_ray.run.loop import RunComponents
@@ -53,6 +54,14 @@ def build_task(cfg: RetrainConfig) -> TaskData:
 
 
 def _load_task(cfg: RetrainConfig) -> TaskData:
+    if cfg.environment.provider:
+        # deferred: an environment's package (verifiers) loads only for runs that use one
+        from retrain_ray.environments import load_environment
+
+        train, held_out = load_environment(cfg.environment).examples()
+        if not train:
+            raise ValueError(f"[environment] {cfg.environment.provider} {cfg.environment.id!r} has no examples")
+        return TaskData(train=train, eval=held_out)
     if is_dotted_path(cfg.data.source):
         # deferred: loads pydantic, which importing this module does not need
         from retrain_ray.run.plugins import load_plugin_examples
@@ -180,4 +189,15 @@ def build_components(
         needs_planning=modes.needs_planning,
         advisor=advisor or build_advisor(cfg),
         observer=observer,
+        environment=build_environment(cfg),
     )
+
+
+def build_environment(cfg: RetrainConfig) -> Environment | None:
+    """The run's `[environment]` (None: single-turn prompts from `[data]`)."""
+    if not cfg.environment.provider:
+        return None
+    # deferred: an environment's package (verifiers) loads only for runs that use one
+    from retrain_ray.environments import load_environment
+
+    return load_environment(cfg.environment)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
@@ -29,6 +30,13 @@ from retrain_ray.algorithms import (
     compute_group_advantages,
     is_adaptive_delight,
     reward_tie_stats,
+)
+from retrain_ray.algorithms.echo import EchoSettings, budget_masks, echo_budget, observation_span
+from retrain_ray.algorithms.turns import (
+    ema_update,
+    outcome_advantages,
+    tl_grpo_turn_advantages,
+    turn_token_advantages,
 )
 from retrain_ray.algorithms.types import param_table
 from retrain_ray.backends.types import TrainBatch
@@ -64,6 +72,10 @@ class CreditSettings:
     hicra_alpha: float = 0.2
     batch_advantage_norm: bool = False
     adv_clip_max: float = 0.0
+    tl_grpo: bool = False
+    tl_grpo_ema_decay: float = 0.9
+    tl_grpo_baseline: float | None = None  # the run's EMA of episode rewards before this step (TL-GRPO)
+    echo: EchoSettings | None = None  # `[echo]` when enabled
 
     @classmethod
     def from_config(cls, cfg: RetrainConfig) -> CreditSettings:
@@ -86,11 +98,17 @@ class CreditSettings:
             hicra_alpha=cfg.hicra.alpha,
             batch_advantage_norm=cfg.training.batch_advantage_norm,
             adv_clip_max=cfg.training.adv_clip_max,
+            tl_grpo=cfg.training.tl_grpo,
+            tl_grpo_ema_decay=cfg.training.tl_grpo_ema_decay,
+            echo=_echo_settings(cfg),
         )
 
-    def for_step(self, delight_eta_prev: float | None) -> CreditSettings:
+    def for_step(self, delight_eta_prev: float | None, tl_grpo_ema: float | None = None) -> CreditSettings:
         """These settings with the run's delight eta state handed to an adaptive eta (as the original:
-        only once a previous step logged one, and only where `delight_eta_mode` is adaptive)."""
+        only once a previous step logged one, and only where `delight_eta_mode` is adaptive), and
+        TL-GRPO's EMA baseline."""
+        if tl_grpo_ema is not None:
+            return replace(self, tl_grpo_baseline=tl_grpo_ema).for_step(delight_eta_prev)
         if delight_eta_prev is None:
             return self
         nested = dict(param_table(self.algorithm_params.get("transform_params") or self.transform_params))
@@ -99,6 +117,16 @@ class CreditSettings:
             transform_params=_with_prev_eta(self.transform_params, delight_eta_prev),
             algorithm_params={**self.algorithm_params, "transform_params": _with_prev_eta(nested, delight_eta_prev)},
         )
+
+
+def _echo_settings(cfg: RetrainConfig) -> EchoSettings | None:
+    e = cfg.echo
+    if not e.enabled:
+        return None
+    return EchoSettings(weight=e.weight, target_retention=e.target_retention, max_tokens_per_step=e.max_tokens_per_step,
+                        max_token_ratio=e.max_token_ratio, entropy_floor=e.entropy_floor,
+                        min_prompt_overlap=e.min_prompt_overlap,
+                        require_live_observation_bridge=e.require_live_observation_bridge)
 
 
 def _with_prev_eta(params: dict[str, object], eta: float) -> dict[str, object]:
@@ -146,21 +174,34 @@ def assign_credit(groups: list[Group], settings: CreditSettings, sepa_lambda: fl
     logprobs_D: list[list[float]] = []
     advantages_D: list[list[float]] = []
     prompt_lens_D: list[int] = []
+    echo_D: list[list[float]] = []
     stats_rows: list[dict[str, float]] = []
     extras: dict[str, list[float]] = {}
-    for group, uniform in zip(groups, ties.uniform_G, strict=True):
-        if uniform and not settings.batch_advantage_norm:
+    turn_advantages_G = _turn_advantages(groups, settings, metrics)
+    for group, uniform, turn_advs in zip(groups, ties.uniform_G, turn_advantages_G, strict=True):
+        # kept: for batch norm (zero advantages), TL-GRPO (its turns differ) and ECHO (observation targets)
+        if uniform and not settings.batch_advantage_norm and not settings.tl_grpo and settings.echo is None:
             continue
         result = _group_advantages(group, settings, sepa_lambda)
         stats_rows.append(result.stats.as_metrics())
         for key, value in result.extra_metrics.items():
             extras.setdefault(key, []).append(float(value))
+        if group.episodes_G is not None:
+            for tokens, logprobs, advs, n_prompt, echo in _turn_datums(group, result.token_advantages, turn_advs,
+                                                                        settings.echo):
+                tokens_D.append(tokens)
+                logprobs_D.append(logprobs)
+                advantages_D.append(advs)
+                prompt_lens_D.append(n_prompt)
+                echo_D.append(echo)
+            continue
         for sample, token_advs in zip(group.samples_G, result.token_advantages, strict=True):
             n_prompt = len(group.prompt_ids)
             tokens_D.append(list(group.prompt_ids) + list(sample.token_ids))
             logprobs_D.append([0.0] * n_prompt + list(sample.logprobs))
             advantages_D.append([0.0] * n_prompt + [float(a) for a in token_advs])
             prompt_lens_D.append(n_prompt)
+            echo_D.append([0.0] * len(tokens_D[-1]))
     for key in SURPRISAL_STAT_KEYS:
         metrics[key] = _mean_of([row.get(key, 0.0) for row in stats_rows])
     for legacy, source in (("exec_entropy_mean", "exec_surprisal_mean"), ("exec_entropy_var", "exec_surprisal_var"),
@@ -174,12 +215,67 @@ def assign_credit(groups: list[Group], settings: CreditSettings, sepa_lambda: fl
     metrics["rl/nonzero_advantage_action_tokens"] = float(nonzero)
     metrics["num_datums"] = float(len(tokens_D))
     metrics.update(_action_token_metrics(groups, logprobs_D, prompt_lens_D))
-    if not trains(num_datums=len(tokens_D), nonzero_tokens=nonzero, settings=settings):
+    echo_mask_D = None
+    if settings.echo is not None:
+        echo_mask_D = budget_masks(echo_D, echo_budget(settings.echo, nonzero))
+        metrics["echo/observation_tokens"] = float(_count_nonzero(echo_D))
+    echo_targets = _count_nonzero(echo_mask_D) if echo_mask_D is not None else 0
+    if not trains(num_datums=len(tokens_D), nonzero_tokens=nonzero + echo_targets, settings=settings):
         metrics["tokens_per_step"] = 0.0
         return Credit(batch=None, metrics=metrics)
-    batch = TrainBatch(tokens_D, logprobs_D, advantages_D, prompt_lens_D, temperature=temperature)
+    batch = TrainBatch(tokens_D, logprobs_D, advantages_D, prompt_lens_D, temperature=temperature,
+                       echo_mask_D=echo_mask_D, echo_weight=settings.echo.weight if settings.echo else 0.0,
+                       echo_entropy_floor=settings.echo.entropy_floor if settings.echo else 0.0)
     metrics["tokens_per_step"] = float(batch.num_tokens)
     return Credit(batch=batch, metrics=metrics)
+
+
+def _turn_advantages(groups: list[Group], settings: CreditSettings, metrics: dict[str, float]) -> list[list[list[float]]]:
+    """Per group, per episode: the per-turn advantages that replace the episode-level ones (empty:
+    none). TL-GRPO's come from the branch rewards and the EMA baseline, which each group updates in
+    turn (the next group's baseline has seen this group's rewards, as in the original); otherwise the
+    environment's own (MT-GRPO)."""
+    ema = settings.tl_grpo_baseline
+    out: list[list[list[float]]] = []
+    for group in groups:
+        episodes = group.episodes_G or []
+        if settings.tl_grpo and ema is not None:
+            outcomes = outcome_advantages(group.rewards_G, ema)
+            out.append([tl_grpo_turn_advantages(e.branch_rewards, o) for e, o in zip(episodes, outcomes, strict=False)])
+            ema = ema_update(ema, group.rewards_G, settings.tl_grpo_ema_decay)
+        else:
+            out.append([list(e.turn_advantages) for e in episodes])
+    if settings.tl_grpo and ema is not None:
+        metrics["tl_grpo_ema"] = ema
+    return out
+
+
+def _turn_datums(
+    group: Group, token_advantages: list[list[float]], turn_advantages: list[list[float]], echo: EchoSettings | None
+) -> Iterator[tuple[list[int], list[float], list[float], int, list[float]]]:
+    """One datum per turn of each finished episode (a truncated one has none): the turn's prompt and
+    completion, its advantages from `turn_token_advantages`, and its ECHO targets (the observation in its
+    prompt; zeros without ECHO)."""
+    for episode, token_advs, turn_advs in zip(group.episodes_G or [], token_advantages, turn_advantages, strict=True):
+        if episode.truncated:
+            continue
+        per_turn = turn_token_advantages(episode.turn_lengths, token_advs, turn_advs)
+        previous: list[int] = []
+        for turn, advs in zip(episode.turns, per_turn, strict=True):
+            n_prompt = len(turn.prompt_ids)
+            tokens = list(turn.prompt_ids) + list(turn.sample.token_ids)
+            mask = [0.0] * len(tokens)
+            if echo is not None and previous:
+                span = observation_span(previous, turn.prompt_ids, echo.min_prompt_overlap)
+                if span is None and echo.require_live_observation_bridge:
+                    raise ValueError("echo.require_live_observation_bridge: a turn's prompt does not continue the "
+                                     f"previous turn's prompt and completion (less than min_prompt_overlap = "
+                                     f"{echo.min_prompt_overlap} shared), so its observation cannot be found; "
+                                     "set require_live_observation_bridge = false or lower min_prompt_overlap")
+                for p in range(*(span or (0, 0))):
+                    mask[p] = 1.0
+            previous = tokens
+            yield (tokens, [0.0] * n_prompt + list(turn.sample.logprobs), [0.0] * n_prompt + advs, n_prompt, mask)
 
 
 def trains(*, num_datums: int, nonzero_tokens: int, settings: CreditSettings) -> bool:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -28,18 +29,21 @@ from retrain_ray.backends.types import TrainBackend, TrainBatch, TrainStepResult
 from retrain_ray.backpressure.types import BackPressureAdvisor, Decision, StepObservation
 from retrain_ray.data import next_batch
 from retrain_ray.data.types import Example
-from retrain_ray.engines.types import SamplingEngine, SamplingParams, WeightUpdate
+from retrain_ray.engines.types import SampleResult, SamplingEngine, SamplingParams, WeightUpdate
+from retrain_ray.environments.types import Environment
 from retrain_ray.logs import select_generation_samples
 from retrain_ray.rewards.types import Reward
 from retrain_ray.run.checkpoint import CheckpointManager
 from retrain_ray.run.credit import CreditSettings, assign_credit, logical_batch_sha256
 from retrain_ray.run.divergence import DivergenceError, DivergenceWatch, stop_message
 from retrain_ray.run.lr_schedule import LRSchedule
+from retrain_ray.run.multiturn import Branching, multiturn_rollout
 from retrain_ray.run.rollout import (
     EndpointCounters,
     Group,
     PlanningDetector,
     Rollout,
+    planning_masks,
     reward_counters,
     rollout,
     rollout_metrics,
@@ -73,6 +77,7 @@ class RunComponents:
     needs_planning: bool
     advisor: BackPressureAdvisor
     observer: RunObserver
+    environment: Environment | None = None  # `[environment]`: episodes are multi-turn, examples its own
 
 
 @dataclass(frozen=True)
@@ -86,6 +91,7 @@ class RLStep:
     next_batch_size: int  # the advisor's recommendation
     generations: list[MetricsRow]  # the step's generation-log rows, recorded after its metrics row
     delight_eta: float | None = None  # the step's `dg_eta` (delight transforms): the adaptive eta's EMA state
+    tl_grpo_ema: float | None = None  # TL-GRPO's EMA baseline after this step's episodes
 
 
 class RunLoop:
@@ -152,6 +158,8 @@ class RunLoop:
         state.current_batch_size = result.next_batch_size
         if result.delight_eta is not None:
             state.delight_eta_ema = result.delight_eta
+        if result.tl_grpo_ema is not None:
+            state.tl_grpo_ema = result.tl_grpo_ema
 
     # ---- one RL step ------------------------------------------------------------------------
     def rl_step(self, step: int, state: TrainerState) -> RLStep:
@@ -164,7 +172,7 @@ class RunLoop:
                 self.sync_weights()
             sepa_lambda = self.parts.sepa.resolve_lambda(float(step)) if self.parts.sepa else 0.0
             examples, example_idx = next_batch(self.parts.train_examples, state.example_idx, state.current_batch_size)
-            out = self.sample(examples, state.current_group_size)
+            out = self.sample(examples, state.current_group_size, step=step)
             metrics["sample_time_s"] = out.sample_time_s
             metrics.update(self.endpoint.read(self.parts.engine))  # the engine's retries while sampling
             metrics["score_time_s"] = out.score_time_s
@@ -172,8 +180,8 @@ class RunLoop:
             metrics.update(rollout_metrics(out.groups, self.cfg.training.max_tokens))
             self.observe_sepa(out.groups, metrics["correct_rate"])
             with timed(metrics, "advantage_time_s"):
-                credit = assign_credit(out.groups, self.credit.for_step(state.delight_eta_ema), sepa_lambda,
-                                       self.cfg.training.temperature)
+                credit = assign_credit(out.groups, self.credit.for_step(state.delight_eta_ema, state.tl_grpo_ema),
+                                       sepa_lambda, self.cfg.training.temperature)
             metrics.update(credit.metrics)
             metrics["lr"] = self.schedule.lr_at(step)
             train = self.update(credit.batch, metrics)
@@ -193,7 +201,8 @@ class RunLoop:
         decision = self.advise(step, state, metrics, tokens, skipped=train is None)
         row.update(decision.to_metrics())
         return RLStep(row, example_idx, out.correct_count, out.num_completions, int(decision.recommended_batch_size),
-                      self.generation_rows(step, out.groups), delight_eta=credit.metrics.get("dg_eta"))
+                      self.generation_rows(step, out.groups), delight_eta=credit.metrics.get("dg_eta"),
+                      tl_grpo_ema=credit.metrics.get("tl_grpo_ema"))
 
     def update(self, batch: TrainBatch | None, metrics: dict[str, float]) -> TrainStepResult | None:
         """One optimizer update on `batch` at the step's `metrics["lr"]` (None: nothing to train, no update);
@@ -236,12 +245,39 @@ class RunLoop:
                 f"sampler reports weights version {engine.weights_version} after loading {update.version}"
             )
 
-    def sample(self, examples: list[Example], group_size: int) -> Rollout:
-        """`group_size` scored completions per example at the run's sampling settings."""
+    def sample(self, examples: list[Example], group_size: int, *, step: int = 0) -> Rollout:
+        """`group_size` scored completions per example at the run's sampling settings (with an
+        environment: `group_size` episodes per example)."""
         parts = self.parts
+        if parts.environment is not None:
+            return self.play(examples, group_size, self.sampling, branching=self.branching(step))
         return rollout(parts.engine, examples, [self.encode(ex.prompt) for ex in examples],
                        group_size=group_size, params=self.sampling, tokenizer=parts.tokenizer, reward=parts.reward,
                        detect_planning=parts.detect_planning if parts.needs_planning else None)
+
+    def play(self, examples: list[Example], group_size: int, params: SamplingParams, *,
+             branching: Branching | None) -> Rollout:
+        """Multi-turn episodes of the run's environment (run/multiturn.py)."""
+        parts = self.parts
+        assert parts.environment is not None
+        tokenizer = parts.tokenizer
+        detect = parts.detect_planning if parts.needs_planning else None
+
+        def mark(samples: list[SampleResult]) -> list[list[int]]:
+            return planning_masks(samples, tokenizer, detect)
+
+        return multiturn_rollout(
+            parts.engine, parts.environment, examples, group_size=group_size, params=params, encode=self.encode,
+            decode=lambda ids: list(tokenizer.batch_decode(ids, skip_special_tokens=True)),
+            max_turns=self.cfg.environment.max_turns, branching=branching, mark_planning=mark)
+
+    def branching(self, step: int) -> Branching | None:
+        """TL-GRPO's branch settings for `step` (its random choices are seeded by the run's seed and the step)."""
+        t = self.cfg.training
+        if not t.tl_grpo:
+            return None
+        return Branching(t.tl_grpo_branch_mode, t.tl_grpo_branch_size, t.tl_grpo_lookahead_steps,
+                         random.Random(f"tl_grpo:{self.cfg.training.seed}:{step}"))
 
     def encode(self, prompt: str) -> list[int]:
         if prompt not in self._prompt_cache:
@@ -304,6 +340,8 @@ class RunLoop:
         self.sync_weights()
         examples = self.parts.eval_examples[: self.cfg.training.eval_examples]
         params = SamplingParams(max_tokens=self.cfg.training.max_tokens, temperature=0.0, top_p=1.0)
+        if self.parts.environment is not None:
+            return eval_row(self.run_name, step, self.play(examples, 1, params, branching=None).groups)
         out = rollout(self.parts.engine, examples, [self.encode(e.prompt) for e in examples], group_size=1,
                       params=params, tokenizer=self.parts.tokenizer, reward=self.parts.reward)
         return eval_row(self.run_name, step, out.groups)

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, TypeVar, cast
 from retrain_ray.data.types import Example
 from retrain_ray.engines.types import SampleResult, SamplingEngine, SamplingParams
 from retrain_ray.rewards.types import Reward
+from retrain_ray.run.episodes import EpisodeRecord
 from retrain_ray.util.finite import check_rewards
 
 if TYPE_CHECKING:
@@ -26,7 +27,8 @@ PlanningDetector = Callable[[list[str]], list[int]]
 
 @dataclass(frozen=True)
 class Group:
-    """One prompt and its `group_size` completions, decoded and scored."""
+    """One prompt and its `group_size` completions, decoded and scored. A multi-turn group also keeps
+    its episodes (`episodes_G`); its samples are then each episode's turns joined."""
 
     example: Example
     prompt_ids: list[int]
@@ -34,6 +36,7 @@ class Group:
     texts_G: list[str]
     rewards_G: list[float]
     planning_masks_G: list[list[int]]
+    episodes_G: list[EpisodeRecord] | None = None
 
 
 @dataclass(frozen=True)
@@ -71,7 +74,7 @@ def rollout(
     results_P_G = [list(res_G) for res_G in engine.generate(prompt_ids_P, group_size, params)]
     sampled = time.perf_counter()
     texts_P_G = _decode(results_P_G, tokenizer)
-    masks_P_G = [_planning_masks(res_G, tokenizer, detect_planning) for res_G in results_P_G]
+    masks_P_G = [planning_masks(res_G, tokenizer, detect_planning) for res_G in results_P_G]
     rewards_P_G = _score(texts_P_G, examples_P, reward)
     groups = [
         Group(example=ex, prompt_ids=ids, samples_G=res_G, texts_G=texts_G, rewards_G=rewards_G,
@@ -87,7 +90,7 @@ def _decode(results_P_G: list[list[SampleResult]], tokenizer: Tokenizer) -> list
     return _split(tokenizer.batch_decode(flat, skip_special_tokens=True), results_P_G)
 
 
-def _planning_masks(
+def planning_masks(
     samples_G: list[SampleResult], tokenizer: Tokenizer, detect_planning: PlanningDetector | None
 ) -> list[list[int]]:
     if detect_planning is None:

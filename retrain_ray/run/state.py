@@ -36,6 +36,7 @@ class TrainerState:
     wall_time_s: float = 0.0
     sft_finished: bool = False
     delight_eta_ema: float | None = None  # the last step's delight eta; an adaptive eta smooths towards it
+    tl_grpo_ema: float | None = None  # TL-GRPO's EMA of episode rewards (its outcome baseline); None: off
 
     @property
     def next_step(self) -> int:

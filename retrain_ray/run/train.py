@@ -54,6 +54,10 @@ def _restore(loop: RunLoop, checkpoint: Path) -> TrainerState:
     if state.backpressure:
         parts.advisor.load_state_dict(state.backpressure)
     restore_rng_state(state.rng, engine_generators(parts.engine))
+    t = loop.cfg.training
+    # the saved baseline counts only while TL-GRPO is on (spec 10); a checkpoint without one starts afresh
+    state.tl_grpo_ema = (state.tl_grpo_ema if state.tl_grpo_ema is not None else t.tl_grpo_ema_init) if t.tl_grpo \
+        else None
     log.info("resuming %s after step %d from %s", loop.run_name, state.step, checkpoint)
     return state
 
@@ -125,4 +129,5 @@ def _fresh_state(cfg: RetrainConfig, parts: RunComponents) -> TrainerState:
     t = cfg.training
     initial = getattr(parts.advisor, "initial_batch_size", None)
     batch_size = initial(t.batch_size) if initial else t.batch_size
-    return TrainerState(current_batch_size=batch_size, current_group_size=t.group_size)
+    return TrainerState(current_batch_size=batch_size, current_group_size=t.group_size,
+                        tl_grpo_ema=t.tl_grpo_ema_init if t.tl_grpo else None)

@@ -30,7 +30,8 @@ from retrain_ray.algorithms.loss import policy_loss
 from retrain_ray.backends.local import checkpoint as ckpt
 from retrain_ray.backends.local.adamw import make_adamw
 from retrain_ray.backends.local.batching import count_action_tokens, microbatches
-from retrain_ray.backends.local.scoring import scored_logprobs
+from retrain_ray.backends.local.echo_loss import EchoSums
+from retrain_ray.backends.local.scoring import logprobs_from_logits, next_token_logits, scored_logprobs
 from retrain_ray.backends.registry import BUILTIN_CAPABILITIES
 from retrain_ray.backends.types import TrainBatch, TrainStepResult
 from retrain_ray.engines.train_mode import ModeSwitch
@@ -108,13 +109,15 @@ class LocalBackend:
         sums = {"loss": 0.0, "clip": 0.0, "cov": 0.0, "kl": 0.0, "tokens": 0, "mb": 0}
         self._begin_update()
         loss_kwargs = asdict(self.loss)
+        echo = EchoSums(batch)
         for mb in microbatches(batch, self._rows_per_microbatch(batch), self.device):
-            new_lp_B_S = scored_logprobs(self.model, mb, batch.temperature, self.top_p)
+            logits_B_S_V = next_token_logits(self.model, mb)
+            new_lp_B_S = logprobs_from_logits(logits_B_S_V, mb, batch.temperature, self.top_p)
             out = policy_loss(
                 new_lp_B_S, mb.old_logprobs_B_S, mb.advantages_B_S, mb.action_mask_B_S,
                 generator=self._loss_generator, **loss_kwargs,
             )
-            (out.loss_sum / total).backward()  # pyright: ignore[reportUnknownMemberType]
+            (out.loss_sum / total + echo.term(logits_B_S_V, mb)).backward()  # pyright: ignore[reportUnknownMemberType]
             sums["loss"] += float(out.loss_sum.detach())
             sums["clip"] += float(out.clip_fraction_sum)
             sums["cov"] += float(out.cov_fraction_sum)
@@ -130,6 +133,7 @@ class LocalBackend:
             "local_action_tokens": float(sums["tokens"]),
             "local_microbatches": float(sums["mb"]),
             "local_train_step_s": time.perf_counter() - started,
+            **echo.metrics(),
         }
         return TrainStepResult(loss=sums["loss"] / total, metrics=metrics)
 

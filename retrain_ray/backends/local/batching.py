@@ -26,6 +26,7 @@ class MicroBatch:
     old_logprobs_B_S: torch.Tensor
     advantages_B_S: torch.Tensor
     action_mask_B_S: torch.Tensor  # bool: real target with nonzero advantage
+    echo_mask_B_S: torch.Tensor | None = None  # ECHO targets (float 0/1), when the batch has any
 
 
 def count_action_tokens(batch: TrainBatch) -> int:
@@ -46,6 +47,9 @@ def make_microbatch(batch: TrainBatch, rows: range, device: torch.device) -> Mic
     old = _pad([batch.logprobs_D[i] for i in rows], width, torch.float32)
     adv = _pad([batch.advantages_D[i] for i in rows], width, torch.float32)
     action = (mask[:, 1:] > 0) & (adv[:, 1:] != 0)
+    echo = None
+    if batch.echo_mask_D is not None:
+        echo = _pad([batch.echo_mask_D[i] for i in rows], width, torch.float32)[:, 1:].to(device)
     return MicroBatch(
         input_ids_B_T=ids.to(device),
         attention_mask_B_T=mask.to(device),
@@ -53,6 +57,7 @@ def make_microbatch(batch: TrainBatch, rows: range, device: torch.device) -> Mic
         old_logprobs_B_S=old[:, 1:].to(device),
         advantages_B_S=adv[:, 1:].to(device),
         action_mask_B_S=action.to(device),
+        echo_mask_B_S=echo,
     )
 
 

@@ -1,0 +1,46 @@
+"""Multi-turn environments (`[environment]`): the `Environment` protocol, the ones shipped with
+retrain-ray (`provider = "builtin"`) and the adapters to other packages' environments."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING
+
+from retrain_ray.environments.types import Branchable, Environment, Episode, TurnResult
+
+if TYPE_CHECKING:
+    from retrain_ray.config.sections_aux import EnvironmentSection
+
+__all__ = ["BUILTIN", "Branchable", "Environment", "Episode", "TurnResult", "environment_args", "load_environment"]
+
+
+def _digit_chain(args: Mapping[str, object]) -> Environment:
+    from retrain_ray.environments.digit_chain import DigitChain
+
+    return DigitChain(args)
+
+
+BUILTIN: dict[str, Callable[[Mapping[str, object]], Environment]] = {"digit_chain": _digit_chain}
+
+
+def environment_args(section: EnvironmentSection) -> dict[str, object]:
+    """`[environment] args` as a mapping (the section keeps it as JSON text, as the original)."""
+    if not section.args.strip():
+        return {}
+    parsed: object = json.loads(section.args)
+    if not isinstance(parsed, dict):
+        raise ValueError("environment.args must be a JSON object (a TOML table)")
+    return {str(k): v for k, v in parsed.items()}  # pyright: ignore[reportUnknownVariableType]
+
+
+def load_environment(section: EnvironmentSection) -> Environment:
+    """The environment `[environment]` names; an unknown id is an error naming the key and the choices."""
+    args = environment_args(section)
+    if section.provider == "builtin":
+        factory = BUILTIN.get(section.id)
+        if factory is None:
+            raise ValueError(f"environment.id: no built-in environment {section.id!r}; choose one of "
+                             f"{', '.join(sorted(BUILTIN))}")
+        return factory(args)
+    raise ValueError(f"environment.provider: {section.provider!r} has no adapter here; use \"builtin\"")

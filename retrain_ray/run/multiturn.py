@@ -1,0 +1,155 @@
+"""Multi-turn rollout: episodes of an `[environment]` -> frozen, scored groups (spec 1.5, multi-turn).
+
+Every active episode of the step samples its next turn in one engine call per turn (one completion
+per episode); the environment scores each turn as it comes. A finished group asks the environment for
+per-turn advantages (MT-GRPO) and, with TL-GRPO, replays each turn's alternatives from the same state
+to get its branch rewards. An episode still running after `max_turns` turns is truncated: it counts in
+the rewards but gets no datum.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from retrain_ray.algorithms.turns import (
+    Alternatives,
+    TurnAction,
+    action_space_alternatives,
+    branch_rewards,
+)
+from retrain_ray.data.types import Example
+from retrain_ray.engines.types import SampleResult, SamplingEngine, SamplingParams
+from retrain_ray.environments.types import Branchable, Environment, Episode
+from retrain_ray.run.episodes import EpisodeRecord, TurnRecord, joined_sample
+from retrain_ray.run.rollout import Group, Rollout
+from retrain_ray.util.finite import check_rewards
+
+Encode = Callable[[str], list[int]]
+Decode = Callable[[list[list[int]]], list[str]]
+MarkPlanning = Callable[[list[SampleResult]], list[list[int]]]
+
+
+@dataclass(frozen=True)
+class Branching:
+    """TL-GRPO's branch settings (`[training] tl_grpo_*`)."""
+
+    mode: str  # "action_space" | "llm"
+    size: int
+    lookahead_steps: int
+    rng: random.Random
+
+
+@dataclass
+class _Live:
+    """An episode being rolled out."""
+
+    example: Example
+    episode: Episode
+    prompt: str
+    turns: list[TurnRecord]
+    cumulative: float = 0.0
+    done: bool = False
+
+
+def multiturn_rollout(
+    engine: SamplingEngine,
+    environment: Environment,
+    examples_P: Sequence[Example],
+    *,
+    group_size: int,
+    params: SamplingParams,
+    encode: Encode,
+    decode: Decode,
+    max_turns: int,
+    branching: Branching | None = None,
+    mark_planning: MarkPlanning | None = None,
+) -> Rollout:
+    """`group_size` episodes per example, played to the end (or `max_turns` > 0), scored per turn."""
+    start = time.perf_counter()
+    live_P_G = [[_start(environment, ex) for _ in range(group_size)] for ex in examples_P]
+    episodes = [e for row in live_P_G for e in row]
+    turn = 0
+    while active := [e for e in episodes if not e.done]:
+        if 0 < max_turns <= turn:
+            break
+        _play_turn(engine, active, params, encode, decode)
+        turn += 1
+    sampled = time.perf_counter()
+    groups = [_group(engine, environment, ex, row, params, encode, decode, branching, mark_planning)
+              for ex, row in zip(examples_P, live_P_G, strict=True)]
+    return Rollout(groups, sample_time_s=sampled - start, score_time_s=time.perf_counter() - sampled)
+
+
+def _start(environment: Environment, example: Example) -> _Live:
+    episode = environment.reset(example)
+    return _Live(example, episode, episode.prompt(), [])
+
+
+def _play_turn(engine: SamplingEngine, active: list[_Live], params: SamplingParams, encode: Encode,
+               decode: Decode) -> None:
+    prompt_ids = [encode(e.prompt) for e in active]
+    samples = [res_G[0] for res_G in engine.generate(prompt_ids, 1, params)]
+    texts = decode([list(s.token_ids) for s in samples])
+    for live, ids, sample, text in zip(active, prompt_ids, samples, texts, strict=True):
+        result = live.episode.step(text)
+        if not math.isfinite(float(result.reward)):
+            raise ValueError(f"environment: turn {len(live.turns) + 1} of {live.example.prompt[:40]!r} has reward "
+                             f"{result.reward!r}; every turn reward must be a finite number")
+        live.cumulative += result.reward
+        live.turns.append(TurnRecord(ids, sample, text, TurnAction(result.action, result.reward, live.cumulative)))
+        if result.done or result.observation is None:
+            live.done = True
+        else:
+            live.prompt = result.observation
+
+
+def _group(engine: SamplingEngine, environment: Environment, example: Example, live_G: list[_Live],
+           params: SamplingParams, encode: Encode, decode: Decode, branching: Branching | None,
+           mark_planning: MarkPlanning | None) -> Group:
+    rewards = [float(e.episode.reward()) for e in live_G]
+    texts = ["\n".join(t.text for t in e.turns) for e in live_G]
+    check_rewards(rewards, texts, f"environment {environment.name}")
+    given = environment.turn_advantages([e.episode for e in live_G])
+    records = [
+        EpisodeRecord(turns=list(e.turns), reward=r, truncated=not e.done, turn_advantages=[float(a) for a in adv],
+                      branch_rewards=_branches(engine, environment, e, params, decode, branching))
+        for e, r, adv in zip(live_G, rewards, given, strict=True)
+    ]
+    samples = [joined_sample(e.turns) for e in live_G]
+    masks = mark_planning(samples) if mark_planning else [[0] * len(s.token_ids) for s in samples]
+    first_ids = records[0].turns[0].prompt_ids if records and records[0].turns else encode(example.prompt)
+    return Group(example=example, prompt_ids=first_ids, samples_G=samples, texts_G=texts, rewards_G=rewards,
+                 planning_masks_G=masks, episodes_G=records)
+
+
+def _branches(engine: SamplingEngine, environment: Environment, live: _Live, params: SamplingParams,
+              decode: Decode, branching: Branching | None) -> list[list[float]]:
+    if branching is None or not live.done:
+        return []
+    if not isinstance(environment, Branchable):
+        raise TypeError(f"environment {environment.name} cannot replay actions; TL-GRPO needs one that can")
+    env: Branchable = environment
+    example = live.example
+    turns = [t.action for t in live.turns]
+    if branching.mode == "action_space":
+        pick = action_space_alternatives(lambda before: env.legal_actions(example, before),
+                                         [t.action for t in turns], branching.size, branching.rng)
+    else:
+        pick = _sampled_alternatives(engine, env, live.turns, params, decode, branching.size)
+    return branch_rewards(turns, lambda actions: env.replay(example, actions), pick,
+                          lookahead_steps=branching.lookahead_steps)
+
+
+def _sampled_alternatives(engine: SamplingEngine, env: Branchable, turns: list[TurnRecord], params: SamplingParams,
+                          decode: Decode, size: int) -> Alternatives:
+    """`branch_mode = "llm"`: `size - 1` completions sampled for the turn's own prompt."""
+
+    def pick(turn: int, before: Sequence[str]) -> list[str | None]:
+        (samples,) = engine.generate([turns[turn].prompt_ids], size - 1, params)
+        return [env.parse_action(text) for text in decode([list(s.token_ids) for s in samples])]
+
+    return pick
