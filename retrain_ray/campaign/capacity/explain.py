@@ -120,14 +120,14 @@ def overheads(calibration: Calibration | None) -> Overheads:
     )
 
 
-def checkpoint_use(campaign: CampaignSection, t: TrainingSection, num_runs: int,
+def checkpoint_use(campaign: CampaignSection, training: TrainingSection, num_runs: int,
                    calibration: Calibration | None) -> CheckpointUse | None:
     """The run's own checkpoints (the kept ones and `final`) and Tune's copies of them (bounded alike)."""
     size = max((r.checkpoint_bytes for r in calibration.runs if r.checkpoint_bytes), default=0) if calibration else 0
-    if not size or t.save_every <= 0:
+    if not size or training.save_every <= 0:
         return None
-    own = kept_checkpoints(campaign.max_steps, t.save_every, t.keep_last_checkpoints) + 1
-    tune_copies = min(own, t.keep_last_checkpoints) if t.keep_last_checkpoints > 0 else own
+    own = kept_checkpoints(campaign.max_steps, training.save_every, training.keep_last_checkpoints) + 1
+    tune_copies = min(own, training.keep_last_checkpoints) if training.keep_last_checkpoints > 0 else own
     return CheckpointUse(size, own + (0 if campaign.storage else tune_copies), num_runs)
 
 
