@@ -76,8 +76,8 @@ def test_the_estimate_uses_the_pilots_step_times_and_start_up(pilot, tmp_path) -
     cal = read_calibration(pilot)
 
     def wall(c: Calibration):
-        return plan_capacity(cfg, specs, calibration=c, how="test", median_step_time=None, gpus_per_run=0,
-                             gpus_available=None).estimate
+        return plan_capacity(cfg, cfg.campaign, specs, calibration=c, how="test", median_step_time=None,
+                             gpus_per_run=0, gpus_available=None).estimate
 
     once, twice = wall(cal), wall(_scaled(cal, 2.0))
     steps_once = once.warm_start_seconds + once.rl_seconds

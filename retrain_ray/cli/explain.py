@@ -153,24 +153,26 @@ def describe(cfg: RetrainConfig, sizing: Sizing) -> dict[str, Any]:
     out: dict[str, Any] = {"kind": "campaign" if cfg.campaign is not None else "run", "run": describe_run(cfg)}
     if cfg.squeeze is not None:
         out["squeeze"] = cfg.squeeze.model_dump(mode="json")
-    if cfg.campaign is None:
+    campaign = cfg.campaign
+    if campaign is None:
         return out
     runs = expand_runs(cfg)
-    labels = [c.label for c in cfg.campaign.conditions]
-    calibration, how = load_calibration(cfg, sizing.file, sizing.calibrate)
-    cap = plan_capacity(cfg, runs, calibration=calibration, how=how, median_step_time=sizing.median_step_time,
+    labels = [c.label for c in campaign.conditions]
+    calibration, how = load_calibration(cfg, campaign, sizing.file, sizing.calibrate)
+    cap = plan_capacity(cfg, campaign, runs, calibration=calibration, how=how,
+                        median_step_time=sizing.median_step_time,
                         gpus_per_run=out["run"]["resources_per_run"]["gpus"], gpus_available=sizing.gpus_available)
     out["campaign"] = {
         "conditions": labels,
-        "seeds": list(cfg.campaign.seeds),
-        "max_steps": cfg.campaign.max_steps,
+        "seeds": list(campaign.seeds),
+        "max_steps": campaign.max_steps,
         "total_runs": len(runs),
-        "parallel": cfg.campaign.parallel,
-        "max_workers": cfg.campaign.max_workers,
+        "parallel": campaign.parallel,
+        "max_workers": campaign.max_workers,
         "gpus_available": sizing.gpus_available,
         "matrix": {label: {str(r.seed): r.run_name for r in runs if r.condition_label == label}
                    for label in labels},
-        "capacity": capacity_dict(cap, cfg, len(labels)),
+        "capacity": capacity_dict(cap, cfg, campaign, len(labels)),
     }
     adaptive = adaptive_plan(cfg)
     if adaptive is not None:  # [campaign.adaptive]: the rungs and the step budgets (campaign/adaptive/plan.py)

@@ -20,6 +20,7 @@ from __future__ import annotations
 import heapq
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TypedDict
 
 
 @dataclass(frozen=True)
@@ -69,6 +70,32 @@ class CheckpointUse:
         return self.bytes_per_checkpoint * self.kept_per_run * self.runs
 
 
+class CheckpointDiskJson(TypedDict):
+    bytes_per_checkpoint: int
+    kept_per_run: int
+    runs: int
+    total_bytes: int
+
+
+class _EstimateJsonRequired(TypedDict):
+    estimated_wall_time_s: float
+    campaign_startup_s: float
+    schedule_s: float
+    campaign_teardown_s: float
+    slots: int
+    slots_limited_by: str
+    warm_start_step_seconds: float
+    rl_step_seconds: float
+    stagger_wait_s: float
+    run_seconds: dict[str, float]
+
+
+class EstimateJson(_EstimateJsonRequired, total=False):
+    """`Estimate.to_dict`: the JSON `retrain-ray explain` prints as the capacity's "parts"."""
+
+    checkpoint_disk: CheckpointDiskJson  # only where the runs save checkpoints of a known size
+
+
 @dataclass(frozen=True)
 class Estimate:
     """The estimate and its parts (seconds)."""
@@ -84,8 +111,8 @@ class Estimate:
     stagger_wait_s: float = 0.0
     checkpoint: CheckpointUse | None = None
 
-    def to_dict(self) -> dict[str, object]:
-        out: dict[str, object] = {
+    def to_dict(self) -> EstimateJson:
+        out: EstimateJson = {
             "estimated_wall_time_s": self.wall_time_s,
             "campaign_startup_s": self.campaign_startup_s,
             "schedule_s": self.schedule_s,

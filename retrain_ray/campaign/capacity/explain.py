@@ -12,10 +12,10 @@ available. Uncalibrated, every step takes `median_step_time` (10 s unless typed)
 from __future__ import annotations
 
 import statistics
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Protocol, TypedDict
 
 from retrain_ray.campaign.capacity.calibration import (
     Calibration,
@@ -30,6 +30,7 @@ from retrain_ray.campaign.capacity.calibration import (
 from retrain_ray.campaign.capacity.estimate import (
     CheckpointUse,
     Estimate,
+    EstimateJson,
     Overheads,
     RunWork,
     estimate,
@@ -37,6 +38,10 @@ from retrain_ray.campaign.capacity.estimate import (
     slots,
 )
 from retrain_ray.campaign.plan import concurrent_runs, default_root
+from retrain_ray.config.campaign_schema import CampaignSection
+from retrain_ray.config.matrix import RunSpec
+from retrain_ray.config.schema import RetrainConfig
+from retrain_ray.config.sections_core import TrainingSection
 from retrain_ray.logs.manifest import MANIFEST, read_manifest
 
 DEFAULT_STEP_S = 10.0
@@ -69,7 +74,7 @@ def step_times(runs: Sequence[RunFigures], everyone: Sequence[RunFigures], overr
     """A condition's step times from its pilot runs, else from all pilot runs, else the default."""
     fallback = override if override is not None else DEFAULT_STEP_S
     found: dict[str, tuple[float, float]] = {}
-    sources = []
+    sources: list[str] = []
     for group, name in ((runs, "condition"), (everyone, "pooled")):
         for phase in ("warm_start", "rl"):
             seconds = None if phase in found else _phase_seconds(pooled_phase(getattr(r, phase) for r in group), override)
@@ -82,7 +87,16 @@ def step_times(runs: Sequence[RunFigures], everyone: Sequence[RunFigures], overr
     return StepTimes(warm[0], rl[0], warm[1], rl[1], source)
 
 
-def warm_start_steps(training: Any, max_steps: int, seed: int, pilots: Sequence[RunFigures]) -> int:
+class WarmStart(Protocol):
+    """The [training] keys of a run's warm start (`TrainingSection` has them)."""
+
+    @property
+    def sft_warmup_steps(self) -> int: ...
+    @property
+    def sft_target_correct_rate(self) -> float: ...
+
+
+def warm_start_steps(training: WarmStart, max_steps: int, seed: int, pilots: Sequence[RunFigures]) -> int:
     """The warm start's expected length in a run of `max_steps`."""
     cap = max(0, min(int(training.sft_warmup_steps), max_steps))
     if cap == 0 or training.sft_target_correct_rate <= 0 or not pilots:
@@ -106,15 +120,41 @@ def overheads(calibration: Calibration | None) -> Overheads:
     )
 
 
-def checkpoint_use(cfg: Any, num_runs: int, calibration: Calibration | None) -> CheckpointUse | None:
+def checkpoint_use(campaign: CampaignSection, training: TrainingSection, num_runs: int,
+                   calibration: Calibration | None) -> CheckpointUse | None:
     """The run's own checkpoints (the kept ones and `final`) and Tune's copies of them (bounded alike)."""
     size = max((r.checkpoint_bytes for r in calibration.runs if r.checkpoint_bytes), default=0) if calibration else 0
-    t = cfg.training
-    if not size or t.save_every <= 0:
+    if not size or training.save_every <= 0:
         return None
-    own = kept_checkpoints(cfg.campaign.max_steps, t.save_every, t.keep_last_checkpoints) + 1
-    tune_copies = min(own, t.keep_last_checkpoints) if t.keep_last_checkpoints > 0 else own
-    return CheckpointUse(size, own + (0 if cfg.campaign.storage else tune_copies), num_runs)
+    own = kept_checkpoints(campaign.max_steps, training.save_every, training.keep_last_checkpoints) + 1
+    tune_copies = min(own, training.keep_last_checkpoints) if training.keep_last_checkpoints > 0 else own
+    return CheckpointUse(size, own + (0 if campaign.storage else tune_copies), num_runs)
+
+
+class FiguresJson(TypedDict):
+    runs: int
+    warm_start_steps: list[int]
+    max_token_hit_rate: float | None
+    tokens_per_s: float | None
+    bp_regimes: dict[str, float]
+    bp_actions: dict[str, float]
+
+
+@dataclass(frozen=True)
+class ConditionFigures:
+    """The pilot's figures of one condition's runs (or all of them)."""
+
+    runs: int
+    warm_start_steps: tuple[int, ...]
+    max_token_hit_rate: float | None  # the runs' mean
+    tokens_per_s: float | None  # the runs' median
+    bp_regimes: dict[str, float]  # share of the steps in each back-pressure regime
+    bp_actions: dict[str, float]  # share of the steps with each back-pressure action
+
+    def to_json(self) -> FiguresJson:
+        return {"runs": self.runs, "warm_start_steps": list(self.warm_start_steps),
+                "max_token_hit_rate": self.max_token_hit_rate, "tokens_per_s": self.tokens_per_s,
+                "bp_regimes": self.bp_regimes, "bp_actions": self.bp_actions}
 
 
 @dataclass(frozen=True)
@@ -124,54 +164,57 @@ class Capacity:
     calibration: Calibration | None
     how: str  # where the figures came from, in words
     recommendations: tuple[str, ...]
-    figures: dict[str, dict[str, Any]]  # per condition (and "all"): the pilot's figures
+    figures: dict[str, ConditionFigures]  # per condition (and "all"): the pilot's figures
 
 
-def condition_figures(runs: Sequence[RunFigures]) -> dict[str, Any]:
-    return {
-        "runs": len(runs),
-        "warm_start_steps": [r.warm_start_steps for r in runs],
-        "max_token_hit_rate": mean_of(r.max_token_hit_rate for r in runs),
-        "tokens_per_s": median_of(r.tokens_per_s for r in runs),
-        "bp_regimes": frequencies(r.bp_regimes for r in runs),
-        "bp_actions": frequencies(r.bp_actions for r in runs),
-    }
+def condition_figures(runs: Sequence[RunFigures]) -> ConditionFigures:
+    return ConditionFigures(
+        runs=len(runs),
+        warm_start_steps=tuple(r.warm_start_steps for r in runs),
+        max_token_hit_rate=mean_of(r.max_token_hit_rate for r in runs),
+        tokens_per_s=median_of(r.tokens_per_s for r in runs),
+        bp_regimes=frequencies(r.bp_regimes for r in runs),
+        bp_actions=frequencies(r.bp_actions for r in runs),
+    )
 
 
-def _flagged(figures: dict[str, dict[str, Any]], share: Any, threshold: float) -> str:
+def _flagged(figures: dict[str, ConditionFigures], share: Callable[[ConditionFigures], float | None],
+             threshold: float) -> str:
     """"cond 12%, cond 30%" for the conditions whose share reaches the threshold ("" for none)."""
     hits = {name: share(f) for name, f in figures.items() if name != "all"}
     hits = {name: value for name, value in hits.items() if value is not None and value >= threshold}
     return ", ".join(f"{name} {value:.0%}" for name, value in hits.items())
 
 
-def recommendations(cfg: Any, figures: dict[str, dict[str, Any]], est: Estimate, pilot_slots: set[int]) -> list[str]:
+def recommendations(campaign: CampaignSection, training: TrainingSection, figures: dict[str, ConditionFigures],
+                    est: Estimate, pilot_slots: set[int]) -> list[str]:
     """Seed 000's checklist from the pilot's figures."""
-    out = []
-    max_tokens = cfg.training.max_tokens
-    cut = _flagged(figures, lambda f: f["max_token_hit_rate"], TRUNCATION_HIGH)
+    out: list[str] = []
+    max_tokens = training.max_tokens
+    cut = _flagged(figures, lambda f: f.max_token_hit_rate, TRUNCATION_HIGH)
     if cut:
         out.append(f"truncation: completions hit max_tokens = {max_tokens} ({cut}): they are cut off; raise "
                    "[training] max_tokens if the answers need the room")
-    congested = _flagged(figures, lambda f: f["bp_actions"].get("throttle", 0.0) + f["bp_regimes"].get("retrograde", 0.0),
+    congested = _flagged(figures, lambda f: f.bp_actions.get("throttle", 0.0) + f.bp_regimes.get("retrograde", 0.0),
                          CONGESTION_HIGH)
     if congested:
         out.append(f"concurrency: steps throttled or retrograde ({congested}): concurrency is too high; lower "
                    "[campaign] max_workers or [backend] max_concurrent")
-    all_hit = figures.get("all", {}).get("max_token_hit_rate")
+    everyone = figures.get("all")
+    all_hit = everyone.max_token_hit_rate if everyone is not None else None
     if all_hit is not None and all_hit < TRUNCATION_LOW:
         out.append(f"truncation: completions almost never reach max_tokens = {max_tokens} ({all_hit:.1%}): "
                    "a lower max_tokens cuts latency and memory")
     if pilot_slots and est.slots.count not in pilot_slots:
         out.append(f"the pilot ran {sorted(pilot_slots)} run(s) at once, this plan {est.slots.count}: on shared "
                    "hardware (CPU, one GPU) the step times change with it; a pilot at the same max_workers is exact")
-    out.append(f"wall time with max_workers = {cfg.campaign.max_workers or 'one per run'}: "
+    out.append(f"wall time with max_workers = {campaign.max_workers or 'one per run'}: "
                f"{est.wall_time_s:,.0f} s ({est.wall_time_s / 3600:.2f} h), {est.slots.count} run(s) at once "
                f"(limited by {est.slots.limited_by})")
     return out
 
 
-def earlier_runs(cfg: Any, file: str | Path) -> Path | None:
+def earlier_runs(cfg: RetrainConfig, campaign: CampaignSection, file: str | Path) -> Path | None:
     """The latest earlier campaign of this one under its log_dir (same [campaign] name, or the same file)."""
     root = default_root(cfg)
     if not root.is_dir():
@@ -183,47 +226,49 @@ def earlier_runs(cfg: Any, file: str | Path) -> Path | None:
             manifest = read_manifest(path.parent)
         except (FileNotFoundError, ValueError):
             continue
-        same_name = bool(cfg.campaign.name) and manifest.name == cfg.campaign.name
+        same_name = bool(campaign.name) and manifest.name == campaign.name
         same_file = bool(manifest.campaign_toml) and Path(manifest.campaign_toml).resolve() == wanted
         if same_name or same_file:
             found.append((manifest.created, path.parent))
     return max(found)[1] if found else None
 
 
-def plan_capacity(cfg: Any, specs: Sequence[Any], *, calibration: Calibration | None, how: str,
-                  median_step_time: float | None, gpus_per_run: float, gpus_available: float | None) -> Capacity:
-    """The estimate for the runs `specs` (config.matrix.expand_runs) of campaign config `cfg`."""
-    c = cfg.campaign
+def plan_capacity(cfg: RetrainConfig, campaign: CampaignSection, specs: Sequence[RunSpec], *,
+                  calibration: Calibration | None, how: str, median_step_time: float | None, gpus_per_run: float,
+                  gpus_available: float | None) -> Capacity:
+    """The estimate for the runs `specs` (config.matrix.expand_runs) of campaign config `cfg`, whose
+    [campaign] section is `campaign`."""
     pilots = calibration.runs if calibration else ()
     times: dict[str, StepTimes] = {}
-    work = []
+    work: list[RunWork] = []
     for spec in specs:
         mine = tuple(r for r in pilots if r.condition == spec.condition_label)
         if spec.condition_label not in times:
             times[spec.condition_label] = step_times(mine, pilots, median_step_time)
         st = times[spec.condition_label]
-        warm = warm_start_steps(spec.config.training, c.max_steps, spec.seed, mine or pilots)
-        work.append(RunWork(spec.run_name, warm, c.max_steps - warm, st.warm_start_s, st.rl_s))
-    plan_slots = slots(concurrent_runs(c.parallel, c.max_workers, len(specs)), gpus_per_run, gpus_available)
-    est = estimate(work, slot_plan=plan_slots, stagger_s=float(c.stagger_seconds), overheads=overheads(calibration),
-                   checkpoint=checkpoint_use(cfg, len(specs), calibration))
-    figures: dict[str, dict[str, Any]] = {}
+        warm = warm_start_steps(spec.config.training, campaign.max_steps, spec.seed, mine or pilots)
+        work.append(RunWork(spec.run_name, warm, campaign.max_steps - warm, st.warm_start_s, st.rl_s))
+    plan_slots = slots(concurrent_runs(campaign.parallel, campaign.max_workers, len(specs)), gpus_per_run, gpus_available)
+    est = estimate(work, slot_plan=plan_slots, stagger_s=float(campaign.stagger_seconds), overheads=overheads(calibration),
+                   checkpoint=checkpoint_use(campaign, cfg.training, len(specs), calibration))
+    figures: dict[str, ConditionFigures] = {}
     if pilots:
         for label in dict.fromkeys(s.condition_label for s in specs):
             mine = [r for r in pilots if r.condition == label]
             if mine:
                 figures[label] = condition_figures(mine)
         figures["all"] = condition_figures(pilots)
-    pilot_slots = {camp.max_concurrent for camp in calibration.campaigns} if calibration else set()
-    recs = recommendations(cfg, figures, est, pilot_slots)
+    pilot_slots = {camp.max_concurrent for camp in calibration.campaigns} if calibration else set[int]()
+    recs = recommendations(campaign, cfg.training, figures, est, pilot_slots)
     return Capacity(est, times, calibration, how, tuple(recs), figures)
 
 
-def load_calibration(cfg: Any, file: str | Path, calibrate: str | None) -> tuple[Calibration | None, str]:
+def load_calibration(cfg: RetrainConfig, campaign: CampaignSection, file: str | Path,
+                     calibrate: str | None) -> tuple[Calibration | None, str]:
     """The figures explain uses and how it found them; ValueError for a --calibrate DIR without runs."""
     if calibrate:
         return read_calibration(calibrate), f"calibrated from {calibrate} (--calibrate)"
-    earlier = earlier_runs(cfg, file)
+    earlier = earlier_runs(cfg, campaign, file)
     if earlier is not None:
         try:
             return read_calibration(earlier), f"calibrated from earlier runs of this campaign: {earlier}"
@@ -233,15 +278,39 @@ def load_calibration(cfg: Any, file: str | Path, calibrate: str | None) -> tuple
                   "max_steps, or --median-step-time S)")
 
 
-def capacity_dict(cap: Capacity, cfg: Any, num_conditions: int) -> dict[str, Any]:
+class StepTimesJson(TypedDict):
+    warm_start_s_per_step: float
+    rl_s_per_step: float
+    warm_start_median_step_time_s: float
+    rl_median_step_time_s: float
+    source: str
+
+
+class CapacityJson(TypedDict):
+    """The capacity section of `retrain-ray explain --json` (the keys it printed before calibration first)."""
+
+    concurrency_per_step: int
+    total_campaign_steps: int
+    median_step_time_s: float
+    warm_start_median_step_time_s: float
+    effective_parallelism: int
+    estimated_wall_time_s: float
+    calibrated: bool
+    calibration: str
+    parts: EstimateJson
+    step_times: dict[str, StepTimesJson]
+    pilot: dict[str, FiguresJson]
+    recommendations: list[str]
+
+
+def capacity_dict(cap: Capacity, cfg: RetrainConfig, campaign: CampaignSection, num_conditions: int) -> CapacityJson:
     """The JSON form (the keys explain printed before calibration came first, then the parts)."""
-    c = cfg.campaign
     est = cap.estimate
     rl = [t.rl_median_s for t in cap.step_times.values()]
     warm = [t.warm_start_median_s for t in cap.step_times.values()]
     return {
         "concurrency_per_step": cfg.training.rows_per_step,
-        "total_campaign_steps": num_conditions * len(c.seeds) * c.max_steps,
+        "total_campaign_steps": num_conditions * len(campaign.seeds) * campaign.max_steps,
         "median_step_time_s": statistics.median(rl) if rl else DEFAULT_STEP_S,
         "warm_start_median_step_time_s": statistics.median(warm) if warm else DEFAULT_STEP_S,
         "effective_parallelism": est.slots.count,
@@ -253,7 +322,7 @@ def capacity_dict(cap: Capacity, cfg: Any, num_conditions: int) -> dict[str, Any
                                "warm_start_median_step_time_s": t.warm_start_median_s,
                                "rl_median_step_time_s": t.rl_median_s, "source": t.source}
                        for label, t in cap.step_times.items()},
-        "pilot": cap.figures,
+        "pilot": {label: f.to_json() for label, f in cap.figures.items()},
         "recommendations": list(cap.recommendations),
     }
 
@@ -262,7 +331,7 @@ def _duration(seconds: float) -> str:
     return f"{seconds:,.0f} s ({seconds / 3600:.2f} h)" if seconds >= 3600 else f"{seconds:,.0f} s"
 
 
-def capacity_text(cap: dict[str, Any]) -> str:
+def capacity_text(cap: CapacityJson) -> str:
     """The text form of `capacity_dict`."""
     parts = cap["parts"]
     lines = [
