@@ -143,16 +143,20 @@ def _plugin_flags(path: str, names: list[str], arg: Mapping[str, object] | None,
     value: object = _hook(path, names, kind)
     if value is None:
         return default, "plugin/default"
-    if callable(value) and not isinstance(value, (cls, Mapping)):
+    if callable(value) and _as_mapping(value) is None:  # a flags instance is not callable
         value = value(dict(arg or {}))
     if isinstance(value, cls):
         return value, "plugin/hook"
     fields = {f.name for f in dataclasses.fields(cls)}
-    # a plugin hook's dict: its keys are checked here
-    flags = cast("Mapping[str, object]", value) if isinstance(value, Mapping) else None
+    flags = _as_mapping(value)
     if flags is not None and set(flags) <= fields and (not only_bools or all(type(v) is bool for v in flags.values())):
         return dataclasses.replace(default, **flags), "plugin/hook"
     raise ValueError(error(value, fields))
+
+
+def _as_mapping(value: object) -> Mapping[str, object] | None:
+    """A plugin hook's dict (its keys are checked by the caller), else None."""
+    return cast("Mapping[str, object]", value) if isinstance(value, Mapping) else None
 
 
 def _backend_hook_error(path: str) -> Callable[[object, set[str]], str]:
