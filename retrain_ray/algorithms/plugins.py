@@ -18,7 +18,7 @@ import os
 import sys
 from collections.abc import Callable
 from types import ModuleType
-from typing import Any, TypedDict, TypeVar
+from typing import TypedDict, TypeVar
 
 from retrain_ray.compat import provide_original_names
 
@@ -149,7 +149,7 @@ def plugin_module(path: str, kind: str) -> tuple[ModuleType, str]:
     return _import(_split(path)[0], path, kind)
 
 
-def load_object(path: str, kind: str) -> Any:
+def load_object(path: str, kind: str) -> object:
     """Import the object named by `path`; `kind` (e.g. 'transform_mode') is used in error messages."""
     module_name, attr = _split(path)
     module, _ = _import(module_name, path, kind)
@@ -159,14 +159,14 @@ def load_object(path: str, kind: str) -> Any:
         raise ValueError(f"{kind}={path!r}: module {module_name!r} has no attribute {attr!r}.") from exc
 
 
-def load_callable(path: str, kind: str) -> Callable[..., Any]:
+def load_callable(path: str, kind: str) -> Callable[..., object]:
     obj = load_object(path, kind)
     if not callable(obj):
         raise ValueError(f"{kind}={path!r} is not callable (got {type(obj).__name__}).")
     return obj
 
 
-def load_spec(path: str, kind: str, spec_type: type[S], context: str, wrap: Callable[[Callable[..., Any]], S]) -> S:
+def load_spec(path: str, kind: str, spec_type: type[S], context: str, wrap: Callable[[Callable[..., object]], S]) -> S:
     """The `spec_type` instance `path` names, or `wrap(fn)` for the function of a `context` it names."""
     obj = load_object(path, kind)
     if isinstance(obj, spec_type):
@@ -182,13 +182,13 @@ class PluginFlags(TypedDict):
     uses_sepa_controller: bool
 
 
-def plugin_flags(fn: Callable[..., Any]) -> PluginFlags:
+def plugin_flags(fn: Callable[..., object]) -> PluginFlags:
     """The `needs_planning` and `uses_sepa_controller` attributes a plugin function may carry."""
     return {"needs_planning": bool(getattr(fn, "needs_planning", False)),
             "uses_sepa_controller": bool(getattr(fn, "uses_sepa_controller", False))}
 
 
-def positional_arity(fn: Callable[..., Any]) -> tuple[int, str]:
+def positional_arity(fn: Callable[..., object]) -> tuple[int, str]:
     """Number of positional parameters and the first one's name (for calling-convention detection)."""
     try:
         params = [

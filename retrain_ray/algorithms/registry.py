@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Generic, TypeVar
+from typing import Generic, TypeVar, cast
 
 from retrain_ray.algorithms import credit, delight, episode, uncertainty
 from retrain_ray.algorithms.plugins import (
@@ -122,7 +122,8 @@ class Registry(Generic[T]):
 
 
 def _advantage_plugin(path: str) -> AdvantageSpec:
-    fn = load_callable(path, "advantage_mode")
+    # a plugin function is trusted to return the mode's type, as the original trusts it
+    fn = cast("Callable[..., list[float]]", load_callable(path, "advantage_mode"))
     arity, first = positional_arity(fn)
     if first == "ctx":
         return AdvantageSpec(path, lambda r, p: fn(AdvantageContext(list(r), p)))
@@ -137,7 +138,7 @@ def _transform_plugin(path: str) -> TransformSpec:
 
 
 def _uncertainty_plugin(path: str) -> UncertaintySpec:
-    fn = load_callable(path, "uncertainty_kind")
+    fn = cast("Callable[[UncertaintyInput], list[float]]", load_callable(path, "uncertainty_kind"))
     return UncertaintySpec(path, fn, needs_entropy=bool(getattr(fn, "needs_entropy", False)))
 
 

@@ -34,7 +34,7 @@ import dataclasses
 import importlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeVar, cast
+from typing import TYPE_CHECKING, TypeVar, cast
 
 from retrain_ray.algorithms.plugins import is_dotted_path, load_object, use_search_paths
 from retrain_ray.backends.types import BackendCapabilities
@@ -83,7 +83,7 @@ class RunDevices:
     in_process: bool
 
 
-def run_devices(backend: str, devices: str, options: Mapping[str, Any] | None = None) -> RunDevices:
+def run_devices(backend: str, devices: str, options: Mapping[str, object] | None = None) -> RunDevices:
     """The placement of one run of `backend`; `explain` and the campaign plan both read it. A remote
     built-in backend holds no GPU; a plugin holds what its resources hook declares, else `devices`."""
     spec = backend_spec(backend)
@@ -107,14 +107,14 @@ def placed_devices(cfg: RetrainConfig) -> RunDevices:
     return placed
 
 
-def plugin_gpus(backend: str, options: Mapping[str, Any] | None = None) -> int | None:
+def plugin_gpus(backend: str, options: Mapping[str, object] | None = None) -> int | None:
     """The GPUs a plugin backend's resources hook declares for one run (None: it declares none)."""
     value = _hook(backend, PLUGIN_HOOKS["resources"])
     if callable(value) and not isinstance(value, Mapping):
         value = value(dict(options or {}))
     if value is None:
         return None
-    declared: Mapping[str, Any] = cast("Mapping[str, Any]", value) if isinstance(value, Mapping) else {}
+    declared: Mapping[str, object] = cast("Mapping[str, object]", value) if isinstance(value, Mapping) else {}
     gpus = declared.get("gpus")
     if set(declared) != {"gpus"} or type(gpus) is not int or gpus < 0:
         raise ValueError(f"[backend] backend {backend!r}: resources hook returned {value!r}; "
@@ -122,7 +122,7 @@ def plugin_gpus(backend: str, options: Mapping[str, Any] | None = None) -> int |
     return gpus
 
 
-def _hook(path: str, names: list[str], kind: str = "[backend] backend") -> Any:
+def _hook(path: str, names: list[str], kind: str = "[backend] backend") -> object:
     """The first hook found on the plugin object, then on its module (None when it declares none)."""
     obj = load_object(path, kind)
     module = importlib.import_module(obj.__module__) if hasattr(obj, "__module__") else None
@@ -134,31 +134,35 @@ def _hook(path: str, names: list[str], kind: str = "[backend] backend") -> Any:
     return None
 
 
-def _plugin_flags(path: str, names: list[str], arg: Mapping[str, Any] | None, default: _Flags,
-                  error: Callable[[Any, set[str]], str], *, kind: str, only_bools: bool = False) -> tuple[_Flags, str]:
+def _plugin_flags(path: str, names: list[str], arg: Mapping[str, object] | None, default: _Flags,
+                  error: Callable[[object, set[str]], str], *, kind: str, only_bools: bool = False) -> tuple[_Flags, str]:
     """(flags, source) a plugin declares with a capability hook (`default`, "plugin/default" when none): an
     instance of `default`'s class, a dict of its fields over `default`, or a callable of `arg` returning
     either; anything else (or, with `only_bools`, a non-bool value) raises `error(value, fields)`."""
     cls = type(default)
-    value = _hook(path, names, kind)
+    value: object = _hook(path, names, kind)
     if value is None:
         return default, "plugin/default"
-    if callable(value) and not isinstance(value, (cls, Mapping)):
+    if callable(value) and _as_mapping(value) is None:  # a flags instance is not callable
         value = value(dict(arg or {}))
     if isinstance(value, cls):
         return value, "plugin/hook"
     fields = {f.name for f in dataclasses.fields(cls)}
-    if isinstance(value, Mapping):
-        flags = cast("Mapping[str, Any]", value)  # a plugin hook's dict: its keys are checked here
-        if set(flags) <= fields and (not only_bools or all(type(v) is bool for v in flags.values())):
-            return cls(**{**dataclasses.asdict(default), **flags}), "plugin/hook"
+    flags = _as_mapping(value)
+    if flags is not None and set(flags) <= fields and (not only_bools or all(type(v) is bool for v in flags.values())):
+        return dataclasses.replace(default, **flags), "plugin/hook"
     raise ValueError(error(value, fields))
 
 
-def _backend_hook_error(path: str) -> Callable[[Any, set[str]], str]:
-    def error(value: Any, fields: set[str]) -> str:
+def _as_mapping(value: object) -> Mapping[str, object] | None:
+    """A plugin hook's dict (its keys are checked by the caller), else None."""
+    return cast("Mapping[str, object]", value) if isinstance(value, Mapping) else None
+
+
+def _backend_hook_error(path: str) -> Callable[[object, set[str]], str]:
+    def error(value: object, fields: set[str]) -> str:
         if isinstance(value, Mapping):
-            unknown = set(cast("Mapping[str, Any]", value)) - fields
+            unknown = set(cast("Mapping[str, object]", value)) - fields
             return (f"[backend] backend {path!r}: capability hook has unknown keys {sorted(unknown)}; "
                     f"known: {sorted(fields)}")
         return (f"[backend] backend {path!r}: capability hook returned {type(value).__name__}; "
@@ -166,7 +170,7 @@ def _backend_hook_error(path: str) -> Callable[[Any, set[str]], str]:
     return error
 
 
-def capabilities_for(backend: str, options: Mapping[str, Any] | None = None) -> tuple[BackendCapabilities, str]:
+def capabilities_for(backend: str, options: Mapping[str, object] | None = None) -> tuple[BackendCapabilities, str]:
     """(flags, source) of a backend name: "builtin", "plugin/hook" or "plugin/default"."""
     if backend in BUILTIN_CAPABILITIES:
         return BUILTIN_CAPABILITIES[backend], "builtin"
@@ -174,15 +178,15 @@ def capabilities_for(backend: str, options: Mapping[str, Any] | None = None) -> 
                          _backend_hook_error(backend), kind="[backend] backend")
 
 
-def plugin_option_schema(backend: str) -> dict[str, Any] | None:
+def plugin_option_schema(backend: str) -> dict[str, object] | None:
     """The option schema a plugin backend declares (None: it declares none, options go unchecked)."""
     value = _hook(backend, PLUGIN_HOOKS["option_schema"])
     if callable(value) and not isinstance(value, Mapping):
         value = value()
-    return dict(cast("Mapping[str, Any]", value)) if value is not None else None
+    return dict(cast("Mapping[str, object]", value)) if value is not None else None
 
 
-def engine_capabilities(engine: str, inference: Mapping[str, Any] | None = None, *,
+def engine_capabilities(engine: str, inference: Mapping[str, object] | None = None, *,
                         kind: str = "[inference] engine") -> tuple[EngineCapabilities, str]:
     """(flags, source) of an `[inference] engine`, or of a dotted `[backend] backend` (`kind`) that samples
     itself: "builtin", "plugin/hook" or "plugin/default". `inference`: the `[inference]` section, the

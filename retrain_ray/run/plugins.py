@@ -10,8 +10,8 @@ reward has `score(response, reference) -> float`; a detector has `detect(token_s
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Protocol, TypeGuard
 
 from retrain_ray.algorithms.plugins import load_callable, use_search_paths
 from retrain_ray.config.original_view import OriginalConfigView
@@ -22,7 +22,27 @@ if TYPE_CHECKING:
     from retrain_ray.data.types import Example
 
 
-def create_plugin(path: str, cfg: RetrainConfig, kind: str) -> Any:
+class DataSource(Protocol):
+    """The original's data source: `load()` gives rows with `prompt` and `reference`."""
+
+    def load(self) -> Iterable[object]: ...
+
+
+class Scorer(Protocol):
+    """The original's reward object."""
+
+    def score(self, response: str, reference: str) -> float: ...
+
+
+def is_data_source(obj: object) -> TypeGuard[DataSource]:
+    return callable(getattr(obj, "load", None))
+
+
+def is_scorer(obj: object) -> TypeGuard[Scorer]:
+    return callable(getattr(obj, "score", None))
+
+
+def create_plugin(path: str, cfg: RetrainConfig, kind: str) -> object:
     """`factory(config)` of the dotted `path`, looked up under `[plugins] search_paths`."""
     use_search_paths(cfg.plugins.search_paths)
     return load_callable(path, kind)(OriginalConfigView(cfg))
@@ -31,6 +51,9 @@ def create_plugin(path: str, cfg: RetrainConfig, kind: str) -> Any:
 def load_plugin_examples(cfg: RetrainConfig) -> list[Example]:
     """`factory(config).load()` of a dotted `[data] source`, as our Examples."""
     source = create_plugin(cfg.data.source, cfg, "[data] source")
+    if not is_data_source(source):
+        raise ValueError(f"[data] source {cfg.data.source!r}: the factory must return an object with "
+                         "load() -> examples with `prompt` and `reference`")
     rows = source.load()
     examples: list[Example] = []
     for i, row in enumerate(rows):
@@ -45,8 +68,8 @@ def load_plugin_examples(cfg: RetrainConfig) -> list[Example]:
 class PluginReward:
     """A reward object of the original's protocol (`score(response, reference)`), scored per pair."""
 
-    def __init__(self, scorer: Any, label: str) -> None:
-        if not callable(getattr(scorer, "score", None)):
+    def __init__(self, scorer: object, label: str) -> None:
+        if not is_scorer(scorer):
             raise ValueError(f"[reward] type {label!r}: the factory must return an object with "
                              "score(response, reference) -> float")
         self.scorer, self.name = scorer, label

@@ -7,12 +7,14 @@ retries) shared by `TinkerEngine` (sampling) and `TinkerBackend` (training, chec
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Generic, TypeVar, Unpack
 
 from retrain_ray.backends.tinker.backend import LOSS_STEPS, TINKER_CAPABILITIES, TinkerBackend, loss_variant
+from retrain_ray.backends.tinker.client_types import SamplingClient, SDKFuture, ServiceClient, TrainingClient
 from retrain_ray.backends.tinker.engine import TinkerEngine
 from retrain_ray.backends.tinker.loss import ClipSettings, dual_clip_loss_and_grads
 from retrain_ray.backends.tinker.session import NullThrottle, TinkerSession, make_service_client
+from retrain_ray.backends.tinker.standin import StandinOptions
 from retrain_ray.backends.types import Policy
 from retrain_ray.config.tinker_options import TINKER_OPTION_DEFAULTS, TinkerOptions, parse_tinker_options
 from retrain_ray.engines.types import HoldsSlots
@@ -27,6 +29,10 @@ __all__ = [
     "ClipSettings",
     "HoldsSlots",
     "NullThrottle",
+    "SDKFuture",
+    "SamplingClient",
+    "ServiceClient",
+    "TrainingClient",
     "TinkerBackend",
     "TinkerEngine",
     "TinkerOptions",
@@ -43,7 +49,8 @@ _T = TypeVar("_T")
 
 
 def build_tinker_policy(
-    cfg: RetrainConfig, throttle: HoldsSlots | None = None, *, service_client: Any = None, **standin_kwargs: Any
+    cfg: RetrainConfig, throttle: HoldsSlots | None = None, *, service_client: ServiceClient | None = None,
+    **standin_kwargs: Unpack[StandinOptions],
 ) -> Policy:
     """The Tinker sampler and trainer from a RetrainConfig; `service_client` overrides the SDK's (tests)."""
     options = parse_tinker_options(cfg.backend.options)

@@ -97,6 +97,8 @@ class TinkerEngine(WeightsVersion):
     ) -> dict[int, BaseException]:
         """Fire every pending prompt, then collect; returns the transient errors by prompt index."""
         types, client = _sdk_types(), self.session.sampling_client
+        if client is None:
+            raise RuntimeError("tinker: no sampling client; the engine checkpoints before it samples")
         timeout = self.session.options.sample_timeout_s
         errors: dict[int, BaseException] = {}
         with self.session.throttle.hold():

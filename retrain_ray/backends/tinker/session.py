@@ -12,9 +12,15 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Generator
-from typing import Any, TypeVar
+from typing import TypeVar, Unpack
 
-from retrain_ray.backends.tinker.standin import StandinServiceClient
+from retrain_ray.backends.tinker.client_types import (
+    SamplingClient,
+    SDKFuture,
+    ServiceClient,
+    sdk_service_client,
+)
+from retrain_ray.backends.tinker.standin import StandinOptions, StandinServiceClient
 from retrain_ray.config.tinker_options import TinkerOptions
 from retrain_ray.engines.types import HoldsSlots
 from retrain_ray.util.retry import RetryCounters, RetryPolicy, call_with_retry
@@ -30,7 +36,7 @@ class NullThrottle:
         yield None
 
 
-def make_service_client(options: TinkerOptions, base_url: str, **standin_kwargs: Any) -> Any:
+def make_service_client(options: TinkerOptions, base_url: str, **standin_kwargs: Unpack[StandinOptions]) -> ServiceClient:
     """The official SDK's ServiceClient, or the local stand-in when `options.client == "standin"`."""
     if options.client == "standin":
         return StandinServiceClient(base_url=base_url or None, **standin_kwargs)
@@ -41,7 +47,7 @@ def make_service_client(options: TinkerOptions, base_url: str, **standin_kwargs:
         raise ImportError(
             "backend 'tinker' needs the tinker SDK: pip install 'retrain-ray[tinker]'"
         ) from err
-    return tinker.ServiceClient(base_url=base_url or None)
+    return sdk_service_client(tinker.ServiceClient(base_url=base_url or None))
 
 
 class TinkerSession:
@@ -49,7 +55,7 @@ class TinkerSession:
 
     def __init__(
         self,
-        service_client: Any,
+        service_client: ServiceClient,
         *,
         base_model: str,
         rank: int,
@@ -67,16 +73,16 @@ class TinkerSession:
             "create_lora_training_client",
             lambda: service_client.create_lora_training_client(base_model=base_model, rank=rank),
         )
-        self.sampling_client: Any = None
+        self.sampling_client: SamplingClient | None = None
         self.sampler_path = ""
 
-    def call(self, what: str, fire: Callable[[], Any], timeout_s: float | None = None, *,
-             idempotent: bool = True) -> Any:
+    def call(self, what: str, fire: Callable[[], SDKFuture[T]], timeout_s: float | None = None, *,
+             idempotent: bool = True) -> T:
         """`fire()` returns an SDK future; its result, under a throttle slot, with retries
         (`idempotent=False`: only retries that cannot run the call twice, see `call_with_retry`)."""
         timeout = timeout_s or self.options.call_timeout_s
 
-        def attempt() -> Any:
+        def attempt() -> T:
             with self.throttle.hold():
                 return fire().result(timeout=timeout)
 

@@ -33,7 +33,7 @@ import tempfile
 import uuid
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Generic, TypedDict, TypeVar
 
 import httpx
 import numpy as np
@@ -41,21 +41,38 @@ import torch
 
 from retrain_ray.engines.pytorch import PyTorchEngine
 from retrain_ray.engines.types import SamplingParams as EngineParams
+from retrain_ray.models.tokenizer import single_id
+from retrain_ray.models.types import Tokenizer, hf_tokenizer
+
+if TYPE_CHECKING:
+    from tinker import types
+
+T = TypeVar("T")
 
 FAULT_KINDS = ("502", "503", "504", "timeout", "502-applied", "504-applied", "timeout-applied")
 """`<kind>-applied`: the stand-in runs the call (the server applied it), then the answer is lost."""
 
 
-class StandinFuture:
+class StandinFuture(Generic[T]):
     """A finished SDK future: `.result(timeout)` returns the value or raises the injected error."""
 
-    def __init__(self, value: Any = None, error: BaseException | None = None) -> None:
-        self._value, self._error = value, error
+    def __init__(self, outcome: tuple[T] | BaseException) -> None:
+        self._outcome = outcome  # (value,) or the error
 
-    def result(self, timeout: float | None = None) -> Any:
-        if self._error is not None:
-            raise self._error
-        return self._value
+    def result(self, timeout: float | None = None) -> T:
+        if isinstance(self._outcome, BaseException):
+            raise self._outcome
+        return self._outcome[0]
+
+
+class StandinOptions(TypedDict, total=False):
+    """The stand-in service's keyword arguments besides `base_url` (see `StandinServiceClient`)."""
+
+    store_dir: str | Path | None
+    cache_dir: str | Path | None
+    faults: dict[str, list[str]] | None
+    on_call: Callable[[str], None] | None
+    seed: int
 
 
 def _fault_error(kind: str, method: str) -> BaseException:
@@ -89,13 +106,13 @@ class _Calls:
         queue = self.faults.get(method)
         return _fault_error(queue.pop(0), method) if queue else None
 
-    def future(self, method: str, compute: Callable[[], Any]) -> StandinFuture:
+    def future(self, method: str, compute: Callable[[], T]) -> StandinFuture[T]:
         queue = self.faults.get(method)
         applied_then_lost = bool(queue) and queue[0].endswith("-applied")
         error = self.enter(method)
         if applied_then_lost:
             compute()
-        return StandinFuture(error=error) if error is not None else StandinFuture(compute())
+        return StandinFuture(error) if error is not None else StandinFuture((compute(),))
 
 
 class StandinServiceClient:
@@ -117,13 +134,15 @@ class StandinServiceClient:
         self.calls = _Calls(faults, on_call)
         self.seed = seed
 
-    def create_lora_training_client(self, base_model: str, rank: int = 32, **_: Any) -> StandinFuture:
+    def create_lora_training_client(
+        self, base_model: str, rank: int = 32, **_: object
+    ) -> StandinFuture[StandinTrainingClient]:
         return self.calls.future(
             "create_lora_training_client", lambda: StandinTrainingClient(self, base_model, rank)
         )
 
 
-def _load_lora_model(base_model: str, rank: int, cache_dir: Any) -> tuple[torch.nn.Module, Any]:
+def _load_lora_model(base_model: str, rank: int, cache_dir: str | Path | None) -> tuple[torch.nn.Module, Tokenizer]:
     # deferred: loads transformers, which importing this module does not need
     from retrain_ray.models import load_model_and_tokenizer
     from retrain_ray.models.finetune import LoraSettings, apply_lora
@@ -136,17 +155,17 @@ def _load_lora_model(base_model: str, rank: int, cache_dir: Any) -> tuple[torch.
             "'builtin:tiny' (or a local model folder) when [backend.options] client = 'standin'"
         ) from err
     torch.manual_seed(0)  # pyright: ignore[reportUnknownMemberType]
-    return apply_lora(model, LoraSettings(rank=rank)), tokenizer
+    return apply_lora(model, LoraSettings(rank=rank)), hf_tokenizer(tokenizer)
 
 
-def _target_logprobs(model: torch.nn.Module, datum: Any) -> torch.Tensor:
+def _target_logprobs(model: torch.nn.Module, datum: types.Datum) -> torch.Tensor:
     ids = torch.tensor([datum.model_input.to_ints()], dtype=torch.long)
     targets = datum.loss_fn_inputs["target_tokens"].to_torch().long()
     logits = model(input_ids=ids).logits[0].float()
     return torch.log_softmax(logits, -1).gather(-1, targets[:, None]).squeeze(-1)
 
 
-def _datum_loss(loss_fn: str, lp_T: torch.Tensor, inputs: dict[str, Any]) -> torch.Tensor:
+def _datum_loss(loss_fn: str, lp_T: torch.Tensor, inputs: dict[str, types.TensorData]) -> torch.Tensor:
     if loss_fn == "importance_sampling":
         old_T = inputs["logprobs"].to_torch().float()
         adv_T = inputs["advantages"].to_torch().float()
@@ -168,15 +187,15 @@ class StandinTrainingClient:
         self.optimizer = torch.optim.AdamW(self.params, lr=1e-4)
         self.sample_seeds = itertools.count(service.seed)
 
-    def get_tokenizer(self) -> Any:
+    def get_tokenizer(self) -> Tokenizer:
         self.calls.enter("get_tokenizer")
         return self.tokenizer
 
-    def _run_losses(self, data: list[Any], loss_fn: str, backward: bool) -> Any:
+    def _run_losses(self, data: list[types.Datum], loss_fn: str, backward: bool) -> types.ForwardBackwardOutput:
         # deferred: tinker is an optional extra, imported only when used
         from tinker import types
 
-        outputs: list[dict[str, Any]] = []
+        outputs: list[dict[str, types.TensorData]] = []
         total = 0.0
         for datum in data:
             with torch.set_grad_enabled(backward):
@@ -190,19 +209,27 @@ class StandinTrainingClient:
             loss_fn_output_type="standin", loss_fn_outputs=outputs, metrics={"loss:sum": total}
         )
 
-    def forward(self, data: list[Any], loss_fn: str, loss_fn_config: Any = None) -> StandinFuture:
+    def forward(
+        self, data: list[types.Datum], loss_fn: str, loss_fn_config: object = None
+    ) -> StandinFuture[types.ForwardBackwardOutput]:
         return self.calls.future("forward", lambda: self._run_losses(data, loss_fn, backward=False))
 
-    def forward_backward(self, data: list[Any], loss_fn: str, loss_fn_config: Any = None) -> StandinFuture:
+    def forward_backward(
+        self, data: list[types.Datum], loss_fn: str, loss_fn_config: object = None
+    ) -> StandinFuture[types.ForwardBackwardOutput]:
         return self.calls.future("forward_backward", lambda: self._run_losses(data, loss_fn, backward=True))
 
-    def optim_step(self, optim_params: Any = None, *, adam_params: Any = None) -> StandinFuture:
+    def optim_step(
+        self, optim_params: types.AdamParams | None = None, *, adam_params: types.AdamParams | None = None
+    ) -> StandinFuture[types.OptimStepResponse]:
         return self.calls.future("optim_step", lambda: self._optim_step(optim_params or adam_params))
 
-    def _optim_step(self, p: Any) -> Any:
+    def _optim_step(self, p: types.AdamParams | None) -> types.OptimStepResponse:
         # deferred: tinker is an optional extra, imported only when used
         from tinker import types
 
+        if p is None:
+            raise ValueError("stand-in optim_step: pass AdamParams (optim_params or adam_params)")
         for group in self.optimizer.param_groups:
             group.update(lr=p.learning_rate, betas=(p.beta1, p.beta2), eps=p.eps, weight_decay=p.weight_decay)
         norm = torch.nn.utils.clip_grad_norm_(self.params, p.grad_clip_norm if p.grad_clip_norm > 0 else float("inf"))
@@ -218,8 +245,8 @@ class StandinTrainingClient:
     def _trainable(self) -> dict[str, torch.Tensor]:
         return {n: p.detach().clone() for n, p in self.model.named_parameters() if p.requires_grad}
 
-    def save_state(self, name: str, **_: Any) -> StandinFuture:
-        def save() -> Any:
+    def save_state(self, name: str, **_: object) -> StandinFuture[types.SaveWeightsResponse]:
+        def save() -> types.SaveWeightsResponse:
             # deferred: tinker is an optional extra, imported only when used
             from tinker import types
 
@@ -229,8 +256,8 @@ class StandinTrainingClient:
 
         return self.calls.future("save_state", save)
 
-    def save_weights_for_sampler(self, name: str, **_: Any) -> StandinFuture:
-        def save() -> Any:
+    def save_weights_for_sampler(self, name: str, **_: object) -> StandinFuture[types.SaveWeightsForSamplerResponse]:
+        def save() -> types.SaveWeightsForSamplerResponse:
             # deferred: tinker is an optional extra, imported only when used
             from tinker import types
 
@@ -240,16 +267,18 @@ class StandinTrainingClient:
 
         return self.calls.future("save_weights_for_sampler", save)
 
-    def save_weights_and_get_sampling_client(self, name: str | None = None, **_: Any) -> StandinFuture:
+    def save_weights_and_get_sampling_client(
+        self, name: str | None = None, **_: object
+    ) -> StandinFuture[StandinSamplingClient]:
         return self.calls.future("save_weights_and_get_sampling_client", lambda: StandinSamplingClient(self))
 
-    def load_state(self, path: str, **_: Any) -> StandinFuture:
+    def load_state(self, path: str, **_: object) -> StandinFuture[types.LoadWeightsResponse]:
         return self.calls.future("load_state", lambda: self._load(path, with_optimizer=False))
 
-    def load_state_with_optimizer(self, path: str, **_: Any) -> StandinFuture:
+    def load_state_with_optimizer(self, path: str, **_: object) -> StandinFuture[types.LoadWeightsResponse]:
         return self.calls.future("load_state_with_optimizer", lambda: self._load(path, with_optimizer=True))
 
-    def _load(self, uri: str, with_optimizer: bool) -> Any:
+    def _load(self, uri: str, with_optimizer: bool) -> types.LoadWeightsResponse:
         # deferred: tinker is an optional extra, imported only when used
         from tinker import types
 
@@ -277,12 +306,14 @@ class StandinSamplingClient:
         self.calls, self._seeds = trainer.calls, trainer.sample_seeds
         self.model = copy.deepcopy(trainer.model).eval()
         tok = trainer.tokenizer
-        self._eos, self._pad = tok.eos_token_id, tok.pad_token_id
+        self._eos, self._pad = single_id(tok.eos_token_id, "eos_token_id"), single_id(tok.pad_token_id, "pad_token_id")
 
-    def sample(self, prompt: Any, num_samples: int, sampling_params: Any, **_: Any) -> StandinFuture:
+    def sample(
+        self, prompt: types.ModelInput, num_samples: int, sampling_params: types.SamplingParams, **_: object
+    ) -> StandinFuture[types.SampleResponse]:
         return self.calls.future("sample", lambda: self._sample(prompt, num_samples, sampling_params))
 
-    def _sample(self, prompt: Any, num_samples: int, sp: Any) -> Any:
+    def _sample(self, prompt: types.ModelInput, num_samples: int, sp: types.SamplingParams) -> types.SampleResponse:
         # deferred: tinker is an optional extra, imported only when used
         from tinker import types
 
