@@ -60,9 +60,9 @@ def campaign(ray_4cpu_4gpu, tmp_path_factory):
 
 def test_campaign_completes_and_logs_every_decision(campaign):
     _, cdir, results = campaign
-    assert [r["status"] for r in results.runs] == ["completed", "completed"], results.errors
+    assert [r.status for r in results.runs] == ["completed", "completed"], results.errors
     log = read_decision_log(cdir / "backpressure.arrows").to_pandas()
-    assert sorted(log["run"].unique()) == sorted(r["run_name"] for r in results.runs)
+    assert sorted(log["run"].unique()) == sorted(r.run_name for r in results.runs)
     for run, rows in log.groupby("run"):
         assert sorted(rows["step"]) == list(range(STEPS)), run
         p_S = list(rows.sort_values("step")["p"] / 8)
@@ -75,9 +75,9 @@ def test_rows_carry_bp_columns_and_follow_the_trainer_rules(campaign):
     _, cdir, results = campaign
     log = read_decision_log(cdir / "backpressure.arrows").to_pandas()
     for r in results.runs:
-        history = results.history(r["run_name"])
+        history = results.history(r.run_name)
         rl = history[history["phase"] == "rl"]
-        assert len(rl) >= 3, f"{r['run_name']}: too few RL rows (steps without reward signal write none)"
+        assert len(rl) >= 3, f"{r.run_name}: too few RL rows (steps without reward signal write none)"
         for col in BP_COLUMNS:
             assert col in rl.columns and rl[col].notna().all(), col
         assert list(rl["bp_warmup"]) == [s < WARMUP for s in rl["step"]]
@@ -85,7 +85,7 @@ def test_rows_carry_bp_columns_and_follow_the_trainer_rules(campaign):
             if step < WARMUP:
                 assert bs == SWEEP[step]
         assert rl["batch_size"].nunique() > 1  # the sweep changed it
-        mine = log[log["run"] == r["run_name"]].sort_values("step")
+        mine = log[log["run"] == r.run_name].sort_values("step")
         _assert_changes_only_on_decisions(mine)
 
 

@@ -134,8 +134,8 @@ def crash_once_runner(config, **kwargs):
 def test_killed_run_is_retried_from_its_checkpoint_and_logs_each_step_once(ray_4cpu_4gpu, tmp_path):
     toml = write_toml(tmp_path, name="retry", steps=7, sft=7, two_conditions=False)
     results = Campaign.from_toml(toml, root=tmp_path, runner=crash_once_runner).run(progress=False)
-    runs = {r["run_name"]: r for r in results.runs}
-    assert all(r["status"] == "completed" and r["attempts"] == 2 for r in runs.values())
+    runs = {r.run_name: r for r in results.runs}
+    assert all(r.status == "completed" and r.attempts == 2 for r in runs.values())
     for name in runs:
         assert list(results.history(name)["step"]) == list(range(7))
         raw = read_stream(tmp_path / "retry" / "runs" / name, key=None).to_pandas()
@@ -167,8 +167,8 @@ def recording_runner(config, *, run_name, run_dir, observers, **_):
 def test_gpu_runs_get_distinct_gpus_bounded_concurrency_and_staggered_starts(ray_4cpu_4gpu, tmp_path):
     toml = write_toml(tmp_path, name="sched", seeds=(1, 2), workers=2, stagger=1.0, devices="gpu:0")
     results = Campaign.from_toml(toml, root=tmp_path, runner=recording_runner).run(progress=False)
-    assert all(r["status"] == "completed" and r["placement"] == "gpu" for r in results.runs)
-    recs = [json.loads((tmp_path / "sched" / "runs" / r["run_name"] / "work" / "record.json").read_text())
+    assert all(r.status == "completed" and r.placement == "gpu" for r in results.runs)
+    recs = [json.loads((tmp_path / "sched" / "runs" / r.run_name / "work" / "record.json").read_text())
             for r in results.runs]
     assert all(len(r["gpus"]) == 1 and r["cuda"] == r["gpus"][0] for r in recs)
     for a in recs:  # at any run's start, at most max_workers runs are running (itself included)

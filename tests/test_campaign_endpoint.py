@@ -133,9 +133,9 @@ def test_six_runs_share_an_endpoint_through_a_throttle_of_two_and_survive_a_kill
 
     assert killer.error is None, killer.error
     assert stats["peak_in_flight"] <= 2 and stats["requests_total"] > 0
-    runs = {r["run_name"]: r for r in results.runs}
-    assert len(runs) == 6 and all(r["status"] == "completed" for r in runs.values()), runs
-    assert runs[killer.killed["run"]]["attempts"] == 2  # Tune retried the killed run
+    runs = {r.run_name: r for r in results.runs}
+    assert len(runs) == 6 and all(r.status == "completed" for r in runs.values()), runs
+    assert runs[killer.killed["run"]].attempts == 2  # Tune retried the killed run
     assert throttle_stats["expired"] >= 1  # the killed holder's lease was reclaimed
     assert throttle_stats["in_flight"] == 0 and throttle_stats["peak_in_flight"] <= 2
     models = {m["id"] for m in httpx.get(f"{endpoint}/v1/models", timeout=30).json()["data"]}

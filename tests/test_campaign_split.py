@@ -46,7 +46,7 @@ def split_campaign(ray_4cpu_4gpu, tmp_path_factory):
 @pytest.mark.slow
 def test_split_runs_get_their_own_gpus_and_log_every_step_once(split_campaign):
     root, results = split_campaign
-    assert sorted((r["run_name"], r["status"], r["placement"]) for r in results.runs) == [
+    assert sorted((r.run_name, r.status, r.placement) for r in results.runs) == [
         (SYNC, "completed", "split"), (PIPELINED, "completed", "split")]
     gpus = []
     for run in (SYNC, PIPELINED):

@@ -101,7 +101,7 @@ def test_a_campaign_run_resumed_after_a_torn_log_logs_every_step_once(ray_4cpu_4
                           campaign={"name": "torn", "seeds": [1], "max_steps": STEPS, "parallel": True,
                                     "max_failures": 0, "trial_start_timeout_s": 240})
     first = Campaign.from_toml(toml, root=tmp_path, runner=tearing_runner).run(progress=False)
-    assert first.runs[0]["status"] != "completed"
+    assert first.runs[0].status != "completed"
     run_dir = tmp_path / "torn" / "runs" / RUN
     assert (run_dir / "torn.txt").exists()
     with pytest.warns(RuntimeWarning, match="torn"):
@@ -110,7 +110,7 @@ def test_a_campaign_run_resumed_after_a_torn_log_logs_every_step_once(ray_4cpu_4
     assert lost and max(lost) == TEAR_AT, kept  # the torn batch held the checkpointed steps' last rows
 
     again = Campaign.from_dir(tmp_path / "torn", runner=tearing_runner).run(progress=False)
-    assert again.runs[0]["status"] == "completed"
+    assert again.runs[0].status == "completed"
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # the torn segment was repaired: reading it warns no more
         assert read_stream(run_dir)["step"].to_pylist() == list(range(STEPS))

@@ -163,8 +163,8 @@ def test_a_trial_imports_its_plugin_from_the_shipped_bundle(ray_4cpu_4gpu, drive
     results = campaign.run(progress=False)
     assert not (driver_dir / "plugins").exists() and (driver_dir / "plugins.gone").exists()
     (run,) = results.runs
-    assert run["status"] == "completed", results.errors
-    history = results.history(run["run_name"])
+    assert run.status == "completed", results.errors
+    history = results.history(run.run_name)
     assert list(history["step"]) == [0, 1]
     assert all(1000.0 <= r < 1001.0 for r in history["mean_reward"])  # the plugin scored every completion
     imported = report.read_text().split()

@@ -38,8 +38,8 @@ def test_four_lora_runs_share_one_vllm_engine(ray_4cpu_4gpu, tmp_path):
         "name": name, "seeds": [1, 2, 3, 4], "max_steps": 3, "parallel": True, "max_workers": 4, "cpus_per_run": 0.5,
         "trial_start_timeout_s": 600})
     results = Campaign.from_toml(toml, root=tmp_path).run(progress=False)
-    runs = {r["run_name"]: r for r in results.runs}
-    assert len(runs) == 4 and all(r["status"] == "completed" for r in runs.values()), runs
+    runs = {r.run_name: r for r in results.runs}
+    assert len(runs) == 4 and all(r.status == "completed" for r in runs.values()), runs
 
     namespace = ray.get_runtime_context().namespace
     engine = ray.get_actor(shared_engine_name(name), namespace=namespace)

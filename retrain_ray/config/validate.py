@@ -222,7 +222,7 @@ def _echo(cfg: RetrainConfig) -> list[ConfigIssue]:
         issues.append(ConfigIssue("echo.enabled", True, "ECHO trains on the observation tokens of multi-turn "
                                   "episodes, and this run has no environment",
                                   "set [environment] provider and id (e.g. builtin / digit_chain) or enabled = false"))
-    if e.enabled and cfg.backend.backend != "local":
+    if e.enabled and not backend_spec(cfg.backend.backend).trains_locally:
         issues.append(ConfigIssue("echo.enabled", True, f"ECHO needs the loss in the trainer's own forward pass: "
                                   f"only the local backend has it, not {cfg.backend.backend!r}",
                                   "set [backend] backend = \"local\" or enabled = false"))

@@ -7,6 +7,7 @@ import json
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
+from retrain_ray.environments.digit_chain import DigitChain
 from retrain_ray.environments.types import Branchable, Environment, Episode, TurnResult
 
 if TYPE_CHECKING:
@@ -15,13 +16,7 @@ if TYPE_CHECKING:
 __all__ = ["BUILTIN", "Branchable", "Environment", "Episode", "TurnResult", "environment_args", "load_environment"]
 
 
-def _digit_chain(args: Mapping[str, object]) -> Environment:
-    from retrain_ray.environments.digit_chain import DigitChain
-
-    return DigitChain(args)
-
-
-BUILTIN: dict[str, Callable[[Mapping[str, object]], Environment]] = {"digit_chain": _digit_chain}
+BUILTIN: dict[str, Callable[[Mapping[str, object]], Environment]] = {"digit_chain": DigitChain}
 
 
 def environment_args(section: EnvironmentSection) -> dict[str, object]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -56,10 +57,9 @@ def _restore(loop: RunLoop, checkpoint: Path) -> TrainerState:
     restore_rng_state(state.rng, engine_generators(parts.engine))
     t = loop.cfg.training
     # the saved baseline counts only while TL-GRPO is on (spec 10); a checkpoint without one starts afresh
-    state.tl_grpo_ema = (state.tl_grpo_ema if state.tl_grpo_ema is not None else t.tl_grpo_ema_init) if t.tl_grpo \
-        else None
+    baseline = (state.tl_grpo_ema if state.tl_grpo_ema is not None else t.tl_grpo_ema_init) if t.tl_grpo else None
     log.info("resuming %s after step %d from %s", loop.run_name, state.step, checkpoint)
-    return state
+    return replace(state, tl_grpo_ema=baseline)
 
 
 def train_run(
