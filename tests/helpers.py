@@ -113,3 +113,14 @@ def install_test_plugins(workdir: Path, monkeypatch: Any) -> Path:
         monkeypatch.delitem(sys.modules, name)
     monkeypatch.chdir(workdir)
     return workdir
+
+
+def final_weights(run_dir: Path) -> dict[str, Any]:
+    """Every tensor of a run's `final` checkpoint, by name (asserts there is at least one)."""
+    from safetensors.torch import load_file
+
+    out: dict[str, Any] = {}
+    for f in sorted((run_dir / "checkpoints" / "final").glob("*.safetensors")):
+        out.update(load_file(str(f)))
+    assert out, f"no weights in {run_dir / 'checkpoints' / 'final'}"
+    return out

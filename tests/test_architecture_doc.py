@@ -38,3 +38,10 @@ def test_the_package_root_holds_only_packages():
     loose = sorted(p.name for p in (ROOT / "retrain_ray").iterdir()
                    if p.is_file() and p.name not in ("__init__.py", "__main__.py", "py.typed"))
     assert not loose, f"modules at the package root belong in a package (cli/, util/, ...): {loose}"
+
+
+def test_the_campaign_package_keeps_only_the_driver_path():
+    """Reading results back lives in results/, recovery in campaign/resume/, and each concern of the driver
+    in its own subpackage: campaign/ itself stays small enough to read (issue 22: at most 18 modules)."""
+    modules = sorted(p.name for p in (ROOT / "retrain_ray" / "campaign").glob("*.py"))
+    assert len(modules) <= 18, f"campaign/ has {len(modules)} modules; move a concern to a subpackage: {modules}"

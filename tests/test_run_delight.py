@@ -7,7 +7,7 @@ import shutil
 from pathlib import Path
 
 import torch
-from helpers import TINY_RUN, write_config
+from helpers import TINY_RUN, final_weights, write_config
 
 from retrain_ray.config import load_config
 from retrain_ray.logs import read_stream
@@ -25,16 +25,6 @@ def _run(tmp_path: Path, name: str, max_steps: int):
     write_config(tmp_path / f"{name}.toml", base=TINY_RUN, algorithm=ADAPTIVE, logging={"log_dir": str(run_dir)},
                  training={"max_steps": max_steps, "sft_warmup_steps": 0, "save_every": 2})
     return load_config(tmp_path / f"{name}.toml"), run_dir
-
-
-def _weights(run_dir: Path) -> dict[str, torch.Tensor]:
-    from safetensors.torch import load_file
-
-    out: dict[str, torch.Tensor] = {}
-    for f in sorted((run_dir / "checkpoints" / "final").glob("*.safetensors")):
-        out.update(load_file(str(f)))
-    assert out
-    return out
 
 
 def _extras(run_dir: Path) -> list[dict[str, float]]:
@@ -60,6 +50,6 @@ def test_adaptive_eta_ema_is_checkpointed_and_a_resume_is_exact(tmp_path):
     train_run(resume_cfg, run_name="r", run_dir=cut_dir, resume_from=cut_dir)
     resumed = _extras(cut_dir)
     assert [r["dg_eta"] for r in resumed] == [r["dg_eta"] for r in rows]
-    whole, again = _weights(full_dir), _weights(cut_dir)
+    whole, again = final_weights(full_dir), final_weights(cut_dir)
     for name in whole:
         torch.testing.assert_close(again[name], whole[name], rtol=0, atol=0)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import TINY_CPU, write_config
+from helpers import TINY_CPU, final_weights, write_config
 
 from retrain_ray.config import ConfigError, load_config
 from retrain_ray.data.types import Example
@@ -35,16 +35,6 @@ def _run(tmp_path: Path, name: str, max_steps: int, *, training=None, environmen
 def _rows(run_dir: Path) -> list[dict]:
     rows = read_stream(run_dir).to_pylist()
     return [{**r, "extras": dict(r["extras"])} for r in rows]  # the extras map reads as (key, value) pairs
-
-
-def _weights(run_dir: Path) -> dict[str, torch.Tensor]:
-    from safetensors.torch import load_file
-
-    out: dict[str, torch.Tensor] = {}
-    for f in sorted((run_dir / "checkpoints" / "final").glob("*.safetensors")):
-        out.update(load_file(str(f)))
-    assert out
-    return out
 
 
 def test_digit_chain_scores_each_turn_and_the_second_builds_on_the_first():
@@ -82,7 +72,7 @@ def test_tl_grpo_run_trains_checkpoints_its_baseline_and_resumes_exactly(tmp_pat
     resume_cfg, _ = _run(tmp_path, "cut", 4, training=TL_GRPO)
     train_run(resume_cfg, run_name="r", run_dir=cut_dir, resume_from=cut_dir)
     assert [r["extras"]["tl_grpo_ema"] for r in _rows(cut_dir)] == emas
-    whole, again = _weights(full_dir), _weights(cut_dir)
+    whole, again = final_weights(full_dir), final_weights(cut_dir)
     for name in whole:
         torch.testing.assert_close(again[name], whole[name], rtol=0, atol=0)
 
