@@ -34,9 +34,9 @@ from retrain_ray.campaign import Campaign
 results = Campaign.from_toml(sys.argv[1], root=sys.argv[2]).run(progress=False)
 print(json.dumps({"errors": len(results.errors), "modules": [m for m in ("torch", "transformers", "peft", "mlflow",
                   "wandb", "tensorboardX") if m in sys.modules],
-                  "preloaded": [r["result"].get("process_preloaded") for r in results.manifest["runs"]],
-                  "started_before_the_driver_set_up": [r["result"]["process_started_at"] < results.manifest["sessions"][0]["started"]
-                                                       for r in results.manifest["runs"]]}))
+                  "preloaded": [r.result.get("process_preloaded") for r in results.manifest.runs],
+                  "started_before_the_driver_set_up": [r.result["process_started_at"] < results.manifest.sessions[0].started
+                                                       for r in results.manifest.runs]}))
 """
 
 
