@@ -134,9 +134,9 @@ def _lora_step_worker(device: str, sizes: Sizes) -> dict[str, object]:
     import tempfile
 
     import torch
+    from step_throughput import batch_from  # this script's folder: the step benchmark's batch
 
     from retrain_ray.backends.local import LoraSettings, PolicySettings, build_shared_policy
-    from retrain_ray.backends.types import TrainBatch
     from retrain_ray.engines import SamplingParams
 
     if device == "cpu":
@@ -155,14 +155,7 @@ def _lora_step_worker(device: str, sizes: Sizes) -> dict[str, object]:
         started = time.perf_counter()
         groups = engine.generate(prompts, sizes.samples, params)
         sample_s = time.perf_counter() - started
-        tokens, logprobs, advantages, lengths = [], [], [], []
-        for prompt, group in zip(prompts, groups, strict=True):
-            for i, sample in enumerate(group):
-                tokens.append(prompt + list(sample.token_ids))
-                logprobs.append([0.0] * len(prompt) + list(sample.logprobs))
-                advantages.append([0.0] * len(prompt) + [1.0 if i % 2 else -1.0] * len(sample.token_ids))
-                lengths.append(len(prompt))
-        batch = TrainBatch(tokens, logprobs, advantages, lengths, temperature=1.0)
+        batch = batch_from(groups, prompts, temperature=1.0)
         backend.train_step(batch, lr=1e-5, weight_decay=0.0)  # warm-up
         started = time.perf_counter()
         result = backend.train_step(batch, lr=1e-5, weight_decay=0.0)

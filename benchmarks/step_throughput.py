@@ -51,7 +51,8 @@ def _no_eos(model: torch.nn.Module, eos_id: int):
     return model.lm_head.register_forward_hook(hook)  # the lean Llama has no get_output_embeddings()
 
 
-def _batch_from(groups, prompts, temperature: float) -> TrainBatch:
+def batch_from(groups, prompts, temperature: float) -> TrainBatch:
+    """A train batch of the sampled groups with advantages alternating +1/-1 (also used by gpu_check.py)."""
     tokens, logprobs, advs, lens = [], [], [], []
     for i, (prompt, group) in enumerate(zip(prompts, groups, strict=True)):
         for j, r in enumerate(group):
@@ -91,7 +92,7 @@ def training_rows(cache: str, device: str, repeats: int) -> list[dict]:
         prompts = [encode_prompt(tok, p) for p in PROMPTS]
         for max_tokens in MAX_TOKENS:
             groups = engine.generate(prompts, SAMPLES, SamplingParams(max_tokens=max_tokens, temperature=1.0))
-            batch = _batch_from(groups, prompts, 1.0)
+            batch = batch_from(groups, prompts, 1.0)
             step_s = _median_time(lambda b=batch, be=backend: be.train_step(b, lr=1e-5, weight_decay=0.0), repeats)
             rows.append({"what": f"train step {finetune}, {max_tokens} tok", "tokens": batch.num_tokens,
                          "train_tok_s": batch.num_tokens / step_s, "step_ms": 1000 * step_s})
