@@ -21,6 +21,7 @@ from retrain_ray.environments.openenv import OpenEnv
 from retrain_ray.environments.openenv_client import OpenEnvError, ws_url
 from retrain_ray.environments.openenv_standin import StandIn
 from retrain_ray.logs import read_stream
+from retrain_ray.run.environment import environment_problems
 from retrain_ray.run.train import train_run
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -149,3 +150,10 @@ def test_openenv_keys_are_checked(tmp_path):
         section = cfg.environment.model_copy(update={"args": json.dumps(bad)})
         with pytest.raises(ValueError, match=key):
             load_environment(section)
+
+
+def test_explain_warns_of_a_server_that_does_not_answer(tmp_path, standin):
+    gone = f"http://127.0.0.1:{free_port()}"
+    (problem,) = environment_problems(load_config(_config(tmp_path, "gone", gone)))
+    assert problem.startswith(f"environment.id: the OpenEnv server at {gone} does not answer")
+    assert environment_problems(load_config(_config(tmp_path, "up", standin.url))) == []
