@@ -120,6 +120,17 @@ def test_a_server_that_keeps_dropping_is_reported_with_its_url():
     assert "dropped during a step" in message and "retries" in message
 
 
+def test_a_server_error_is_reported_at_once_and_a_missing_field_names_its_key(standin):
+    env = OpenEnv(standin.url, {**ARGS, "action_key": "answer"})
+    episode = env.reset(env.examples()[0][0])
+    sessions = standin.sessions
+    with pytest.raises(OpenEnvError, match="answered a step with error VALIDATION_ERROR: the action has no field"):
+        episode.step("1")
+    assert standin.sessions == sessions  # an answer is no dropped connection: not retried
+    with pytest.raises(OpenEnvError, match="observation_key"):
+        OpenEnv(standin.url, {**ARGS, "observation_key": "question"}).examples()
+
+
 def test_a_url_nobody_listens_on_ends_the_run_with_a_clear_error(tmp_path):
     url = f"http://127.0.0.1:{free_port()}"
     path = _config(tmp_path, "gone", url, args={**ARGS, "retries": 1, "connect_timeout_s": 2})
