@@ -59,17 +59,18 @@ def parse_options(args: Mapping[str, object]) -> tuple[Options, dict[str, float]
     unknown = sorted(set(args) - set(ARGS))
     if unknown:
         raise ValueError(f"environment.args: openenv has no argument {unknown[0]!r} (it takes {', '.join(ARGS)})")
-    reset, actions = args.get("reset", {}), args.get("actions", [])
+    reset: Any = args.get("reset", {})
+    actions: Any = args.get("actions", [])
     if not isinstance(reset, dict):
         raise ValueError(f"environment.args.reset: {reset!r} is not a JSON object (the server's reset arguments)")
-    if not isinstance(actions, list) or not all(isinstance(a, str) for a in actions):  # pyright: ignore[reportUnknownVariableType]
+    if not isinstance(actions, list) or not all(isinstance(a, str) for a in actions):
         raise ValueError(f"environment.args.actions: {actions!r} is not a list of strings")
     options = Options(
         num_examples=_int(args, "num_examples", 256, 1), num_eval=_int(args, "num_eval", 32, 0),
-        seed=_int(args, "seed", 0, 0), reset={str(k): v for k, v in reset.items()},  # pyright: ignore[reportUnknownVariableType]
+        seed=_int(args, "seed", 0, 0), reset={str(k): v for k, v in reset.items()},
         action_key=_text(args, "action_key", "message"), observation_key=_text(args, "observation_key", "prompt"),
         append_history=_bool(args, "append_history"), turn_advantages=_bool(args, "turn_advantages"),
-        actions=tuple(str(a) for a in actions))  # pyright: ignore[reportUnknownVariableType, reportUnknownArgumentType]
+        actions=tuple(str(a) for a in actions))
     waits = {"connect_timeout_s": _seconds(args, "connect_timeout_s", 10.0),
              "message_timeout_s": _seconds(args, "message_timeout_s", 60.0),
              "retries": float(_int(args, "retries", 3, 0, 20))}

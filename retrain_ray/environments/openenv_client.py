@@ -121,31 +121,30 @@ class _Socket:
 
 def _reply(link: Link, kind: str, raw: str | bytes) -> Reply:
     try:
-        message = json.loads(raw)
+        message: Any = json.loads(raw)
     except ValueError:
         raise link.error(f"answered a {kind} with text that is not JSON: {str(raw)[:80]!r}") from None
-    if not isinstance(message, dict):
+    data: Any = message.get("data") if isinstance(message, dict) else None
+    if not isinstance(data, dict):
         raise link.error(f"answered a {kind} with {str(raw)[:80]!r}, not an OpenEnv message")
-    data: Any = message.get("data") or {}  # pyright: ignore[reportUnknownMemberType]
-    if message.get("type") == "error":  # pyright: ignore[reportUnknownMemberType]
-        code = data.get("code", "UNKNOWN") if isinstance(data, dict) else "UNKNOWN"  # pyright: ignore[reportUnknownMemberType]
-        text = data.get("message", data) if isinstance(data, dict) else data  # pyright: ignore[reportUnknownMemberType]
+    if message.get("type") == "error":
+        code, text = data.get("code", "UNKNOWN"), data.get("message", data)
         hint = "; it serves no more sessions at once: raise its max_concurrent_envs to at least batch_size x " \
                "group_size (every episode of a step is one session)" if code == "CAPACITY_REACHED" else ""
         raise link.error(f"answered a {kind} with error {code}: {text}{hint}")
-    if message.get("type") != "observation" or not isinstance(data, dict):  # pyright: ignore[reportUnknownMemberType]
+    if message.get("type") != "observation":
         raise link.error(f"answered a {kind} with {str(raw)[:80]!r}, not an observation")
-    return _observation(link, kind, data)  # pyright: ignore[reportUnknownArgumentType]
+    return _observation(link, kind, data)
 
 
 def _observation(link: Link, kind: str, data: dict[str, Any]) -> Reply:
-    observation = data.get("observation", {})
-    reward = data.get("reward")
+    observation: Any = data.get("observation", {})
+    reward: Any = data.get("reward")
     if not isinstance(observation, dict):
         raise link.error(f"answered a {kind} with observation {observation!r}, not a JSON object")
     if reward is not None and (isinstance(reward, bool) or not isinstance(reward, int | float)):
         raise link.error(f"answered a {kind} with reward {reward!r}, not a number")
-    return Reply({str(k): v for k, v in observation.items()},  # pyright: ignore[reportUnknownVariableType]
+    return Reply({str(k): v for k, v in observation.items()},
                  None if reward is None else float(reward), bool(data.get("done", False)))
 
 
