@@ -21,6 +21,7 @@ import argparse
 import json
 import random
 import socket
+import sys
 import threading
 from http import HTTPStatus
 from typing import TYPE_CHECKING, Any
@@ -157,7 +158,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         server.start()
     except OSError as exc:
-        print(f"error: cannot serve on {args.host}:{args.port} ({exc}); choose another --port")
+        print(f"error: cannot serve on {args.host}:{args.port} ({exc}); choose another --host or --port",
+              file=sys.stderr)
         return 1
     print(f"OpenEnv stand-in (digit_chain, {args.digits} digits) at {server.url} (WebSocket {server.url}/ws); "
           "Ctrl-C stops it", flush=True)
