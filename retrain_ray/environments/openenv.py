@@ -54,8 +54,9 @@ class Options:
     actions: tuple[str, ...] = ()
 
 
-def parse_options(args: Mapping[str, object]) -> tuple[Options, dict[str, float]]:
-    """The options and the link's waits from `[environment] args`; a bad one names its key."""
+def parse_options(url: str, args: Mapping[str, object]) -> tuple[Options, Link]:
+    """The options, and the link to the server at `url` with its waits, from `[environment] args`; a bad
+    one names its key."""
     unknown = sorted(set(args) - set(ARGS))
     if unknown:
         raise ValueError(f"environment.args: openenv has no argument {unknown[0]!r} (it takes {', '.join(ARGS)})")
@@ -71,10 +72,9 @@ def parse_options(args: Mapping[str, object]) -> tuple[Options, dict[str, float]
         action_key=_text(args, "action_key", "message"), observation_key=_text(args, "observation_key", "prompt"),
         append_history=_bool(args, "append_history"), turn_advantages=_bool(args, "turn_advantages"),
         actions=tuple(str(a) for a in actions))
-    waits = {"connect_timeout_s": _seconds(args, "connect_timeout_s", 10.0),
-             "message_timeout_s": _seconds(args, "message_timeout_s", 60.0),
-             "retries": float(_int(args, "retries", 3, 0, 20))}
-    return options, waits
+    link = Link(url, connect_timeout_s=_seconds(args, "connect_timeout_s", 10.0),
+                message_timeout_s=_seconds(args, "message_timeout_s", 60.0), retries=_int(args, "retries", 3, 0, 20))
+    return options, link
 
 
 @dataclass
@@ -121,9 +121,7 @@ class OpenEnv:
     """The environment at `[environment] id` (see the module docstring)."""
 
     def __init__(self, url: str, args: Mapping[str, object]) -> None:
-        self.options, waits = parse_options(args)
-        self.link = Link(url, connect_timeout_s=waits["connect_timeout_s"],
-                         message_timeout_s=waits["message_timeout_s"], retries=int(waits["retries"]))
+        self.options, self.link = parse_options(url, args)
         self.name = f"openenv {url}"
 
     def examples(self) -> tuple[list[Example], list[Example]]:
