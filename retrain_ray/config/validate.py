@@ -182,6 +182,10 @@ def _environment(cfg: RetrainConfig) -> list[ConfigIssue]:
     if e.provider == "openenv" and e.id and not e.id.startswith(("http://", "https://", "ws://", "wss://")):
         issues.append(ConfigIssue("environment.id", e.id, "an openenv id must be an http(s) or ws(s) URL",
                                   "write the environment's URL"))
+    if e.provider == "openenv" and cfg.training.sft_warmup_steps > 0 and not cfg.training.sft_data_path:
+        issues.append(ConfigIssue("training.sft_warmup_steps", cfg.training.sft_warmup_steps, "an OpenEnv server "
+                                  "keeps its answers to itself, so its examples give the warm start no targets",
+                                  "set sft_data_path (an SFT data file) or sft_warmup_steps = 0"))
     if e.provider == "builtin" and e.id and e.id not in BUILTIN_ENVIRONMENTS:
         issues.append(ConfigIssue("environment.id", e.id, "is no built-in environment",
                                   f"choose one of {', '.join(sorted(BUILTIN_ENVIRONMENTS))}"))

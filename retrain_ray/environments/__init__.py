@@ -1,5 +1,6 @@
 """Multi-turn environments (`[environment]`): the `Environment` protocol, the ones shipped with
-retrain-ray (`provider = "builtin"`) and the adapters to other packages' environments."""
+retrain-ray (`provider = "builtin"`) and the adapters to other packages' environments (`"openenv"`: a
+server speaking OpenEnv's WebSocket protocol, openenv.py)."""
 
 from __future__ import annotations
 
@@ -38,4 +39,9 @@ def load_environment(section: EnvironmentSection) -> Environment:
             raise ValueError(f"environment.id: no built-in environment {section.id!r}; choose one of "
                              f"{', '.join(sorted(BUILTIN))}")
         return factory(args)
+    if section.provider == "openenv":
+        # deferred: the websockets client loads only for runs with an OpenEnv environment
+        from retrain_ray.environments.openenv import OpenEnv
+
+        return OpenEnv(section.id, args)
     raise ValueError(f"environment.provider: {section.provider!r} has no adapter here; use \"builtin\"")

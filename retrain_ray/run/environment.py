@@ -1,12 +1,12 @@
 """What this machine lacks for a config to run here, as opposed to what is wrong with the config.
 
 `explain` is a dry run, often made on a laptop for a campaign that will run on a cluster: a model not in
-the local Hugging Face cache, a data file that lives on the cluster's volume, an inference server that
-is not up yet are facts about this machine, not errors in the file. `environment_problems` lists each
-with its fix (the download command, the key to set); `explain` prints them as warnings and still shows
-the plan (`--strict` makes them errors). The runs themselves still refuse to start without them
-(`campaign_problems` in run/preflight.py checks the model before Ray starts; the data loader and the
-engine name the missing file or server).
+the local Hugging Face cache, a data file that lives on the cluster's volume, an inference server or an
+OpenEnv environment server that is not up yet are facts about this machine, not errors in the file.
+`environment_problems` lists each with its fix (the download command, the key to set); `explain` prints
+them as warnings and still shows the plan (`--strict` makes them errors). The runs themselves still
+refuse to start without them (`campaign_problems` in run/preflight.py checks the model before Ray starts;
+the data loader, the engine and the OpenEnv client name the missing file or server).
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ def endpoint_url(cfg: RetrainConfig) -> str | None:
 def unreachable(url: str, timeout_s: float = CONNECT_TIMEOUT_S) -> str | None:
     """Why a TCP connection to `url`'s host and port fails (None: it connects)."""
     parts = urlsplit(url)
-    port = parts.port or (443 if parts.scheme == "https" else 80)
+    port = parts.port or (443 if parts.scheme in ("https", "wss") else 80)
     try:
         with socket.create_connection((parts.hostname or "127.0.0.1", port), timeout=timeout_s):
             return None
@@ -74,10 +74,23 @@ def endpoint_problems(configs: Iterable[RetrainConfig]) -> list[str]:
     return problems
 
 
+def openenv_problems(configs: Iterable[RetrainConfig]) -> list[str]:
+    """OpenEnv servers (`[environment] provider = "openenv"`) that do not answer."""
+    urls = dict.fromkeys(c.environment.id for c in configs if c.environment.provider == "openenv" and c.environment.id)
+    problems: list[str] = []
+    for url in urls:
+        why = unreachable(url)
+        if why:
+            problems.append(f"environment.id: the OpenEnv server at {url} does not answer ({why}); start it before "
+                            "the run (the local stand-in: `python -m retrain_ray.environments.openenv_standin`), or "
+                            "set [environment] id to where it runs")
+    return problems
+
+
 def environment_problems(cfg: RetrainConfig) -> list[str]:
     """What this machine lacks for the runs of `cfg` (a campaign's conditions, or one run), each with its fix."""
     # deferred: loads pydantic, which importing this module does not need
     from retrain_ray.config import expand_runs
 
     configs = [r.config for r in expand_runs(cfg)]
-    return model_problems(configs) + data_problems(configs) + endpoint_problems(configs)
+    return model_problems(configs) + data_problems(configs) + endpoint_problems(configs) + openenv_problems(configs)
