@@ -44,26 +44,32 @@ class _RunLogHandler(logging.Handler):
         else:
             self._file.handle(record)
 
-    def open(self, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        new = logging.FileHandler(path, encoding="utf-8", delay=True)  # appends; no file until a record comes
-        new.setFormatter(_FORMAT)
+    def open(self, path: Path | None) -> None:
+        """Writes to `path` from now on, the held records first; None: holds the records again."""
+        new = _file_handler(path) if path is not None else None
         self.acquire()
         try:
             old, self._file = self._file, new
-            held = list(self._held)
-            self._held.clear()
+            if new is not None:
+                for record in self._held:
+                    new.handle(record)
+                self._held.clear()
         finally:
             self.release()
         if old is not None:
             old.close()
-        for record in held:
-            new.handle(record)
 
     def close(self) -> None:
         if self._file is not None:
             self._file.close()
         super().close()
+
+
+def _file_handler(path: Path) -> logging.FileHandler:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handler = logging.FileHandler(path, encoding="utf-8", delay=True)  # appends; no file until a record comes
+    handler.setFormatter(_FORMAT)
+    return handler
 
 
 class _Stderr(logging.StreamHandler):  # pyright: ignore[reportMissingTypeArgument]
@@ -98,6 +104,7 @@ def take_over_vllm_logging() -> bool:
     return True
 
 
-def log_vllm_to(path: Path) -> None:
-    """vLLM's records of this process go to `path` from now on (and those held so far, first)."""
+def log_vllm_to(path: Path | None) -> None:
+    """vLLM's records of this process go to `path` from now on (and those held so far, first); None: the
+    run is over, hold them again."""
     _run_log.open(path)

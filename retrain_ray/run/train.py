@@ -117,6 +117,7 @@ def train_run(
         return loop.run(state)
     finally:
         observer.close()
+        log_vllm_to(None)
 
 
 def _check_run_dir(run_dir: Path) -> None:
