@@ -97,6 +97,7 @@ def test_reload_gaps_quiet_for_expected_layers_and_an_error_for_others():
 
 
 @pytest.mark.extended
+@pytest.mark.timeout(900)  # a vLLM start and 3 steps in a subprocess; slow at a high load average
 @pytest.mark.skipif(not vllm_available(), reason=f"vLLM is not installed: {INSTALL_HINT}")
 def test_smoke_vllm_console_has_no_vllm_lines(tmp_path):
     """The CPU smoke run of configs/smoke-vllm.toml for 3 steps (2 full-weight syncs): vLLM's lines are in

@@ -18,7 +18,7 @@ import torch
 from retrain_ray.engines.vllm_embedded import INSTALL_HINT, vllm_available
 
 pytestmark = [pytest.mark.skipif(not vllm_available(), reason=f"vLLM is not installed: {INSTALL_HINT}"),
-              pytest.mark.extended]
+              pytest.mark.extended, pytest.mark.timeout(900)]
 
 MODEL = "builtin:tiny-h256-l2"
 PROMPTS = [[1, 5, 6, 7], [1, 9, 9], [1, 12]]

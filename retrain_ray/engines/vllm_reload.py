@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Generator
 from contextlib import contextmanager
 
 import torch
@@ -44,14 +44,14 @@ def layers_without_own_weights(model: torch.nn.Module) -> set[str]:
     verdicts: Counter[tuple[str, bool]] = Counter()
     for module in model.modules():
         params = _own(module)
-        buffers_only = not params and any(b is not None for b in module._buffers.values())
+        buffers_only = not params and any(True for _ in module.buffers(recurse=False))
         tied = bool(params) and all(first_owner[id(p)] is not module for p in params)
         verdicts[(type(module).__name__, buffers_only or tied)] += 1
     return {name for name, quiet in verdicts if quiet and (name, False) not in verdicts}
 
 
 def _own(module: torch.nn.Module) -> list[torch.nn.Parameter]:
-    return [p for p in module._parameters.values() if p is not None]
+    return list(module.parameters(recurse=False))
 
 
 class _ReloadGaps(logging.Filter):
@@ -74,7 +74,7 @@ class _ReloadGaps(logging.Filter):
 
 
 @contextmanager
-def reload_gaps_checked(model: torch.nn.Module) -> Iterator[None]:
+def reload_gaps_checked(model: torch.nn.Module) -> Generator[None]:
     """Around `reload_weights`: quiet for the layers that never get weights, an error for any other one."""
     gaps = _ReloadGaps(layers_without_own_weights(model))
     logger = logging.getLogger(LAYERWISE_LOGGER)
