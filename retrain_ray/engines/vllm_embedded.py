@@ -16,6 +16,9 @@ each have their own adapter, full fine-tuning has one client whose tensors are p
   version keeps a rollout from reusing KV blocks computed under older weights.
 * Full weights: the trainer's tensors (Hugging Face names) go to the worker's `reload_weights` (in
   place) through `collective_rpc`, then the prefix cache is reset (its blocks hold the old weights' keys).
+  Layers that never get weights (rotary caches, a tied LM head) are expected; any other is an error
+  (engines/vllm_reload.py).
+* Logs: vLLM's logger writes to the run's `vllm.log`, not the console (engines/vllm_logs.py).
 * Versions: `generate` refuses any version other than the client's loaded one.
 * One-GPU placement: `sleep()` releases the KV cache (and offloads weights) for the optimizer step,
   `wake_up()` restores it (`enable_sleep_mode`, CUDA only).
@@ -43,6 +46,8 @@ import torch
 from retrain_ray.engines.lora import LoraSettings
 from retrain_ray.engines.pytorch import check_request as check
 from retrain_ray.engines.types import SampleResult, SamplingParams, WeightUpdate
+from retrain_ray.engines.vllm_logs import take_over_vllm_logging
+from retrain_ray.engines.vllm_reload import reload_gaps_checked
 
 if TYPE_CHECKING:
     from vllm.logprobs import Logprob
@@ -56,6 +61,7 @@ _LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)  # vLLM's accepted max_lora
 
 def require_vllm() -> ModuleType:
     """The `vllm` module, or an ImportError that says how to install it."""
+    take_over_vllm_logging()  # before the import: vLLM configures its console logging as it loads
     try:
         # deferred: vllm is an optional extra, imported only when used
         import vllm
@@ -104,6 +110,7 @@ class VLLMSettings:
             args["gpu_memory_utilization"] = self.gpu_memory_utilization
         if not torch.cuda.is_available():
             args.setdefault("enforce_eager", True)
+        args.setdefault("use_tqdm_on_load", False)  # no progress bar on the console for loading the checkpoint
         args.update(self.extra_args)
         return args
 
@@ -167,9 +174,11 @@ def _push_full_weights(worker: _Worker, tensors: dict[str, torch.Tensor]) -> Non
     # deferred: vllm is an optional extra, imported only when used
     from vllm.model_executor.layers.vocab_parallel_embedding import VocabParallelEmbedding
 
-    worker.model_runner.reload_weights(weights_iterator=[(_hf_name(n), t) for n, t in tensors.items()],
-                                       is_checkpoint_format=True)
-    for module in worker.model_runner.get_model().modules():
+    model = worker.model_runner.get_model()
+    with reload_gaps_checked(model):  # rotary caches and a tied head get nothing, on purpose; nothing else may
+        worker.model_runner.reload_weights(weights_iterator=[(_hf_name(n), t) for n, t in tensors.items()],
+                                           is_checkpoint_format=True)
+    for module in model.modules():
         if isinstance(module, VocabParallelEmbedding) and hasattr(module, "quant_method"):
             module.quant_method.process_weights_after_loading(module)
 
@@ -191,7 +200,6 @@ class VLLMCore:
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
         os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")  # a shared machine: no core pinning
-        os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")  # not a line per weight sync in the run's log
         vllm = require_vllm()
         self.settings = settings
         self.llm = vllm.LLM(**settings.engine_args())

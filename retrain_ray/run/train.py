@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 from retrain_ray.backends.types import Policy
 from retrain_ray.backpressure.types import BackPressureAdvisor
+from retrain_ray.engines.vllm_logs import VLLM_LOG_FILE, log_vllm_to
 from retrain_ray.logs import (
     ArrowRunObserver,
     MultiObserver,
@@ -106,6 +107,7 @@ def train_run(
     root = checkpoint_root(config)
     if root is not None:
         write_run_meta(root, meta)  # names the run and config of the checkpoints there (run/checkpoint_dir.py)
+    log_vllm_to(run_dir / VLLM_LOG_FILE)  # an embedded vLLM's log lines: the run's file, not the console
     observer = _fanout(run_dir, run_name, observers, local_logs, config.logging.jsonl)
     try:
         policy = policy or build_policy(config, throttle=throttle, run_name=run_name)
@@ -115,6 +117,7 @@ def train_run(
         return loop.run(state)
     finally:
         observer.close()
+        log_vllm_to(None)
 
 
 def _check_run_dir(run_dir: Path) -> None:
