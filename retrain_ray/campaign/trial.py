@@ -214,7 +214,7 @@ def _limit_gpu_memory(share: float) -> None:
     import torch  # here: the driver imports this module and never loads torch
 
     if share < 1.0 and torch.cuda.is_available():
-        torch.cuda.set_per_process_memory_fraction(share)
+        torch.cuda.set_per_process_memory_fraction(share)  # pyright: ignore[reportUnknownMemberType]  # torch leaves `fraction` untyped
 
 
 def run_trial(config: Mapping[str, str], context: TrialContext) -> None:
