@@ -151,3 +151,17 @@ def test_eight_lora_runs_run_packed_on_two_fake_gpus(tmp_path):
     seen = out["seen"].values()
     assert all(s["bundles"] == [{"CPU": 1.0, "GPU": 0.25}] for s in seen)
     assert sorted(Counter(s["cuda_visible_devices"] for s in seen).values()) == [4, 4]
+
+
+def test_explain_shows_the_packing_and_what_each_run_gets(tmp_path, capsys):
+    from retrain_ray.cli.explain import explain_main
+
+    toml = packed_toml(tmp_path / "c.toml", runs_per_gpu=4, inference={"engine": "vllm-embedded"})
+    assert explain_main([str(toml), "--json"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    packing = info["campaign"]["packing"]
+    assert (packing["groups"], packing["gpu_fraction"], packing["gpus"]) == ([4, 4], 0.25, 2)
+    assert packing["vllm_gpu_memory_utilization"] == pytest.approx(0.075)
+    assert info["run"]["resources_per_run"]["gpus"] == 0.25
+    assert packing["plan"][0].startswith("packing: 8 runs on 2 GPUs: 4 + 4")
+    assert "vLLM gpu_memory_utilization 0.075 (6.0 GiB)" in packing["plan"][1]
