@@ -7,7 +7,8 @@ a card; its vLLM `gpu_memory_utilization` (the `[inference.engine_args]` value, 
 trainer's memory (the process's share of the card) are divided by N.
 
 The memory of one run is estimated from the model's config shapes (models/flops.py: `model_shapes`,
-on the meta device, no weights read), in bytes:
+on the meta device; no weights are read, nor downloaded: a Hub model not in the cache fetches its
+config.json alone), in bytes:
 
     trainer    = parameters x trainer width (4: float32 weights for dtype "auto", else 2)
                + trainable x 16 (float32 weight, gradient and AdamW's two moments: LoRA's or all)
@@ -27,6 +28,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -210,10 +212,38 @@ def shapes_of(cfg: RetrainConfig) -> ModelShapes | None:
     if backend_spec(cfg.backend.backend).trains_locally:
         option = str(resolved_options(cfg.backend.backend, dict(cfg.backend.options))["lora_target_modules"])
         targets = tuple(n.strip() for n in option.split(",") if n.strip()) or DEFAULT_TARGET_MODULES
+    folder = config_folder(cfg.model.model, cfg.model.revision)
+    if folder is None:
+        return None
     try:
-        return model_shapes(cfg.model.model, full=cfg.model.finetune == "full", lora_rank=cfg.model.lora_rank,
-                            target_modules=targets, revision=cfg.model.revision)
-    except (OSError, ValueError):  # not cached here (offline), or not a model transformers can build
+        return model_shapes(folder, full=cfg.model.finetune == "full", lora_rank=cfg.model.lora_rank,
+                            target_modules=targets)
+    except (OSError, ValueError):  # not a model transformers can build
+        return None
+
+
+def config_folder(model: str, revision: str = "") -> str | None:
+    """A local folder with the model's config.json, never downloading weights: a Hub model's cached
+    snapshot, else its config.json alone (when downloading is allowed); None when neither can be had."""
+    # deferred: the model helpers load huggingface_hub, needed only to check a packing
+    from retrain_ray.models.hub import cached_snapshot, hub_cache_dir, hub_offline, looks_like_hub_id
+    from retrain_ray.models.loading import resolve_model_path
+
+    if not looks_like_hub_id(model):  # a built-in (built here, tiny) or a local folder
+        try:
+            return str(resolve_model_path(model))
+        except (OSError, ValueError):
+            return None
+    cached = cached_snapshot(model, revision)
+    if cached is not None:
+        return str(cached)
+    if hub_offline():
+        return None
+    from huggingface_hub import hf_hub_download
+
+    try:
+        return str(Path(hf_hub_download(model, "config.json", revision=revision or None, cache_dir=hub_cache_dir())).parent)
+    except (OSError, ValueError):  # no network, no such repo: the model check says why
         return None
 
 
