@@ -239,7 +239,7 @@ def config_folder(model: str, revision: str = "") -> str | None:
         return str(cached)
     if hub_offline():
         return None
-    from huggingface_hub import hf_hub_download
+    from huggingface_hub import hf_hub_download  # pyright: ignore[reportUnknownVariableType]  # an untyped overload argument
 
     try:
         return str(Path(hf_hub_download(model, "config.json", revision=revision or None, cache_dir=hub_cache_dir())).parent)
