@@ -131,12 +131,31 @@ def _adaptive(tmp: Path) -> None:
     assert plan.adaptive is not None and plan.adaptive.rungs == (8,)
 
 
+def _gpu_plan(tmp: Path, **campaign: Any) -> CampaignPlan:
+    cfg = RetrainConfig.model_validate({**TINY_CPU, "model": {"model": "builtin:tiny", "finetune": "lora"},
+                                        "backend": {"devices": "gpu:0"},
+                                        "campaign": {"conditions": [GRPO], "seeds": [1, 2, 3], **campaign}})
+    return build_plan(cfg, root=tmp)
+
+
+def _runs_per_gpu(tmp: Path) -> None:
+    assert {r.gpu_share for r in _gpu_plan(tmp).runs} == {1.0}
+    plan = _gpu_plan(tmp, runs_per_gpu=2)
+    assert {r.gpu_share for r in plan.runs} == {0.5} and plan.packing is not None and plan.packing.groups == [2, 1]
+
+
+def _gpu_memory_gib(tmp: Path) -> None:
+    assert _gpu_plan(tmp, runs_per_gpu=2, gpu_memory_gib=12.0).packing is not None
+    with pytest.raises(CampaignError, match="> 8 GiB per card"):  # the default max_tokens' KV: 5.5 GiB a run
+        _gpu_plan(tmp, runs_per_gpu=2, gpu_memory_gib=8.0)
+
+
 CAMPAIGN_EFFECTS: dict[str, Callable[[Path], None]] = {
     "seeds": _seeds, "max_steps": _max_steps, "parallel": _parallel, "max_workers": _max_workers,
     "stagger_seconds": _stagger_seconds, "summary_script": _summary, "summary_args": _summary,
     "conditions": _conditions, "name": _name, "max_failures": _max_failures, "cpus_per_run": _cpus_per_run,
     "trial_start_timeout_s": _trial_start_timeout_s, "cpu_fallback": _cpu_fallback, "storage": _storage,
-    "adaptive": _adaptive,
+    "adaptive": _adaptive, "runs_per_gpu": _runs_per_gpu, "gpu_memory_gib": _gpu_memory_gib,
 }
 
 
@@ -232,6 +251,7 @@ BAD: dict[tuple[str, str], Any] = {
     ("campaign", "conditions"): [{"advantage_mode": "grpo", "transform_mode": "none", "lrr": 1.0}],
     ("campaign", "typo_key"): 1, ("campaign", "adaptive"): {"rungs": [1], "windw": 3}, ("squeeze", "min_variance_retention"): 1.5, ("squeeze", "source_rank"): -1,
     ("squeeze", "compress_to"): 16, ("squeeze", "typo_key"): 1,
+    ("campaign", "runs_per_gpu"): 0, ("campaign", "gpu_memory_gib"): 0.0,
 }
 
 

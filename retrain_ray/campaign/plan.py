@@ -14,6 +14,7 @@ writes its Arrow logs there, and the run's own working directory (checkpoints, l
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -25,6 +26,7 @@ import pyarrow.fs  # pyright: ignore[reportMissingTypeStubs]
 from retrain_ray.actors.placement import Placement, parse_devices
 from retrain_ray.backends.registry import placed_devices
 from retrain_ray.campaign.adaptive.plan import AdaptivePlan, adaptive_plan
+from retrain_ray.campaign.capacity.packing import Packing, packed_config, plan_packing
 from retrain_ray.config.matrix import RunSpec, expand_runs
 from retrain_ray.config.run_names import RULES, name_problem
 from retrain_ray.logs.manifest import RunRecord
@@ -66,6 +68,7 @@ class RunPlan:
     devices: str
     placement: Placement | None = None
     in_process: bool = False  # every GPU in the run's own process (never split actors): plugin backends/engines
+    gpu_share: float = 1.0  # the GPU of a one-GPU run packed with others ([campaign] runs_per_gpu: 1/N)
 
 
 @dataclass(frozen=True)
@@ -93,6 +96,7 @@ class CampaignPlan:
     # [campaign.adaptive]: the plan of decisions, and the runs of the seeds it may add (not started yet)
     adaptive: AdaptivePlan | None = None
     reserve: list[RunPlan] = field(default_factory=list)
+    packing: Packing | None = None  # [campaign] runs_per_gpu > 1: how the one-GPU runs share cards
 
     @property
     def all_runs(self) -> list[RunPlan]:
@@ -236,6 +240,10 @@ def build_plan(config: RetrainConfig, *, name: str | None = None, root: str | Pa
     problems += errs
     if not problems:  # the model check may ask the Hub: only for an otherwise valid campaign
         problems += model_problems([r.config for r in runs])
+    packing = None
+    if not problems and campaign.runs_per_gpu > 1:
+        runs, packing = _pack(runs, campaign)
+        problems += packing.problems()
     if problems:
         raise CampaignError(problems)
     reserve = [r for r in runs if adaptive is not None and r.seed not in adaptive.start_seeds]
@@ -251,7 +259,18 @@ def build_plan(config: RetrainConfig, *, name: str | None = None, root: str | Pa
         seeds=list(dict.fromkeys(r.seed for r in runs)),
         max_steps=int(campaign.max_steps),
         tune_storage=storage,
+        packing=packing,
     )
+
+
+def _pack(runs: list[RunPlan], campaign: CampaignSection) -> tuple[list[RunPlan], Packing]:
+    """The one-GPU runs packed `runs_per_gpu` to a card: their bundle share and vLLM's memory share."""
+    n = campaign.runs_per_gpu
+    gpus = [parse_devices(r.devices) for r in runs]  # runs of several GPUs keep them whole
+    packing = plan_packing([r.config for r in runs], gpus, runs_per_gpu=n, card_gib=float(campaign.gpu_memory_gib))
+    packed = [dataclasses.replace(r, gpu_share=packing.fraction, config=packed_config(r.config, n)) if g == 1 else r
+              for r, g in zip(runs, gpus, strict=True)]
+    return packed, packing
 
 
 def run_record(run: RunPlan, **extra: object) -> RunRecord:

@@ -208,6 +208,15 @@ def _set_threads(count: int) -> None:
     torch.set_num_threads(count)
 
 
+def _limit_gpu_memory(share: float) -> None:
+    """A run packed with others on one card (`[campaign] runs_per_gpu = N`, share 1/N) keeps its process to
+    its share of the card's memory: the trainer's budget, which an embedded vLLM's own (smaller) share is in."""
+    import torch  # here: the driver imports this module and never loads torch
+
+    if share < 1.0 and torch.cuda.is_available():
+        torch.cuda.set_per_process_memory_fraction(share)  # pyright: ignore[reportUnknownMemberType]  # torch leaves `fraction` untyped
+
+
 def run_trial(config: Mapping[str, str], context: TrialContext) -> None:
     """Tune function trainable: `config` holds only `run_name`; the rest comes in `context`.
 
@@ -224,6 +233,7 @@ def run_trial(config: Mapping[str, str], context: TrialContext) -> None:
     plan = context.runs[config["run_name"]]
     _RUNS_IN_PROCESS[0] += 1
     _set_threads(cpu_threads(plan))
+    _limit_gpu_memory(plan.gpu_share)
     wait_for_start_slot(context.campaign, context.namespace, timeout_s=context.timeout_s)
     checkpoint = cast("tune.Checkpoint | None", tune.get_checkpoint())  # pyright: ignore[reportUnknownMemberType]
     if checkpoint is None:

@@ -44,6 +44,7 @@ from retrain_ray.campaign.capacity.explain import (
     load_calibration,
     plan_capacity,
 )
+from retrain_ray.campaign.capacity.packing import gpu_fraction, plan_packing
 from retrain_ray.campaign.plugin_bundle import shipment
 from retrain_ray.config import (
     ConfigError,
@@ -71,9 +72,8 @@ def capabilities(cfg: RetrainConfig) -> dict[str, Any]:
     return {**dataclasses.asdict(flags), "source": source}
 
 
-def resources_per_run(cfg: RetrainConfig) -> dict[str, Any]:
-    """CPUs, GPUs and placement of one run, from `backend.devices` as the registry places it (a remote
-    backend such as tinker needs no local GPU): the campaign plan places runs the same way."""
+def _placed(cfg: RetrainConfig) -> tuple[int, bool]:
+    """(GPUs, in_process) of one run as the registry places it (a remote backend needs no local GPU)."""
     # deferred: the registry loads the plugin machinery, which importing this module does not need
     from retrain_ray.backends.registry import RunDevices, placed_devices
 
@@ -81,10 +81,20 @@ def resources_per_run(cfg: RetrainConfig) -> dict[str, Any]:
         placed = placed_devices(cfg)
     except ValueError:  # a plugin whose hooks do not load: preflight reports why
         placed = RunDevices(cfg.backend.devices, in_process=True)
-    gpus = gpu_count(placed.devices)
-    placement = mode_for_gpus(gpus, placed.in_process)
+    return gpu_count(placed.devices), placed.in_process
+
+
+def resources_per_run(cfg: RetrainConfig) -> dict[str, Any]:
+    """CPUs, GPUs and placement of one run, from `backend.devices` as the registry places it (a remote
+    backend such as tinker needs no local GPU): the campaign plan places runs the same way. A one-GPU
+    run packed `[campaign] runs_per_gpu = N` to a card takes 1/N of a GPU."""
+    gpus, in_process = _placed(cfg)
+    placement = mode_for_gpus(gpus, in_process)
     cpus = cfg.campaign.cpus_per_run if cfg.campaign is not None else 1.0
-    return {"cpus": cpus, "gpus": gpus, "placement": placement}
+    share: float = gpus
+    if cfg.campaign is not None and gpus == 1 and cfg.campaign.runs_per_gpu > 1:
+        share = gpu_fraction(cfg.campaign.runs_per_gpu)
+    return {"cpus": cpus, "gpus": share, "placement": placement}
 
 
 def inference_engine(cfg: RetrainConfig) -> str:
@@ -174,6 +184,13 @@ def describe(cfg: RetrainConfig, sizing: Sizing) -> dict[str, Any]:
                    for label in labels},
         "capacity": capacity_dict(cap, cfg, campaign, len(labels)),
     }
+    if campaign.runs_per_gpu > 1:  # several runs per GPU: refused here when the model cannot fit
+        packing = plan_packing([r.config for r in runs], [_placed(r.config)[0] for r in runs],
+                               runs_per_gpu=campaign.runs_per_gpu, card_gib=float(campaign.gpu_memory_gib))
+        problems = packing.problems()
+        if problems:
+            raise ValueError(f"{sizing.file}: the campaign would be refused:\n" + "\n".join(f"  - {p}" for p in problems))
+        out["campaign"]["packing"] = {**packing.to_json(), "plan": packing.describe()}
     adaptive = adaptive_plan(cfg)
     if adaptive is not None:  # [campaign.adaptive]: the rungs and the step budgets (campaign/adaptive/plan.py)
         out["campaign"]["adaptive"] = {**adaptive.to_json(), "plan": adaptive.describe()}
@@ -244,6 +261,8 @@ def _print_rich(info: dict[str, Any], warnings: list[str], environment: list[str
         for label, cells in camp["matrix"].items():
             matrix.add_row(label, *cells.values())
         console.print(matrix)
+        for line in camp.get("packing", {}).get("plan", []):
+            console.print(line, highlight=False, markup=False, soft_wrap=True)
         console.print(capacity_text(camp["capacity"]), highlight=False, markup=False, soft_wrap=True)
         for line in camp.get("adaptive", {}).get("plan", []):
             console.print(line, highlight=False, markup=False, soft_wrap=True)

@@ -130,6 +130,11 @@ class CampaignSection(Section):
     # GPU runs on a cluster without GPUs: false (default) waits for the autoscaler (or is an error on a
     # Ray this driver started); true runs them on CPU instead, with a warning.
     cpu_fallback: Bool = False
+    # One-GPU runs packed N to a card (fractional GPU bundles of 1/N; vLLM's gpu_memory_utilization and
+    # the trainer's memory split N ways): campaign/capacity/packing.py. 1 = a whole GPU per run.
+    runs_per_gpu: Int = Field(default=1, ge=1)
+    # Memory of one GPU of the cluster, for the packing check (the planning machine may have no GPU).
+    gpu_memory_gib: Float = Field(default=80.0, gt=0.0)
     # Where Tune keeps run checkpoints and experiment state: "" (the campaign directory), or a pyarrow
     # filesystem URI ("s3://bucket/prefix", "gs://...", "file:///shared/x") every node can reach.
     storage: str = ""
