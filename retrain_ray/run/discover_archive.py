@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
+from typing import Any
 
 
 @dataclass
@@ -82,10 +83,10 @@ class Archive:
                 "entries": [asdict(c) for c in self.ranked()]}
 
     @classmethod
-    def from_json(cls, data: dict[str, object], max_entries: int) -> Archive:
-        entries = [Candidate(**e) for e in data["entries"]]  # type: ignore[union-attr]  # our own file
+    def from_json(cls, data: dict[str, Any], max_entries: int) -> Archive:
+        """The archive `to_json` wrote (a checkpoint's `discover_archive.json`)."""
         archive = cls(0.0, max_entries)
-        archive.entries = {c.id: c for c in entries}
-        archive.next_id = int(data["next_id"])  # type: ignore[arg-type]
-        archive.total_expansions = int(data["total_expansions"])  # type: ignore[arg-type]
+        archive.entries = {c.id: c for c in (Candidate(**e) for e in data["entries"])}
+        archive.next_id = int(data["next_id"])
+        archive.total_expansions = int(data["total_expansions"])
         return archive

@@ -46,7 +46,7 @@ from typing import IO, TYPE_CHECKING, Any, cast
 from retrain_ray.algorithms.plugins import load_object
 from retrain_ray.config.fields import FIELD_INDEX
 from retrain_ray.config.original_view import OriginalConfigView
-from retrain_ray.logs.schemas import METRICS_SCHEMA, row_to_record
+from retrain_ray.logs.schemas import row_to_record  # pyright: ignore[reportUnknownVariableType]  (pyarrow)
 from retrain_ray.run.types import RunObserver, RunOutcome
 from retrain_ray.util.secrets import redact
 
@@ -264,7 +264,7 @@ def _fits(key: str, value: object) -> bool:
     if value is None or isinstance(value, (dict, list)):
         return False
     try:
-        row_to_record({key: value}, METRICS_SCHEMA)
+        row_to_record({key: value})
     except (TypeError, ValueError):
         return False
     return True
