@@ -4,6 +4,7 @@ each run for real on CPU with the tiny model (or a tiny script), and their confi
 from __future__ import annotations
 
 import json
+import pickle
 import sys
 from pathlib import Path
 
@@ -104,6 +105,8 @@ def test_a_failing_command_fails_the_run_with_its_exit_code_and_stderr(tmp_path)
     with pytest.raises(TrainerCommandError, match="exited with status 3") as info:
         train_run(cfg, run_name="cmd", run_dir=run_dir)
     assert info.value.returncode == 3 and "boom: out of memory" in str(info.value)
+    copied = pickle.loads(pickle.dumps(info.value))  # a campaign trial's error travels through Ray and Tune
+    assert str(copied) == str(info.value) and copied.returncode == 3
     assert [r["step"] for r in read_stream(run_dir).to_pylist()] == [0, 1, 2]  # what it logged is kept
 
 

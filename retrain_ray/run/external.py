@@ -71,10 +71,14 @@ class TrainerCommandError(ExternalRunnerError):
     """The trainer command exited non-zero."""
 
     def __init__(self, returncode: int, command: str, stderr_tail: list[str]) -> None:
-        self.returncode = returncode
+        self.returncode, self.command, self.stderr_tail = returncode, command, stderr_tail
         tail = "\n".join(f"  | {line}" for line in stderr_tail) or "  (no output on stderr)"
         super().__init__(f"[training] trainer_command exited with status {returncode}: {command}\n"
                          f"last lines of its stderr:\n{tail}")
+
+    def __reduce__(self) -> tuple[type[TrainerCommandError], tuple[int, str, list[str]]]:
+        """Rebuilt from its own fields: Ray and Tune pickle and copy a trial's exception."""
+        return type(self), (self.returncode, self.command, self.stderr_tail)
 
 
 class MissingPolicyError(ExternalRunnerError):
