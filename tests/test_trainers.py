@@ -199,3 +199,13 @@ def test_ttt_discover_searches_one_problem_with_an_archive_and_entropic_advantag
     assert again.last_step == 3
     resumed = read_stream(tmp_path / "again").to_pylist()
     assert [_extras(r)["discover_archive_size"] for r in resumed] == [49, 65]
+
+
+def test_retrain_ray_train_reports_a_failing_command_without_a_traceback(tmp_path, capsys):
+    from retrain_ray.cli.train import train_main
+
+    _config(tmp_path, training=_command(tmp_path, "--fail"), backend={"adapter_path": str(tmp_path / "adapter")})
+    assert train_main([str(tmp_path / "run.toml")]) == 1
+    err = capsys.readouterr().err
+    assert "run failed" in err and "exited with status 3" in err and "boom: out of memory" in err
+    assert "Traceback" not in err
