@@ -76,9 +76,13 @@ def test_bad_trainer_settings_are_refused_at_load_time(tmp_path, training, secti
     assert key in str(info.value)
 
 
-def test_every_runner_loads():
-    for trainer in ("retrain", "sft", "ttt_discover", "my_pkg.runners:Runner"):
-        assert load_config(None, overrides={"training": {"trainer": trainer}}).training.trainer == trainer
+def test_every_runner_loads_and_explain_names_it():
+    from retrain_ray.cli.explain import describe_run
+
+    for trainer, said in (("retrain", "RL loop"), ("sft", "standalone SFT"), ("ttt_discover", "TTT-Discover"),
+                          ("my_pkg.runners:Runner", "plugin runner")):
+        cfg = load_config(None, overrides={"training": {"trainer": trainer}})
+        assert cfg.training.trainer == trainer and said in describe_run(cfg)["trainer"]
 
 
 # ---- the command runner --------------------------------------------------------------------------
