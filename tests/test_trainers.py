@@ -9,10 +9,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import TINY_RUN, write_config
+from helpers import TINY_RUN, wait_for, write_config
 
 from retrain_ray.config import ConfigError, load_config
-from retrain_ray.logs import read_stream
+from retrain_ray.logs import RunObserver, read_stream
 from retrain_ray.run.discover import ARCHIVE_FILE, SUMMARY_FILE
 from retrain_ray.run.external import MissingPolicyError, TrainerCommandError
 from retrain_ray.run.train import train_run
@@ -213,3 +213,26 @@ def test_retrain_ray_train_reports_a_failing_command_without_a_traceback(tmp_pat
     err = capsys.readouterr().err
     assert "run failed" in err and "exited with status 3" in err and "boom: out of memory" in err
     assert "Traceback" not in err
+
+
+class _Stops(RunObserver):
+    def on_step(self, row, **info):
+        raise RuntimeError("the run was stopped")
+
+
+def test_a_stopped_run_stops_everything_its_command_started(tmp_path):
+    pids = tmp_path / "pids"
+    # a literal brace is doubled, as in str.format
+    command = f"sleep 60 & echo $! > {pids}; echo '{{{{\"step\": 0}}}}' > {{log_dir}}/metrics.jsonl; sleep 60"
+    cfg, run_dir = _config(tmp_path, training={"trainer": "command", "trainer_command": command})
+    with pytest.raises(RuntimeError, match="the run was stopped"):
+        train_run(cfg, run_name="cmd", run_dir=run_dir, observers=[_Stops()])
+    stat = Path(f"/proc/{int(pids.read_text())}/stat")
+
+    def ended() -> bool:  # gone, or a zombie not yet reaped
+        try:
+            return stat.read_text().split(") ")[1].startswith("Z")
+        except FileNotFoundError:
+            return True
+
+    wait_for(ended, timeout_s=10, what="the command's background child to end")

@@ -29,10 +29,12 @@ A campaign marks such a run failed like any other failure. A retry starts the ru
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
 import shlex
+import signal
 import subprocess
 import sys
 import threading
@@ -60,6 +62,7 @@ CONFIG_FILE = "retrain_config.json"
 RUNNER_METRICS = "metrics.jsonl"
 STDERR_TAIL = 20
 POLL_S = 0.5
+STOP_GRACE_S = 10.0
 _RESERVED = frozenset({"run", "step", "condition", "wall_time", "extras"})  # ours: the row's identity
 
 
@@ -151,8 +154,9 @@ def run_command(run: ExternalRun, rows: RowFeed) -> None:
     command = command_line(run, config_path)
     log.info("%s: running trainer command: %s", run.run_name, command)
     env = {**os.environ, "RETRAIN_RAY_RUN_NAME": run.run_name, "RETRAIN_RAY_LOG_DIR": str(run.log_dir)}
+    # its own process group, so that stopping the run stops everything the shell started
     proc = subprocess.Popen(command, shell=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,  # noqa: S602
-                            text=True, errors="replace")
+                            text=True, errors="replace", start_new_session=True)
     stderr_tail: deque[str] = deque(maxlen=STDERR_TAIL)
     pumps = [_pump(cast("IO[str]", proc.stdout), run.log_dir / "stdout.log", sys.stdout, None),
              _pump(cast("IO[str]", proc.stderr), run.log_dir / "stderr.log", sys.stderr, stderr_tail)]
@@ -161,15 +165,26 @@ def run_command(run: ExternalRun, rows: RowFeed) -> None:
             rows.feed()
             time.sleep(POLL_S)
     except BaseException:  # interrupted (Ctrl-C, a trial stopped): the command does not outlive the run
-        proc.kill()
-        proc.wait()
+        _stop(proc)
         raise
     finally:
-        for pump in pumps:
-            pump.join()
+        for pump in pumps:  # a background child of the command may hold its output open: not waited for long
+            pump.join(timeout=STOP_GRACE_S)
     rows.feed()
     if proc.returncode != 0:
         raise TrainerCommandError(proc.returncode, command, list(stderr_tail))
+
+
+def _stop(proc: subprocess.Popen[str]) -> None:
+    """SIGTERM to the command's process group, SIGKILL after `STOP_GRACE_S`."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, sig)
+        try:
+            proc.wait(timeout=STOP_GRACE_S)
+            return
+        except subprocess.TimeoutExpired:
+            continue
 
 
 def _pump(source: IO[str], path: Path, echo: IO[str], tail: deque[str] | None) -> threading.Thread:
