@@ -10,7 +10,8 @@ with the run's Arrow logs and the `metrics.jsonl` mirror retrain-ray writes next
   `{adapter_path}` and `{model}`, each value shell-quoted (so write `--out {adapter_path}`, not
   `'{adapter_path}'`), and run through `/bin/sh -c` as the original does (pipes, `&&` and `$VARS` work) in
   the working directory of the process (in a campaign a trial's is Ray's: use absolute paths). Its stdout
-  and stderr go to the console and to `trainer/stdout.log` / `trainer/stderr.log`. It runs until it exits.
+  and stderr go to the console and to `trainer/stdout.log` / `trainer/stderr.log`. It runs until it exits, in
+  a process group of its own: a run stopped meanwhile stops it and its children (SIGTERM, then SIGKILL).
 * a dotted path `package.module:Class` (or `package.module.Class`): the class is built without arguments
   (an object with a `run` method is used as it is) and `run(config)` is called with the config under the
   original's flat field names (config/original_view.py), `log_dir` and `adapter_path` the run's own.
