@@ -142,6 +142,7 @@ FACTORIES: dict[str, str] = {
     "reward": "factory(config) -> an object with score(response, reference) -> float",
     "data_source": "factory(config) -> an object whose load() returns objects with prompt and reference",
     "planning_detector": "factory(config) -> an object with detect(token_strs) -> list[int]",
+    "trainer": "a class (built without arguments) or object with run(config) -> the trained adapter's path",
 }
 """What a dotted path of each component names (docs/configuration.md, plugins). `config` answers the original's
 flat field names; `context` (backends/plugin_context.py) is optional: a factory of one parameter gets config only."""

@@ -116,6 +116,7 @@ def describe_run(cfg: RetrainConfig) -> dict[str, Any]:
         "inference_engine": inference_engine(cfg),
         "capabilities": capabilities(cfg),
         "condition": condition,
+        "trainer": trainer_text(t.trainer, t.trainer_command),
         "uncertainty_kind": effective_uncertainty_kind(cfg),
         "datums_per_step": t.rows_per_step,
         "max_steps": max_steps,
@@ -125,6 +126,15 @@ def describe_run(cfg: RetrainConfig) -> dict[str, Any]:
         "sft_warmup_steps": t.sft_warmup_steps,
         "resources_per_run": resources_per_run(cfg),
     }
+
+
+def trainer_text(trainer: str, command: str) -> str:
+    """What runs the run, in words (`[training] trainer`: run/runners.py)."""
+    known = {"retrain": "the RL loop", "sft": "standalone SFT (every step supervised)",
+             "ttt_discover": "TTT-Discover on the data's first example"}
+    if trainer == "command":
+        return f"command: {command}"
+    return f"{trainer}: {known[trainer]}" if trainer in known else f"{trainer}: plugin runner"
 
 
 def step_count(cfg: RetrainConfig, max_steps: int) -> str:

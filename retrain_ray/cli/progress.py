@@ -54,11 +54,14 @@ class ProgressObserver(RunObserver):
         step = int(row["step"])
         if row.get("phase") == "sft":
             self.sft_steps += 1
-            status = f"warm start  loss {row['loss']:.3f}"
+            status = f"warm start  loss {_shown(row, 'loss', '.3f')}"
         else:
-            reward, correct = float(row["mean_reward"]), float(row["correct_rate"])
-            self.rewards.append((step, reward, correct))
-            status = f"reward {reward:.3f}  correct {correct:.2f}  {row['tokens_per_second']:.0f} tok/s"
+            reward, correct = row.get("mean_reward"), row.get("correct_rate")
+            if isinstance(reward, (int, float)) and isinstance(correct, (int, float)):
+                self.rewards.append((step, float(reward), float(correct)))
+            # an external runner's rows (run/external.py) may lack any of these
+            status = (f"reward {_shown(row, 'mean_reward', '.3f')}  correct {_shown(row, 'correct_rate', '.2f')}  "
+                      f"{_shown(row, 'tokens_per_second', '.0f')} tok/s")
         if self._lines is not None:
             self._lines.on_step(row)
         elif self._progress is not None:
@@ -81,3 +84,8 @@ class ProgressObserver(RunObserver):
         first = [r for _, r, _ in self.rewards[:window]]
         last = [r for _, r, _ in self.rewards[-window:]]
         return sum(first) / len(first), sum(last) / len(last)
+
+
+def _shown(row: Any, key: str, spec: str) -> str:
+    value = row.get(key)
+    return format(value, spec) if isinstance(value, (int, float)) else "-"

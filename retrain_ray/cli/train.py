@@ -148,6 +148,7 @@ def _train_locked(cfg: RetrainConfig, args: argparse.Namespace, run_dir: Path) -
     # deferred: loads torch, which importing this module does not need
     from retrain_ray.run.checkpoint import load_state, resolve_resume_dir
     from retrain_ray.run.epochs import plan_from_config
+    from retrain_ray.run.external import ExternalRunnerError
     from retrain_ray.run.train import condition_of, train_run
     from retrain_ray.trackers import RunIdentity, build_trackers
 
@@ -173,7 +174,7 @@ def _train_locked(cfg: RetrainConfig, args: argparse.Namespace, run_dir: Path) -
             observers=([progress] if progress else []) + trackers,
             resume_from=Path(resume) if resume else None,
         )
-    except (NonFiniteError, RewardTimeoutError) as exc:  # the run's own fault: a clear message, no traceback
+    except (NonFiniteError, RewardTimeoutError, ExternalRunnerError) as exc:  # the run's own fault: no traceback
         err.print(f"[bold red]run failed[/] ({args.config}, run directory {run_dir}):", highlight=False)
         err.print(str(exc), highlight=False, markup=False)
         return 1

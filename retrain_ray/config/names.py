@@ -48,6 +48,8 @@ CHECKPOINT_ARTIFACTS = frozenset({"auto", "off", "wandb"})
 WANDB_MODES = frozenset({"online", "offline", "disabled"})
 ECHO_TARGET_RETENTION = frozenset({"all", "bounded"})
 SEPA_SCHEDULES = frozenset({"linear", "auto"})
+TRAINERS = frozenset({"retrain", "sft", "ttt_discover", "command"})
+"""`[training] trainer`: what runs a run (run/runners.py); a dotted path names a plugin runner class."""
 
 
 class PluginKey(NamedTuple):
@@ -75,6 +77,7 @@ PLUGIN_KEYS: tuple[PluginKey, ...] = (
     PluginKey("reward", "[reward] type", "reward", "type", REWARD_TYPES),
     PluginKey("data_source", "[data] source", "data", "source", DATA_SOURCES),
     PluginKey("planning_detector", "[planning] detector", "planning", "detector", PLANNING_DETECTORS),
+    PluginKey("trainer", "[training] trainer", "training", "trainer", TRAINERS),
 )
 """Every key that takes a dotted plugin path: `retrain-ray plugins` checks them, a campaign ships their code."""
 

@@ -22,9 +22,6 @@ _ENV_WORKERS = "episodes step in the run's own process, one batch of turns at a 
 _OPT_BATCH = "optimizer-batch capture and replay are not implemented"
 
 REFUSED: dict[tuple[str, str], str] = {
-    ("training", "trainer"): "only the built-in RL trainer runs (the original's sft/command/ttt_discover runners "
-                             "are not implemented)",
-    ("training", "trainer_command"): "the command runner is not implemented",
     ("backend", "throttle_dir"): "the file-lock throttle is replaced by the campaign's throttle actor "
                                  "(its capacity is [backend] max_concurrent)",
     ("logging", "generation_top_surprisal_limit"): "per-token surprisal excerpts are not logged",

@@ -25,6 +25,7 @@ from retrain_ray.config.names import (
     is_dotted_path,
 )
 from retrain_ray.config.sections_core import BackendSection
+from retrain_ray.config.trainers import trainer_issues, trainer_warnings
 from retrain_ray.config.unimplemented import refused_keys
 
 if TYPE_CHECKING:
@@ -320,7 +321,7 @@ RULES: tuple[Rule, ...] = (
     refused_keys, _backend, _backend_options, _adapter_engines, _clipping, _micro_batches,
     _schedule_and_checkpoints, _eval_split, _engine_only_keys, _uncertainty, _environment,
     _checkpoint_artifacts, _trackers_installed, _echo, _optimizer_batch, _data_and_reward, _squeeze,
-    _adaptive,
+    _adaptive, trainer_issues,
 )
 
 
@@ -347,7 +348,7 @@ def _warnings(cfg: RetrainConfig) -> list[str]:
 
 def collect_warnings(cfg: RetrainConfig) -> list[str]:
     """Spec 7 warnings: the config is valid but probably not what was meant."""
-    return _warnings(cfg)
+    return _warnings(cfg) + trainer_warnings(cfg)
 
 
 def _shared_engine_issues(cfg: RetrainConfig) -> list[ConfigIssue]:

@@ -361,6 +361,14 @@ class RunLoop:
             weights_version=parts.backend.version,
             rng=capture_rng_state(engine_generators(parts.engine)),
         )
-        path = self.checkpoints.save(name, snapshot, parts.backend.save_checkpoint)
+        path = self.checkpoints.save(name, snapshot, self.write_payload)
         parts.observer.on_checkpoint(snapshot.step, path)
         return path
+
+    def write_payload(self, directory: Path) -> None:
+        """A checkpoint's files besides the trainer state: the backend's (a runner may add its own)."""
+        self.parts.backend.save_checkpoint(directory)
+
+    def read_payload(self, directory: Path) -> None:
+        """Loads what `write_payload` wrote into checkpoint `directory`."""
+        self.parts.backend.load_checkpoint(directory)

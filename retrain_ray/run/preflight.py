@@ -10,7 +10,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from retrain_ray.algorithms import preflight
-from retrain_ray.algorithms.plugins import is_dotted_path, load_callable, use_search_paths
+from retrain_ray.algorithms.plugins import is_dotted_path, load_callable, load_object, use_search_paths
 from retrain_ray.models.hub import model_problem
 from retrain_ray.util.file_kinds import env_directory
 
@@ -25,6 +25,14 @@ class PreflightError(ValueError):
     def __init__(self, problems: list[str]) -> None:
         self.problems = problems
         super().__init__("\n".join(problems))
+
+
+def runs_externally(cfg: RetrainConfig) -> bool:
+    """A command or plugin runner trains the run (run/runners.py): it loads its own model and data."""
+    # deferred: the config package loads pydantic, which importing this module does not need
+    from retrain_ray.config.trainers import runs_externally as external
+
+    return external(cfg.training.trainer)
 
 
 def _trains_locally(backend: str) -> bool:
@@ -117,6 +125,18 @@ def plugin_problems(cfg: RetrainConfig) -> list[str]:
     return problems
 
 
+def runner_plugin_problems(cfg: RetrainConfig) -> list[str]:
+    """A dotted `[training] trainer` that does not import (the command runner has nothing to import)."""
+    trainer = cfg.training.trainer
+    if trainer == "command":
+        return []
+    try:
+        load_object(trainer, "[training] trainer")
+    except ValueError as exc:
+        return [f"preflight: {exc}"]
+    return []
+
+
 DIRECTORY_ENV_VARS = ("RETRAIN_RAY_CACHE", "HF_HOME", "HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE", "XDG_CACHE_HOME",
                       "WANDB_DIR", "RAY_TMPDIR")
 """Environment variables that name a directory: our model cache (models/loading.py), the Hugging Face
@@ -138,7 +158,7 @@ def model_problems(configs: Iterable[RetrainConfig]) -> list[str]:
     """Why a run's model cannot be loaded here (not cached and not downloadable, no such folder), checked
     once per distinct model before anything starts. Only the local backend loads the model itself."""
     wanted = {(c.model.model, c.model.revision, bool(c.model.local_files_only))
-              for c in configs if _trains_locally(c.backend.backend)}
+              for c in configs if _trains_locally(c.backend.backend) and not runs_externally(c)}
     found = (model_problem(name, rev, local_files_only=lfo) for name, rev, lfo in sorted(wanted))
     return [f"model.model: {p}" for p in found if p]
 
@@ -150,6 +170,8 @@ def run_problems(cfg: RetrainConfig, *, check_model: bool = True) -> list[str]:
     environment = environment_problems()
     if environment:  # the model and its cache cannot be looked up
         return environment
+    if runs_externally(cfg):  # a command or plugin runner: it loads its own model and data
+        return runner_plugin_problems(cfg)
     backend = backend_problems(cfg)
     if backend:  # the capability flags the probe needs are unknown
         return plugin_problems(cfg) + backend

@@ -20,8 +20,10 @@ from retrain_ray.run.build import build_components, build_policy, build_task
 from retrain_ray.run.checkpoint import load_state, resolve_resume_dir
 from retrain_ray.run.checkpoint_dir import checkpoint_dir_resume, checkpoint_root
 from retrain_ray.run.epochs import apply_epochs
+from retrain_ray.run.external import external_run, run_external
 from retrain_ray.run.loop import RunComponents, RunLoop
-from retrain_ray.run.preflight import check_run
+from retrain_ray.run.preflight import check_run, runs_externally
+from retrain_ray.run.runners import build_loop, runner_config
 from retrain_ray.run.state import TrainerState, engine_generators, restore_rng_state, seed_everything
 from retrain_ray.run.torn_log import rewind_past_torn_rows
 from retrain_ray.run.types import RunObserver, RunOutcome
@@ -50,7 +52,7 @@ def _fanout(run_dir: Path, run_name: str, observers: Sequence[RunObserver], loca
 def _restore(loop: RunLoop, checkpoint: Path) -> TrainerState:
     state = load_state(checkpoint)
     parts = loop.parts
-    parts.backend.load_checkpoint(checkpoint)
+    loop.read_payload(checkpoint)
     if parts.sepa is not None and state.sepa:
         parts.sepa.load_state_dict(state.sepa)
     if state.backpressure:
@@ -87,6 +89,9 @@ def train_run(
     check_run(config)
     run_dir = Path(run_dir)
     _check_run_dir(run_dir)
+    if runs_externally(config):  # `trainer = "command"` or a plugin runner: no model, data or loop here
+        return _train_external(config, run_name, run_dir, observers, local_logs)
+    config = runner_config(config)  # "sft": every step supervised
     # before anything is written or the model loads: bad data stops the run here
     config, task, steps = apply_epochs(config, build_task(config))
     if steps.limited_by == "num_epochs":
@@ -101,8 +106,7 @@ def train_run(
     if checkpoint is not None and local_logs:
         checkpoint = rewind_past_torn_rows(run_dir, checkpoint)
     seed_everything(config.training.seed)
-    meta = {"run_name": run_name, "condition": condition_of(config), "seed": config.training.seed,
-            "config": redact(config.model_dump(mode="json"))}
+    meta = _meta(config, run_name)
     write_run_meta(run_dir, meta)
     root = checkpoint_root(config)
     if root is not None:
@@ -112,12 +116,30 @@ def train_run(
     try:
         policy = policy or build_policy(config, throttle=throttle, run_name=run_name)
         parts = build_components(config, observer, policy=policy, advisor=advisor, task=task, throttle=throttle)
-        loop = RunLoop(config, parts, run_name=run_name, run_dir=run_dir, condition=condition_of(config))
+        loop = build_loop(config, parts, run_name=run_name, run_dir=run_dir, condition=condition_of(config))
         state = _restore(loop, checkpoint) if checkpoint else _fresh_state(config, parts)
         return loop.run(state)
     finally:
         observer.close()
         log_vllm_to(None)
+
+
+def _meta(config: RetrainConfig, run_name: str) -> dict[str, object]:
+    return {"run_name": run_name, "condition": condition_of(config), "seed": config.training.seed,
+            "config": redact(config.model_dump(mode="json"))}
+
+
+def _train_external(config: RetrainConfig, run_name: str, run_dir: Path, observers: Sequence[RunObserver],
+                    local_logs: bool) -> RunOutcome:
+    """A run of an external runner (run/external.py): its metrics rows reach the run's observers."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    write_run_meta(run_dir, _meta(config, run_name))
+    observer = _fanout(run_dir, run_name, observers, local_logs, config.logging.jsonl)
+    try:
+        return run_external(external_run(config, run_name=run_name, run_dir=run_dir, condition=condition_of(config),
+                                         observer=observer))
+    finally:
+        observer.close()
 
 
 def _check_run_dir(run_dir: Path) -> None:
