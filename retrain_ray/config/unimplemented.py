@@ -36,7 +36,6 @@ REFUSED: dict[tuple[str, str], str] = {
     ("environment", "rollout_buffer_size"): _ENV_WORKERS,
     **{("optimizer_batch", k): _OPT_BATCH for k in ("capture", "replay_path", "expected_logical_sha256",
                                                      "expected_manifest_sha256", "allow_config_differences")},
-    ("plugins", "strict"): "plugin errors always stop the run (the original raises in both modes as well)",
 }
 
 ValueRule = Callable[[Any], str]
