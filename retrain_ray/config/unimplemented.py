@@ -27,7 +27,6 @@ REFUSED: dict[tuple[str, str], str] = {
     ("training", "trainer_command"): "the command runner is not implemented",
     ("backend", "throttle_dir"): "the file-lock throttle is replaced by the campaign's throttle actor "
                                  "(its capacity is [backend] max_concurrent)",
-    ("logging", "generation_top_surprisal_limit"): "per-token surprisal excerpts are not logged",
     ("planning", "model"): "only the regex planning detector is implemented (this is the semantic detector's model)",
     ("planning", "threshold"): "only the regex planning detector is implemented (this is the semantic "
                                "detector's threshold)",
