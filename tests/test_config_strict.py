@@ -31,7 +31,6 @@ OWNED_ELSEWHERE: dict[tuple[str, str], str] = {
 """Keys another feature of issue 12 gives an effect (listed by owner until it lands)."""
 
 BAD_VALUES: dict[tuple[str, str], object] = {
-    ("planning", "detector"): "semantic",
     ("training", "sft_loss_fn"): "importance_sampling",
     ("training", "sft_batch_order"): "length_desc",
     ("environment", "provider"): "verifiers",

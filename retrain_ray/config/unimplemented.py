@@ -27,9 +27,6 @@ REFUSED: dict[tuple[str, str], str] = {
     ("training", "trainer_command"): "the command runner is not implemented",
     ("backend", "throttle_dir"): "the file-lock throttle is replaced by the campaign's throttle actor "
                                  "(its capacity is [backend] max_concurrent)",
-    ("planning", "model"): "only the regex planning detector is implemented (this is the semantic detector's model)",
-    ("planning", "threshold"): "only the regex planning detector is implemented (this is the semantic "
-                               "detector's threshold)",
     ("environment", "auto_install"): _HUB,
     ("environment", "rollout_env_workers"): _ENV_WORKERS,
     ("environment", "rollout_buffer_size"): _ENV_WORKERS,
@@ -38,11 +35,6 @@ REFUSED: dict[tuple[str, str], str] = {
 }
 
 ValueRule = Callable[[Any], str]
-
-
-def _detector(value: Any) -> str:
-    return "" if value in ("regex", "none", "") or "." in str(value) else \
-        "only the regex planning detector (or a dotted plugin path) is implemented"
 
 
 def _sft_loss(value: Any) -> str:
@@ -69,7 +61,6 @@ def _echo_loss(value: Any) -> str:
 BY_VALUE: dict[tuple[str, str], ValueRule] = {
     ("echo", "loss_fn"): _echo_loss,
     ("environment", "provider"): _provider,
-    ("planning", "detector"): _detector,
     ("training", "sft_loss_fn"): _sft_loss,
     ("training", "sft_batch_order"): _sft_order,
 }

@@ -11,7 +11,11 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # what type checkers see; at run time __getattr__ imports on first use
     from retrain_ray.logs.compact import compact_to_parquet, write_run_meta
-    from retrain_ray.logs.generations import select_generation_samples, top_indices_by_reward, top_surprisal_tokens
+    from retrain_ray.logs.generations import (
+        select_generation_samples,
+        top_indices_by_reward,
+        top_surprisal_tokens,
+    )
     from retrain_ray.logs.observers import (
         ArrowRunObserver,
         ConsoleObserver,
