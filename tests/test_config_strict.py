@@ -31,14 +31,12 @@ OWNED_ELSEWHERE: dict[tuple[str, str], str] = {
 """Keys another feature of issue 12 gives an effect (listed by owner until it lands)."""
 
 BAD_VALUES: dict[tuple[str, str], object] = {
-    ("training", "sft_loss_fn"): "importance_sampling",
-    ("training", "sft_batch_order"): "length_desc",
     ("environment", "provider"): "verifiers",
     ("echo", "loss_fn"): "kl",
 }
 
 
-VALUE_ONLY = {("training", "sft_loss_fn"), ("echo", "loss_fn")}
+VALUE_ONLY = {("echo", "loss_fn")}
 """Keys whose accepted values all describe what retrain-ray does (the others are refused above)."""
 
 NO_EFFECT = {("plugins", "strict")}

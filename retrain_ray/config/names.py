@@ -48,6 +48,9 @@ CHECKPOINT_ARTIFACTS = frozenset({"auto", "off", "wandb"})
 WANDB_MODES = frozenset({"online", "offline", "disabled"})
 ECHO_TARGET_RETENTION = frozenset({"all", "bounded"})
 SEPA_SCHEDULES = frozenset({"linear", "auto"})
+SFT_LOSS_FNS = frozenset({"auto", "cross_entropy", "importance_sampling"})
+"""`auto` is cross_entropy (run/warm_start.py: sft_loss)."""
+SFT_BATCH_ORDERS = frozenset({"shuffle", "sequential", "length_asc"})
 
 
 class PluginKey(NamedTuple):

@@ -37,15 +37,6 @@ REFUSED: dict[tuple[str, str], str] = {
 ValueRule = Callable[[Any], str]
 
 
-def _sft_loss(value: Any) -> str:
-    return "" if value in ("auto", "cross_entropy") else \
-        "the warm start trains with cross-entropy only (\"auto\" means cross_entropy here)"
-
-
-def _sft_order(value: Any) -> str:
-    return "" if value in ("shuffle", "sequential") else "length-aware SFT ordering is not implemented"
-
-
 def _provider(value: Any) -> str:
     if value in ("verifiers", "openenv"):
         return (f"the {value} adapter is not built yet (the built-in environments run: provider = \"builtin\"); "
@@ -61,8 +52,6 @@ def _echo_loss(value: Any) -> str:
 BY_VALUE: dict[tuple[str, str], ValueRule] = {
     ("echo", "loss_fn"): _echo_loss,
     ("environment", "provider"): _provider,
-    ("training", "sft_loss_fn"): _sft_loss,
-    ("training", "sft_batch_order"): _sft_order,
 }
 
 
