@@ -32,7 +32,6 @@ OWNED_ELSEWHERE: dict[tuple[str, str], str] = {
 
 BAD_VALUES: dict[tuple[str, str], object] = {
     ("environment", "provider"): "verifiers",
-    ("echo", "loss_fn"): "kl",
 }
 
 
@@ -250,3 +249,12 @@ def test_action_token_columns_are_filled():
     sha = logical_batch_sha256(credit.batch)
     assert len(sha) == 64 and sha == logical_batch_sha256(assign_credit(
         [_group([1.0, 1.0]), _group([1.0, 0.0])], settings, 0.0, 1.0).batch)
+
+
+def test_echo_loss_fn_takes_the_one_value_the_original_names():
+    """The specification names only cross_entropy for ECHO (and 0.3.0 has no ECHO): other values are unknown
+    values of the key, not refused features."""
+    build_config({"echo": {"loss_fn": "cross_entropy"}})
+    with pytest.raises(ConfigError) as info:
+        build_config({"echo": {"loss_fn": "importance_sampling"}})
+    assert "echo.loss_fn" in info.value.locations and "cross_entropy" in str(info.value)

@@ -47,6 +47,9 @@ TL_GRPO_BRANCH_MODES = frozenset({"action_space", "llm"})
 CHECKPOINT_ARTIFACTS = frozenset({"auto", "off", "wandb"})
 WANDB_MODES = frozenset({"online", "offline", "disabled"})
 ECHO_TARGET_RETENTION = frozenset({"all", "bounded"})
+ECHO_LOSS_FNS = frozenset({"cross_entropy"})
+"""The only ECHO loss the original names (spec sections 7 and 15: "same-rollout cross-entropy"); its one
+installable release, 0.3.0, has no ECHO at all."""
 SEPA_SCHEDULES = frozenset({"linear", "auto"})
 SFT_LOSS_FNS = frozenset({"auto", "cross_entropy", "importance_sampling"})
 """`auto` is cross_entropy (run/warm_start.py: sft_loss)."""

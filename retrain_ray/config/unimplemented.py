@@ -45,12 +45,7 @@ def _provider(value: Any) -> str:
     return ""
 
 
-def _echo_loss(value: Any) -> str:
-    return "" if value == "cross_entropy" else "ECHO trains its targets with cross_entropy only"
-
-
 BY_VALUE: dict[tuple[str, str], ValueRule] = {
-    ("echo", "loss_fn"): _echo_loss,
     ("environment", "provider"): _provider,
 }
 
