@@ -5,7 +5,7 @@ start token, up to `window` non-empty fragments (window = max(5, longest gram's 
 with spaces; at the first end index where any `\\b<gram>\\b` matches (case-insensitive, anywhere in the
 joined text, as in the original), tokens start..end are marked 1. Because the match is not anchored at
 the start, up to window-1 tokens *before* a gram can be marked too; this is kept for parity.
-The semantic (embedding) detector of the original is not implemented.
+The semantic (embedding) detector is `algorithms/planning_semantic.py`.
 """
 
 from __future__ import annotations

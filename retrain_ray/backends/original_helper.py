@@ -29,6 +29,8 @@ from retrain_ray.engines.types import SampleResult, SamplingParams, WeightsVersi
 
 HELPER_METHODS = ("checkpoint", "sample", "train_step", "save_adapter", "load_state")
 STATE_FILE = "original_helper.json"
+SFT_LOSS_ATTRIBUTE = "sft_loss_fn"
+"""The attribute the original's helpers read their warm-start loss from (its backend_definitions sets it)."""
 
 
 Rows = list[list[int]]
@@ -104,6 +106,7 @@ class HelperBackend:
     def sft_step(self, batch: TrainBatch, *, lr: float, weight_decay: float) -> TrainStepResult:
         sft = cast("SFTStep | None", getattr(self.helper, "sft_train_step", None))
         if callable(sft):
+            setattr(self.helper, SFT_LOSS_ATTRIBUTE, batch.sft_loss)
             loss = sft(batch.tokens_D, batch.advantages_D, lr, weight_decay)
         else:  # the original's fallback: an RL step with all-zero logprobs
             zeros = [[0.0] * len(row) for row in batch.tokens_D]

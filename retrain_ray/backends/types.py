@@ -14,6 +14,7 @@ from retrain_ray.engines.types import SamplingEngine, WeightUpdate
 from retrain_ray.models.types import Tokenizer
 
 ResumeMode = Literal["exact", "adapter_only", "unsupported"]
+SFTLoss = Literal["cross_entropy", "importance_sampling"]
 
 
 @dataclass(frozen=True)
@@ -44,6 +45,9 @@ class TrainBatch:
     echo_mask_D: list[list[float]] | None = None
     echo_weight: float = 0.0
     echo_entropy_floor: float = 0.0
+    # the warm start's loss (`sft_step` only; `[training] sft_loss_fn`): "cross_entropy" is -mean log p of the
+    # targets, "importance_sampling" the original's -mean exp(log p - 0), a ratio against zero logprobs
+    sft_loss: SFTLoss = "cross_entropy"
 
     def __post_init__(self) -> None:
         n = len(self.tokens_D)

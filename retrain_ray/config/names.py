@@ -47,9 +47,15 @@ TL_GRPO_BRANCH_MODES = frozenset({"action_space", "llm"})
 CHECKPOINT_ARTIFACTS = frozenset({"auto", "off", "wandb"})
 WANDB_MODES = frozenset({"online", "offline", "disabled"})
 ECHO_TARGET_RETENTION = frozenset({"all", "bounded"})
+ECHO_LOSS_FNS = frozenset({"cross_entropy"})
+"""The only ECHO loss the original names (spec sections 7 and 15: "same-rollout cross-entropy"); its one
+installable release, 0.3.0, has no ECHO at all."""
 SEPA_SCHEDULES = frozenset({"linear", "auto"})
 TRAINERS = frozenset({"retrain", "sft", "ttt_discover", "command"})
 """`[training] trainer`: what runs a run (run/runners.py); a dotted path names a plugin runner class."""
+SFT_LOSS_FNS = frozenset({"auto", "cross_entropy", "importance_sampling"})
+"""`auto` is cross_entropy (run/warm_start.py: sft_loss)."""
+SFT_BATCH_ORDERS = frozenset({"shuffle", "sequential", "length_asc"})
 
 
 class PluginKey(NamedTuple):

@@ -15,6 +15,7 @@ from retrain_ray.config.base import Bool, Float, Int, Section, StrList, Table
 from retrain_ray.config.names import (
     CHECKPOINT_ARTIFACTS,
     DATA_SOURCES,
+    ECHO_LOSS_FNS,
     ECHO_TARGET_RETENTION,
     ENVIRONMENT_PROVIDERS,
     INFERENCE_ENGINES,
@@ -203,6 +204,12 @@ class EchoSection(Section):
     @classmethod
     def _retention(cls, v: str) -> str:
         return _choice(v, ECHO_TARGET_RETENTION, "echo target_retention", dotted=False)
+
+    @field_validator("loss_fn")
+    @classmethod
+    def _loss_fn(cls, v: str) -> str:
+        return _choice(v, ECHO_LOSS_FNS, "echo loss_fn (ECHO is cross-entropy on the observation tokens)",
+                       dotted=False)
 
 
 class OptimizerBatchSection(Section):

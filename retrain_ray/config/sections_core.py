@@ -16,6 +16,8 @@ from retrain_ray.config.names import (
     ADVANTAGE_MODES,
     ALGORITHM_MODES,
     SEPA_SCHEDULES,
+    SFT_BATCH_ORDERS,
+    SFT_LOSS_FNS,
     TL_GRPO_BRANCH_MODES,
     TRANSFORM_MODES,
     UNCERTAINTY_ALIASES,
@@ -114,6 +116,16 @@ class TrainingSection(Section):
     @classmethod
     def _branch_mode(cls, v: str) -> str:
         return _choice(v, TL_GRPO_BRANCH_MODES, "tl_grpo_branch_mode", dotted=False)
+
+    @field_validator("sft_loss_fn")
+    @classmethod
+    def _sft_loss_fn(cls, v: str) -> str:
+        return _choice(v, SFT_LOSS_FNS, "sft_loss_fn", dotted=False)
+
+    @field_validator("sft_batch_order")
+    @classmethod
+    def _sft_batch_order(cls, v: str) -> str:
+        return _choice(v, SFT_BATCH_ORDERS, "sft_batch_order", dotted=False)
 
     @field_validator("divergence_factor")
     @classmethod

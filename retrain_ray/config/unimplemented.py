@@ -24,33 +24,14 @@ _OPT_BATCH = "optimizer-batch capture and replay are not implemented"
 REFUSED: dict[tuple[str, str], str] = {
     ("backend", "throttle_dir"): "the file-lock throttle is replaced by the campaign's throttle actor "
                                  "(its capacity is [backend] max_concurrent)",
-    ("logging", "generation_top_surprisal_limit"): "per-token surprisal excerpts are not logged",
-    ("planning", "model"): "only the regex planning detector is implemented (this is the semantic detector's model)",
-    ("planning", "threshold"): "only the regex planning detector is implemented (this is the semantic "
-                               "detector's threshold)",
     ("environment", "auto_install"): _HUB,
     ("environment", "rollout_env_workers"): _ENV_WORKERS,
     ("environment", "rollout_buffer_size"): _ENV_WORKERS,
     **{("optimizer_batch", k): _OPT_BATCH for k in ("capture", "replay_path", "expected_logical_sha256",
                                                      "expected_manifest_sha256", "allow_config_differences")},
-    ("plugins", "strict"): "plugin errors always stop the run (the original raises in both modes as well)",
 }
 
 ValueRule = Callable[[Any], str]
-
-
-def _detector(value: Any) -> str:
-    return "" if value in ("regex", "none", "") or "." in str(value) else \
-        "only the regex planning detector (or a dotted plugin path) is implemented"
-
-
-def _sft_loss(value: Any) -> str:
-    return "" if value in ("auto", "cross_entropy") else \
-        "the warm start trains with cross-entropy only (\"auto\" means cross_entropy here)"
-
-
-def _sft_order(value: Any) -> str:
-    return "" if value in ("shuffle", "sequential") else "length-aware SFT ordering is not implemented"
 
 
 def _provider(value: Any) -> str:
@@ -61,16 +42,8 @@ def _provider(value: Any) -> str:
     return ""
 
 
-def _echo_loss(value: Any) -> str:
-    return "" if value == "cross_entropy" else "ECHO trains its targets with cross_entropy only"
-
-
 BY_VALUE: dict[tuple[str, str], ValueRule] = {
-    ("echo", "loss_fn"): _echo_loss,
     ("environment", "provider"): _provider,
-    ("planning", "detector"): _detector,
-    ("training", "sft_loss_fn"): _sft_loss,
-    ("training", "sft_batch_order"): _sft_order,
 }
 
 

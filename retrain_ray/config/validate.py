@@ -237,6 +237,14 @@ def _echo(cfg: RetrainConfig) -> list[ConfigIssue]:
     return issues
 
 
+def _sft_loss(cfg: RetrainConfig) -> list[ConfigIssue]:
+    t = cfg.training
+    if t.sft_loss_fn != "importance_sampling" or cfg.backend.backend != "prime_rl":
+        return []
+    return [ConfigIssue("training.sft_loss_fn", t.sft_loss_fn, "the prime_rl backend trains the warm start by "
+                        "PRIME-RL's cross-entropy component only", "set sft_loss_fn = \"cross_entropy\" (or \"auto\")")]
+
+
 def _optimizer_batch(cfg: RetrainConfig) -> list[ConfigIssue]:
     ob = cfg.optimizer_batch
     if not (ob.capture or ob.replay_path):
@@ -320,7 +328,7 @@ def _adaptive(cfg: RetrainConfig) -> list[ConfigIssue]:
 RULES: tuple[Rule, ...] = (
     refused_keys, _backend, _backend_options, _adapter_engines, _clipping, _micro_batches,
     _schedule_and_checkpoints, _eval_split, _engine_only_keys, _uncertainty, _environment,
-    _checkpoint_artifacts, _trackers_installed, _echo, _optimizer_batch, _data_and_reward, _squeeze,
+    _checkpoint_artifacts, _trackers_installed, _echo, _sft_loss, _optimizer_batch, _data_and_reward, _squeeze,
     _adaptive, trainer_issues,
 )
 

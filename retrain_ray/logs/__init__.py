@@ -11,7 +11,11 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # what type checkers see; at run time __getattr__ imports on first use
     from retrain_ray.logs.compact import compact_to_parquet, write_run_meta
-    from retrain_ray.logs.generations import select_generation_samples, top_indices_by_reward
+    from retrain_ray.logs.generations import (
+        select_generation_samples,
+        top_indices_by_reward,
+        top_surprisal_tokens,
+    )
     from retrain_ray.logs.observers import (
         ArrowRunObserver,
         ConsoleObserver,
@@ -27,6 +31,7 @@ _EXPORTS = {
     "write_run_meta": "compact",
     "select_generation_samples": "generations",
     "top_indices_by_reward": "generations",
+    "top_surprisal_tokens": "generations",
     "ArrowRunObserver": "observers",
     "ConsoleObserver": "observers",
     "MultiObserver": "observers",
@@ -57,6 +62,7 @@ __all__ = [
     "segment_paths",
     "select_generation_samples",
     "top_indices_by_reward",
+    "top_surprisal_tokens",
     "write_run_meta",
 ]
 

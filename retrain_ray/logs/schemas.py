@@ -53,8 +53,10 @@ METRICS_SCHEMA = pa.schema(
     + [(name, F64) for name in _FLOATS]
     + [(EXTRAS, pa.map_(STR, F64))]
 )
+SURPRISAL_TOKENS = pa.list_(pa.struct([("pos", I64), ("surprisal", F64), ("token", STR)]))
 GENERATIONS_SCHEMA = pa.schema(
-    [("run", STR), ("step", I64), ("prompt", STR), ("completion", STR), ("reward", F64), ("num_tokens", I64)]
+    [("run", STR), ("step", I64), ("prompt", STR), ("completion", STR), ("reward", F64), ("num_tokens", I64),
+     ("top_surprisal_tokens", SURPRISAL_TOKENS)]  # null unless [logging] generation_top_surprisal_limit > 0
 )
 EVAL_SCHEMA = pa.schema(
     [("run", STR), ("step", I64), ("eval_mean_reward", F64), ("eval_correct_rate", F64), ("num_examples", I64)]
@@ -78,6 +80,8 @@ def _coerce(name: str, value: Any, kind: pa.DataType) -> Any:
         return int(value)
     if kind == F64 and _is_number(value):
         return float(value)
+    if kind == SURPRISAL_TOKENS and isinstance(value, list):
+        return value
     if kind == WALL_TIME and isinstance(value, dt.datetime | float | int) and not isinstance(value, bool):
         return value if isinstance(value, dt.datetime) else dt.datetime.fromtimestamp(value, dt.timezone.utc)
     raise TypeError(f"metric {name!r} = {value!r} does not fit the log schema type {kind}; pass a {kind} value")

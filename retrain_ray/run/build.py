@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from retrain_ray.algorithms import RegexPlanningDetector, resolve_modes
+from retrain_ray.algorithms import RegexPlanningDetector, parse_strategic_grams, resolve_modes
+from retrain_ray.algorithms.planning_semantic import PLANNING_SENTENCES, SemanticPlanningDetector
 from retrain_ray.algorithms.plugins import is_dotted_path
 from retrain_ray.algorithms.sepa import SEPAController
 from retrain_ray.backends.factories import PolicyRequest
@@ -22,6 +23,7 @@ from retrain_ray.config.components import backend_spec, engine_spec
 from retrain_ray.data.loading import load_examples_from_config
 from retrain_ray.data.types import TaskData
 from retrain_ray.environments.types import Environment
+from retrain_ray.models.sentence_embedder import load_embedder
 from retrain_ray.rewards import build_reward_from_config
 from retrain_ray.rewards.types import Reward
 from retrain_ray.run.loop import RunComponents
@@ -94,16 +96,25 @@ def build_sepa(cfg: RetrainConfig, uses_sepa: bool) -> SEPAController | None:
 
 
 def build_planning(cfg: RetrainConfig, needs_planning: bool) -> PlanningDetector | None:
-    """`[planning] detector`: "regex", "none" (no planning tokens) or a dotted plugin path."""
+    """`[planning] detector`: "regex", "semantic", "none" (no planning tokens) or a dotted plugin path."""
     detector = cfg.planning.detector
     if not needs_planning or detector in ("none", ""):
         return None
+    if detector == "semantic":
+        return build_semantic_detector(cfg)
     if detector != "regex":
         # deferred: loads pydantic, which importing this module does not need
         from retrain_ray.run.plugins import create_detector
 
         return create_detector(cfg)
     return RegexPlanningDetector.from_grams_text(cfg.logging.strategic_grams)
+
+
+def build_semantic_detector(cfg: RetrainConfig) -> SemanticPlanningDetector:
+    """The embedding detector: `[planning] model` and `threshold`; the strategic grams anchor planning."""
+    plan_phrases = [*parse_strategic_grams(cfg.logging.strategic_grams), *PLANNING_SENTENCES]
+    return SemanticPlanningDetector(load_embedder(cfg.planning.model), threshold=cfg.planning.threshold,
+                                    plan_phrases=plan_phrases)
 
 
 def build_advisor(cfg: RetrainConfig) -> BackPressureAdvisor:

@@ -31,7 +31,7 @@ from retrain_ray.data import next_batch
 from retrain_ray.data.types import Example
 from retrain_ray.engines.types import SampleResult, SamplingEngine, SamplingParams, WeightUpdate
 from retrain_ray.environments.types import Environment
-from retrain_ray.logs import select_generation_samples
+from retrain_ray.logs.generations import TopSurprisal, select_generation_samples, top_surprisal_tokens
 from retrain_ray.rewards.types import Reward
 from retrain_ray.run.checkpoint import CheckpointManager
 from retrain_ray.run.credit import CreditSettings, assign_credit, logical_batch_sha256
@@ -308,7 +308,24 @@ class RunLoop:
             rewards_P_G=[g.rewards_G for g in groups],
             num_tokens_P_G=[[len(s.token_ids) for s in g.samples_G] for g in groups],
             samples_per_prompt=self.cfg.logging.generation_log_samples_per_prompt,
+            top_surprisal=self._top_surprisal(groups),
         )
+
+    def _top_surprisal(self, groups: list[Group]) -> TopSurprisal | None:
+        """`[logging] generation_top_surprisal_limit` > 0: each logged sample's most surprising tokens."""
+        limit = self.cfg.logging.generation_top_surprisal_limit
+        if limit <= 0:
+            return None
+        tokenizer = self.parts.tokenizer
+
+        def entries(p: int, g: int) -> list[dict[str, object]]:
+            sample = groups[p].samples_G[g]
+            ids = list(sample.token_ids)
+            names = cast("list[str | None]", tokenizer.convert_ids_to_tokens(ids)) if ids else []
+            tokens = [name if name is not None else f"<{i}>" for i, name in zip(ids, names, strict=True)]
+            return top_surprisal_tokens(sample.logprobs, tokens, limit)
+
+        return entries
 
     # ---- back pressure ----------------------------------------------------------------------
     def advise(self, step: int, state: TrainerState, metrics: dict[str, float], tokens: int, *,

@@ -9,9 +9,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from retrain_ray.algorithms import preflight
+from retrain_ray.algorithms import preflight, resolve_modes
 from retrain_ray.algorithms.plugins import is_dotted_path, load_callable, load_object, use_search_paths
 from retrain_ray.models.hub import model_problem
+from retrain_ray.models.sentence_embedder import embedding_model_problem
 from retrain_ray.util.file_kinds import env_directory
 
 if TYPE_CHECKING:  # explain imports this module: keep torch out of it
@@ -156,11 +157,24 @@ def environment_problems() -> list[str]:
 
 def model_problems(configs: Iterable[RetrainConfig]) -> list[str]:
     """Why a run's model cannot be loaded here (not cached and not downloadable, no such folder), checked
-    once per distinct model before anything starts. Only the local backend loads the model itself."""
+    once per distinct model before anything starts. Only the local backend loads the model itself. The
+    semantic planning detector's `[planning] model` is checked too, where the run detects planning."""
+    configs = list(configs)
     wanted = {(c.model.model, c.model.revision, bool(c.model.local_files_only))
               for c in configs if _trains_locally(c.backend.backend) and not runs_externally(c)}
     found = (model_problem(name, rev, local_files_only=lfo) for name, rev, lfo in sorted(wanted))
-    return [f"model.model: {p}" for p in found if p]
+    embedders = {c.planning.model for c in configs if c.planning.detector == "semantic" and _needs_planning(c)}
+    planning = (embedding_model_problem(name) for name in sorted(embedders))
+    return [f"model.model: {p}" for p in found if p] + [p for p in planning if p]
+
+
+def _needs_planning(cfg: RetrainConfig) -> bool:
+    alg = cfg.algorithm
+    try:
+        modes = resolve_modes(alg.advantage_mode, alg.transform_mode, alg.algorithm_mode, alg.uncertainty_kind)
+    except ValueError:  # a plugin mode that does not import: reported by the probe; assume it may need planning
+        return True
+    return modes.needs_planning
 
 
 def run_problems(cfg: RetrainConfig, *, check_model: bool = True) -> list[str]:

@@ -9,13 +9,14 @@ RunLoop applies the verdict to the run state.
 
 from __future__ import annotations
 
+import dataclasses
 import random
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, cast
 
-from retrain_ray.backends.types import TrainBatch
+from retrain_ray.backends.types import SFTLoss, TrainBatch
 from retrain_ray.data.types import Example
 from retrain_ray.engines.types import SamplingParams
 from retrain_ray.run.rollout import rollout, rollout_metrics
@@ -26,6 +27,12 @@ from retrain_ray.run.timing import timed
 if TYPE_CHECKING:
     from retrain_ray.config.schema import RetrainConfig
     from retrain_ray.run.loop import RunComponents
+
+
+def sft_loss(name: str) -> SFTLoss:
+    """`[training] sft_loss_fn`: "auto" (the default) is cross-entropy here; the original's 0.3.0 release,
+    which had no "auto", defaulted to importance_sampling."""
+    return "importance_sampling" if name == "importance_sampling" else "cross_entropy"
 
 
 @dataclass(frozen=True)
@@ -45,6 +52,7 @@ class WarmStart:
         self.encode = encode
         self.sampling = sampling
         self._orders: dict[int, list[int]] = {}
+        self._by_length: list[int] | None = None
         t = cfg.training
         self.rows: list[SFTRow] | None = (
             load_sft_file(t, parts.tokenizer) if t.sft_data_path and t.sft_warmup_steps > 0 else None
@@ -62,6 +70,7 @@ class WarmStart:
             batch = self.file_batch([self.rows[i] for i in self.indices(step, size, len(self.rows))])
         else:
             batch = self.batch(self.examples(step, size))
+        batch = dataclasses.replace(batch, sft_loss=sft_loss(t.sft_loss_fn))
         metrics: dict[str, float] = {}
         with timed(metrics, "step_time_s"):
             result = self.parts.backend.sft_step(batch, lr=t.sft_lr or t.lr, weight_decay=t.weight_decay)
@@ -100,11 +109,15 @@ class WarmStart:
 
     def indices(self, step: int, size: int, n: int) -> list[int]:
         """Rows of warm-start step `step`: `sft_batch_order` "shuffle" walks a permutation seeded by the
-        run's seed (a new one each pass when `sft_reshuffle_each_epoch`), "sequential" the file order; an
+        run's seed (a new one each pass when `sft_reshuffle_each_epoch`), "sequential" the file order,
+        "length_asc" the rows shortest first (token length; equal lengths in file order) every pass; an
         SFT file with `sft_length_bucket_size` walks its length buckets (`run.sft_file`)."""
         t = self.cfg.training
         bucketed = self.rows is not None and t.sft_length_bucket_size > 0
         positions = range(step * size, (step + 1) * size)
+        if t.sft_batch_order == "length_asc":
+            order = self._length_order(n)
+            return [order[p % n] for p in positions]
         if t.sft_batch_order == "sequential" and not bucketed:
             return [p % n for p in positions]
         picked: list[int] = []
@@ -112,6 +125,16 @@ class WarmStart:
             epoch, index = divmod(p, n)
             picked.append(self._order(epoch if t.sft_reshuffle_each_epoch else 0, n)[index])
         return picked
+
+    def _length_order(self, n: int) -> list[int]:
+        """Row indices by token length, shortest first (the SFT file's rows, or prompt + answer + EOS)."""
+        if self._by_length is None:
+            if self.rows is not None:
+                lengths = [len(r.tokens) for r in self.rows]
+            else:
+                lengths = [len(self._sequence(ex)[0]) for ex in self.parts.train_examples]
+            self._by_length = sorted(range(n), key=lambda i: (lengths[i], i))
+        return self._by_length
 
     def _order(self, epoch: int, n: int) -> list[int]:
         if epoch not in self._orders:
@@ -137,17 +160,21 @@ class WarmStart:
         """Prompt + formatted answer + EOS per example, cut to `sft_max_tokens` tokens (0: not cut).
         `max_tokens` is the sampling budget of a completion, not a bound on a whole SFT sequence: used
         as one, it cut every target off and the warm start trained on nothing (loss 0)."""
-        tok = self.parts.tokenizer
         limit = self.cfg.training.sft_max_tokens or sys.maxsize
         tokens_D: list[list[int]] = []
         adv_D: list[list[float]] = []
         lens: list[int] = []
         for ex in examples:
-            prompt = self.encode(ex.prompt)
-            format_answer = cast("Callable[[str], str]", self.parts.format_answer)  # set when a warm start runs
-            target = tok.encode(format_answer(ex.reference), add_special_tokens=False)
-            target = target + [cast("int", tok.eos_token_id)]
-            tokens_D.append((prompt + target)[:limit])
-            adv_D.append(([0.0] * len(prompt) + [1.0] * len(target))[:limit])
-            lens.append(min(len(prompt), limit))
+            tokens, prompt_len = self._sequence(ex)
+            tokens_D.append(tokens[:limit])
+            adv_D.append(([0.0] * prompt_len + [1.0] * (len(tokens) - prompt_len))[:limit])
+            lens.append(min(prompt_len, limit))
         return TrainBatch(tokens_D, [[0.0] * len(t) for t in tokens_D], adv_D, lens)
+
+    def _sequence(self, ex: Example) -> tuple[list[int], int]:
+        """Prompt + formatted answer + EOS of one example (uncut), and its number of prompt tokens."""
+        tok = self.parts.tokenizer
+        prompt = self.encode(ex.prompt)
+        format_answer = cast("Callable[[str], str]", self.parts.format_answer)  # set when a warm start runs
+        target = tok.encode(format_answer(ex.reference), add_special_tokens=False) + [cast("int", tok.eos_token_id)]
+        return prompt + target, len(prompt)

@@ -138,13 +138,16 @@ class LocalBackend:
         return TrainStepResult(loss=sums["loss"] / total, metrics=metrics)
 
     def sft_step(self, batch: TrainBatch, *, lr: float, weight_decay: float) -> TrainStepResult:
-        """Mean cross-entropy (T = 1, no top-p) over next tokens whose advantage is nonzero."""
+        """Mean loss (T = 1, no top-p) over next tokens whose advantage is nonzero: cross-entropy -log p, or
+        with `batch.sft_loss = "importance_sampling"` the original's -exp(log p), whose gradient is p times
+        cross-entropy's (a softer push on targets the model finds unlikely)."""
         total = max(count_action_tokens(batch), 1)
         loss_sum = 0.0
         self._begin_update()
         for mb in microbatches(batch, self._rows_per_microbatch(batch), self.device):
             logp_B_S = scored_logprobs(self.model, mb, 1.0, 1.0)
-            nll = -(logp_B_S * mb.action_mask_B_S.to(logp_B_S.dtype)).sum()
+            per_token_B_S = logp_B_S.exp() if batch.sft_loss == "importance_sampling" else logp_B_S
+            nll = -(per_token_B_S * mb.action_mask_B_S.to(logp_B_S.dtype)).sum()
             (nll / total).backward()  # pyright: ignore[reportUnknownMemberType]
             loss_sum += float(nll.detach())
         return TrainStepResult(loss=loss_sum / total, metrics=self._finish_update(lr, weight_decay))

@@ -122,7 +122,8 @@ class TinkerBackend:
     def sft_step(self, batch: TrainBatch, *, lr: float, weight_decay: float) -> TrainStepResult:
         datums, _count = sft_datums(batch)
         tc = self.session.training_client
-        out = self.session.call("forward_backward(cross_entropy)", lambda: tc.forward_backward(datums, loss_fn="cross_entropy"),
+        loss_fn = batch.sft_loss  # importance_sampling: the datums' logprobs are zero, as the original's
+        out = self.session.call(f"forward_backward({loss_fn})", lambda: tc.forward_backward(datums, loss_fn=loss_fn),
                                 idempotent=False)
         self._optim_step(lr, weight_decay)
         return TrainStepResult(loss=float(out.metrics["loss:sum"]), metrics=self.session.runtime_metrics())

@@ -61,10 +61,14 @@ def with_inputs(datum: Datum, **inputs: list[float]) -> Datum:
 
 
 def sft_datums(batch: TrainBatch) -> tuple[list[Datum], int]:
-    """Cross-entropy datums whose weights average over the tokens with nonzero advantage."""
+    """Warm-start datums whose weights average over the tokens with nonzero advantage: cross-entropy
+    weights, or for `sft_loss = "importance_sampling"` RL datums with zero logprobs (the original's)."""
     types = _types()
     count = sum(1 for row in batch.advantages_D for a in row[1:] if a != 0)
     scale = 1.0 / max(count, 1)
+    if batch.sft_loss == "importance_sampling":
+        return [rl_datum(t, [0.0] * len(t), [scale if a != 0 else 0.0 for a in adv])
+                for t, adv in zip(batch.tokens_D, batch.advantages_D, strict=True)], count
     datums = [
         types.Datum(
             model_input=types.ModelInput.from_ints(list(t[:-1])),
