@@ -19,7 +19,6 @@ if TYPE_CHECKING:
 _HUB = ("installing environments from the Prime Intellect hub needs the hub, which retrain-ray does not call; "
         "install the environment's package yourself (pip install ...) and name it in [environment] id")
 _ENV_WORKERS = "episodes step in the run's own process, one batch of turns at a time"
-_OPT_BATCH = "optimizer-batch capture and replay are not implemented"
 
 REFUSED: dict[tuple[str, str], str] = {
     ("training", "trainer"): "only the built-in RL trainer runs (the original's sft/command/ttt_discover runners "
@@ -34,8 +33,6 @@ REFUSED: dict[tuple[str, str], str] = {
     ("environment", "auto_install"): _HUB,
     ("environment", "rollout_env_workers"): _ENV_WORKERS,
     ("environment", "rollout_buffer_size"): _ENV_WORKERS,
-    **{("optimizer_batch", k): _OPT_BATCH for k in ("capture", "replay_path", "expected_logical_sha256",
-                                                     "expected_manifest_sha256", "allow_config_differences")},
     ("plugins", "strict"): "plugin errors always stop the run (the original raises in both modes as well)",
 }
 

@@ -235,7 +235,15 @@ def _echo(cfg: RetrainConfig) -> list[ConfigIssue]:
 def _optimizer_batch(cfg: RetrainConfig) -> list[ConfigIssue]:
     ob = cfg.optimizer_batch
     if not (ob.capture or ob.replay_path):
-        return []
+        pins = {"expected_logical_sha256": ob.expected_logical_sha256,
+                "expected_manifest_sha256": ob.expected_manifest_sha256,
+                "allow_config_differences": ob.allow_config_differences}
+        return [ConfigIssue(f"optimizer_batch.{k}", v, "has no effect without capture = true or a replay_path",
+                            "set [optimizer_batch] replay_path (or capture = true), or remove the key")
+                for k, v in pins.items() if v]
+    if ob.capture and ob.replay_path:
+        return [ConfigIssue("optimizer_batch.capture", True, "a run either captures its batch or replays one",
+                            "remove capture = true, or remove replay_path")]
     needs = {
         "backend.backend": (backend_spec(cfg.backend.backend).trains_locally, "local"),
         "backend.devices": ("," not in cfg.backend.devices, "a single device"),
@@ -244,9 +252,17 @@ def _optimizer_batch(cfg: RetrainConfig) -> list[ConfigIssue]:
         "backpressure.enabled": (not cfg.backpressure.enabled, False),
         "resume.from": (bool(cfg.resume.from_), "a run directory"),
     }
-    return [ConfigIssue(loc, None, f"optimizer-batch capture/replay needs {loc} = {want!r}",
-                        f"set {loc} or turn off [optimizer_batch]")
-            for loc, (ok, want) in needs.items() if not ok]
+    issues = [ConfigIssue(loc, None, f"optimizer-batch capture/replay needs {loc} = {want!r}",
+                          f"set {loc} or turn off [optimizer_batch]")
+              for loc, (ok, want) in needs.items() if not ok]
+    if ob.capture and ob.expected_manifest_sha256:
+        issues.append(ConfigIssue("optimizer_batch.expected_manifest_sha256", ob.expected_manifest_sha256,
+                                  "pins a capture to replay; a capture run writes a new manifest",
+                                  "remove it (expected_logical_sha256 pins what a capture must reproduce)"))
+    if ob.capture and ob.allow_config_differences:
+        issues.append(ConfigIssue("optimizer_batch.allow_config_differences", ob.allow_config_differences,
+                                  "applies to a replay only", "remove it, or set replay_path instead of capture"))
+    return issues
 
 
 def _data_and_reward(cfg: RetrainConfig) -> list[ConfigIssue]:
