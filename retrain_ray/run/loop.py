@@ -38,7 +38,13 @@ from retrain_ray.run.credit import CreditSettings, assign_credit, logical_batch_
 from retrain_ray.run.divergence import DivergenceError, DivergenceWatch, stop_message
 from retrain_ray.run.lr_schedule import LRSchedule
 from retrain_ray.run.multiturn import Branching, multiturn_rollout
-from retrain_ray.run.optimizer_batch import Capture, OptimizerBatchError, load_replay, one_step_only, write_capture
+from retrain_ray.run.optimizer_batch import (
+    Capture,
+    OptimizerBatchError,
+    load_replay,
+    one_step_only,
+    write_capture,
+)
 from retrain_ray.run.rollout import (
     EndpointCounters,
     Group,

@@ -24,7 +24,7 @@ import json
 import logging
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from retrain_ray.backends.types import TrainBatch
 from retrain_ray.util.secrets import redact
@@ -70,7 +70,7 @@ def _flat(config: dict[str, Any]) -> dict[str, Any]:
         if section in NOT_COMPARED:
             continue
         if isinstance(table, dict):
-            out.update({f"{section}.{k}": v for k, v in table.items()})
+            out.update({f"{section}.{k}": v for k, v in cast("dict[str, Any]", table).items()})
         else:
             out[section] = table
     return out
@@ -153,7 +153,7 @@ def replay_problems(cfg: RetrainConfig) -> list[str]:
 
 def pin_problems(logical: str, manifest: str | None, want_logical: str, want_manifest: str) -> list[str]:
     """The pins (`expected_*`) that the digests found do not match."""
-    problems = []
+    problems: list[str] = []
     if want_logical and want_logical.lower() != logical:
         problems.append(f"{_KEY}.expected_logical_sha256 = {want_logical!r}: the batch's logical digest is {logical!r}. "
                         "Fix: replay the capture the pin was taken from, or update the pin")
