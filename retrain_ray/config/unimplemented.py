@@ -18,7 +18,6 @@ if TYPE_CHECKING:
 
 _HUB = ("installing environments from the Prime Intellect hub needs the hub, which retrain-ray does not call; "
         "install the environment's package yourself (pip install ...) and name it in [environment] id")
-_ENV_WORKERS = "episodes step in the run's own process, one batch of turns at a time"
 
 REFUSED: dict[tuple[str, str], str] = {
     ("training", "trainer"): "only the built-in RL trainer runs (the original's sft/command/ttt_discover runners "
@@ -31,8 +30,6 @@ REFUSED: dict[tuple[str, str], str] = {
     ("planning", "threshold"): "only the regex planning detector is implemented (this is the semantic "
                                "detector's threshold)",
     ("environment", "auto_install"): _HUB,
-    ("environment", "rollout_env_workers"): _ENV_WORKERS,
-    ("environment", "rollout_buffer_size"): _ENV_WORKERS,
     ("plugins", "strict"): "plugin errors always stop the run (the original raises in both modes as well)",
 }
 

@@ -311,7 +311,8 @@ class RunLoop:
         return multiturn_rollout(
             parts.engine, parts.environment, examples, group_size=group_size, params=params, encode=self.encode,
             decode=lambda ids: list(tokenizer.batch_decode(ids, skip_special_tokens=True)),
-            max_turns=self.cfg.environment.max_turns, branching=branching, mark_planning=mark)
+            max_turns=self.cfg.environment.max_turns, branching=branching, mark_planning=mark,
+            workers=self.cfg.environment.rollout_env_workers, buffer=self.cfg.environment.rollout_buffer_size)
 
     def branching(self, step: int) -> Branching | None:
         """TL-GRPO's branch settings for `step` (its random choices are seeded by the run's seed and the step)."""
