@@ -23,8 +23,6 @@ REFUSED: dict[tuple[str, str], str] = {
     ("training", "trainer"): "only the built-in RL trainer runs (the original's sft/command/ttt_discover runners "
                              "are not implemented)",
     ("training", "trainer_command"): "the command runner is not implemented",
-    ("backend", "throttle_dir"): "the file-lock throttle is replaced by the campaign's throttle actor "
-                                 "(its capacity is [backend] max_concurrent)",
     ("logging", "generation_top_surprisal_limit"): "per-token surprisal excerpts are not logged",
     ("planning", "model"): "only the regex planning detector is implemented (this is the semantic detector's model)",
     ("planning", "threshold"): "only the regex planning detector is implemented (this is the semantic "

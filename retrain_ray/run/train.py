@@ -84,6 +84,7 @@ def train_run(
     campaign's recorder actor).
     """
     check_run(config)
+    throttle = run_throttle(config, throttle, run_name)
     run_dir = Path(run_dir)
     _check_run_dir(run_dir)
     # before anything is written or the model loads: bad data stops the run here
@@ -115,6 +116,21 @@ def train_run(
         return loop.run(state)
     finally:
         observer.close()
+
+
+def run_throttle(cfg: RetrainConfig, given: Throttle | None, run_name: str) -> Throttle | None:
+    """The caller's throttle (a campaign's actor); else `[backend] throttle_dir`'s file locks, shared with the runs
+    launched by hand against the same endpoint; else none."""
+    b = cfg.backend
+    if not b.throttle_dir:
+        return given
+    if given is not None:
+        log.info("%s: the campaign's throttle guards the endpoint calls; [backend] throttle_dir %s is not used",
+                 run_name, b.throttle_dir)
+        return given
+    from retrain_ray.throttle.filelock import FileLockThrottle
+
+    return FileLockThrottle(b.throttle_dir, b.max_concurrent, timeout_s=b.acquire_timeout_s)
 
 
 def _check_run_dir(run_dir: Path) -> None:
