@@ -28,7 +28,6 @@ def test_default_configuration_passes():
     [
         ({"echo.enabled": True}, "echo.enabled"),
         ({"training.tl_grpo": True}, "training.tl_grpo"),
-        ({"optimizer_batch.capture": True}, "optimizer_batch.capture"),
         ({"planning.detector": "semantic"}, "planning.detector"),
     ],
 )

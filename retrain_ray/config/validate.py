@@ -244,17 +244,18 @@ def _optimizer_batch(cfg: RetrainConfig) -> list[ConfigIssue]:
     if ob.capture and ob.replay_path:
         return [ConfigIssue("optimizer_batch.capture", True, "a run either captures its batch or replays one",
                             "remove capture = true, or remove replay_path")]
-    needs = {
-        "backend.backend": (backend_spec(cfg.backend.backend).trains_locally, "local"),
-        "backend.devices": ("," not in cfg.backend.devices, "a single device"),
-        "training.max_steps": (cfg.training.max_steps == 1, 1),
-        "training.save_every": (cfg.training.save_every == 0, 0),
-        "backpressure.enabled": (not cfg.backpressure.enabled, False),
-        "resume.from": (bool(cfg.resume.from_), "a run directory"),
+    b, t = cfg.backend, cfg.training
+    needs = {  # key: (its value, whether it will do, what it needs)
+        "backend.backend": (b.backend, backend_spec(b.backend).trains_locally, "a local backend"),
+        "backend.devices": (b.devices, "," not in b.devices, "a single device"),
+        "training.max_steps": (t.max_steps, t.max_steps == 1, "1 (the one step after the checkpoint)"),
+        "training.save_every": (t.save_every, t.save_every == 0, "0"),
+        "backpressure.enabled": (cfg.backpressure.enabled, not cfg.backpressure.enabled, "false"),
+        "resume.from": (cfg.resume.from_, bool(cfg.resume.from_), "the checkpoint (or run directory) to start from"),
     }
-    issues = [ConfigIssue(loc, None, f"optimizer-batch capture/replay needs {loc} = {want!r}",
-                          f"set {loc} or turn off [optimizer_batch]")
-              for loc, (ok, want) in needs.items() if not ok]
+    issues = [ConfigIssue(loc, value, f"optimizer-batch capture/replay needs {want}",
+                          f"set {loc}, or turn off [optimizer_batch]")
+              for loc, (value, ok, want) in needs.items() if not ok]
     if ob.capture and ob.expected_manifest_sha256:
         issues.append(ConfigIssue("optimizer_batch.expected_manifest_sha256", ob.expected_manifest_sha256,
                                   "pins a capture to replay; a capture run writes a new manifest",
