@@ -92,6 +92,21 @@ def test_pins_and_config_differences_are_checked_before_the_replay(captured):
                                   optimizer_batch={"replay_path": str(capture), "allow_config_differences": ["training"]})))
 
 
+def test_the_replay_must_start_from_the_captures_checkpoint(captured):
+    tmp, _, capture, _ = captured
+    other = _train(tmp, "other", training={"seed": 4})  # another run's checkpoint after the same step
+
+    def preflight(resume: Path, **section) -> None:
+        check_run(load_config(_config(tmp, "again", resume=resume,
+                                      optimizer_batch={"replay_path": str(capture), **section})))
+
+    with pytest.raises(PreflightError, match=r"resume\.from = .*files differ from those the capture started from"):
+        preflight(other)
+    preflight(other, allow_config_differences=["resume.from"])  # a deliberate change of the start is allowed
+    with pytest.raises(PreflightError, match="resumes at step 2, but the capture is of step 1"):
+        preflight(capture)  # the capture run's own final checkpoint: one step later
+
+
 def test_a_changed_capture_or_a_missing_one_is_refused(captured, tmp_path):
     _, base, capture, _ = captured
     copy = tmp_path / "copy"

@@ -10,7 +10,8 @@ library versions) are compared on the same batch: same batch and same start, the
 must match.
 
 Before the replay starts (preflight), the capture is checked: its files against the manifest, the
-`expected_logical_sha256` and `expected_manifest_sha256` pins, and every config key that differs
+`expected_logical_sha256` and `expected_manifest_sha256` pins, the checkpoint the replay starts from
+(the same step, and the same files as the capture's by their checksums), and every config key that differs
 from the capture's, refused unless `allow_config_differences` lists the key (or its section).
 Departure from the original: `[training] max_steps = 1` means the one step after the checkpoint (a
 resumed run here counts steps from the run's start, so the loop runs exactly one step in this mode).
@@ -54,6 +55,16 @@ def one_step_only(cfg: RetrainConfig) -> bool:
 
 def _sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
+
+
+def start_point(cfg: RetrainConfig) -> dict[str, Any]:
+    """The checkpoint the run starts from (`[resume] from`): the step after it and the sha256 of its checksum
+    file, which names every file of the checkpoint with its own sha256 (weights, optimizer, trainer state)."""
+    # deferred: the checkpoint module loads torch, which the CLI's import of this module's error does not need
+    from retrain_ray.run.checkpoint import CHECKSUMS, load_state, resolve_resume_dir
+
+    checkpoint = resolve_resume_dir(Path(cfg.resume.from_).expanduser())
+    return {"next_step": load_state(checkpoint).next_step, "checksums_sha256": _sha256((checkpoint / CHECKSUMS).read_bytes())}
 
 
 def _logical(batch: TrainBatch) -> str:
@@ -143,12 +154,31 @@ def replay_problems(cfg: RetrainConfig) -> list[str]:
         return [str(exc)]
     problems = pin_problems(capture.manifest["logical_sha256"], capture.manifest_sha256,
                             ob.expected_logical_sha256, ob.expected_manifest_sha256)
+    problems += _start_problems(cfg, capture.manifest)
     for key, (then, now) in config_differences(capture.manifest["config"], config_json(cfg)).items():
         if not _allowed(key, ob.allow_config_differences):
             problems.append(f"{_KEY}.allow_config_differences: the config differs from the capture's at {key} "
                             f"(captured {then!r}, here {now!r}). Fix: set {key} = {then!r}, or list {key!r} in "
                             f"[{_KEY}] allow_config_differences to replay with the difference")
     return problems
+
+
+def _start_problems(cfg: RetrainConfig, manifest: dict[str, Any]) -> list[str]:
+    """The replay must start where the capture did: the same step, and the same checkpoint unless allowed."""
+    try:
+        here = start_point(cfg)
+    except FileNotFoundError as exc:
+        return [f"resume.from = {cfg.resume.from_!r}: {exc}"]
+    then = manifest.get("start", {})
+    if here["next_step"] != then.get("next_step"):
+        return [f"resume.from = {cfg.resume.from_!r}: resumes at step {here['next_step']}, but the capture is of step "
+                f"{then.get('next_step')}. Fix: resume from the checkpoint the capture run resumed from"]
+    if here["checksums_sha256"] != then.get("checksums_sha256") and not _allowed("resume.from",
+                                                                                  cfg.optimizer_batch.allow_config_differences):
+        return [f"resume.from = {cfg.resume.from_!r}: this checkpoint's files differ from those the capture started "
+                "from (the post-step weights could not match). Fix: resume from a copy of the capture's checkpoint, "
+                "or list 'resume.from' in [optimizer_batch] allow_config_differences"]
+    return []
 
 
 def pin_problems(logical: str, manifest: str | None, want_logical: str, want_manifest: str) -> list[str]:
@@ -182,7 +212,8 @@ def write_capture(cfg: RetrainConfig, run_dir: Path, batch: TrainBatch, *, step:
         raise OptimizerBatchError("\n".join(problems))
     batch_raw = json.dumps(dataclasses.asdict(batch), separators=(",", ":")).encode()
     manifest = {"format": FORMAT, "step": step, "lr": lr, "logical_sha256": logical, "batch_sha256": _sha256(batch_raw),
-                "num_datums": len(batch.tokens_D), "num_tokens": batch.num_tokens, "config": config_json(cfg)}
+                "num_datums": len(batch.tokens_D), "num_tokens": batch.num_tokens, "config": config_json(cfg),
+                "start": start_point(cfg)}
     raw = json.dumps(manifest, indent=1, sort_keys=True).encode()
     folder = Path(run_dir) / CAPTURE_DIR
     folder.mkdir(parents=True, exist_ok=True)
