@@ -63,6 +63,7 @@ def test_replay_ends_bit_for_bit_where_the_capture_did(captured):
     assert dict(captured_row["extras"])["optimizer_batch/captured"] == 1.0
     assert dict(replayed_row["extras"])["optimizer_batch/replayed"] == 1.0
     assert replayed_row["loss"] == captured_row["loss"]
+    assert replayed_row["mean_reward"] == captured_row["mean_reward"]  # the batch's rewards, from the capture
 
 
 def test_pins_and_config_differences_are_checked_before_the_replay(captured):

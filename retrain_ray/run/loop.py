@@ -198,7 +198,7 @@ class RunLoop:
             metrics.update(credit.metrics)
             metrics["lr"] = self.schedule.lr_at(step)
             if self.cfg.optimizer_batch.capture:
-                metrics.update(self.capture(credit.batch, step, metrics["lr"]))
+                metrics.update(self.capture(credit.batch, step, metrics))
             train = self.update(credit.batch, metrics)
         if train is None:
             log.info("step %d: no group carried signal (all rewards tied); no update, logged with trained = false",
@@ -219,13 +219,13 @@ class RunLoop:
                       self.generation_rows(step, out.groups), delight_eta=credit.metrics.get("dg_eta"),
                       tl_grpo_ema=credit.metrics.get("tl_grpo_ema"))
 
-    def capture(self, batch: TrainBatch | None, step: int, lr: float) -> dict[str, float]:
+    def capture(self, batch: TrainBatch | None, step: int, metrics: dict[str, float]) -> dict[str, float]:
         """`[optimizer_batch] capture`: writes the step's batch before the update trains on it."""
         if batch is None:
             raise OptimizerBatchError(f"optimizer_batch.capture: step {step} has no batch to capture (every group's "
                                       "rewards tied). Fix: capture from another checkpoint or with a larger "
                                       "[training] group_size")
-        return write_capture(self.cfg, self.run_dir, batch, step=step, lr=lr)
+        return write_capture(self.cfg, self.run_dir, batch, step=step, lr=metrics["lr"], metrics=metrics)
 
     def replay_step(self, step: int, state: TrainerState, capture: Capture) -> RLStep:
         """`[optimizer_batch] replay_path`: the captured batch's optimizer step, instead of sampling."""
@@ -233,16 +233,18 @@ class RunLoop:
             raise OptimizerBatchError(f"optimizer_batch.replay_path: the capture is of step {capture.manifest['step']} "
                                       f"but this run resumes at step {step}. Fix: set [resume] from to the "
                                       "checkpoint the capture run resumed from")
-        metrics: dict[str, float] = {"sample_time_s": 0.0, "optimizer_batch/replayed": 1.0}
+        batch = capture.batch  # its rewards are the capture's (a replay samples nothing)
+        metrics: dict[str, float] = {**capture.manifest["rewards"], "sample_time_s": 0.0, "optimizer_batch/replayed": 1.0,
+                                     "num_datums": float(len(batch.tokens_D)), "tokens_per_step": float(batch.num_tokens)}
         with timed(metrics, "step_time_s"):
             metrics["lr"] = self.schedule.lr_at(step)
-            train = self.update(capture.batch, metrics)
+            train = self.update(batch, metrics)
         row = build_row(self.identity, StepRecord(
             step=step, metrics=metrics, train=train, sepa_lambda=0.0, sepa_gate_open=False,
             running_correct_rate=correct_rate(state.total_correct, state.total_completions),
             batch_size=state.current_batch_size, group_size=state.current_group_size,
             weights_version=self.parts.engine.weights_version, trainer_version=self.parts.backend.version,
-            batch_sha256=logical_batch_sha256(capture.batch),
+            batch_sha256=logical_batch_sha256(batch),
         ))
         return RLStep(row, state.example_idx, 0, 0, state.current_batch_size, [])
 

@@ -203,7 +203,11 @@ def load_replay(cfg: RetrainConfig) -> Capture | None:
     return read_capture(Path(cfg.optimizer_batch.replay_path))
 
 
-def write_capture(cfg: RetrainConfig, run_dir: Path, batch: TrainBatch, *, step: int, lr: float) -> dict[str, float]:
+REWARD_METRICS = ("mean_reward", "correct_rate")  # the captured step's, which a replay row repeats
+
+
+def write_capture(cfg: RetrainConfig, run_dir: Path, batch: TrainBatch, *, step: int, lr: float,
+                  metrics: dict[str, float]) -> dict[str, float]:
     """Writes the step's batch and manifest to `<run_dir>/optimizer_batch/` (checking the logical pin first, so a
     capture that does not reproduce it writes nothing); returns the step's `optimizer_batch/*` metrics."""
     logical = _logical(batch)
@@ -213,7 +217,7 @@ def write_capture(cfg: RetrainConfig, run_dir: Path, batch: TrainBatch, *, step:
     batch_raw = json.dumps(dataclasses.asdict(batch), separators=(",", ":")).encode()
     manifest = {"format": FORMAT, "step": step, "lr": lr, "logical_sha256": logical, "batch_sha256": _sha256(batch_raw),
                 "num_datums": len(batch.tokens_D), "num_tokens": batch.num_tokens, "config": config_json(cfg),
-                "start": start_point(cfg)}
+                "start": start_point(cfg), "rewards": {k: metrics[k] for k in REWARD_METRICS if k in metrics}}
     raw = json.dumps(manifest, indent=1, sort_keys=True).encode()
     folder = Path(run_dir) / CAPTURE_DIR
     folder.mkdir(parents=True, exist_ok=True)
