@@ -24,6 +24,7 @@ from retrain_ray.run.preflight import check_run
 from retrain_ray.run.state import TrainerState, engine_generators, restore_rng_state, seed_everything
 from retrain_ray.run.torn_log import rewind_past_torn_rows
 from retrain_ray.run.types import RunObserver, RunOutcome
+from retrain_ray.throttle.filelock import FileLockThrottle
 from retrain_ray.util.file_kinds import directory_problem
 from retrain_ray.util.secrets import redact
 
@@ -128,8 +129,6 @@ def run_throttle(cfg: RetrainConfig, given: Throttle | None, run_name: str) -> T
         log.info("%s: the campaign's throttle guards the endpoint calls; [backend] throttle_dir %s is not used",
                  run_name, b.throttle_dir)
         return given
-    from retrain_ray.throttle.filelock import FileLockThrottle
-
     return FileLockThrottle(b.throttle_dir, b.max_concurrent, timeout_s=b.acquire_timeout_s)
 
 
