@@ -28,7 +28,6 @@ def test_default_configuration_passes():
     [
         ({"echo.enabled": True}, "echo.enabled"),
         ({"training.tl_grpo": True}, "training.tl_grpo"),
-        ({"optimizer_batch.capture": True}, "optimizer_batch.capture"),
     ],
 )
 def test_unimplemented_original_features_are_config_errors_naming_the_key(overrides, key):

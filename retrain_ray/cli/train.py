@@ -20,7 +20,9 @@ from retrain_ray.cli.interrupts import Stops, sigterm_as_ctrl_c
 from retrain_ray.cli.progress import ProgressObserver
 from retrain_ray.logs.dir_lock import LOCK_FILES, DirectoryInUse, DirLock
 from retrain_ray.rewards.custom import RewardTimeoutError
+from retrain_ray.run.optimizer_batch import OptimizerBatchError
 from retrain_ray.run.preflight import PreflightError, check_run
+from retrain_ray.throttle.errors import ThrottleTimeout
 from retrain_ray.util.finite import NonFiniteError
 from retrain_ray.util.process_clock import process_started_at as started_at_from_proc
 
@@ -174,7 +176,8 @@ def _train_locked(cfg: RetrainConfig, args: argparse.Namespace, run_dir: Path) -
             observers=([progress] if progress else []) + trackers,
             resume_from=Path(resume) if resume else None,
         )
-    except (NonFiniteError, RewardTimeoutError, ExternalRunnerError) as exc:  # the run's own fault: no traceback
+    except (NonFiniteError, RewardTimeoutError, ExternalRunnerError, OptimizerBatchError,
+            ThrottleTimeout) as exc:  # the run's own fault: a clear message, no traceback
         err.print(f"[bold red]run failed[/] ({args.config}, run directory {run_dir}):", highlight=False)
         err.print(str(exc), highlight=False, markup=False)
         return 1

@@ -18,17 +18,9 @@ if TYPE_CHECKING:
 
 _HUB = ("installing environments from the Prime Intellect hub needs the hub, which retrain-ray does not call; "
         "install the environment's package yourself (pip install ...) and name it in [environment] id")
-_ENV_WORKERS = "episodes step in the run's own process, one batch of turns at a time"
-_OPT_BATCH = "optimizer-batch capture and replay are not implemented"
 
 REFUSED: dict[tuple[str, str], str] = {
-    ("backend", "throttle_dir"): "the file-lock throttle is replaced by the campaign's throttle actor "
-                                 "(its capacity is [backend] max_concurrent)",
     ("environment", "auto_install"): _HUB,
-    ("environment", "rollout_env_workers"): _ENV_WORKERS,
-    ("environment", "rollout_buffer_size"): _ENV_WORKERS,
-    **{("optimizer_batch", k): _OPT_BATCH for k in ("capture", "replay_path", "expected_logical_sha256",
-                                                     "expected_manifest_sha256", "allow_config_differences")},
 }
 
 ValueRule = Callable[[Any], str]

@@ -248,18 +248,35 @@ def _sft_loss(cfg: RetrainConfig) -> list[ConfigIssue]:
 def _optimizer_batch(cfg: RetrainConfig) -> list[ConfigIssue]:
     ob = cfg.optimizer_batch
     if not (ob.capture or ob.replay_path):
-        return []
-    needs = {
-        "backend.backend": (backend_spec(cfg.backend.backend).trains_locally, "local"),
-        "backend.devices": ("," not in cfg.backend.devices, "a single device"),
-        "training.max_steps": (cfg.training.max_steps == 1, 1),
-        "training.save_every": (cfg.training.save_every == 0, 0),
-        "backpressure.enabled": (not cfg.backpressure.enabled, False),
-        "resume.from": (bool(cfg.resume.from_), "a run directory"),
+        pins = {"expected_logical_sha256": ob.expected_logical_sha256,
+                "expected_manifest_sha256": ob.expected_manifest_sha256,
+                "allow_config_differences": ob.allow_config_differences}
+        return [ConfigIssue(f"optimizer_batch.{k}", v, "has no effect without capture = true or a replay_path",
+                            "set [optimizer_batch] replay_path (or capture = true), or remove the key")
+                for k, v in pins.items() if v]
+    if ob.capture and ob.replay_path:
+        return [ConfigIssue("optimizer_batch.capture", True, "a run either captures its batch or replays one",
+                            "remove capture = true, or remove replay_path")]
+    b, t = cfg.backend, cfg.training
+    needs = {  # key: (its value, whether it will do, what it needs)
+        "backend.backend": (b.backend, backend_spec(b.backend).trains_locally, "a local backend"),
+        "backend.devices": (b.devices, "," not in b.devices, "a single device"),
+        "training.max_steps": (t.max_steps, t.max_steps == 1, "1 (the one step after the checkpoint)"),
+        "training.save_every": (t.save_every, t.save_every == 0, "0"),
+        "backpressure.enabled": (cfg.backpressure.enabled, not cfg.backpressure.enabled, "false"),
+        "resume.from": (cfg.resume.from_, bool(cfg.resume.from_), "the checkpoint (or run directory) to start from"),
     }
-    return [ConfigIssue(loc, None, f"optimizer-batch capture/replay needs {loc} = {want!r}",
-                        f"set {loc} or turn off [optimizer_batch]")
-            for loc, (ok, want) in needs.items() if not ok]
+    issues = [ConfigIssue(loc, value, f"optimizer-batch capture/replay needs {want}",
+                          f"set {loc}, or turn off [optimizer_batch]")
+              for loc, (value, ok, want) in needs.items() if not ok]
+    if ob.capture and ob.expected_manifest_sha256:
+        issues.append(ConfigIssue("optimizer_batch.expected_manifest_sha256", ob.expected_manifest_sha256,
+                                  "pins a capture to replay; a capture run writes a new manifest",
+                                  "remove it (expected_logical_sha256 pins what a capture must reproduce)"))
+    if ob.capture and ob.allow_config_differences:
+        issues.append(ConfigIssue("optimizer_batch.allow_config_differences", ob.allow_config_differences,
+                                  "applies to a replay only", "remove it, or set replay_path instead of capture"))
+    return issues
 
 
 def _data_and_reward(cfg: RetrainConfig) -> list[ConfigIssue]:

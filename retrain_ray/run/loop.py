@@ -38,6 +38,13 @@ from retrain_ray.run.credit import CreditSettings, assign_credit, logical_batch_
 from retrain_ray.run.divergence import DivergenceError, DivergenceWatch, stop_message
 from retrain_ray.run.lr_schedule import LRSchedule
 from retrain_ray.run.multiturn import Branching, multiturn_rollout
+from retrain_ray.run.optimizer_batch import (
+    Capture,
+    OptimizerBatchError,
+    load_replay,
+    one_step_only,
+    write_capture,
+)
 from retrain_ray.run.rollout import (
     EndpointCounters,
     Group,
@@ -119,12 +126,16 @@ class RunLoop:
         self.endpoint = EndpointCounters()
         self.divergence = DivergenceWatch(t.divergence_factor)
         self.schedule = LRSchedule.from_training(t)
+        self.run_dir = run_dir
+        self.replay: Capture | None = load_replay(cfg)  # `[optimizer_batch] replay_path`: the batch to train on
 
     # ---- the run ---------------------------------------------------------------------------
     def run(self, state: TrainerState) -> RunOutcome:
         last_row: dict[str, object] = {}
         max_steps = self.cfg.training.max_steps
         first_step_at = None
+        if one_step_only(self.cfg):  # `[optimizer_batch]`: exactly the one step after the checkpoint
+            max_steps = state.next_step + 1
         for step in range(state.next_step, max_steps):
             started = time.perf_counter()
             if self.warm_start.active(step, finished=state.sft_finished):
@@ -166,6 +177,8 @@ class RunLoop:
         """Samples, scores, assigns credit and trains (when the step has something to train on);
         reads `state`, returns what it advances. Every step returns a row (`trained` says whether an
         update happened)."""
+        if self.replay is not None:
+            return self.replay_step(step, state, self.replay)
         metrics: dict[str, float] = {}
         with timed(metrics, "step_time_s"):
             with timed(metrics, "sync_time_s"):
@@ -184,6 +197,8 @@ class RunLoop:
                                        sepa_lambda, self.cfg.training.temperature)
             metrics.update(credit.metrics)
             metrics["lr"] = self.schedule.lr_at(step)
+            if self.cfg.optimizer_batch.capture:
+                metrics.update(self.capture(credit.batch, step, metrics))
             train = self.update(credit.batch, metrics)
         if train is None:
             log.info("step %d: no group carried signal (all rewards tied); no update, logged with trained = false",
@@ -203,6 +218,35 @@ class RunLoop:
         return RLStep(row, example_idx, out.correct_count, out.num_completions, int(decision.recommended_batch_size),
                       self.generation_rows(step, out.groups), delight_eta=credit.metrics.get("dg_eta"),
                       tl_grpo_ema=credit.metrics.get("tl_grpo_ema"))
+
+    def capture(self, batch: TrainBatch | None, step: int, metrics: dict[str, float]) -> dict[str, float]:
+        """`[optimizer_batch] capture`: writes the step's batch before the update trains on it."""
+        if batch is None:
+            raise OptimizerBatchError(f"optimizer_batch.capture: step {step} has no batch to capture (every group's "
+                                      "rewards tied). Fix: capture from another checkpoint or with a larger "
+                                      "[training] group_size")
+        return write_capture(self.cfg, self.run_dir, batch, step=step, lr=metrics["lr"], metrics=metrics)
+
+    def replay_step(self, step: int, state: TrainerState, capture: Capture) -> RLStep:
+        """`[optimizer_batch] replay_path`: the captured batch's optimizer step, instead of sampling."""
+        if capture.manifest["step"] != step:
+            raise OptimizerBatchError(f"optimizer_batch.replay_path: the capture is of step {capture.manifest['step']} "
+                                      f"but this run resumes at step {step}. Fix: set [resume] from to the "
+                                      "checkpoint the capture run resumed from")
+        batch = capture.batch  # its rewards are the capture's (a replay samples nothing)
+        metrics: dict[str, float] = {**capture.manifest["rewards"], "sample_time_s": 0.0, "optimizer_batch/replayed": 1.0,
+                                     "num_datums": float(len(batch.tokens_D)), "tokens_per_step": float(batch.num_tokens)}
+        with timed(metrics, "step_time_s"):
+            metrics["lr"] = self.schedule.lr_at(step)
+            train = self.update(batch, metrics)
+        row = build_row(self.identity, StepRecord(
+            step=step, metrics=metrics, train=train, sepa_lambda=0.0, sepa_gate_open=False,
+            running_correct_rate=correct_rate(state.total_correct, state.total_completions),
+            batch_size=state.current_batch_size, group_size=state.current_group_size,
+            weights_version=self.parts.engine.weights_version, trainer_version=self.parts.backend.version,
+            batch_sha256=logical_batch_sha256(batch),
+        ))
+        return RLStep(row, state.example_idx, 0, 0, state.current_batch_size, [])
 
     def update(self, batch: TrainBatch | None, metrics: dict[str, float]) -> TrainStepResult | None:
         """One optimizer update on `batch` at the step's `metrics["lr"]` (None: nothing to train, no update);
@@ -269,7 +313,8 @@ class RunLoop:
         return multiturn_rollout(
             parts.engine, parts.environment, examples, group_size=group_size, params=params, encode=self.encode,
             decode=lambda ids: list(tokenizer.batch_decode(ids, skip_special_tokens=True)),
-            max_turns=self.cfg.environment.max_turns, branching=branching, mark_planning=mark)
+            max_turns=self.cfg.environment.max_turns, branching=branching, mark_planning=mark,
+            workers=self.cfg.environment.rollout_env_workers, buffer=self.cfg.environment.rollout_buffer_size)
 
     def branching(self, step: int) -> Branching | None:
         """TL-GRPO's branch settings for `step` (its random choices are seeded by the run's seed and the step)."""

@@ -24,6 +24,7 @@ from retrain_ray.algorithms.turns import (
 from retrain_ray.data.types import Example
 from retrain_ray.engines.types import SampleResult, SamplingEngine, SamplingParams
 from retrain_ray.environments.types import Branchable, Environment, Episode
+from retrain_ray.run.env_workers import EnvPool
 from retrain_ray.run.episodes import EpisodeRecord, TurnRecord, joined_sample
 from retrain_ray.run.rollout import Group, Rollout
 from retrain_ray.util.finite import check_rewards
@@ -67,17 +68,22 @@ def multiturn_rollout(
     max_turns: int,
     branching: Branching | None = None,
     mark_planning: MarkPlanning | None = None,
+    workers: int = 1,
+    buffer: int = 0,
 ) -> Rollout:
-    """`group_size` episodes per example, played to the end (or `max_turns` > 0), scored per turn."""
+    """`group_size` episodes per example, played to the end (or `max_turns` > 0), scored per turn; the
+    environment's resets and steps run on `workers` threads (`rollout_env_workers`, run/env_workers.py)."""
     start = time.perf_counter()
-    live_P_G = [[_start(environment, ex) for _ in range(group_size)] for ex in examples_P]
-    episodes = [e for row in live_P_G for e in row]
-    turn = 0
-    while active := [e for e in episodes if not e.done]:
-        if 0 < max_turns <= turn:
-            break
-        _play_turn(engine, active, params, encode, decode)
-        turn += 1
+    with EnvPool(environment.name, workers=workers, buffer=buffer) as pool:
+        starts = pool.map(lambda ex: _start(environment, ex), [ex for ex in examples_P for _ in range(group_size)],
+                          lambda ex: f"the reset of {ex.prompt[:40]!r}")
+        live_P_G = [starts[p * group_size:(p + 1) * group_size] for p in range(len(examples_P))]
+        turn = 0
+        while active := [e for row in live_P_G for e in row if not e.done]:
+            if 0 < max_turns <= turn:
+                break
+            _play_turn(engine, active, params, encode, decode, pool)
+            turn += 1
     sampled = time.perf_counter()
     groups = [_group(engine, environment, ex, row, params, encode, decode, branching, mark_planning)
               for ex, row in zip(examples_P, live_P_G, strict=True)]
@@ -90,12 +96,13 @@ def _start(environment: Environment, example: Example) -> _Live:
 
 
 def _play_turn(engine: SamplingEngine, active: list[_Live], params: SamplingParams, encode: Encode,
-               decode: Decode) -> None:
+               decode: Decode, pool: EnvPool) -> None:
     prompt_ids = [encode(e.prompt) for e in active]
     samples = [res_G[0] for res_G in engine.generate(prompt_ids, 1, params)]
     texts = decode([list(s.token_ids) for s in samples])
-    for live, ids, sample, text in zip(active, prompt_ids, samples, texts, strict=True):
-        result = live.episode.step(text)
+    results = pool.map(lambda pair: pair[0].episode.step(pair[1]), list(zip(active, texts, strict=True)),
+                       lambda pair: f"turn {len(pair[0].turns) + 1} of {pair[0].example.prompt[:40]!r}")
+    for live, ids, sample, text, result in zip(active, prompt_ids, samples, texts, results, strict=True):
         if not math.isfinite(float(result.reward)):
             raise ValueError(f"environment: turn {len(live.turns) + 1} of {live.example.prompt[:40]!r} has reward "
                              f"{result.reward!r}; every turn reward must be a finite number")

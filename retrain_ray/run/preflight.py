@@ -209,7 +209,17 @@ def run_problems(cfg: RetrainConfig, *, check_model: bool = True) -> list[str]:
         entropy_fix=fix,
     )
     return (imports + engine_plugin_problems(cfg) + (model_problems([cfg]) if check_model else [])
-            + problems)
+            + problems + _replay_problems(cfg))
+
+
+def _replay_problems(cfg: RetrainConfig) -> list[str]:
+    """`[optimizer_batch] replay_path`: a capture that does not read back, match its pins or the config."""
+    if not cfg.optimizer_batch.replay_path:
+        return []
+    # deferred: the capture's batch type lives beside the backends, which importing this module does not need
+    from retrain_ray.run.optimizer_batch import replay_problems
+
+    return [f"preflight: {p}" for p in replay_problems(cfg)]
 
 
 def check_run(cfg: RetrainConfig) -> None:

@@ -27,6 +27,7 @@ from retrain_ray.run.runners import build_loop, runner_config
 from retrain_ray.run.state import TrainerState, engine_generators, restore_rng_state, seed_everything
 from retrain_ray.run.torn_log import rewind_past_torn_rows
 from retrain_ray.run.types import RunObserver, RunOutcome
+from retrain_ray.throttle.filelock import FileLockThrottle
 from retrain_ray.util.file_kinds import directory_problem
 from retrain_ray.util.secrets import redact
 
@@ -87,6 +88,7 @@ def train_run(
     campaign's recorder actor).
     """
     check_run(config)
+    throttle = run_throttle(config, throttle, run_name)
     run_dir = Path(run_dir)
     _check_run_dir(run_dir)
     if runs_externally(config):  # `trainer = "command"` or a plugin runner: no model, data or loop here
@@ -140,6 +142,19 @@ def _train_external(config: RetrainConfig, run_name: str, run_dir: Path, observe
                                          observer=observer))
     finally:
         observer.close()
+
+
+def run_throttle(cfg: RetrainConfig, given: Throttle | None, run_name: str) -> Throttle | None:
+    """The caller's throttle (a campaign's actor); else `[backend] throttle_dir`'s file locks, shared with the runs
+    launched by hand against the same endpoint; else none."""
+    b = cfg.backend
+    if not b.throttle_dir:
+        return given
+    if given is not None:
+        log.info("%s: the campaign's throttle guards the endpoint calls; [backend] throttle_dir %s is not used",
+                 run_name, b.throttle_dir)
+        return given
+    return FileLockThrottle(b.throttle_dir, b.max_concurrent, timeout_s=b.acquire_timeout_s)
 
 
 def _check_run_dir(run_dir: Path) -> None:
