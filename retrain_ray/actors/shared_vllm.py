@@ -67,19 +67,12 @@ class SharedVLLMActor:
         self._core.client(run).calls = int(calls)
 
 
-def start_shared_engine(config: RetrainConfig, campaign: str, *, namespace: str) -> Any:
-    """Starts the campaign's engine actor (one GPU when the runs use GPUs, none on CPU; packed with
-    `[campaign] runs_per_gpu = N`: 1/N of a GPU and vLLM's memory share divided by N)."""
-    # deferred: loads pydantic, which importing this module does not need
-    from retrain_ray.campaign.capacity.packing import gpu_fraction, packed_config
-    from retrain_ray.config.names import gpu_count
-
-    runs_per_gpu = config.campaign.runs_per_gpu if config.campaign is not None else 1
-    gpus = gpu_fraction(runs_per_gpu) if gpu_count(config.backend.devices) > 0 else 0
-    config = packed_config(config, runs_per_gpu) if gpus else config
-    device = "cuda" if gpus else "cpu"
+def start_shared_engine(config: RetrainConfig, campaign: str, *, namespace: str, num_gpus: float = 0) -> Any:
+    """Starts the campaign's engine actor on `num_gpus` (0 on CPU; a fraction when runs are packed, with
+    `config` already carrying vLLM's divided memory share: campaign/capacity/packing.py shared_engine_slot)."""
+    device = "cuda" if num_gpus else "cpu"
     return SharedVLLMActor.options(
-        name=shared_engine_name(campaign), namespace=namespace, num_gpus=gpus,
+        name=shared_engine_name(campaign), namespace=namespace, num_gpus=num_gpus,
         max_concurrency=max(2, config.inference.max_concurrent + 1),
     ).remote(config, device)
 

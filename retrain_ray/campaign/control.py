@@ -19,6 +19,7 @@ from ray import ObjectRef
 from retrain_ray.actors.backpressure import RemoteAdvisor, start_backpressure_actor
 from retrain_ray.actors.throttle import start_throttle
 from retrain_ray.backpressure.settings import BackPressureSettings
+from retrain_ray.campaign.capacity.packing import shared_engine_slot
 from retrain_ray.config.components import backend_spec, engine_spec
 from retrain_ray.throttle.client import ThrottleClient
 
@@ -88,7 +89,8 @@ def start_control_plane(config: RetrainConfig, campaign: str, *, namespace: str,
         # deferred: loads torch, which importing this module does not need
         from retrain_ray.actors.shared_vllm import start_shared_engine
 
-        engine = start_shared_engine(config, campaign, namespace=namespace)
+        engine_config, gpus = shared_engine_slot(config)
+        engine = start_shared_engine(engine_config, campaign, namespace=namespace, num_gpus=gpus)
     return ControlPlane(
         throttles=throttles, backpressure=backpressure, endpoint=endpoint,
         timeout_s=config.backend.acquire_timeout_s, lease_ttl_s=config.backend.lease_ttl_s, engine=engine,

@@ -31,6 +31,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from retrain_ray.config.names import gpu_count
+
 if TYPE_CHECKING:
     from retrain_ray.config.schema import RetrainConfig
     from retrain_ray.models.shapes import ModelShapes
@@ -273,3 +275,12 @@ def packed_config(cfg: RetrainConfig, runs_per_gpu: int) -> RetrainConfig:
         return cfg
     args = {**cfg.inference.engine_args, "gpu_memory_utilization": vllm_share(cfg) / runs_per_gpu}
     return cfg.model_copy(update={"inference": cfg.inference.model_copy(update={"engine_args": args})})
+
+
+def shared_engine_slot(cfg: RetrainConfig) -> tuple[RetrainConfig, float]:
+    """The shared engine's config and GPUs: none on CPU; 1/N of a card, with vLLM's share divided by N,
+    when runs are packed N to a card (`[campaign] runs_per_gpu`)."""
+    runs_per_gpu = cfg.campaign.runs_per_gpu if cfg.campaign is not None else 1
+    if gpu_count(cfg.backend.devices) == 0:
+        return cfg, 0
+    return packed_config(cfg, runs_per_gpu), gpu_fraction(runs_per_gpu)
