@@ -25,7 +25,7 @@ import dataclasses
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, cast
 
 from retrain_ray.data.types import Example
 from retrain_ray.run.discover_archive import Archive, Candidate
@@ -112,7 +112,7 @@ class DiscoverLoop(RunLoop):
         super().read_payload(directory)
         path = directory / ARCHIVE_FILE
         if path.is_file():
-            data = cast("dict[str, Any]", json.loads(path.read_text(encoding="utf-8")))
+            data = cast("dict[str, object]", json.loads(path.read_text(encoding="utf-8")))
             self.archive = Archive.from_json(data, self.settings.archive_max_entries)
 
     def sample(self, examples: list[Example], group_size: int, *, step: int = 0) -> Rollout:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import cast
 
 
 @dataclass
@@ -25,6 +25,13 @@ class Candidate:
     parent: int | None
     step: int  # the step that sampled it (-1: the root)
     expansions: int = 0  # how often it was selected as the candidate to improve
+
+
+def _candidate(row: dict[str, int | float | str | None]) -> Candidate:
+    parent = row.get("parent")
+    return Candidate(id=int(cast("int", row["id"])), text=str(row["text"]), reward=float(cast("float", row["reward"])),
+                     parent=None if parent is None else int(cast("int", parent)), step=int(cast("int", row["step"])),
+                     expansions=int(cast("int", row.get("expansions", 0))))
 
 
 class Archive:
@@ -83,10 +90,11 @@ class Archive:
                 "entries": [asdict(c) for c in self.ranked()]}
 
     @classmethod
-    def from_json(cls, data: dict[str, Any], max_entries: int) -> Archive:
+    def from_json(cls, data: dict[str, object], max_entries: int) -> Archive:
         """The archive `to_json` wrote (a checkpoint's `discover_archive.json`)."""
         archive = cls(0.0, max_entries)
-        archive.entries = {c.id: c for c in (Candidate(**e) for e in data["entries"])}
-        archive.next_id = int(data["next_id"])
-        archive.total_expansions = int(data["total_expansions"])
+        rows = cast("list[dict[str, int | float | str | None]]", data["entries"])
+        archive.entries = {c.id: c for c in (_candidate(row) for row in rows)}
+        archive.next_id = int(cast("int", data["next_id"]))
+        archive.total_expansions = int(cast("int", data["total_expansions"]))
         return archive

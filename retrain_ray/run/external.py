@@ -44,7 +44,7 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any, cast
+from typing import IO, TYPE_CHECKING, cast
 
 from retrain_ray.algorithms.plugins import load_object
 from retrain_ray.config.fields import FIELD_INDEX
@@ -133,7 +133,7 @@ def run_external(run: ExternalRun) -> RunOutcome:
 
 
 # ---- the command ---------------------------------------------------------------------------------
-def config_json(cfg: RetrainConfig) -> dict[str, Any]:
+def config_json(cfg: RetrainConfig) -> dict[str, object]:
     """The original's flat fields (what its commands read) plus our sectioned config, secrets redacted."""
     view = OriginalConfigView(cfg)
     flat = {name: getattr(view, name) for name in FIELD_INDEX}
@@ -215,7 +215,7 @@ def run_plugin(run: ExternalRun) -> Path:
     if not callable(run_method):
         raise TypeError(f"[training] trainer = {path!r}: {type(runner).__name__} has no run(config) method; a runner "
                         "class defines run(config) -> adapter path (str) or None")
-    result = cast("Callable[[Any], object]", run_method)(OriginalConfigView(run.config))
+    result = cast("Callable[[object], object]", run_method)(OriginalConfigView(run.config))
     result = getattr(result, "policy_ref", result)  # the original's later TrainingRunResult carries it there
     if not result:
         raise MissingPolicyError(f"[training] trainer = {path!r}: run(config) returned {result!r}, not the path of "

@@ -234,7 +234,7 @@ class RunLoop:
                                       f"but this run resumes at step {step}. Fix: set [resume] from to the "
                                       "checkpoint the capture run resumed from")
         batch = capture.batch  # its rewards are the capture's (a replay samples nothing)
-        metrics: dict[str, float] = {**capture.manifest["rewards"], "sample_time_s": 0.0, "optimizer_batch/replayed": 1.0,
+        metrics: dict[str, float] = {**cast("dict[str, float]", capture.manifest["rewards"]), "sample_time_s": 0.0, "optimizer_batch/replayed": 1.0,
                                      "num_datums": float(len(batch.tokens_D)), "tokens_per_step": float(batch.num_tokens)}
         with timed(metrics, "step_time_s"):
             metrics["lr"] = self.schedule.lr_at(step)

@@ -25,7 +25,7 @@ import json
 import logging
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, cast
 
 from retrain_ray.backends.types import TrainBatch
 from retrain_ray.util.secrets import redact
@@ -57,7 +57,7 @@ def _sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def start_point(cfg: RetrainConfig) -> dict[str, Any]:
+def start_point(cfg: RetrainConfig) -> dict[str, object]:
     """The checkpoint the run starts from (`[resume] from`): the step after it and the sha256 of its checksum
     file, which names every file of the checkpoint with its own sha256 (weights, optimizer, trainer state)."""
     # deferred: the checkpoint module loads torch, which the CLI's import of this module's error does not need
@@ -74,25 +74,25 @@ def _logical(batch: TrainBatch) -> str:
     return logical_batch_sha256(batch)
 
 
-def _flat(config: dict[str, Any]) -> dict[str, Any]:
+def _flat(config: dict[str, object]) -> dict[str, object]:
     """`section.key -> value` of a dumped config, without the sections that never count."""
-    out: dict[str, Any] = {}
+    out: dict[str, object] = {}
     for section, table in config.items():
         if section in NOT_COMPARED:
             continue
         if isinstance(table, dict):
-            out.update({f"{section}.{k}": v for k, v in cast("dict[str, Any]", table).items()})
+            out.update({f"{section}.{k}": v for k, v in cast("dict[str, object]", table).items()})
         else:
             out[section] = table
     return out
 
 
-def config_json(cfg: RetrainConfig) -> dict[str, Any]:
+def config_json(cfg: RetrainConfig) -> dict[str, object]:
     """The config as the manifest records it (secrets redacted)."""
     return redact(cfg.model_dump(mode="json", by_alias=True))
 
 
-def config_differences(captured: dict[str, Any], current: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
+def config_differences(captured: dict[str, object], current: dict[str, object]) -> dict[str, tuple[object, object]]:
     """`section.key -> (captured, current)` for every compared key whose values differ."""
     a, b = _flat(captured), _flat(current)
     return {k: (a.get(k), b.get(k)) for k in sorted(a.keys() | b.keys()) if a.get(k) != b.get(k)}
@@ -107,7 +107,7 @@ class Capture:
     """A capture read back from disk: the batch, its manifest, and the manifest file's sha256."""
 
     batch: TrainBatch
-    manifest: dict[str, Any]
+    manifest: dict[str, object]
     manifest_sha256: str
 
 
@@ -152,10 +152,10 @@ def replay_problems(cfg: RetrainConfig) -> list[str]:
         capture = read_capture(Path(ob.replay_path))
     except OptimizerBatchError as exc:
         return [str(exc)]
-    problems = pin_problems(capture.manifest["logical_sha256"], capture.manifest_sha256,
+    problems = pin_problems(str(capture.manifest["logical_sha256"]), capture.manifest_sha256,
                             ob.expected_logical_sha256, ob.expected_manifest_sha256)
     problems += _start_problems(cfg, capture.manifest)
-    for key, (then, now) in config_differences(capture.manifest["config"], config_json(cfg)).items():
+    for key, (then, now) in config_differences(cast("dict[str, object]", capture.manifest["config"]), config_json(cfg)).items():
         if not _allowed(key, ob.allow_config_differences):
             problems.append(f"{_KEY}.allow_config_differences: the config differs from the capture's at {key} "
                             f"(captured {then!r}, here {now!r}). Fix: set {key} = {then!r}, or list {key!r} in "
@@ -163,13 +163,13 @@ def replay_problems(cfg: RetrainConfig) -> list[str]:
     return problems
 
 
-def _start_problems(cfg: RetrainConfig, manifest: dict[str, Any]) -> list[str]:
+def _start_problems(cfg: RetrainConfig, manifest: dict[str, object]) -> list[str]:
     """The replay must start where the capture did: the same step, and the same checkpoint unless allowed."""
     try:
         here = start_point(cfg)
     except FileNotFoundError as exc:
         return [f"resume.from = {cfg.resume.from_!r}: {exc}"]
-    then = manifest.get("start", {})
+    then = cast("dict[str, object]", manifest.get("start", {}))
     if here["next_step"] != then.get("next_step"):
         return [f"resume.from = {cfg.resume.from_!r}: resumes at step {here['next_step']}, but the capture is of step "
                 f"{then.get('next_step')}. Fix: resume from the checkpoint the capture run resumed from"]
