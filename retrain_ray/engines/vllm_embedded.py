@@ -4,6 +4,9 @@
 each have their own adapter, full fine-tuning has one client whose tensors are pushed into the model.
 `VLLMEngine` is the `SamplingEngine` of one run over a core (its own, or a campaign's shared one).
 
+* Batching: callers queue their requests in `RequestBatcher` (engines/vllm_batching.py); in "batch"
+  mode concurrent callers (a shared engine's runs) are served by one `LLM.generate` with a
+  SamplingParams and a LoRARequest per prompt, in "serial" mode one request per `LLM.generate`.
 * Sampling: one `LLM.generate` call for all prompts with `n = num_samples`, token ids in and out,
   `logprobs=0` (the sampled token's log-probability) under `logprobs_mode="processed_logprobs"`,
   i.e. after temperature and top-p, which is the distribution the trainer scores, so the first
@@ -11,8 +14,9 @@ each have their own adapter, full fine-tuning has one client whose tensors are p
 * Seeds: prompt i of call c uses `seed + SEED_STRIDE * c + i * num_samples` (vLLM gives sample k of a
   request `seed + k`), so a run's samples are reproducible and never share a seed.
 * LoRA weights: each version is written as a PEFT folder on tmpfs (`/dev/shm` where it exists; vLLM
-  loads adapters from a path) and loaded under a NEW name and id (`<client>-v<version>`); the previous
-  version is removed and its folder deleted. vLLM keys its prefix cache by adapter, so a fresh name per
+  loads adapters from a path) and loaded under a NEW name and id (`<client>-v<version>`) between
+  batches; the previous version is removed and its folder deleted once no queued or running request
+  uses it (`AdapterLedger`). vLLM keys its prefix cache by adapter, so a fresh name per
   version keeps a rollout from reusing KV blocks computed under older weights.
 * Full weights: the trainer's tensors (Hugging Face names) go to the worker's `reload_weights` (in
   place) through `collective_rpc`, then the prefix cache is reset (its blocks hold the old weights' keys).
