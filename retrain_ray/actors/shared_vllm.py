@@ -77,7 +77,7 @@ class SharedVLLMActor:
         """What the gauges show, plus the batches run so far (also for tests and benchmarks)."""
         core = self._core
         return {"running": core.batcher.running, "waiting": core.batcher.waiting,
-                "adapters_loaded": len(core.llm.llm_engine.list_loras()), "tokens_per_s": core.stats.last_tokens_per_s,
+                "adapters_loaded": core.adapters_loaded(), "tokens_per_s": core.stats.last_tokens_per_s,
                 "batches": core.batcher.batches, "retired_adapters": core.adapters.retired,
                 "tokens": core.stats.tokens}
 

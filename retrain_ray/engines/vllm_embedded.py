@@ -297,6 +297,12 @@ class VLLMCore:
         results = [[_sample_result(c) for c in sorted(o.outputs, key=lambda c: c.index)] for o in outputs]
         return BatchedResults(results, job.batch_runs, job.wait_s, lora.lora_name if lora is not None else "")
 
+    def adapters_loaded(self) -> int:
+        """Adapter versions in vLLM now: each client's current one and the replaced ones still in use.
+        From our books, not vLLM's: asking the engine while another thread runs a batch is not safe."""
+        with self._lock:
+            return sum(c.lora_request is not None for c in self._clients.values()) + self.adapters.retired
+
     def _batch_target(self) -> int:
         """How many runs' requests the first caller of a batch waits for: every client, at most max_loras."""
         with self._lock:
