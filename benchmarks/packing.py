@@ -193,7 +193,7 @@ def _worker_campaign(args: argparse.Namespace) -> dict[str, object]:
     results = Campaign.from_toml(toml, root=root).run(progress=False)
     wall = time.perf_counter() - started
     ray.shutdown()
-    rows = [json.loads(line) for f in sorted((root / "logs").rglob("metrics.jsonl"))
+    rows = [json.loads(line) for f in sorted(root.rglob("metrics.jsonl"))
             for line in f.read_text().splitlines() if line.strip()]
     rl = [r for r in rows if r.get("phase") == "rl"]
     batch_runs = [r["shared_batch_runs"] for r in rl if r.get("shared_batch_runs") is not None]
@@ -251,6 +251,10 @@ parallel = true
 max_workers = 4
 cpus_per_run = 0.5
 trial_start_timeout_s = 900
+
+[[campaign.conditions]]
+advantage_mode = "grpo"
+transform_mode = "none"
 """
 
 
