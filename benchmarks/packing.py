@@ -260,7 +260,7 @@ transform_mode = "none"
 
 def campaign(args: argparse.Namespace) -> int:
     """The same 4-run shared LoRA campaign, serial then batch, each in its own process."""
-    print(f"4 LoRA runs (seeds 1-4) of builtin:tiny-h256-l2, 1 SFT + {args.steps} RL steps each, 8 prompts x 4 samples "
+    print(f"4 LoRA runs (seeds 1-4) of builtin:tiny-h256-l2, {args.steps} steps each (the first supervised), 8 prompts x 4 samples "
           "x up to 16 tokens per step, one shared vLLM engine (max_concurrent = 4)", flush=True)
     print("| shared_batching | wall s | tokens | tokens/s (wall) | sample_time_s summed | engine_wait_s summed "
           "| shared_batch_runs mean (max) |\n|---|---|---|---|---|---|---|", flush=True)
