@@ -59,7 +59,7 @@ def test_four_lora_runs_share_one_vllm_engine(ray_4cpu_4gpu, tmp_path):
     assert figures["adapters_loaded"] <= 4 and figures["retired_adapters"] == 0, figures  # old versions evicted
     ray.kill(engine)
 
-    rows = [json.loads(line) for f in (tmp_path / "logs").rglob("metrics.jsonl") for line in f.read_text().splitlines()]
+    rows = [json.loads(line) for f in tmp_path.rglob("metrics.jsonl") for line in f.read_text().splitlines()]
     rl = [r for r in rows if r.get("phase") == "rl"]
     assert rl and all(r["shared_batch_runs"] >= 1 and r["engine_wait_s"] >= 0 for r in rl), rl
     assert max(r["shared_batch_runs"] for r in rl) > 1  # some steps sampled in a batch with another run
