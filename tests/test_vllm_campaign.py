@@ -3,11 +3,14 @@
 The engine actor (`<campaign>/vllm`) outlives `run()` (the driver owns it), so the test asks it which
 adapter each run samples from: every run has its own, named `<run>-v<version>`. The campaign's
 inference throttle (capacity 2) carried every generate call and never let more than 2 in at once.
+The engine batches the runs' concurrent requests (a long collection window, so two runs sampling at
+once share a batch): the rows record how many runs shared it, the wait, and the adapter sampled from.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import re
 
 import pytest
@@ -22,7 +25,8 @@ pytestmark = [pytest.mark.extended,
 SECTIONS = {
     "model": {"model": "builtin:tiny-h256-l2", "finetune": "lora", "lora_rank": 8},
     "backend": {"devices": "cpu", "acquire_timeout_s": 600},
-    "inference": {"engine": "vllm-embedded", "shared": True, "max_concurrent": 2, "engine_args": {"max_model_len": 128}},
+    "inference": {"engine": "vllm-embedded", "shared": True, "max_concurrent": 2, "shared_batch_window_ms": 2000,
+                  "engine_args": {"max_model_len": 128}},
     "training": {"batch_size": 2, "group_size": 4, "max_tokens": 4, "lr": 3e-3, "sft_warmup_steps": 1},
 }
 
@@ -51,4 +55,12 @@ def test_four_lora_runs_share_one_vllm_engine(ray_4cpu_4gpu, tmp_path):
     throttle = get_throttle(name, "inference", namespace)
     stats = dataclasses.asdict(ray.get(throttle.stats.remote(), timeout=30))
     assert stats["granted"] > 0 and stats["peak_in_flight"] <= 2, stats
+    figures = ray.get(engine.engine_figures.remote(), timeout=60)
+    assert figures["adapters_loaded"] <= 4 and figures["retired_adapters"] == 0, figures  # old versions evicted
     ray.kill(engine)
+
+    rows = [json.loads(line) for f in tmp_path.rglob("metrics.jsonl") for line in f.read_text().splitlines()]
+    rl = [r for r in rows if r.get("phase") == "rl"]
+    assert rl and all(r["shared_batch_runs"] >= 1 and r["engine_wait_s"] >= 0 for r in rl), rl
+    assert max(r["shared_batch_runs"] for r in rl) > 1  # some steps sampled in a batch with another run
+    assert all(re.fullmatch(rf"{re.escape(r['run'])}-v\d+", r["sampled_adapter"]) for r in rl), rl

@@ -41,6 +41,7 @@ INFERENCE_ENGINES = frozenset(ENGINE_SPECS)
 """The built-in engines (config/components.py holds what each one is)."""
 PLANNING_DETECTORS = frozenset({"regex", "semantic", "none"})
 REWARD_TYPES = frozenset({"match", "math", "judge", "custom"})
+SHARED_BATCHING_MODES = frozenset({"batch", "serial"})  # [inference] shared_batching
 DATA_SOURCES = frozenset({"math", "builtin", "file"})
 ENVIRONMENT_PROVIDERS = frozenset({"", "builtin", "verifiers", "openenv"})
 TL_GRPO_BRANCH_MODES = frozenset({"action_space", "llm"})

@@ -21,6 +21,7 @@ from retrain_ray.config.names import (
     INFERENCE_ENGINES,
     PLANNING_DETECTORS,
     REWARD_TYPES,
+    SHARED_BATCHING_MODES,
     WANDB_MODES,
 )
 from retrain_ray.config.sections_core import _choice
@@ -40,11 +41,19 @@ class InferenceSection(Section):
     engine_args: Table = Field(default_factory=dict)
     # ours: in a campaign, every run samples through ONE vLLM engine with its own LoRA adapter
     shared: Bool = False
+    # ours: "batch" serves the runs' concurrent requests in one vLLM generate; "serial" one run at a time
+    shared_batching: str = "batch"
+    shared_batch_window_ms: Float = Field(default=20.0, ge=0.0, le=10_000.0)  # ours: wait for the other runs
 
     @field_validator("engine")
     @classmethod
     def _engine(cls, v: str) -> str:
         return _choice(v, INFERENCE_ENGINES, "inference engine")
+
+    @field_validator("shared_batching")
+    @classmethod
+    def _shared_batching(cls, v: str) -> str:
+        return _choice(v, SHARED_BATCHING_MODES, "[inference] shared_batching mode", dotted=False)
 
 
 class BackpressureSection(Section):

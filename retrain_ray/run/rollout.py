@@ -157,3 +157,12 @@ class EndpointCounters:
         total = float(sum(v for k, v in values.items() if k.endswith("_retries")))
         errors, self.seen = max(0.0, total - self.seen), total
         return {**{k: float(v) for k, v in values.items()}, "endpoint_errors": errors}
+
+
+def engine_labels(engine: object) -> dict[str, str]:
+    """An engine's text facts about the latest step (a shared engine's `sampled_adapter`); none for most."""
+    labels = getattr(type(engine), "runtime_labels", None)
+    found: object = labels(engine) if callable(labels) else None
+    if not isinstance(found, dict):
+        return {}
+    return {str(k): str(v) for k, v in cast("dict[str, object]", found).items()}

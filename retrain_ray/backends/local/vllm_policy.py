@@ -49,7 +49,7 @@ def vllm_settings_from_config(cfg: RetrainConfig, *, device: str, cache_dir: Pat
         lora=policy.lora, dtype=dtype, kv_cache_dtype=inf.kv_cache_dtype, prefix_caching=bool(inf.prefix_caching),
         attention_kernel=inf.attention_kernel, seed=policy.seed, max_loras=max_loras, sleep_mode=on_gpu,
         gpu_memory_utilization=extra.pop("gpu_memory_utilization", ONE_GPU_MEMORY_SHARE) if on_gpu else None,
-        extra_args=extra,
+        extra_args=extra, batching=inf.shared_batching, batch_window_s=inf.shared_batch_window_ms / 1000.0,
     )
 
 

@@ -21,10 +21,15 @@ STEP_GAUGES: dict[str, str] = {
     "step": "step", "mean_reward": "mean_reward", "correct_rate": "correct_rate", "loss": "loss",
     "kl": "policy/abs_kl", "clip_fraction": "clip_fraction", "tokens_per_second": "tokens_per_second",
     "step_time_s": "step_time_s", "sync_time_s": "sync_time_s", "batch_size": "batch_size",
-    "staleness": "staleness",
+    "staleness": "staleness", "shared_batch_runs": "shared_batch_runs", "engine_wait_s": "engine_wait_s",
 }
 EVAL_GAUGES: dict[str, str] = {"eval_correct_rate": "eval_correct_rate", "eval_mean_reward": "eval_mean_reward"}
 RUN_GAUGE_PREFIX = "retrain_run_"
+# the shared vLLM engine actor's gauges (actors/shared_vllm.py), retrain_engine_<name>, tagged campaign:
+# requests in the running batch, requests queued for the next, adapter versions loaded, tokens/s of the
+# latest batch
+ENGINE_GAUGES = ("running", "waiting", "adapters_loaded", "tokens_per_s")
+ENGINE_GAUGE_PREFIX = "retrain_engine_"
 TAGS = ("campaign", "run", "condition")
 GAUGED = tuple(STEP_GAUGES)  # kept for callers of the first version
 

@@ -4,7 +4,7 @@
 
 Panels follow the layout of Ray's own dashboards (a Prometheus `datasource` variable, rows of
 timeseries panels, 12 columns wide): per condition averages for the campaign, then per run
-training metrics, back pressure and throttles. Variables `campaign` and `run` filter every query.
+training metrics, back pressure, throttles and the shared vLLM engine. Variables `campaign` and `run` filter every query.
 Ray exports a `ray.util.metrics` gauge named `retrain_run_loss` as `ray_retrain_run_loss`.
 """
 
@@ -16,7 +16,13 @@ from pathlib import Path
 
 from retrain_ray.actors.backpressure import BP_GAUGES
 from retrain_ray.actors.throttle import THROTTLE_GAUGES
-from retrain_ray.campaign.dashboard.gauges import EVAL_GAUGES, RUN_GAUGE_PREFIX, STEP_GAUGES
+from retrain_ray.campaign.dashboard.gauges import (
+    ENGINE_GAUGE_PREFIX,
+    ENGINE_GAUGES,
+    EVAL_GAUGES,
+    RUN_GAUGE_PREFIX,
+    STEP_GAUGES,
+)
 
 EXPORT_PREFIX = "ray_"
 DEFAULT_PATH = Path(__file__).resolve().parents[3] / "cluster" / "grafana" / "retrain_ray_dashboard.json"
@@ -29,6 +35,7 @@ def exported_metric_names() -> set[str]:
     """Every metric name the code exports on Ray's metrics endpoint."""
     names = [RUN_GAUGE_PREFIX + n for n in (*STEP_GAUGES, *EVAL_GAUGES)]
     names += [f"retrain_bp_{n}" for n in BP_GAUGES] + [f"retrain_throttle_{n}" for n in THROTTLE_GAUGES]
+    names += [ENGINE_GAUGE_PREFIX + n for n in ENGINE_GAUGES]
     return {EXPORT_PREFIX + n for n in names}
 
 
@@ -56,7 +63,10 @@ def _sections() -> list[tuple[str, list[tuple[str, str, str]]]]:
           for name in BP_GAUGES]
     throttle = [(f"throttle {name}", f"{EXPORT_PREFIX}retrain_throttle_{name}{{{FILTER}}}", "{{endpoint}}")
                 for name in THROTTLE_GAUGES]
-    return [("Campaign", campaign), ("Runs", runs), ("Back pressure", bp), ("Throttles", throttle)]
+    engine = [(f"shared engine {name}", f"{EXPORT_PREFIX}{ENGINE_GAUGE_PREFIX}{name}{{{FILTER}}}", "{{campaign}}")
+              for name in ENGINE_GAUGES]
+    return [("Campaign", campaign), ("Runs", runs), ("Back pressure", bp), ("Throttles", throttle),
+            ("Shared vLLM engine", engine)]
 
 
 def _variable(name: str, query: str) -> dict[str, object]:
