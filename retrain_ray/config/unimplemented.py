@@ -57,10 +57,9 @@ def _sft_order(value: Any) -> str:
 
 
 def _provider(value: Any) -> str:
-    if value in ("verifiers", "openenv"):
-        return (f"the {value} adapter is not built yet (the built-in environments run: provider = \"builtin\"); "
-                "verifiers' current release (0.4) replaced the MultiTurnEnv API the original drives, which lives on "
-                "in verifiers 0.1.x")
+    if value == "openenv":
+        return (f"the {value} adapter is not built yet (the built-in environments run: provider = \"builtin\", "
+                "and verifiers environments: provider = \"verifiers\")")
     return ""
 
 
