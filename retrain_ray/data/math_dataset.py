@@ -9,6 +9,8 @@ Face hub; offline, or without `datasets`, it fails with a message pointing at lo
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable, Mapping
+from typing import cast
 
 from retrain_ray.data.types import Example
 from retrain_ray.rewards.boxed import extract_boxed
@@ -46,7 +48,9 @@ def load_math_examples(max_examples: int = 0) -> list[Example]:
             rows = datasets.load_dataset(MATH_DATASET, subject, split="train")
         except Exception as exc:
             raise DataUnavailableError(f"could not load {MATH_DATASET}/{subject} ({exc}). {OFFLINE_HINT}") from exc
-        examples.extend(Example(row["problem"], extract_boxed(row["solution"])) for row in rows)
+        # typed as rows of strings: with `datasets` installed, pyright reads a row as a column or a slice
+        subject_rows = cast(Iterable[Mapping[str, str]], rows)
+        examples.extend(Example(row["problem"], extract_boxed(row["solution"])) for row in subject_rows)
         if 0 < max_examples <= len(examples):
             return examples[:max_examples]
     return examples
