@@ -34,7 +34,7 @@ BAD_VALUES: dict[tuple[str, str], object] = {
     ("planning", "detector"): "semantic",
     ("training", "sft_loss_fn"): "importance_sampling",
     ("training", "sft_batch_order"): "length_desc",
-    ("environment", "provider"): "verifiers",
+    ("environment", "provider"): "openenv",
     ("echo", "loss_fn"): "kl",
 }
 
