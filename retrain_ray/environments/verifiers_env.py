@@ -49,6 +49,14 @@ def require_verifiers() -> ModuleType:
                          f"installed; {INSTALL_HINT}") from None
 
 
+def _quiet_datasets() -> None:
+    """No `datasets` progress bar per dataset map (verifiers formats each split with one): the run has its own."""
+    try:
+        importlib.import_module("datasets").disable_progress_bars()
+    except (ImportError, AttributeError):
+        pass
+
+
 def module_name(env_id: str) -> str:
     """The module verifiers imports for an id ("owner/my-env" -> "my_env")."""
     return env_id.replace("-", "_").split("/")[-1]
@@ -112,6 +120,7 @@ class VerifiersEnvironment:
         missing = missing_package(env_id)
         if missing:
             raise ValueError(missing)
+        _quiet_datasets()
         try:
             self.env: Any = vf.load_environment(env_id, **args)
         except Exception as exc:  # the environment's own code: its message is the diagnosis
