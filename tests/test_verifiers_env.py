@@ -4,7 +4,9 @@ single-turn; a bad id, bad args and a missing verifiers package are clear errors
 
 from __future__ import annotations
 
+import signal
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -105,3 +107,17 @@ def test_without_the_verifiers_package_the_error_names_the_extra(tmp_path, monke
     with pytest.raises(ValueError, match=r"environment\.provider: .*retrain-ray\[environments\]"):
         load_environment(cfg.environment)
     assert any("retrain-ray[environments]" in p for p in environment_problems(cfg))
+
+
+def test_loading_keeps_the_process_signal_handlers_and_works_off_the_main_thread(tmp_path):
+    """verifiers' Environment installs SIGINT/SIGTERM handlers when built; a Ray actor loads it off the
+    main thread, where installing one fails."""
+    cfg, _ = _config(tmp_path, "thread", 1)
+    before = signal.getsignal(signal.SIGTERM)
+    loaded: list[object] = []
+    worker = threading.Thread(target=lambda: loaded.append(load_environment(cfg.environment).examples()))
+    worker.start()
+    worker.join(timeout=120)
+    assert len(loaded) == 1 and len(loaded[0][0]) == 16
+    load_environment(cfg.environment)
+    assert signal.getsignal(signal.SIGTERM) is before

@@ -27,8 +27,9 @@ from __future__ import annotations
 import asyncio
 import importlib
 import importlib.util
-from collections.abc import Awaitable, Iterable, Mapping, Sequence
-from types import ModuleType
+from collections.abc import Awaitable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from types import ModuleType, SimpleNamespace
 from typing import Any, TypeVar
 
 from retrain_ray.data.types import Example
@@ -55,6 +56,22 @@ def _quiet_datasets() -> None:
         importlib.import_module("datasets").disable_progress_bars()
     except (ImportError, AttributeError):
         pass
+
+
+@contextmanager
+def _keeping_signal_handlers() -> Iterator[None]:
+    """verifiers' `Environment.__post_init__` installs its own SIGINT/SIGTERM handlers (its teardown, then
+    exit): they would replace the run's own, and `signal.signal` fails outside the main thread, where a Ray
+    actor runs. While an environment loads, its module sees a `signal` whose `signal()` installs nothing
+    (its atexit teardown still runs)."""
+    module = importlib.import_module("verifiers.envs.environment")
+    real = module.signal
+    module.signal = SimpleNamespace(signal=lambda *_: None, SIGINT=real.SIGINT, SIGTERM=real.SIGTERM,
+                                    default_int_handler=real.default_int_handler)
+    try:
+        yield
+    finally:
+        module.signal = real
 
 
 def module_name(env_id: str) -> str:
@@ -122,7 +139,8 @@ class VerifiersEnvironment:
             raise ValueError(missing)
         _quiet_datasets()
         try:
-            self.env: Any = vf.load_environment(env_id, **args)
+            with _keeping_signal_handlers():
+                self.env: Any = vf.load_environment(env_id, **args)
         except Exception as exc:  # the environment's own code: its message is the diagnosis
             raise ValueError(f"environment.id: verifiers environment {env_id!r} did not load with args "
                              f"{dict(args)!r}: {exc}; check [environment] args against its load_environment") from exc
