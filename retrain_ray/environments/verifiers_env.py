@@ -64,14 +64,14 @@ def _keeping_signal_handlers() -> Iterator[None]:
     exit): they would replace the run's own, and `signal.signal` fails outside the main thread, where a Ray
     actor runs. While an environment loads, its module sees a `signal` whose `signal()` installs nothing
     (its atexit teardown still runs)."""
-    module = importlib.import_module("verifiers.envs.environment")
-    real = module.signal
-    module.signal = SimpleNamespace(signal=lambda *_: None, SIGINT=real.SIGINT, SIGTERM=real.SIGTERM,
-                                    default_int_handler=real.default_int_handler)
+    namespace = vars(importlib.import_module("verifiers.envs.environment"))
+    real = namespace["signal"]
+    namespace["signal"] = SimpleNamespace(signal=lambda *_: None, SIGINT=real.SIGINT, SIGTERM=real.SIGTERM,
+                                          default_int_handler=real.default_int_handler)
     try:
         yield
     finally:
-        module.signal = real
+        namespace["signal"] = real
 
 
 def module_name(env_id: str) -> str:
