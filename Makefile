@@ -9,7 +9,7 @@ export RAY_AUTH_MODE ?= disabled
 export HF_HUB_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 
-.PHONY: setup setup-vllm demo demo-campaign test test-extended test-fast bench gpu-check lint smollm2 clean
+.PHONY: setup setup-vllm setup-environments demo demo-campaign test test-extended test-fast bench gpu-check lint smollm2 clean
 
 $(VENV)/.installed: pyproject.toml constraints/cpu.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -33,16 +33,28 @@ $(VENV)/.vllm-installed: $(VENV)/.installed
 
 setup-vllm: $(VENV)/.vllm-installed
 
+# verifiers for `[environment] provider = "verifiers"` (the extra `environments`; docs/environments.md),
+# installed with every package already in the venv as a constraint, so it only adds packages (verifiers
+# 0.1.10's openai-agents then resolves to a release that leaves websockets, mcp and openai as they are).
+# `make test` installs it, so CI runs the verifiers tests; without it they skip and say how to install it.
+$(VENV)/.environments-installed: $(VENV)/.vllm-installed
+	$(PY) -m pip freeze --exclude-editable | grep '==' > $(VENV)/.frozen.txt
+	$(PY) -m pip install -q $(CONSTRAINTS) -c $(VENV)/.frozen.txt -e ".[environments]"
+	$(PY) -c "import verifiers"
+	touch $@
+
+setup-environments: $(VENV)/.environments-installed
+
 demo: setup
 	$(VENV)/bin/retrain-ray train configs/smoke.toml --overwrite
 
 demo-campaign: setup
 	$(VENV)/bin/retrain-ray configs/smoke-campaign.toml
 
-test: setup setup-vllm
+test: setup setup-vllm setup-environments
 	$(PY) -m pytest -q
 
-test-extended: setup setup-vllm
+test-extended: setup setup-vllm setup-environments
 	$(PY) -m pytest -q -m extended || test $$? -eq 5  # 5: none selected
 
 test-fast: setup
@@ -60,7 +72,7 @@ gpu-check:
 # ruff, then basedpyright (configured in pyproject.toml: basic on the package, strict on run/, algorithms/,
 # backends/, engines/, campaign/, results/), then a second pass that refuses an explicit `Any` in those
 # strict folders. It resolves every import, vLLM's included, so it needs setup-vllm.
-lint: setup setup-vllm
+lint: setup setup-vllm setup-environments
 	$(VENV)/bin/ruff check retrain_ray tests benchmarks
 	$(VENV)/bin/basedpyright
 	$(VENV)/bin/basedpyright -p pyrightconfig.no-any.json

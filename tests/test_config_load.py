@@ -114,8 +114,8 @@ def test_coercion_and_empty_strings(tmp_path: Path):
     cfg = load_config(path)
     assert cfg.training.max_steps == 40 and cfg.training.lr == 1e-5 and cfg.backpressure.enabled is True
     assert cfg.model.model == "Qwen/Qwen3-4B-Instruct-2507"
-    # [environment] parses as the original's (a table of args becomes JSON text); the hub install and the
-    # verifiers / openenv adapters are refused
+    # [environment] parses as the original's (a table of args becomes JSON text); the hub install is refused,
+    # and both of the original's providers load
     from retrain_ray.config.sections_aux import EnvironmentSection
 
     assert EnvironmentSection.model_validate({"args": {"k": 1}}).args == '{"k": 1}'
@@ -125,10 +125,10 @@ def test_coercion_and_empty_strings(tmp_path: Path):
     with pytest.raises(ConfigError) as info:
         load_config(path)
     assert set(info.value.locations) == {"environment.auto_install"}
-    path.write_text('[environment]\nprovider = "verifiers"\nid = "x"\n')
-    with pytest.raises(ConfigError) as info:
-        load_config(path)
-    assert set(info.value.locations) == {"environment.provider"}
+    path.write_text('[environment]\nprovider = "openenv"\nid = "http://x"\n')
+    assert load_config(path).environment.provider == "openenv"
+    path.write_text('[environment]\nprovider = "verifiers"\nid = "vf_digit_pair"\n')
+    assert load_config(path).environment.provider == "verifiers"
 
 
 def test_uncertainty_alias_is_canonicalized_and_override_wins():

@@ -31,7 +31,6 @@ OWNED_ELSEWHERE: dict[tuple[str, str], str] = {
 """Keys another feature of issue 12 gives an effect (listed by owner until it lands)."""
 
 BAD_VALUES: dict[tuple[str, str], object] = {
-    ("environment", "provider"): "verifiers",
 }
 
 

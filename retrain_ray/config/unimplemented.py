@@ -26,17 +26,8 @@ REFUSED: dict[tuple[str, str], str] = {
 ValueRule = Callable[[Any], str]
 
 
-def _provider(value: Any) -> str:
-    if value in ("verifiers",):
-        return (f"the {value} adapter is not built yet (the built-in environments run: provider = \"builtin\"); "
-                "verifiers' current release (0.4) replaced the MultiTurnEnv API the original drives, which lives on "
-                "in verifiers 0.1.x")
-    return ""
-
-
-BY_VALUE: dict[tuple[str, str], ValueRule] = {
-    ("environment", "provider"): _provider,
-}
+BY_VALUE: dict[tuple[str, str], ValueRule] = {}
+"""Keys implemented for some values only: none today (every value the original accepts works)."""
 
 
 def _default(section: Any, key: str) -> Any:

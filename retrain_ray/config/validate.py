@@ -190,6 +190,9 @@ def _environment(cfg: RetrainConfig) -> list[ConfigIssue]:
     if e.provider == "builtin" and e.id and e.id not in BUILTIN_ENVIRONMENTS:
         issues.append(ConfigIssue("environment.id", e.id, "is no built-in environment",
                                   f"choose one of {', '.join(sorted(BUILTIN_ENVIRONMENTS))}"))
+    if cfg.training.tl_grpo and e.provider == "verifiers" and cfg.training.tl_grpo_branch_mode == "action_space":
+        issues.append(ConfigIssue("training.tl_grpo_branch_mode", "action_space", "a verifiers environment names "
+                                  "no action space to branch on", "set tl_grpo_branch_mode = \"llm\""))
     if cfg.training.tl_grpo and not e.provider:
         issues.append(ConfigIssue("training.tl_grpo", True, "TL-GRPO assigns credit per turn of a multi-turn "
                                   "environment, and this run has none",

@@ -39,9 +39,14 @@ def load_environment(section: EnvironmentSection) -> Environment:
             raise ValueError(f"environment.id: no built-in environment {section.id!r}; choose one of "
                              f"{', '.join(sorted(BUILTIN))}")
         return factory(args)
+    if section.provider == "verifiers":
+        # deferred: verifiers (an optional extra) loads only for runs that use it
+        from retrain_ray.environments.verifiers_env import VerifiersEnvironment
+
+        return VerifiersEnvironment(section.id, args)
     if section.provider == "openenv":
         # deferred: the websockets client loads only for runs with an OpenEnv environment
         from retrain_ray.environments.openenv import OpenEnv
 
         return OpenEnv(section.id, args)
-    raise ValueError(f"environment.provider: {section.provider!r} has no adapter here; use \"builtin\"")
+    raise ValueError(f"environment.provider: {section.provider!r} has no adapter here; use \"builtin\", \"verifiers\" or \"openenv\"")

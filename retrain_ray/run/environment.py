@@ -87,10 +87,20 @@ def openenv_problems(configs: Iterable[RetrainConfig]) -> list[str]:
     return problems
 
 
+def package_problems(configs: Iterable[RetrainConfig]) -> list[str]:
+    """`[environment] provider = "verifiers"` whose package (or verifiers itself) is not installed here."""
+    # deferred: the adapter module, which importing this module does not need (it imports no verifiers)
+    from retrain_ray.environments.verifiers_env import missing_package
+
+    ids = dict.fromkeys(c.environment.id for c in configs if c.environment.provider == "verifiers" and c.environment.id)
+    return [p for p in map(missing_package, ids) if p]
+
+
 def environment_problems(cfg: RetrainConfig) -> list[str]:
     """What this machine lacks for the runs of `cfg` (a campaign's conditions, or one run), each with its fix."""
     # deferred: loads pydantic, which importing this module does not need
     from retrain_ray.config import expand_runs
 
     configs = [r.config for r in expand_runs(cfg)]
-    return model_problems(configs) + data_problems(configs) + endpoint_problems(configs) + openenv_problems(configs)
+    return (model_problems(configs) + data_problems(configs) + endpoint_problems(configs) + openenv_problems(configs)
+            + package_problems(configs))
