@@ -28,8 +28,8 @@ import ray
 from ray.util.metrics import Gauge
 
 from retrain_ray.backends.types import Policy
-from retrain_ray.campaign.dashboard.gauges import ENGINE_GAUGE_PREFIX, ENGINE_GAUGES
 from retrain_ray.engines.types import SampleResult, SamplingParams, WeightUpdate
+from retrain_ray.engines.vllm_batching import ENGINE_GAUGE_PREFIX, ENGINE_GAUGES
 from retrain_ray.engines.vllm_embedded import BatchedResults, VLLMCore
 
 if TYPE_CHECKING:

@@ -20,6 +20,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
+# the shared vLLM engine actor's gauges (actors/shared_vllm.py), retrain_engine_<name>, tagged campaign:
+# requests in the running batch, requests queued for the next, adapter versions loaded, tokens/s of the
+# latest batch
+ENGINE_GAUGES = ("running", "waiting", "adapters_loaded", "tokens_per_s")
+ENGINE_GAUGE_PREFIX = "retrain_engine_"
+
 BATCHING_MODES = ("batch", "serial")
 
 Req = TypeVar("Req")

@@ -25,11 +25,6 @@ STEP_GAUGES: dict[str, str] = {
 }
 EVAL_GAUGES: dict[str, str] = {"eval_correct_rate": "eval_correct_rate", "eval_mean_reward": "eval_mean_reward"}
 RUN_GAUGE_PREFIX = "retrain_run_"
-# the shared vLLM engine actor's gauges (actors/shared_vllm.py), retrain_engine_<name>, tagged campaign:
-# requests in the running batch, requests queued for the next, adapter versions loaded, tokens/s of the
-# latest batch
-ENGINE_GAUGES = ("running", "waiting", "adapters_loaded", "tokens_per_s")
-ENGINE_GAUGE_PREFIX = "retrain_engine_"
 TAGS = ("campaign", "run", "condition")
 GAUGED = tuple(STEP_GAUGES)  # kept for callers of the first version
 

@@ -17,12 +17,11 @@ from pathlib import Path
 from retrain_ray.actors.backpressure import BP_GAUGES
 from retrain_ray.actors.throttle import THROTTLE_GAUGES
 from retrain_ray.campaign.dashboard.gauges import (
-    ENGINE_GAUGE_PREFIX,
-    ENGINE_GAUGES,
     EVAL_GAUGES,
     RUN_GAUGE_PREFIX,
     STEP_GAUGES,
 )
+from retrain_ray.engines.vllm_batching import ENGINE_GAUGE_PREFIX, ENGINE_GAUGES
 
 EXPORT_PREFIX = "ray_"
 DEFAULT_PATH = Path(__file__).resolve().parents[3] / "cluster" / "grafana" / "retrain_ray_dashboard.json"
