@@ -114,8 +114,8 @@ def test_coercion_and_empty_strings(tmp_path: Path):
     cfg = load_config(path)
     assert cfg.training.max_steps == 40 and cfg.training.lr == 1e-5 and cfg.backpressure.enabled is True
     assert cfg.model.model == "Qwen/Qwen3-4B-Instruct-2507"
-    # [environment] parses as the original's (a table of args becomes JSON text); the hub install is refused,
-    # and both of the original's providers load
+    # [environment] parses as the original's (a table of args becomes JSON text); the hub install is for
+    # verifiers environments only, and both of the original's providers load
     from retrain_ray.config.sections_aux import EnvironmentSection
 
     assert EnvironmentSection.model_validate({"args": {"k": 1}}).args == '{"k": 1}'

@@ -121,3 +121,25 @@ def test_loading_keeps_the_process_signal_handlers_and_works_off_the_main_thread
     assert len(loaded) == 1 and len(loaded[0][0]) == 16
     load_environment(cfg.environment)
     assert signal.getsignal(signal.SIGTERM) is before
+
+
+def test_auto_install_leaves_an_installed_hub_environment_alone_and_loads_it_by_name(tmp_path):
+    """A hub id (owner/name@version) whose package imports here: no install, and verifiers loads `name`."""
+    cfg, _ = _config(tmp_path, "hub", 1, environment={**ENV, "id": "someone/vf-digit-pair@0.1", "auto_install": True})
+    env = load_environment(cfg.environment)
+    assert len(env.examples()[0]) == 16
+    assert environment_problems(cfg) == []
+
+
+def test_auto_install_of_a_hub_environment_that_cannot_be_fetched_names_the_key_and_the_fix(tmp_path):
+    """verifiers' real installer asks the hub for an id that does not exist (offline here, it cannot reach the
+    hub at all: both fail), and the run stops with the reason. The missing package is no preflight problem:
+    the run installs it when it starts."""
+    cfg, _ = _config(tmp_path, "offline", 1, environment={**ENV, "id": "nobody-here/vf-absent", "auto_install": True})
+    assert environment_problems(cfg) == []
+    with pytest.raises(ValueError, match=r"environment\.auto_install: could not install 'nobody-here/vf-absent' "
+                                         r"from the Environments Hub.*prime env install nobody-here/vf-absent"):
+        load_environment(cfg.environment)
+    with pytest.raises(ConfigError) as info:
+        _config(tmp_path, "builtin", 1, environment={"provider": "builtin", "id": "digit_chain", "auto_install": True})
+    assert info.value.locations == ["environment.auto_install"]

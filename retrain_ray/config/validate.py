@@ -193,6 +193,10 @@ def _environment(cfg: RetrainConfig) -> list[ConfigIssue]:
     if cfg.training.tl_grpo and e.provider == "verifiers" and cfg.training.tl_grpo_branch_mode == "action_space":
         issues.append(ConfigIssue("training.tl_grpo_branch_mode", "action_space", "a verifiers environment names "
                                   "no action space to branch on", "set tl_grpo_branch_mode = \"llm\""))
+    if e.auto_install and e.provider != "verifiers":
+        issues.append(ConfigIssue("environment.auto_install", True, "installs verifiers environments from the "
+                                  f"Environments Hub, and this provider is {e.provider or 'unset'!r}",
+                                  "set auto_install = false, or provider = \"verifiers\" with a hub id (owner/name)"))
     if cfg.training.tl_grpo and not e.provider:
         issues.append(ConfigIssue("training.tl_grpo", True, "TL-GRPO assigns credit per turn of a multi-turn "
                                   "environment, and this run has none",

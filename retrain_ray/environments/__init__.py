@@ -43,7 +43,7 @@ def load_environment(section: EnvironmentSection) -> Environment:
         # deferred: verifiers (an optional extra) loads only for runs that use it
         from retrain_ray.environments.verifiers_env import VerifiersEnvironment
 
-        return VerifiersEnvironment(section.id, args)
+        return VerifiersEnvironment(section.id, args, auto_install=section.auto_install)
     if section.provider == "openenv":
         # deferred: the websockets client loads only for runs with an OpenEnv environment
         from retrain_ray.environments.openenv import OpenEnv

@@ -25,10 +25,13 @@ scores with the environment's rubric. A `SingleTurnEnv` is the one-turn case of 
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import importlib
 import importlib.util
+import tempfile
 from collections.abc import Awaitable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from pathlib import Path
 from types import ModuleType, SimpleNamespace
 from typing import Any, TypeVar
 
@@ -75,8 +78,55 @@ def _keeping_signal_handlers() -> Iterator[None]:
 
 
 def module_name(env_id: str) -> str:
-    """The module verifiers imports for an id ("owner/my-env" -> "my_env")."""
-    return env_id.replace("-", "_").split("/")[-1]
+    """The module verifiers imports for an id ("owner/my-env@0.2" -> "my_env")."""
+    return unversioned(env_id).replace("-", "_").split("/")[-1]
+
+
+def is_hub_id(env_id: str) -> bool:
+    """An Environments Hub id (`owner/name[@version]`), which `auto_install` installs at run start."""
+    return "/" in env_id and not env_id.startswith(("./", "/"))
+
+
+def unversioned(env_id: str) -> str:
+    """A hub id without its version ("owner/my-env@0.2" -> "owner/my-env"), as verifiers loads it."""
+    return env_id.split("@", 1)[0]
+
+
+@contextmanager
+def _machine_lock(name: str) -> Iterator[None]:
+    """One process per machine at a time (the runs of a campaign on one node install into one Python)."""
+    path = Path(tempfile.gettempdir()) / f"retrain-ray-{name}.lock"
+    with path.open("a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def install_from_hub(env_id: str) -> None:
+    """`[environment] auto_install = true`: a hub id (`owner/name[@version]`) whose package is not installed
+    here is installed from Prime Intellect's Environments Hub with verifiers' own installer, as the original
+    does; a local id, or one already installed, is left alone. Each machine that runs the environment
+    installs it (a campaign's runs on other nodes each check), one process per machine at a time."""
+    require_verifiers()
+    tools = importlib.import_module("verifiers.utils.install_utils")
+    if not is_hub_id(env_id) or missing_package(env_id) is None:  # importable: installed already
+        return
+    with _machine_lock("environment-install"):
+        if missing_package(env_id) is None:  # another run on this machine installed it meanwhile
+            return
+        try:
+            installed = bool(tools.install_from_hub(env_id))
+        except Exception as exc:  # verifiers' installer: network, hub and uv errors alike
+            installed, why = False, f" ({type(exc).__name__}: {exc})"
+        else:
+            why = ""
+    if not installed:
+        raise ValueError(f"environment.auto_install: could not install {env_id!r} from the Environments Hub{why}; "
+                         "it needs the hub (network) and `uv` on PATH. Check the id, or install the package "
+                         f"yourself (`prime env install {env_id}`) and set auto_install = false")
+    importlib.invalidate_caches()
 
 
 def missing_package(env_id: str) -> str | None:
@@ -132,15 +182,17 @@ class VerifiersEpisode:
 class VerifiersEnvironment:
     """A loaded verifiers environment (see the module docstring)."""
 
-    def __init__(self, env_id: str, args: Mapping[str, object]) -> None:
+    def __init__(self, env_id: str, args: Mapping[str, object], *, auto_install: bool = False) -> None:
         vf = require_verifiers()
+        if auto_install:
+            install_from_hub(env_id)
         missing = missing_package(env_id)
         if missing:
             raise ValueError(missing)
         _quiet_datasets()
         try:
             with _keeping_signal_handlers():
-                self.env: Any = vf.load_environment(env_id, **args)
+                self.env: Any = vf.load_environment(unversioned(env_id), **args)
         except Exception as exc:  # the environment's own code: its message is the diagnosis
             raise ValueError(f"environment.id: verifiers environment {env_id!r} did not load with args "
                              f"{dict(args)!r}: {exc}; check [environment] args against its load_environment") from exc

@@ -90,9 +90,10 @@ def openenv_problems(configs: Iterable[RetrainConfig]) -> list[str]:
 def package_problems(configs: Iterable[RetrainConfig]) -> list[str]:
     """`[environment] provider = "verifiers"` whose package (or verifiers itself) is not installed here."""
     # deferred: the adapter module, which importing this module does not need (it imports no verifiers)
-    from retrain_ray.environments.verifiers_env import missing_package
+    from retrain_ray.environments.verifiers_env import is_hub_id, missing_package
 
-    ids = dict.fromkeys(c.environment.id for c in configs if c.environment.provider == "verifiers" and c.environment.id)
+    ids = dict.fromkeys(c.environment.id for c in configs if c.environment.provider == "verifiers" and c.environment.id
+                        and not (c.environment.auto_install and is_hub_id(c.environment.id)))
     return [p for p in map(missing_package, ids) if p]
 
 
