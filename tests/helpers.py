@@ -124,3 +124,22 @@ def final_weights(run_dir: Path) -> dict[str, Any]:
         out.update(load_file(str(f)))
     assert out, f"no weights in {run_dir / 'checkpoints' / 'final'}"
     return out
+
+
+def environment_run(tmp_path: Path, name: str, max_steps: int, *, environment: Mapping[str, Any],
+                    training: Mapping[str, Any]) -> tuple[Any, Path]:
+    """A tiny CPU multi-turn run (no `[data]`: its environment gives the examples): its loaded config and run dir."""
+    from retrain_ray.config import load_config
+
+    run_dir = tmp_path / name
+    write_config(tmp_path / f"{name}.toml", base={k: v for k, v in TINY_CPU.items() if k != "data"},
+                 environment=environment, logging={"log_dir": str(run_dir)},
+                 training={**training, "max_steps": max_steps})
+    return load_config(tmp_path / f"{name}.toml"), run_dir
+
+
+def stream_rows(run_dir: Path) -> list[dict[str, Any]]:
+    """A run's metrics rows, each row's extras map as a dict (Arrow reads a map as (key, value) pairs)."""
+    from retrain_ray.logs import read_stream
+
+    return [{**r, "extras": dict(r["extras"])} for r in read_stream(run_dir).to_pylist()]

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import TINY_CPU, final_weights, write_config
+from helpers import TINY_CPU, environment_run, final_weights, stream_rows, write_config
 
 from retrain_ray.config import ConfigError, load_config
 from retrain_ray.data.types import Example
@@ -25,16 +25,12 @@ TL_GRPO = {"tl_grpo": True, "tl_grpo_branch_size": 4, "tl_grpo_lookahead_steps":
 
 
 def _run(tmp_path: Path, name: str, max_steps: int, *, training=None, environment=None):
-    run_dir = tmp_path / name
-    write_config(tmp_path / f"{name}.toml", base={k: v for k, v in TINY_CPU.items() if k != "data"},
-                 environment=environment or ENV, logging={"log_dir": str(run_dir)},
-                 training={**TRAINING, **(training or {}), "max_steps": max_steps})
-    return load_config(tmp_path / f"{name}.toml"), run_dir
+    return environment_run(tmp_path, name, max_steps, environment=environment or ENV,
+                           training={**TRAINING, **(training or {})})
 
 
 def _rows(run_dir: Path) -> list[dict]:
-    rows = read_stream(run_dir).to_pylist()
-    return [{**r, "extras": dict(r["extras"])} for r in rows]  # the extras map reads as (key, value) pairs
+    return stream_rows(run_dir)
 
 
 def test_digit_chain_scores_each_turn_and_the_second_builds_on_the_first():

@@ -10,11 +10,10 @@ import threading
 from pathlib import Path
 
 import pytest
-from helpers import TINY_CPU, write_config
+from helpers import environment_run, stream_rows
 
-from retrain_ray.config import ConfigError, load_config
+from retrain_ray.config import ConfigError
 from retrain_ray.environments import load_environment
-from retrain_ray.logs import read_stream
 from retrain_ray.run.environment import environment_problems
 from retrain_ray.run.train import train_run
 
@@ -34,16 +33,12 @@ def _env_package(monkeypatch):
 
 
 def _config(tmp_path: Path, name: str, max_steps: int, *, training=None, environment=None):
-    run_dir = tmp_path / name
-    write_config(tmp_path / f"{name}.toml", base={k: v for k, v in TINY_CPU.items() if k != "data"},
-                 environment=environment or ENV, logging={"log_dir": str(run_dir)},
-                 training={**TRAINING, **(training or {}), "max_steps": max_steps})
-    return load_config(tmp_path / f"{name}.toml"), run_dir
+    return environment_run(tmp_path, name, max_steps, environment=environment or ENV,
+                           training={**TRAINING, **(training or {})})
 
 
 def _rows(run_dir: Path) -> list[dict]:
-    rows = read_stream(run_dir).to_pylist()
-    return [{**r, "extras": dict(r["extras"])} for r in rows]
+    return stream_rows(run_dir)
 
 
 def test_the_adapter_plays_turns_scores_them_with_the_rubric_and_replays(tmp_path):
