@@ -85,6 +85,8 @@ class BackendSpec:
     """The shared service endpoint whose concurrency (`backend.max_concurrent`) the campaign throttles."""
     options: str = ""
     """Which `[backend.options]` table checks its options (config/backend_options.py); "": unchecked."""
+    sft_importance_sampling: bool = True
+    """Its warm start can train with `sft_loss_fn = "importance_sampling"` (PRIME-RL's: cross-entropy only)."""
     is_plugin: bool = False
 
 
@@ -125,6 +127,7 @@ BACKEND_SPECS: dict[str, BackendSpec] = {
         description="remote training API (Tinker); sampling and updates run on the service"),
     "prime_rl": BackendSpec(
         "prime_rl", factory=f"{_FACTORIES}:prime_rl_policy", remote=True, samples_with_entropies=False,
+        sft_importance_sampling=False,
         options="prime_rl", describe=_prime_rl_sampler,
         dependencies=(("msgspec", 'pip install "retrain-ray[prime_rl]"'),
                       ("zmq", 'pip install "retrain-ray[prime_rl]"')),

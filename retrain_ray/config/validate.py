@@ -246,10 +246,10 @@ def _echo(cfg: RetrainConfig) -> list[ConfigIssue]:
 
 def _sft_loss(cfg: RetrainConfig) -> list[ConfigIssue]:
     t = cfg.training
-    if t.sft_loss_fn != "importance_sampling" or cfg.backend.backend != "prime_rl":
+    if t.sft_loss_fn != "importance_sampling" or backend_spec(cfg.backend.backend).sft_importance_sampling:
         return []
-    return [ConfigIssue("training.sft_loss_fn", t.sft_loss_fn, "the prime_rl backend trains the warm start by "
-                        "PRIME-RL's cross-entropy component only", "set sft_loss_fn = \"cross_entropy\" (or \"auto\")")]
+    return [ConfigIssue("training.sft_loss_fn", t.sft_loss_fn, f"the {cfg.backend.backend} backend trains the warm "
+                        "start with cross-entropy only", "set sft_loss_fn = \"cross_entropy\" (or \"auto\")")]
 
 
 def _optimizer_batch(cfg: RetrainConfig) -> list[ConfigIssue]:

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from retrain_ray.config.components import engine_spec
 from retrain_ray.config.names import gpu_count
 
 if TYPE_CHECKING:
@@ -98,7 +99,7 @@ def run_memory(cfg: RetrainConfig, shapes: ModelShapes, *, runs_per_gpu: int, ca
     sampler, vllm_needs = kv, 0.0
     if inf.shared:
         sampler = 0.0
-    elif inf.engine == "vllm-embedded":
+    elif engine_spec(inf.engine).embeds_vllm:
         sampler = vllm_share(cfg) / runs_per_gpu * card_gib
         vllm_needs = vllm_weights + kv
     return RunMemory(model=cfg.model.model, parameters=shapes.parameters,
@@ -257,7 +258,7 @@ def plan_packing(configs: Sequence[RetrainConfig], gpus_per_run: Sequence[int], 
         return Packing(runs_per_gpu, 0, False, card_gib, None)
     cfg = packed[0]
     shared = bool(cfg.inference.shared)
-    uses_vllm = cfg.inference.engine == "vllm-embedded"
+    uses_vllm = engine_spec(cfg.inference.engine).embeds_vllm
     utilization = vllm_share(cfg) / runs_per_gpu if uses_vllm else 0.0
     shapes = shapes_of(cfg) if runs_per_gpu > 1 else None
     memory = None
@@ -271,7 +272,7 @@ def plan_packing(configs: Sequence[RetrainConfig], gpus_per_run: Sequence[int], 
 
 def packed_config(cfg: RetrainConfig, runs_per_gpu: int) -> RetrainConfig:
     """`cfg` with vLLM's `gpu_memory_utilization` divided by `runs_per_gpu` (vllm-embedded only)."""
-    if runs_per_gpu <= 1 or cfg.inference.engine != "vllm-embedded":
+    if runs_per_gpu <= 1 or not engine_spec(cfg.inference.engine).embeds_vllm:
         return cfg
     args = {**cfg.inference.engine_args, "gpu_memory_utilization": vllm_share(cfg) / runs_per_gpu}
     return cfg.model_copy(update={"inference": cfg.inference.model_copy(update={"engine_args": args})})
