@@ -13,6 +13,7 @@ from retrain_ray.campaign import Campaign
 
 SCRIPT = """
 import json, sys
+from pathlib import Path
 config = json.loads(Path(sys.argv[1]).read_text())
 with (Path(sys.argv[2]) / "metrics.jsonl").open("w") as out:
     for step in range(config["max_steps"]):
