@@ -290,8 +290,15 @@ def _last_json(text: str) -> dict:
     return json.loads([line for line in text.splitlines() if line.startswith("{")][-1])
 
 
-def _spawn(cmd: list[str]) -> subprocess.Popen[str]:
-    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+def _spawn(cmd: list[str], threads: int | None = None) -> subprocess.Popen[str]:
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads)} if threads else None
+    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+
+
+def _threads(args: argparse.Namespace, processes: int) -> int | None:
+    """`--threads fair`: the machine's cores split among the engine processes running at once (the shared
+    engine gets them all, N own engines a share each); `one`: the environment's setting (1 unless set)."""
+    return max(1, (os.cpu_count() or 1) // processes) if args.threads == "fair" else None
 
 
 def _collect(proc: subprocess.Popen[str], what: str) -> dict:
@@ -302,7 +309,8 @@ def _collect(proc: subprocess.Popen[str], what: str) -> dict:
 
 
 def shared(args: argparse.Namespace, n: int) -> dict[str, Figures]:
-    found = _collect(_spawn(_worker_cmd(args, "shared", "--n", str(n))), f"the shared engine with {n} runs")
+    found = _collect(_spawn(_worker_cmd(args, "shared", "--n", str(n)), _threads(args, 1)),
+                     f"the shared engine with {n} runs")
     return {mode: Figures(**found[mode]) for mode in ("serial", "batch")}
 
 
@@ -313,7 +321,8 @@ def own(args: argparse.Namespace, n: int, concurrent: bool) -> Figures:
         batches = [list(range(n))] if concurrent else [[i] for i in range(n)]
         for batch in batches:
             procs = [_spawn(_worker_cmd(args, "own", "--n", str(n), "--index", str(i), "--go", str(go),
-                                        "--ready", str(Path(tmp) / f"ready{i}"))) for i in batch]
+                                        "--ready", str(Path(tmp) / f"ready{i}")), _threads(args, len(batch)))
+                     for i in batch]
             deadline = time.monotonic() + 1800
             while not all((Path(tmp) / f"ready{i}").exists() for i in batch):
                 if any(p.poll() not in (None, 0) for p in procs) or time.monotonic() > deadline:
@@ -393,6 +402,9 @@ def main() -> int:
     parser.add_argument("--gpu", action="store_true", help="the GPU variant: a 0.42B model in bfloat16")
     parser.add_argument("--campaign", action="store_true",
                         help="instead: the same 4-run shared LoRA campaign, serial vs batch, figures from its logs")
+    parser.add_argument("--threads", choices=("one", "fair"), default="one",
+                        help="one: one OpenMP thread per engine process (steady on a busy machine); fair: the "
+                             "cores split among the engine processes running at once (a quiet machine)")
     parser.add_argument("--steps", type=int, default=6, help="RL steps per run of --campaign")
     parser.add_argument("--worker", choices=("shared", "own", "campaign"), help=argparse.SUPPRESS)
     parser.add_argument("--mode", default="batch", help=argparse.SUPPRESS)
