@@ -25,7 +25,6 @@ scores with the environment's rubric. A `SingleTurnEnv` is the one-turn case of 
 from __future__ import annotations
 
 import asyncio
-import fcntl
 import importlib
 import importlib.util
 import tempfile
@@ -37,9 +36,11 @@ from typing import Any, TypeVar
 
 from retrain_ray.data.types import Example
 from retrain_ray.environments.types import Episode, TurnResult
+from retrain_ray.throttle.filelock import FileLockThrottle
 
 VERIFIERS_REQUIREMENT = "verifiers>=0.1.10,<0.1.11"
 INSTALL_HINT = "pip install 'retrain-ray[environments]' (verifiers 0.1.10)"
+INSTALL_TIMEOUT_S = 900.0  # another run on this machine installing the environment: wait this long at most
 INPUT_KEYS = ("prompt", "answer", "task", "info", "example_id")
 T = TypeVar("T")
 
@@ -92,18 +93,6 @@ def unversioned(env_id: str) -> str:
     return env_id.split("@", 1)[0]
 
 
-@contextmanager
-def _machine_lock(name: str) -> Iterator[None]:
-    """One process per machine at a time (the runs of a campaign on one node install into one Python)."""
-    path = Path(tempfile.gettempdir()) / f"retrain-ray-{name}.lock"
-    with path.open("a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
-
-
 def install_from_hub(env_id: str) -> None:
     """`[environment] auto_install = true`: a hub id (`owner/name[@version]`) whose package is not installed
     here is installed from Prime Intellect's Environments Hub with verifiers' own installer, as the original
@@ -113,7 +102,9 @@ def install_from_hub(env_id: str) -> None:
     tools = importlib.import_module("verifiers.utils.install_utils")
     if not is_hub_id(env_id) or missing_package(env_id) is None:  # importable: installed already
         return
-    with _machine_lock("environment-install"):
+    lock = FileLockThrottle(Path(tempfile.gettempdir()) / "retrain-ray-environment-install", 1,
+                            timeout_s=INSTALL_TIMEOUT_S)
+    with lock.hold():
         if missing_package(env_id) is None:  # another run on this machine installed it meanwhile
             return
         try:
