@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from retrain_ray.algorithms.plugins import PluginLoader
+from retrain_ray.plugins.loader import PluginLoader
 
 
 def test_loading_plugins_leaves_sys_path_unchanged(tmp_path, monkeypatch):

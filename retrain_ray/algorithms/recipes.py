@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import cast
 
 from retrain_ray.algorithms.pipeline import GroupInput, Knobs, as_group_advantages, broadcast, run_pipeline
-from retrain_ray.algorithms.plugins import load_spec, plugin_flags
+from retrain_ray.plugins.loader import load_spec, plugin_flags
 from retrain_ray.algorithms.registry import ADVANTAGES, TRANSFORMS, UNCERTAINTIES, Registry
 from retrain_ray.algorithms.types import AlgorithmContext, GroupAdvantages, param_number, param_table
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Generic, TypeVar, cast
 
 from retrain_ray.algorithms import credit, delight, episode, uncertainty
-from retrain_ray.algorithms.plugins import (
+from retrain_ray.plugins.loader import (
     is_dotted_path,
     load_callable,
     load_spec,

@@ -41,7 +41,7 @@ from pathlib import Path, PurePosixPath
 from types import ModuleType
 from typing import TYPE_CHECKING
 
-from retrain_ray.algorithms.plugins import is_dotted_path, plugin_module, use_search_paths
+from retrain_ray.plugins.loader import is_dotted_path, plugin_module, use_search_paths
 from retrain_ray.config.names import PLUGIN_KEYS
 
 if TYPE_CHECKING:
@@ -87,7 +87,7 @@ class PluginBundle:
 def activate(bundle: PluginBundle) -> Path:
     """Unpacks `bundle` on this node and puts it first on `sys.path`: the trial imports the driver's code.
 
-    Kept on `sys.path` rather than given to the `PluginLoader` (algorithms/plugins.py), on purpose: in the
+    Kept on `sys.path` rather than given to the `PluginLoader` (plugins/loader.py), on purpose: in the
     trial, code other than the loader imports the bundle's modules by name: a `custom` reward's module
     (`importlib.import_module` in rewards/custom.py, and its worker processes, which inherit `sys.path`),
     the plugins' own absolute imports of their siblings, and unpickling of objects they define."""

@@ -31,7 +31,7 @@ import ray
 from ray import ObjectRef, tune
 
 from retrain_ray.actors.worker_env import PRELOAD_MODULE
-from retrain_ray.algorithms.plugins import use_plugin_root
+from retrain_ray.plugins.loader import use_plugin_root
 from retrain_ray.campaign.control import ControlPlane
 from retrain_ray.campaign.dashboard.gauges import RunGauges
 from retrain_ray.campaign.plan import DEFAULT_RUNNER, Runner, RunPlan

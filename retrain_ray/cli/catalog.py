@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from retrain_ray.algorithms.plugins import PluginLoader
+from retrain_ray.plugins.loader import PluginLoader
 from retrain_ray.backends.registry import (
     BUILTIN_CAPABILITIES,
     ENGINE_HOOKS,

@@ -11,7 +11,7 @@ import torch
 
 from retrain_ray.algorithms import RegexPlanningDetector, parse_strategic_grams, resolve_modes
 from retrain_ray.algorithms.planning_semantic import PLANNING_SENTENCES, SemanticPlanningDetector
-from retrain_ray.algorithms.plugins import is_dotted_path
+from retrain_ray.plugins.loader import is_dotted_path
 from retrain_ray.algorithms.sepa import SEPAController
 from retrain_ray.backends.factories import PolicyRequest
 from retrain_ray.backends.registry import build_policy_for

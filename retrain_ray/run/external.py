@@ -46,7 +46,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, cast
 
-from retrain_ray.algorithms.plugins import load_object
+from retrain_ray.plugins.loader import load_object
 from retrain_ray.config.fields import FIELD_INDEX
 from retrain_ray.config.original_view import OriginalConfigView
 from retrain_ray.logs.schemas import row_to_record  # pyright: ignore[reportUnknownVariableType]  (pyarrow)
