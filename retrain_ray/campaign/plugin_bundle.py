@@ -41,8 +41,8 @@ from pathlib import Path, PurePosixPath
 from types import ModuleType
 from typing import TYPE_CHECKING
 
-from retrain_ray.plugins.loader import is_dotted_path, plugin_module, use_search_paths
 from retrain_ray.config.names import PLUGIN_KEYS
+from retrain_ray.plugins.loader import LOADER, is_dotted_path, plugin_module, use_search_paths
 
 if TYPE_CHECKING:
     from retrain_ray.config.schema import RetrainConfig
@@ -89,7 +89,7 @@ def activate(bundle: PluginBundle) -> Path:
 
     Kept on `sys.path` rather than given to the `PluginLoader` (plugins/loader.py), on purpose: in the
     trial, code other than the loader imports the bundle's modules by name: a `custom` reward's module
-    (`importlib.import_module` in rewards/custom.py, and its worker processes, which inherit `sys.path`),
+    (rewards/custom.py, and its worker processes, which inherit `sys.path`),
     the plugins' own absolute imports of their siblings, and unpickling of objects they define."""
     root = bundle.unpack()
     if str(root) not in sys.path:
@@ -143,13 +143,15 @@ def _files(root: Path, rel: PurePosixPath) -> list[tuple[Path, str]]:
     return found
 
 
-def _custom_reward_module(cfg: RetrainConfig) -> ModuleType | None:
-    """The module of a `custom` reward, when it imports here (preflight reports one that does not)."""
+def _custom_reward_module(cfg: RetrainConfig) -> tuple[ModuleType, str] | None:
+    """The module of a `custom` reward and its search path prefix, when it imports here (as the run imports
+    it: under `[plugins] search_paths`, then as given; preflight reports one that does not)."""
     if cfg.reward.type != "custom" or not cfg.reward.custom_module:
         return None
+    name = cfg.reward.custom_module.partition(":")[0]
     try:
-        return importlib.import_module(cfg.reward.custom_module.partition(":")[0])
-    except ImportError:
+        return LOADER.find(name, name, "[reward] custom_module")
+    except (ImportError, ValueError):
         return None
 
 
@@ -160,7 +162,7 @@ def bundle_units(configs: Iterable[RetrainConfig]) -> list[tuple[Path, PurePosix
         use_search_paths(cfg.plugins.search_paths)
         modules = [plugin_module(path, kind) for kind, path in plugin_references(cfg)]
         custom = _custom_reward_module(cfg)
-        modules += [(custom, "")] if custom is not None else []
+        modules += [custom] if custom is not None else []
         for module, prefix in modules:
             unit = _unit(module, prefix)
             if unit is not None:

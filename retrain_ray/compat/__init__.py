@@ -7,11 +7,15 @@ TrainConfig`. `provide_original_names()` appends a finder to the END of `sys.met
 only after every other finder has failed, so an installed `retrain` is always imported itself (and its
 own types are accepted: retrain-ray reads plugin results by duck typing, run/plugins.py). Without one,
 `import retrain` gives `retrain_ray.compat.original`, whose modules define those names with the
-original's fields and methods (spec sections 1.6, 1.9 and 9).
+original's fields and methods (spec sections 1.6, 1.9 and 9). Importing this package registers the finder
+as the plugin loader's import hook, so every plugin import (plugins/loader.py) provides the names.
 """
 
 from __future__ import annotations
 
 from retrain_ray.compat.finder import ORIGINAL, provide_original_names
+from retrain_ray.plugins.loader import add_import_hook
+
+add_import_hook(provide_original_names)  # every plugin import can see `retrain` (the loader cannot import us)
 
 __all__ = ["ORIGINAL", "provide_original_names"]
