@@ -46,6 +46,7 @@ from retrain_ray.plugins.loader import LOADER, is_dotted_path, plugin_module, us
 
 if TYPE_CHECKING:
     from retrain_ray.config.schema import RetrainConfig
+    from retrain_ray.config.sections_aux import RewardSection
 
 MAX_BUNDLE_BYTES = 100 * 2**20
 SKIPPED_DIRS = frozenset({"__pycache__", ".git"})
@@ -143,12 +144,12 @@ def _files(root: Path, rel: PurePosixPath) -> list[tuple[Path, str]]:
     return found
 
 
-def _custom_reward_module(cfg: RetrainConfig) -> tuple[ModuleType, str] | None:
+def _custom_reward_module(reward: RewardSection) -> tuple[ModuleType, str] | None:
     """The module of a `custom` reward and its search path prefix, when it imports here (as the run imports
     it: under `[plugins] search_paths`, then as given; preflight reports one that does not)."""
-    if cfg.reward.type != "custom" or not cfg.reward.custom_module:
+    if reward.type != "custom" or not reward.custom_module:
         return None
-    name = cfg.reward.custom_module.partition(":")[0]
+    name = reward.custom_module.partition(":")[0]
     try:
         return LOADER.find(name, name, "[reward] custom_module")
     except (ImportError, ValueError):
@@ -161,7 +162,7 @@ def bundle_units(configs: Iterable[RetrainConfig]) -> list[tuple[Path, PurePosix
     for cfg in configs:
         use_search_paths(cfg.plugins.search_paths)
         modules = [plugin_module(path, kind) for kind, path in plugin_references(cfg)]
-        custom = _custom_reward_module(cfg)
+        custom = _custom_reward_module(cfg.reward)
         modules += [custom] if custom is not None else []
         for module, prefix in modules:
             unit = _unit(module, prefix)
@@ -231,7 +232,7 @@ def shipment(configs: Iterable[RetrainConfig]) -> dict[str, object]:
     except ValueError as exc:
         return {"status": "refused", "error": str(exc)}
     if packed is None:
-        named = any(plugin_references(c) or _custom_reward_module(c) is not None for c in configs)
+        named = any(plugin_references(c) or _custom_reward_module(c.reward) is not None for c in configs)
         return {"status": "none", "reason": "only installed plugins named (on every node already)" if named
                 else "no plugin named"}
     bundle = _bundle(packed)

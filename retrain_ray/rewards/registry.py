@@ -10,9 +10,9 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from retrain_ray.plugins.loader import use_search_paths
+from retrain_ray.rewards.boxed import MatchReward
 from retrain_ray.rewards.custom import CustomReward
 from retrain_ray.rewards.judge import JudgeReward, JudgeSettings
-from retrain_ray.rewards.match import MatchReward
 from retrain_ray.rewards.mathverify import MathVerifyReward
 from retrain_ray.rewards.types import Reward
 

@@ -46,6 +46,7 @@ from retrain_ray.run.rollout import Group
 
 if TYPE_CHECKING:
     from retrain_ray.config.schema import RetrainConfig
+    from retrain_ray.config.sections_aux import EchoSection
 
 SURPRISAL_STAT_KEYS = (
     "exec_surprisal_mean",
@@ -116,7 +117,7 @@ class CreditSettings:
             adv_clip_max=cfg.training.adv_clip_max,
             tl_grpo=cfg.training.tl_grpo,
             tl_grpo_ema_decay=cfg.training.tl_grpo_ema_decay,
-            echo=_echo_settings(cfg),
+            echo=_echo_settings(cfg.echo),
         )
 
     def for_step(self, delight_eta_prev: float | None, tl_grpo_ema: float | None = None) -> CreditSettings:
@@ -135,8 +136,7 @@ class CreditSettings:
         )
 
 
-def _echo_settings(cfg: RetrainConfig) -> EchoSettings | None:
-    e = cfg.echo
+def _echo_settings(e: EchoSection) -> EchoSettings | None:
     if not e.enabled:
         return None
     return EchoSettings(weight=e.weight, target_retention=e.target_retention, max_tokens_per_step=e.max_tokens_per_step,
