@@ -18,7 +18,6 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import retrain_ray.compat  # noqa: F401  # plugins written for the original import `retrain`
 from retrain_ray.backends.registry import (
     BUILTIN_CAPABILITIES,
     ENGINE_HOOKS,
@@ -28,6 +27,7 @@ from retrain_ray.backends.registry import (
     engine_capabilities,
 )
 from retrain_ray.backends.types import BackendCapabilities
+from retrain_ray.compat import provide_original_names
 from retrain_ray.config import ConfigError, load_config, names
 from retrain_ray.config.backend_options import schema_for
 from retrain_ray.config.components import BACKEND_SPECS
@@ -160,6 +160,7 @@ def _config_references(cfg: RetrainConfig) -> dict[str, str]:
 
 
 def plugins_report(config: str | None) -> dict[str, Any]:
+    provide_original_names()  # a plugin written for the original imports `retrain.data`, ... (compat/)
     search_paths, base, refs, inference = ["plugins"], Path.cwd(), {}, {}
     if config:
         cfg = load_config(config)

@@ -41,8 +41,7 @@ class _Alias(importlib.abc.Loader):
     def exec_module(self, module: ModuleType) -> None:
         source = importlib.import_module(_HOME)
         names = source.MODULES[self.sub]
-        module.__dict__.update({name: getattr(source, name) for name in names})
-        module.__all__ = list(names)
+        module.__dict__.update({name: getattr(source, name) for name in names}, __all__=list(names))
         module.__doc__ = f"`{module.__name__}` for plugins written for the original ({_HOME})."
 
 

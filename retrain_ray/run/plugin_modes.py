@@ -11,7 +11,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import cast
 
-import retrain_ray.compat  # noqa: F401  # a plugin mode written for the original imports `retrain`
 from retrain_ray.algorithms.api import compute_group_advantages
 from retrain_ray.algorithms.modes import ResolvedModes, resolve_modes
 from retrain_ray.algorithms.pipeline import as_group_advantages
@@ -25,7 +24,9 @@ from retrain_ray.algorithms.registry import (
     UncertaintySpec,
 )
 from retrain_ray.algorithms.types import AdvantageContext, AlgorithmContext, GroupAdvantages, UncertaintyInput
+from retrain_ray.compat import provide_original_names
 from retrain_ray.plugins.loader import (
+    add_import_hook,
     is_dotted_path,
     load_callable,
     load_spec,
@@ -68,6 +69,7 @@ def _algorithm_plugin(path: str) -> AlgorithmSpec:
     return load_spec(path, "algorithm_mode", AlgorithmSpec, "AlgorithmContext", wrap)
 
 
+add_import_hook(provide_original_names)  # a plugin mode written for the original imports `retrain`
 ADVANTAGES.accept_plugins(is_dotted_path, _advantage_plugin)
 TRANSFORMS.accept_plugins(is_dotted_path, _transform_plugin)
 UNCERTAINTIES.accept_plugins(is_dotted_path, _uncertainty_plugin)
