@@ -1,4 +1,4 @@
-"""`[training] trainer` and `trainer_command`, checked at load time (what each runner does: run/runners.py).
+"""`[training] trainer` and `trainer_command`, checked at load time (what each runner does: run/trainers/registry.py).
 
 * `trainer` is one of `TRAINERS` ("retrain", "sft", "ttt_discover", "command") or a dotted plugin path;
 * `trainer = "command"` needs a `trainer_command`, and its template may name only `COMMAND_PLACEHOLDERS`

@@ -11,7 +11,6 @@ import torch
 
 from retrain_ray.algorithms import RegexPlanningDetector, parse_strategic_grams, resolve_modes
 from retrain_ray.algorithms.planning_semantic import PLANNING_SENTENCES, SemanticPlanningDetector
-from retrain_ray.plugins.loader import is_dotted_path
 from retrain_ray.algorithms.sepa import SEPAController
 from retrain_ray.backends.factories import PolicyRequest
 from retrain_ray.backends.registry import build_policy_for
@@ -24,6 +23,7 @@ from retrain_ray.data.loading import load_examples_from_config
 from retrain_ray.data.types import TaskData
 from retrain_ray.environments.types import Environment
 from retrain_ray.models.sentence_embedder import load_embedder
+from retrain_ray.plugins.loader import is_dotted_path
 from retrain_ray.rewards import build_reward_from_config
 from retrain_ray.rewards.types import Reward
 from retrain_ray.run.loop import RunComponents

@@ -33,7 +33,6 @@ from retrain_ray.engines.types import SampleResult, SamplingEngine, SamplingPara
 from retrain_ray.environments.types import Environment
 from retrain_ray.logs.generations import TopSurprisal, select_generation_samples, top_surprisal_tokens
 from retrain_ray.rewards.types import Reward
-from retrain_ray.run.checkpoint import CheckpointManager
 from retrain_ray.run.credit import CreditSettings, assign_credit, logical_batch_sha256
 from retrain_ray.run.divergence import DivergenceError, DivergenceWatch, stop_message
 from retrain_ray.run.lr_schedule import LRSchedule
@@ -45,6 +44,7 @@ from retrain_ray.run.optimizer_batch import (
     one_step_only,
     write_capture,
 )
+from retrain_ray.run.resume.checkpoint import CheckpointManager
 from retrain_ray.run.rollout import (
     EndpointCounters,
     Group,
@@ -56,11 +56,10 @@ from retrain_ray.run.rollout import (
     rollout,
     rollout_metrics,
 )
-from retrain_ray.run.rows import RowIdentity, StepRecord, build_row, eval_row
+from retrain_ray.run.rows import RowIdentity, StepRecord, build_row, eval_row, timed
 from retrain_ray.run.state import TrainerState, capture_rng_state, correct_rate, engine_generators
-from retrain_ray.run.timing import timed
+from retrain_ray.run.trainers.sft import WarmStart, WarmStartStep
 from retrain_ray.run.types import MetricsRow, RunObserver, RunOutcome
-from retrain_ray.run.warm_start import WarmStart, WarmStartStep
 
 if TYPE_CHECKING:
     from retrain_ray.config.schema import RetrainConfig
@@ -436,3 +435,4 @@ class RunLoop:
     def read_payload(self, directory: Path) -> None:
         """Loads what `write_payload` wrote into checkpoint `directory`."""
         self.parts.backend.load_checkpoint(directory)
+

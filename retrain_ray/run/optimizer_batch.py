@@ -61,7 +61,7 @@ def start_point(cfg: RetrainConfig) -> dict[str, object]:
     """The checkpoint the run starts from (`[resume] from`): the step after it and the sha256 of its checksum
     file, which names every file of the checkpoint with its own sha256 (weights, optimizer, trainer state)."""
     # deferred: the checkpoint module loads torch, which the CLI's import of this module's error does not need
-    from retrain_ray.run.checkpoint import CHECKSUMS, load_state, resolve_resume_dir
+    from retrain_ray.run.resume.checkpoint import CHECKSUMS, load_state, resolve_resume_dir
 
     checkpoint = resolve_resume_dir(Path(cfg.resume.from_).expanduser())
     return {"next_step": load_state(checkpoint).next_step, "checksums_sha256": _sha256((checkpoint / CHECKSUMS).read_bytes())}

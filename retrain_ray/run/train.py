@@ -17,15 +17,14 @@ from retrain_ray.logs import (
     write_run_meta,
 )
 from retrain_ray.run.build import build_components, build_policy, build_task
-from retrain_ray.run.checkpoint import load_state, resolve_resume_dir
-from retrain_ray.run.checkpoint_dir import checkpoint_dir_resume, checkpoint_root
 from retrain_ray.run.epochs import apply_epochs
-from retrain_ray.run.external import external_run, run_external
 from retrain_ray.run.loop import RunComponents, RunLoop
 from retrain_ray.run.preflight import check_run, runs_externally
-from retrain_ray.run.runners import build_loop, runner_config
+from retrain_ray.run.resume.checkpoint import load_state, resolve_resume_dir
+from retrain_ray.run.resume.point import checkpoint_dir_resume, checkpoint_root, rewind_past_torn_rows
 from retrain_ray.run.state import TrainerState, engine_generators, restore_rng_state, seed_everything
-from retrain_ray.run.torn_log import rewind_past_torn_rows
+from retrain_ray.run.trainers.external import external_run, run_external
+from retrain_ray.run.trainers.registry import build_loop, runner_config
 from retrain_ray.run.types import RunObserver, RunOutcome
 from retrain_ray.throttle.filelock import FileLockThrottle
 from retrain_ray.util.file_kinds import directory_problem
@@ -112,7 +111,7 @@ def train_run(
     write_run_meta(run_dir, meta)
     root = checkpoint_root(config)
     if root is not None:
-        write_run_meta(root, meta)  # names the run and config of the checkpoints there (run/checkpoint_dir.py)
+        write_run_meta(root, meta)  # names the run and config of the checkpoints there (run/resume/point.py)
     log_vllm_to(run_dir / VLLM_LOG_FILE)  # an embedded vLLM's log lines: the run's file, not the console
     observer = _fanout(run_dir, run_name, observers, local_logs, config.logging.jsonl)
     try:
@@ -133,7 +132,7 @@ def _meta(config: RetrainConfig, run_name: str) -> dict[str, object]:
 
 def _train_external(config: RetrainConfig, run_name: str, run_dir: Path, observers: Sequence[RunObserver],
                     local_logs: bool) -> RunOutcome:
-    """A run of an external runner (run/external.py): its metrics rows reach the run's observers."""
+    """A run of an external runner (run/trainers/external.py): its metrics rows reach the run's observers."""
     run_dir.mkdir(parents=True, exist_ok=True)
     write_run_meta(run_dir, _meta(config, run_name))
     observer = _fanout(run_dir, run_name, observers, local_logs, config.logging.jsonl)

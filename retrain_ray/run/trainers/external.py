@@ -46,10 +46,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, cast
 
-from retrain_ray.plugins.loader import load_object
 from retrain_ray.config.fields import FIELD_INDEX
 from retrain_ray.config.original_view import OriginalConfigView
 from retrain_ray.logs.schemas import row_to_record  # pyright: ignore[reportUnknownVariableType]  (pyarrow)
+from retrain_ray.plugins.loader import load_object
 from retrain_ray.run.types import RunObserver, RunOutcome
 from retrain_ray.util.secrets import redact
 

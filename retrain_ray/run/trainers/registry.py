@@ -2,12 +2,12 @@
 
 * "retrain" (default): the RL loop (run/loop.py), with its SFT warm start.
 * "sft": standalone supervised fine-tuning: every one of the run's `max_steps` steps is a warm-start step
-  (run/warm_start.py): on the demonstrations of `sft_data_path` (pinned and checked as for the warm start),
+  (run/trainers/sft.py): on the demonstrations of `sft_data_path` (pinned and checked as for the warm start),
   or, without a file, on the task's own answers; batches of `sft_batch_size` (0: batch_size x group_size),
   at `sft_lr` (0: lr), rows with phase "sft", checkpoints every `save_every` and at the end, resume as any
   run. `sft_warmup_steps` and `sft_target_correct_rate` do not apply (the whole run is SFT).
-* "ttt_discover": test-time training on one problem (run/discover.py).
-* "command" and dotted-path plugin runners train outside this process's loop (run/external.py).
+* "ttt_discover": test-time training on one problem (run/trainers/discover.py).
+* "command" and dotted-path plugin runners train outside this process's loop (run/trainers/external.py).
 
 `train_run` (run/train.py) is the one entry point of the CLI and of campaign trials; it dispatches here.
 """
@@ -17,8 +17,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from retrain_ray.run.discover import DiscoverLoop
 from retrain_ray.run.loop import RunComponents, RunLoop
+from retrain_ray.run.trainers.discover import DiscoverLoop
 
 if TYPE_CHECKING:
     from retrain_ray.config.schema import RetrainConfig
