@@ -148,10 +148,10 @@ def _train_locked(cfg: RetrainConfig, args: argparse.Namespace, run_dir: Path) -
             return 2
     _prepare_run_dir(run_dir, resume=resume, overwrite=args.overwrite)
     # deferred: loads torch, which importing this module does not need
-    from retrain_ray.run.resume.checkpoint import load_state, resolve_resume_dir
     from retrain_ray.run.epochs import plan_from_config
-    from retrain_ray.run.trainers.external import ExternalRunnerError
+    from retrain_ray.run.resume.checkpoint import load_state, resolve_resume_dir
     from retrain_ray.run.train import condition_of, train_run
+    from retrain_ray.run.trainers.external import ExternalRunnerError
     from retrain_ray.trackers import RunIdentity, build_trackers
 
     first = 0

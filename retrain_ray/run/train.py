@@ -19,12 +19,12 @@ from retrain_ray.logs import (
 from retrain_ray.run.build import build_components, build_policy, build_task
 from retrain_ray.run.epochs import apply_epochs
 from retrain_ray.run.loop import RunComponents, RunLoop
-from retrain_ray.run.preflight import check_run, runs_externally
+from retrain_ray.run.preflight import check_run
 from retrain_ray.run.resume.checkpoint import load_state, resolve_resume_dir
 from retrain_ray.run.resume.point import checkpoint_dir_resume, checkpoint_root, rewind_past_torn_rows
 from retrain_ray.run.state import TrainerState, engine_generators, restore_rng_state, seed_everything
 from retrain_ray.run.trainers.external import external_run, run_external
-from retrain_ray.run.trainers.registry import build_loop, runner_config
+from retrain_ray.run.trainers.registry import RunPlace, TrainerSpec, trainer_spec
 from retrain_ray.run.types import RunObserver, RunOutcome
 from retrain_ray.throttle.filelock import FileLockThrottle
 from retrain_ray.util.file_kinds import directory_problem
@@ -32,6 +32,7 @@ from retrain_ray.util.secrets import redact
 
 if TYPE_CHECKING:
     from retrain_ray.config.schema import RetrainConfig
+    from retrain_ray.run.trainers.registry import ExternalRunner
     from retrain_ray.throttle.types import Throttle
 
 log = logging.getLogger(__name__)
@@ -90,9 +91,10 @@ def train_run(
     throttle = run_throttle(config, throttle, run_name)
     run_dir = Path(run_dir)
     _check_run_dir(run_dir)
-    if runs_externally(config):  # `trainer = "command"` or a plugin runner: no model, data or loop here
-        return _train_external(config, run_name, run_dir, observers, local_logs)
-    config = runner_config(config)  # "sft": every step supervised
+    trainer = trainer_spec(config.training.trainer)
+    if trainer.run_outside is not None:  # `trainer = "command"` or a plugin runner: no model, data or loop here
+        return _train_external(trainer.run_outside, config, run_name, run_dir, observers, local_logs)
+    config = trainer.runner_config(config)  # "sft": every step supervised
     # before anything is written or the model loads: bad data stops the run here
     config, task, steps = apply_epochs(config, build_task(config))
     if steps.limited_by == "num_epochs":
@@ -117,7 +119,7 @@ def train_run(
     try:
         policy = policy or build_policy(config, throttle=throttle, run_name=run_name)
         parts = build_components(config, observer, policy=policy, advisor=advisor, task=task, throttle=throttle)
-        loop = build_loop(config, parts, run_name=run_name, run_dir=run_dir, condition=condition_of(config))
+        loop = _build_loop(trainer, config, parts, RunPlace(run_name, run_dir, condition_of(config)))
         state = _restore(loop, checkpoint) if checkpoint else _fresh_state(config, parts)
         return loop.run(state)
     finally:
@@ -130,15 +132,22 @@ def _meta(config: RetrainConfig, run_name: str) -> dict[str, object]:
             "config": redact(config.model_dump(mode="json"))}
 
 
-def _train_external(config: RetrainConfig, run_name: str, run_dir: Path, observers: Sequence[RunObserver],
-                    local_logs: bool) -> RunOutcome:
+def _build_loop(trainer: TrainerSpec, config: RetrainConfig, parts: RunComponents, place: RunPlace) -> RunLoop:
+    if trainer.build_loop is None:
+        raise ValueError(f"trainer {trainer.name!r} has no loop of its own")
+    return trainer.build_loop(config, parts, place)
+
+
+def _train_external(runner: ExternalRunner, config: RetrainConfig, run_name: str, run_dir: Path,
+                    observers: Sequence[RunObserver], local_logs: bool) -> RunOutcome:
     """A run of an external runner (run/trainers/external.py): its metrics rows reach the run's observers."""
     run_dir.mkdir(parents=True, exist_ok=True)
     write_run_meta(run_dir, _meta(config, run_name))
     observer = _fanout(run_dir, run_name, observers, local_logs, config.logging.jsonl)
     try:
-        return run_external(external_run(config, run_name=run_name, run_dir=run_dir, condition=condition_of(config),
-                                         observer=observer))
+        run = external_run(config, run_name=run_name, run_dir=run_dir, condition=condition_of(config),
+                           observer=observer)
+        return run_external(run, runner)
     finally:
         observer.close()
 

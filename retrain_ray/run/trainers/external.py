@@ -116,20 +116,28 @@ def external_run(config: RetrainConfig, *, run_name: str, run_dir: Path, conditi
     return ExternalRun(cfg, run_name, condition, observer)
 
 
-def run_external(run: ExternalRun) -> RunOutcome:
-    """Runs the command or the plugin runner; raises when it fails (see the module docstring)."""
-    trainer = run.config.training.trainer
+def run_external(run: ExternalRun, runner: Callable[[ExternalRun, RowFeed], Path]) -> RunOutcome:
+    """Runs the command or the plugin runner (`runner`, the trainer's spec's); raises when it fails (see the module
+    docstring)."""
     rows = RowFeed(run.log_dir / RUNNER_METRICS, run)
-    if trainer == "command":
-        run_command(run, rows)
-        adapter = run.adapter_path if run.adapter_path.exists() else None
-        if adapter is None:
-            raise MissingPolicyError(f"[training] trainer_command exited 0 but wrote no adapter at {run.adapter_path} "
-                                     "({adapter_path}); save the trained adapter there")
-    else:
-        adapter = run_plugin(run)
-        rows.feed()
+    adapter = runner(run, rows)
     return RunOutcome(run.run_name, "completed", rows.last_step, rows.last_row, adapter)
+
+
+def run_command_runner(run: ExternalRun, rows: RowFeed) -> Path:
+    """`trainer = "command"`: the command to its end; the adapter it wrote at `{adapter_path}`."""
+    run_command(run, rows)
+    if not run.adapter_path.exists():
+        raise MissingPolicyError(f"[training] trainer_command exited 0 but wrote no adapter at {run.adapter_path} "
+                                 "({adapter_path}); save the trained adapter there")
+    return run.adapter_path
+
+
+def run_plugin_runner(run: ExternalRun, rows: RowFeed) -> Path:
+    """A dotted-path runner: its `run(config)`, then the rows it wrote."""
+    adapter = run_plugin(run)
+    rows.feed()
+    return adapter
 
 
 # ---- the command ---------------------------------------------------------------------------------
