@@ -48,7 +48,7 @@ def test_figures_from_the_pilots_logs(pilot) -> None:
     cal = read_calibration(pilot.parent)  # a directory holding the campaign
     assert {r.run_name for r in cal.runs} == {"grpo+none_s1", "maxrl+none_s1"}
     for run in cal.runs:
-        assert run.trainers.sft is not None and run.trainers.sft.steps == 2 and run.warm_start_ended
+        assert run.warm_start is not None and run.warm_start.steps == 2 and run.warm_start_ended
         assert run.rl is not None and run.rl.steps == 2 and run.rl.median_step_time_s > 0
         assert run.rl.overhead >= 1.0
         assert run.startup_s is not None and run.startup_s >= 0 and run.teardown_s is not None

@@ -20,7 +20,6 @@ def test_command_and_plugin_runners_run_outside_the_loop():
     assert trainer_spec("command").run_outside is run_command_runner
     assert trainer_spec("my_pkg.runners:Runner") is PLUGIN_RUNNER
     assert PLUGIN_RUNNER.run_outside is run_plugin_runner and PLUGIN_RUNNER.loads_plugin
-    assert all(spec.build_loop is not None for spec in TRAINERS.values() if not spec.runs_outside_loop)
     assert not any(spec.loads_plugin for spec in TRAINERS.values())
 
 
@@ -46,6 +45,6 @@ def test_sft_runs_every_step_supervised(tmp_path):
 
     cfg = load_config(write_config(tmp_path / "run.toml", training={"trainer": "sft", "max_steps": 5,
                                                                      "sft_target_correct_rate": 0.5}))
-    t = trainer_spec("sft").runner_config(cfg).training
+    t = trainer_spec("sft").prepare(cfg.training)
     assert (t.sft_warmup_steps, t.sft_target_correct_rate) == (5, 0.0)
-    assert trainer_spec("retrain").runner_config(cfg) is cfg
+    assert trainer_spec("retrain").prepare(cfg.training) is cfg.training

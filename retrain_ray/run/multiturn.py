@@ -1,4 +1,5 @@
-"""Multi-turn rollout: episodes of an `[environment]` -> frozen, scored groups (spec 1.5, multi-turn).
+"""Multi-turn rollout: episodes of an `[environment]` -> frozen, scored groups (spec 1.5, multi-turn); the pool of
+worker threads for the environment's calls is at the end.
 
 Every active episode of the step samples its next turn in one engine call per turn (one completion
 per episode); the environment scores each turn as it comes. A finished group asks the environment for
@@ -163,7 +164,8 @@ def _sampled_alternatives(engine: SamplingEngine, env: Branchable, turns: list[T
     return pick
 
 
-# ---- Environment calls of a multi-turn step on a pool of worker threads (`[environment] rollout_env_workers`). ----------
+# ----------------------------------------------------------------------------------------------------
+# Environment calls of a multi-turn step on a pool of worker threads (`[environment] rollout_env_workers`).
 #
 # An environment may block on I/O (an OpenEnv server over a socket, a verifiers environment calling a tool),
 # so the episodes of one turn are reset and stepped by `workers` threads instead of one after another.

@@ -1,4 +1,5 @@
-"""Rollout: prompts -> frozen, scored groups of completions (spec 1.5, single turn).
+"""Rollout: prompts -> frozen, scored groups of completions (spec 1.5, single turn), and what a multi-turn
+rollout records per episode (the section at the end).
 
 `rollout` is the one place a run samples, decodes and scores, in that order: every `Group` it returns
 is complete (texts, rewards and planning masks filled); none is built empty and filled later.
@@ -168,7 +169,8 @@ def engine_labels(engine: object) -> dict[str, str]:
     return {str(k): str(v) for k, v in cast("dict[str, object]", found).items()}
 
 
-# ---- What a multi-turn rollout records per episode: its turns (each a datum) and the turn-level signals ----------
+# ----------------------------------------------------------------------------------------------------
+# What a multi-turn rollout records per episode: its turns (each a datum) and the turn-level signals
 # the credit step reads (the environment's per-turn advantages, TL-GRPO's branch rewards).
 @dataclass(frozen=True)
 class TurnRecord:

@@ -1,4 +1,5 @@
-"""The metrics rows a run writes: identity columns, the RL step row and the eval row (spec 8).
+"""The metrics rows a run writes: identity columns, the RL step row and the eval row (spec 8); `timed`, the
+context manager that times a step's phases into its row.
 
 Every RL step writes a row (DESIGN.md decision 13; the original wrote none for a step that trained
 nothing). `trained` says whether an optimizer update happened; on a row where none did, the columns
@@ -117,7 +118,8 @@ def max_rss_mb() -> float:
     return rss / (1024 * 1024) if sys.platform == "darwin" else rss / 1024
 
 
-# ---- timing: a context manager instead of time.time() pairs in the loop ----------
+# ----------------------------------------------------------------------------------------------------
+# timing: a context manager instead of time.time() pairs in the loop
 @contextmanager
 def timed(metrics: MutableMapping[str, float], key: str) -> Generator[None, None, None]:
     """Adds the wall time of the block, in seconds, to `metrics[key]`."""

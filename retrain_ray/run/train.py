@@ -18,13 +18,13 @@ from retrain_ray.logs import (
 )
 from retrain_ray.run.build import build_components, build_policy, build_task
 from retrain_ray.run.epochs import apply_epochs
-from retrain_ray.run.loop import RunComponents, RunLoop
+from retrain_ray.run.loop import RunLoop
 from retrain_ray.run.preflight import check_run
 from retrain_ray.run.resume.checkpoint import load_state, resolve_resume_dir
 from retrain_ray.run.resume.point import checkpoint_dir_resume, checkpoint_root, rewind_past_torn_rows
 from retrain_ray.run.state import TrainerState, engine_generators, restore_rng_state, seed_everything
 from retrain_ray.run.trainers.external import external_run, run_external
-from retrain_ray.run.trainers.registry import RunPlace, TrainerSpec, trainer_spec
+from retrain_ray.run.trainers.registry import trainer_spec
 from retrain_ray.run.types import RunObserver, RunOutcome
 from retrain_ray.throttle.filelock import FileLockThrottle
 from retrain_ray.util.file_kinds import directory_problem
@@ -32,6 +32,7 @@ from retrain_ray.util.secrets import redact
 
 if TYPE_CHECKING:
     from retrain_ray.config.schema import RetrainConfig
+    from retrain_ray.config.sections_core import TrainingSection
     from retrain_ray.run.trainers.registry import ExternalRunner
     from retrain_ray.throttle.types import Throttle
 
@@ -94,9 +95,11 @@ def train_run(
     trainer = trainer_spec(config.training.trainer)
     if trainer.run_outside is not None:  # `trainer = "command"` or a plugin runner: no model, data or loop here
         return _train_external(trainer.run_outside, config, run_name, run_dir, observers, local_logs)
-    config = trainer.runner_config(config)  # "sft": every step supervised
+    config = config.model_copy(update={"training": trainer.prepare(config.training)})  # "sft": every step supervised
     # before anything is written or the model loads: bad data stops the run here
-    config, task, steps = apply_epochs(config, build_task(config))
+    task, steps = apply_epochs(config.training, build_task(config))
+    if steps.steps != config.training.max_steps:
+        config = config.replace_section("training", max_steps=steps.steps)
     if steps.limited_by == "num_epochs":
         log.info("%s: %s", run_name, steps.explanation)
     if resume_from is None:
@@ -119,8 +122,9 @@ def train_run(
     try:
         policy = policy or build_policy(config, throttle=throttle, run_name=run_name)
         parts = build_components(config, observer, policy=policy, advisor=advisor, task=task, throttle=throttle)
-        loop = _build_loop(trainer, config, parts, RunPlace(run_name, run_dir, condition_of(config)))
-        state = _restore(loop, checkpoint) if checkpoint else _fresh_state(config, parts)
+        loop = trainer.build_loop(config, parts, run_name=run_name, run_dir=run_dir, condition=condition_of(config))
+        trainer.check_loop(loop)
+        state = _restore(loop, checkpoint) if checkpoint else _fresh_state(config.training, parts.advisor)
         return loop.run(state)
     finally:
         observer.close()
@@ -130,12 +134,6 @@ def train_run(
 def _meta(config: RetrainConfig, run_name: str) -> dict[str, object]:
     return {"run_name": run_name, "condition": condition_of(config), "seed": config.training.seed,
             "config": redact(config.model_dump(mode="json"))}
-
-
-def _build_loop(trainer: TrainerSpec, config: RetrainConfig, parts: RunComponents, place: RunPlace) -> RunLoop:
-    if trainer.build_loop is None:
-        raise ValueError(f"trainer {trainer.name!r} has no loop of its own")
-    return trainer.build_loop(config, parts, place)
 
 
 def _train_external(runner: ExternalRunner, config: RetrainConfig, run_name: str, run_dir: Path,
@@ -173,9 +171,8 @@ def _check_run_dir(run_dir: Path) -> None:
                                  "directory, or move the file away")
 
 
-def _fresh_state(cfg: RetrainConfig, parts: RunComponents) -> TrainerState:
-    t = cfg.training
-    initial = getattr(parts.advisor, "initial_batch_size", None)
+def _fresh_state(t: TrainingSection, advisor: BackPressureAdvisor) -> TrainerState:
+    initial = getattr(advisor, "initial_batch_size", None)
     batch_size = initial(t.batch_size) if initial else t.batch_size
     return TrainerState(current_batch_size=batch_size, current_group_size=t.group_size,
                         tl_grpo_ema=t.tl_grpo_ema_init if t.tl_grpo else None)

@@ -1,11 +1,13 @@
-"""`[training] checkpoint_dir` (seed 001): checkpoints in a directory of their own, resumed automatically.
+"""Where a run resumes: its `[training] checkpoint_dir`, the same-run check of a directory of checkpoints, and
+the rewind past a torn metrics log (each in a section below).
 
+`[training] checkpoint_dir` (seed 001): checkpoints in a directory of their own, resumed automatically.
 The run writes `checkpoint_step_N/` and `final/` directly in `checkpoint_dir` (created if missing),
 each atomic and checksummed as under a run directory (run/resume/checkpoint.py), with a copy of the run's
 `run_meta.json` that names the run and its config. A run started with a `checkpoint_dir` that holds
 checkpoints resumes from the newest one that verifies, when they are of the same run (the run's
 name: its log directory's) and a config that matches in every setting that shapes the steps
-(run/resume/point.py: raising max_steps continues the run); another run's or config's checkpoints are an
+(the same-run check below: raising max_steps continues the run); another run's or config's checkpoints are an
 error (`ForeignRunDir`) and are never overwritten.
 """
 
@@ -48,11 +50,12 @@ def checkpoint_dir_resume(cfg: RetrainConfig, run_name: str) -> Path | None:
     return found
 
 
-# ---- Is a directory of checkpoints this run's? The run name and config its `run_meta.json` records. ----------
+# ----------------------------------------------------------------------------------------------------
+# Is a directory of checkpoints this run's? The run name and config its `run_meta.json` records.
 #
 # A run's checkpoints are resumed only by the same run with a config that matches in every setting that
 # shapes the steps: a campaign trial picking up its work directory (campaign/resume/own_checkpoint.py) and a run
-# started with a `[training] checkpoint_dir` that holds checkpoints already (run/resume/point.py).
+# started with a `[training] checkpoint_dir` that holds checkpoints already (above).
 # Settings that do not shape the steps (`[campaign]`, `[logging]`, `[resume]`, `[squeeze]`,
 # `training.max_steps`: raising it continues a run) may differ. Pure: no Ray, no torch.
 RUN_META = "run_meta.json"
@@ -114,7 +117,8 @@ def check_same_run(work_dir: Path, run_name: str, config: Mapping[str, object]) 
     check_meta(meta, meta_path, work_dir, run_name, config)
 
 
-# ---- Resuming after a torn metrics log: the checkpoint to continue from so every step is logged once. ----------
+# ----------------------------------------------------------------------------------------------------
+# Resuming after a torn metrics log: the checkpoint to continue from so every step is logged once.
 #
 # A torn `metrics.arrows` (a write cut off by a killed writer, a full disk or a power loss, after a
 # later checkpoint reached the disk) lost the rows after its last complete batch; resuming from a

@@ -2,7 +2,7 @@
 
 The problem is the first training example of the run's data (`[data]`; with `max_examples`, seed and
 order as any run loads them); the others are not used. Each step selects `batch_size` candidates from the
-archive (run/trainers/discover.py; at first only the empty one), asks for an improvement of each (the
+archive (the section at the end of this module; at first only the empty one), asks for an improvement of each (the
 problem's prompt, then the candidate to improve and up to `context_k` other good candidates with their
 rewards: the original's "discovery memory"), samples `group_size` completions per prompt, scores them
 against the problem's reference, archives them under the candidate they improve and trains on them with
@@ -24,6 +24,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, cast
@@ -36,6 +37,7 @@ from retrain_ray.run.types import RunOutcome
 
 if TYPE_CHECKING:
     from retrain_ray.config.schema import RetrainConfig
+    from retrain_ray.config.sections_core import TrainingSection
 
 ARCHIVE_FILE = "discover_archive.json"
 SUMMARY_FILE = "ttt_discover.json"
@@ -52,9 +54,8 @@ class DiscoverSettings:
     context_char_limit: int = 600
 
     @classmethod
-    def from_config(cls, cfg: RetrainConfig) -> DiscoverSettings:
-        params = cfg.algorithm.params
-        t = cfg.training
+    def from_config(cls, params: Mapping[str, object], t: TrainingSection) -> DiscoverSettings:
+        """From `[algorithm] params` and the batch shape of `[training]`."""
 
         def number(key: str, default: float) -> float:
             value = params.get(key, default)
@@ -102,7 +103,7 @@ class DiscoverLoop(RunLoop):
         parts.train_examples = [self.problem]
         super().__init__(cfg, parts, run_name=run_name, run_dir=run_dir, condition=condition)
         self.run_dir = run_dir
-        self.settings = DiscoverSettings.from_config(cfg)
+        self.settings = DiscoverSettings.from_config(cfg.algorithm.params, cfg.training)
         root = parts.reward.score_batch([""], [self.problem.reference])[0]
         self.archive = Archive(float(root), self.settings.archive_max_entries)
         self.step_metrics: dict[str, float] = {}
@@ -159,7 +160,8 @@ class DiscoverLoop(RunLoop):
         (self.run_dir / SUMMARY_FILE).write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
 
 
-# ---- TTT-Discover's archive: the candidate solutions of one problem, and which of them to improve next. ----------
+# ----------------------------------------------------------------------------------------------------
+# TTT-Discover's archive: the candidate solutions of one problem, and which of them to improve next.
 #
 # The root is the empty candidate (scored as the empty completion); every sampled completion becomes a
 # candidate whose parent is the candidate its prompt asked to improve. `select` ranks candidates by a PUCT

@@ -141,8 +141,9 @@ def run_plugin_runner(run: ExternalRun, rows: RowFeed) -> Path:
 
 
 # ---- the command ---------------------------------------------------------------------------------
-def config_json(cfg: RetrainConfig) -> dict[str, object]:
+def config_json(run: ExternalRun) -> dict[str, object]:
     """The original's flat fields (what its commands read) plus our sectioned config, secrets redacted."""
+    cfg = run.config
     view = OriginalConfigView(cfg)
     flat = {name: getattr(view, name) for name in FIELD_INDEX}
     return redact({**flat, "log_dir": cfg.logging.log_dir, "adapter_path": cfg.backend.adapter_path,
@@ -159,7 +160,7 @@ def command_line(run: ExternalRun, config_path: Path) -> str:
 def run_command(run: ExternalRun, rows: RowFeed) -> None:
     """Runs the command to its end, streaming its output and feeding its metrics rows as they appear."""
     config_path = run.log_dir / CONFIG_FILE
-    config_path.write_text(json.dumps(config_json(run.config), indent=2, default=str) + "\n", encoding="utf-8")
+    config_path.write_text(json.dumps(config_json(run), indent=2, default=str) + "\n", encoding="utf-8")
     command = command_line(run, config_path)
     log.info("%s: running trainer command: %s", run.run_name, command)
     env = {**os.environ, "RETRAIN_RAY_RUN_NAME": run.run_name, "RETRAIN_RAY_LOG_DIR": str(run.log_dir)}

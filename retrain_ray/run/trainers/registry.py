@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 
 from retrain_ray.config.names import is_dotted_path
 from retrain_ray.config.trainers import trainer_issues, trainer_warnings
-from retrain_ray.run.loop import RunComponents, RunLoop
+from retrain_ray.run.loop import RunLoop
 from retrain_ray.run.trainers.discover import DiscoverLoop
 from retrain_ray.run.trainers.external import ExternalRun, RowFeed, run_command_runner, run_plugin_runner
 
@@ -36,31 +36,29 @@ if TYPE_CHECKING:
     from retrain_ray.config.schema import RetrainConfig
     from retrain_ray.config.sections_core import TrainingSection
 
-LoopBuilder = Callable[["RetrainConfig", RunComponents, "RunPlace"], RunLoop]
-"""Builds the loop of an in-process trainer from the run's config, parts and place."""
 ExternalRunner = Callable[[ExternalRun, RowFeed], Path]
 """Runs a trainer outside the loop to its end; the adapter path it leaves (raises when it fails)."""
 
 
-@dataclass(frozen=True)
-class RunPlace:
-    """Where a run's loop writes and what its rows are labelled with."""
+def _as_configured(t: TrainingSection) -> TrainingSection:
+    return t
 
-    run_name: str
-    run_dir: Path
-    condition: str
+
+def _anything_goes(loop: RunLoop) -> None:
+    return None
 
 
 @dataclass(frozen=True)
 class TrainerSpec:
-    """One trainer: what runs it (`build_loop` in this process, or `run_outside` it), what it says it is, and
-    the config rules of `[training]` that the config layer checks for it."""
+    """One trainer: what runs it (the loop `build_loop` builds in this process, or `run_outside` it), what it
+    says it is, and the config rules of `[training]` that the config layer checks for it."""
 
     name: str
     summary: str  # what runs the run, in words (`retrain-ray explain`); `{command}` is `trainer_command`
-    build_loop: LoopBuilder | None = None
+    build_loop: type[RunLoop] = RunLoop  # the loop class of an in-process trainer
     run_outside: ExternalRunner | None = None
-    prepare: Callable[[TrainingSection], TrainingSection] | None = None  # the loop's settings for this trainer
+    prepare: Callable[[TrainingSection], TrainingSection] = _as_configured  # the `[training]` its loop runs
+    check_loop: Callable[[RunLoop], None] = _anything_goes  # refuses a loop with nothing to train on
     loads_plugin: bool = False  # the name is a dotted path to a runner class, imported at preflight
     issues: Callable[[RetrainConfig], list[ConfigIssue]] = trainer_issues
     warnings: Callable[[RetrainConfig], list[str]] = trainer_warnings
@@ -74,39 +72,24 @@ class TrainerSpec:
         """What runs the run, in words: `trainer` is the configured name (a plugin's dotted path)."""
         return f"{trainer}: {self.summary.format(command=command)}"
 
-    def runner_config(self, cfg: RetrainConfig) -> RetrainConfig:
-        """The config the trainer's loop runs (for "sft": every step a warm-start step without a probe)."""
-        if self.prepare is None:
-            return cfg
-        return cfg.model_copy(update={"training": self.prepare(cfg.training)})
-
-
-def _rl_loop(cfg: RetrainConfig, parts: RunComponents, place: RunPlace) -> RunLoop:
-    return RunLoop(cfg, parts, run_name=place.run_name, run_dir=place.run_dir, condition=place.condition)
-
-
-def _discover_loop(cfg: RetrainConfig, parts: RunComponents, place: RunPlace) -> RunLoop:
-    return DiscoverLoop(cfg, parts, run_name=place.run_name, run_dir=place.run_dir, condition=place.condition)
-
-
-def _sft_loop(cfg: RetrainConfig, parts: RunComponents, place: RunPlace) -> RunLoop:
-    loop = _rl_loop(cfg, parts, place)
-    if loop.warm_start.rows is None and parts.format_answer is None:
-        raise ValueError('trainer = "sft" has nothing to train on: set [training] sft_data_path to a JSONL file of '
-                         f"demonstrations (the data source {cfg.data.source!r} gives no reference answers to "
-                         "train on)")
-    return loop
-
 
 def _every_step_supervised(t: TrainingSection) -> TrainingSection:
+    """"sft": every step a warm-start step, without a probe."""
     return t.model_copy(update={"sft_warmup_steps": t.max_steps, "sft_target_correct_rate": 0.0})
 
 
+def _has_sft_targets(loop: RunLoop) -> None:
+    if loop.warm_start.rows is None and loop.parts.format_answer is None:
+        raise ValueError('trainer = "sft" has nothing to train on: set [training] sft_data_path to a JSONL file of '
+                         f"demonstrations (the data source {loop.cfg.data.source!r} gives no reference answers to "
+                         "train on)")
+
+
 TRAINERS: dict[str, TrainerSpec] = {spec.name: spec for spec in (
-    TrainerSpec("retrain", "the RL loop", build_loop=_rl_loop),
-    TrainerSpec("sft", "standalone SFT (every step supervised)", build_loop=_sft_loop,
-                prepare=_every_step_supervised),
-    TrainerSpec("ttt_discover", "TTT-Discover on the data's first example", build_loop=_discover_loop),
+    TrainerSpec("retrain", "the RL loop"),
+    TrainerSpec("sft", "standalone SFT (every step supervised)", prepare=_every_step_supervised,
+                check_loop=_has_sft_targets),
+    TrainerSpec("ttt_discover", "TTT-Discover on the data's first example", build_loop=DiscoverLoop),
     TrainerSpec("command", "{command}", run_outside=run_command_runner),
 )}
 PLUGIN_RUNNER = TrainerSpec("plugin", "plugin runner", run_outside=run_plugin_runner, loads_plugin=True)

@@ -1,7 +1,9 @@
-"""SFT warm start: the first `sft_warmup_steps` steps of a run train on the task's own answers.
+"""Supervised steps: the SFT warm start of an RL run, every step of `trainer = "sft"`, and the SFT files.
+
+SFT warm start: the first `sft_warmup_steps` steps of a run train on the task's own answers.
 
 Targets are built from the task (prompt + formatted answer + EOS) when no SFT file is given, and come
-from the file's demonstrations when `sft_data_path` names one (pinned and checked: `run.trainers.sft`); with
+from the file's demonstrations when `sft_data_path` names one (pinned and checked: the SFT files section below); with
 `sft_target_correct_rate` set, a probe samples held-out prompts as RL would and ends the warm start
 once their correct rate reaches the target. The step returns its row and the probe's verdict; the
 RunLoop applies the verdict to the run state.
@@ -183,7 +185,8 @@ class WarmStart:
         return prompt + target, len(prompt)
 
 
-# ---- SFT data files for the warm start (`[training] sft_data_path` and its pins), checked before any step. ----------
+# ----------------------------------------------------------------------------------------------------
+# SFT data files for the warm start (`[training] sft_data_path` and its pins), checked before any step.
 #
 # The file is JSONL, one demonstration per line: `{"messages": [{"role", "content"}, ...]}` (the original's
 # format: the last message is the assistant's target, the ones before it the prompt) or
