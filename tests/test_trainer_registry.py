@@ -3,8 +3,12 @@ accepts, and the flags and words its callers read instead of comparing names."""
 
 from __future__ import annotations
 
+import ast
+from pathlib import Path
+
 import pytest
 
+import retrain_ray
 from retrain_ray.config.names import TRAINERS as CONFIG_TRAINER_NAMES
 from retrain_ray.run.trainers.external import run_command_runner, run_plugin_runner
 from retrain_ray.run.trainers.registry import PLUGIN_RUNNER, TRAINERS, trainer_spec
@@ -48,3 +52,38 @@ def test_sft_runs_every_step_supervised(tmp_path):
     t = trainer_spec("sft").prepare(cfg.training)
     assert (t.sft_warmup_steps, t.sft_target_correct_rate) == (5, 0.0)
     assert trainer_spec("retrain").prepare(cfg.training) is cfg.training
+
+
+def _trainer_name_comparisons(source: str) -> list[int]:
+    """Lines where `trainer` / `x.trainer` is compared (==, !=, in, not in) with a string literal."""
+    def is_trainer(node: ast.expr) -> bool:
+        return (isinstance(node, ast.Attribute) and node.attr == "trainer") or \
+            (isinstance(node, ast.Name) and node.id == "trainer")
+
+    def is_text(node: ast.expr) -> bool:
+        if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+            return bool(node.elts) and all(is_text(e) for e in node.elts)
+        return isinstance(node, ast.Constant) and isinstance(node.value, str)
+
+    lines = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Compare):
+            sides = [node.left, *node.comparators]
+            if any(is_trainer(s) for s in sides) and any(is_text(s) for s in sides):
+                lines.append(node.lineno)
+    return lines
+
+
+def test_the_comparison_finder_sees_names_and_attributes():
+    source = 'if cfg.training.trainer == "sft": pass\nif trainer in ("a", "b"): pass\nif spec.trainer: pass\n'
+    assert _trainer_name_comparisons(source) == [1, 2]
+
+
+def test_no_module_of_run_compares_a_trainer_name_outside_the_registry():
+    run = Path(retrain_ray.__file__).parent / "run"
+    # run/preflight.py moves to checks/ (its runner_plugin_problems is to ask `trainer_spec(name).loads_plugin`)
+    pending = {run / "preflight.py"}
+    found = {str(p.relative_to(run)): lines for p in sorted(run.rglob("*.py"))
+             if p not in pending and p != run / "trainers" / "registry.py"
+             and (lines := _trainer_name_comparisons(p.read_text()))}
+    assert found == {}
