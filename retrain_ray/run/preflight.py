@@ -10,9 +10,9 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from retrain_ray.algorithms import preflight, resolve_modes
-from retrain_ray.plugins.loader import is_dotted_path, load_callable, load_object, use_search_paths
 from retrain_ray.models.hub import model_problem
 from retrain_ray.models.sentence_embedder import embedding_model_problem
+from retrain_ray.plugins.loader import is_dotted_path, load_callable, load_object, use_search_paths
 from retrain_ray.util.file_kinds import env_directory
 
 if TYPE_CHECKING:  # explain imports this module: keep torch out of it
@@ -29,7 +29,7 @@ class PreflightError(ValueError):
 
 
 def runs_externally(cfg: RetrainConfig) -> bool:
-    """A command or plugin runner trains the run (run/runners.py): it loads its own model and data."""
+    """A command or plugin runner trains the run (run/trainers/registry.py): it loads its own model and data."""
     # deferred: the config package loads pydantic, which importing this module does not need
     from retrain_ray.config.trainers import runs_externally as external
 
