@@ -65,7 +65,7 @@ bench: setup
 
 # The GPU check: the GPU-marked tests and the GPU benchmarks, figures in gpu-check.json; prints
 # "skipped: no CUDA device" and exits 0 without one. No setup step: a lent GPU machine has no network,
-# so it runs on that machine's own Python (see scripts/gpu_wheels.sh for the two wheels it needs there).
+# so it runs on that machine's own Python (see scripts/gpu_wheels.sh for the small wheels it needs there).
 gpu-check:
 	$(if $(wildcard $(PY)),$(PY),$(PYTHON)) benchmarks/gpu_check.py --out gpu-check.json
 

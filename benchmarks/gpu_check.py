@@ -25,6 +25,7 @@ import argparse
 import importlib.util
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -93,13 +94,23 @@ def _missing(*modules: str) -> str:
     return f"not installed here: {', '.join(absent)}" if absent else ""
 
 
+def gpu_test_files() -> list[str]:
+    """The test files that hold a GPU-marked test: only they are collected, so a GPU machine without Ray or
+    vLLM (they are too large to carry to a lent one) still runs the GPU tests that need neither."""
+    marked = re.compile(r"^(@pytest\.mark\.gpu\b|pytestmark = .*pytest\.mark\.gpu\b)", re.MULTILINE)
+    return sorted(str(p.relative_to(ROOT)) for p in (ROOT / "tests").rglob("test_*.py")
+                  if marked.search(p.read_text(encoding="utf-8")))
+
+
 def gpu_tests(timeout_s: float) -> Part:
     part = Part("tests")
-    if why := _missing("pytest", "ray"):
+    if why := _missing("pytest"):
         part.status, part.why = "skipped", why
         return part
-    output = _run(part, [sys.executable, "-m", "pytest", "-m", "gpu", "-q", "-p", "no:cacheprovider",
-                         "tests"], timeout_s)
+    files = gpu_test_files()
+    part.figures["files"] = files
+    output = _run(part, [sys.executable, "-m", "pytest", "-m", "gpu", "-q", "-p", "no:cacheprovider", "-rs",
+                         *files], timeout_s)
     summary = [line for line in output.splitlines() if " passed" in line or " failed" in line or "skipped" in line]
     part.figures["summary"] = summary[-1].strip("= ") if summary else ""
     return part
@@ -162,13 +173,40 @@ def _lora_step_worker(device: str, sizes: Sizes) -> dict[str, object]:
         if device == "cuda":
             torch.cuda.synchronize()
         step_s = time.perf_counter() - started
+        peak = torch.cuda.max_memory_allocated() / 2**30 if device == "cuda" else 0.0
+        n_params = sum(p.numel() for p in backend.model.parameters())
     sampled = sum(len(s.token_ids) for group in groups for s in group)
-    peak = torch.cuda.max_memory_allocated() / 2**30 if device == "cuda" else 0.0
-    return {"model": sizes.model, "dtype": sizes.dtype, "device": device,
+    matmul_flops = measured_matmul_flops(device, sizes.dtype)
+    sample_flops = 2 * n_params * sampled / sample_s  # one forward per new token (attention left out)
+    # LoRA: forward, backward through the activations (no base-weight gradients), and the forward again under
+    # gradient checkpointing (on for CUDA): 6 N T; 4 N T without it
+    train_flops = (6 if device == "cuda" else 4) * n_params * batch.num_tokens / step_s
+    return {"model": sizes.model, "dtype": sizes.dtype, "device": device, "parameters": n_params,
             "batch": f"{sizes.prompts} prompts x {sizes.samples} samples x {sizes.max_tokens} tokens",
             "sample_tokens_per_s": round(sampled / sample_s, 1), "train_step_s": round(step_s, 4),
             "train_tokens_per_s": round(batch.num_tokens / step_s, 1), "loss": float(result.loss),
-            "peak_gpu_memory_gib": round(peak, 2)}
+            "peak_gpu_memory_gib": round(peak, 2), "matmul_tflops": round(matmul_flops / 1e12, 3),
+            "sample_flops_utilization": round(sample_flops / matmul_flops, 4),
+            "train_flops_utilization": round(train_flops / matmul_flops, 4)}
+
+
+def measured_matmul_flops(device: str, dtype: str, size: int = 4096, repeats: int = 10) -> float:
+    """This device's dense matmul rate in the step's dtype (FLOP/s): the ceiling the utilization is against."""
+    import torch
+
+    kind = getattr(torch, dtype)
+    size = size if device == "cuda" else 512
+    a = torch.randn(size, size, device=device, dtype=kind)
+    b = torch.randn(size, size, device=device, dtype=kind)
+    a @ b  # warm-up
+    if device == "cuda":
+        torch.cuda.synchronize()
+    started = time.perf_counter()
+    for _ in range(repeats):
+        a @ b
+    if device == "cuda":
+        torch.cuda.synchronize()
+    return 2 * size**3 * repeats / (time.perf_counter() - started)
 
 
 def run_check(device: str, sizes: Sizes, budget_s: float, chosen: set[str]) -> list[Part]:

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Wheels the GPU check needs on a lent GPU machine that has PyTorch, transformers and PEFT but no
-# network: pydantic (the config models) and tomli-w, for that machine's Python 3.12 on x86-64. They go
+# network: pydantic and its helpers (the config models) and tomli-w, for that machine's Python 3.12 on x86-64. They go
 # to .whl/ (ignored by git); the device run carries .whl and installs them with --no-index. vLLM and Ray
 # are too large to carry, so there the check records their parts as skipped.
 set -euo pipefail

@@ -228,7 +228,7 @@ def _in_place_problems(run_dir: Path) -> list[str]:
     """Half-written files: a checkpoint in place that does not verify, a state file that is not JSON."""
     import json
 
-    from retrain_ray.run.checkpoint import CheckpointManager, verify_checkpoint
+    from retrain_ray.run.resume.checkpoint import CheckpointManager, verify_checkpoint
 
     problems = [f"{c.name}: {verify_checkpoint(c)}" for c in CheckpointManager(run_dir).candidates()
                 if verify_checkpoint(c)]

@@ -212,7 +212,7 @@ class _Tok:
 def _warm_start(**training):
     from retrain_ray.engines.types import SamplingParams
     from retrain_ray.run.loop import RunComponents
-    from retrain_ray.run.warm_start import WarmStart
+    from retrain_ray.run.trainers.sft import WarmStart
 
     cfg = RetrainConfig.model_validate({"training": {"seed": 3, "max_tokens": 64, **training}})
     examples = [Example(f"q{i}", str(i)) for i in range(6)]

@@ -13,7 +13,7 @@ from helpers import TINY_CPU, final_weights, write_config
 
 from retrain_ray.config import load_config
 from retrain_ray.logs import read_stream
-from retrain_ray.run.env_workers import EnvPool
+from retrain_ray.run.multiturn import EnvPool
 from retrain_ray.run.train import train_run
 
 ENV = {"provider": "builtin", "id": "digit_chain", "args": {"num_examples": 16, "num_eval": 4}}

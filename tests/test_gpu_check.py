@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import subprocess
 import sys
@@ -37,7 +38,23 @@ def test_cpu_smoke_runs_the_lora_step_part_and_records_its_figures(tmp_path):
     assert step["status"] == "passed", step["why"]
     assert step["figures"]["sample_tokens_per_s"] > 0 and step["figures"]["train_step_s"] > 0
     assert step["figures"]["batch"] == "2 prompts x 2 samples x 4 tokens"
-    assert parts["packing"]["status"] in {"skipped", "passed"}
+    installed = all(importlib.util.find_spec(m) is not None for m in ("vllm", "ray"))
+    packing = parts["packing"]
+    assert packing["status"] == ("passed" if installed else "skipped"), packing["why"]
+    if not installed:
+        assert packing["why"].startswith("not installed here: ")
+
+
+def test_the_gpu_tests_part_collects_only_files_holding_gpu_tests():
+    sys.path.insert(0, str(CHECK.parent))
+    try:
+        import gpu_check
+    finally:
+        sys.path.remove(str(CHECK.parent))
+    files = gpu_check.gpu_test_files()
+    assert "tests/test_local_backend.py" in files
+    assert all("@pytest.mark.gpu" in (ROOT / f).read_text() for f in files)
+    assert "tests/test_gpu_check.py" not in files
 
 
 def test_an_unknown_part_is_refused_with_the_names(tmp_path):

@@ -16,7 +16,7 @@ from safetensors.torch import save_file
 
 from retrain_ray.cli import main as cli_main
 from retrain_ray.rewards.custom import CustomReward, RewardFunctionError, RewardTimeoutError
-from retrain_ray.run.checkpoint import CheckpointManager, resolve_resume_dir, verify_checkpoint
+from retrain_ray.run.resume.checkpoint import CheckpointManager, resolve_resume_dir, verify_checkpoint
 from retrain_ray.run.state import TrainerState
 from retrain_ray.util.finite import NonFiniteError, check_rewards, nonfinite_tensors
 
@@ -86,7 +86,7 @@ def test_resume_skips_a_checkpoint_with_nonfinite_weights_and_valid_checksums(tm
                  lambda d: save_file({"w": torch.ones(2)}, str(d / "model.safetensors")))
     poisoned = tmp_path / "checkpoints" / "checkpoint_step_2"
     _nan_payload(poisoned)  # as a save before this guard existed: NaN weights, checksums re-signed
-    from retrain_ray.run.checkpoint import CHECKSUMS, _file_checksums
+    from retrain_ray.run.resume.checkpoint import CHECKSUMS, _file_checksums
 
     (poisoned / CHECKSUMS).write_text(json.dumps(_file_checksums(poisoned)))
     assert nonfinite_tensors(poisoned) == ["model.safetensors:w"]

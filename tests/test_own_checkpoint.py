@@ -22,7 +22,7 @@ from retrain_ray.campaign.resume.own_checkpoint import (
 from retrain_ray.config import load_config
 from retrain_ray.logs import write_run_meta
 from retrain_ray.logs.stream import logged_through
-from retrain_ray.run.checkpoint import CheckpointManager
+from retrain_ray.run.resume.checkpoint import CheckpointManager
 from retrain_ray.run.state import TrainerState
 from retrain_ray.util.secrets import redact
 

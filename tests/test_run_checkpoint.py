@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from retrain_ray.run.checkpoint import (
+from retrain_ray.run.resume.checkpoint import (
     CheckpointManager,
     load_state,
     resolve_resume_dir,

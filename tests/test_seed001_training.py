@@ -126,7 +126,7 @@ def test_production_pattern_resumes_from_its_checkpoint_dir_and_logs_the_warmup(
 
 
 def test_another_configs_checkpoints_are_refused(tmp_path, monkeypatch):
-    from retrain_ray.run.same_run import ForeignRunDir
+    from retrain_ray.run.resume.point import ForeignRunDir
     from retrain_ray.run.train import train_run
 
     monkeypatch.chdir(tmp_path)

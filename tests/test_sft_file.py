@@ -13,8 +13,8 @@ from helpers import TINY_RUN, write_config
 
 from retrain_ray.config import load_config
 from retrain_ray.logs import read_stream
-from retrain_ray.run.sft_file import bucketed_order, load_sft_file, tokenize_row
 from retrain_ray.run.train import train_run
+from retrain_ray.run.trainers.sft import bucketed_order, load_sft_file, tokenize_row
 
 ROWS = [
     {"prompt": "12+3=", "completion": "1"},

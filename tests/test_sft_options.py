@@ -11,7 +11,7 @@ from retrain_ray.backends.types import TrainBatch
 from retrain_ray.config import ConfigError, RetrainConfig
 from retrain_ray.config.build import build_config
 from retrain_ray.data.types import Example
-from retrain_ray.run.sft_file import SFTRow
+from retrain_ray.run.trainers.sft import SFTRow
 
 
 class _Tok:
@@ -24,7 +24,7 @@ class _Tok:
 def _warm_start(examples, **training):
     from retrain_ray.engines.types import SamplingParams
     from retrain_ray.run.loop import RunComponents
-    from retrain_ray.run.warm_start import WarmStart
+    from retrain_ray.run.trainers.sft import WarmStart
 
     cfg = RetrainConfig.model_validate({"training": {"seed": 3, "max_tokens": 64, **training}})
     parts = RunComponents(None, None, _Tok(), None, examples, [], str, None, None, False, None, None)
@@ -59,7 +59,7 @@ def test_sft_values_are_checked():
 
 
 def test_the_warm_start_batch_carries_the_loss():
-    from retrain_ray.run.warm_start import sft_loss
+    from retrain_ray.run.trainers.sft import sft_loss
 
     assert [sft_loss(v) for v in ("auto", "cross_entropy", "importance_sampling")] == \
         ["cross_entropy", "cross_entropy", "importance_sampling"]

@@ -13,9 +13,9 @@ from helpers import TINY_RUN, wait_for, write_config
 
 from retrain_ray.config import ConfigError, load_config
 from retrain_ray.logs import RunObserver, read_stream
-from retrain_ray.run.discover import ARCHIVE_FILE, SUMMARY_FILE
-from retrain_ray.run.external import MissingPolicyError, TrainerCommandError
 from retrain_ray.run.train import train_run
+from retrain_ray.run.trainers.discover import ARCHIVE_FILE, SUMMARY_FILE
+from retrain_ray.run.trainers.external import MissingPolicyError, TrainerCommandError
 
 SCRIPT = """
 import json, sys

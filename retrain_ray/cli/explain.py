@@ -129,7 +129,7 @@ def describe_run(cfg: RetrainConfig) -> dict[str, Any]:
 
 
 def trainer_text(trainer: str, command: str) -> str:
-    """What runs the run, in words (`[training] trainer`: run/runners.py)."""
+    """What runs the run, in words (`[training] trainer`: run/trainers/registry.py)."""
     known = {"retrain": "the RL loop", "sft": "standalone SFT (every step supervised)",
              "ttt_discover": "TTT-Discover on the data's first example"}
     if trainer == "command":

@@ -33,7 +33,7 @@ def resume_check_main(argv: list[str]) -> int:
         return 2
     # deferred: loads pydantic, which importing this module does not need
     from retrain_ray.config import ConfigError
-    from retrain_ray.run.resume_check import check_resume
+    from retrain_ray.run.resume.check import check_resume
 
     try:
         report = check_resume(Path(args.run_dir), args.config)

@@ -59,7 +59,7 @@ class ProgressObserver(RunObserver):
             reward, correct = row.get("mean_reward"), row.get("correct_rate")
             if isinstance(reward, (int, float)) and isinstance(correct, (int, float)):
                 self.rewards.append((step, float(reward), float(correct)))
-            # an external runner's rows (run/external.py) may lack any of these
+            # an external runner's rows (run/trainers/external.py) may lack any of these
             status = (f"reward {_shown(row, 'mean_reward', '.3f')}  correct {_shown(row, 'correct_rate', '.2f')}  "
                       f"{_shown(row, 'tokens_per_second', '.0f')} tok/s")
         if self._lines is not None:

@@ -96,7 +96,7 @@ def _prepare_run_dir(run_dir: Path, *, resume: str | None, overwrite: bool) -> N
         return
     if not overwrite:
         # deferred: loads torch, which importing this module does not need
-        from retrain_ray.run.checkpoint import has_complete_checkpoint
+        from retrain_ray.run.resume.checkpoint import has_complete_checkpoint
 
         advice = f"Continue it with --resume {run_dir}, replace" if has_complete_checkpoint(run_dir) else \
             "It has no complete checkpoint (the first save was interrupted), so it cannot be resumed: replace"
@@ -148,10 +148,10 @@ def _train_locked(cfg: RetrainConfig, args: argparse.Namespace, run_dir: Path) -
             return 2
     _prepare_run_dir(run_dir, resume=resume, overwrite=args.overwrite)
     # deferred: loads torch, which importing this module does not need
-    from retrain_ray.run.checkpoint import load_state, resolve_resume_dir
     from retrain_ray.run.epochs import plan_from_config
-    from retrain_ray.run.external import ExternalRunnerError
+    from retrain_ray.run.resume.checkpoint import load_state, resolve_resume_dir
     from retrain_ray.run.train import condition_of, train_run
+    from retrain_ray.run.trainers.external import ExternalRunnerError
     from retrain_ray.trackers import RunIdentity, build_trackers
 
     first = 0
@@ -189,7 +189,7 @@ def _train_locked(cfg: RetrainConfig, args: argparse.Namespace, run_dir: Path) -
 def _checkpoint_dir_resume(cfg: RetrainConfig, run_name: str) -> str | None:
     """`[training] checkpoint_dir` holding this run's checkpoints: the newest verified one, said aloud."""
     # deferred: loads torch, which importing this module does not need
-    from retrain_ray.run.checkpoint_dir import checkpoint_dir_resume
+    from retrain_ray.run.resume.point import checkpoint_dir_resume
 
     found = checkpoint_dir_resume(cfg, run_name)
     if found is None:
@@ -230,8 +230,8 @@ def continue_command(argv: list[str], run_dir: Path | None) -> str:
 def _interrupted(cfg: RetrainConfig, argv: list[str], run_dir: Path, stops: Stops) -> int:
     """Where an interrupted run stopped and the exact command that continues it; exit 130 (143 on SIGTERM)."""
     # deferred: loads torch, which importing this module does not need
-    from retrain_ray.run.checkpoint import CheckpointManager, load_state
-    from retrain_ray.run.checkpoint_dir import checkpoint_root
+    from retrain_ray.run.resume.checkpoint import CheckpointManager, load_state
+    from retrain_ray.run.resume.point import checkpoint_root
 
     logged = _last_logged_step(run_dir)
     rows = f"its last logged step is {logged}" if logged is not None else "it logged no step"

@@ -53,9 +53,9 @@ ECHO_LOSS_FNS = frozenset({"cross_entropy"})
 installable release, 0.3.0, has no ECHO at all."""
 SEPA_SCHEDULES = frozenset({"linear", "auto"})
 TRAINERS = frozenset({"retrain", "sft", "ttt_discover", "command"})
-"""`[training] trainer`: what runs a run (run/runners.py); a dotted path names a plugin runner class."""
+"""`[training] trainer`: what runs a run (run/trainers/registry.py); a dotted path names a plugin runner class."""
 SFT_LOSS_FNS = frozenset({"auto", "cross_entropy", "importance_sampling"})
-"""`auto` is cross_entropy (run/warm_start.py: sft_loss)."""
+"""`auto` is cross_entropy (run/trainers/sft.py: sft_loss)."""
 SFT_BATCH_ORDERS = frozenset({"shuffle", "sequential", "length_asc"})
 
 

@@ -1,4 +1,4 @@
-"""`[training] trainer` and `trainer_command`, checked at load time (what each runner does: run/runners.py).
+"""`[training] trainer` and `trainer_command`, checked at load time (what each runner does: run/trainers/registry.py).
 
 * `trainer` is one of `TRAINERS` ("retrain", "sft", "ttt_discover", "command") or a dotted plugin path;
 * `trainer = "command"` needs a `trainer_command`, and its template may name only `COMMAND_PLACEHOLDERS`
@@ -25,7 +25,10 @@ ENTROPIC_MODES = frozenset({"discover_entropic", "ttt_discover_entropic"})
 
 
 def runs_externally(trainer: str) -> bool:
-    """True for runners that train outside this process's loop: the command runner and plugin runners."""
+    """True for runners that train outside this process's loop: the command runner and plugin runners.
+
+    Kept for run/preflight.py until it asks the trainer registry (`trainer_spec(name).runs_outside_loop`,
+    run/trainers/registry.py), which the config layer may not import."""
     return trainer == "command" or (trainer not in TRAINERS and is_dotted_path(trainer))
 
 

@@ -76,7 +76,7 @@ class RunResult:
         if self.path is None:
             return None
         # deferred: loads torch, which importing this module does not need
-        from retrain_ray.run.checkpoint import CheckpointManager
+        from retrain_ray.run.resume.checkpoint import CheckpointManager
 
         latest = CheckpointManager(self.path / "work").latest_valid()
         if latest is None:

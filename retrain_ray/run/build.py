@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -19,6 +21,8 @@ from retrain_ray.backpressure.advisor import LocalAdvisor
 from retrain_ray.backpressure.types import BackPressureAdvisor, NoOpAdvisor
 from retrain_ray.compat import provide_original_names
 from retrain_ray.config.components import backend_spec, engine_spec
+from retrain_ray.data.files import row_origin
+from retrain_ray.data.fit import ContextLimit, fit_prompts
 from retrain_ray.data.loading import load_examples_from_config
 from retrain_ray.data.types import TaskData
 from retrain_ray.environments.types import Environment
@@ -28,12 +32,14 @@ from retrain_ray.rewards import build_reward_from_config
 from retrain_ray.rewards.types import Reward
 from retrain_ray.run.loop import RunComponents
 from retrain_ray.run.plugin_modes import resolve_modes
-from retrain_ray.run.prompt_fit import fit_task
 from retrain_ray.run.rollout import PlanningDetector
 from retrain_ray.run.types import RunObserver
 
 if TYPE_CHECKING:
     from retrain_ray.config.schema import RetrainConfig
+    from retrain_ray.config.sections_aux import DataSection, EnvironmentSection, PlanningSection
+    from retrain_ray.config.sections_core import BackendSection, ModelSection, SepaSection
+    from retrain_ray.models.context import PromptCodec
     from retrain_ray.throttle.types import Throttle
 
 log = logging.getLogger(__name__)
@@ -51,9 +57,10 @@ def resolve_device(devices: str) -> str:
 
 
 def build_task(cfg: RetrainConfig) -> TaskData:
-    """The run's examples, every prompt checked against the model's context (run/prompt_fit.py): call it
+    """The run's examples, every prompt checked against the model's context (run/build.py): call it
     before `build_policy`, so that a prompt the model cannot take is refused before the model loads."""
-    return fit_task(cfg, _load_task(cfg))
+    return fit_task(_load_task(cfg), model=cfg.model, data=cfg.data, backend=cfg.backend,
+                    max_tokens=cfg.training.max_tokens)
 
 
 def _load_task(cfg: RetrainConfig) -> TaskData:
@@ -86,10 +93,9 @@ def build_reward(cfg: RetrainConfig, throttle: Throttle | None = None) -> Reward
     return build_reward_from_config(cfg, throttle)
 
 
-def build_sepa(cfg: RetrainConfig, uses_sepa: bool) -> SEPAController | None:
+def build_sepa(s: SepaSection, uses_sepa: bool) -> SEPAController | None:
     if not uses_sepa:
         return None
-    s = cfg.sepa
     return SEPAController(
         sepa_steps=s.steps, sepa_schedule=s.schedule, sepa_delay_steps=s.delay_steps,
         sepa_correct_rate_gate=s.correct_rate_gate,
@@ -102,7 +108,7 @@ def build_planning(cfg: RetrainConfig, needs_planning: bool) -> PlanningDetector
     if not needs_planning or detector in ("none", ""):
         return None
     if detector == "semantic":
-        return build_semantic_detector(cfg)
+        return build_semantic_detector(cfg.planning, cfg.logging.strategic_grams)
     if detector != "regex":
         # deferred: loads pydantic, which importing this module does not need
         from retrain_ray.run.plugins import create_detector
@@ -111,16 +117,11 @@ def build_planning(cfg: RetrainConfig, needs_planning: bool) -> PlanningDetector
     return RegexPlanningDetector.from_grams_text(cfg.logging.strategic_grams)
 
 
-def build_semantic_detector(cfg: RetrainConfig) -> SemanticPlanningDetector:
+def build_semantic_detector(planning: PlanningSection, strategic_grams: str) -> SemanticPlanningDetector:
     """The embedding detector: `[planning] model` and `threshold`; the strategic grams anchor planning."""
-    plan_phrases = [*parse_strategic_grams(cfg.logging.strategic_grams), *PLANNING_SENTENCES]
-    return SemanticPlanningDetector(load_embedder(cfg.planning.model), threshold=cfg.planning.threshold,
+    plan_phrases = [*parse_strategic_grams(strategic_grams), *PLANNING_SENTENCES]
+    return SemanticPlanningDetector(load_embedder(planning.model), threshold=planning.threshold,
                                     plan_phrases=plan_phrases)
-
-
-def build_advisor(cfg: RetrainConfig) -> BackPressureAdvisor:
-    """In-process USL control when `[backpressure] enabled`; otherwise the original's no-op defaults."""
-    return LocalAdvisor.from_config(cfg) if cfg.backpressure.enabled else NoOpAdvisor()
 
 
 def build_policy(
@@ -196,20 +197,74 @@ def build_components(
         train_examples=list(task.train),
         eval_examples=list(task.eval),
         format_answer=task.format_answer,
-        sepa=build_sepa(cfg, modes.uses_sepa_controller),
+        sepa=build_sepa(cfg.sepa, modes.uses_sepa_controller),
         detect_planning=build_planning(cfg, modes.needs_planning),
         needs_planning=modes.needs_planning,
-        advisor=advisor or build_advisor(cfg),
+        # in-process USL control when `[backpressure] enabled`; otherwise the original's no-op defaults
+        advisor=advisor or (LocalAdvisor.from_config(cfg) if cfg.backpressure.enabled else NoOpAdvisor()),
         observer=observer,
-        environment=build_environment(cfg),
+        environment=build_environment(cfg.environment),
     )
 
 
-def build_environment(cfg: RetrainConfig) -> Environment | None:
+def build_environment(env: EnvironmentSection) -> Environment | None:
     """The run's `[environment]` (None: single-turn prompts from `[data]`)."""
-    if not cfg.environment.provider:
+    if not env.provider:
         return None
     # deferred: an environment's package (verifiers) loads only for runs that use one
     from retrain_ray.environments import load_environment
 
-    return load_environment(cfg.environment)
+    return load_environment(env)
+
+
+# ---- prompts against the model's context ---------------------------------------------------------------
+# A run's examples against its model's context (data/fit.py), from the config: the context read from the
+# model folder's config.json and the tokenizer (cheap), never the model itself, so an over-long prompt is
+# refused before any model memory is taken.
+#
+# Skipped, with a log line, where the context is not known here: a remote training API (`tinker`) or a
+# plugin backend, which hold the model elsewhere, and a model folder whose config.json names no context.
+
+
+def _codec_and_context(m: ModelSection, remote_code: bool) -> tuple[PromptCodec, int] | None:
+    # deferred: loads torch and the tokenizer's library, which importing this module does not need
+    from retrain_ray.models.context import PromptCodec, context_length
+    from retrain_ray.models.light_tokenizer import LightTokenizer
+    from retrain_ray.models.loading import load_tokenizer, resolve_model_path
+    from retrain_ray.models.names import lean_applies
+
+    folder = resolve_model_path(m.model, revision=m.revision, local_files_only=bool(m.local_files_only))
+    context = context_length(folder)
+    if context is None:
+        log.info("model %r: its config.json names no context length; prompt lengths are not checked", m.model)
+        return None
+    tokenizer = LightTokenizer.from_folder(folder) if lean_applies(m.model, trust_remote_code=remote_code) else \
+        load_tokenizer(folder, trust_remote_code=remote_code)
+    return PromptCodec(tokenizer), context
+
+
+def _origin(data: DataSection, split: str) -> Callable[[int], str]:
+    if data.source == "file":
+        path = data.path if split == "train" else data.eval_path
+        return lambda i: row_origin(path, i)
+    what = f"[data] source {data.source!r}" + (f", task {data.task!r}" if data.source == "builtin" else "")
+    return lambda i: f"{what}, {split} example {i}"
+
+
+def fit_task(task: TaskData, *, model: ModelSection, data: DataSection, backend: BackendSection,
+             max_tokens: int) -> TaskData:
+    """`task` with every prompt checked against the model's context (data/fit.py) and `max_tokens` of
+    completion; raises PromptTooLongError naming the rows, or truncates them when `[data] truncate_prompts`."""
+    if not backend_spec(backend.backend).trains_locally:  # tinker, prime_rl, or a plugin backend
+        log.info("backend %r holds the model elsewhere: prompt lengths are not checked against its context",
+                 backend.backend)
+        return task
+    found = _codec_and_context(model, bool(backend.options.get("trust_remote_code")))
+    if found is None:
+        return task
+    codec, context = found
+    limit = ContextLimit(context=context, max_tokens=max_tokens, model=model.model)
+    truncate = data.truncate_prompts
+    train = fit_prompts(task.train, limit=limit, codec=codec, truncate=truncate, origin=_origin(data, "train"))
+    evals = fit_prompts(task.eval, limit=limit, codec=codec, truncate=truncate, origin=_origin(data, "eval"))
+    return replace(task, train=train, eval=evals)

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 if TYPE_CHECKING:
     from retrain_ray.config.schema import RetrainConfig
+    from retrain_ray.config.sections_core import TrainingSection
     from retrain_ray.data.types import TaskData
 
 T = TypeVar("T")
@@ -52,16 +53,13 @@ def plan_steps(max_steps: int, num_epochs: int, num_examples: int, batch_size: i
     return StepPlan(max_steps, "max_steps", f"max_steps = {max_steps} (no more than {epochs})")
 
 
-def apply_epochs(cfg: RetrainConfig, task: TaskData) -> tuple[RetrainConfig, TaskData, StepPlan]:
-    """The config with its step count, and the task in epoch order, for `num_epochs` > 0."""
-    t = cfg.training
+def apply_epochs(t: TrainingSection, task: TaskData) -> tuple[TaskData, StepPlan]:
+    """The task in epoch order, for `num_epochs` > 0, and the run's step count (`plan.steps`: the run's
+    `max_steps` from then on)."""
     plan = plan_steps(t.max_steps, t.num_epochs, len(task.train), t.batch_size)
     if t.num_epochs <= 0:
-        return cfg, task, plan
-    task = dataclasses.replace(task, train=epoch_order(task.train, t.num_epochs, max(t.seed, 0)))
-    if plan.steps != t.max_steps:
-        cfg = cfg.replace_section("training", max_steps=plan.steps)
-    return cfg, task, plan
+        return task, plan
+    return dataclasses.replace(task, train=epoch_order(task.train, t.num_epochs, max(t.seed, 0))), plan
 
 
 def plan_from_config(cfg: RetrainConfig) -> StepPlan | None:

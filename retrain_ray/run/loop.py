@@ -33,18 +33,18 @@ from retrain_ray.engines.types import SampleResult, SamplingEngine, SamplingPara
 from retrain_ray.environments.types import Environment
 from retrain_ray.logs.generations import TopSurprisal, select_generation_samples, top_surprisal_tokens
 from retrain_ray.rewards.types import Reward
-from retrain_ray.run.checkpoint import CheckpointManager
 from retrain_ray.run.credit import CreditSettings, assign_credit, logical_batch_sha256
 from retrain_ray.run.divergence import DivergenceError, DivergenceWatch, stop_message
 from retrain_ray.run.lr_schedule import LRSchedule
 from retrain_ray.run.multiturn import Branching, multiturn_rollout
 from retrain_ray.run.optimizer_batch import (
     Capture,
+    CaptureSettings,
     OptimizerBatchError,
     load_replay,
-    one_step_only,
     write_capture,
 )
+from retrain_ray.run.resume.checkpoint import CheckpointManager
 from retrain_ray.run.rollout import (
     EndpointCounters,
     Group,
@@ -56,11 +56,10 @@ from retrain_ray.run.rollout import (
     rollout,
     rollout_metrics,
 )
-from retrain_ray.run.rows import RowIdentity, StepRecord, build_row, eval_row
+from retrain_ray.run.rows import RowIdentity, StepRecord, build_row, eval_row, timed
 from retrain_ray.run.state import TrainerState, capture_rng_state, correct_rate, engine_generators
-from retrain_ray.run.timing import timed
+from retrain_ray.run.trainers.sft import WarmStart, WarmStartStep
 from retrain_ray.run.types import MetricsRow, RunObserver, RunOutcome
-from retrain_ray.run.warm_start import WarmStart, WarmStartStep
 
 if TYPE_CHECKING:
     from retrain_ray.config.schema import RetrainConfig
@@ -128,14 +127,15 @@ class RunLoop:
         self.divergence = DivergenceWatch(t.divergence_factor)
         self.schedule = LRSchedule.from_training(t)
         self.run_dir = run_dir
-        self.replay: Capture | None = load_replay(cfg)  # `[optimizer_batch] replay_path`: the batch to train on
+        self.capture_settings = CaptureSettings.of(cfg)
+        self.replay: Capture | None = load_replay(self.capture_settings)  # `[optimizer_batch] replay_path`: the batch to train on
 
     # ---- the run ---------------------------------------------------------------------------
     def run(self, state: TrainerState) -> RunOutcome:
         last_row: dict[str, object] = {}
         max_steps = self.cfg.training.max_steps
         first_step_at = None
-        if one_step_only(self.cfg):  # `[optimizer_batch]`: exactly the one step after the checkpoint
+        if self.capture_settings.one_step_only:  # `[optimizer_batch]`: exactly the one step after the checkpoint
             max_steps = state.next_step + 1
         for step in range(state.next_step, max_steps):
             started = time.perf_counter()
@@ -227,7 +227,7 @@ class RunLoop:
             raise OptimizerBatchError(f"optimizer_batch.capture: step {step} has no batch to capture (every group's "
                                       "rewards tied). Fix: capture from another checkpoint or with a larger "
                                       "[training] group_size")
-        return write_capture(self.cfg, self.run_dir, batch, step=step, lr=metrics["lr"], metrics=metrics)
+        return write_capture(self.capture_settings, self.run_dir, batch, step=step, lr=metrics["lr"], metrics=metrics)
 
     def replay_step(self, step: int, state: TrainerState, capture: Capture) -> RLStep:
         """`[optimizer_batch] replay_path`: the captured batch's optimizer step, instead of sampling."""
@@ -436,3 +436,4 @@ class RunLoop:
     def read_payload(self, directory: Path) -> None:
         """Loads what `write_payload` wrote into checkpoint `directory`."""
         self.parts.backend.load_checkpoint(directory)
+

@@ -32,6 +32,7 @@ from retrain_ray.util.secrets import redact
 
 if TYPE_CHECKING:
     from retrain_ray.config.schema import RetrainConfig
+    from retrain_ray.config.sections_aux import OptimizerBatchSection
 
 log = logging.getLogger(__name__)
 
@@ -48,22 +49,36 @@ class OptimizerBatchError(ValueError):
     """A capture that cannot be replayed (or a capture that does not match its pin), naming the key and fix."""
 
 
-def one_step_only(cfg: RetrainConfig) -> bool:
-    """Whether the run captures or replays (it then runs exactly one step)."""
-    return cfg.optimizer_batch.capture or bool(cfg.optimizer_batch.replay_path)
+@dataclass(frozen=True)
+class CaptureSettings:
+    """What capture and replay read of a run, built once (`of`): its `[optimizer_batch]`, the checkpoint it starts
+    from (`[resume] from`) and its config as a manifest records it (secrets redacted)."""
+
+    section: OptimizerBatchSection
+    resume_from: str
+    config: dict[str, object]
+
+    @classmethod
+    def of(cls, cfg: RetrainConfig) -> CaptureSettings:
+        return cls(cfg.optimizer_batch, cfg.resume.from_, redact(cfg.model_dump(mode="json", by_alias=True)))
+
+    @property
+    def one_step_only(self) -> bool:
+        """Whether the run captures or replays (it then runs exactly one step)."""
+        return self.section.capture or bool(self.section.replay_path)
 
 
 def _sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def start_point(cfg: RetrainConfig) -> dict[str, object]:
+def start_point(resume_from: str) -> dict[str, object]:
     """The checkpoint the run starts from (`[resume] from`): the step after it and the sha256 of its checksum
     file, which names every file of the checkpoint with its own sha256 (weights, optimizer, trainer state)."""
     # deferred: the checkpoint module loads torch, which the CLI's import of this module's error does not need
-    from retrain_ray.run.checkpoint import CHECKSUMS, load_state, resolve_resume_dir
+    from retrain_ray.run.resume.checkpoint import CHECKSUMS, load_state, resolve_resume_dir
 
-    checkpoint = resolve_resume_dir(Path(cfg.resume.from_).expanduser())
+    checkpoint = resolve_resume_dir(Path(resume_from).expanduser())
     return {"next_step": load_state(checkpoint).next_step, "checksums_sha256": _sha256((checkpoint / CHECKSUMS).read_bytes())}
 
 
@@ -85,11 +100,6 @@ def _flat(config: dict[str, object]) -> dict[str, object]:
         else:
             out[section] = table
     return out
-
-
-def config_json(cfg: RetrainConfig) -> dict[str, object]:
-    """The config as the manifest records it (secrets redacted)."""
-    return redact(cfg.model_dump(mode="json", by_alias=True))
 
 
 def config_differences(captured: dict[str, object], current: dict[str, object]) -> dict[str, tuple[object, object]]:
@@ -145,7 +155,12 @@ def read_capture(path: Path) -> Capture:
 
 def replay_problems(cfg: RetrainConfig) -> list[str]:
     """Every reason the configured replay cannot run (empty when it can, or when the run replays nothing)."""
-    ob = cfg.optimizer_batch
+    return settings_replay_problems(CaptureSettings.of(cfg))
+
+
+def settings_replay_problems(settings: CaptureSettings) -> list[str]:
+    """`replay_problems` of the settings a run built once."""
+    ob = settings.section
     if not ob.replay_path:
         return []
     try:
@@ -154,8 +169,9 @@ def replay_problems(cfg: RetrainConfig) -> list[str]:
         return [str(exc)]
     problems = pin_problems(str(capture.manifest["logical_sha256"]), capture.manifest_sha256,
                             ob.expected_logical_sha256, ob.expected_manifest_sha256)
-    problems += _start_problems(cfg, capture.manifest)
-    for key, (then, now) in config_differences(cast("dict[str, object]", capture.manifest["config"]), config_json(cfg)).items():
+    problems += _start_problems(settings, capture.manifest)
+    for key, (then, now) in config_differences(cast("dict[str, object]", capture.manifest["config"]),
+                                               settings.config).items():
         if not _allowed(key, ob.allow_config_differences):
             problems.append(f"{_KEY}.allow_config_differences: the config differs from the capture's at {key} "
                             f"(captured {then!r}, here {now!r}). Fix: set {key} = {then!r}, or list {key!r} in "
@@ -163,19 +179,20 @@ def replay_problems(cfg: RetrainConfig) -> list[str]:
     return problems
 
 
-def _start_problems(cfg: RetrainConfig, manifest: dict[str, object]) -> list[str]:
+def _start_problems(settings: CaptureSettings, manifest: dict[str, object]) -> list[str]:
     """The replay must start where the capture did: the same step, and the same checkpoint unless allowed."""
+    resume_from = settings.resume_from
     try:
-        here = start_point(cfg)
+        here = start_point(resume_from)
     except FileNotFoundError as exc:
-        return [f"resume.from = {cfg.resume.from_!r}: {exc}"]
+        return [f"resume.from = {resume_from!r}: {exc}"]
     then = cast("dict[str, object]", manifest.get("start", {}))
     if here["next_step"] != then.get("next_step"):
-        return [f"resume.from = {cfg.resume.from_!r}: resumes at step {here['next_step']}, but the capture is of step "
+        return [f"resume.from = {resume_from!r}: resumes at step {here['next_step']}, but the capture is of step "
                 f"{then.get('next_step')}. Fix: resume from the checkpoint the capture run resumed from"]
-    if here["checksums_sha256"] != then.get("checksums_sha256") and not _allowed("resume.from",
-                                                                                  cfg.optimizer_batch.allow_config_differences):
-        return [f"resume.from = {cfg.resume.from_!r}: this checkpoint's files differ from those the capture started "
+    if here["checksums_sha256"] != then.get("checksums_sha256") and not _allowed(
+            "resume.from", settings.section.allow_config_differences):
+        return [f"resume.from = {resume_from!r}: this checkpoint's files differ from those the capture started "
                 "from (the post-step weights could not match). Fix: resume from a copy of the capture's checkpoint, "
                 "or list 'resume.from' in [optimizer_batch] allow_config_differences"]
     return []
@@ -193,31 +210,31 @@ def pin_problems(logical: str, manifest: str | None, want_logical: str, want_man
     return problems
 
 
-def load_replay(cfg: RetrainConfig) -> Capture | None:
+def load_replay(settings: CaptureSettings) -> Capture | None:
     """The capture this run replays (None: it replays nothing); raises OptimizerBatchError as preflight would."""
-    if not cfg.optimizer_batch.replay_path:
+    if not settings.section.replay_path:
         return None
-    problems = replay_problems(cfg)
+    problems = settings_replay_problems(settings)
     if problems:
         raise OptimizerBatchError("\n".join(problems))
-    return read_capture(Path(cfg.optimizer_batch.replay_path))
+    return read_capture(Path(settings.section.replay_path))
 
 
 REWARD_METRICS = ("mean_reward", "correct_rate")  # the captured step's, which a replay row repeats
 
 
-def write_capture(cfg: RetrainConfig, run_dir: Path, batch: TrainBatch, *, step: int, lr: float,
+def write_capture(settings: CaptureSettings, run_dir: Path, batch: TrainBatch, *, step: int, lr: float,
                   metrics: dict[str, float]) -> dict[str, float]:
     """Writes the step's batch and manifest to `<run_dir>/optimizer_batch/` (checking the logical pin first, so a
     capture that does not reproduce it writes nothing); returns the step's `optimizer_batch/*` metrics."""
     logical = _logical(batch)
-    problems = pin_problems(logical, None, cfg.optimizer_batch.expected_logical_sha256, "")
+    problems = pin_problems(logical, None, settings.section.expected_logical_sha256, "")
     if problems:
         raise OptimizerBatchError("\n".join(problems))
     batch_raw = json.dumps(dataclasses.asdict(batch), separators=(",", ":")).encode()
     manifest = {"format": FORMAT, "step": step, "lr": lr, "logical_sha256": logical, "batch_sha256": _sha256(batch_raw),
-                "num_datums": len(batch.tokens_D), "num_tokens": batch.num_tokens, "config": config_json(cfg),
-                "start": start_point(cfg), "rewards": {k: metrics[k] for k in REWARD_METRICS if k in metrics}}
+                "num_datums": len(batch.tokens_D), "num_tokens": batch.num_tokens, "config": settings.config,
+                "start": start_point(settings.resume_from), "rewards": {k: metrics[k] for k in REWARD_METRICS if k in metrics}}
     raw = json.dumps(manifest, indent=1, sort_keys=True).encode()
     folder = Path(run_dir) / CAPTURE_DIR
     folder.mkdir(parents=True, exist_ok=True)

@@ -30,7 +30,7 @@ class PreflightError(ValueError):
 
 
 def runs_externally(cfg: RetrainConfig) -> bool:
-    """A command or plugin runner trains the run (run/runners.py): it loads its own model and data."""
+    """A command or plugin runner trains the run (run/trainers/registry.py): it loads its own model and data."""
     # deferred: the config package loads pydantic, which importing this module does not need
     from retrain_ray.config.trainers import runs_externally as external
 

@@ -1,4 +1,5 @@
-"""The metrics rows a run writes: identity columns, the RL step row and the eval row (spec 8).
+"""The metrics rows a run writes: identity columns, the RL step row and the eval row (spec 8); `timed`, the
+context manager that times a step's phases into its row.
 
 Every RL step writes a row (DESIGN.md decision 13; the original wrote none for a step that trained
 nothing). `trained` says whether an optimizer update happened; on a row where none did, the columns
@@ -12,7 +13,8 @@ from __future__ import annotations
 import resource
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Generator, Mapping, MutableMapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -114,3 +116,15 @@ def eval_row(run_name: str, step: int, groups: Sequence[Group]) -> dict[str, obj
 def max_rss_mb() -> float:
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return rss / (1024 * 1024) if sys.platform == "darwin" else rss / 1024
+
+
+# ----------------------------------------------------------------------------------------------------
+# timing: a context manager instead of time.time() pairs in the loop
+@contextmanager
+def timed(metrics: MutableMapping[str, float], key: str) -> Generator[None, None, None]:
+    """Adds the wall time of the block, in seconds, to `metrics[key]`."""
+    start = time.perf_counter()
+    try:
+        yield
+    finally:
+        metrics[key] = metrics.get(key, 0.0) + (time.perf_counter() - start)

@@ -17,15 +17,14 @@ from retrain_ray.logs import (
     write_run_meta,
 )
 from retrain_ray.run.build import build_components, build_policy, build_task
-from retrain_ray.run.checkpoint import load_state, resolve_resume_dir
-from retrain_ray.run.checkpoint_dir import checkpoint_dir_resume, checkpoint_root
 from retrain_ray.run.epochs import apply_epochs
-from retrain_ray.run.external import external_run, run_external
-from retrain_ray.run.loop import RunComponents, RunLoop
-from retrain_ray.run.preflight import check_run, runs_externally
-from retrain_ray.run.runners import build_loop, runner_config
+from retrain_ray.run.loop import RunLoop
+from retrain_ray.run.preflight import check_run
+from retrain_ray.run.resume.checkpoint import load_state, resolve_resume_dir
+from retrain_ray.run.resume.point import checkpoint_dir_resume, checkpoint_root, rewind_past_torn_rows
 from retrain_ray.run.state import TrainerState, engine_generators, restore_rng_state, seed_everything
-from retrain_ray.run.torn_log import rewind_past_torn_rows
+from retrain_ray.run.trainers.external import external_run, run_external
+from retrain_ray.run.trainers.registry import trainer_spec
 from retrain_ray.run.types import RunObserver, RunOutcome
 from retrain_ray.throttle.filelock import FileLockThrottle
 from retrain_ray.util.file_kinds import directory_problem
@@ -33,6 +32,8 @@ from retrain_ray.util.secrets import redact
 
 if TYPE_CHECKING:
     from retrain_ray.config.schema import RetrainConfig
+    from retrain_ray.config.sections_core import TrainingSection
+    from retrain_ray.run.trainers.registry import ExternalRunner
     from retrain_ray.throttle.types import Throttle
 
 log = logging.getLogger(__name__)
@@ -91,11 +92,14 @@ def train_run(
     throttle = run_throttle(config, throttle, run_name)
     run_dir = Path(run_dir)
     _check_run_dir(run_dir)
-    if runs_externally(config):  # `trainer = "command"` or a plugin runner: no model, data or loop here
-        return _train_external(config, run_name, run_dir, observers, local_logs)
-    config = runner_config(config)  # "sft": every step supervised
+    trainer = trainer_spec(config.training.trainer)
+    if trainer.run_outside is not None:  # `trainer = "command"` or a plugin runner: no model, data or loop here
+        return _train_external(trainer.run_outside, config, run_name, run_dir, observers, local_logs)
+    config = config.model_copy(update={"training": trainer.prepare(config.training)})  # "sft": every step supervised
     # before anything is written or the model loads: bad data stops the run here
-    config, task, steps = apply_epochs(config, build_task(config))
+    task, steps = apply_epochs(config.training, build_task(config))
+    if steps.steps != config.training.max_steps:
+        config = config.replace_section("training", max_steps=steps.steps)
     if steps.limited_by == "num_epochs":
         log.info("%s: %s", run_name, steps.explanation)
     if resume_from is None:
@@ -112,14 +116,15 @@ def train_run(
     write_run_meta(run_dir, meta)
     root = checkpoint_root(config)
     if root is not None:
-        write_run_meta(root, meta)  # names the run and config of the checkpoints there (run/checkpoint_dir.py)
+        write_run_meta(root, meta)  # names the run and config of the checkpoints there (run/resume/point.py)
     log_vllm_to(run_dir / VLLM_LOG_FILE)  # an embedded vLLM's log lines: the run's file, not the console
     observer = _fanout(run_dir, run_name, observers, local_logs, config.logging.jsonl)
     try:
         policy = policy or build_policy(config, throttle=throttle, run_name=run_name)
         parts = build_components(config, observer, policy=policy, advisor=advisor, task=task, throttle=throttle)
-        loop = build_loop(config, parts, run_name=run_name, run_dir=run_dir, condition=condition_of(config))
-        state = _restore(loop, checkpoint) if checkpoint else _fresh_state(config, parts)
+        loop = trainer.build_loop(config, parts, run_name=run_name, run_dir=run_dir, condition=condition_of(config))
+        trainer.check_loop(loop)
+        state = _restore(loop, checkpoint) if checkpoint else _fresh_state(config.training, parts.advisor)
         return loop.run(state)
     finally:
         observer.close()
@@ -131,15 +136,16 @@ def _meta(config: RetrainConfig, run_name: str) -> dict[str, object]:
             "config": redact(config.model_dump(mode="json"))}
 
 
-def _train_external(config: RetrainConfig, run_name: str, run_dir: Path, observers: Sequence[RunObserver],
-                    local_logs: bool) -> RunOutcome:
-    """A run of an external runner (run/external.py): its metrics rows reach the run's observers."""
+def _train_external(runner: ExternalRunner, config: RetrainConfig, run_name: str, run_dir: Path,
+                    observers: Sequence[RunObserver], local_logs: bool) -> RunOutcome:
+    """A run of an external runner (run/trainers/external.py): its metrics rows reach the run's observers."""
     run_dir.mkdir(parents=True, exist_ok=True)
     write_run_meta(run_dir, _meta(config, run_name))
     observer = _fanout(run_dir, run_name, observers, local_logs, config.logging.jsonl)
     try:
-        return run_external(external_run(config, run_name=run_name, run_dir=run_dir, condition=condition_of(config),
-                                         observer=observer))
+        run = external_run(config, run_name=run_name, run_dir=run_dir, condition=condition_of(config),
+                           observer=observer)
+        return run_external(run, runner)
     finally:
         observer.close()
 
@@ -165,9 +171,8 @@ def _check_run_dir(run_dir: Path) -> None:
                                  "directory, or move the file away")
 
 
-def _fresh_state(cfg: RetrainConfig, parts: RunComponents) -> TrainerState:
-    t = cfg.training
-    initial = getattr(parts.advisor, "initial_batch_size", None)
+def _fresh_state(t: TrainingSection, advisor: BackPressureAdvisor) -> TrainerState:
+    initial = getattr(advisor, "initial_batch_size", None)
     batch_size = initial(t.batch_size) if initial else t.batch_size
     return TrainerState(current_batch_size=batch_size, current_group_size=t.group_size,
                         tl_grpo_ema=t.tl_grpo_ema_init if t.tl_grpo else None)

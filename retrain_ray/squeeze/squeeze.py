@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from retrain_ray.run.checkpoint import CheckpointManager
+from retrain_ray.run.resume.checkpoint import CheckpointManager
 from retrain_ray.squeeze.adapter import AdapterError, read_adapter, write_adapter
 from retrain_ray.squeeze.analysis import (
     compress_layer,

@@ -3,7 +3,7 @@
 Tune hands a trial its last reported checkpoint. It has none after a torn experiment state was set
 aside and Tune started afresh (campaign/resume/tune_state.py), nor after a restart that lost its copies;
 yet the run's work directory (`<campaign>/runs/<run>/work`) still holds the checkpoints the run wrote
-(`checkpoint_step_N`, atomic and checksummed: run/checkpoint.py). `own_checkpoint` picks the newest of
+(`checkpoint_step_N`, atomic and checksummed: run/resume/checkpoint.py). `own_checkpoint` picks the newest of
 them that verifies (a damaged one is skipped with a warning, as `retrain-ray train --resume` does),
 whose step is logged (every step up to it is in the run's metrics log, so no row is lost) and whose
 run is this trial's run: `run_meta.json` beside them names the same run and a config that matches the
@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import cast
 
 from retrain_ray.campaign.resume.tune_state import ASIDE_KINDS
-from retrain_ray.run.same_run import (  # (re-exported: campaign/resume/edits.py, the tests)
+from retrain_ray.run.resume.point import (  # (re-exported: campaign/resume/edits.py, the tests)
     RUN_META,
     ForeignRunDir,
     check_meta,
@@ -52,7 +52,7 @@ TUNE_META = ".metadata.json"
 def _newest_usable(candidates: list[Path], logged_through: int) -> tuple[Path, int] | None:
     """The first of `candidates` (newest first) that verifies and whose step is <= `logged_through`,
     with its step, warning of each one skipped."""
-    from retrain_ray.run.torn_log import newest_logged  # deferred: loads torch
+    from retrain_ray.run.resume.point import newest_logged  # deferred: loads torch
 
     return newest_logged(candidates, logged_through, warn=log)
 
@@ -61,8 +61,8 @@ def own_checkpoint(work_dir: Path, run_name: str, config: Mapping[str, object],
                    logged_through: int) -> tuple[Path, int] | None:
     """The newest verified checkpoint in `work_dir` whose step is <= `logged_through` (the last step
     such that every step up to it is logged) and its step, after `check_same_run`; None: start from step 0."""
-    # deferred: run/checkpoint.py loads torch, which the driver (importing campaign/trial.py) never needs
-    from retrain_ray.run.checkpoint import CheckpointManager
+    # deferred: run/resume/checkpoint.py loads torch, which the driver (importing campaign/trial.py) never needs
+    from retrain_ray.run.resume.checkpoint import CheckpointManager
 
     candidates = CheckpointManager(work_dir, keep_last=0).candidates()
     if not candidates:

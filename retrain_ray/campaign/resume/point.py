@@ -5,7 +5,7 @@ In order:
 * `tune`: Tune's last reported checkpoint of the run (a retry, a restored campaign), when every step up
   to it is in the run's metrics log;
 * `torn_log`: the log was torn before that checkpoint (a recorder cut off mid-write): the run's newest
-  checkpoint at or before the last step still logged, so the lost rows are written again (run/torn_log.py);
+  checkpoint at or before the last step still logged, so the lost rows are written again (run/resume/point.py);
 * `own`: Tune has none (a fresh Tune experiment after a torn or extended state, a restart that lost its
   copies): the run's own newest verified checkpoint in its work directory whose step is logged, when the
   directory is this run's with a matching config (campaign/resume/own_checkpoint.py);
@@ -84,9 +84,9 @@ def decide_resume(tune_checkpoint: Path | None, log: RunLog, *, run_name: str, w
 
 
 def _after_tune_checkpoint(checkpoint: Path, last_logged: int | None, work_dir: Path) -> ResumePoint:
-    # deferred: run/torn_log.py and run/checkpoint.py load torch, which the driver never needs
-    from retrain_ray.run.checkpoint import load_state
-    from retrain_ray.run.torn_log import resume_point
+    # deferred: run/resume/point.py and run/resume/checkpoint.py load torch, which the driver never needs
+    from retrain_ray.run.resume.checkpoint import load_state
+    from retrain_ray.run.resume.point import resume_point
 
     if last_logged is None:
         return ResumePoint("tune", load_state(checkpoint).step, checkpoint, "Tune's last reported checkpoint")

@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 from typing import Required, TypedDict, cast
 
-from retrain_ray.run.checkpoint import STATE_FILE, CheckpointManager, load_state, verify_checkpoint
+from retrain_ray.run.resume.checkpoint import STATE_FILE, CheckpointManager, load_state, verify_checkpoint
 
 OPTIMIZER_FILE = "optimizer.pt"  # the local backend's (backends/local/checkpoint.py)
 PAYLOADS = {"adapter": "LoRA adapter", "model.safetensors": "full weights", "tinker_state.json": "tinker state"}

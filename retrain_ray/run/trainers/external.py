@@ -116,25 +116,34 @@ def external_run(config: RetrainConfig, *, run_name: str, run_dir: Path, conditi
     return ExternalRun(cfg, run_name, condition, observer)
 
 
-def run_external(run: ExternalRun) -> RunOutcome:
-    """Runs the command or the plugin runner; raises when it fails (see the module docstring)."""
-    trainer = run.config.training.trainer
+def run_external(run: ExternalRun, runner: Callable[[ExternalRun, RowFeed], Path]) -> RunOutcome:
+    """Runs the command or the plugin runner (`runner`, the trainer's spec's); raises when it fails (see the module
+    docstring)."""
     rows = RowFeed(run.log_dir / RUNNER_METRICS, run)
-    if trainer == "command":
-        run_command(run, rows)
-        adapter = run.adapter_path if run.adapter_path.exists() else None
-        if adapter is None:
-            raise MissingPolicyError(f"[training] trainer_command exited 0 but wrote no adapter at {run.adapter_path} "
-                                     "({adapter_path}); save the trained adapter there")
-    else:
-        adapter = run_plugin(run)
-        rows.feed()
+    adapter = runner(run, rows)
     return RunOutcome(run.run_name, "completed", rows.last_step, rows.last_row, adapter)
 
 
+def run_command_runner(run: ExternalRun, rows: RowFeed) -> Path:
+    """`trainer = "command"`: the command to its end; the adapter it wrote at `{adapter_path}`."""
+    run_command(run, rows)
+    if not run.adapter_path.exists():
+        raise MissingPolicyError(f"[training] trainer_command exited 0 but wrote no adapter at {run.adapter_path} "
+                                 "({adapter_path}); save the trained adapter there")
+    return run.adapter_path
+
+
+def run_plugin_runner(run: ExternalRun, rows: RowFeed) -> Path:
+    """A dotted-path runner: its `run(config)`, then the rows it wrote."""
+    adapter = run_plugin(run)
+    rows.feed()
+    return adapter
+
+
 # ---- the command ---------------------------------------------------------------------------------
-def config_json(cfg: RetrainConfig) -> dict[str, object]:
+def config_json(run: ExternalRun) -> dict[str, object]:
     """The original's flat fields (what its commands read) plus our sectioned config, secrets redacted."""
+    cfg = run.config
     view = OriginalConfigView(cfg)
     flat = {name: getattr(view, name) for name in FIELD_INDEX}
     return redact({**flat, "log_dir": cfg.logging.log_dir, "adapter_path": cfg.backend.adapter_path,
@@ -151,7 +160,7 @@ def command_line(run: ExternalRun, config_path: Path) -> str:
 def run_command(run: ExternalRun, rows: RowFeed) -> None:
     """Runs the command to its end, streaming its output and feeding its metrics rows as they appear."""
     config_path = run.log_dir / CONFIG_FILE
-    config_path.write_text(json.dumps(config_json(run.config), indent=2, default=str) + "\n", encoding="utf-8")
+    config_path.write_text(json.dumps(config_json(run), indent=2, default=str) + "\n", encoding="utf-8")
     command = command_line(run, config_path)
     log.info("%s: running trainer command: %s", run.run_name, command)
     env = {**os.environ, "RETRAIN_RAY_RUN_NAME": run.run_name, "RETRAIN_RAY_LOG_DIR": str(run.log_dir)}

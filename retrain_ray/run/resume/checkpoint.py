@@ -6,7 +6,7 @@ Layout under the run directory:
                                       trainer_state.json, CHECKSUMS.json
     checkpoints/final/
                                       (`[training] checkpoint_dir`: these two directly in that directory,
-                                      with a copy of run_meta.json: run/checkpoint_dir.py)
+                                      with a copy of run_meta.json: run/resume/point.py)
     trainer_state.json                copy of the newest state (the original's location)
     latest_sampler_path.txt
 

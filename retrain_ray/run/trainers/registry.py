@@ -1,0 +1,107 @@
+"""The trainer registry: what `[training] trainer` runs, one `TrainerSpec` per name.
+
+* "retrain" (default): the RL loop (run/loop.py), with its SFT warm start.
+* "sft": standalone supervised fine-tuning: every one of the run's `max_steps` steps is a warm-start step
+  (run/trainers/sft.py): on the demonstrations of `sft_data_path` (pinned and checked as for the warm start),
+  or, without a file, on the task's own answers; batches of `sft_batch_size` (0: batch_size x group_size),
+  at `sft_lr` (0: lr), rows with phase "sft", checkpoints every `save_every` and at the end, resume as any
+  run. `sft_warmup_steps` and `sft_target_correct_rate` do not apply (the whole run is SFT).
+* "ttt_discover": test-time training on one problem (run/trainers/discover.py).
+* "command" and dotted-path plugin runners train outside this process's loop (run/trainers/external.py).
+
+`train_run` (run/train.py) is the one entry point of the CLI and of campaign trials; it asks `trainer_spec`
+and runs what the spec names. Nothing else compares a trainer's name: callers read the spec's flags
+(`runs_outside_loop`, `loads_plugin`) and `describe`. The load-time rules of `[training] trainer` and
+`trainer_command` are `config/trainers.py`'s (`TrainerSpec.issues` / `warnings` name them): the config layer
+checks them when a config loads and may not import `run/`.
+
+Adding a trainer: its runner in a module of this folder, and one `TrainerSpec` line in `TRAINERS` below.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from retrain_ray.config.names import is_dotted_path
+from retrain_ray.config.trainers import trainer_issues, trainer_warnings
+from retrain_ray.run.loop import RunLoop
+from retrain_ray.run.trainers.discover import DiscoverLoop
+from retrain_ray.run.trainers.external import ExternalRun, RowFeed, run_command_runner, run_plugin_runner
+
+if TYPE_CHECKING:
+    from retrain_ray.config.errors import ConfigIssue
+    from retrain_ray.config.schema import RetrainConfig
+    from retrain_ray.config.sections_core import TrainingSection
+
+ExternalRunner = Callable[[ExternalRun, RowFeed], Path]
+"""Runs a trainer outside the loop to its end; the adapter path it leaves (raises when it fails)."""
+
+
+def _as_configured(t: TrainingSection) -> TrainingSection:
+    return t
+
+
+def _anything_goes(loop: RunLoop) -> None:
+    return None
+
+
+@dataclass(frozen=True)
+class TrainerSpec:
+    """One trainer: what runs it (the loop `build_loop` builds in this process, or `run_outside` it), what it
+    says it is, and the config rules of `[training]` that the config layer checks for it."""
+
+    name: str
+    summary: str  # what runs the run, in words (`retrain-ray explain`); `{command}` is `trainer_command`
+    build_loop: type[RunLoop] = RunLoop  # the loop class of an in-process trainer
+    run_outside: ExternalRunner | None = None
+    prepare: Callable[[TrainingSection], TrainingSection] = _as_configured  # the `[training]` its loop runs
+    check_loop: Callable[[RunLoop], None] = _anything_goes  # refuses a loop with nothing to train on
+    loads_plugin: bool = False  # the name is a dotted path to a runner class, imported at preflight
+    issues: Callable[[RetrainConfig], list[ConfigIssue]] = trainer_issues
+    warnings: Callable[[RetrainConfig], list[str]] = trainer_warnings
+
+    @property
+    def runs_outside_loop(self) -> bool:
+        """True for runners that train outside this process's loop: the command runner and plugin runners."""
+        return self.run_outside is not None
+
+    def describe(self, trainer: str, command: str) -> str:
+        """What runs the run, in words: `trainer` is the configured name (a plugin's dotted path)."""
+        return f"{trainer}: {self.summary.format(command=command)}"
+
+
+def _every_step_supervised(t: TrainingSection) -> TrainingSection:
+    """"sft": every step a warm-start step, without a probe."""
+    return t.model_copy(update={"sft_warmup_steps": t.max_steps, "sft_target_correct_rate": 0.0})
+
+
+def _has_sft_targets(loop: RunLoop) -> None:
+    if loop.warm_start.rows is None and loop.parts.format_answer is None:
+        raise ValueError('trainer = "sft" has nothing to train on: set [training] sft_data_path to a JSONL file of '
+                         f"demonstrations (the data source {loop.cfg.data.source!r} gives no reference answers to "
+                         "train on)")
+
+
+TRAINERS: dict[str, TrainerSpec] = {spec.name: spec for spec in (
+    TrainerSpec("retrain", "the RL loop"),
+    TrainerSpec("sft", "standalone SFT (every step supervised)", prepare=_every_step_supervised,
+                check_loop=_has_sft_targets),
+    TrainerSpec("ttt_discover", "TTT-Discover on the data's first example", build_loop=DiscoverLoop),
+    TrainerSpec("command", "{command}", run_outside=run_command_runner),
+)}
+PLUGIN_RUNNER = TrainerSpec("plugin", "plugin runner", run_outside=run_plugin_runner, loads_plugin=True)
+"""The spec of every dotted-path `[training] trainer` (`package.module:Class`)."""
+
+
+def trainer_spec(name: str) -> TrainerSpec:
+    """The spec of `[training] trainer = name`: a registered trainer, or `PLUGIN_RUNNER` for a dotted path."""
+    spec = TRAINERS.get(name)
+    if spec is not None:
+        return spec
+    if is_dotted_path(name):
+        return PLUGIN_RUNNER
+    raise ValueError(f"[training] trainer = {name!r} is not a known trainer; use one of {', '.join(sorted(TRAINERS))}, "
+                     "or a dotted path to a runner class (package.module:Class)")
