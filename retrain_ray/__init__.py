@@ -23,7 +23,7 @@ _EXPORTS = {
     "load_config": "retrain_ray.config",
     "train_run": "retrain_ray.run.train",
     "RunOutcome": "retrain_ray.run.types",
-    "compute_group_advantages": "retrain_ray.algorithms",
+    "compute_group_advantages": "retrain_ray.run.plugin_modes",
     "USLController": "retrain_ray.backpressure",
 }
 

@@ -240,7 +240,7 @@ def test_a_plugin_importing_the_originals_types_runs_unchanged(plugin_dir, monke
     outcome = train_run(cfg, run_name="typed", run_dir=plugin_dir / "run")
     assert outcome.status == "completed"
     module = sys.modules["plugins.orig_typed"]
-    from retrain_ray.compat.original.data import Example
+    from retrain_ray.compat.original import Example
 
     assert module.Example is Example
     assert isinstance(module.Boxed(), module.RewardFunction)

@@ -30,7 +30,6 @@ from retrain_ray.algorithms.preflight import preflight
 from retrain_ray.algorithms.recipes import AlgorithmSpec
 from retrain_ray.algorithms.registry import TransformSpec
 from retrain_ray.algorithms.sepa import SEPAController
-from retrain_ray.algorithms.stats import split_stats
 from retrain_ray.algorithms.ties import TieStats, is_uniform_group, reward_tie_stats
 from retrain_ray.algorithms.types import (
     MAX_SURPRISAL,
@@ -41,6 +40,7 @@ from retrain_ray.algorithms.types import (
     SplitStats,
     TransformContext,
     UncertaintyInput,
+    split_stats,
 )
 
 __all__ = [

@@ -42,7 +42,7 @@ from retrain_ray.campaign.plan import (
     build_plan,
     run_record,
 )
-from retrain_ray.campaign.plugin_bundle import PluginBundle, build_bundle
+from retrain_ray.campaign.plugin_bundle import build_bundle
 from retrain_ray.campaign.recorder import start_recorder
 from retrain_ray.campaign.resume.edits import Extension, check_edits, record_extension
 from retrain_ray.campaign.resume.interrupted import CampaignInterrupted, record_interruption, was_interrupted
@@ -53,6 +53,7 @@ from retrain_ray.logs.dir_lock import DirectoryInUse, DirLock
 from retrain_ray.logs.manifest import Manifest, read_manifest, write_json_atomic
 from retrain_ray.logs.parquet_export import export_campaign
 from retrain_ray.models.names import config_uses_peft
+from retrain_ray.plugins.bundle import PluginBundle
 from retrain_ray.run.preflight import campaign_problems
 from retrain_ray.util.secrets import has_redactions, redact, restore_secrets
 

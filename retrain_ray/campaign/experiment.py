@@ -22,11 +22,11 @@ from retrain_ray.campaign.adaptive.scheduler import AdaptiveBook, AdaptiveSchedu
 from retrain_ray.campaign.control import ControlPlane
 from retrain_ray.campaign.observer import CampaignObserver
 from retrain_ray.campaign.plan import TUNE_DIR, CampaignError, CampaignPlan, Runner, RunPlan
-from retrain_ray.campaign.plugin_bundle import PluginBundle
 from retrain_ray.campaign.resume.tune_copies import TuneCopyPruner
 from retrain_ray.campaign.tracking import ManifestCallback
 from retrain_ray.campaign.trial import TrialContext, run_trial
 from retrain_ray.logs.manifest import Manifest
+from retrain_ray.plugins.bundle import PluginBundle
 from retrain_ray.trackers.mlflow_tracker import ensure_experiment, experiment_name
 
 # Tune writes its experiment state (which names each run's latest checkpoint) into a staging dir and

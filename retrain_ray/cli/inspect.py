@@ -12,10 +12,9 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from retrain_ray.algorithms.api import compute_group_advantages
-from retrain_ray.algorithms.modes import resolve_modes
 from retrain_ray.algorithms.preflight import PROBE_GROUPS, PROBE_LAMBDA
 from retrain_ray.algorithms.preflight import _probe_entropies as probe_entropies
+from retrain_ray.run.plugin_modes import compute_group_advantages, resolve_modes
 from retrain_ray.run.preflight import PreflightError, backend_capabilities, check_run
 
 if TYPE_CHECKING:
