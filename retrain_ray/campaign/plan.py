@@ -23,10 +23,10 @@ from typing import TYPE_CHECKING
 
 import pyarrow.fs  # pyright: ignore[reportMissingTypeStubs]
 
-from retrain_ray.actors.placement import Placement, parse_devices
 from retrain_ray.backends.registry import placed_devices
 from retrain_ray.campaign.adaptive.plan import AdaptivePlan, adaptive_plan
 from retrain_ray.campaign.capacity.packing import Packing, packed_config, plan_packing
+from retrain_ray.campaign.capacity.placement import Placement, parse_devices
 from retrain_ray.config.matrix import RunSpec, expand_runs
 from retrain_ray.config.run_names import RULES, name_problem
 from retrain_ray.logs.manifest import RunRecord

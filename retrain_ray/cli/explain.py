@@ -36,7 +36,6 @@ import sys
 import threading
 from typing import Any
 
-from retrain_ray.actors.placement import mode_for_gpus
 from retrain_ray.campaign.adaptive.plan import adaptive_plan
 from retrain_ray.campaign.capacity.explain import (
     capacity_dict,
@@ -45,6 +44,7 @@ from retrain_ray.campaign.capacity.explain import (
     plan_capacity,
 )
 from retrain_ray.campaign.capacity.packing import gpu_fraction, plan_packing
+from retrain_ray.campaign.capacity.placement import mode_for_gpus
 from retrain_ray.campaign.plugin_bundle import shipment
 from retrain_ray.config import (
     ConfigError,
