@@ -22,7 +22,7 @@ from retrain_ray.logs.dir_lock import LOCK_FILES, DirectoryInUse, DirLock
 from retrain_ray.rewards.custom import RewardTimeoutError
 from retrain_ray.run.optimizer_batch import OptimizerBatchError
 from retrain_ray.run.preflight import PreflightError, check_run
-from retrain_ray.throttle.errors import ThrottleTimeout
+from retrain_ray.throttle.types import ThrottleTimeout
 from retrain_ray.util.finite import NonFiniteError
 from retrain_ray.util.process_clock import process_started_at as started_at_from_proc
 
