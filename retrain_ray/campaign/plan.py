@@ -70,6 +70,11 @@ class RunPlan:
     in_process: bool = False  # every GPU in the run's own process (never split actors): plugin backends/engines
     gpu_share: float = 1.0  # the GPU of a one-GPU run packed with others ([campaign] runs_per_gpu: 1/N)
 
+    @property
+    def condition_label(self) -> str:
+        """The condition's label, as `config.matrix.RunSpec` names it."""
+        return self.condition
+
 
 @dataclass(frozen=True)
 class Schedule:
@@ -198,8 +203,13 @@ def _run_plan(spec: RunSpec, campaign_dir: Path) -> tuple[RunPlan | None, list[s
     return plan, []
 
 
-def build_plan(config: RetrainConfig, *, name: str | None = None, root: str | Path | None = None) -> CampaignPlan:
-    """Validates the campaign and expands its runs; raises CampaignError listing every problem."""
+def build_plan(config: RetrainConfig, *, name: str | None = None, root: str | Path | None = None,
+               probe: bool = True) -> CampaignPlan:
+    """Validates the campaign and expands its runs; raises CampaignError listing every problem.
+
+    `probe=False` (a dry run: `retrain-ray explain`) skips the checks that look beyond the config, the
+    model on this machine or the Hub and the `[campaign] storage` filesystem; explain reports what this
+    machine lacks as warnings instead."""
     campaign = config.campaign
     if campaign is None:
         raise CampaignError(["the config has no [campaign] section; add one (spec 5.1) or use `retrain-ray train`"])
@@ -236,9 +246,9 @@ def build_plan(config: RetrainConfig, *, name: str | None = None, root: str | Pa
         problems.append("the campaign has no runs: [campaign].seeds or [[campaign.conditions]] is empty")
     schedule, errs = _schedule(campaign, len(runs))
     problems += errs
-    storage, errs = tune_storage(campaign, cname, campaign_dir)
+    storage, errs = tune_storage(campaign, cname, campaign_dir) if probe else (str(campaign_dir), [])
     problems += errs
-    if not problems:  # the model check may ask the Hub: only for an otherwise valid campaign
+    if probe and not problems:  # the model check may ask the Hub: only for an otherwise valid campaign
         problems += model_problems([r.config for r in runs])
     packing = None
     if not problems and campaign.runs_per_gpu > 1:

@@ -36,14 +36,15 @@ import sys
 import threading
 from typing import Any
 
-from retrain_ray.campaign.adaptive.plan import adaptive_plan
 from retrain_ray.campaign.capacity.explain import (
+    PlannedResources,
     capacity_dict,
     capacity_text,
+    dry_plan,
     load_calibration,
     plan_capacity,
+    planned_resources,
 )
-from retrain_ray.campaign.capacity.packing import gpu_fraction, plan_packing
 from retrain_ray.campaign.capacity.placement import mode_for_gpus
 from retrain_ray.campaign.plugin_bundle import shipment
 from retrain_ray.config import (
@@ -84,17 +85,14 @@ def _placed(cfg: RetrainConfig) -> tuple[int, bool]:
     return gpu_count(placed.devices), placed.in_process
 
 
-def resources_per_run(cfg: RetrainConfig) -> dict[str, Any]:
+def resources_per_run(cfg: RetrainConfig) -> PlannedResources:
     """CPUs, GPUs and placement of one run, from `backend.devices` as the registry places it (a remote
-    backend such as tinker needs no local GPU): the campaign plan places runs the same way. A one-GPU
-    run packed `[campaign] runs_per_gpu = N` to a card takes 1/N of a GPU."""
+    backend such as tinker needs no local GPU). A campaign's come from its plan (`build_plan`), where a
+    one-GPU run packed `[campaign] runs_per_gpu = N` to a card takes 1/N of a GPU."""
+    if cfg.campaign is not None:
+        return planned_resources(dry_plan(cfg, "the config"))
     gpus, in_process = _placed(cfg)
-    placement = mode_for_gpus(gpus, in_process)
-    cpus = cfg.campaign.cpus_per_run if cfg.campaign is not None else 1.0
-    share: float = gpus
-    if cfg.campaign is not None and gpus == 1 and cfg.campaign.runs_per_gpu > 1:
-        share = gpu_fraction(cfg.campaign.runs_per_gpu)
-    return {"cpus": cpus, "gpus": share, "placement": placement}
+    return {"cpus": 1.0, "gpus": gpus, "placement": mode_for_gpus(gpus, in_process)}
 
 
 def inference_engine(cfg: RetrainConfig) -> str:
@@ -102,7 +100,8 @@ def inference_engine(cfg: RetrainConfig) -> str:
     return describe_sampler(cfg)
 
 
-def describe_run(cfg: RetrainConfig) -> dict[str, Any]:
+def describe_run(cfg: RetrainConfig, resources: PlannedResources | None = None) -> dict[str, Any]:
+    """One run of `cfg`; `resources`: the campaign plan's (else `resources_per_run` works them out)."""
     t, a = cfg.training, cfg.algorithm
     condition = a.algorithm_mode or f"{a.advantage_mode}+{a.transform_mode}"
     max_steps = cfg.campaign.max_steps if cfg.campaign is not None else t.max_steps
@@ -124,7 +123,7 @@ def describe_run(cfg: RetrainConfig) -> dict[str, Any]:
         "lr_schedule": lr_schedule_text(t),
         "total_datums": t.rows_per_step * max_steps,
         "sft_warmup_steps": t.sft_warmup_steps,
-        "resources_per_run": resources_per_run(cfg),
+        "resources_per_run": resources if resources is not None else resources_per_run(cfg),
     }
 
 
@@ -169,41 +168,37 @@ class Sizing:
 
 
 def describe(cfg: RetrainConfig, sizing: Sizing) -> dict[str, Any]:
-    """Everything explain shows, as one JSON-able dict; ValueError for a --calibrate DIR without runs."""
-    out: dict[str, Any] = {"kind": "campaign" if cfg.campaign is not None else "run", "run": describe_run(cfg)}
+    """Everything explain shows, as one JSON-able dict; ValueError for a --calibrate DIR without runs or
+    a campaign its plan refuses (`build_plan`: the packing and the per-GPU share come from it)."""
+    campaign = cfg.campaign
+    plan = dry_plan(cfg, sizing.file) if campaign is not None else None
+    resources = planned_resources(plan) if plan is not None else None
+    out: dict[str, Any] = {"kind": "campaign" if campaign is not None else "run", "run": describe_run(cfg, resources)}
     if cfg.squeeze is not None:
         out["squeeze"] = cfg.squeeze.model_dump(mode="json")
-    campaign = cfg.campaign
-    if campaign is None:
+    if campaign is None or plan is None or resources is None:
         return out
-    runs = expand_runs(cfg)
+    runs = plan.all_runs
     labels = [c.label for c in campaign.conditions]
     calibration, how = load_calibration(cfg, campaign, sizing.file, sizing.calibrate)
     cap = plan_capacity(cfg, campaign, runs, calibration=calibration, how=how,
-                        median_step_time=sizing.median_step_time,
-                        gpus_per_run=out["run"]["resources_per_run"]["gpus"], gpus_available=sizing.gpus_available)
+                        median_step_time=sizing.median_step_time, gpus_per_run=resources["gpus"],
+                        gpus_available=sizing.gpus_available, concurrency=plan.schedule.max_concurrent)
     out["campaign"] = {
         "conditions": labels,
         "seeds": list(campaign.seeds),
-        "max_steps": campaign.max_steps,
+        "max_steps": plan.max_steps,
         "total_runs": len(runs),
         "parallel": campaign.parallel,
         "max_workers": campaign.max_workers,
         "gpus_available": sizing.gpus_available,
-        "matrix": {label: {str(r.seed): r.run_name for r in runs if r.condition_label == label}
-                   for label in labels},
-        "capacity": capacity_dict(cap, cfg, campaign, len(labels)),
+        "matrix": {label: {str(r.seed): r.run_name for r in runs if r.condition == label} for label in labels},
+        "capacity": capacity_dict(cap, cfg.training, campaign, len(labels)),
     }
-    if campaign.runs_per_gpu > 1:  # several runs per GPU: refused here when the model cannot fit
-        packing = plan_packing([r.config for r in runs], [_placed(r.config)[0] for r in runs],
-                               runs_per_gpu=campaign.runs_per_gpu, card_gib=float(campaign.gpu_memory_gib))
-        problems = packing.problems()
-        if problems:
-            raise ValueError(f"{sizing.file}: the campaign would be refused:\n" + "\n".join(f"  - {p}" for p in problems))
-        out["campaign"]["packing"] = {**packing.to_json(), "plan": packing.describe()}
-    adaptive = adaptive_plan(cfg)
-    if adaptive is not None:  # [campaign.adaptive]: the rungs and the step budgets (campaign/adaptive/plan.py)
-        out["campaign"]["adaptive"] = {**adaptive.to_json(), "plan": adaptive.describe()}
+    if plan.packing is not None:  # several runs per GPU (the plan refuses one the model cannot fit)
+        out["campaign"]["packing"] = {**plan.packing.to_json(), "plan": plan.packing.describe()}
+    if plan.adaptive is not None:  # [campaign.adaptive]: the rungs and the step budgets (campaign/adaptive/plan.py)
+        out["campaign"]["adaptive"] = {**plan.adaptive.to_json(), "plan": plan.adaptive.describe()}
     return out
 
 
