@@ -91,8 +91,12 @@ def start_control_plane(config: RetrainConfig, campaign: str, *, namespace: str,
             campaign, endpoint.name, endpoint.capacity, namespace=namespace,
             lease_ttl_s=config.backend.lease_ttl_s,
         )
-    backpressure = _start_backpressure(_backpressure_settings(config, endpoint), campaign, namespace,
-                                       campaign_dir, throttles) if config.backpressure.enabled else None
+    backpressure = None
+    if config.backpressure.enabled:
+        # the pooled capacity never exceeds the limit the user configured for the endpoint
+        bounds = {"max_capacity": endpoint.capacity} if endpoint.name else {}
+        settings = BackPressureSettings.from_config(config, **bounds)
+        backpressure = _start_backpressure(settings, campaign, namespace, campaign_dir, throttles)
     engine = None
     if config.inference.shared:
         # deferred: loads torch, which importing this module does not need
@@ -104,12 +108,6 @@ def start_control_plane(config: RetrainConfig, campaign: str, *, namespace: str,
         throttles=throttles, backpressure=backpressure, endpoint=endpoint.name,
         timeout_s=config.backend.acquire_timeout_s, lease_ttl_s=config.backend.lease_ttl_s, engine=engine,
     )
-
-
-def _backpressure_settings(config: RetrainConfig, endpoint: SharedEndpoint) -> BackPressureSettings:
-    # the pooled capacity never exceeds the limit the user configured for the endpoint
-    bounds = {"max_capacity": endpoint.capacity} if endpoint.name else {}
-    return BackPressureSettings.from_config(config, **bounds)
 
 
 def _start_backpressure(settings: BackPressureSettings, campaign: str, namespace: str, campaign_dir: Path | None,

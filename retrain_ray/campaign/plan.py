@@ -37,6 +37,7 @@ from retrain_ray.util.secrets import redact
 if TYPE_CHECKING:
     from retrain_ray.config.campaign_schema import CampaignSection
     from retrain_ray.config.schema import RetrainConfig
+    from retrain_ray.config.sections_aux import LoggingSection
 
 
 class CampaignError(Exception):
@@ -138,8 +139,9 @@ def tune_storage(campaign: CampaignSection, name: str, campaign_dir: Path) -> tu
     return f"{uri}/{name}", []
 
 
-def default_root(config: RetrainConfig) -> Path:
-    return Path(config.logging.log_dir or "logs")
+def default_root(logging: LoggingSection) -> Path:
+    """Where campaigns live unless `root=` says: `[logging].log_dir`, else "logs"."""
+    return Path(logging.log_dir or "logs")
 
 
 def campaign_name(campaign: CampaignSection, name: str | None) -> str:
@@ -220,7 +222,7 @@ def build_plan(config: RetrainConfig, *, name: str | None = None, root: str | Pa
                         "it must be a local path; send checkpoints to a bucket with [campaign].storage = "
                         f"{str(root)!r} (flag --campaign.storage)")
         root = None
-    campaign_dir = (Path(root) if root else default_root(config)).resolve() / cname
+    campaign_dir = (Path(root) if root else default_root(config.logging)).resolve() / cname
     adaptive = adaptive_plan(config)
     expanded = config
     if adaptive is not None:  # every run it may start: the seeds it adds have their runs planned now

@@ -15,8 +15,9 @@ import importlib
 import importlib.util
 import json
 import sys
+from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from retrain_ray.backends.registry import (
     BUILTIN_CAPABILITIES,
@@ -31,10 +32,6 @@ from retrain_ray.config import ConfigError, load_config, names
 from retrain_ray.config.backend_options import schema_for
 from retrain_ray.config.components import BACKEND_SPECS
 from retrain_ray.plugins.loader import PluginLoader
-
-if TYPE_CHECKING:
-
-    from retrain_ray.config.schema import RetrainConfig
 
 NOT_SHIPPED = {
     "unsloth": "the original's Unsloth-patched local backend; not shipped: use backend = \"local\"",
@@ -180,10 +177,11 @@ def check_reference(ref: str, search_paths: list[str], base: Path) -> str:
         return f"import {module!r} failed: {type(exc).__name__}: {exc}"
 
 
-def _config_references(cfg: RetrainConfig) -> dict[str, str]:
+def _config_references(sections: Mapping[str, object]) -> dict[str, str]:
+    """The plugin keys of the config's `sections` (by section name) that name a dotted path."""
     refs = {}
     for plugin_key in names.PLUGIN_KEYS:
-        value = getattr(getattr(cfg, plugin_key.section), plugin_key.key)
+        value = getattr(sections[plugin_key.section], plugin_key.key)
         if isinstance(value, str) and names.is_dotted_path(value):
             refs[plugin_key.config_key] = value
     return refs
@@ -193,7 +191,7 @@ def plugins_report(config: str | None) -> dict[str, Any]:
     search_paths, base, refs, inference = ["plugins"], Path.cwd(), {}, {}
     if config:
         cfg = load_config(config)
-        search_paths, refs = list(cfg.plugins.search_paths), _config_references(cfg)
+        search_paths, refs = list(cfg.plugins.search_paths), _config_references(dict(cfg))
         base, inference = Path(config).resolve().parent, cfg.inference.model_dump()
     return {
         "builtin": {comp: {"key": key, "names": sorted(known)} for comp, (key, known) in BUILTIN_COMPONENTS.items()},

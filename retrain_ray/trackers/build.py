@@ -34,11 +34,12 @@ def build_trackers(cfg: RetrainConfig, identity: RunIdentity, run_dir: Path, *,
         wanted = ", ".join(f"{m.key} needs `pip install 'retrain-ray[{m.extra}]'`" for m in missing)
         raise ImportError(f"tracker not installed on this node: {wanted}")
     lg = cfg.logging
-    config = _config_record(cfg) if (lg.wandb_project or lg.mlflow_tracking_uri) else {}
+    # the run's whole config with secrets redacted (what the manifest stores)
+    config = redact(cfg.model_dump(mode="json")) if (lg.wandb_project or lg.mlflow_tracking_uri) else {}
     trackers: list[RunObserver] = []
     try:
         if lg.wandb_project:
-            trackers.append(WandbTracker(cfg, identity, run_dir, config))
+            trackers.append(WandbTracker(lg, identity, run_dir, config))
         if lg.mlflow_tracking_uri:
             trackers.append(MlflowTracker(cfg, identity, config, mlflow_experiment_id))
         if lg.tensorboard:
@@ -48,11 +49,6 @@ def build_trackers(cfg: RetrainConfig, identity: RunIdentity, run_dir: Path, *,
             started.close()
         raise
     return trackers
-
-def _config_record(cfg: RetrainConfig) -> dict[str, Any]:
-    """The run's whole config with secrets redacted (what the manifest stores)."""
-    return redact(cfg.model_dump(mode="json"))
-
 
 @dataclass(frozen=True)
 class TrackerRequest:

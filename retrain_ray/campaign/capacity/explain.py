@@ -41,6 +41,7 @@ from retrain_ray.campaign.capacity.placement import mode_for_gpus, parse_devices
 from retrain_ray.campaign.plan import CampaignError, CampaignPlan, build_plan, concurrent_runs, default_root
 from retrain_ray.config.campaign_schema import CampaignSection
 from retrain_ray.config.schema import RetrainConfig
+from retrain_ray.config.sections_aux import LoggingSection
 from retrain_ray.config.sections_core import TrainingSection
 from retrain_ray.logs.manifest import MANIFEST, read_manifest
 
@@ -214,9 +215,8 @@ def recommendations(campaign: CampaignSection, training: TrainingSection, figure
     return out
 
 
-def earlier_runs(cfg: RetrainConfig, campaign: CampaignSection, file: str | Path) -> Path | None:
-    """The latest earlier campaign of this one under its log_dir (same [campaign] name, or the same file)."""
-    root = default_root(cfg)
+def earlier_runs(root: Path, campaign: CampaignSection, file: str | Path) -> Path | None:
+    """The latest earlier campaign of this one under `root`, its log_dir (same [campaign] name, or the same file)."""
     if not root.is_dir():
         return None
     wanted = Path(file).resolve()
@@ -270,7 +270,14 @@ class PlannedRun(Protocol):
     def config(self) -> RetrainConfig: ...
 
 
-def plan_capacity(cfg: RetrainConfig, campaign: CampaignSection, specs: Sequence[PlannedRun], *,
+class TrainedConfig(Protocol):
+    """What the estimate reads of the campaign's config: its [training] section."""
+
+    @property
+    def training(self) -> TrainingSection: ...
+
+
+def plan_capacity(cfg: TrainedConfig, campaign: CampaignSection, specs: Sequence[PlannedRun], *,
                   calibration: Calibration | None, how: str, median_step_time: float | None, gpus_per_run: float,
                   gpus_available: float | None, concurrency: int | None = None) -> Capacity:
     """The estimate for the runs `specs` of campaign config `cfg`, whose [campaign] section is
@@ -302,12 +309,12 @@ def plan_capacity(cfg: RetrainConfig, campaign: CampaignSection, specs: Sequence
     return Capacity(est, times, calibration, how, tuple(recs), figures)
 
 
-def load_calibration(cfg: RetrainConfig, campaign: CampaignSection, file: str | Path,
+def load_calibration(logging: LoggingSection, campaign: CampaignSection, file: str | Path,
                      calibrate: str | None) -> tuple[Calibration | None, str]:
     """The figures explain uses and how it found them; ValueError for a --calibrate DIR without runs."""
     if calibrate:
         return read_calibration(calibrate), f"calibrated from {calibrate} (--calibrate)"
-    earlier = earlier_runs(cfg, campaign, file)
+    earlier = earlier_runs(default_root(logging), campaign, file)
     if earlier is not None:
         try:
             return read_calibration(earlier), f"calibrated from earlier runs of this campaign: {earlier}"
