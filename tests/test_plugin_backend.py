@@ -128,7 +128,7 @@ def test_the_run_reports_the_registry_flags_not_the_wrapped_backends(workdir):
 ])
 def test_plugin_resources_place_a_run_alike_in_explain_and_the_campaign(workdir, backend, devices, options, gpus,
                                                                          mode):
-    from retrain_ray.actors.placement import decide_placement
+    from retrain_ray.campaign.capacity.placement import decide_placement
     from retrain_ray.campaign.plan import build_plan
     from retrain_ray.cli.explain import resources_per_run
     from retrain_ray.config.toml_writer import dumps

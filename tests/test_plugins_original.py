@@ -137,7 +137,7 @@ def test_plugin_backend_capabilities_come_from_its_hooks_for_explain_and_preflig
 def test_explain_and_the_campaign_plan_place_a_run_alike(plugin_dir, backend, gpus):
     """One registry (backends/registry.placement_devices): a remote backend holds no local GPU, a built-in
     local or plugin backend holds what backend.devices asks, in `explain` and in the campaign's placement."""
-    from retrain_ray.actors.placement import placement_for
+    from retrain_ray.campaign.capacity.placement import placement_for
     from retrain_ray.campaign.plan import build_plan
     from retrain_ray.cli.explain import resources_per_run
 

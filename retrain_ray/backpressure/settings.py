@@ -52,7 +52,7 @@ class BackPressureSettings:
     @classmethod
     def from_config(cls, cfg: RetrainConfig, **overrides: int | float | bool) -> BackPressureSettings:
         """The section's keys, the model's roofline figures, then `overrides`."""
-        section = cls(**cfg.backpressure.model_dump(), flops_per_token=roofline_flops_per_token(cfg),
+        section = cls(**cfg.backpressure.model_dump(), flops_per_token=roofline_flops_per_token(cfg.backpressure, cfg.model),
                       shapes=roofline_shapes(cfg))
         return dataclasses.replace(section, **overrides)
 

@@ -15,8 +15,9 @@ import importlib
 import importlib.util
 import json
 import sys
+from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from retrain_ray.backends.registry import (
     BUILTIN_CAPABILITIES,
@@ -33,10 +34,6 @@ from retrain_ray.config.backend_options import schema_for
 from retrain_ray.config.components import BACKEND_SPECS
 from retrain_ray.plugins import is_dotted_path
 from retrain_ray.plugins.catalog import check_reference, discover_plugin_modules
-
-if TYPE_CHECKING:
-
-    from retrain_ray.config.schema import RetrainConfig
 
 NOT_SHIPPED = {
     "unsloth": "the original's Unsloth-patched local backend; not shipped: use backend = \"local\"",
@@ -150,10 +147,11 @@ FACTORIES: dict[str, str] = {
 flat field names; `context` (backends/plugin_context.py) is optional: a factory of one parameter gets config only."""
 
 
-def _config_references(cfg: RetrainConfig) -> dict[str, str]:
+def _config_references(sections: Mapping[str, object]) -> dict[str, str]:
+    """The plugin keys of the config's `sections` (by section name) that name a dotted path."""
     refs = {}
     for plugin_key in names.PLUGIN_KEYS:
-        value = getattr(getattr(cfg, plugin_key.section), plugin_key.key)
+        value = getattr(sections[plugin_key.section], plugin_key.key)
         if isinstance(value, str) and is_dotted_path(value):
             refs[plugin_key.config_key] = value
     return refs
@@ -164,7 +162,7 @@ def plugins_report(config: str | None) -> dict[str, Any]:
     search_paths, base, refs, inference = ["plugins"], Path.cwd(), {}, {}
     if config:
         cfg = load_config(config)
-        search_paths, refs = list(cfg.plugins.search_paths), _config_references(cfg)
+        search_paths, refs = list(cfg.plugins.search_paths), _config_references(dict(cfg))
         base, inference = Path(config).resolve().parent, cfg.inference.model_dump()
     return {
         "builtin": {comp: {"key": key, "names": sorted(known)} for comp, (key, known) in BUILTIN_COMPONENTS.items()},

@@ -218,7 +218,7 @@ def _checkpoint_artifacts(cfg: RetrainConfig) -> list[ConfigIssue]:
 
 def _trackers_installed(cfg: RetrainConfig) -> list[ConfigIssue]:
     # deferred: loads pyarrow, which importing this module does not need
-    from retrain_ray.trackers.requirements import missing_trackers
+    from retrain_ray.trackers.build import missing_trackers
 
     return [ConfigIssue(m.key, m.value, f"asks for {m.module}, which is not installed",
                         f"pip install 'retrain-ray[{m.extra}]' (or unset {m.key})")
