@@ -20,6 +20,7 @@ from retrain_ray.campaign.adaptive.sequential import Spending
 from retrain_ray.campaign.adaptive.sequential_simulation import simulate_test
 from retrain_ray.campaign.adaptive.simulation import Scenario
 
+ALPHA = 0.05   # every scenario's (Scenario's default)
 SCENARIOS: dict[str, Scenario] = {
     # tests/test_adaptive_simulation.py: the best condition at risk
     "close race, 3 seeds": Scenario({"a": 0.0, "b": -0.5, "c": -0.5, "d": -4.0}, min_seeds=3, max_seeds=5),
@@ -78,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = compare(args.campaigns, args.spending)
     if args.json:
         print(json.dumps(rows, indent=2))
-    return 0 if all(r["best_stopped_sequential"] <= 0.05 for r in rows) else 1   # type: ignore[operator]
+    return 0 if all(float(r["best_stopped_sequential"]) <= ALPHA for r in rows) else 1
 
 
 if __name__ == "__main__":
