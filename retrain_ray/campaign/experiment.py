@@ -37,6 +37,12 @@ from retrain_ray.trackers.mlflow_tracker import ensure_experiment, experiment_na
 # every copy and `TuneCopyPruner` (campaign/resume/tune_copies.py) bounds them by keep_last_checkpoints,
 # deleting only copies older than what the synced state names.
 STATE_SYNC_S = 2
+# REUSE_ACTORS_NOTE: a grid campaign reuses a trial's process for the next run (its imports and model
+# caches stay warm). An adaptive campaign does not: it pauses trials at its rungs, and a paused function
+# trial's thread is still blocked inside the run (model, engines, open logs); Tune's reuse asks
+# `reset_config()` to end that thread within 2 s, which it cannot, and the next trial went to ERROR
+# ("Could not re-use actor ..."), leaving the rung waiting for it. A fresh process per start of a paused
+# trial costs one process start per rung; docs/campaigns.md argues it.
 
 
 def can_restore(plan: CampaignPlan) -> bool:
@@ -71,7 +77,7 @@ def build_tuner(plan: CampaignPlan, manifest: Manifest, *, namespace: str, contr
         trainable,
         param_space={} if adaptive else {"run_name": tune.grid_search([r.run_name for r in plan.runs])},  # pyright: ignore[reportUnknownMemberType]
         tune_config=tune.TuneConfig(max_concurrent_trials=None if adaptive else plan.schedule.max_concurrent,
-                                    reuse_actors=True,
+                                    reuse_actors=adaptive is None,  # see REUSE_ACTORS_NOTE
                                     trial_name_creator=trial_name, trial_dirname_creator=trial_name,
                                     **_adaptive_tune(plan, records, observer)),
         run_config=tune.RunConfig(
