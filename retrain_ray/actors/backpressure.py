@@ -24,6 +24,7 @@ import ray
 import ray.exceptions
 from ray.util.metrics import Gauge
 
+from retrain_ray.actors.metric_tags import ascii_tags
 from retrain_ray.actors.worker_env import SERVICE_RUNTIME_ENV
 from retrain_ray.backpressure.advisor import LocalAdvisor
 from retrain_ray.backpressure.arrow_log import DecisionLog, free_log_path
@@ -54,13 +55,13 @@ class _Gauges:
                   for n in BP_GAUGES}
 
     def run(self, run_id: str, resource: str, d: Decision) -> None:
-        tags = {"campaign": self.campaign, "run": run_id, "resource": resource}
+        tags = ascii_tags({"campaign": self.campaign, "run": run_id, "resource": resource})
         for name, v in (("p_star", d.p_star), ("sigma", d.sigma), ("kappa", d.kappa),
                         ("throughput", d.throughput), ("utilization", d.utilization)):
             self.g[name].set(float(v), tags=tags)
 
     def pool(self, pd: PooledDecision, throughput: float) -> None:
-        tags = {"campaign": self.campaign, "run": POOL_RUN_TAG, "resource": pd.resource}
+        tags = ascii_tags({"campaign": self.campaign, "run": POOL_RUN_TAG, "resource": pd.resource})
         for name, v in (("p_star", pd.p_star), ("sigma", pd.sigma), ("kappa", pd.kappa),
                         ("throughput", throughput), ("capacity", pd.capacity)):
             self.g[name].set(float(v), tags=tags)

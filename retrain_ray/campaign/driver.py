@@ -22,6 +22,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import signal
+import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
@@ -127,6 +129,7 @@ class Campaign:
         try:
             peft = any(config_uses_peft(r.config) for r in self.plan.runs)
             started = connect(address, dashboard=dashboard, preload=trial_modules(peft=peft), observer=self.observer)
+            reclaim_stop_signals()
             try:
                 return self._run(plugins, can_scale=not started)
             finally:
@@ -293,6 +296,18 @@ class _Actors:
         for handle in (self.recorder, self.gate):
             if handle is not None:
                 ray.kill(handle)  # pyright: ignore[reportUnknownMemberType]  # typed for ActorHandle[Unknown]
+
+
+def reclaim_stop_signals() -> None:
+    """Re-installs the Python handlers of SIGTERM and SIGHUP at the OS level, over the one Ray's core worker
+    installs for SIGTERM as the driver connects (a native crash dump and exit 1 or 134, the manifest left
+    `running`): the CLI's handlers (cli/interrupts.py) then stop the campaign as Ctrl-C does. Main thread only."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        handler = signal.getsignal(signum)
+        if callable(handler):
+            signal.signal(signum, handler)
 
 
 def _with_secrets(config_json: dict[str, object], source: str, snapshot: Path) -> dict[str, object]:
