@@ -25,6 +25,7 @@ and at close, so every step up to a checkpoint is on disk before Tune records th
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -190,6 +191,10 @@ class RecorderActor:
 
     async def ping(self) -> str:
         return ray.get_runtime_context().get_node_id()
+
+    async def pid(self) -> int:
+        """The actor's process id (what a fault test or an operator's `kill` needs)."""
+        return os.getpid()
 
 
 def recorder_name(campaign: str) -> str:

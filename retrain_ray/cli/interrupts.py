@@ -7,9 +7,9 @@ SIGTERM ended the process at once, leaving no word of where it stopped. A comman
 the signal: 130 for Ctrl-C, 143 for SIGTERM (a scheduler's stop, a Kubernetes eviction, `ray job stop`),
 129 for SIGHUP (a closed terminal or SSH session).
 
-Ray's core worker installs its own handler for SIGTERM when the driver connects (its native crash dump,
-exit 1 or 134): the campaign driver puts the Python handlers back once Ray is up (`reclaim_stop_signals`
-in campaign/driver.py).
+`ray.init` installs its own SIGTERM handler (kill the local Ray, exit 1: no checkpoint, the manifest left
+`running`): the campaign driver puts these handlers back once Ray is up (`restore_stop_handlers` in
+campaign/driver.py).
 """
 
 from __future__ import annotations
