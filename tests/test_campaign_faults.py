@@ -146,3 +146,36 @@ def test_a_recorder_killed_mid_campaign_costs_no_run_and_no_row(ray_4cpu_4gpu, t
     assert [r["actor"] for r in manifest["control_restarts"]] == ["recorder"]
     for run in manifest["runs"]:
         assert not steps_once(cdir / "runs" / run["run_name"], steps)  # every row there, once
+
+
+HOPELESS = {"advantage_mode": "zero_advantage.zero", "transform_mode": "none"}
+MAXRL = {"advantage_mode": "maxrl", "transform_mode": "none"}
+
+
+@pytest.mark.extended  # about two minutes: 6 runs through 2 slots, paused at 2 rungs
+@pytest.mark.timeout(900)
+def test_an_adaptive_campaign_with_more_runs_than_workers_and_several_rungs_completes(ray_4cpu_4gpu, tmp_path,
+                                                                                     monkeypatch):
+    """The issue's hang: 3 conditions x 2 seeds through `max_workers = 2`, several rungs. Tune's actor reuse
+    put a trial in ERROR at a rung and the rung then waited for it forever."""
+    from retrain_ray.campaign import Campaign
+
+    monkeypatch.chdir(REPO)  # [plugins] search_paths = ["configs/plugins"] is relative to it
+    toml = write_campaign(
+        tmp_path / "shape.toml", base=TINY_RUN, plugins={"search_paths": ["configs/plugins"]},
+        logging={"log_dir": f"{tmp_path}/logs"},
+        campaign={"name": "shape", "seeds": [1, 2], "max_steps": 6, "parallel": True, "max_workers": 2,
+                  "max_failures": 0, "adaptive": {"metric": "rl/nonzero_advantage_action_tokens", "window": 2,
+                                                  "rungs": [2, 4], "min_seeds": 2, "max_seeds": 2}},
+        conditions=(GRPO, MAXRL, HOPELESS))
+    started = time.monotonic()
+    results = Campaign.from_toml(toml, root=tmp_path / "campaigns").run(progress=False)
+    manifest = json.loads((tmp_path / "campaigns" / "shape" / "manifest.json").read_text())
+    runs = {r["run_name"]: r for r in manifest["runs"]}
+    assert manifest["status"] == "done" and results.errors == [], (time.monotonic() - started, runs)
+    assert {r["status"] for r in runs.values()} <= {"completed", "stopped"}
+    decisions = manifest["adaptive"]["decisions"]
+    assert decisions and decisions[0]["step"] == 2 and manifest["adaptive"]["finished"]
+    stopped = {s["condition"] for d in decisions for s in d["stopped"]}
+    assert "zero_advantage.zero+none" in stopped
+    assert any("paused_at_rung" in r for r in runs.values())  # runs waited at a rung, and said so

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 RESTARTS_FILE = "control_restarts.jsonl"
+CONTROL_RESTARTS = 5  # Ray restarts a dead control actor this many times in a driver session
 
 
 def record_restart(campaign_dir: Path, actor: str) -> None:

@@ -36,7 +36,7 @@ from ray import ObjectRef
 from ray.actor import ActorHandle
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from retrain_ray.actors.restarts import record_restart
+from retrain_ray.actors.restarts import CONTROL_RESTARTS, record_restart
 from retrain_ray.actors.worker_env import SERVICE_RUNTIME_ENV
 from retrain_ray.logs import EVAL_SCHEMA, GENERATIONS_SCHEMA, METRICS_SCHEMA, ArrowStreamWriter, row_to_record  # pyright: ignore[reportUnknownVariableType]  # pyarrow schemas: no stubs
 from retrain_ray.logs.jsonl import JsonlMirror
@@ -50,7 +50,6 @@ from retrain_ray.logs.stream import logged_through, repair_and_last_step
 from retrain_ray.logs.types import MetricsRow, RunObserver
 
 RECORDER_KINDS = ("metrics", "generations", "eval")
-RECORDER_RESTARTS = 5  # Ray restarts a dead recorder this many times in a campaign session
 PARQUET_EVERY_S = 10.0
 log = logging.getLogger(__name__)
 
@@ -155,11 +154,11 @@ class RecorderCore:
 
 
 @ray.remote(num_cpus=0, max_concurrency=64, runtime_env=SERVICE_RUNTIME_ENV,  # pyright: ignore[reportCallIssue, reportUntypedClassDecorator]  # ray's overloads omit max_concurrency
-            max_restarts=RECORDER_RESTARTS, max_task_retries=-1)
+            max_restarts=CONTROL_RESTARTS, max_task_retries=-1)
 class RecorderActor:
     """Async Ray host of `RecorderCore`. Methods run one at a time on the actor's event loop.
 
-    A recorder that dies (a `kill -9`, its process OOM-killed) is restarted by Ray up to `RECORDER_RESTARTS`
+    A recorder that dies (a `kill -9`, its process OOM-killed) is restarted by Ray up to `CONTROL_RESTARTS`
     times with the same campaign directory, and the calls in flight are retried on the new one: its state
     is on disk (the streams; a new lifetime writes new segments and readers de-duplicate on (run, step),
     a torn tail is dropped and its rows come again with the retried call), so the runs go on. Each restart
