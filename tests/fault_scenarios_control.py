@@ -171,9 +171,8 @@ def _adaptive_error_once(root: Path, rng: random.Random) -> Trial:
 
     cloudpickle.register_pickle_by_value(sys.modules[__name__])
     root.mkdir(parents=True, exist_ok=True)
-    os.chdir(REPO)  # [plugins] search_paths = ["configs/plugins"] is relative to it
     toml = write_campaign(
-        root / "rung.toml", base=TINY_RUN, plugins={"search_paths": ["configs/plugins"]},
+        root / "rung.toml", base=TINY_RUN, plugins={"search_paths": [str(REPO / "configs" / "plugins")]},
         logging={"log_dir": f"{root}/logs"},
         campaign={"name": "rung", "seeds": [1, 2], "max_steps": STEPS, "parallel": True, "max_workers": 1,
                   "max_failures": 0, "adaptive": {"metric": "rl/nonzero_advantage_action_tokens", "window": 2,

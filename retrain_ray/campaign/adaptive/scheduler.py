@@ -347,6 +347,12 @@ class AdaptiveScheduler(FIFOScheduler):
         self._say_paused(name, rung)
         return TrialScheduler.PAUSE
 
+    def _resumed(self, name: str) -> None:
+        """The run leaves its rung: its manifest entry no longer says it waits (campaign/adaptive/paused.py)."""
+        self.waiting.pop(name, None)
+        if getattr(self.book.manifest.run(name), "paused_at_rung", None) is not None:
+            self.book.manifest.update_run(name, paused_at_rung=None, paused_why="")
+
     def _say_paused(self, name: str, rung: int) -> None:
         """Tells (console and manifest) which rung the run waits at and for which runs."""
         missing = [n for n in self.book.missing_at(rung) if n != name]
@@ -368,6 +374,7 @@ class AdaptiveScheduler(FIFOScheduler):
         for trial in paused:
             rung = self.waiting.get(_run_name(trial))
             if rung is None or rung in decided or self.book.finished:
+                self._resumed(_run_name(trial))
                 return trial
         return self._unstick(tune_controller, trials, paused)
 
@@ -404,7 +411,7 @@ class AdaptiveScheduler(FIFOScheduler):
         if rung not in {d.step for d in self.book.decisions()} and not self.book.finished:
             self.book.say(f"rung {rung} cannot be decided (waiting for {self.book.missing_at(rung)}): "
                           "its paused runs go on undecided")
-            self.waiting.pop(_run_name(paused[0]), None)
+            self._resumed(_run_name(paused[0]))
         return None
 
     def on_trial_complete(self, tune_controller: TuneController, trial: Trial, result: dict[str, object]) -> None:
