@@ -24,7 +24,7 @@ import json
 import os
 import signal
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator
 from contextlib import contextmanager
 from pathlib import Path
 from types import FrameType
@@ -312,7 +312,7 @@ def stop_handlers() -> dict[int, object]:
 
 
 @contextmanager
-def stop_signals_blocked(handlers: dict[int, object]) -> Iterator[None]:
+def stop_signals_blocked(handlers: dict[int, object]) -> Generator[None]:
     """SIGTERM and SIGHUP blocked in this thread for the body, when the caller handles them (the CLI does).
 
     A scheduler's SIGTERM (or a closed terminal's SIGHUP) goes to the driver's whole process group, and the

@@ -117,7 +117,7 @@ class RestartNotices(tune.Callback):
     CHECK_EVERY_S = 1.0
 
     def __init__(self, records: ManifestCallback, *, observer: CampaignObserver, campaign_dir: Path) -> None:
-        self.records = records
+        self.records: ManifestCallback | None = records  # None in a copy Tune unpickled
         self.observer = observer
         self.campaign_dir = campaign_dir
         self.seen = len(read_restarts(campaign_dir))  # earlier sessions' restarts are already in the manifest

@@ -167,7 +167,7 @@ class RecorderActor:
 
     def __init__(self, campaign_dir: str) -> None:
         self._core = RecorderCore(campaign_dir)
-        if ray.get_runtime_context().was_current_actor_reconstructed:
+        if ray.get_runtime_context().was_current_actor_reconstructed:  # pyright: ignore[reportUnknownMemberType]
             record_restart(Path(campaign_dir), "recorder")
 
     async def append(self, run: str, kind: str, rows: list[dict[str, object]], jsonl: bool = True) -> int:

@@ -26,7 +26,7 @@ def paused_summary(runs: Iterable[RunRecord]) -> str:
         rung = paused_at(run)
         if rung is not None:
             by_rung.setdefault(rung, []).append(run)
-    parts = []
+    parts: list[str] = []
     for rung, paused in sorted(by_rung.items()):
         why = str(getattr(paused[-1], "paused_why", "") or "")
         waiting = why.split(" for ", 1)[1] if " for " in why else "the decision"
