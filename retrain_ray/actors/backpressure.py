@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 from pathlib import Path
 from typing import Any
 
@@ -159,6 +160,10 @@ class BackPressureActor:
             "log_path": str(self._log.path) if self._log else None,
             "settings": dataclasses.asdict(self._settings),
         }
+
+    async def pid(self) -> int:
+        """The actor's process id (what a fault test or an operator's `kill` needs)."""
+        return os.getpid()
 
     async def close(self) -> None:
         if self._log is not None:

@@ -112,7 +112,7 @@ class Campaign:
         condition is preflighted first (`CampaignError` with all problems, before Ray starts).
         `dashboard`: a local Ray this call starts runs the Ray dashboard (off: it starts faster).
         The campaign directory is locked for the call (logs/dir_lock.py): a second driver of the same
-        campaign gets a `CampaignError` naming this one. Stopped by Ctrl-C (or SIGTERM at the CLI), it
+        campaign gets a `CampaignError` naming this one. Stopped by Ctrl-C (or SIGTERM or SIGHUP at the CLI), it
         raises `CampaignInterrupted` (a KeyboardInterrupt) once Tune has saved its state.
         `observer` receives the campaign's messages (campaign/observer.py); without one they are printed,
         the progress messages only with `progress`.
