@@ -15,6 +15,8 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from campaign_helpers import (
@@ -34,6 +36,18 @@ from helpers import GRPO, TINY_RUN, wait_for, write_campaign
 
 STEPS = 6
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+
+
+@contextmanager
+def _in_repo() -> Iterator[None]:
+    """In the repository, for relative `[plugins] search_paths` (a dotted plugin under an absolute folder
+    fails to import: issue 34, item 5, another engineer's)."""
+    cwd = Path.cwd()
+    os.chdir(REPO)
+    try:
+        yield
+    finally:
+        os.chdir(cwd)
 
 
 # ---- 1. SIGTERM (or SIGHUP) to the driver's process group at a random step -----------------------------
@@ -97,16 +111,16 @@ def _recorder_kill_once(root: Path, at_rows: int) -> Trial:
     from retrain_ray.campaign import Campaign
 
     root.mkdir(parents=True, exist_ok=True)
-    work = slow_workdir(root)
-    toml = write_campaign(work / "rec.toml", base=TINY_RUN, logging={"log_dir": f"{root}/logs"},
-                          reward={"type": "slow_reward.make"}, plugins={"search_paths": [str(work / "plugins")]},
+    toml = write_campaign(root / "rec.toml", base=TINY_RUN, logging={"log_dir": f"{root}/logs"},
+                          reward={"type": "slow_reward.make"}, plugins={"search_paths": ["tests/plugins"]},
                           campaign={"name": "rec", "seeds": [1, 2], "max_steps": STEPS, "parallel": True,
                                     "max_workers": 2, "max_failures": 0}, conditions=(GRPO,))
     cdir, killed = root / "rec", []
     namespace = ray.get_runtime_context().namespace
     killer = threading.Thread(target=_kill_recorder, args=(cdir, at_rows, namespace, killed), daemon=True)
     killer.start()
-    results = Campaign.from_toml(toml, root=root).run(progress=False)
+    with _in_repo():
+        results = Campaign.from_toml(toml, root=root).run(progress=False)
     killer.join(timeout=60)
     manifest = read_manifest(cdir) or {"runs": []}
     problems = [] if killed else ["the campaign ended before the kill"]
@@ -172,7 +186,7 @@ def _adaptive_error_once(root: Path, rng: random.Random) -> Trial:
     cloudpickle.register_pickle_by_value(sys.modules[__name__])
     root.mkdir(parents=True, exist_ok=True)
     toml = write_campaign(
-        root / "rung.toml", base=TINY_RUN, plugins={"search_paths": [str(REPO / "configs" / "plugins")]},
+        root / "rung.toml", base=TINY_RUN, plugins={"search_paths": ["configs/plugins"]},
         logging={"log_dir": f"{root}/logs"},
         campaign={"name": "rung", "seeds": [1, 2], "max_steps": STEPS, "parallel": True, "max_workers": 1,
                   "max_failures": 0, "adaptive": {"metric": "rl/nonzero_advantage_action_tokens", "window": 2,
@@ -181,7 +195,8 @@ def _adaptive_error_once(root: Path, rng: random.Random) -> Trial:
     cdir = root / "rung"
     victim = rng.choice(["grpo+none_s2", "zero_advantage.zero+none_s2"])
     started = time.monotonic()
-    Campaign.from_toml(toml, root=root, runner=make_rung_kill_runner(victim, cdir)).run(progress=False)
+    with _in_repo():
+        Campaign.from_toml(toml, root=root, runner=make_rung_kill_runner(victim, cdir)).run(progress=False)
     manifest = read_manifest(cdir) or {"runs": []}
     runs = {r["run_name"]: r for r in manifest["runs"]}
     killed = (cdir / "rung_killed.json").exists()
