@@ -31,6 +31,7 @@ import ray
 from ray import ObjectRef, tune
 
 from retrain_ray.actors.worker_env import PRELOAD_MODULE
+from retrain_ray.plugins.loader import use_plugin_root
 from retrain_ray.campaign.control import ControlPlane
 from retrain_ray.campaign.dashboard.gauges import RunGauges
 from retrain_ray.campaign.plan import DEFAULT_RUNNER, Runner, RunPlan
@@ -40,7 +41,6 @@ from retrain_ray.campaign.resume.point import ResumePoint, decide_resume
 from retrain_ray.campaign.split import split_policy
 from retrain_ray.campaign.stagger import wait_for_start_slot
 from retrain_ray.logs.types import MetricsRow, RunObserver
-from retrain_ray.plugins.loader import use_plugin_root
 from retrain_ray.run.types import RunOutcome
 from retrain_ray.trackers import RunIdentity, build_trackers
 from retrain_ray.util.process_clock import process_started_at
