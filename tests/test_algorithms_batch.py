@@ -12,11 +12,11 @@ from retrain_ray.algorithms import (
     cap_advantages,
     compute_group_advantages,
     is_uniform_group,
-    preflight,
     reward_tie_stats,
 )
 from retrain_ray.algorithms.recipes import ALGORITHMS
 from retrain_ray.algorithms.registry import TRANSFORMS, TransformSpec
+from retrain_ray.checks.probe import preflight
 
 approx = pytest.approx
 

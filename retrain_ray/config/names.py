@@ -7,9 +7,13 @@ A dotted path (`pkg.module.name` or `pkg.module:name`) is always accepted as a p
 from __future__ import annotations
 
 import re
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from retrain_ray.config.components import BACKEND_SPECS, ENGINE_SPECS
+
+if TYPE_CHECKING:
+    from retrain_ray.config.schema import RetrainConfig
+    from retrain_ray.config.sections_training import AlgorithmSection
 
 ADVANTAGE_MODES = frozenset({"grpo", "maxrl", "reinforce_pp"})
 TRANSFORM_MODES = frozenset(
@@ -117,3 +121,16 @@ def gpu_count(devices: str) -> int:
     if text == "cpu":
         return 0
     return len([d for d in text.split(",") if d.strip()])
+
+
+def effective_uncertainty_kind(cfg: RetrainConfig) -> str:
+    """The kind in force: a transform_params override replaces the default `surprisal` (spec 7)."""
+    return uncertainty_kind_in_force(cfg.algorithm)
+
+
+def uncertainty_kind_in_force(algorithm: AlgorithmSection) -> str:
+    """`effective_uncertainty_kind` of one [algorithm] section."""
+    for key in UNCERTAINTY_PARAM_KEYS:
+        if key in algorithm.transform_params:
+            return canonical_uncertainty(str(algorithm.transform_params[key]))
+    return algorithm.uncertainty_kind

@@ -5,7 +5,8 @@
 "algorithm": {"transform_params": {"eta": 0.5}}}`; values stay text and the section models coerce
 them (so the same rules apply as in a TOML file). `--section.key=value` also works, for every key
 including [campaign] and [squeeze]. Repeatable `--*-param k=v` / `--backend-opt k=v` values are
-parsed as bool, JSON, float, int or string, in that order, and merge into their table.
+parsed as bool, JSON, float, int or string, in that order, and merge into their table. `merge_overrides`
+lays an override dict over a raw (TOML-shaped) dict.
 """
 
 from __future__ import annotations
@@ -17,8 +18,7 @@ from typing import Any
 from retrain_ray.config.build import build_config, section_keys
 from retrain_ray.config.campaign_schema import CampaignCondition
 from retrain_ray.config.errors import ConfigError, ConfigIssue, did_you_mean, no_value
-from retrain_ray.config.fields import FIELD_INDEX, TRAIN_SECTIONS
-from retrain_ray.config.rawdict import merge_overrides
+from retrain_ray.config.key_names import FIELD_INDEX, TRAIN_SECTIONS
 from retrain_ray.config.schema import RetrainConfig
 
 TABLE_FLAGS: dict[str, tuple[str, str]] = {
@@ -156,3 +156,19 @@ def apply_condition(base_cfg: RetrainConfig, condition: Any) -> RetrainConfig:
         else:
             raw.setdefault(key, {}).update(copy.deepcopy(value))
     return build_config(raw, f"condition {cond.label}")[0]
+
+
+def merge_overrides(raw: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
+    """A copy of `raw` with overrides laid over it; table values (params, options) merge key-wise."""
+    merged = copy.deepcopy(raw)
+    for section, table in overrides.items():
+        target = merged.setdefault(section, {})
+        if not isinstance(table, dict) or not isinstance(target, dict):
+            merged[section] = copy.deepcopy(table)
+            continue
+        for key, value in table.items():
+            if isinstance(value, dict) and isinstance(target.get(key), dict):
+                target[key] = {**target[key], **value}
+            else:
+                target[key] = copy.deepcopy(value)
+    return merged

@@ -1,8 +1,9 @@
 """`RetrainConfig`: the whole configuration, one attribute per TOML section.
 
 The model is frozen and round-trips (`RetrainConfig.model_validate(cfg.model_dump()) == cfg`, and
-through `dump_toml` / `load_config`). Constructing it runs every cross-key rule of `validate.py` and
-raises `ConfigError` with all problems at once, so the Python API is as strict as a TOML file.
+through `dump_toml` / `load_config`). Constructing it runs every cross-key rule of the check pass and
+raises `ConfigError` with all problems at once (the rules are `retrain_ray.checks`, reached through
+the hook of util/config_hooks.py), so the Python API is as strict as a TOML file.
 `campaign` and `squeeze` are None unless the file has those sections: a file with `[campaign]` is a
 campaign, anything else is a single run.
 """
@@ -13,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from retrain_ray.config.campaign_schema import CampaignSection, SqueezeSection
 from retrain_ray.config.errors import ConfigError
-from retrain_ray.config.sections_aux import (
+from retrain_ray.config.sections_runtime import (
     BackpressureSection,
     DataSection,
     EchoSection,
@@ -26,7 +27,7 @@ from retrain_ray.config.sections_aux import (
     ResumeSection,
     RewardSection,
 )
-from retrain_ray.config.sections_core import (
+from retrain_ray.config.sections_training import (
     AlgorithmSection,
     BackendSection,
     GtpoSection,
@@ -37,7 +38,7 @@ from retrain_ray.config.sections_core import (
     SepaSection,
     TrainingSection,
 )
-from retrain_ray.config.validate import collect_issues
+from retrain_ray.util.config_hooks import config_checks
 
 
 class RetrainConfig(BaseModel):
@@ -70,7 +71,7 @@ class RetrainConfig(BaseModel):
 
     @model_validator(mode="after")
     def _cross_key_rules(self) -> RetrainConfig:
-        issues = collect_issues(self)
+        issues = [issue for check in config_checks() for issue in check.issues(self)]
         if issues:
             raise ConfigError(issues)
         return self

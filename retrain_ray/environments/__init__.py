@@ -12,7 +12,7 @@ from retrain_ray.environments.digit_chain import DigitChain
 from retrain_ray.environments.types import Branchable, Environment, Episode, TurnResult
 
 if TYPE_CHECKING:
-    from retrain_ray.config.sections_aux import EnvironmentSection
+    from retrain_ray.config.sections_runtime import EnvironmentSection
 
 __all__ = ["BUILTIN", "Branchable", "Environment", "Episode", "TurnResult", "environment_args", "load_environment"]
 

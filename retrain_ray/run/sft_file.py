@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
 if TYPE_CHECKING:
-    from retrain_ray.config.sections_core import TrainingSection
+    from retrain_ray.config.sections_training import TrainingSection
     from retrain_ray.models.types import Tokenizer
 
 CHUNK = 1 << 20

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 from retrain_ray.backends.types import Policy
 from retrain_ray.backpressure.types import BackPressureAdvisor
+from retrain_ray.config.trainers import runs_externally
 from retrain_ray.engines.vllm_logs import VLLM_LOG_FILE, log_vllm_to
 from retrain_ray.logs import (
     ArrowRunObserver,
@@ -22,7 +23,6 @@ from retrain_ray.run.checkpoint_dir import checkpoint_dir_resume, checkpoint_roo
 from retrain_ray.run.epochs import apply_epochs
 from retrain_ray.run.external import external_run, run_external
 from retrain_ray.run.loop import RunComponents, RunLoop
-from retrain_ray.run.preflight import check_run, runs_externally
 from retrain_ray.run.runners import build_loop, runner_config
 from retrain_ray.run.state import TrainerState, engine_generators, restore_rng_state, seed_everything
 from retrain_ray.run.torn_log import rewind_past_torn_rows
@@ -87,11 +87,10 @@ def train_run(
     skips the Arrow files in `run_dir` when an observer already records the rows elsewhere (the
     campaign's recorder actor).
     """
-    check_run(config)
     throttle = run_throttle(config, throttle, run_name)
     run_dir = Path(run_dir)
     _check_run_dir(run_dir)
-    if runs_externally(config):  # `trainer = "command"` or a plugin runner: no model, data or loop here
+    if runs_externally(config.training.trainer):  # `trainer = "command"` or a plugin runner: no model, data or loop here
         return _train_external(config, run_name, run_dir, observers, local_logs)
     config = runner_config(config)  # "sft": every step supervised
     # before anything is written or the model loads: bad data stops the run here

@@ -41,7 +41,7 @@ from retrain_ray.campaign.plan import concurrent_runs, default_root
 from retrain_ray.config.campaign_schema import CampaignSection
 from retrain_ray.config.matrix import RunSpec
 from retrain_ray.config.schema import RetrainConfig
-from retrain_ray.config.sections_core import TrainingSection
+from retrain_ray.config.sections_training import TrainingSection
 from retrain_ray.logs.manifest import MANIFEST, read_manifest
 
 DEFAULT_STEP_S = 10.0

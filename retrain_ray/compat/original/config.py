@@ -7,7 +7,7 @@ name that class.
 
 from __future__ import annotations
 
-from retrain_ray.config.original_view import OriginalConfigView
+from retrain_ray.config.key_names import OriginalConfigView
 
 TrainConfig = OriginalConfigView
 

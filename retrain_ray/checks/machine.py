@@ -5,7 +5,7 @@ the local Hugging Face cache, a data file that lives on the cluster's volume, an
 OpenEnv environment server that is not up yet are facts about this machine, not errors in the file.
 `environment_problems` lists each with its fix (the download command, the key to set); `explain` prints
 them as warnings and still shows the plan (`--strict` makes them errors). The runs themselves still
-refuse to start without them (`campaign_problems` in run/preflight.py checks the model before Ray starts;
+refuse to start without them (`campaign_problems` in checks/preflight.py checks the model before Ray starts;
 the data loader, the engine and the OpenEnv client name the missing file or server).
 """
 
@@ -17,37 +17,39 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
+from retrain_ray.checks.preflight import data_download_problems, model_problems
 from retrain_ray.config.components import backend_spec, engine_spec
-from retrain_ray.run.preflight import model_problems
 
 if TYPE_CHECKING:
     from retrain_ray.config.schema import RetrainConfig
+    from retrain_ray.config.sections_runtime import DataSection, EnvironmentSection, InferenceSection
+    from retrain_ray.config.sections_training import BackendSection
 
 CONNECT_TIMEOUT_S = 2.0
 
 
-def data_problems(configs: Iterable[RetrainConfig]) -> list[str]:
+def data_problems(datas: Iterable[DataSection]) -> list[str]:
     """`[data] source = "file"` whose path or eval_path does not exist here."""
     missing: dict[tuple[str, str], None] = {}
-    for cfg in configs:
-        if cfg.data.source != "file":
+    for data in datas:
+        if data.source != "file":
             continue
         for key in ("path", "eval_path"):
-            value = str(getattr(cfg.data, key))
+            value = str(getattr(data, key))
             if value and not Path(value).expanduser().exists():
                 missing[(key, value)] = None
     return [f"data.{key}: data file {value!r} does not exist here; copy it to that path on the machine that runs "
             f"the campaign, or set [data] {key} to where it is" for key, value in missing]
 
 
-def endpoint_url(cfg: RetrainConfig) -> str | None:
+def endpoint_url(inference: InferenceSection, backend: BackendSection) -> str | None:
     """The server an HTTP sampling engine calls (its default when `[inference] url` is empty), else None."""
-    if not engine_spec(cfg.inference.engine).shared_server or not backend_spec(cfg.backend.backend).trains_locally:
+    if not engine_spec(inference.engine).shared_server or not backend_spec(backend.backend).trains_locally:
         return None
     # deferred: loads httpx, which importing this module does not need
     from retrain_ray.engines.openai import DEFAULT_URLS
 
-    return cfg.inference.url or DEFAULT_URLS.get(cfg.inference.engine, DEFAULT_URLS["openai"])
+    return inference.url or DEFAULT_URLS.get(inference.engine, DEFAULT_URLS["openai"])
 
 
 def unreachable(url: str, timeout_s: float = CONNECT_TIMEOUT_S) -> str | None:
@@ -61,9 +63,9 @@ def unreachable(url: str, timeout_s: float = CONNECT_TIMEOUT_S) -> str | None:
         return f"{type(exc).__name__}: {exc}"
 
 
-def endpoint_problems(configs: Iterable[RetrainConfig]) -> list[str]:
+def endpoint_problems(configs: Iterable[tuple[InferenceSection, BackendSection]]) -> list[str]:
     """HTTP sampling servers (`[inference] engine = "openai" | "vllm" | "sglang"`) that do not answer."""
-    urls = dict.fromkeys(url for url in map(endpoint_url, configs) if url)
+    urls = dict.fromkeys(url for url in (endpoint_url(*pair) for pair in configs) if url)
     problems: list[str] = []
     for url in urls:
         why = unreachable(url)
@@ -74,9 +76,9 @@ def endpoint_problems(configs: Iterable[RetrainConfig]) -> list[str]:
     return problems
 
 
-def openenv_problems(configs: Iterable[RetrainConfig]) -> list[str]:
+def openenv_problems(environments: Iterable[EnvironmentSection]) -> list[str]:
     """OpenEnv servers (`[environment] provider = "openenv"`) that do not answer."""
-    urls = dict.fromkeys(c.environment.id for c in configs if c.environment.provider == "openenv" and c.environment.id)
+    urls = dict.fromkeys(e.id for e in environments if e.provider == "openenv" and e.id)
     problems: list[str] = []
     for url in urls:
         why = unreachable(url)
@@ -87,13 +89,13 @@ def openenv_problems(configs: Iterable[RetrainConfig]) -> list[str]:
     return problems
 
 
-def package_problems(configs: Iterable[RetrainConfig]) -> list[str]:
+def package_problems(environments: Iterable[EnvironmentSection]) -> list[str]:
     """`[environment] provider = "verifiers"` whose package (or verifiers itself) is not installed here."""
     # deferred: the adapter module, which importing this module does not need (it imports no verifiers)
     from retrain_ray.environments.verifiers_env import is_hub_id, missing_package
 
-    ids = dict.fromkeys(c.environment.id for c in configs if c.environment.provider == "verifiers" and c.environment.id
-                        and not (c.environment.auto_install and is_hub_id(c.environment.id)))
+    ids = dict.fromkeys(e.id for e in environments if e.provider == "verifiers" and e.id
+                        and not (e.auto_install and is_hub_id(e.id)))
     return [p for p in map(missing_package, ids) if p]
 
 
@@ -103,5 +105,8 @@ def environment_problems(cfg: RetrainConfig) -> list[str]:
     from retrain_ray.config import expand_runs
 
     configs = [r.config for r in expand_runs(cfg)]
-    return (model_problems(configs) + data_problems(configs) + endpoint_problems(configs) + openenv_problems(configs)
-            + package_problems(configs))
+    environments = [c.environment for c in configs]
+    downloads = dict.fromkeys(p for c in configs for p in data_download_problems(c.data, c.environment))
+    return (model_problems(configs) + data_problems(c.data for c in configs) + list(downloads)
+            + endpoint_problems((c.inference, c.backend) for c in configs) + openenv_problems(environments)
+            + package_problems(environments))
