@@ -72,8 +72,8 @@ def test_math_data_while_offline_is_refused_before_ray(tmp_path, monkeypatch):
                      training={"batch_size": 2, "group_size": 2, "max_steps": 1, "max_tokens": 8})
     text = _refused_before_ray(path)
     assert "data.source" in text and "HF_HUB_OFFLINE" in text and 'source = "file"' in text
-    out = _explain(path, "--strict", env={"HF_HUB_OFFLINE": "1"})  # explain warns; --strict refuses
-    assert out.returncode == 2 and "data.source" in out.stderr and "HF_HUB_OFFLINE" in out.stderr
+    with pytest.raises(PreflightError, match="HF_HUB_OFFLINE"):  # `retrain-ray train` checks the same way
+        check_run(load_config(path).model_copy(update={"campaign": None}))
     monkeypatch.delenv("HF_HUB_OFFLINE")
     monkeypatch.delenv("HF_DATASETS_OFFLINE", raising=False)
     assert data_download_problems(load_config(path).data, load_config(path).environment) == []

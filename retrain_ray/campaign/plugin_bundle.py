@@ -41,8 +41,8 @@ from pathlib import Path, PurePosixPath
 from types import ModuleType
 from typing import TYPE_CHECKING
 
+from retrain_ray.checks.rules import PLUGIN_KEYS
 from retrain_ray.plugins.loader import is_dotted_path, plugin_module, use_search_paths
-from retrain_ray.config.names import PLUGIN_KEYS
 
 if TYPE_CHECKING:
     from retrain_ray.config.schema import RetrainConfig

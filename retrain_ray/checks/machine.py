@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
-from retrain_ray.checks.preflight import data_download_problems, model_problems
+from retrain_ray.checks.preflight import model_problems
 from retrain_ray.config.components import backend_spec, engine_spec
 
 if TYPE_CHECKING:
@@ -106,7 +106,6 @@ def environment_problems(cfg: RetrainConfig) -> list[str]:
 
     configs = [r.config for r in expand_runs(cfg)]
     environments = [c.environment for c in configs]
-    downloads = dict.fromkeys(p for c in configs for p in data_download_problems(c.data, c.environment))
-    return (model_problems(configs) + data_problems(c.data for c in configs) + list(downloads)
+    return (model_problems(configs) + data_problems(c.data for c in configs)
             + endpoint_problems((c.inference, c.backend) for c in configs) + openenv_problems(environments)
             + package_problems(environments))

@@ -268,18 +268,14 @@ def run_problems(cfg: RetrainConfig, *, check_model: bool = True) -> list[str]:
         entropy_fix=fix,
     )
     here = model_problems([cfg]) + data_download_problems(cfg.data, cfg.environment) if check_model else []
+    replays: list[str] = []
+    if cfg.optimizer_batch.replay_path:  # a capture that does not read back, match its pins or the config
+        # deferred: the capture's batch type lives beside the backends, which importing this module does not need
+        from retrain_ray.run.optimizer_batch import replay_problems
+
+        replays = [f"preflight: {p}" for p in replay_problems(cfg)]
     context = context_problems(cfg.training, cfg.model) if _trains_locally(cfg.backend.backend) else []
-    return imports + engine_plugin_problems(cfg.inference, cfg.backend) + here + context + problems + _replay_problems(cfg)
-
-
-def _replay_problems(cfg: RetrainConfig) -> list[str]:
-    """`[optimizer_batch] replay_path`: a capture that does not read back, match its pins or the config."""
-    if not cfg.optimizer_batch.replay_path:
-        return []
-    # deferred: the capture's batch type lives beside the backends, which importing this module does not need
-    from retrain_ray.run.optimizer_batch import replay_problems
-
-    return [f"preflight: {p}" for p in replay_problems(cfg)]
+    return imports + engine_plugin_problems(cfg.inference, cfg.backend) + here + context + problems + replays
 
 
 def check_run(cfg: RetrainConfig) -> None:

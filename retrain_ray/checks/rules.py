@@ -12,15 +12,20 @@ it); max / mlx / trtllm engines need LoRA (they load the trainer's weights as an
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, NamedTuple
 
+from retrain_ray.algorithms.planning import DETECTORS
+from retrain_ray.algorithms.recipes import ALGORITHMS
+from retrain_ray.algorithms.registry import ADVANTAGES, TRANSFORMS
 from retrain_ray.config.backend_options import check_options
-from retrain_ray.config.components import backend_spec, engine_spec
+from retrain_ray.config.base import Section, check_choice
+from retrain_ray.config.components import BACKEND_SPECS, ENGINE_SPECS, backend_spec, engine_spec
 from retrain_ray.config.errors import ConfigIssue, did_you_mean
 from retrain_ray.config.names import (
     ORIGINAL_ONLY_BACKENDS,
-    SUPPORTED_BACKENDS,
+    TRAINERS,
+    UNCERTAINTY_ALIASES,
     UNCERTAINTY_PARAM_KEYS,
     canonical_uncertainty,
     is_dotted_path,
@@ -28,6 +33,9 @@ from retrain_ray.config.names import (
 )
 from retrain_ray.config.sections_training import BackendSection
 from retrain_ray.config.trainers import trainer_issues, trainer_warnings
+from retrain_ray.data.loading import SOURCES
+from retrain_ray.environments import PROVIDERS
+from retrain_ray.rewards.registry import REWARD_BUILDERS
 
 if TYPE_CHECKING:
     from retrain_ray.config.campaign_schema import CampaignSection, SqueezeSection
@@ -45,12 +53,95 @@ if TYPE_CHECKING:
     )
     from retrain_ray.config.sections_training import AlgorithmSection, ModelSection, TrainingSection
 
+class PluginKey(NamedTuple):
+    """A config key that takes a dotted plugin path as well as its built-in names."""
+
+    component: str  # its name in `retrain-ray plugins`
+    label: str  # how messages name the key
+    section: str
+    key: str
+    builtin: frozenset[str]
+
+    @property
+    def config_key(self) -> str:
+        return f"{self.section}.{self.key}"
+
+
+PLUGIN_KEYS: tuple[PluginKey, ...] = (
+    PluginKey("advantage_mode", "advantage_mode", "algorithm", "advantage_mode", frozenset(ADVANTAGES.names())),
+    PluginKey("transform_mode", "transform_mode", "algorithm", "transform_mode", frozenset(TRANSFORMS.names())),
+    PluginKey("algorithm_mode", "algorithm_mode", "algorithm", "algorithm_mode", frozenset(ALGORITHMS.names())),
+    PluginKey("uncertainty_kind", "uncertainty_kind", "algorithm", "uncertainty_kind",
+              frozenset(UNCERTAINTY_ALIASES.values())),
+    PluginKey("backend", "[backend] backend", "backend", "backend", frozenset(BACKEND_SPECS)),
+    PluginKey("inference_engine", "[inference] engine", "inference", "engine", frozenset(ENGINE_SPECS)),
+    PluginKey("reward", "[reward] type", "reward", "type", frozenset(REWARD_BUILDERS)),
+    PluginKey("data_source", "[data] source", "data", "source", frozenset(SOURCES)),
+    PluginKey("planning_detector", "[planning] detector", "planning", "detector", frozenset(DETECTORS)),
+    PluginKey("trainer", "[training] trainer", "training", "trainer", TRAINERS),
+)
+"""Every key that takes a dotted plugin path: `retrain-ray plugins` checks them, a campaign ships their code."""
+
+
+
+class NameKey(NamedTuple):
+    """A key whose value names a component: checked against that component's registry."""
+
+    section: str
+    key: str
+    what: str  # how the message names the key
+    known: frozenset[str]
+    dotted: bool = True  # a dotted plugin path is accepted too
+
+
+NAME_KEYS: tuple[NameKey, ...] = (
+    NameKey("algorithm", "algorithm_mode", "algorithm_mode", frozenset(ALGORITHMS.names()) | {""}),
+    NameKey("algorithm", "advantage_mode", "advantage_mode", frozenset(ADVANTAGES.names())),
+    NameKey("algorithm", "transform_mode", "transform_mode", frozenset(TRANSFORMS.names())),
+    NameKey("inference", "engine", "inference engine", frozenset(ENGINE_SPECS)),
+    NameKey("planning", "detector", "planning detector", frozenset(DETECTORS)),
+    NameKey("data", "source", "data source", frozenset(SOURCES)),
+    NameKey("environment", "provider", "environment provider", frozenset(PROVIDERS) | {""}, dotted=False),
+    NameKey("reward", "type", "reward type", frozenset(REWARD_BUILDERS)),
+)
+"""Keys naming a component, with the registry that knows the names (the backend: `_backend`)."""
+
+
+def _unknown_name(section: Section, name: NameKey) -> ConfigIssue | None:
+    """The issue of a name its registry does not know, worded as a single-key error (config/build.py)."""
+    value = getattr(section, name.key)
+    try:
+        check_choice(value, name.known, name.what, name.dotted)
+    except ValueError as exc:
+        default = type(section).model_fields[name.key].default
+        return ConfigIssue(f"{name.section}.{name.key}", value, f"Value error, {exc}",
+                           f"edit [{name.section}] {name.key} (default: {default!r})")
+    return None
+
+
+def name_issues(cfg: RetrainConfig) -> tuple[list[ConfigIssue], RetrainConfig]:
+    """The unknown names of `cfg`, and `cfg` with each replaced by its key's default, so the other rules
+    check the rest as they would with the key left out (a bad key is reported once, by its own issue)."""
+    issues: list[ConfigIssue] = []
+    for name in NAME_KEYS:
+        issue = _unknown_name(getattr(cfg, name.section), name)
+        if issue is not None:
+            issues.append(issue)
+    if not issues:
+        return [], cfg
+    updates: dict[str, dict[str, object]] = {}
+    for issue in issues:
+        section, key = issue.location.split(".")
+        updates.setdefault(section, {})[key] = type(getattr(cfg, section)).model_fields[key].default
+    return issues, cfg.model_copy(update={s: getattr(cfg, s).model_copy(update=u) for s, u in updates.items()})
+
+
 Rule = Callable[["RetrainConfig"], list[ConfigIssue]]
 
 
 def _backend(backend: BackendSection) -> list[ConfigIssue]:
     name = backend.backend
-    if name in SUPPORTED_BACKENDS or is_dotted_path(name):
+    if name in BACKEND_SPECS or is_dotted_path(name):
         return []
     why = "is a backend of the original retrain that retrain-ray does not ship" \
         if name in ORIGINAL_ONLY_BACKENDS else "is not a known backend"
@@ -372,16 +463,16 @@ def _default(section: Any, key: str) -> Any:
     raise KeyError(key)
 
 
-def refused_keys(cfg: RetrainConfig) -> list[ConfigIssue]:
+def refused_keys(sections: Mapping[str, object]) -> list[ConfigIssue]:
     """An issue for every refused key set away from its default, and every refused value."""
     issues = []
     for (section_name, key), why in REFUSED.items():
-        default, value = _default(getattr(cfg, section_name), key)
+        default, value = _default(sections[section_name], key)
         if value != default:
             issues.append(ConfigIssue(f"{section_name}.{key}", value, f"not implemented by retrain-ray: {why}",
                                       f"remove the key (default {default!r})"))
     for (section_name, key), rule in BY_VALUE.items():
-        _, value = _default(getattr(cfg, section_name), key)
+        _, value = _default(sections[section_name], key)
         why = rule(value)
         if why:
             issues.append(ConfigIssue(f"{section_name}.{key}", value, f"not implemented by retrain-ray: {why}",
@@ -423,7 +514,7 @@ def metric_problem(metric: str) -> tuple[str, str] | None:
 
 
 RULES: tuple[Rule, ...] = (
-    refused_keys,
+    lambda cfg: refused_keys(dict(cfg)),
     lambda cfg: _backend(cfg.backend),
     lambda cfg: _backend_options(cfg.backend, cfg.training),
     lambda cfg: _adapter_engines(cfg.inference, cfg.backend, cfg.model),
@@ -448,8 +539,10 @@ RULES: tuple[Rule, ...] = (
 
 
 def collect_issues(cfg: RetrainConfig) -> list[ConfigIssue]:
-    """Every cross-key problem of a config (empty when valid)."""
-    return [issue for rule in RULES for issue in rule(cfg)]
+    """Every problem of a config the section models cannot see alone: unknown component names, then the
+    cross-key rules (empty when valid)."""
+    issues, known = name_issues(cfg)
+    return issues + [issue for rule in RULES for issue in rule(known)]
 
 
 def _warnings(backend: BackendSection, training: TrainingSection) -> list[str]:

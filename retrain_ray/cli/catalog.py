@@ -18,7 +18,6 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from retrain_ray.plugins.loader import PluginLoader
 from retrain_ray.backends.registry import (
     BUILTIN_CAPABILITIES,
     ENGINE_HOOKS,
@@ -28,9 +27,11 @@ from retrain_ray.backends.registry import (
     engine_capabilities,
 )
 from retrain_ray.backends.types import BackendCapabilities
+from retrain_ray.checks.rules import PLUGIN_KEYS
 from retrain_ray.config import ConfigError, load_config, names
 from retrain_ray.config.backend_options import schema_for
 from retrain_ray.config.components import BACKEND_SPECS
+from retrain_ray.plugins.loader import PluginLoader
 
 if TYPE_CHECKING:
 
@@ -130,7 +131,7 @@ def backends_main(argv: list[str]) -> int:
 
 
 BUILTIN_COMPONENTS: dict[str, tuple[str, frozenset[str]]] = {
-    k.component: (k.config_key, k.builtin) for k in names.PLUGIN_KEYS
+    k.component: (k.config_key, k.builtin) for k in PLUGIN_KEYS
 }
 """component -> (config key, built-in names). Each key also takes a dotted plugin path."""
 
@@ -182,7 +183,7 @@ def check_reference(ref: str, search_paths: list[str], base: Path) -> str:
 
 def _config_references(cfg: RetrainConfig) -> dict[str, str]:
     refs = {}
-    for plugin_key in names.PLUGIN_KEYS:
+    for plugin_key in PLUGIN_KEYS:
         value = getattr(getattr(cfg, plugin_key.section), plugin_key.key)
         if isinstance(value, str) and names.is_dotted_path(value):
             refs[plugin_key.config_key] = value

@@ -129,14 +129,9 @@ def parse_overrides(argv: list[str]) -> dict[str, Any]:
     return out
 
 
-def config_to_raw(cfg: RetrainConfig) -> dict[str, Any]:
-    """The config as nested TOML-keyed dicts (absent optional sections left out)."""
-    return {k: v for k, v in cfg.model_dump(by_alias=True).items() if v is not None}
-
-
 def apply_overrides(cfg: RetrainConfig, overrides: dict[str, Any]) -> RetrainConfig:
     """A new validated config with `parse_overrides` output laid over `cfg`."""
-    return build_config(merge_overrides(config_to_raw(cfg), overrides), "overrides")[0]
+    return build_config(merge_overrides(cfg.to_raw(), overrides), "overrides")[0]
 
 
 def apply_condition(base_cfg: RetrainConfig, condition: Any) -> RetrainConfig:
@@ -147,7 +142,7 @@ def apply_condition(base_cfg: RetrainConfig, condition: Any) -> RetrainConfig:
     sets each of its keys. Raises ConfigError naming the condition's bad keys.
     """
     cond = condition if isinstance(condition, CampaignCondition) else CampaignCondition.model_validate(condition)
-    raw = config_to_raw(base_cfg)
+    raw = base_cfg.to_raw()
     raw.setdefault("algorithm", {}).update(advantage_mode=cond.advantage_mode, transform_mode=cond.transform_mode)
     for key, value in cond.overrides.items():
         if key in FIELD_INDEX:

@@ -10,6 +10,8 @@ campaign, anything else is a single run.
 
 from __future__ import annotations
 
+from typing import Any
+
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from retrain_ray.config.campaign_schema import CampaignSection, SqueezeSection
@@ -79,6 +81,10 @@ class RetrainConfig(BaseModel):
     @property
     def is_campaign(self) -> bool:
         return self.campaign is not None
+
+    def to_raw(self) -> dict[str, Any]:
+        """The config as nested TOML-keyed dicts (absent optional sections left out)."""
+        return {k: v for k, v in self.model_dump(by_alias=True).items() if v is not None}
 
     def replace_section(self, name: str, **changes: object) -> RetrainConfig:
         """A copy with keys of one section changed, validated again (sections are frozen)."""

@@ -15,13 +15,8 @@ from pydantic import ConfigDict, Field, field_validator
 from retrain_ray.config.base import Bool, Float, Int, Section, StrList, Table, check_choice, one_of
 from retrain_ray.config.names import (
     CHECKPOINT_ARTIFACTS,
-    DATA_SOURCES,
     ECHO_LOSS_FNS,
     ECHO_TARGET_RETENTION,
-    ENVIRONMENT_PROVIDERS,
-    INFERENCE_ENGINES,
-    PLANNING_DETECTORS,
-    REWARD_TYPES,
     SHARED_BATCHING_MODES,
     WANDB_MODES,
 )
@@ -29,7 +24,7 @@ from retrain_ray.util.judge_prompt import DEFAULT_JUDGE_PROMPT, JUDGE_APIS, chec
 
 
 class InferenceSection(Section):
-    engine: Annotated[str, one_of(INFERENCE_ENGINES, "inference engine")] = "pytorch"
+    engine: str = "pytorch"
     url: str = ""
     attention_kernel: str = "default"
     dtype: str = "auto"
@@ -63,14 +58,14 @@ class BackpressureSection(Section):
 
 
 class PlanningSection(Section):
-    detector: Annotated[str, one_of(PLANNING_DETECTORS, "planning detector")] = "regex"
+    detector: str = "regex"
     model: str = "all-MiniLM-L6-v2"
     threshold: Float = 0.02
 
 
 
 class DataSection(Section):
-    source: Annotated[str, one_of(DATA_SOURCES, "data source")] = "math"
+    source: str = "math"
     task: str = "first_digit"  # ours (the rest of this section too)
     level: Int = Field(default=1, ge=1)
     path: str = ""
@@ -86,7 +81,7 @@ class DataSection(Section):
 
 
 class EnvironmentSection(Section):
-    provider: Annotated[str, one_of(ENVIRONMENT_PROVIDERS, "environment provider", dotted=False)] = ""
+    provider: str = ""
     id: str = ""
     args: str = ""
     """A JSON object as text; a TOML table here is JSON-dumped on load (as the original does)."""
@@ -112,7 +107,7 @@ class EnvironmentSection(Section):
 
 
 class RewardSection(Section):
-    type: Annotated[str, one_of(REWARD_TYPES, "reward type")] = "match"
+    type: str = "match"
     judge_model: str = ""
     judge_url: str = "https://api.openai.com/v1"  # ours: the judge's OpenAI-compatible endpoint (the original's client default)
     judge_api: str = "chat"  # ours: "chat" (/v1/chat/completions) or "completions" (/v1/completions, text prompt)

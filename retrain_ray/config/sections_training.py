@@ -13,13 +13,10 @@ from pydantic import Field, field_validator
 
 from retrain_ray.config.base import Bool, Float, Int, Section, Table, check_choice, one_of
 from retrain_ray.config.names import (
-    ADVANTAGE_MODES,
-    ALGORITHM_MODES,
     SEPA_SCHEDULES,
     SFT_BATCH_ORDERS,
     SFT_LOSS_FNS,
     TL_GRPO_BRANCH_MODES,
-    TRANSFORM_MODES,
     UNCERTAINTY_ALIASES,
     canonical_uncertainty,
     valid_devices,
@@ -122,9 +119,9 @@ class TrainingSection(Section):
 
 
 class AlgorithmSection(Section):
-    algorithm_mode: Annotated[str, one_of(ALGORITHM_MODES, "algorithm_mode")] = ""
-    advantage_mode: Annotated[str, one_of(ADVANTAGE_MODES, "advantage_mode")] = "maxrl"
-    transform_mode: Annotated[str, one_of(TRANSFORM_MODES, "transform_mode")] = "gtpo_sepa"
+    algorithm_mode: str = ""
+    advantage_mode: str = "maxrl"
+    transform_mode: str = "gtpo_sepa"
     uncertainty_kind: str = "surprisal"
     surprisal_mask_rho: Float = Field(default=0.0, ge=0.0, le=1.0)
     entropy_mask_rho: Float = Field(default=0.0, ge=0.0, le=1.0)

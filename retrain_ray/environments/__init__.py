@@ -18,6 +18,8 @@ __all__ = ["BUILTIN", "Branchable", "Environment", "Episode", "TurnResult", "env
 
 
 BUILTIN: dict[str, Callable[[Mapping[str, object]], Environment]] = {"digit_chain": DigitChain}
+PROVIDERS = ("builtin", "verifiers", "openenv")
+"""`[environment] provider` values `load_environment` knows ("" is no environment)."""
 
 
 def environment_args(section: EnvironmentSection) -> dict[str, object]:
