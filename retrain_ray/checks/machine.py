@@ -11,22 +11,15 @@ the data loader, the engine and the OpenEnv client name the missing file or serv
 
 from __future__ import annotations
 
-import socket
 from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
-from urllib.parse import urlsplit
 
-from retrain_ray.checks.preflight import model_problems
-from retrain_ray.config.components import backend_spec, engine_spec
+from retrain_ray.checks.preflight import endpoint_problems, model_problems, unreachable
 
 if TYPE_CHECKING:
     from retrain_ray.config.schema import RetrainConfig
-    from retrain_ray.config.sections_runtime import DataSection, EnvironmentSection, InferenceSection
-    from retrain_ray.config.sections_training import BackendSection
-
-CONNECT_TIMEOUT_S = 2.0
-
+    from retrain_ray.config.sections_runtime import DataSection, EnvironmentSection
 
 def data_problems(datas: Iterable[DataSection]) -> list[str]:
     """`[data] source = "file"` whose path or eval_path does not exist here."""
@@ -40,40 +33,6 @@ def data_problems(datas: Iterable[DataSection]) -> list[str]:
                 missing[(key, value)] = None
     return [f"data.{key}: data file {value!r} does not exist here; copy it to that path on the machine that runs "
             f"the campaign, or set [data] {key} to where it is" for key, value in missing]
-
-
-def endpoint_url(inference: InferenceSection, backend: BackendSection) -> str | None:
-    """The server an HTTP sampling engine calls (its default when `[inference] url` is empty), else None."""
-    if not engine_spec(inference.engine).shared_server or not backend_spec(backend.backend).trains_locally:
-        return None
-    # deferred: loads httpx, which importing this module does not need
-    from retrain_ray.engines.openai import DEFAULT_URLS
-
-    return inference.url or DEFAULT_URLS.get(inference.engine, DEFAULT_URLS["openai"])
-
-
-def unreachable(url: str, timeout_s: float = CONNECT_TIMEOUT_S) -> str | None:
-    """Why a TCP connection to `url`'s host and port fails (None: it connects)."""
-    parts = urlsplit(url)
-    port = parts.port or (443 if parts.scheme in ("https", "wss") else 80)
-    try:
-        with socket.create_connection((parts.hostname or "127.0.0.1", port), timeout=timeout_s):
-            return None
-    except OSError as exc:
-        return f"{type(exc).__name__}: {exc}"
-
-
-def endpoint_problems(configs: Iterable[tuple[InferenceSection, BackendSection]]) -> list[str]:
-    """HTTP sampling servers (`[inference] engine = "openai" | "vllm" | "sglang"`) that do not answer."""
-    urls = dict.fromkeys(url for url in (endpoint_url(*pair) for pair in configs) if url)
-    problems: list[str] = []
-    for url in urls:
-        why = unreachable(url)
-        if why:
-            problems.append(f"inference.url: the server at {url} does not answer ({why}); start it (e.g. "
-                            f"`vllm serve MODEL --enable-lora`) before the campaign, or set [inference] url "
-                            "to where it runs")
-    return problems
 
 
 def openenv_problems(environments: Iterable[EnvironmentSection]) -> list[str]:

@@ -1,14 +1,20 @@
-"""Preflight (spec 1.3): fail before any model loads when a run's configuration cannot work.
+"""Preflight (spec 1.3): fail before any model loads, and before Ray starts, when a run's configuration
+cannot work.
 
-Runs two synthetic groups through the configured advantage pipeline and checks them against what the
-configured backend and engine can carry (token-varying advantages, per-token entropies).
+Runs two synthetic groups through the configured advantage pipeline (checks/probe.py) and checks them against
+what the configured backend and engine can carry (token-varying advantages, per-token entropies); imports the
+plugins a config names; and checks what is knowable of the model and data without loading them: a model that
+is not here, `[training] max_tokens` against the model's context (its config.json), data that must be
+downloaded while offline, and (for a campaign) sampling servers that do not answer.
 """
 
 from __future__ import annotations
 
+import socket
 from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
 
 from retrain_ray.algorithms import resolve_modes
 from retrain_ray.checks.probe import preflight
@@ -42,6 +48,46 @@ class PreflightError(ValueError):
     def __init__(self, problems: list[str]) -> None:
         self.problems = problems
         super().__init__("\n".join(problems))
+
+
+CONNECT_TIMEOUT_S = 2.0
+
+
+def endpoint_url(inference: InferenceSection, backend: BackendSection) -> str | None:
+    """The server an HTTP sampling engine calls (its default when `[inference] url` is empty), else None."""
+    # deferred: the config package loads pydantic, which importing this module does not need
+    from retrain_ray.config.components import engine_spec
+
+    if not engine_spec(inference.engine).shared_server or not _trains_locally(backend.backend):
+        return None
+    # deferred: loads httpx, which importing this module does not need
+    from retrain_ray.engines.openai import DEFAULT_URLS
+
+    return inference.url or DEFAULT_URLS.get(inference.engine, DEFAULT_URLS["openai"])
+
+
+def unreachable(url: str, timeout_s: float = CONNECT_TIMEOUT_S) -> str | None:
+    """Why a TCP connection to `url`'s host and port fails (None: it connects)."""
+    parts = urlsplit(url)
+    port = parts.port or (443 if parts.scheme in ("https", "wss") else 80)
+    try:
+        with socket.create_connection((parts.hostname or "127.0.0.1", port), timeout=timeout_s):
+            return None
+    except OSError as exc:
+        return f"{type(exc).__name__}: {exc}"
+
+
+def endpoint_problems(configs: Iterable[tuple[InferenceSection, BackendSection]]) -> list[str]:
+    """HTTP sampling servers (`[inference] engine = "openai" | "vllm" | "sglang"`) that do not answer."""
+    urls = dict.fromkeys(url for url in (endpoint_url(*pair) for pair in configs) if url)
+    problems: list[str] = []
+    for url in urls:
+        why = unreachable(url)
+        if why:
+            problems.append(f"inference.url: the server at {url} does not answer ({why}); start it (e.g. "
+                            f"`vllm serve MODEL --enable-lora`) before the campaign, or set [inference] url "
+                            "to where it runs")
+    return problems
 
 
 def runs_externally(trainer: str) -> bool:
@@ -295,9 +341,6 @@ def campaign_problems(cfg: RetrainConfig) -> list[str]:
     environment = environment_problems()
     if environment:  # reported once, not per condition
         return environment
-    # deferred: machine.py loads pydantic (the config package), which importing this module does not need
-    from retrain_ray.checks.machine import endpoint_problems
-
     configs = [r.config for r in expand_runs(cfg)]
     downloads = dict.fromkeys(p for c in configs for p in data_download_problems(c.data, c.environment))
     servers = endpoint_problems((c.inference, c.backend) for c in configs)
