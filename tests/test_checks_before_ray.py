@@ -14,8 +14,6 @@ from helpers import GRPO, write_campaign, write_config
 from retrain_ray.campaign import Campaign, CampaignError
 from retrain_ray.checks.preflight import (
     BUILTIN_CONTEXT,
-    PreflightError,
-    check_run,
     context_problems,
     data_download_problems,
 )
@@ -72,17 +70,14 @@ def test_math_data_while_offline_is_refused_before_ray(tmp_path, monkeypatch):
                      training={"batch_size": 2, "group_size": 2, "max_steps": 1, "max_tokens": 8})
     text = _refused_before_ray(path)
     assert "data.source" in text and "HF_HUB_OFFLINE" in text and 'source = "file"' in text
-    with pytest.raises(PreflightError, match="HF_HUB_OFFLINE"):  # `retrain-ray train` checks the same way
-        check_run(load_config(path).model_copy(update={"campaign": None}))
     monkeypatch.delenv("HF_HUB_OFFLINE")
     monkeypatch.delenv("HF_DATASETS_OFFLINE", raising=False)
     assert data_download_problems(load_config(path).data, load_config(path).environment) == []
 
 
-def test_a_single_run_is_checked_the_same_way(tmp_path):
-    cfg = load_config(write_config(tmp_path / "run.toml", training={"max_tokens": 4096}))
-    with pytest.raises(PreflightError, match=r"training\.max_tokens.*lower \[training\] max_tokens below 2,048"):
-        check_run(cfg)
+def test_explain_of_a_single_run_reports_the_context_too(tmp_path):
+    out = _explain(write_config(tmp_path / "run.toml", training={"max_tokens": 4096}))
+    assert out.returncode == 2 and "lower [training] max_tokens below 2,048" in out.stderr
 
 
 def test_a_sampling_server_that_does_not_answer_is_refused_before_ray(tmp_path):

@@ -313,15 +313,21 @@ def run_problems(cfg: RetrainConfig, *, check_model: bool = True) -> list[str]:
         algorithm_params=alg.params,
         entropy_fix=fix,
     )
-    here = model_problems([cfg]) + data_download_problems(cfg.data, cfg.environment) if check_model else []
+    here = model_problems([cfg]) if check_model else []
     replays: list[str] = []
     if cfg.optimizer_batch.replay_path:  # a capture that does not read back, match its pins or the config
         # deferred: the capture's batch type lives beside the backends, which importing this module does not need
         from retrain_ray.run.optimizer_batch import replay_problems
 
         replays = [f"preflight: {p}" for p in replay_problems(cfg)]
-    context = context_problems(cfg.training, cfg.model) if _trains_locally(cfg.backend.backend) else []
-    return imports + engine_plugin_problems(cfg.inference, cfg.backend) + here + context + problems + replays
+    return imports + engine_plugin_problems(cfg.inference, cfg.backend) + here + problems + replays
+
+
+def _context(cfg: RetrainConfig) -> list[str]:
+    """`context_problems` where the run trains the model here (a remote or plugin backend holds it elsewhere)."""
+    if runs_externally(cfg.training.trainer) or not _trains_locally(cfg.backend.backend):
+        return []
+    return context_problems(cfg.training, cfg.model)
 
 
 def check_run(cfg: RetrainConfig) -> None:
@@ -361,5 +367,5 @@ def condition_problems(cfg: RetrainConfig) -> list[str]:
             continue
         seen.add(run.condition_label)
         prefix = f"condition {run.condition_label!r}: " if cfg.campaign is not None else ""
-        problems += [prefix + p for p in run_problems(run.config, check_model=False)]
+        problems += [prefix + p for p in run_problems(run.config, check_model=False) + _context(run.config)]
     return problems
