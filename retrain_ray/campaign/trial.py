@@ -175,7 +175,8 @@ def _run(ctx: TrialContext, plan: RunPlan, tune_checkpoint: Path | None) -> tupl
     reporter = TuneReporter(point.reported(), {"run_name": plan.run_name, "config": redact(plan.config.model_dump(mode="json"))},
                             metric=ctx.adaptive_metric, window=ctx.adaptive_window)
     runner = resolve_runner(ctx.runner)
-    check_run(plan.config)  # train_run trains what it is given: this node's preflight is ours
+    if ctx.runner == DEFAULT_RUNNER:  # train_run trains what it is given: this node's preflight is ours
+        check_run(plan.config)
     throttle = ctx.control.throttle_for(plan.run_name)
     try:
         with split_policy(ctx, plan) as policy:
