@@ -323,11 +323,11 @@ def run_problems(cfg: RetrainConfig, *, check_model: bool = True) -> list[str]:
     return imports + engine_plugin_problems(cfg.inference, cfg.backend) + here + problems + replays
 
 
-def _context(cfg: RetrainConfig) -> list[str]:
+def _context(training: TrainingSection, backend: BackendSection, model: ModelSection) -> list[str]:
     """`context_problems` where the run trains the model here (a remote or plugin backend holds it elsewhere)."""
-    if runs_externally(cfg.training.trainer) or not _trains_locally(cfg.backend.backend):
+    if runs_externally(training.trainer) or not _trains_locally(backend.backend):
         return []
-    return context_problems(cfg.training, cfg.model)
+    return context_problems(training, model)
 
 
 def check_run(cfg: RetrainConfig) -> None:
@@ -367,5 +367,6 @@ def condition_problems(cfg: RetrainConfig) -> list[str]:
             continue
         seen.add(run.condition_label)
         prefix = f"condition {run.condition_label!r}: " if cfg.campaign is not None else ""
-        problems += [prefix + p for p in run_problems(run.config, check_model=False) + _context(run.config)]
+        problems += [prefix + p for p in run_problems(run.config, check_model=False)
+                     + _context(run.config.training, run.config.backend, run.config.model)]
     return problems
