@@ -38,8 +38,8 @@ from retrain_ray.backpressure.types import Decision
 
 if TYPE_CHECKING:
     from retrain_ray.config.schema import RetrainConfig
-    from retrain_ray.config.sections_aux import BackpressureSection
-    from retrain_ray.config.sections_core import ModelSection
+    from retrain_ray.config.sections_runtime import BackpressureSection
+    from retrain_ray.config.sections_training import ModelSection
 
 __all__ = ["USLController", "usl_capacity", "usl_optimal_p"]
 

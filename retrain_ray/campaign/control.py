@@ -25,8 +25,8 @@ from retrain_ray.throttle.client import ThrottleClient
 
 if TYPE_CHECKING:
     from retrain_ray.config import RetrainConfig
-    from retrain_ray.config.sections_aux import InferenceSection
-    from retrain_ray.config.sections_core import BackendSection
+    from retrain_ray.config.sections_runtime import InferenceSection
+    from retrain_ray.config.sections_training import BackendSection
 
 
 class _RemoteMethod(Protocol):

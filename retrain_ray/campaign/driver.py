@@ -54,13 +54,13 @@ from retrain_ray.campaign.resume.edits import Extension, check_edits, record_ext
 from retrain_ray.campaign.resume.interrupted import CampaignInterrupted, record_interruption, was_interrupted
 from retrain_ray.campaign.resume.tune_state import set_aside, torn_state
 from retrain_ray.campaign.stagger import start_gate
+from retrain_ray.checks.preflight import campaign_problems
 from retrain_ray.config import ConfigError, RetrainConfig, load_config
 from retrain_ray.logs.dir_lock import DirectoryInUse, DirLock
 from retrain_ray.logs.manifest import Manifest, read_manifest, write_json_atomic
 from retrain_ray.logs.parquet_export import export_campaign
 from retrain_ray.models.names import config_uses_peft
 from retrain_ray.plugins.bundle import PluginBundle
-from retrain_ray.run.preflight import campaign_problems
 from retrain_ray.util.secrets import has_redactions, redact, restore_secrets
 
 if TYPE_CHECKING:

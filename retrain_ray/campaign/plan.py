@@ -27,17 +27,17 @@ from retrain_ray.backends.registry import placed_devices
 from retrain_ray.campaign.adaptive.plan import AdaptivePlan, adaptive_plan
 from retrain_ray.campaign.capacity.packing import Packing, packed_config, plan_packing
 from retrain_ray.campaign.capacity.placement import Placement, parse_devices
+from retrain_ray.checks.preflight import model_problems
+from retrain_ray.config.campaign_schema import RULES, name_problem
 from retrain_ray.config.matrix import RunSpec, expand_runs
-from retrain_ray.config.run_names import RULES, name_problem
 from retrain_ray.logs.manifest import RunRecord
-from retrain_ray.run.preflight import model_problems
 from retrain_ray.run.types import RunOutcome
 from retrain_ray.util.secrets import redact
 
 if TYPE_CHECKING:
     from retrain_ray.config.campaign_schema import CampaignSection
     from retrain_ray.config.schema import RetrainConfig
-    from retrain_ray.config.sections_aux import LoggingSection
+    from retrain_ray.config.sections_runtime import LoggingSection
 
 
 class CampaignError(Exception):
@@ -231,7 +231,7 @@ def build_plan(config: RetrainConfig, *, name: str | None = None, root: str | Pa
     specs = expand_runs(expanded, run_dir=lambda run_name: campaign_dir / "runs" / run_name / "work")
     runs: list[RunPlan] = []
     for spec in specs:
-        bad_name = name_problem(spec.run_name)  # config/run_names.py names the key at load; this is the plan's net
+        bad_name = name_problem(spec.run_name)  # config/campaign_schema.py names the key at load; this is the plan's net
         if bad_name:
             problems.append(f"run name {spec.run_name!r} of condition {spec.condition_label!r} cannot be a directory "
                             f"name: {bad_name}; it must be {RULES}. Fix: change the condition's values that put it there")

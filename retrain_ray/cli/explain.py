@@ -18,7 +18,7 @@ files `Campaign.run()` would pack (campaign/plugin_bundle.py, the same code), th
 size, "none" with why, or the driver's size-limit error (then explain exits 2 after the description).
 
 A dry run never hides the plan: what this machine lacks (a model not in the local cache, a missing data
-file, an inference server that does not answer: run/environment.py) is listed as a warning with its fix
+file, an inference server that does not answer: checks/machine.py) is listed as a warning with its fix
 after the plan, and the exit code stays 0. Only an invalid config (schema, refused keys, a condition the
 preflight probe refuses) exits 2. `--strict` (for CI) makes every warning, the environment's and the
 config's, an error: exit 2 after the plan.
@@ -49,6 +49,8 @@ from retrain_ray.campaign.capacity.explain import (
 )
 from retrain_ray.campaign.capacity.placement import mode_for_gpus
 from retrain_ray.campaign.plugin_bundle import shipment
+from retrain_ray.checks.machine import environment_problems
+from retrain_ray.checks.preflight import condition_problems
 from retrain_ray.config import (
     ConfigError,
     RetrainConfig,
@@ -57,13 +59,10 @@ from retrain_ray.config import (
     parse_overrides,
 )
 from retrain_ray.config.components import describe_sampler
-from retrain_ray.config.names import gpu_count
-from retrain_ray.config.validate import effective_uncertainty_kind
-from retrain_ray.run.environment import environment_problems
-from retrain_ray.run.preflight import condition_problems
+from retrain_ray.config.names import effective_uncertainty_kind, gpu_count
 
 if TYPE_CHECKING:
-    from retrain_ray.config.sections_core import BackendSection, TrainingSection
+    from retrain_ray.config.sections_training import BackendSection, TrainingSection
     from retrain_ray.run.epochs import StepPlan
 
 

@@ -37,8 +37,8 @@ from retrain_ray.run.types import RunObserver
 
 if TYPE_CHECKING:
     from retrain_ray.config.schema import RetrainConfig
-    from retrain_ray.config.sections_aux import DataSection, EnvironmentSection, PlanningSection
-    from retrain_ray.config.sections_core import BackendSection, ModelSection, SepaSection
+    from retrain_ray.config.sections_runtime import DataSection, EnvironmentSection, PlanningSection
+    from retrain_ray.config.sections_training import BackendSection, ModelSection, SepaSection
     from retrain_ray.models.context import PromptCodec
     from retrain_ray.throttle.types import Throttle
 

@@ -41,8 +41,8 @@ from retrain_ray.campaign.capacity.placement import mode_for_gpus, parse_devices
 from retrain_ray.campaign.plan import CampaignError, CampaignPlan, build_plan, concurrent_runs, default_root
 from retrain_ray.config.campaign_schema import CampaignSection
 from retrain_ray.config.schema import RetrainConfig
-from retrain_ray.config.sections_aux import LoggingSection
-from retrain_ray.config.sections_core import TrainingSection
+from retrain_ray.config.sections_runtime import LoggingSection
+from retrain_ray.config.sections_training import TrainingSection
 from retrain_ray.logs.manifest import MANIFEST, read_manifest
 
 DEFAULT_STEP_S = 10.0

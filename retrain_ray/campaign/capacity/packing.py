@@ -36,8 +36,8 @@ from retrain_ray.config.names import gpu_count
 
 if TYPE_CHECKING:
     from retrain_ray.config.schema import RetrainConfig
-    from retrain_ray.config.sections_aux import InferenceSection
-    from retrain_ray.config.sections_core import TrainingSection
+    from retrain_ray.config.sections_runtime import InferenceSection
+    from retrain_ray.config.sections_training import TrainingSection
     from retrain_ray.models.shapes import ModelShapes
 
 GIB = 2**30

@@ -8,23 +8,18 @@ attribute is `from_`, the TOML key (and the dump alias) is `from`.
 from __future__ import annotations
 
 import json
+from typing import Annotated
 
 from pydantic import ConfigDict, Field, field_validator
 
-from retrain_ray.config.base import Bool, Float, Int, Section, StrList, Table
+from retrain_ray.config.base import Bool, Float, Int, Section, StrList, Table, check_choice, one_of
 from retrain_ray.config.names import (
     CHECKPOINT_ARTIFACTS,
-    DATA_SOURCES,
     ECHO_LOSS_FNS,
     ECHO_TARGET_RETENTION,
-    ENVIRONMENT_PROVIDERS,
-    INFERENCE_ENGINES,
-    PLANNING_DETECTORS,
-    REWARD_TYPES,
     SHARED_BATCHING_MODES,
     WANDB_MODES,
 )
-from retrain_ray.config.sections_core import _choice
 from retrain_ray.util.judge_prompt import DEFAULT_JUDGE_PROMPT, JUDGE_APIS, check_prompt
 
 
@@ -42,18 +37,10 @@ class InferenceSection(Section):
     # ours: in a campaign, every run samples through ONE vLLM engine with its own LoRA adapter
     shared: Bool = False
     # ours: "batch" serves the runs' concurrent requests in one vLLM generate; "serial" one run at a time
-    shared_batching: str = "batch"
+    shared_batching: Annotated[str, one_of(SHARED_BATCHING_MODES, "[inference] shared_batching mode", dotted=False)] = "batch"
     shared_batch_window_ms: Float = Field(default=20.0, ge=0.0, le=10_000.0)  # ours: wait for the other runs
 
-    @field_validator("engine")
-    @classmethod
-    def _engine(cls, v: str) -> str:
-        return _choice(v, INFERENCE_ENGINES, "inference engine")
 
-    @field_validator("shared_batching")
-    @classmethod
-    def _shared_batching(cls, v: str) -> str:
-        return _choice(v, SHARED_BATCHING_MODES, "[inference] shared_batching mode", dotted=False)
 
 
 class BackpressureSection(Section):
@@ -75,10 +62,6 @@ class PlanningSection(Section):
     model: str = "all-MiniLM-L6-v2"
     threshold: Float = 0.02
 
-    @field_validator("detector")
-    @classmethod
-    def _detector(cls, v: str) -> str:
-        return _choice(v, PLANNING_DETECTORS, "planning detector")
 
 
 class DataSection(Section):
@@ -95,10 +78,6 @@ class DataSection(Section):
     # (with a warning) instead of being refused at load
     truncate_prompts: Bool = False
 
-    @field_validator("source")
-    @classmethod
-    def _source(cls, v: str) -> str:
-        return _choice(v, DATA_SOURCES, "data source")
 
 
 class EnvironmentSection(Section):
@@ -111,10 +90,6 @@ class EnvironmentSection(Section):
     rollout_env_workers: Int = Field(default=1, ge=1)
     rollout_buffer_size: Int = Field(default=0, ge=0)
 
-    @field_validator("provider")
-    @classmethod
-    def _provider(cls, v: str) -> str:
-        return _choice(v, ENVIRONMENT_PROVIDERS, "environment provider", dotted=False)
 
     @field_validator("args", mode="before")
     @classmethod
@@ -143,10 +118,6 @@ class RewardSection(Section):
     workers: Int = Field(default=1, ge=1)  # ours: worker processes scoring a batch (math, custom)
     timeout_s: Float = Field(default=300.0, gt=0.0, allow_inf_nan=False)  # ours: a custom reward's limit per batch (the original's 300 s)
 
-    @field_validator("type")
-    @classmethod
-    def _type(cls, v: str) -> str:
-        return _choice(v, REWARD_TYPES, "reward type")
 
     @field_validator("judge_api")
     @classmethod
@@ -177,7 +148,7 @@ class LoggingSection(Section):
     wandb_group: str = ""
     wandb_tags: str = ""
     wandb_mode: str = ""
-    checkpoint_artifacts: str = "auto"
+    checkpoint_artifacts: Annotated[str, one_of(CHECKPOINT_ARTIFACTS, "checkpoint_artifacts", dotted=False)] = "auto"
     mlflow_tracking_uri: str = ""
     mlflow_experiment: str = ""
     tensorboard: Bool = False
@@ -187,38 +158,25 @@ class LoggingSection(Section):
     generation_top_surprisal_limit: Int = Field(default=0, ge=0)
     strategic_grams: str = ""
 
-    @field_validator("checkpoint_artifacts")
-    @classmethod
-    def _artifacts(cls, v: str) -> str:
-        return _choice(v, CHECKPOINT_ARTIFACTS, "checkpoint_artifacts", dotted=False)
 
     @field_validator("wandb_mode")
     @classmethod
     def _wandb_mode(cls, v: str) -> str:
-        return v if v == "" else _choice(v, WANDB_MODES, "wandb_mode", dotted=False)
+        return v if v == "" else check_choice(v, WANDB_MODES, "wandb_mode", dotted=False)
 
 
 class EchoSection(Section):
     enabled: Bool = False
     weight: Float = Field(default=0.05, ge=0.0, le=1.0)
-    loss_fn: str = "cross_entropy"
-    target_retention: str = "bounded"
+    loss_fn: Annotated[str, one_of(ECHO_LOSS_FNS, "echo loss_fn (ECHO is cross-entropy on the observation tokens)", dotted=False)] = "cross_entropy"
+    target_retention: Annotated[str, one_of(ECHO_TARGET_RETENTION, "echo target_retention", dotted=False)] = "bounded"
     max_tokens_per_step: Int = Field(default=2048, ge=0)
     max_token_ratio: Float = Field(default=0.5, ge=0.0)
     entropy_floor: Float = Field(default=0.01, ge=0.0)
     min_prompt_overlap: Float = Field(default=0.5, ge=0.0, le=1.0)
     require_live_observation_bridge: Bool = False
 
-    @field_validator("target_retention")
-    @classmethod
-    def _retention(cls, v: str) -> str:
-        return _choice(v, ECHO_TARGET_RETENTION, "echo target_retention", dotted=False)
 
-    @field_validator("loss_fn")
-    @classmethod
-    def _loss_fn(cls, v: str) -> str:
-        return _choice(v, ECHO_LOSS_FNS, "echo loss_fn (ECHO is cross-entropy on the observation tokens)",
-                       dotted=False)
 
 
 class OptimizerBatchSection(Section):

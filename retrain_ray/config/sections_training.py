@@ -2,39 +2,28 @@
 [hicra], [sepa], [model], [backend] (spec section 7, same keys and defaults as the original).
 
 Single-key bounds live here as field constraints; rules that tie several keys together live in
-`validate.py`. Keys that are ours, not the original's, are marked "ours".
+`retrain_ray/checks/rules.py`. Keys that are ours, not the original's, are marked "ours".
 """
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field, field_validator
 
-from retrain_ray.config.base import Bool, Float, Int, Section, Table
+from retrain_ray.config.base import Bool, Float, Int, Section, Table, check_choice, one_of
 from retrain_ray.config.names import (
-    ADVANTAGE_MODES,
-    ALGORITHM_MODES,
     SEPA_SCHEDULES,
     SFT_BATCH_ORDERS,
     SFT_LOSS_FNS,
     TL_GRPO_BRANCH_MODES,
-    TRANSFORM_MODES,
     UNCERTAINTY_ALIASES,
     canonical_uncertainty,
-    is_known_or_dotted,
     valid_devices,
 )
 
 SEED_MAX = 2**32 - 1
 
-
-def _choice(value: str, known: frozenset[str], what: str, dotted: bool = True) -> str:
-    ok = is_known_or_dotted(value, known) if dotted else value in known
-    if not ok:
-        names = ", ".join(sorted(n for n in known if n)) + (", or a dotted plugin path" if dotted else "")
-        raise ValueError(f"unknown {what} {value!r}; use one of {names}")
-    return value
 
 
 class TrainingSection(Section):
@@ -63,7 +52,7 @@ class TrainingSection(Section):
     trainer: str = "retrain"
     trainer_command: str = ""
     tl_grpo: Bool = False
-    tl_grpo_branch_mode: str = "action_space"
+    tl_grpo_branch_mode: Annotated[str, one_of(TL_GRPO_BRANCH_MODES, "tl_grpo_branch_mode", dotted=False)] = "action_space"
     tl_grpo_branch_size: Int = Field(default=4, ge=2)
     tl_grpo_lookahead_steps: Int = Field(default=2, ge=0)
     tl_grpo_ema_decay: Float = Field(default=0.9, gt=0.0, lt=1.0)
@@ -79,8 +68,8 @@ class TrainingSection(Section):
     sft_batch_size: Int = Field(default=0, ge=0)
     sft_max_tokens: Int = Field(default=0, ge=0)
     sft_lr: Float = Field(default=0.0, ge=0.0)
-    sft_loss_fn: str = "auto"
-    sft_batch_order: str = "shuffle"
+    sft_loss_fn: Annotated[str, one_of(SFT_LOSS_FNS, "sft_loss_fn", dotted=False)] = "auto"
+    sft_batch_order: Annotated[str, one_of(SFT_BATCH_ORDERS, "sft_batch_order", dotted=False)] = "shuffle"
     sft_length_bucket_size: Int = Field(default=0, ge=0)
     sft_reshuffle_each_epoch: Bool = False
     # ours
@@ -89,10 +78,10 @@ class TrainingSection(Section):
     log_every: Int = Field(default=1, gt=0)
     # Rows (completions) per forward/backward on the local backend (0 = the whole step at once) and the
     # number of such parts one optimizer step accumulates; seed 001's effective batch, micro x
-    # accumulation, is the step's batch_size x group_size (validate.py refuses other products).
+    # accumulation, is the step's batch_size x group_size (checks/rules.py refuses other products).
     micro_batch_size: Int = Field(default=0, ge=0)
     gradient_accumulation_steps: Int = Field(default=1, ge=1)
-    # Seed 001's training keys (its other names are aliases: config/aliases.py). num_epochs > 0 caps the
+    # Seed 001's training keys (its other names are aliases: config/key_names.py). num_epochs > 0 caps the
     # steps at the passes over the data (reshuffled per epoch, seeded); checkpoint_dir holds the
     # checkpoints instead of <log_dir>/checkpoints and is resumed from automatically.
     num_epochs: Int = Field(default=0, ge=0)
@@ -112,20 +101,8 @@ class TrainingSection(Section):
     divergence_factor: Float = Field(default=100.0, ge=0.0)
     stop_on_divergence: Bool = False
 
-    @field_validator("tl_grpo_branch_mode")
-    @classmethod
-    def _branch_mode(cls, v: str) -> str:
-        return _choice(v, TL_GRPO_BRANCH_MODES, "tl_grpo_branch_mode", dotted=False)
 
-    @field_validator("sft_loss_fn")
-    @classmethod
-    def _sft_loss_fn(cls, v: str) -> str:
-        return _choice(v, SFT_LOSS_FNS, "sft_loss_fn", dotted=False)
 
-    @field_validator("sft_batch_order")
-    @classmethod
-    def _sft_batch_order(cls, v: str) -> str:
-        return _choice(v, SFT_BATCH_ORDERS, "sft_batch_order", dotted=False)
 
     @field_validator("divergence_factor")
     @classmethod
@@ -152,27 +129,15 @@ class AlgorithmSection(Section):
     advantage_params: Table = Field(default_factory=dict)
     transform_params: Table = Field(default_factory=dict)
 
-    @field_validator("algorithm_mode")
-    @classmethod
-    def _algorithm(cls, v: str) -> str:
-        return _choice(v, ALGORITHM_MODES, "algorithm_mode")
 
-    @field_validator("advantage_mode")
-    @classmethod
-    def _advantage(cls, v: str) -> str:
-        return _choice(v, ADVANTAGE_MODES, "advantage_mode")
 
-    @field_validator("transform_mode")
-    @classmethod
-    def _transform(cls, v: str) -> str:
-        return _choice(v, TRANSFORM_MODES, "transform_mode")
 
     @field_validator("uncertainty_kind")
     @classmethod
     def _uncertainty(cls, v: str) -> str:
         if v == "varentropy":
             raise ValueError("uncertainty kind 'varentropy' is an alias without an implementation")
-        _choice(v, frozenset(UNCERTAINTY_ALIASES), "uncertainty_kind")
+        check_choice(v, frozenset(UNCERTAINTY_ALIASES), "uncertainty_kind")
         return canonical_uncertainty(v)
 
 
@@ -198,14 +163,10 @@ class HicraSection(Section):
 
 class SepaSection(Section):
     steps: Int = Field(default=500, ge=0)
-    schedule: str = "linear"
+    schedule: Annotated[str, one_of(SEPA_SCHEDULES, "sepa schedule", dotted=False)] = "linear"
     delay_steps: Int = Field(default=50, ge=0)
     correct_rate_gate: Float = Field(default=0.1, ge=0.0, le=1.0)
 
-    @field_validator("schedule")
-    @classmethod
-    def _schedule(cls, v: str) -> str:
-        return _choice(v, SEPA_SCHEDULES, "sepa schedule", dotted=False)
 
 
 class ModelSection(Section):

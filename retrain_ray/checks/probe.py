@@ -13,8 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TypedDict
 
-from retrain_ray.algorithms.api import compute_group_advantages
-from retrain_ray.algorithms.modes import ResolvedModes, resolve_modes
+from retrain_ray.run.plugin_modes import ResolvedModes, compute_group_advantages, resolve_modes
 
 PROBE_TOLERANCE = 1e-6
 PROBE_LAMBDA = 0.5

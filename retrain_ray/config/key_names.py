@@ -1,4 +1,6 @@
-"""The original's flat `TrainConfig` field names and their TOML homes (spec section 7).
+"""Other names for the config's keys: the original's flat `TrainConfig` field names and their TOML homes
+(spec section 7), seed 001's `[training]` aliases (`resolve_aliases`), and `OriginalConfigView`, which
+answers plugin factories written for the original under the flat names.
 
 CLI flags (`--max-steps`, `--bp-enabled`, `--optim-beta1`) and campaign condition overrides (`lr = 5e-5`)
 use these field names, not the TOML keys. The mapping is a per-section prefix (`bp_` for
@@ -8,9 +10,12 @@ collisions at import time.
 
 from __future__ import annotations
 
-from retrain_ray.config import sections_aux as aux
-from retrain_ray.config import sections_core as core
+from typing import TYPE_CHECKING, Any
+
+from retrain_ray.config import sections_runtime as aux
+from retrain_ray.config import sections_training as core
 from retrain_ray.config.base import Section
+from retrain_ray.config.errors import ConfigIssue
 
 TRAIN_SECTIONS: dict[str, type[Section]] = {
     "training": core.TrainingSection,
@@ -91,3 +96,62 @@ def field_to_key(field_name: str) -> tuple[str, str]:
 def key_to_field(section: str, key: str) -> str:
     """Inverse of `field_to_key`."""
     return KEY_TO_FIELD[(section, key)]
+
+
+ALIASES: dict[tuple[str, str], tuple[str, str]] = {
+    ("training", "num_batches"): ("training", "max_steps"),
+    ("training", "save_interval_steps"): ("training", "save_every"),
+    ("training", "eval_interval_steps"): ("training", "eval_every"),
+    ("training", "log_interval_steps"): ("training", "log_every"),
+    ("training", "device"): ("backend", "devices"),
+}
+
+
+def _device(value: Any) -> Any:
+    """Seed 001's `cuda` (also `cuda:N`) / `cpu` as a `[backend] devices` value."""
+    if not isinstance(value, str):
+        return value
+    text = value.strip().lower()
+    if text == "cuda":
+        return "gpu:0"
+    if text.startswith("cuda:"):
+        return "gpu:" + text.removeprefix("cuda:")
+    return value
+
+
+def resolve_aliases(raw: dict[str, Any], issues: list[ConfigIssue]) -> dict[str, Any]:
+    """`raw` with every alias moved to its canonical key; a pair given twice is reported in `issues`
+    (the canonical value is kept, so validation goes on)."""
+    out = {name: dict(table) if isinstance(table, dict) else table for name, table in raw.items()}
+    for (section, alias), (home, key) in ALIASES.items():
+        table = out.get(section)
+        if not isinstance(table, dict) or alias not in table:
+            continue
+        value = table.pop(alias)
+        target = out.setdefault(home, {})
+        if not isinstance(target, dict):
+            continue  # a malformed [home] is reported by the structure check
+        if key in target:
+            issues.append(ConfigIssue(f"{section}.{alias}", value,
+                                      f"is seed 001's name for [{home}] {key}, which is also given ({target[key]!r})",
+                                      f"keep one of [{section}] {alias} and [{home}] {key}"))
+            continue
+        target[key] = _device(value) if alias == "device" else value
+    return out
+
+
+if TYPE_CHECKING:
+    from retrain_ray.config.schema import RetrainConfig
+
+
+class OriginalConfigView:
+    """Read-only view of a RetrainConfig under the original's flat field names."""
+
+    def __init__(self, cfg: RetrainConfig) -> None:
+        self._cfg = cfg
+
+    def __getattr__(self, name: str) -> Any:
+        if name not in FIELD_INDEX:
+            raise AttributeError(f"the original TrainConfig has no field {name!r}")
+        section, key = FIELD_INDEX[name]
+        return getattr(getattr(self._cfg, section), "from_" if key == "from" else key)

@@ -1,16 +1,24 @@
-"""Preflight (spec 1.3): fail before any model loads when a run's configuration cannot work.
+"""Preflight (spec 1.3): fail before any model loads, and before Ray starts, when a run's configuration
+cannot work.
 
-Runs two synthetic groups through the configured advantage pipeline and checks them against what the
-configured backend and engine can carry (token-varying advantages, per-token entropies).
+Runs two synthetic groups through the configured advantage pipeline (checks/probe.py) and checks them against
+what the configured backend and engine can carry (token-varying advantages, per-token entropies); imports the
+plugins a config names; and checks what is knowable of the model and data without loading them: a model that
+is not here, `[training] max_tokens` against the model's context (its config.json), data that must be
+downloaded while offline, and (for a campaign) sampling servers that do not answer.
 """
 
 from __future__ import annotations
 
+import socket
 from collections.abc import Iterable
+from pathlib import Path
 from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
 
-from retrain_ray.algorithms import preflight
-from retrain_ray.models.hub import model_problem
+from retrain_ray.checks.probe import preflight
+from retrain_ray.models.context import context_length
+from retrain_ray.models.hub import cached_snapshot, looks_like_hub_id, model_problem
 from retrain_ray.models.sentence_embedder import embedding_model_problem
 from retrain_ray.plugins.loader import is_dotted_path, load_callable, load_object, use_search_paths
 from retrain_ray.run.plugin_modes import resolve_modes
@@ -19,6 +27,19 @@ from retrain_ray.util.file_kinds import env_directory
 if TYPE_CHECKING:  # explain imports this module: keep torch out of it
     from retrain_ray.backends.types import BackendCapabilities
     from retrain_ray.config.schema import RetrainConfig
+    from retrain_ray.config.sections_runtime import (
+        DataSection,
+        EnvironmentSection,
+        InferenceSection,
+        PlanningSection,
+        RewardSection,
+    )
+    from retrain_ray.config.sections_training import (
+        AlgorithmSection,
+        BackendSection,
+        ModelSection,
+        TrainingSection,
+    )
 
 
 class PreflightError(ValueError):
@@ -29,12 +50,52 @@ class PreflightError(ValueError):
         super().__init__("\n".join(problems))
 
 
-def runs_externally(cfg: RetrainConfig) -> bool:
+CONNECT_TIMEOUT_S = 2.0
+
+
+def endpoint_url(inference: InferenceSection, backend: BackendSection) -> str | None:
+    """The server an HTTP sampling engine calls (its default when `[inference] url` is empty), else None."""
+    # deferred: the config package loads pydantic, which importing this module does not need
+    from retrain_ray.config.components import engine_spec
+
+    if not engine_spec(inference.engine).shared_server or not _trains_locally(backend.backend):
+        return None
+    # deferred: loads httpx, which importing this module does not need
+    from retrain_ray.engines.openai import DEFAULT_URLS
+
+    return inference.url or DEFAULT_URLS.get(inference.engine, DEFAULT_URLS["openai"])
+
+
+def unreachable(url: str, timeout_s: float = CONNECT_TIMEOUT_S) -> str | None:
+    """Why a TCP connection to `url`'s host and port fails (None: it connects)."""
+    parts = urlsplit(url)
+    port = parts.port or (443 if parts.scheme in ("https", "wss") else 80)
+    try:
+        with socket.create_connection((parts.hostname or "127.0.0.1", port), timeout=timeout_s):
+            return None
+    except OSError as exc:
+        return f"{type(exc).__name__}: {exc}"
+
+
+def endpoint_problems(configs: Iterable[tuple[InferenceSection, BackendSection]]) -> list[str]:
+    """HTTP sampling servers (`[inference] engine = "openai" | "vllm" | "sglang"`) that do not answer."""
+    urls = dict.fromkeys(url for url in (endpoint_url(*pair) for pair in configs) if url)
+    problems: list[str] = []
+    for url in urls:
+        why = unreachable(url)
+        if why:
+            problems.append(f"inference.url: the server at {url} does not answer ({why}); start it (e.g. "
+                            f"`vllm serve MODEL --enable-lora`) before the campaign, or set [inference] url "
+                            "to where it runs")
+    return problems
+
+
+def runs_externally(trainer: str) -> bool:
     """A command or plugin runner trains the run (run/trainers/registry.py): it loads its own model and data."""
     # deferred: the config package loads pydantic, which importing this module does not need
     from retrain_ray.config.trainers import runs_externally as external
 
-    return external(cfg.training.trainer)
+    return external(trainer)
 
 
 def _trains_locally(backend: str) -> bool:
@@ -45,15 +106,15 @@ def _trains_locally(backend: str) -> bool:
     return backend_spec(backend).trains_locally
 
 
-def backend_capabilities(cfg: RetrainConfig) -> BackendCapabilities:
+def backend_capabilities(backend: BackendSection) -> BackendCapabilities:
     """The flags of the configured backend, from the one registry (plugin hooks, conservative default)."""
     # deferred: loads torch, which importing this module does not need
     from retrain_ray.backends.registry import capabilities_for
 
-    return capabilities_for(cfg.backend.backend, cfg.backend.options)[0]
+    return capabilities_for(backend.backend, backend.options)[0]
 
 
-def entropy_support(cfg: RetrainConfig) -> tuple[bool, str]:
+def entropy_support(backend_section: BackendSection, inference_section: InferenceSection) -> tuple[bool, str]:
     """(provides, fix): whether the run's sampler returns per-token entropies, and what to change when the
     run asks for entropies it does not return. The built-in PyTorch engine under the built-in local backend
     returns them, and a plugin engine (which samples for the local backend) or plugin backend (which samples
@@ -63,7 +124,8 @@ def entropy_support(cfg: RetrainConfig) -> tuple[bool, str]:
     from retrain_ray.backends.registry import ENGINE_HOOKS, engine_capabilities
 
     hooks = " / ".join(ENGINE_HOOKS["capabilities"])
-    backend, engine, inference = cfg.backend.backend, cfg.inference.engine, cfg.inference.model_dump()
+    backend, engine = backend_section.backend, inference_section.engine
+    inference = inference_section.model_dump()
     if is_dotted_path(backend):
         return (engine_capabilities(backend, inference, kind="[backend] backend")[0].returns_token_entropies,
                 f"The plugin backend {backend!r} does not declare them: give its factory or module "
@@ -82,43 +144,44 @@ def entropy_support(cfg: RetrainConfig) -> tuple[bool, str]:
                       "params.compute_entropy), or use uncertainty_kind='surprisal'.")
 
 
-def backend_problems(cfg: RetrainConfig) -> list[str]:
+def backend_problems(backend: BackendSection) -> list[str]:
     """A plugin backend whose module or hooks do not load, or whose options its schema does not know."""
     # deferred: loads torch, which importing this module does not need
     from retrain_ray.backends.registry import capabilities_for, plugin_option_schema
 
-    name = cfg.backend.backend
+    name = backend.backend
     if not is_dotted_path(name):
         return []
     try:
-        capabilities_for(name, cfg.backend.options)
+        capabilities_for(name, backend.options)
         schema = plugin_option_schema(name)
     except (ValueError, TypeError) as exc:
         return [f"preflight: {exc}"]
     return [f"preflight: backend.options.{k}: not in the option schema of plugin backend {name!r} "
-            f"(known: {sorted(schema)})" for k in cfg.backend.options if schema is not None and k not in schema]
+            f"(known: {sorted(schema)})" for k in backend.options if schema is not None and k not in schema]
 
 
-def engine_plugin_problems(cfg: RetrainConfig) -> list[str]:
+def engine_plugin_problems(inference: InferenceSection, backend: BackendSection) -> list[str]:
     """A dotted `[inference] engine` samples for the built-in local backend, in the run's own process."""
-    engine = cfg.inference.engine
+    engine = inference.engine
     if not is_dotted_path(engine):
         return []
     where = f"preflight: inference.engine = {engine!r}: a plugin engine samples for the local backend"
-    if not _trains_locally(cfg.backend.backend):
-        return [f"{where}, not for backend {cfg.backend.backend!r} (which samples itself): use a built-in engine, "
+    if not _trains_locally(backend.backend):
+        return [f"{where}, not for backend {backend.backend!r} (which samples itself): use a built-in engine, "
                 "or build the plugin engine inside the plugin backend's factory"]
-    if "," in cfg.backend.devices:
+    if "," in backend.devices:
         return [f"{where} in the run's own process, on one device: set backend.devices to one device "
-                f"(not {cfg.backend.devices!r})"]
+                f"(not {backend.devices!r})"]
     return []
 
 
-def plugin_problems(cfg: RetrainConfig) -> list[str]:
+def plugin_problems(data: DataSection, reward: RewardSection, planning: PlanningSection,
+                    inference: InferenceSection) -> list[str]:
     """Dotted data/reward/detector/engine plugins that do not import (factories are called only by the run)."""
     problems: list[str] = []
-    for kind, path in (("[data] source", cfg.data.source), ("[reward] type", cfg.reward.type),
-                       ("[planning] detector", cfg.planning.detector), ("[inference] engine", cfg.inference.engine)):
+    for kind, path in (("[data] source", data.source), ("[reward] type", reward.type),
+                       ("[planning] detector", planning.detector), ("[inference] engine", inference.engine)):
         if is_dotted_path(path):
             try:
                 load_callable(path, kind)
@@ -127,9 +190,9 @@ def plugin_problems(cfg: RetrainConfig) -> list[str]:
     return problems
 
 
-def runner_plugin_problems(cfg: RetrainConfig) -> list[str]:
+def runner_plugin_problems(training: TrainingSection) -> list[str]:
     """A dotted `[training] trainer` that does not import (the command runner has nothing to import)."""
-    trainer = cfg.training.trainer
+    trainer = training.trainer
     if trainer == "command":
         return []
     try:
@@ -162,15 +225,56 @@ def model_problems(configs: Iterable[RetrainConfig]) -> list[str]:
     semantic planning detector's `[planning] model` is checked too, where the run detects planning."""
     configs = list(configs)
     wanted = {(c.model.model, c.model.revision, bool(c.model.local_files_only))
-              for c in configs if _trains_locally(c.backend.backend) and not runs_externally(c)}
+              for c in configs if _trains_locally(c.backend.backend) and not runs_externally(c.training.trainer)}
     found = (model_problem(name, rev, local_files_only=lfo) for name, rev, lfo in sorted(wanted))
-    embedders = {c.planning.model for c in configs if c.planning.detector == "semantic" and _needs_planning(c)}
+    embedders = {c.planning.model for c in configs if c.planning.detector == "semantic" and _needs_planning(c.algorithm)}
     planning = (embedding_model_problem(name) for name in sorted(embedders))
     return [f"model.model: {p}" for p in found if p] + [p for p in planning if p]
 
 
-def _needs_planning(cfg: RetrainConfig) -> bool:
-    alg = cfg.algorithm
+BUILTIN_CONTEXT = 2048
+"""Positions of the built-in models (`builtin:*`: models/tiny.py, `max_position_embeddings`), known without
+building one (building imports transformers)."""
+
+
+def _model_context(model: ModelSection) -> int | None:
+    """The model's context from its config.json where it is here (a local folder, the Hub cache), the built-in
+    models' own; None where it is not known before the run resolves the model (not cached: model_problems)."""
+    name = model.model
+    if name.startswith("builtin:"):
+        return BUILTIN_CONTEXT
+    folder = Path(name).expanduser()
+    if (folder / "config.json").is_file():
+        return context_length(folder)
+    snapshot = cached_snapshot(name, model.revision) if looks_like_hub_id(name) else None
+    return context_length(snapshot) if snapshot is not None else None
+
+
+def context_problems(training: TrainingSection, model: ModelSection) -> list[str]:
+    """`[training] max_tokens` that leaves no position for a prompt in the model's context: every run would
+    refuse its data at start (data/fit.py), one after another; refused here, before any run starts."""
+    context = _model_context(model)
+    if context is None or training.max_tokens < context:
+        return []
+    return [f"training.max_tokens: = {training.max_tokens:,} leaves no room for a prompt in the {context:,} "
+            f"positions of model {model.model!r}: lower [training] max_tokens below {context:,}"]
+
+
+def data_download_problems(data: DataSection, environment: EnvironmentSection) -> list[str]:
+    """Data that must be downloaded while this process is offline (`[data] source = "math"` with
+    HF_HUB_OFFLINE / HF_DATASETS_OFFLINE set): the run would fail at its start, in every trial. A run with
+    an `[environment]` takes its examples from it, not from `[data]`."""
+    # deferred: the data package, which importing this module does not need
+    from retrain_ray.data.math_dataset import MATH_DATASET, OFFLINE_HINT
+    from retrain_ray.data.math_dataset import _is_offline as is_offline  # pyright: ignore[reportPrivateUsage]
+
+    if data.source != "math" or environment.provider or not is_offline():
+        return []
+    return [f"data.source: [data] source = \"math\" downloads {MATH_DATASET}, but HF_HUB_OFFLINE is set. "
+            f"{OFFLINE_HINT}"]
+
+
+def _needs_planning(alg: AlgorithmSection) -> bool:
     try:
         modes = resolve_modes(alg.advantage_mode, alg.transform_mode, alg.algorithm_mode, alg.uncertainty_kind)
     except ValueError:  # a plugin mode that does not import: reported by the probe; assume it may need planning
@@ -185,20 +289,20 @@ def run_problems(cfg: RetrainConfig, *, check_model: bool = True) -> list[str]:
     environment = environment_problems()
     if environment:  # the model and its cache cannot be looked up
         return environment
-    if runs_externally(cfg):  # a command or plugin runner: it loads its own model and data
-        return runner_plugin_problems(cfg)
-    backend = backend_problems(cfg)
+    if runs_externally(cfg.training.trainer):  # a command or plugin runner: it loads its own model and data
+        return runner_plugin_problems(cfg.training)
+    imports = plugin_problems(cfg.data, cfg.reward, cfg.planning, cfg.inference)
+    backend = backend_problems(cfg.backend)
     if backend:  # the capability flags the probe needs are unknown
-        return plugin_problems(cfg) + backend
-    imports = plugin_problems(cfg)
+        return imports + backend
     try:
-        entropies, fix = entropy_support(cfg)
+        entropies, fix = entropy_support(cfg.backend, cfg.inference)
     except ValueError as exc:  # an engine that does not import (reported once) or a malformed hook
         entropies, fix = True, ""  # unknown: its own problem is reported instead (no entropy problem, no fix)
         imports += [] if f"preflight: {exc}" in imports else [f"preflight: {exc}"]
     alg = cfg.algorithm
     problems = preflight(
-        backend_capabilities(cfg).preserves_token_advantages,
+        backend_capabilities(cfg.backend).preserves_token_advantages,
         alg.advantage_mode,
         alg.transform_mode,
         alg.algorithm_mode,
@@ -209,18 +313,21 @@ def run_problems(cfg: RetrainConfig, *, check_model: bool = True) -> list[str]:
         algorithm_params=alg.params,
         entropy_fix=fix,
     )
-    return (imports + engine_plugin_problems(cfg) + (model_problems([cfg]) if check_model else [])
-            + problems + _replay_problems(cfg))
+    here = model_problems([cfg]) if check_model else []
+    replays: list[str] = []
+    if cfg.optimizer_batch.replay_path:  # a capture that does not read back, match its pins or the config
+        # deferred: the capture's batch type lives beside the backends, which importing this module does not need
+        from retrain_ray.run.optimizer_batch import replay_problems
+
+        replays = [f"preflight: {p}" for p in replay_problems(cfg)]
+    return imports + engine_plugin_problems(cfg.inference, cfg.backend) + here + problems + replays
 
 
-def _replay_problems(cfg: RetrainConfig) -> list[str]:
-    """`[optimizer_batch] replay_path`: a capture that does not read back, match its pins or the config."""
-    if not cfg.optimizer_batch.replay_path:
+def _context(training: TrainingSection, backend: BackendSection, model: ModelSection) -> list[str]:
+    """`context_problems` where the run trains the model here (a remote or plugin backend holds it elsewhere)."""
+    if runs_externally(training.trainer) or not _trains_locally(backend.backend):
         return []
-    # deferred: the capture's batch type lives beside the backends, which importing this module does not need
-    from retrain_ray.run.optimizer_batch import replay_problems
-
-    return [f"preflight: {p}" for p in replay_problems(cfg)]
+    return context_problems(training, model)
 
 
 def check_run(cfg: RetrainConfig) -> None:
@@ -232,19 +339,23 @@ def check_run(cfg: RetrainConfig) -> None:
 
 def campaign_problems(cfg: RetrainConfig) -> list[str]:
     """Preflight of every condition of a campaign (or of a single run), all problems at once, each
-    prefixed with its condition; models are checked once each. Runs in the driver, before Ray starts."""
+    prefixed with its condition; models, data downloads and sampling servers are checked once each. Runs in
+    the driver, before Ray starts."""
     # deferred: loads pydantic, which importing this module does not need
     from retrain_ray.config import expand_runs
 
     environment = environment_problems()
     if environment:  # reported once, not per condition
         return environment
-    return model_problems([r.config for r in expand_runs(cfg)]) + condition_problems(cfg)
+    configs = [r.config for r in expand_runs(cfg)]
+    downloads = dict.fromkeys(p for c in configs for p in data_download_problems(c.data, c.environment))
+    servers = endpoint_problems((c.inference, c.backend) for c in configs)
+    return model_problems(configs) + list(downloads) + servers + condition_problems(cfg)
 
 
 def condition_problems(cfg: RetrainConfig) -> list[str]:
     """`campaign_problems` without the model check: what is wrong with the configuration itself, whatever
-    machine it runs on (`explain` reports what this machine lacks as warnings: run/environment.py)."""
+    machine it runs on (`explain` reports what this machine lacks as warnings: checks/machine.py)."""
     # deferred: loads pydantic, which importing this module does not need
     from retrain_ray.config import expand_runs
 
@@ -256,5 +367,6 @@ def condition_problems(cfg: RetrainConfig) -> list[str]:
             continue
         seen.add(run.condition_label)
         prefix = f"condition {run.condition_label!r}: " if cfg.campaign is not None else ""
-        problems += [prefix + p for p in run_problems(run.config, check_model=False)]
+        problems += [prefix + p for p in run_problems(run.config, check_model=False)
+                     + _context(run.config.training, run.config.backend, run.config.model)]
     return problems
