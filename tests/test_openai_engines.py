@@ -17,7 +17,7 @@ from retrain_ray.engines.adapter_folders import (
     write_mlx_folder,
     write_peft_folder,
 )
-from retrain_ray.engines.lora import LoraSettings
+from retrain_ray.models.lora import LoraSettings
 
 
 @pytest.mark.parametrize(("engine", "upload", "port"), [("max", "path", 8000), ("mlx", "mlx", 8080),

@@ -36,10 +36,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar, cast
 
-from retrain_ray.plugins.loader import is_dotted_path, load_object, use_search_paths
 from retrain_ray.backends.types import BackendCapabilities
 from retrain_ray.config.components import BACKEND_SPECS, backend_spec, engine_spec
 from retrain_ray.engines.types import EngineCapabilities
+from retrain_ray.models.lora import lora_targets
+from retrain_ray.plugins.loader import is_dotted_path, load_object, use_search_paths
 
 if TYPE_CHECKING:
     from retrain_ray.backends.factories import PolicyRequest
@@ -198,6 +199,17 @@ def engine_capabilities(engine: str, inference: Mapping[str, object] | None = No
                          lambda value, fields: f"{kind} {engine!r}: {hooks} gave {value!r}; give an "
                          f"EngineCapabilities or a dict of booleans with keys among {sorted(fields)}",
                          kind=kind, only_bools=True)
+
+
+def lora_targets_of(backend: str, options: Mapping[str, object]) -> tuple[str, ...]:
+    """The LoRA target modules a run of `backend` trains: its `lora_target_modules` option when it trains
+    locally (the option is the local trainer's), else the default ones."""
+    if not backend_spec(backend).trains_locally:
+        return lora_targets()
+    # deferred: loads the options schemas, which importing the registry does not need
+    from retrain_ray.config.backend_options import resolved_options
+
+    return lora_targets(str(resolved_options(backend, dict(options))["lora_target_modules"]))
 
 
 def build_policy_for(factory: str, request: PolicyRequest) -> Policy:

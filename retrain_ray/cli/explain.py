@@ -56,6 +56,7 @@ from retrain_ray.config import (
 from retrain_ray.config.components import describe_sampler
 from retrain_ray.config.names import gpu_count
 from retrain_ray.config.validate import effective_uncertainty_kind
+from retrain_ray.models.lora import effective_alpha
 from retrain_ray.run.environment import environment_problems
 from retrain_ray.run.preflight import condition_problems
 
@@ -109,7 +110,7 @@ def describe_run(cfg: RetrainConfig) -> dict[str, Any]:
     return {
         "model": cfg.model.model,
         "finetune": cfg.model.finetune,
-        "lora": {"rank": cfg.model.lora_rank, "alpha": cfg.lora.alpha or 2 * cfg.model.lora_rank}
+        "lora": {"rank": cfg.model.lora_rank, "alpha": effective_alpha(cfg.lora.alpha, cfg.model.lora_rank)}
         if cfg.model.finetune == "lora" else None,
         "backend": cfg.backend.backend,
         "devices": cfg.backend.devices,

@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file  # pyright: ignore[reportUnknownVariableType]
 
-from retrain_ray.engines.lora import LoraSettings
+from retrain_ray.models.lora import LoraSettings
 
 PEFT_WEIGHTS, MLX_WEIGHTS, CONFIG = "adapter_model.safetensors", "adapters.safetensors", "adapter_config.json"
 _PEFT_PREFIX = "base_model.model."

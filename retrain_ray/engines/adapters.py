@@ -23,7 +23,7 @@ import torch
 from safetensors.torch import load as load_bytes
 from safetensors.torch import save as save_bytes
 
-from retrain_ray.engines.lora import DEFAULT_TARGET_MODULES, LoraSettings
+from retrain_ray.models.lora import DEFAULT_TARGET_MODULES, LoraSettings
 
 
 @dataclass(frozen=True)

@@ -50,12 +50,12 @@ from typing import TYPE_CHECKING, Protocol, cast
 
 import torch
 
-from retrain_ray.engines.lora import LoraSettings
 from retrain_ray.engines.pytorch import check_request as check
 from retrain_ray.engines.types import SampleResult, SamplingParams, WeightUpdate
 from retrain_ray.engines.vllm_batching import Job, RequestBatcher
 from retrain_ray.engines.vllm_logs import take_over_vllm_logging
 from retrain_ray.engines.vllm_reload import reload_gaps_checked
+from retrain_ray.models.lora import LoraSettings
 
 if TYPE_CHECKING:
     from vllm import SamplingParams as VSamplingParams

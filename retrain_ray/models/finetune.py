@@ -16,9 +16,9 @@ from typing import cast
 
 import torch
 
-from retrain_ray.engines.lora import DEFAULT_TARGET_MODULES, LoraSettings
 from retrain_ray.models.lean_llama import LeanLlamaForCausalLM
 from retrain_ray.models.lean_lora import apply_lean_lora
+from retrain_ray.models.lora import DEFAULT_TARGET_MODULES, LoraSettings
 
 __all__ = ["DEFAULT_TARGET_MODULES", "LoraSettings", "apply_full", "apply_lora", "prepare_trainable",
            "present_target_modules"]

@@ -21,8 +21,9 @@ import torch
 from retrain_ray.backends.local.backend import LocalBackend, LossSettings, OptimizerSettings
 from retrain_ray.backends.types import Policy
 from retrain_ray.engines.pytorch import PyTorchEngine
-from retrain_ray.models.finetune import DEFAULT_TARGET_MODULES, LoraSettings, prepare_trainable
+from retrain_ray.models.finetune import LoraSettings, prepare_trainable
 from retrain_ray.models.lean_loading import load_lean_model_and_tokenizer
+from retrain_ray.models.lora import lora_targets
 from retrain_ray.models.names import lean_applies
 from retrain_ray.models.tokenizer import single_id
 from retrain_ray.models.types import Tokenizer, hf_tokenizer
@@ -70,11 +71,6 @@ class PolicySettings:
                 "optimizer": self.optimizer, "seed": self.seed}
 
 
-def _target_modules(option: str) -> tuple[str, ...]:
-    names = tuple(n.strip() for n in option.split(",") if n.strip())
-    return names or DEFAULT_TARGET_MODULES
-
-
 def _layers(option: str) -> tuple[int, ...]:
     return tuple(int(p) for p in option.split(",") if p.strip())
 
@@ -89,7 +85,7 @@ def settings_from_config(cfg: RetrainConfig) -> PolicySettings:
     micro = t.micro_batch_size or int(options["train_microbatch_size"])
     lora = LoraSettings(
         rank=cfg.model.lora_rank, alpha=float(cfg.lora.alpha), dropout=cfg.lora.dropout,
-        target_modules=_target_modules(str(options["lora_target_modules"])),
+        target_modules=lora_targets(str(options["lora_target_modules"])),
         layers_to_transform=_layers(str(options["lora_layers_to_transform"])),
         layers_pattern=str(options["lora_layers_pattern"]), freeze_a=bool(options["lora_freeze_a"]),
     )

@@ -206,15 +206,10 @@ class Packing:
 def shapes_of(cfg: RetrainConfig) -> ModelShapes | None:
     """The model's shapes from its config.json (None when it is not on this machine)."""
     # deferred: builds the architecture with transformers, needed only to check a packing
-    from retrain_ray.config.backend_options import resolved_options
-    from retrain_ray.config.components import backend_spec
-    from retrain_ray.engines.lora import DEFAULT_TARGET_MODULES
+    from retrain_ray.backends.registry import lora_targets_of
     from retrain_ray.models.flops import model_shapes
 
-    targets = DEFAULT_TARGET_MODULES
-    if backend_spec(cfg.backend.backend).trains_locally:
-        option = str(resolved_options(cfg.backend.backend, dict(cfg.backend.options))["lora_target_modules"])
-        targets = tuple(n.strip() for n in option.split(",") if n.strip()) or DEFAULT_TARGET_MODULES
+    targets = lora_targets_of(cfg.backend.backend, cfg.backend.options)
     folder = config_folder(cfg.model.model, cfg.model.revision)
     if folder is None:
         return None
