@@ -25,7 +25,7 @@ import torch
 from retrain_ray.backends.local import LocalBackend, LoraSettings, PolicySettings, build_shared_policy
 from retrain_ray.backends.types import Policy, TrainBatch
 from retrain_ray.engines import NaiveEngine, SamplingParams
-from retrain_ray.engines.pytorch import PyTorchEngine
+from retrain_ray.engines.pytorch.engine import PyTorchEngine
 from retrain_ray.models import encode_prompt
 
 PROMPTS = ["123", "4567", "89", "The answer is"]

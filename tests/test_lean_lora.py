@@ -25,7 +25,7 @@ from retrain_ray.backends.local import LocalBackend, LoraSettings
 from retrain_ray.backends.local.batching import microbatches
 from retrain_ray.backends.local.scoring import scored_logprobs
 from retrain_ray.backends.types import TrainBatch
-from retrain_ray.engines.vllm_embedded import write_peft_adapter
+from retrain_ray.engines.vllm.reload import write_peft_adapter
 from retrain_ray.engines.weights import export_trainable, install_weights
 from retrain_ray.models.finetune import prepare_trainable
 from retrain_ray.models.lean_adapter import load_adapter, save_adapter

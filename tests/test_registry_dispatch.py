@@ -82,3 +82,13 @@ def test_no_engine_or_backend_name_is_compared_outside_the_registry() -> None:
         for line in name_comparisons(path.read_text(encoding="utf-8"))
     }
     assert not found, f"ask the spec in backends/registry.py instead of comparing names: {sorted(found)}"
+
+
+def test_config_name_lists_are_the_registries_names() -> None:
+    """config/ sits below the registries and keeps their names as plain sets for its schema checks;
+    they must be exactly the registries' keys."""
+    from retrain_ray.backends.registry import BACKEND_SPECS, ENGINE_SPECS
+    from retrain_ray.config.names import INFERENCE_ENGINES, SUPPORTED_BACKENDS
+
+    assert frozenset(ENGINE_SPECS) == INFERENCE_ENGINES
+    assert frozenset(BACKEND_SPECS) == SUPPORTED_BACKENDS

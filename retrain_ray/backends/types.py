@@ -8,10 +8,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal, NamedTuple, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Literal, NamedTuple, Protocol, runtime_checkable
 
-from retrain_ray.engines.types import SamplingEngine, WeightUpdate
+from retrain_ray.engines.types import DescribeSampler, SamplingEngine, WeightUpdate
 from retrain_ray.models.types import Tokenizer
+
+if TYPE_CHECKING:
+    from retrain_ray.backends.options import OptionsTable
+    from retrain_ray.backends.request import PolicyFactory
 
 ResumeMode = Literal["exact", "adapter_only", "unsupported"]
 SFTLoss = Literal["cross_entropy", "importance_sampling"]
@@ -105,3 +109,38 @@ class Policy(NamedTuple):
     engine: SamplingEngine
     backend: TrainBackend
     tokenizer: Tokenizer  # a Hugging Face tokenizer, or the remote service's with the calls the run makes
+
+
+@dataclass(frozen=True)
+class BackendSpec:
+    """A `[backend] backend`: where it trains and samples, and which options and loss settings it reads."""
+
+    name: str
+    description: str
+    """One line for `retrain-ray backends`."""
+    factory: PolicyFactory | None = None
+    """Builds the whole policy (sampler and trainer); None when the engine's factory builds the sampler for
+    the local trainer."""
+    capabilities: BackendCapabilities | None = None
+    """What it carries (preflight, `backends`); None for a plugin, whose hooks declare it."""
+    describe: DescribeSampler | None = None
+    """The sampler a run gets, in words (`explain`); None: the engine's description."""
+    dependencies: tuple[tuple[str, str], ...] = ()
+    """(module, install hint) of each package it needs."""
+    trains_locally: bool = False
+    """The built-in local trainer on the run's own model: it loads the model here, so prompt lengths, the
+    model cache, squeeze, the optimizer-batch capture, a shared or plugin engine and the non-standard
+    policy losses apply."""
+    remote: bool = False
+    """Trains outside the run's process (a service, or PRIME-RL's own trainer): it holds no local GPU."""
+    honours_clip_eps: bool = False
+    """Its loss reads `training.clip_eps` (the dual-clip PPO loss, algorithms/loss.py)."""
+    samples_with_entropies: bool = True
+    """Its sampler can return per-token entropies (the engine's or a plugin's declared capability decides)."""
+    throttled_endpoint: str = ""
+    """The shared service endpoint whose concurrency (`backend.max_concurrent`) the campaign throttles."""
+    options: OptionsTable | None = None
+    """How its `[backend.options]` are checked (backends/options.py); None: unchecked."""
+    sft_importance_sampling: bool = True
+    """Its warm start can train with `sft_loss_fn = "importance_sampling"` (PRIME-RL's: cross-entropy only)."""
+    is_plugin: bool = False

@@ -18,19 +18,19 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from retrain_ray.plugins.loader import PluginLoader
 from retrain_ray.backends.registry import (
+    BACKEND_SPECS,
     BUILTIN_CAPABILITIES,
     ENGINE_HOOKS,
     PLUGIN_DEFAULT_CAPABILITIES,
     PLUGIN_ENGINE_DEFAULT_CAPABILITIES,
     PLUGIN_HOOKS,
     engine_capabilities,
+    schema_for,
 )
 from retrain_ray.backends.types import BackendCapabilities
 from retrain_ray.config import ConfigError, load_config, names
-from retrain_ray.config.backend_options import schema_for
-from retrain_ray.config.components import BACKEND_SPECS
+from retrain_ray.plugins.loader import PluginLoader
 
 if TYPE_CHECKING:
 

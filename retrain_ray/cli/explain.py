@@ -37,6 +37,7 @@ import threading
 from typing import Any
 
 from retrain_ray.actors.placement import mode_for_gpus
+from retrain_ray.backends.registry import describe_sampler
 from retrain_ray.campaign.adaptive.plan import adaptive_plan
 from retrain_ray.campaign.capacity.explain import (
     capacity_dict,
@@ -53,7 +54,6 @@ from retrain_ray.config import (
     load_config_with_warnings,
     parse_overrides,
 )
-from retrain_ray.config.components import describe_sampler
 from retrain_ray.config.names import gpu_count
 from retrain_ray.config.validate import effective_uncertainty_kind
 from retrain_ray.models.lora import effective_alpha

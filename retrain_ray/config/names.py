@@ -9,7 +9,6 @@ from __future__ import annotations
 import re
 from typing import NamedTuple
 
-from retrain_ray.config.components import BACKEND_SPECS, ENGINE_SPECS
 
 ADVANTAGE_MODES = frozenset({"grpo", "maxrl", "reinforce_pp"})
 TRANSFORM_MODES = frozenset(
@@ -35,10 +34,12 @@ UNCERTAINTY_ALIASES: dict[str, str] = {
 }
 UNCERTAINTY_PARAM_KEYS = ("uncertainty_kind", "uncertainty_metric", "token_uncertainty")
 POLICY_LOSS_MODES = frozenset({"standard", "kl_cov", "clip_cov"})
-SUPPORTED_BACKENDS = frozenset(BACKEND_SPECS)
+SUPPORTED_BACKENDS = frozenset({"local", "tinker", "prime_rl"})
+"""The built-in backends: backends/registry.py's `BACKEND_SPECS` (config/ sits below it; a test keeps the two
+equal until the names are checked against the registries above the components)."""
 ORIGINAL_ONLY_BACKENDS = frozenset({"unsloth"})
-INFERENCE_ENGINES = frozenset(ENGINE_SPECS)
-"""The built-in engines (config/components.py holds what each one is)."""
+INFERENCE_ENGINES = frozenset({"pytorch", "vllm-embedded", "openai", "vllm", "sglang", "max", "mlx", "trtllm"})
+"""The built-in engines (engines/registry.py holds what each one is)."""
 PLANNING_DETECTORS = frozenset({"regex", "semantic", "none"})
 REWARD_TYPES = frozenset({"match", "math", "judge", "custom"})
 SHARED_BATCHING_MODES = frozenset({"batch", "serial"})  # [inference] shared_batching

@@ -13,9 +13,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from retrain_ray.backends.registry import backend_spec, check_options, engine_spec
 from retrain_ray.config.adaptive_checks import metric_problem, rung_problem
-from retrain_ray.config.backend_options import check_options
-from retrain_ray.config.components import backend_spec, engine_spec
 from retrain_ray.config.errors import ConfigIssue
 from retrain_ray.config.names import (
     ORIGINAL_ONLY_BACKENDS,

@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 
 from retrain_ray.engines.distribution import LOG_MIN_PROB, entropy, filtered_logprobs
-from retrain_ray.engines.pytorch import autocast_for, check_request
+from retrain_ray.engines.pytorch.engine import autocast_for, check_request
 from retrain_ray.engines.types import SampleResult, SamplingParams, WeightsVersion, WeightUpdate
 from retrain_ray.engines.weights import install_update
 

@@ -11,19 +11,18 @@ import torch
 
 from retrain_ray.algorithms import RegexPlanningDetector, parse_strategic_grams, resolve_modes
 from retrain_ray.algorithms.planning_semantic import PLANNING_SENTENCES, SemanticPlanningDetector
-from retrain_ray.plugins.loader import is_dotted_path
 from retrain_ray.algorithms.sepa import SEPAController
-from retrain_ray.backends.factories import PolicyRequest
-from retrain_ray.backends.registry import build_policy_for
+from retrain_ray.backends.registry import backend_spec, build_policy_for, engine_spec
+from retrain_ray.backends.request import PolicyRequest
 from retrain_ray.backends.types import Policy
 from retrain_ray.backpressure.advisor import LocalAdvisor
 from retrain_ray.backpressure.types import BackPressureAdvisor, NoOpAdvisor
 from retrain_ray.compat import provide_original_names
-from retrain_ray.config.components import backend_spec, engine_spec
 from retrain_ray.data.loading import load_examples_from_config
 from retrain_ray.data.types import TaskData
 from retrain_ray.environments.types import Environment
 from retrain_ray.models.sentence_embedder import load_embedder
+from retrain_ray.plugins.loader import is_dotted_path
 from retrain_ray.rewards import build_reward_from_config
 from retrain_ray.rewards.types import Reward
 from retrain_ray.run.loop import RunComponents

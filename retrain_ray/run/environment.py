@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
-from retrain_ray.config.components import backend_spec, engine_spec
+from retrain_ray.backends.registry import backend_spec, engine_spec
 from retrain_ray.run.preflight import model_problems
 
 if TYPE_CHECKING:
@@ -45,7 +45,7 @@ def endpoint_url(cfg: RetrainConfig) -> str | None:
     if not engine_spec(cfg.inference.engine).shared_server or not backend_spec(cfg.backend.backend).trains_locally:
         return None
     # deferred: loads httpx, which importing this module does not need
-    from retrain_ray.engines.openai import DEFAULT_URLS
+    from retrain_ray.engines.openai.engine import DEFAULT_URLS
 
     return cfg.inference.url or DEFAULT_URLS.get(cfg.inference.engine, DEFAULT_URLS["openai"])
 

@@ -37,9 +37,9 @@ def runs_externally(cfg: RetrainConfig) -> bool:
 
 
 def _trains_locally(backend: str) -> bool:
-    """The backend's spec says it trains the run's own model here (config/components.py)."""
+    """The backend's spec says it trains the run's own model here (backends/registry.py)."""
     # deferred: the config package loads pydantic, which importing this module does not need
-    from retrain_ray.config.components import backend_spec
+    from retrain_ray.backends.registry import backend_spec
 
     return backend_spec(backend).trains_locally
 

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from retrain_ray.config.components import backend_spec
+from retrain_ray.backends.registry import backend_spec
 from retrain_ray.data.files import row_origin
 from retrain_ray.data.fit import ContextLimit, fit_prompts
 from retrain_ray.data.types import TaskData

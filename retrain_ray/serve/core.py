@@ -44,7 +44,7 @@ from safetensors.torch import load_file  # pyright: ignore[reportUnknownVariable
 
 from retrain_ray.engines.adapter_folders import read_mlx_folder, read_peft_folder
 from retrain_ray.engines.adapters import AdapterSpec, decode_adapter
-from retrain_ray.engines.pytorch import PyTorchEngine
+from retrain_ray.engines.pytorch.engine import PyTorchEngine
 from retrain_ray.engines.types import SamplingParams
 from retrain_ray.engines.weights import install_weights
 

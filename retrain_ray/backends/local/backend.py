@@ -31,8 +31,8 @@ from retrain_ray.backends.local import checkpoint as ckpt
 from retrain_ray.backends.local.adamw import make_adamw
 from retrain_ray.backends.local.batching import count_action_tokens, microbatches
 from retrain_ray.backends.local.echo_loss import EchoSums
+from retrain_ray.backends.local.options import CAPABILITIES
 from retrain_ray.backends.local.scoring import logprobs_from_logits, next_token_logits, scored_logprobs
-from retrain_ray.backends.registry import BUILTIN_CAPABILITIES
 from retrain_ray.backends.types import TrainBatch, TrainStepResult
 from retrain_ray.engines.train_mode import ModeSwitch
 from retrain_ray.engines.types import WeightUpdate
@@ -66,7 +66,7 @@ class OptimizerSettings:
 class LocalBackend:
     """TrainBackend on an in-process model (already wrapped for LoRA or marked for full fine-tuning)."""
 
-    capabilities = BUILTIN_CAPABILITIES["local"]
+    capabilities = CAPABILITIES
 
     def __init__(
         self,

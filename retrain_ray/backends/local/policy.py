@@ -14,24 +14,25 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, TypedDict, cast
+from typing import TYPE_CHECKING, TypedDict
 
 import torch
 
 from retrain_ray.backends.local.backend import LocalBackend, LossSettings, OptimizerSettings
 from retrain_ray.backends.types import Policy
-from retrain_ray.engines.pytorch import PyTorchEngine
+from retrain_ray.engines.pytorch.engine import PyTorchEngine, sampler_of
+from retrain_ray.engines.vllm.settings import VLLMSettings, vllm_settings
 from retrain_ray.models.finetune import LoraSettings, prepare_trainable
 from retrain_ray.models.lean_loading import load_lean_model_and_tokenizer
 from retrain_ray.models.lora import lora_targets
 from retrain_ray.models.names import lean_applies
-from retrain_ray.models.tokenizer import single_id
 from retrain_ray.models.types import Tokenizer, hf_tokenizer
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
 
     from retrain_ray.config.schema import RetrainConfig
+    from retrain_ray.engines.vllm.engine import VLLMEngine
 
 
 class BackendKwargs(TypedDict):
@@ -78,7 +79,7 @@ def _layers(option: str) -> tuple[int, ...]:
 def settings_from_config(cfg: RetrainConfig) -> PolicySettings:
     """Reads [model], [lora], [optimizer], [training] and [backend.options] of a RetrainConfig."""
     # deferred: loads pydantic, which importing this module does not need
-    from retrain_ray.config.backend_options import resolved_options
+    from retrain_ray.backends.registry import resolved_options
 
     t, o = cfg.training, cfg.optimizer
     options = resolved_options("local", dict(cfg.backend.options))
@@ -166,18 +167,6 @@ def load_trainable_model(
     return model.to(torch.device(device)), tokenizer
 
 
-def eos_ids(model: torch.nn.Module, tokenizer: Tokenizer) -> list[int]:
-    """EOS ids of the tokenizer and of the model's generation config (chat models often have two)."""
-    gen: object = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
-    found: list[object] = [tokenizer.eos_token_id, *(cast("list[object]", gen) if isinstance(gen, list) else [gen])]
-    return sorted({i for i in found if isinstance(i, int)})
-
-
-def pad_id(tokenizer: Tokenizer) -> int:
-    """The tokenizer's pad token id (`load_model_and_tokenizer` sets it to EOS when a tokenizer has none)."""
-    return single_id(tokenizer.pad_token_id, "pad_token_id")
-
-
 def build_shared_policy(
     name_or_path: str | Path, settings: PolicySettings, *, device: str | torch.device,
     cache_dir: Path | None = None,
@@ -185,11 +174,7 @@ def build_shared_policy(
     """(engine, backend, tokenizer) sharing one model object in this process."""
     model, tokenizer = load_trainable_model(name_or_path, settings, device=device, cache_dir=cache_dir)
     backend = LocalBackend(model, shares_model_with_engine=True, **settings.backend_kwargs())
-    engine = PyTorchEngine(
-        model, eos_token_id=eos_ids(model, tokenizer), pad_token_id=pad_id(tokenizer),
-        seed=settings.seed, shares_model_with_trainer=True,
-    )
-    return engine, backend, tokenizer
+    return sampler_of(model, tokenizer, seed=settings.seed, shares_model_with_trainer=True), backend, tokenizer
 
 
 def build_split_engine(
@@ -198,10 +183,7 @@ def build_split_engine(
 ) -> tuple[PyTorchEngine, Tokenizer]:
     """A sampler with its own copy of the model layout; feed it `WeightUpdate`s with tensors."""
     model, tokenizer = load_trainable_model(name_or_path, settings, device=device, cache_dir=cache_dir)
-    engine = PyTorchEngine(
-        model, eos_token_id=eos_ids(model, tokenizer), pad_token_id=pad_id(tokenizer), seed=settings.seed,
-    )
-    return engine, tokenizer
+    return sampler_of(model, tokenizer, seed=settings.seed), tokenizer
 
 
 def build_local_policy(
@@ -227,3 +209,20 @@ def build_local_trainer(
 def build_local_backend(cfg: RetrainConfig, device: str | torch.device, *, cache_dir: Path | None = None) -> LocalBackend:
     """A trainer with its own model, from a RetrainConfig (the split layout's learner side)."""
     return build_local_trainer(cfg, device, cache_dir=cache_dir)[0]
+
+
+def vllm_settings_from_config(cfg: RetrainConfig, *, device: str, cache_dir: Path | None = None,
+                              max_loras: int = 1, policy: PolicySettings | None = None) -> VLLMSettings:
+    """[model], [lora] and [inference] of a RetrainConfig -> how to start vLLM for it (`policy`: the
+    config's local settings, when the caller built them already)."""
+    return vllm_settings(cfg.model.model, cfg.inference, policy or settings_from_config(cfg), device=device,
+                         cache_dir=cache_dir, max_loras=max_loras)
+
+
+def build_vllm_engine(cfg: RetrainConfig, *, device: str, cache_dir: Path | None = None, name: str = "run",
+                      policy: PolicySettings | None = None) -> VLLMEngine:
+    """vLLM for a run of `cfg` on `device` (the split layout's sampler, on the inference actor's GPU)."""
+    # deferred: loads vLLM, which importing this module does not need
+    from retrain_ray.engines.vllm.engine import VLLMEngine
+
+    return VLLMEngine.start(vllm_settings_from_config(cfg, device=device, cache_dir=cache_dir, policy=policy), name=name)

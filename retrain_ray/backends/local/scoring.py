@@ -12,7 +12,7 @@ import torch
 
 from retrain_ray.backends.local.batching import MicroBatch
 from retrain_ray.engines.distribution import token_logprobs
-from retrain_ray.engines.pytorch import autocast_for
+from retrain_ray.engines.pytorch.engine import autocast_for
 
 
 def scored_logprobs(model: torch.nn.Module, mb: MicroBatch, temperature: float, top_p: float) -> torch.Tensor:

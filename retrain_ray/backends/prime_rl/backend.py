@@ -23,14 +23,20 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from retrain_ray.backends.prime_rl.transport import BatchSender
+from retrain_ray.backends.prime_rl.engine import PrimeRLEngine
+from retrain_ray.backends.prime_rl.options import CAPABILITIES, PrimeRLOptions, parse_prime_rl_options
+from retrain_ray.backends.prime_rl.transport import BatchSender, make_sender
 from retrain_ray.backends.prime_rl.wire import TrainingBatch, TrainingSample
-from retrain_ray.backends.registry import BUILTIN_CAPABILITIES
-from retrain_ray.backends.types import TrainBatch, TrainStepResult
+from retrain_ray.backends.types import Policy, TrainBatch, TrainStepResult
 from retrain_ray.engines.types import WeightUpdate
 
-PRIME_RL_CAPABILITIES = BUILTIN_CAPABILITIES["prime_rl"]
+if TYPE_CHECKING:
+    from retrain_ray.config.schema import RetrainConfig
+    from retrain_ray.engines.types import HoldsSlots
+
+PRIME_RL_CAPABILITIES = CAPABILITIES
 STATE_FILE = "prime_rl_state.json"
 
 
@@ -117,3 +123,38 @@ class PrimeRLBackend:
 
     def close(self) -> None:
         self.sender.close()
+
+
+DEFAULT_URL = "http://localhost:8000"
+
+
+def prime_rl_run_dir(cfg: RetrainConfig, options: PrimeRLOptions) -> Path:
+    base = Path(cfg.backend.adapter_path)
+    return base / options.run_id if options.run_id else base
+
+
+def build_prime_rl_policy(cfg: RetrainConfig, throttle: HoldsSlots | None = None, *, cache_dir: Path | None = None) -> Policy:
+    """The PRIME-RL sampler and trainer of `cfg` (with `options.standin`, the local stand-in's)."""
+    # deferred: loads transformers, which importing this module does not need
+    from retrain_ray.models.loading import load_tokenizer
+    from retrain_ray.models.types import hf_tokenizer
+
+    options = parse_prime_rl_options(cfg.backend.options)
+    run_dir = prime_rl_run_dir(cfg, options)
+    url = cfg.inference.url or DEFAULT_URL
+    standin = None
+    if options.standin:
+        # deferred: the stand-in loads a model; only tests and demos ask for it
+        from retrain_ray.backends.prime_rl.standin import PrimeRLStandin
+
+        standin = PrimeRLStandin(run_dir, cfg.model.model, transport=options.transport, zmq_host=options.zmq_host,
+                                 zmq_port=options.zmq_port, zmq_hwm=options.zmq_hwm, lr=cfg.training.lr,
+                                 seed=max(cfg.training.seed, 0), cache_dir=str(cache_dir) if cache_dir else None)
+        url = standin.url
+    sender = make_sender(options.transport, run_dir, host=options.zmq_host, port=options.zmq_port,
+                         hwm=options.zmq_hwm)
+    backend = PrimeRLBackend(sender, run_dir, env_name=options.env_name)
+    engine = PrimeRLEngine(url, run_dir=run_dir, sync_wait_s=options.sync_wait_s, sync_poll_s=options.sync_poll_s,
+                           model_name=cfg.model.model, throttle=throttle, seed=cfg.training.seed,
+                           max_parallel_requests=cfg.inference.max_concurrent, standin=standin)
+    return Policy(engine, backend, hf_tokenizer(load_tokenizer(cfg.model.model, cache_dir)))

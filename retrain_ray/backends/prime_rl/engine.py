@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Unpack
 
 from retrain_ray.backends.prime_rl.wire import STABLE_MARKER, broadcast_dir
-from retrain_ray.engines.openai import OpenAIEngine, OpenAIEngineOptions
+from retrain_ray.engines.openai.engine import OpenAIEngine, OpenAIEngineOptions
 from retrain_ray.engines.types import WeightUpdate
 
 if TYPE_CHECKING:

@@ -20,8 +20,8 @@ from retrain_ray.backends.tinker.client_types import (
     ServiceClient,
     sdk_service_client,
 )
+from retrain_ray.backends.tinker.options import TinkerOptions
 from retrain_ray.backends.tinker.standin import StandinOptions, StandinServiceClient
-from retrain_ray.config.tinker_options import TinkerOptions
 from retrain_ray.engines.types import HoldsSlots
 from retrain_ray.util.retry import RetryCounters, RetryPolicy, call_with_retry
 

@@ -39,7 +39,7 @@ import httpx
 import numpy as np
 import torch
 
-from retrain_ray.engines.pytorch import PyTorchEngine
+from retrain_ray.engines.pytorch.engine import PyTorchEngine
 from retrain_ray.engines.types import SamplingParams as EngineParams
 from retrain_ray.models.tokenizer import single_id
 from retrain_ray.models.types import Tokenizer, hf_tokenizer

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from retrain_ray.config.components import engine_spec
+from retrain_ray.backends.registry import engine_spec
 from retrain_ray.config.names import gpu_count
 
 if TYPE_CHECKING:
@@ -42,7 +42,7 @@ GIB = 2**30
 CUDA_CONTEXT_GIB = 0.5
 OPTIMIZER_BYTES = 16  # per trainable parameter: float32 weight, gradient and AdamW's two moments
 VLLM_WIDTH = 2  # vLLM's weights on a GPU: bfloat16 for dtype "auto"
-DEFAULT_VLLM_SHARE = 0.3  # backends/local/vllm_policy.py ONE_GPU_MEMORY_SHARE: vLLM's share of a card alone
+DEFAULT_VLLM_SHARE = 0.3  # engines/vllm/settings.py ONE_GPU_MEMORY_SHARE: vLLM's share of a card alone
 
 
 def _millions(parameters: int) -> str:

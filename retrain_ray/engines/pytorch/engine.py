@@ -25,6 +25,8 @@ from retrain_ray.engines.distribution import LOG_MIN_PROB, entropy, filtered_log
 from retrain_ray.engines.train_mode import ModeSwitch
 from retrain_ray.engines.types import SampleResult, SamplingParams, WeightsVersion, WeightUpdate
 from retrain_ray.engines.weights import install_update
+from retrain_ray.models.tokenizer import single_id
+from retrain_ray.models.types import Tokenizer
 
 
 def autocast_for(device: torch.device) -> contextlib.AbstractContextManager[object]:
@@ -174,3 +176,23 @@ def check_request(prompt_ids_P: list[list[int]], num_samples: int, params: Sampl
         raise ValueError(f"SamplingParams.temperature must be >= 0, got {params.temperature}")
     if not prompt_ids_P or any(len(p) == 0 for p in prompt_ids_P):
         raise ValueError("generate() needs at least one prompt, and every prompt needs at least one token")
+
+
+def eos_ids(model: torch.nn.Module, tokenizer: Tokenizer) -> list[int]:
+    """EOS ids of the tokenizer and of the model's generation config (chat models often have two)."""
+    gen: object = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    found: list[object] = [tokenizer.eos_token_id, *(cast("list[object]", gen) if isinstance(gen, list) else [gen])]
+    return sorted({i for i in found if isinstance(i, int)})
+
+
+def pad_id(tokenizer: Tokenizer) -> int:
+    """The tokenizer's pad token id (`load_model_and_tokenizer` sets it to EOS when a tokenizer has none)."""
+    return single_id(tokenizer.pad_token_id, "pad_token_id")
+
+
+def sampler_of(model: torch.nn.Module, tokenizer: Tokenizer, *, seed: int,
+               shares_model_with_trainer: bool = False) -> PyTorchEngine:
+    """The engine sampling from `model` with its tokenizer's stop and pad ids (`shares_model_with_trainer`:
+    the trainer updates this very model, so a weight sync is a version bump)."""
+    return PyTorchEngine(model, eos_token_id=eos_ids(model, tokenizer), pad_token_id=pad_id(tokenizer),
+                         seed=seed, shares_model_with_trainer=shares_model_with_trainer)

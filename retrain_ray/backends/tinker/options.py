@@ -1,4 +1,5 @@
-"""`[backend.options]` of the tinker backend: what they mean, their defaults, their validation.
+"""The tinker backend (a remote training API): its spec, capabilities, factory, and its `[backend.options]`:
+what they mean, their defaults, their validation.
 
 The original's option schema for tinker is empty (any key errors, spec 1.6). We add these keys:
 
@@ -20,7 +21,8 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Any, Literal
 
-from retrain_ray.config.option_tables import parse_options
+from retrain_ray.backends.options import OptionsTable, parse_options, parsed_issues
+from retrain_ray.backends.types import BackendCapabilities
 
 SampleFailure = Literal["error", "empty_group"]
 ClientKind = Literal["sdk", "standin"]
@@ -66,3 +68,12 @@ TINKER_OPTION_DEFAULTS: dict[str, Any] = {f.name: f.default for f in fields(Tink
 def parse_tinker_options(options: dict[str, Any] | None) -> TinkerOptions:
     """`[backend.options]` table -> TinkerOptions; unknown keys are an error with a did-you-mean hint."""
     return parse_options(TinkerOptions, options, "tinker")
+
+
+CAPABILITIES = BackendCapabilities(reports_sync_loss=True, preserves_token_advantages=True,
+                                   supports_checkpoint_resume=True, resume_runtime_dependent=True,
+                                   checkpoint_resume_mode="exact")
+
+# the original's tinker schema is empty: no options, no keys
+OPTIONS = OptionsTable(lambda options: dict(TINKER_OPTION_DEFAULTS) if options else {},
+                         value_issues=parsed_issues(parse_tinker_options, "see the tinker backend's option list"))
