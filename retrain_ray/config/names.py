@@ -9,7 +9,6 @@ from __future__ import annotations
 import re
 from typing import NamedTuple
 
-
 ADVANTAGE_MODES = frozenset({"grpo", "maxrl", "reinforce_pp"})
 TRANSFORM_MODES = frozenset(
     {
