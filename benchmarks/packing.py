@@ -68,7 +68,7 @@ class Figures:
 
 def _engine_settings(args: argparse.Namespace, max_loras: int, gpu_share: float | None):
     from retrain_ray.backends.local import LoraSettings
-    from retrain_ray.engines.vllm.settings import VLLMSettings
+    from retrain_ray.engines.vllm.core import VLLMSettings
     from retrain_ray.models.loading import resolve_model_path
 
     return VLLMSettings(str(resolve_model_path(args.model)), lora=LoraSettings(rank=RANK), dtype=args.dtype,
@@ -437,7 +437,7 @@ def main() -> int:
         return campaign(args)
     if args.quick:
         args.runs, args.prompts, args.max_tokens, args.rounds = "1,2", 4, 16, 2
-    from retrain_ray.engines.vllm.settings import INSTALL_HINT, vllm_available
+    from retrain_ray.engines.vllm.core import INSTALL_HINT, vllm_available
 
     if not vllm_available():
         print(f"vLLM is not installed: {INSTALL_HINT}", file=sys.stderr)

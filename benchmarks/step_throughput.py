@@ -187,7 +187,7 @@ def issue_step_loop(workdir: Path, *, legacy: bool, checkpointing: bool | str = 
     )
     from retrain_ray.config import load_config
     from retrain_ray.logs import MultiObserver
-    from retrain_ray.models.finetune import prepare_trainable
+    from retrain_ray.models.lean_lora import prepare_trainable
     from retrain_ray.models.loading import load_model_and_tokenizer
     from retrain_ray.run.build import build_components
     from retrain_ray.run.loop import RunLoop

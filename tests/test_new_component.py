@@ -76,7 +76,7 @@ BACKEND_FOLDER = {
 
         from __future__ import annotations
 
-        from retrain_ray.backends.options import OptionsTable
+        from retrain_ray.backends.types import OptionsTable
         from retrain_ray.backends.types import BackendCapabilities, BackendSpec
 
         STEPS: list[int] = []

@@ -11,7 +11,7 @@ import torch
 from helpers import GRPO, TINY_CPU, write_config
 
 from retrain_ray.config import ConfigError, load_config
-from retrain_ray.engines.adapter_folders import (
+from retrain_ray.engines.adapters import (
     read_mlx_folder,
     read_peft_folder,
     write_mlx_folder,

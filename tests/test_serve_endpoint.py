@@ -36,7 +36,7 @@ def _local(model, tokenizer, seed: int) -> PyTorchEngine:
 
 def _lora_model(seed: int):
     from retrain_ray.models import load_model_and_tokenizer
-    from retrain_ray.models.finetune import LoraSettings, prepare_trainable
+    from retrain_ray.models.lean_lora import LoraSettings, prepare_trainable
 
     model, tokenizer = load_model_and_tokenizer(MODEL)
     lora = LoraSettings(rank=4, alpha=32.0, target_modules=("q_proj", "v_proj"))

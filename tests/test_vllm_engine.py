@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from retrain_ray.engines.vllm.settings import INSTALL_HINT, vllm_available
+from retrain_ray.engines.vllm.core import INSTALL_HINT, vllm_available
 
 pytestmark = pytest.mark.skipif(not vllm_available(), reason=f"vLLM is not installed: {INSTALL_HINT}")
 
@@ -20,7 +20,7 @@ PROMPTS = [[1, 5, 6, 7], [1, 9, 9], [1, 12]]
 
 def _settings(finetune: str):
     from retrain_ray.backends.local import LoraSettings
-    from retrain_ray.engines.vllm.settings import VLLMSettings
+    from retrain_ray.engines.vllm.core import VLLMSettings
     from retrain_ray.models.loading import resolve_model_path
 
     return VLLMSettings(str(resolve_model_path(MODEL)), finetune=finetune, lora=LoraSettings(rank=8),
@@ -46,7 +46,7 @@ def lora_engine():
 
 def _worst_logprob_gap(model, prompts, results, params) -> float:
     """Largest |vLLM logprob - trainer logprob| over every sampled token (same tempered, top-p distribution)."""
-    from retrain_ray.engines.distribution import filtered_logprobs
+    from retrain_ray.engines.pytorch.engine import filtered_logprobs
 
     worst = 0.0
     for prompt, group in zip(prompts, results, strict=True):

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 import torch
 
+from retrain_ray.engines.vllm.core import INSTALL_HINT, vllm_available
 from retrain_ray.engines.vllm.logs import VLLM_LOG_FILE, log_vllm_to, take_over_vllm_logging
 from retrain_ray.engines.vllm.reload import LAYERWISE_LOGGER, layers_without_own_weights, reload_gaps_checked
-from retrain_ray.engines.vllm.settings import INSTALL_HINT, vllm_available
 
 ROOT = Path(__file__).resolve().parents[1]
 

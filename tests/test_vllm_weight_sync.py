@@ -15,7 +15,7 @@ import logging
 import pytest
 import torch
 
-from retrain_ray.engines.vllm.settings import INSTALL_HINT, vllm_available
+from retrain_ray.engines.vllm.core import INSTALL_HINT, vllm_available
 
 pytestmark = [pytest.mark.skipif(not vllm_available(), reason=f"vLLM is not installed: {INSTALL_HINT}"),
               pytest.mark.extended, pytest.mark.timeout(900)]
@@ -64,8 +64,8 @@ def _worst_logprob_gap(model: torch.nn.Module, results) -> float:
 @pytest.fixture(scope="module")
 def full_engine():
     from retrain_ray.backends.local import LoraSettings
+    from retrain_ray.engines.vllm.core import VLLMSettings
     from retrain_ray.engines.vllm.engine import VLLMEngine
-    from retrain_ray.engines.vllm.settings import VLLMSettings
     from retrain_ray.models.loading import resolve_model_path
 
     engine = VLLMEngine.start(VLLMSettings(str(resolve_model_path(MODEL)), finetune="full", lora=LoraSettings(rank=8),

@@ -39,8 +39,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from retrain_ray.backends import local, prime_rl, tinker
-from retrain_ray.backends.options import table_issues
-from retrain_ray.backends.types import BackendCapabilities, BackendSpec
+from retrain_ray.backends.types import BackendCapabilities, BackendSpec, table_issues
 from retrain_ray.engines.registry import ENGINE_SPECS, PLUGIN_ENGINE, engine_spec
 from retrain_ray.engines.types import EngineCapabilities, EngineSpec
 from retrain_ray.models.lora import lora_targets

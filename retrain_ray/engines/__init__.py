@@ -10,12 +10,11 @@ import importlib
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # what type checkers see; at run time __getattr__ imports on first use
-    from retrain_ray.engines.naive import NaiveEngine
-    from retrain_ray.engines.pytorch.engine import PyTorchEngine
+    from retrain_ray.engines.pytorch.engine import NaiveEngine, PyTorchEngine
     from retrain_ray.engines.types import SampleResult, SamplingEngine, SamplingParams, WeightUpdate
 
 _EXPORTS = {
-    "NaiveEngine": "naive",
+    "NaiveEngine": "pytorch.engine",
     "PyTorchEngine": "pytorch.engine",
     "SampleResult": "types",
     "SamplingEngine": "types",

@@ -10,7 +10,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from retrain_ray.algorithms import preflight, resolve_modes
-from retrain_ray.models.hub import model_problem
+from retrain_ray.models.context import model_problem
 from retrain_ray.models.sentence_embedder import embedding_model_problem
 from retrain_ray.plugins.loader import is_dotted_path, load_callable, load_object, use_search_paths
 from retrain_ray.util.file_kinds import env_directory
@@ -141,7 +141,7 @@ def runner_plugin_problems(cfg: RetrainConfig) -> list[str]:
 DIRECTORY_ENV_VARS = ("RETRAIN_RAY_CACHE", "HF_HOME", "HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE", "XDG_CACHE_HOME",
                       "WANDB_DIR", "RAY_TMPDIR")
 """Environment variables that name a directory: our model cache (models/loading.py), the Hugging Face
-cache (models/hub.py), W&B's files, Ray's temporary files."""
+cache (models/context.py), W&B's files, Ray's temporary files."""
 
 
 def environment_problems() -> list[str]:

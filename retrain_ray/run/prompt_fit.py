@@ -27,10 +27,9 @@ log = logging.getLogger(__name__)
 
 def _codec_and_context(cfg: RetrainConfig) -> tuple[PromptCodec, int] | None:
     # deferred: loads torch and the tokenizer's library, which importing this module does not need
-    from retrain_ray.models.context import PromptCodec, context_length
+    from retrain_ray.models.context import PromptCodec, context_length, lean_applies
     from retrain_ray.models.light_tokenizer import LightTokenizer
     from retrain_ray.models.loading import load_tokenizer, resolve_model_path
-    from retrain_ray.models.names import lean_applies
 
     m = cfg.model
     folder = resolve_model_path(m.model, revision=m.revision, local_files_only=bool(m.local_files_only))

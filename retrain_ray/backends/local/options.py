@@ -13,8 +13,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from retrain_ray.config.errors import ConfigIssue
 
-from retrain_ray.backends.options import OptionsTable, issue
-from retrain_ray.backends.types import BackendCapabilities
+from retrain_ray.backends.types import BackendCapabilities, OptionsTable, issue
 
 LOCAL_OPTIONS: dict[str, Any] = {
     # acted on by the local backend (backends/local/policy.py: settings_from_config)

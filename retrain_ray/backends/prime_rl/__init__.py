@@ -24,10 +24,11 @@ if TYPE_CHECKING:  # what type checkers see; at run time __getattr__ imports on 
     from retrain_ray.backends.prime_rl.backend import (
         PRIME_RL_CAPABILITIES,
         PrimeRLBackend,
+        PrimeRLEngine,
         build_prime_rl_policy,
         prime_rl_run_dir,
+        wait_for_broadcast,
     )
-    from retrain_ray.backends.prime_rl.engine import PrimeRLEngine, wait_for_broadcast
     from retrain_ray.backends.prime_rl.options import PrimeRLOptions
     from retrain_ray.backends.request import PolicyRequest
     from retrain_ray.backends.types import Policy
@@ -64,8 +65,8 @@ _EXPORTS = {
     "PrimeRLBackend": "retrain_ray.backends.prime_rl.backend",
     "build_prime_rl_policy": "retrain_ray.backends.prime_rl.backend",
     "prime_rl_run_dir": "retrain_ray.backends.prime_rl.backend",
-    "PrimeRLEngine": "retrain_ray.backends.prime_rl.engine",
-    "wait_for_broadcast": "retrain_ray.backends.prime_rl.engine",
+    "PrimeRLEngine": "retrain_ray.backends.prime_rl.backend",
+    "wait_for_broadcast": "retrain_ray.backends.prime_rl.backend",
     "PrimeRLOptions": "retrain_ray.backends.prime_rl.options",
 }
 

@@ -29,8 +29,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Any, Literal
 
-from retrain_ray.backends.options import OptionsTable, parse_options, parsed_issues
-from retrain_ray.backends.types import BackendCapabilities
+from retrain_ray.backends.types import BackendCapabilities, OptionsTable, parse_options, parsed_issues
 
 Transport = Literal["filesystem", "zmq"]
 

@@ -23,20 +23,22 @@ if TYPE_CHECKING:  # what type checkers see; at run time __getattr__ imports on 
         build_tinker_policy,
         loss_variant,
     )
-    from retrain_ray.backends.tinker.client_types import (
-        SamplingClient,
-        SDKFuture,
-        ServiceClient,
-        TrainingClient,
-    )
-    from retrain_ray.backends.tinker.engine import TinkerEngine
     from retrain_ray.backends.tinker.loss import ClipSettings, dual_clip_loss_and_grads
     from retrain_ray.backends.tinker.options import (
         TINKER_OPTION_DEFAULTS,
         TinkerOptions,
         parse_tinker_options,
     )
-    from retrain_ray.backends.tinker.session import NullThrottle, TinkerSession, make_service_client
+    from retrain_ray.backends.tinker.session import (
+        NullThrottle,
+        SamplingClient,
+        SDKFuture,
+        ServiceClient,
+        TinkerEngine,
+        TinkerSession,
+        TrainingClient,
+        make_service_client,
+    )
     from retrain_ray.backends.types import Policy
     from retrain_ray.engines.types import HoldsSlots
 
@@ -63,11 +65,11 @@ _EXPORTS = {
     "TinkerBackend": "retrain_ray.backends.tinker.backend",
     "build_tinker_policy": "retrain_ray.backends.tinker.backend",
     "loss_variant": "retrain_ray.backends.tinker.backend",
-    "SDKFuture": "retrain_ray.backends.tinker.client_types",
-    "SamplingClient": "retrain_ray.backends.tinker.client_types",
-    "ServiceClient": "retrain_ray.backends.tinker.client_types",
-    "TrainingClient": "retrain_ray.backends.tinker.client_types",
-    "TinkerEngine": "retrain_ray.backends.tinker.engine",
+    "SDKFuture": "retrain_ray.backends.tinker.session",
+    "SamplingClient": "retrain_ray.backends.tinker.session",
+    "ServiceClient": "retrain_ray.backends.tinker.session",
+    "TrainingClient": "retrain_ray.backends.tinker.session",
+    "TinkerEngine": "retrain_ray.backends.tinker.session",
     "ClipSettings": "retrain_ray.backends.tinker.loss",
     "dual_clip_loss_and_grads": "retrain_ray.backends.tinker.loss",
     "NullThrottle": "retrain_ray.backends.tinker.session",

@@ -30,11 +30,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Generic, TypeVar, Unpack
 
-from retrain_ray.backends.tinker.datums import rl_datums, sft_datums, with_inputs
-from retrain_ray.backends.tinker.engine import TinkerEngine
-from retrain_ray.backends.tinker.loss import ClipSettings, dual_clip_loss_and_grads
+from retrain_ray.backends.tinker.loss import (
+    ClipSettings,
+    dual_clip_loss_and_grads,
+    rl_datums,
+    sft_datums,
+    with_inputs,
+)
 from retrain_ray.backends.tinker.options import CAPABILITIES, parse_tinker_options
-from retrain_ray.backends.tinker.session import TinkerSession, make_service_client
+from retrain_ray.backends.tinker.session import TinkerEngine, TinkerSession, make_service_client
 from retrain_ray.backends.tinker.standin import StandinOptions
 from retrain_ray.backends.types import Policy, TrainBatch, TrainStepResult
 from retrain_ray.engines.types import WeightUpdate
@@ -42,7 +46,7 @@ from retrain_ray.engines.types import WeightUpdate
 if TYPE_CHECKING:
     from tinker.types import Datum, ForwardBackwardOutput
 
-    from retrain_ray.backends.tinker.client_types import ServiceClient
+    from retrain_ray.backends.tinker.session import ServiceClient
     from retrain_ray.config.schema import RetrainConfig
     from retrain_ray.engines.types import HoldsSlots
 

@@ -145,7 +145,7 @@ class StandinServiceClient:
 def _load_lora_model(base_model: str, rank: int, cache_dir: str | Path | None) -> tuple[torch.nn.Module, Tokenizer]:
     # deferred: loads transformers, which importing this module does not need
     from retrain_ray.models import load_model_and_tokenizer
-    from retrain_ray.models.finetune import LoraSettings, apply_lora
+    from retrain_ray.models.lean_lora import LoraSettings, apply_lora
 
     try:
         model, tokenizer = load_model_and_tokenizer(base_model, cache_dir=cache_dir)

@@ -36,13 +36,13 @@ from retrain_ray.config.names import gpu_count
 
 if TYPE_CHECKING:
     from retrain_ray.config.schema import RetrainConfig
-    from retrain_ray.models.shapes import ModelShapes
+    from retrain_ray.models.context import ModelShapes
 
 GIB = 2**30
 CUDA_CONTEXT_GIB = 0.5
 OPTIMIZER_BYTES = 16  # per trainable parameter: float32 weight, gradient and AdamW's two moments
 VLLM_WIDTH = 2  # vLLM's weights on a GPU: bfloat16 for dtype "auto"
-DEFAULT_VLLM_SHARE = 0.3  # engines/vllm/settings.py ONE_GPU_MEMORY_SHARE: vLLM's share of a card alone
+DEFAULT_VLLM_SHARE = 0.3  # engines/vllm/core.py ONE_GPU_MEMORY_SHARE: vLLM's share of a card alone
 
 
 def _millions(parameters: int) -> str:
@@ -224,7 +224,7 @@ def config_folder(model: str, revision: str = "") -> str | None:
     """A local folder with the model's config.json, never downloading weights: a Hub model's cached
     snapshot, else its config.json alone (when downloading is allowed); None when neither can be had."""
     # deferred: the model helpers load huggingface_hub, needed only to check a packing
-    from retrain_ray.models.hub import cached_snapshot, hub_cache_dir, hub_offline, looks_like_hub_id
+    from retrain_ray.models.context import cached_snapshot, hub_cache_dir, hub_offline, looks_like_hub_id
     from retrain_ray.models.loading import resolve_model_path
 
     if not looks_like_hub_id(model):  # a built-in (built here, tiny) or a local folder

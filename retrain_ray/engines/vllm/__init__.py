@@ -28,8 +28,8 @@ if TYPE_CHECKING:
 def build_policy(request: PolicyRequest) -> Policy:
     """The local trainer on the request's device and vLLM beside it, both from the config's local settings."""
     # deferred: loads torch and vLLM, which importing the engine registry does not need
+    from retrain_ray.engines.vllm.core import vllm_settings
     from retrain_ray.engines.vllm.engine import SleepDuringUpdates, VLLMEngine
-    from retrain_ray.engines.vllm.settings import vllm_settings
 
     device, cfg = str(request.device), request.cfg
     model, tokenizer = request.trainable_model()

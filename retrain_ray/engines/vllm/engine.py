@@ -8,8 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from retrain_ray.engines.types import SampleResult, SamplingParams, WeightUpdate
-from retrain_ray.engines.vllm.core import VLLMCore
-from retrain_ray.engines.vllm.settings import VLLMSettings
+from retrain_ray.engines.vllm.core import VLLMCore, VLLMSettings
 
 if TYPE_CHECKING:
 
