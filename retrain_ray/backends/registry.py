@@ -36,7 +36,7 @@ import dataclasses
 import importlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
 
 from retrain_ray.backends import local, prime_rl, tinker
 from retrain_ray.backends.types import BackendCapabilities, BackendSpec, table_issues
@@ -49,12 +49,29 @@ if TYPE_CHECKING:
     from retrain_ray.backends.request import PolicyFactory, PolicyRequest
     from retrain_ray.backends.types import Policy
     from retrain_ray.config.errors import ConfigIssue
-    from retrain_ray.config.schema import RetrainConfig
+    from retrain_ray.config.sections_aux import InferenceSection, PluginsSection
+    from retrain_ray.config.sections_core import BackendSection
 
 __all__ = ["BACKEND_SPECS", "BUILTIN_CAPABILITIES", "ENGINE_SPECS", "PLUGIN_BACKEND", "PLUGIN_ENGINE", "BackendSpec",
            "EngineSpec", "backend_spec", "build_policy_for", "capabilities_for", "check_options", "describe_sampler",
            "engine_capabilities", "engine_spec", "lora_targets_of", "placed_devices", "plugin_gpus",
            "plugin_option_schema", "resolved_options", "run_devices", "schema_for"]
+
+class SamplerSections(Protocol):
+    """The sections `describe_sampler` reads of a run's config."""
+
+    @property
+    def inference(self) -> InferenceSection: ...
+    @property
+    def backend(self) -> BackendSection: ...
+
+
+class PlacedSections(SamplerSections, Protocol):
+    """The sections `placed_devices` reads of a run's config."""
+
+    @property
+    def plugins(self) -> PluginsSection: ...
+
 
 BACKEND_SPECS: dict[str, BackendSpec] = {spec.name: spec for spec in (
     local.SPEC,
@@ -76,8 +93,9 @@ def backend_spec(name: str) -> BackendSpec:
     return BACKEND_SPECS.get(name, PLUGIN_BACKEND)
 
 
-def describe_sampler(cfg: RetrainConfig) -> str:
-    """Which sampler a run of `cfg` gets, in words: the backend's own, else its engine's."""
+def describe_sampler(cfg: SamplerSections) -> str:
+    """Which sampler a run of `cfg` (a `RetrainConfig`, or anything with these sections) gets, in words:
+    the backend's own, else its engine's."""
     describe = backend_spec(cfg.backend.backend).describe
     return (describe or engine_spec(cfg.inference.engine).describe)(cfg.inference, cfg.backend)
 
@@ -120,9 +138,10 @@ def run_devices(backend: str, devices: str, options: Mapping[str, object] | None
     return RunDevices(",".join(f"gpu:{i}" for i in range(gpus)) or "cpu", in_process=True)
 
 
-def placed_devices(cfg: RetrainConfig) -> RunDevices:
-    """How one run of `cfg` is placed (the registry's `run_devices`); a dotted `[inference] engine`
-    samples in the run's process, so its run is never split either."""
+def placed_devices(cfg: PlacedSections) -> RunDevices:
+    """How one run of `cfg` (a `RetrainConfig`, or anything with these sections) is placed (the registry's
+    `run_devices`); a dotted `[inference] engine` samples in the run's process, so its run is never split
+    either."""
     use_search_paths(cfg.plugins.search_paths)
     placed = run_devices(cfg.backend.backend, cfg.backend.devices, cfg.backend.options)
     if is_dotted_path(cfg.inference.engine):

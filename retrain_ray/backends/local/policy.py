@@ -7,14 +7,15 @@
   (same base weights, same LoRA settings) on the sampler's device; it then receives `WeightUpdate`
   tensors from `LocalBackend.export_weights()` (built with `shares_model_with_engine=False`).
 
-`settings_from_config` is the only place that reads a RetrainConfig here; the rest takes plain values.
+`settings_from_config` is the only place that reads a run's config here (`LocalSections`: the six sections the
+local trainer reads; a `RetrainConfig` is one); the rest takes plain values.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, TypedDict
+from typing import TYPE_CHECKING, Protocol, TypedDict
 
 import torch
 
@@ -31,8 +32,32 @@ from retrain_ray.models.types import Tokenizer, hf_tokenizer
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
 
-    from retrain_ray.config.schema import RetrainConfig
+    from retrain_ray.config.sections_aux import InferenceSection
+    from retrain_ray.config.sections_core import (
+        BackendSection,
+        LoraSection,
+        ModelSection,
+        OptimizerSection,
+        TrainingSection,
+    )
     from retrain_ray.engines.vllm.engine import VLLMEngine
+
+
+class LocalSections(Protocol):
+    """The sections of a run's config the local trainer reads (a `RetrainConfig` has them)."""
+
+    @property
+    def model(self) -> ModelSection: ...
+    @property
+    def lora(self) -> LoraSection: ...
+    @property
+    def training(self) -> TrainingSection: ...
+    @property
+    def optimizer(self) -> OptimizerSection: ...
+    @property
+    def backend(self) -> BackendSection: ...
+    @property
+    def inference(self) -> InferenceSection: ...
 
 
 class BackendKwargs(TypedDict):
@@ -76,8 +101,8 @@ def _layers(option: str) -> tuple[int, ...]:
     return tuple(int(p) for p in option.split(",") if p.strip())
 
 
-def settings_from_config(cfg: RetrainConfig) -> PolicySettings:
-    """Reads [model], [lora], [optimizer], [training] and [backend.options] of a RetrainConfig."""
+def settings_from_config(cfg: LocalSections) -> PolicySettings:
+    """Reads [model], [lora], [optimizer], [training], [inference] dtype and [backend.options] of a run's config."""
     # deferred: loads pydantic, which importing this module does not need
     from retrain_ray.backends.registry import resolved_options
 
@@ -187,17 +212,17 @@ def build_split_engine(
 
 
 def build_local_policy(
-    cfg: RetrainConfig, *, device: str | torch.device, cache_dir: Path | None = None,
+    cfg: LocalSections, *, device: str | torch.device, cache_dir: Path | None = None,
     settings: PolicySettings | None = None,
 ) -> Policy:
-    """Single-process policy from a RetrainConfig: engine and backend sharing one model (`settings`: the
+    """Single-process policy from a run's config: engine and backend sharing one model (`settings`: the
     config's, when the caller built them already)."""
     settings = settings or settings_from_config(cfg)
     return Policy(*build_shared_policy(cfg.model.model, settings, device=device, cache_dir=cache_dir))
 
 
 def build_local_trainer(
-    cfg: RetrainConfig, device: str | torch.device, *, cache_dir: Path | None = None,
+    cfg: LocalSections, device: str | torch.device, *, cache_dir: Path | None = None,
     settings: PolicySettings | None = None,
 ) -> tuple[LocalBackend, Tokenizer]:
     """A trainer with its own model, whose `export_weights()` carries tensors, and its tokenizer."""
@@ -206,20 +231,20 @@ def build_local_trainer(
     return LocalBackend(model, **settings.backend_kwargs()), tokenizer
 
 
-def build_local_backend(cfg: RetrainConfig, device: str | torch.device, *, cache_dir: Path | None = None) -> LocalBackend:
-    """A trainer with its own model, from a RetrainConfig (the split layout's learner side)."""
+def build_local_backend(cfg: LocalSections, device: str | torch.device, *, cache_dir: Path | None = None) -> LocalBackend:
+    """A trainer with its own model, from a run's config (the split layout's learner side)."""
     return build_local_trainer(cfg, device, cache_dir=cache_dir)[0]
 
 
-def vllm_settings_from_config(cfg: RetrainConfig, *, device: str, cache_dir: Path | None = None,
+def vllm_settings_from_config(cfg: LocalSections, *, device: str, cache_dir: Path | None = None,
                               max_loras: int = 1, policy: PolicySettings | None = None) -> VLLMSettings:
-    """[model], [lora] and [inference] of a RetrainConfig -> how to start vLLM for it (`policy`: the
+    """[model], [lora] and [inference] of a run's config -> how to start vLLM for it (`policy`: the
     config's local settings, when the caller built them already)."""
     return vllm_settings(cfg.model.model, cfg.inference, policy or settings_from_config(cfg), device=device,
                          cache_dir=cache_dir, max_loras=max_loras)
 
 
-def build_vllm_engine(cfg: RetrainConfig, *, device: str, cache_dir: Path | None = None, name: str = "run",
+def build_vllm_engine(cfg: LocalSections, *, device: str, cache_dir: Path | None = None, name: str = "run",
                       policy: PolicySettings | None = None) -> VLLMEngine:
     """vLLM for a run of `cfg` on `device` (the split layout's sampler, on the inference actor's GPU)."""
     # deferred: loads vLLM, which importing this module does not need

@@ -148,8 +148,9 @@ class PrimeRLBackend:
 DEFAULT_URL = "http://localhost:8000"
 
 
-def prime_rl_run_dir(cfg: RetrainConfig, options: PrimeRLOptions) -> Path:
-    base = Path(cfg.backend.adapter_path)
+def prime_rl_run_dir(adapter_path: str, options: PrimeRLOptions) -> Path:
+    """PRIME-RL's output directory: `[backend] adapter_path`, or its `run_id` folder."""
+    base = Path(adapter_path)
     return base / options.run_id if options.run_id else base
 
 
@@ -160,7 +161,7 @@ def build_prime_rl_policy(cfg: RetrainConfig, throttle: HoldsSlots | None = None
     from retrain_ray.models.types import hf_tokenizer
 
     options = parse_prime_rl_options(cfg.backend.options)
-    run_dir = prime_rl_run_dir(cfg, options)
+    run_dir = prime_rl_run_dir(cfg.backend.adapter_path, options)
     url = cfg.inference.url or DEFAULT_URL
     standin = None
     if options.standin:
