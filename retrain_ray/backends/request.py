@@ -7,7 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeAlias
 
 from retrain_ray.backends.types import Policy, TrainBackend
 from retrain_ray.engines.types import SamplingEngine
@@ -64,9 +64,5 @@ class PolicyRequest:
         return Policy(engine, backend, tokenizer)
 
 
-PolicyFactory = Callable[[PolicyRequest], Policy]
-"""Builds one run's policy; a spec holds the function itself, which imports its heavy libraries when called."""
-
-
-PolicyFactory = Callable[[PolicyRequest], Policy]
+PolicyFactory: TypeAlias = Callable[[PolicyRequest], Policy]
 """Builds one run's policy; a spec holds the function itself, which imports its heavy libraries when called."""

@@ -51,7 +51,7 @@ class TinkerOptions:
                     f"[backend.options] {key} = {value!r} is not allowed for the tinker backend; "
                     f"use one of {', '.join(repr(a) for a in allowed)}"
                 )
-        if not isinstance(self.max_attempts, int) or self.max_attempts < 1:
+        if not isinstance(self.max_attempts, int) or self.max_attempts < 1:  # pyright: ignore[reportUnnecessaryIsInstance]  # a TOML value may be any type
             raise ValueError(f"[backend.options] max_attempts = {self.max_attempts!r}: use an integer >= 1")
         for key in ("backoff_s", "sample_timeout_s", "call_timeout_s"):
             value = getattr(self, key)
