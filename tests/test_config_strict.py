@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 import torch
 
+from retrain_ray.backends.local.options import LOCAL_FIXED, LOCAL_OPTIONS
 from retrain_ray.checks.rules import BY_VALUE, REFUSED
 from retrain_ray.config import ConfigError, RetrainConfig
-from retrain_ray.config.backend_options import LOCAL_FIXED, LOCAL_OPTIONS
 from retrain_ray.config.build import build_config
 from retrain_ray.config.key_names import TRAIN_SECTIONS, toml_keys
 from retrain_ray.data.types import Example

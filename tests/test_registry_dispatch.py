@@ -82,3 +82,4 @@ def test_no_engine_or_backend_name_is_compared_outside_the_registry() -> None:
         for line in name_comparisons(path.read_text(encoding="utf-8"))
     }
     assert not found, f"ask the spec in backends/registry.py instead of comparing names: {sorted(found)}"
+

@@ -59,7 +59,7 @@ from retrain_ray.config import ConfigError, RetrainConfig, load_config
 from retrain_ray.logs.dir_lock import DirectoryInUse, DirLock
 from retrain_ray.logs.manifest import Manifest, read_manifest, write_json_atomic
 from retrain_ray.logs.parquet_export import export_campaign
-from retrain_ray.models.names import config_uses_peft
+from retrain_ray.models.context import config_uses_peft
 from retrain_ray.plugins.bundle import PluginBundle
 from retrain_ray.util.secrets import has_redactions, redact, restore_secrets
 

@@ -17,8 +17,7 @@ from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from retrain_ray.checks.probe import preflight
-from retrain_ray.models.context import context_length
-from retrain_ray.models.hub import cached_snapshot, looks_like_hub_id, model_problem
+from retrain_ray.models.context import cached_snapshot, context_length, looks_like_hub_id, model_problem
 from retrain_ray.models.sentence_embedder import embedding_model_problem
 from retrain_ray.plugins.loader import is_dotted_path, load_callable, load_object, use_search_paths
 from retrain_ray.run.plugin_modes import resolve_modes
@@ -56,12 +55,12 @@ CONNECT_TIMEOUT_S = 2.0
 def endpoint_url(inference: InferenceSection, backend: BackendSection) -> str | None:
     """The server an HTTP sampling engine calls (its default when `[inference] url` is empty), else None."""
     # deferred: the config package loads pydantic, which importing this module does not need
-    from retrain_ray.config.components import engine_spec
+    from retrain_ray.backends.registry import engine_spec
 
     if not engine_spec(inference.engine).shared_server or not _trains_locally(backend.backend):
         return None
     # deferred: loads httpx, which importing this module does not need
-    from retrain_ray.engines.openai import DEFAULT_URLS
+    from retrain_ray.engines.openai.engine import DEFAULT_URLS
 
     return inference.url or DEFAULT_URLS.get(inference.engine, DEFAULT_URLS["openai"])
 
@@ -99,9 +98,9 @@ def runs_externally(trainer: str) -> bool:
 
 
 def _trains_locally(backend: str) -> bool:
-    """The backend's spec says it trains the run's own model here (config/components.py)."""
+    """The backend's spec says it trains the run's own model here (backends/registry.py)."""
     # deferred: the config package loads pydantic, which importing this module does not need
-    from retrain_ray.config.components import backend_spec
+    from retrain_ray.backends.registry import backend_spec
 
     return backend_spec(backend).trains_locally
 
@@ -205,7 +204,7 @@ def runner_plugin_problems(training: TrainingSection) -> list[str]:
 DIRECTORY_ENV_VARS = ("RETRAIN_RAY_CACHE", "HF_HOME", "HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE", "XDG_CACHE_HOME",
                       "WANDB_DIR", "RAY_TMPDIR")
 """Environment variables that name a directory: our model cache (models/loading.py), the Hugging Face
-cache (models/hub.py), W&B's files, Ray's temporary files."""
+cache (models/context.py), W&B's files, Ray's temporary files."""
 
 
 def environment_problems() -> list[str]:

@@ -18,9 +18,14 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from retrain_ray.algorithms.planning import DETECTORS
 from retrain_ray.algorithms.recipes import ALGORITHMS
 from retrain_ray.algorithms.registry import ADVANTAGES, TRANSFORMS
-from retrain_ray.config.backend_options import check_options
+from retrain_ray.backends.registry import (
+    BACKEND_SPECS,
+    ENGINE_SPECS,
+    backend_spec,
+    check_options,
+    engine_spec,
+)
 from retrain_ray.config.base import Section, check_choice
-from retrain_ray.config.components import BACKEND_SPECS, ENGINE_SPECS, backend_spec, engine_spec
 from retrain_ray.config.errors import ConfigIssue, did_you_mean
 from retrain_ray.config.names import (
     ORIGINAL_ONLY_BACKENDS,

@@ -20,19 +20,19 @@ from pathlib import Path
 from typing import Any
 
 from retrain_ray.backends.registry import (
+    BACKEND_SPECS,
     BUILTIN_CAPABILITIES,
     ENGINE_HOOKS,
     PLUGIN_DEFAULT_CAPABILITIES,
     PLUGIN_ENGINE_DEFAULT_CAPABILITIES,
     PLUGIN_HOOKS,
     engine_capabilities,
+    schema_for,
 )
 from retrain_ray.backends.types import BackendCapabilities
 from retrain_ray.checks.rules import PLUGIN_KEYS
 from retrain_ray.compat import provide_original_names
 from retrain_ray.config import ConfigError, load_config
-from retrain_ray.config.backend_options import schema_for
-from retrain_ray.config.components import BACKEND_SPECS
 from retrain_ray.plugins import is_dotted_path
 from retrain_ray.plugins.catalog import check_reference, discover_plugin_modules
 

@@ -38,6 +38,7 @@ import sys
 import threading
 from typing import TYPE_CHECKING, Any, Protocol
 
+from retrain_ray.backends.registry import describe_sampler
 from retrain_ray.campaign.capacity.explain import (
     PlannedResources,
     capacity_dict,
@@ -58,12 +59,12 @@ from retrain_ray.config import (
     load_config_with_warnings,
     parse_overrides,
 )
-from retrain_ray.config.components import describe_sampler
 from retrain_ray.config.names import effective_uncertainty_kind, gpu_count
 
 if TYPE_CHECKING:
     from retrain_ray.config.sections_training import BackendSection, TrainingSection
     from retrain_ray.run.epochs import StepPlan
+from retrain_ray.models.lora import effective_alpha
 
 
 class _BackendConfig(Protocol):
@@ -110,7 +111,7 @@ def describe_run(cfg: RetrainConfig, resources: PlannedResources | None = None) 
     return {
         "model": cfg.model.model,
         "finetune": cfg.model.finetune,
-        "lora": {"rank": cfg.model.lora_rank, "alpha": cfg.lora.alpha or 2 * cfg.model.lora_rank}
+        "lora": {"rank": cfg.model.lora_rank, "alpha": effective_alpha(cfg.lora.alpha, cfg.model.lora_rank)}
         if cfg.model.finetune == "lora" else None,
         "backend": cfg.backend.backend,
         "devices": cfg.backend.devices,

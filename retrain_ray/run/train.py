@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from retrain_ray.backends.types import Policy
 from retrain_ray.backpressure.types import BackPressureAdvisor
-from retrain_ray.engines.vllm_logs import VLLM_LOG_FILE, log_vllm_to
+from retrain_ray.engines.vllm.logs import VLLM_LOG_FILE, log_vllm_to
 from retrain_ray.logs import (
     ArrowRunObserver,
     MultiObserver,

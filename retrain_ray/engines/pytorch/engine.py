@@ -4,7 +4,7 @@ Prompts are left-padded into one batch; positions are counted from each row's fi
 (`cumsum(mask) - 1`), so a padded row sees exactly the positions it would see alone. The decode loop
 calls `model(input_ids, attention_mask, position_ids, past_key_values, use_cache=True)` itself instead
 of `generate()`, because it must know the exact tempered / top-p distribution each token was drawn from
-(`retrain_ray.engines.distribution`, shared with the trainer). Rows stop at EOS (kept in the output,
+(`retrain_ray.engines.pytorch.engine`, shared with the trainer). Rows stop at EOS (kept in the output,
 finish reason "stop") or at `max_tokens` ("length"); finished rows keep feeding pad tokens until every
 row is done. Sampling uses the engine's own seeded `torch.Generator` (`engine.generator`), so a run's
 sampling is reproducible and its state can be checkpointed.
@@ -12,19 +12,41 @@ sampling is reproducible and its state can be checkpointed.
 Departures from the original PyTorch engine: no exact-prefix KV cache across calls (the batch is
 decoded in one pass instead), and weights arrive as in-memory `WeightUpdate`s with strict name checks
 rather than adapter folders on disk.
+
+Naive sampling engine: one sequence at a time, no KV cache. A benchmark baseline only.
+
+Each new token re-runs the full forward pass over the whole sequence so far. It draws from the same
+distribution as `PyTorchEngine` (shared `distribution` module) but is O(T^2) per row and unbatched.
+
+The sampling distribution, shared by the sampler and the trainer so both score tokens identically.
+
+Sampler math of the original (spec 1.9): `p = softmax(logits / max(T, 1e-7))`; with `top_p < 1`, sort
+descending and drop every token whose preceding mass already exceeds top_p (`cumsum - p > top_p`),
+renormalise, sample; the reported logprob is `log(p_filtered)` clamped at 1e-12; the entropy is that
+of the tempered *unfiltered* distribution.
+
+Departure from the original: the original trainer scored tokens under the plain T=1 softmax, so the
+first on-policy update already had an importance ratio != 1 (hazard 13.8). Here the trainer calls
+`token_logprobs` with the sampler's temperature and top-p, so ratio == 1 up to float rounding. The
+kept set (which tokens survive top-p) is a discrete choice made without gradient; gradients flow
+through the tempered log-softmax and the renormalising log-sum-exp.
+
+Everything is computed in log space in float32: `log p_filtered = log_softmax(z/T) - logsumexp over the
+kept tokens`, which equals the spec's `log(p / sum kept p)`.
 """
 
 from __future__ import annotations
 
 import contextlib
+import math
 from typing import cast
 
 import torch
 
-from retrain_ray.engines.distribution import LOG_MIN_PROB, entropy, filtered_logprobs
-from retrain_ray.engines.train_mode import ModeSwitch
 from retrain_ray.engines.types import SampleResult, SamplingParams, WeightsVersion, WeightUpdate
-from retrain_ray.engines.weights import install_update
+from retrain_ray.engines.weights import ModeSwitch, install_update
+from retrain_ray.models.tokenizer import single_id
+from retrain_ray.models.types import Tokenizer
 
 
 def autocast_for(device: torch.device) -> contextlib.AbstractContextManager[object]:
@@ -174,3 +196,110 @@ def check_request(prompt_ids_P: list[list[int]], num_samples: int, params: Sampl
         raise ValueError(f"SamplingParams.temperature must be >= 0, got {params.temperature}")
     if not prompt_ids_P or any(len(p) == 0 for p in prompt_ids_P):
         raise ValueError("generate() needs at least one prompt, and every prompt needs at least one token")
+
+
+def eos_ids(model: torch.nn.Module, tokenizer: Tokenizer) -> list[int]:
+    """EOS ids of the tokenizer and of the model's generation config (chat models often have two)."""
+    gen: object = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    found: list[object] = [tokenizer.eos_token_id, *(cast("list[object]", gen) if isinstance(gen, list) else [gen])]
+    return sorted({i for i in found if isinstance(i, int)})
+
+
+def pad_id(tokenizer: Tokenizer) -> int:
+    """The tokenizer's pad token id (`load_model_and_tokenizer` sets it to EOS when a tokenizer has none)."""
+    return single_id(tokenizer.pad_token_id, "pad_token_id")
+
+
+def sampler_of(model: torch.nn.Module, tokenizer: Tokenizer, *, seed: int,
+               shares_model_with_trainer: bool = False) -> PyTorchEngine:
+    """The engine sampling from `model` with its tokenizer's stop and pad ids (`shares_model_with_trainer`:
+    the trainer updates this very model, so a weight sync is a version bump)."""
+    return PyTorchEngine(model, eos_token_id=eos_ids(model, tokenizer), pad_token_id=pad_id(tokenizer),
+                         seed=seed, shares_model_with_trainer=shares_model_with_trainer)
+
+
+class NaiveEngine(WeightsVersion):
+    """SamplingEngine that decodes each row alone with full recomputation (baseline)."""
+
+    def __init__(self, model: torch.nn.Module, *, eos_token_id: int, seed: int = 0) -> None:
+        self.model = model
+        self.eos_token_id = int(eos_token_id)
+        self.device = next(model.parameters()).device
+        self.generator = torch.Generator(device=self.device).manual_seed(seed)
+
+    def load_weights(self, update: WeightUpdate) -> None:
+        self._version = install_update(self.model, update)
+
+    def generate(
+        self, prompt_ids_P: list[list[int]], num_samples: int, params: SamplingParams
+    ) -> list[list[SampleResult]]:
+        check_request(prompt_ids_P, num_samples, params)
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            return [[self._one(list(p), params) for _ in range(num_samples)] for p in prompt_ids_P]
+        finally:
+            self.model.train(was_training)
+
+    @torch.no_grad()
+    def _one(self, prompt: list[int], params: SamplingParams) -> SampleResult:
+        seq, tokens = list(prompt), list[int]()
+        logprobs, entropies = list[float](), list[float]()
+        for _ in range(params.max_tokens):
+            with autocast_for(self.device):
+                logits_V = self.model(input_ids=torch.tensor([seq], device=self.device)).logits[0, -1]
+            logp_V = filtered_logprobs(logits_V[None], params.temperature, params.top_p)[0]
+            token = int(torch.multinomial(logp_V.exp(), 1, generator=self.generator))
+            tokens.append(token)
+            logprobs.append(float(logp_V[token].clamp_min(LOG_MIN_PROB)))
+            if params.compute_entropy:
+                entropies.append(float(entropy(logits_V[None], params.temperature)[0]))
+            seq.append(token)
+            if token == self.eos_token_id:
+                break
+        reason = "stop" if tokens and tokens[-1] == self.eos_token_id else "length"
+        return SampleResult(tuple(tokens), tuple(logprobs), reason, tuple(entropies) if params.compute_entropy else None)
+
+
+MIN_TEMPERATURE = 1e-7
+MIN_PROB = 1e-12
+LOG_MIN_PROB = math.log(MIN_PROB)
+
+
+def tempered_logprobs(logits_N_V: torch.Tensor, temperature: float) -> torch.Tensor:
+    """log softmax(logits / max(T, 1e-7)) in float32."""
+    return torch.log_softmax(logits_N_V.float() / max(float(temperature), MIN_TEMPERATURE), dim=-1)
+
+
+def top_p_keep_mask(logprobs_N_V: torch.Tensor, top_p: float) -> torch.Tensor:
+    """Bool mask of the tokens that survive nucleus filtering (the top token always survives)."""
+    with torch.no_grad():
+        probs_N_V = logprobs_N_V.exp()
+        sorted_N_V, order_N_V = torch.sort(probs_N_V, dim=-1, descending=True)
+        drop_sorted_N_V = (torch.cumsum(sorted_N_V, dim=-1) - sorted_N_V) > top_p
+        return torch.zeros_like(drop_sorted_N_V).scatter(-1, order_N_V, ~drop_sorted_N_V)
+
+
+def filtered_logprobs(logits_N_V: torch.Tensor, temperature: float, top_p: float) -> torch.Tensor:
+    """Log-probabilities of the tempered, top-p renormalised distribution (-inf for dropped tokens)."""
+    logp_N_V = tempered_logprobs(logits_N_V, temperature)
+    if top_p >= 1.0:
+        return logp_N_V
+    keep_N_V = top_p_keep_mask(logp_N_V, top_p)
+    masked_N_V = logp_N_V.masked_fill(~keep_N_V, float("-inf"))
+    return masked_N_V - torch.logsumexp(masked_N_V, dim=-1, keepdim=True)
+
+
+def token_logprobs(
+    logits_N_V: torch.Tensor, tokens_N: torch.Tensor, temperature: float, top_p: float
+) -> torch.Tensor:
+    """log p(token) under `filtered_logprobs`, clamped below at log(1e-12) (the sampler's clamp)."""
+    logp_N_V = filtered_logprobs(logits_N_V, temperature, top_p)
+    picked_N = logp_N_V.gather(-1, tokens_N.unsqueeze(-1)).squeeze(-1)
+    return picked_N.clamp_min(LOG_MIN_PROB)
+
+
+def entropy(logits_N_V: torch.Tensor, temperature: float) -> torch.Tensor:
+    """Shannon entropy (nats) of the tempered, unfiltered distribution."""
+    logp_N_V = tempered_logprobs(logits_N_V, temperature)
+    return -(logp_N_V.exp() * logp_N_V).sum(dim=-1)

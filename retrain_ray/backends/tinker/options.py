@@ -1,4 +1,5 @@
-"""`[backend.options]` of the tinker backend: what they mean, their defaults, their validation.
+"""The tinker backend (a remote training API): its spec, capabilities, factory, and its `[backend.options]`:
+what they mean, their defaults, their validation.
 
 The original's option schema for tinker is empty (any key errors, spec 1.6). We add these keys:
 
@@ -20,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Any, Literal
 
-from retrain_ray.config.option_tables import parse_options
+from retrain_ray.backends.types import BackendCapabilities, OptionsTable, parse_options, parsed_issues
 
 SampleFailure = Literal["error", "empty_group"]
 ClientKind = Literal["sdk", "standin"]
@@ -50,7 +51,7 @@ class TinkerOptions:
                     f"[backend.options] {key} = {value!r} is not allowed for the tinker backend; "
                     f"use one of {', '.join(repr(a) for a in allowed)}"
                 )
-        if not isinstance(self.max_attempts, int) or self.max_attempts < 1:
+        if not isinstance(self.max_attempts, int) or self.max_attempts < 1:  # pyright: ignore[reportUnnecessaryIsInstance]  # a TOML value may be any type
             raise ValueError(f"[backend.options] max_attempts = {self.max_attempts!r}: use an integer >= 1")
         for key in ("backoff_s", "sample_timeout_s", "call_timeout_s"):
             value = getattr(self, key)
@@ -66,3 +67,12 @@ TINKER_OPTION_DEFAULTS: dict[str, Any] = {f.name: f.default for f in fields(Tink
 def parse_tinker_options(options: dict[str, Any] | None) -> TinkerOptions:
     """`[backend.options]` table -> TinkerOptions; unknown keys are an error with a did-you-mean hint."""
     return parse_options(TinkerOptions, options, "tinker")
+
+
+CAPABILITIES = BackendCapabilities(reports_sync_loss=True, preserves_token_advantages=True,
+                                   supports_checkpoint_resume=True, resume_runtime_dependent=True,
+                                   checkpoint_resume_mode="exact")
+
+# the original's tinker schema is empty: no options, no keys
+OPTIONS = OptionsTable(lambda options: dict(TINKER_OPTION_DEFAULTS) if options else {},
+                         value_issues=parsed_issues(parse_tinker_options, "see the tinker backend's option list"))
