@@ -49,6 +49,7 @@ from retrain_ray.campaign.resume.interrupted import CampaignInterrupted, record_
 from retrain_ray.campaign.resume.tune_state import set_aside, torn_state
 from retrain_ray.campaign.stagger import start_gate
 from retrain_ray.config import ConfigError, RetrainConfig, load_config
+from retrain_ray.config.no_training import condition_warnings
 from retrain_ray.logs.dir_lock import DirectoryInUse, DirLock
 from retrain_ray.logs.manifest import Manifest, damaged_manifest, read_manifest, write_json_atomic
 from retrain_ray.logs.parquet_export import export_campaign
@@ -129,6 +130,8 @@ class Campaign:
         if problems:
             raise CampaignError(problems)
         self._existing()  # a changed config is refused before Ray starts and before anything is written
+        for text in condition_warnings((r.condition, r.config) for r in self.plan.runs):  # runs that train nothing
+            self.observer.on_warning(text)
         plugins = self._plugins()
         lock = DirLock(self.campaign_dir, what="campaign",
                        fix="give this campaign another name ([campaign].name or --name)")

@@ -24,6 +24,7 @@ from retrain_ray.config.names import (
     canonical_uncertainty,
     is_dotted_path,
 )
+from retrain_ray.config.no_training import no_training_warnings
 from retrain_ray.config.sections_core import BackendSection
 from retrain_ray.config.trainers import trainer_issues, trainer_warnings
 from retrain_ray.config.unimplemented import refused_keys
@@ -380,7 +381,7 @@ def _warnings(cfg: RetrainConfig) -> list[str]:
 
 def collect_warnings(cfg: RetrainConfig) -> list[str]:
     """Spec 7 warnings: the config is valid but probably not what was meant."""
-    return _warnings(cfg) + trainer_warnings(cfg)
+    return _warnings(cfg) + trainer_warnings(cfg) + no_training_warnings(cfg)
 
 
 def _shared_engine_issues(cfg: RetrainConfig) -> list[ConfigIssue]:
