@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -34,21 +34,26 @@ def untrained_note(rows: Sequence[Mapping[str, object]]) -> str | None:
 def run_untrained_note(run_dir: Path) -> str | None:
     """`untrained_note` of the steps a run directory's metrics stream logged (None without one)."""
     # deferred: loads pyarrow, which importing this module does not need
-    from retrain_ray.logs.stream import read_stream
+    from retrain_ray.logs.stream import read_stream  # pyright: ignore[reportUnknownVariableType]  # pyarrow is untyped
 
     try:
-        table = read_stream(run_dir)
+        table = read_stream(run_dir)  # pyright: ignore[reportUnknownVariableType]
     except FileNotFoundError:
         return None
-    columns = [c for c in _COLUMNS if c in table.column_names]
-    return untrained_note(table.select(columns).to_pylist() if columns else [{}] * table.num_rows)
+    names = cast("list[str]", table.column_names)  # pyright: ignore[reportUnknownMemberType]
+    columns = [c for c in _COLUMNS if c in names]
+    if not columns:  # a log written before `phase` and `trained`: every step trained
+        return None
+    rows = cast("list[dict[str, object]]", table.select(columns).to_pylist())  # pyright: ignore[reportUnknownMemberType]
+    return untrained_note(rows)
 
 
 def history_untrained_note(history: pd.DataFrame) -> str | None:
     """`untrained_note` of a run's history as `CampaignResults` reads it (missing values become None)."""
     columns = [c for c in _COLUMNS if c in history.columns]
     if not columns:
-        return untrained_note([{}] * len(history))
+        no_columns: list[dict[str, object]] = [{}] * len(history)
+        return untrained_note(no_columns)
     cells = history[columns].astype(object)
     return untrained_note(cells.where(cells.notna(), None).to_dict("records"))  # pyright: ignore[reportUnknownMemberType, reportArgumentType]
 
