@@ -6,8 +6,10 @@ SIGKILLed at a random step (4 fake GPUs); the campaign driver SIGKILLed at a ran
 moment and the same command run again; a worker node removed mid-run (ray.cluster_utils.Cluster);
 throttle lease holders SIGKILLed among 32 clients; a shared Serve endpoint failing 20% of its calls
 (502, 504, stalls past the client's timeout); a full disk and a read-only run directory under
-`retrain-ray train`; and (tests/fault_scenarios_cli.py) a `train` interrupted by Ctrl-C or SIGTERM at a
-random step, and a second writer started on a run directory in use. Every trial checks its scenario's invariant; the table gives trials, passes and
+`retrain-ray train`; (tests/fault_scenarios_cli.py) a `train` interrupted by Ctrl-C or SIGTERM at a
+random step, and a second writer started on a run directory in use; and (tests/fault_scenarios_control.py,
+issue 34) SIGTERM or SIGHUP to a campaign driver's process group, the recorder actor SIGKILLed mid-campaign,
+and a trial errored by Tune while the other runs wait at an adaptive rung. Every trial checks its scenario's invariant; the table gives trials, passes and
 the median recovery time (what "recovery" means is in each row's invariant).
 
     .venv/bin/python benchmarks/faults.py --quick              # every scenario twice
@@ -41,6 +43,7 @@ for key, value in (("RAY_AUTH_MODE", "disabled"), ("HF_HUB_OFFLINE", "1"), ("TOK
 
 import fault_scenarios as fs  # noqa: E402
 import fault_scenarios_cli as fcli  # noqa: E402
+import fault_scenarios_control as fctl  # noqa: E402
 import fault_scenarios_io as fio  # noqa: E402
 import fault_scenarios_split as fss  # noqa: E402
 
@@ -78,6 +81,17 @@ SCENARIOS = (
      "`train` sent Ctrl-C or SIGTERM (random) at a random step: exit 130/143, no traceback, the printed "
      "command (`continue with: ... --resume`, or `start it again with: ... --overwrite` before the first checkpoint) "
      "completes the run with every step once; recovery: signal to the end of that command"),
+    ("recorder_kill", fctl.recorder_kill, 2, 6, True,
+     "the campaign's recorder actor SIGKILLed after a random number of rows: Ray restarts it, both runs complete "
+     "in 1 attempt, every step once, the manifest's control_restarts names it; recovery: kill to the next row"),
+    ("adaptive_trial_error", fctl.adaptive_trial_error, 2, 5, True,
+     "adaptive campaign (2 conditions x 2 seeds, 1 slot, rungs [2, 4]): a run's trial process SIGKILLed while "
+     "another waits at a rung; Tune errors it (max_failures 0), the run is counted failed, the rungs are decided "
+     "without it and the campaign ends; recovery: the campaign's whole time"),
+    ("driver_sigterm", fctl.driver_sigterm, 2, 6, False,
+     "SIGTERM or SIGHUP (random) to a CLI campaign's process group after a random number of rows: exit 143/129, "
+     "no traceback, manifest `interrupted`, `retrain-ray resume DIR` printed and completing every step once; "
+     "recovery: signal to the end of the resume"),
     ("second_writer", fcli.second_writer, 2, 6, False,
      "a second `train` (another seed) on a run dir in use at a random step: exit 2 naming the holder's pid, "
      "no traceback; the first finishes with exactly one row per step; recovery: the second command's refusal"),

@@ -44,7 +44,7 @@ CAMPAIGN = {"seeds": [1], "max_steps": 8, "max_failures": 2, "trial_start_timeou
 def split_packing() -> dict:
     from ray.util.placement_group import placement_group, placement_group_table, remove_placement_group
 
-    from retrain_ray.actors.placement import placement_for
+    from retrain_ray.campaign.capacity.placement import placement_for
 
     split, _ = placement_for("gpu:0,gpu:1", cpus_per_run=1.0, cluster_gpus=4.0)
     groups = [placement_group(split.bundle_dicts, strategy=split.strategy) for _ in range(2)]

@@ -18,13 +18,13 @@ from retrain_ray.algorithms import (
     parse_strategic_grams,
     planning_mask,
     reinforce_pp,
-    resolve_modes,
     sepa_amp,
     sepa_amp_c,
     sepa_pool,
     split_stats,
 )
 from retrain_ray.algorithms.uncertainty import UncertaintyInput, predictive_variance, shannon_entropy
+from retrain_ray.run.plugin_modes import resolve_modes
 
 approx = pytest.approx
 

@@ -10,13 +10,12 @@ from retrain_ray.algorithms import (
     SEPAController,
     batch_normalize,
     cap_advantages,
-    compute_group_advantages,
     is_uniform_group,
-    preflight,
     reward_tie_stats,
 )
-from retrain_ray.algorithms.recipes import ALGORITHMS
-from retrain_ray.algorithms.registry import TRANSFORMS, TransformSpec
+from retrain_ray.algorithms.registry import TransformSpec
+from retrain_ray.checks.probe import preflight
+from retrain_ray.run.plugin_modes import ALGORITHMS, TRANSFORMS, compute_group_advantages
 
 approx = pytest.approx
 

@@ -116,3 +116,22 @@ def test_simulated_endpoint_rejects_bad_parameters(ray_4cpu_4gpu, bad):
     args = {"sigma": 0.1, "kappa": 0.001, "lam": 10.0, **bad}
     with pytest.raises(ray.exceptions.RayActorError, match="SimulatedEndpoint needs"):
         ray.get(SimulatedEndpoint.remote(**args).stats.remote(), timeout=60)
+
+
+def test_a_killed_back_pressure_actor_is_restarted_and_says_so(ray_4cpu_4gpu, tmp_path):
+    import os
+    import signal
+
+    from retrain_ray.actors.restarts import read_restarts
+
+    campaign = f"c-{uuid.uuid4().hex[:6]}"
+    settings = BackPressureSettings(enabled=True, warmup_steps=3, ema_decay=0.0)
+    bp = start_backpressure_actor(campaign, NS, settings, log_path=tmp_path)
+    adv = RemoteAdvisor(bp, "run-a", "", timeout_s=60)
+    adv.advise(StepObservation("x", 0, 4, 1, 400.0, 1.0))
+    os.kill(ray.get(bp.pid.remote(), timeout=30), signal.SIGKILL)
+    d = adv.advise(StepObservation("x", 1, 4, 1, 400.0, 1.0))  # retried on the restarted actor
+    assert d.recommended_batch_size >= 1
+    assert [r["actor"] for r in read_restarts(tmp_path)] == ["back-pressure"]
+    assert sorted(p.name for p in tmp_path.glob("backpressure*.arrows")) == ["backpressure.1.arrows", "backpressure.arrows"]
+    ray.get(bp.close.remote(), timeout=30)

@@ -6,8 +6,7 @@ import random
 
 import pytest
 
-from retrain_ray.backpressure.fit import usl_capacity, usl_optimal_p
-from retrain_ray.backpressure.levels import CapacityLevels
+from retrain_ray.backpressure.fit import CapacityLevels, usl_capacity, usl_optimal_p
 from retrain_ray.backpressure.pooled import PooledController
 from retrain_ray.backpressure.types import StepObservation
 

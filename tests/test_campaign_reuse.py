@@ -13,8 +13,8 @@ from helpers import write_campaign
 from ray import cloudpickle
 from safetensors.torch import load_file
 
-from retrain_ray.actors.placement import placement_for
 from retrain_ray.campaign import Campaign
+from retrain_ray.campaign.capacity.placement import placement_for
 from retrain_ray.campaign.trial import cpu_threads
 from retrain_ray.logs import read_stream
 

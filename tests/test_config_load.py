@@ -18,8 +18,8 @@ from retrain_ray.config import (
     load_config,
     load_config_with_warnings,
 )
-from retrain_ray.config.fields import FIELD_INDEX, TRAIN_SECTIONS
-from retrain_ray.config.toml_writer import toml_value
+from retrain_ray.config.key_names import FIELD_INDEX, TRAIN_SECTIONS
+from retrain_ray.config.load import toml_value
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = sorted((ROOT / "configs").glob("*.toml"))
@@ -116,7 +116,7 @@ def test_coercion_and_empty_strings(tmp_path: Path):
     assert cfg.model.model == "Qwen/Qwen3-4B-Instruct-2507"
     # [environment] parses as the original's (a table of args becomes JSON text); the hub install is for
     # verifiers environments only, and both of the original's providers load
-    from retrain_ray.config.sections_aux import EnvironmentSection
+    from retrain_ray.config.sections_runtime import EnvironmentSection
 
     assert EnvironmentSection.model_validate({"args": {"k": 1}}).args == '{"k": 1}'
     path.write_text('[environment]\nprovider = "builtin"\nid = "digit_chain"\n[environment.args]\nseed = 1\n')

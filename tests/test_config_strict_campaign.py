@@ -15,7 +15,7 @@ import torch
 from helpers import TINY_CPU, write_campaign
 from test_squeeze import factors_with_singular_values, write_peft_adapter
 
-from retrain_ray.actors.placement import decide_placement
+from retrain_ray.campaign.capacity.placement import decide_placement
 from retrain_ray.campaign.plan import CampaignError, CampaignPlan, build_plan
 from retrain_ray.campaign.stagger import StaggerClock
 from retrain_ray.config import CampaignSection, ConfigError, RetrainConfig, SqueezeSection, load_config

@@ -8,6 +8,7 @@ import random
 
 import fault_scenarios as fs
 import fault_scenarios_cli as fcli
+import fault_scenarios_control as fctl
 import fault_scenarios_io as fio
 import fault_scenarios_split as fss
 import pytest
@@ -61,3 +62,15 @@ def test_train_interrupted_at_a_random_step_exits_130_or_143_and_its_command_com
 
 def test_a_second_writer_on_a_run_directory_in_use_is_refused_and_the_first_logs_each_step_once(tmp_path):
     _check(fcli.second_writer(1, random.Random(10), tmp_path), 1)
+
+
+def test_sigterm_to_a_campaign_driver_exits_143_or_129_and_resume_completes_it(tmp_path):
+    _check(fctl.driver_sigterm(1, random.Random(11), tmp_path), 1)
+
+
+def test_a_recorder_killed_mid_campaign_comes_back_and_costs_no_run(ray_4cpu_4gpu, tmp_path):
+    _check(fctl.recorder_kill(1, random.Random(12), tmp_path), 1)
+
+
+def test_a_trial_tune_errors_at_an_adaptive_rung_is_counted_and_the_campaign_ends(ray_4cpu_4gpu, tmp_path):
+    _check(fctl.adaptive_trial_error(1, random.Random(13), tmp_path), 1)

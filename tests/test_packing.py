@@ -15,8 +15,8 @@ import pytest
 from campaign_helpers import PYTHON, own_session
 from helpers import GRPO, write_campaign
 
-from retrain_ray.actors.placement import decide_placement
 from retrain_ray.campaign.capacity.packing import card_groups, gpu_fraction, packed_config, plan_packing
+from retrain_ray.campaign.capacity.placement import decide_placement
 from retrain_ray.campaign.plan import CampaignError, build_plan
 from retrain_ray.config import ConfigError, load_config
 
@@ -77,7 +77,7 @@ def test_packed_bundles_share_fake_gpus_four_to_a_card(ray_4cpu_4gpu):
     from ray.util.placement_group import placement_group, remove_placement_group
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-    from retrain_ray.actors.placement import placement_for
+    from retrain_ray.campaign.capacity.placement import placement_for
 
     placement, _ = placement_for("gpu:0", cpus_per_run=0.25, cluster_gpus=4.0, gpu_share=gpu_fraction(4))
     assert placement.bundle_dicts == [{"CPU": 0.25, "GPU": 0.25}]

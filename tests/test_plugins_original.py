@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from helpers import write_config
 
+from retrain_ray.checks.preflight import PreflightError, check_run
 from retrain_ray.config import RetrainConfig
 from retrain_ray.logs import read_stream
-from retrain_ray.run.preflight import PreflightError, check_run
 from retrain_ray.run.train import train_run
 
 DATA_PLUGIN = '''
@@ -137,7 +137,7 @@ def test_plugin_backend_capabilities_come_from_its_hooks_for_explain_and_preflig
 def test_explain_and_the_campaign_plan_place_a_run_alike(plugin_dir, backend, gpus):
     """One registry (backends/registry.placement_devices): a remote backend holds no local GPU, a built-in
     local or plugin backend holds what backend.devices asks, in `explain` and in the campaign's placement."""
-    from retrain_ray.actors.placement import placement_for
+    from retrain_ray.campaign.capacity.placement import placement_for
     from retrain_ray.campaign.plan import build_plan
     from retrain_ray.cli.explain import resources_per_run
 
@@ -240,7 +240,7 @@ def test_a_plugin_importing_the_originals_types_runs_unchanged(plugin_dir, monke
     outcome = train_run(cfg, run_name="typed", run_dir=plugin_dir / "run")
     assert outcome.status == "completed"
     module = sys.modules["plugins.orig_typed"]
-    from retrain_ray.compat.original.data import Example
+    from retrain_ray.compat.original import Example
 
     assert module.Example is Example
     assert isinstance(module.Boxed(), module.RewardFunction)

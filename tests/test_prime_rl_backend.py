@@ -20,9 +20,9 @@ from retrain_ray.backends.prime_rl.wire import (
     rollout_file,
 )
 from retrain_ray.backends.types import TrainBatch
+from retrain_ray.checks.preflight import PreflightError, check_run
 from retrain_ray.config import ConfigError, load_config
 from retrain_ray.logs import read_stream
-from retrain_ray.run.preflight import PreflightError, check_run
 from retrain_ray.run.train import train_run
 
 

@@ -19,7 +19,7 @@ from retrain_ray.backends.local import PolicySettings, build_shared_policy
 from retrain_ray.data.types import Example
 from retrain_ray.engines import SamplingParams
 from retrain_ray.models import encode_prompt
-from retrain_ray.rewards.match import MatchReward
+from retrain_ray.rewards.boxed import MatchReward
 from retrain_ray.run.rollout import CORRECT_THRESHOLD, rollout, rollout_metrics
 
 RUN = Path(retrain_ray.run.__file__).parent

@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from retrain_ray.throttle.errors import ThrottleTimeout, UnknownLease
 from retrain_ray.throttle.semaphore import LeasedSemaphore
+from retrain_ray.throttle.types import ThrottleTimeout, UnknownLease
 
 
 class FakeClock:

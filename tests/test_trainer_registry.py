@@ -81,7 +81,7 @@ def test_the_comparison_finder_sees_names_and_attributes():
 
 def test_no_module_of_run_compares_a_trainer_name_outside_the_registry():
     run = Path(retrain_ray.__file__).parent / "run"
-    # run/preflight.py moves to checks/ (its runner_plugin_problems is to ask `trainer_spec(name).loads_plugin`)
+    # checks/preflight.py moves to checks/ (its runner_plugin_problems is to ask `trainer_spec(name).loads_plugin`)
     pending = {run / "preflight.py"}
     found = {str(p.relative_to(run)): lines for p in sorted(run.rglob("*.py"))
              if p not in pending and p != run / "trainers" / "registry.py"

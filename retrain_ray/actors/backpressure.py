@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,9 @@ import ray
 import ray.exceptions
 from ray.util.metrics import Gauge
 
+from retrain_ray.actors.metric_tags import ascii_tags
+from retrain_ray.actors.restarts import CONTROL_RESTARTS, record_restart
+from retrain_ray.actors.throttle_support import throttle_name
 from retrain_ray.actors.worker_env import SERVICE_RUNTIME_ENV
 from retrain_ray.backpressure.advisor import LocalAdvisor
 from retrain_ray.backpressure.arrow_log import DecisionLog, free_log_path
@@ -54,21 +58,27 @@ class _Gauges:
                   for n in BP_GAUGES}
 
     def run(self, run_id: str, resource: str, d: Decision) -> None:
-        tags = {"campaign": self.campaign, "run": run_id, "resource": resource}
+        tags = ascii_tags({"campaign": self.campaign, "run": run_id, "resource": resource})
         for name, v in (("p_star", d.p_star), ("sigma", d.sigma), ("kappa", d.kappa),
                         ("throughput", d.throughput), ("utilization", d.utilization)):
             self.g[name].set(float(v), tags=tags)
 
     def pool(self, pd: PooledDecision, throughput: float) -> None:
-        tags = {"campaign": self.campaign, "run": POOL_RUN_TAG, "resource": pd.resource}
+        tags = ascii_tags({"campaign": self.campaign, "run": POOL_RUN_TAG, "resource": pd.resource})
         for name, v in (("p_star", pd.p_star), ("sigma", pd.sigma), ("kappa", pd.kappa),
                         ("throughput", throughput), ("capacity", pd.capacity)):
             self.g[name].set(float(v), tags=tags)
 
 
-@ray.remote(num_cpus=0, max_concurrency=MAX_CONCURRENCY, runtime_env=SERVICE_RUNTIME_ENV)  # pyright: ignore[reportCallIssue]  # ray's overloads omit max_concurrency
+@ray.remote(num_cpus=0, max_concurrency=MAX_CONCURRENCY, runtime_env=SERVICE_RUNTIME_ENV,  # pyright: ignore[reportCallIssue]  # ray's overloads omit max_concurrency
+            max_restarts=CONTROL_RESTARTS, max_task_retries=-1)
 class BackPressureActor:
-    """Receives every run's step observations; per-run and pooled USL fits; logs and gauges."""
+    """Receives every run's step observations; per-run and pooled USL fits; logs and gauges.
+
+    Restarted by Ray when it dies (`CONTROL_RESTARTS`), the calls in flight retried: its decision log goes on
+    in a new segment (`free_log_path`), the throttles are found again by name, and the fits start again
+    from the runs' next observations (the runs hold their batch size meanwhile). The restart is recorded
+    for the driver to report (actors/restarts.py)."""
 
     def __init__(self, campaign: str, settings: BackPressureSettings, log_path: str | None = None) -> None:
         self._campaign = campaign
@@ -79,6 +89,19 @@ class BackPressureActor:
         self._throttles: dict[str, Any] = {}
         self._log = DecisionLog(free_log_path(Path(log_path))) if log_path else None
         self._gauges = _Gauges(campaign)
+        self._restarted = bool(ray.get_runtime_context().was_current_actor_reconstructed)
+        if self._restarted and log_path:
+            record_restart(Path(log_path), "back-pressure")  # the campaign directory
+
+    def _throttle(self, resource: str) -> Any:
+        """The throttle registered for `resource`; after a restart, found again by its name."""
+        if resource not in self._throttles and self._restarted:
+            try:
+                namespace = ray.get_runtime_context().namespace
+                self._throttles[resource] = ray.get_actor(throttle_name(self._campaign, resource), namespace=namespace)
+            except ValueError:  # no throttle for this resource
+                self._throttles[resource] = None
+        return self._throttles.get(resource)
 
     def _advisor(self, run_id: str) -> LocalAdvisor:
         if run_id not in self._runs:
@@ -93,7 +116,7 @@ class BackPressureActor:
         if pool is None:
             pool = self._pools[obs.resource] = self._settings.pooled_controller(obs.resource)
         pd = pool.observe(obs)
-        throttle = self._throttles.get(obs.resource)
+        throttle = self._throttle(obs.resource)
         if pd.changed and throttle is not None:
             throttle.resize.remote(pd.capacity)  # fire and forget: the next change supersedes it
         self._gauges.pool(pd, sum(v.tokens_per_s for v in pool.runs.values()))
@@ -137,6 +160,10 @@ class BackPressureActor:
             "log_path": str(self._log.path) if self._log else None,
             "settings": dataclasses.asdict(self._settings),
         }
+
+    async def pid(self) -> int:
+        """The actor's process id (what a fault test or an operator's `kill` needs)."""
+        return os.getpid()
 
     async def close(self) -> None:
         if self._log is not None:

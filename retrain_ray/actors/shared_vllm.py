@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 import ray
 from ray.util.metrics import Gauge
 
+from retrain_ray.actors.metric_tags import ascii_tags
 from retrain_ray.backends.types import Policy
 from retrain_ray.engines.types import SampleResult, SamplingParams, WeightUpdate
 from retrain_ray.engines.vllm_batching import ENGINE_GAUGE_PREFIX, ENGINE_GAUGES
@@ -52,7 +53,7 @@ class SharedVLLMActor:
 
         settings = vllm_settings_from_config(config, device=device, max_loras=config.inference.max_concurrent)
         self._core = VLLMCore(settings)
-        self._tags = {"campaign": campaign}
+        self._tags = ascii_tags({"campaign": campaign})
         self._gauges = {n: Gauge(ENGINE_GAUGE_PREFIX + n, description=f"shared vLLM engine: {n}",
                                  tag_keys=("campaign",)) for n in ENGINE_GAUGES}
 

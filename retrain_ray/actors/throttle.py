@@ -43,9 +43,8 @@ import ray
 from retrain_ray.actors.throttle_sessions import Sessions
 from retrain_ray.actors.throttle_support import THROTTLE_GAUGES, Gauges, Outcome, Request, throttle_name
 from retrain_ray.actors.worker_env import SERVICE_RUNTIME_ENV
-from retrain_ray.throttle.errors import ThrottleTimeout
 from retrain_ray.throttle.semaphore import LeasedSemaphore, check_capacity, check_ttl
-from retrain_ray.throttle.types import Lease, PoolState, Reclaim, ThrottleStats
+from retrain_ray.throttle.types import Lease, PoolState, Reclaim, ThrottleStats, ThrottleTimeout
 
 __all__ = ["THROTTLE_GAUGES", "ThrottleActor", "get_throttle", "start_throttle", "throttle_name"]
 

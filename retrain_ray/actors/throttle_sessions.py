@@ -15,9 +15,8 @@ import logging
 import time
 
 from retrain_ray.actors.throttle_support import Session
-from retrain_ray.throttle.errors import ThrottleTimeout
 from retrain_ray.throttle.semaphore import LeasedSemaphore
-from retrain_ray.throttle.types import Lease, PoolState
+from retrain_ray.throttle.types import Lease, PoolState, ThrottleTimeout
 
 __all__ = ["SESSION_GRACE_S", "Sessions"]
 

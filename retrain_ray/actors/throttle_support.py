@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from ray.util.metrics import Gauge
 
+from retrain_ray.actors.metric_tags import ascii_tags
 from retrain_ray.throttle.types import Lease, ThrottleStats
 
 __all__ = ["THROTTLE_GAUGES", "Gauges", "Outcome", "Request", "Session", "throttle_name"]
@@ -27,7 +28,7 @@ class Gauges:
     """Prometheus gauges of one throttle (exported as ray_retrain_throttle_* by Ray's metrics agent)."""
 
     def __init__(self, campaign: str, endpoint: str) -> None:
-        tags = {"campaign": campaign, "endpoint": endpoint}
+        tags = ascii_tags({"campaign": campaign, "endpoint": endpoint})
         self._gauges = {}
         for name in THROTTLE_GAUGES:
             gauge = Gauge(f"retrain_throttle_{name}", description=f"throttle {name}", tag_keys=tuple(tags))

@@ -5,14 +5,16 @@ ignored; otherwise the composable pipeline runs `advantage_mode` then `transform
 parameters seen by the pipeline are `{uncertainty_kind, **transform_params}`.
 Extensions over the original signature (keyword-only, optional): `advantage_params`,
 `algorithm_params`, `token_distributions` (full per-token distributions for `shannon_entropy`), `step`.
+A run resolves its modes once and calls `group_advantages` with its settings (`ModeChoices`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import TypeVar
+from dataclasses import dataclass
+from typing import Protocol, TypeVar
 
-from retrain_ray.algorithms.modes import resolve_modes
+from retrain_ray.algorithms.modes import ResolvedModes, resolve_modes
 from retrain_ray.algorithms.pipeline import GroupInput, Knobs, check_group, run_pipeline
 from retrain_ray.algorithms.types import AlgorithmContext, GroupAdvantages, param_table
 
@@ -22,6 +24,33 @@ _N = TypeVar("_N")
 
 def _rows(values: Sequence[Sequence[_V]] | None, cast: Callable[[_V], _N]) -> list[list[_N]] | None:
     return None if values is None else [[cast(v) for v in row] for row in values]
+
+
+class ModeChoices(Protocol):
+    """The resolved modes of a run and their parameters (run/credit.py's `CreditSettings` is one)."""
+
+    @property
+    def modes(self) -> ResolvedModes: ...
+    @property
+    def gtpo_beta(self) -> float: ...
+    @property
+    def hicra_alpha(self) -> float: ...
+    @property
+    def transform_params(self) -> Mapping[str, object]: ...
+    @property
+    def advantage_params(self) -> Mapping[str, object]: ...
+    @property
+    def algorithm_params(self) -> Mapping[str, object]: ...
+
+
+@dataclass(frozen=True)
+class _Choices:
+    modes: ResolvedModes
+    gtpo_beta: float
+    hicra_alpha: float
+    transform_params: Mapping[str, object]
+    advantage_params: Mapping[str, object]
+    algorithm_params: Mapping[str, object]
 
 
 def compute_group_advantages(
@@ -50,6 +79,25 @@ def compute_group_advantages(
     transform_mode="none").token_advantages == [[0.5], [-0.5]]`.
     """
     modes = resolve_modes(advantage_mode, transform_mode, algorithm_mode, uncertainty_kind, transform_params)
+    choices = _Choices(modes, gtpo_beta, hicra_alpha, transform_params or {}, advantage_params or {},
+                       algorithm_params or {})
+    return group_advantages(choices, rewards, logprobs, planning_mask, sepa_lambda=sepa_lambda, entropies=entropies,
+                            token_distributions=token_distributions, step=step)
+
+
+def group_advantages(
+    choices: ModeChoices,
+    rewards: Sequence[float],
+    logprobs: Sequence[Sequence[float]],
+    planning_mask: Sequence[Sequence[int]] | None,
+    *,
+    sepa_lambda: float = 0.0,
+    entropies: Sequence[Sequence[float]] | None = None,
+    token_distributions: Sequence[Sequence[Sequence[float]]] | None = None,
+    step: int = 0,
+) -> GroupAdvantages:
+    """`compute_group_advantages` with the modes already resolved (`choices.modes`)."""
+    modes = choices.modes
     logprobs_G_T = _rows(logprobs, float) or []
     masks = _rows(planning_mask, int) if planning_mask is not None else [[0] * len(lp) for lp in logprobs_G_T]
     group = GroupInput(
@@ -57,21 +105,23 @@ def compute_group_advantages(
         None if token_distributions is None else [[list(d) for d in row] for row in token_distributions],
     )
     check_group(group)
-    t_params = dict(transform_params or {})
+    t_params = dict(choices.transform_params)
     if modes.algorithm is not None:
+        algorithm_params = choices.algorithm_params
         params = {
-            **dict(algorithm_params or {}),
+            **dict(algorithm_params),
             "uncertainty_kind": modes.uncertainty_kind,
-            "advantage_params": dict(param_table((algorithm_params or {}).get("advantage_params") or advantage_params or {})),
-            "transform_params": dict(param_table((algorithm_params or {}).get("transform_params") or t_params)),
+            "advantage_params": dict(param_table(algorithm_params.get("advantage_params")
+                                                 or choices.advantage_params or {})),
+            "transform_params": dict(param_table(algorithm_params.get("transform_params") or t_params)),
         }
         ctx = AlgorithmContext(
-            group.rewards_G, group.logprobs_G_T, group.masks_G_T, params, step, sepa_lambda, gtpo_beta,
-            hicra_alpha, group.distributions_G, group.entropies_G_T,
+            group.rewards_G, group.logprobs_G_T, group.masks_G_T, params, step, sepa_lambda, choices.gtpo_beta,
+            choices.hicra_alpha, group.distributions_G, group.entropies_G_T,
         )
         return modes.algorithm.compute(ctx)
     knobs = Knobs(
-        sepa_lambda, gtpo_beta, hicra_alpha, {"uncertainty_kind": modes.uncertainty_kind, **t_params},
-        dict(advantage_params or {}), step,
+        sepa_lambda, choices.gtpo_beta, choices.hicra_alpha, {"uncertainty_kind": modes.uncertainty_kind, **t_params},
+        dict(choices.advantage_params), step,
     )
     return run_pipeline(modes.advantage, modes.transform, modes.uncertainty, group, knobs)

@@ -25,8 +25,14 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping
 
-from retrain_ray.algorithms.stats import SplitCollector, entropy_stats
-from retrain_ray.algorithms.types import MAX_SURPRISAL, GroupAdvantages, TransformContext, param_number
+from retrain_ray.algorithms.types import (
+    MAX_SURPRISAL,
+    GroupAdvantages,
+    SplitCollector,
+    TransformContext,
+    entropy_stats,
+    param_number,
+)
 
 NORM_MODES = ("none", "scale", "mad_scale")
 ETA_MODES = ("fixed", "adaptive")

@@ -20,8 +20,14 @@ from typing import cast
 
 from retrain_ray.algorithms import credit
 from retrain_ray.algorithms.registry import AdvantageSpec, TransformSpec, UncertaintySpec
-from retrain_ray.algorithms.stats import SplitCollector, entropy_stats
-from retrain_ray.algorithms.types import MAX_SURPRISAL, GroupAdvantages, TransformContext, UncertaintyInput
+from retrain_ray.algorithms.types import (
+    MAX_SURPRISAL,
+    GroupAdvantages,
+    SplitCollector,
+    TransformContext,
+    UncertaintyInput,
+    entropy_stats,
+)
 
 
 @dataclass(frozen=True)

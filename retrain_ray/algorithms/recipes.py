@@ -16,8 +16,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import cast
 
-from retrain_ray.algorithms.pipeline import GroupInput, Knobs, as_group_advantages, broadcast, run_pipeline
-from retrain_ray.plugins.loader import load_spec, plugin_flags
+from retrain_ray.algorithms.pipeline import GroupInput, Knobs, broadcast, run_pipeline
 from retrain_ray.algorithms.registry import ADVANTAGES, TRANSFORMS, UNCERTAINTIES, Registry
 from retrain_ray.algorithms.types import AlgorithmContext, GroupAdvantages, param_number, param_table
 
@@ -112,16 +111,6 @@ def discover_entropic(ctx: AlgorithmContext) -> GroupAdvantages:
     return GroupAdvantages(base.token_advantages, stats=base.stats, extra_metrics=metrics)
 
 
-def _algorithm_plugin(path: str) -> AlgorithmSpec:
-    def wrap(fn: Callable[..., object]) -> AlgorithmSpec:
-        def compute(ctx: AlgorithmContext) -> GroupAdvantages:
-            return as_group_advantages(fn(ctx), ctx.logprobs_G_T, f"algorithm_mode={path!r}")
-
-        return AlgorithmSpec(path, compute, **plugin_flags(fn))
-
-    return load_spec(path, "algorithm_mode", AlgorithmSpec, "AlgorithmContext", wrap)
-
-
 _RECIPES = (
     ("grpo", "none"), ("maxrl", "none"), ("maxrl", "gtpo"), ("maxrl", "gtpo_hicra"), ("maxrl", "gtpo_sepa"),
     ("reinforce_pp", "none"), ("reinforce_pp", "gtpo"), ("reinforce_pp", "gtpo_sepa"),
@@ -136,5 +125,4 @@ ALGORITHMS: Registry[AlgorithmSpec] = Registry(
         "discover_entropic": _DISCOVER,
         "ttt_discover_entropic": _DISCOVER,
     },
-    _algorithm_plugin,
 )

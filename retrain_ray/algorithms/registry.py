@@ -1,7 +1,9 @@
 """Typed registries of advantage modes, token transforms and uncertainty kinds (spec 2.2-2.5).
 
 Each mode is a small frozen spec resolved once by name (built-in, alias, or dotted-path plugin) and
-cached; the pipeline then reads the spec's fields instead of branching on names. The delight family
+cached; the pipeline then reads the spec's fields instead of branching on names. A registry holds the
+built-ins; plugins are loaded above this package (run/plugin_modes.py installs, with `accept_plugins`, how
+a plugin path is recognised and turned into a spec), so `algorithms/` imports nothing but itself. The delight family
 (`delight`, `delight_sepa`, `hard_delight`, module `delight`) are context-style transforms.
 """
 
@@ -9,17 +11,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Generic, TypeVar, cast
+from typing import Generic, TypeVar
 
 from retrain_ray.algorithms import credit, delight, episode, uncertainty
-from retrain_ray.plugins.loader import (
-    is_dotted_path,
-    load_callable,
-    load_spec,
-    plugin_flags,
-    positional_arity,
-)
-from retrain_ray.algorithms.types import AdvantageContext, TransformContext, UncertaintyInput, param_number
+from retrain_ray.algorithms.types import TransformContext, UncertaintyInput, param_number
 
 EntropyTransform = Callable[[Sequence[float], Sequence[int], float], list[float]]
 PostProcess = Callable[
@@ -84,23 +79,31 @@ def surprisal_mask_post(
 T = TypeVar("T")
 
 
+def _no_plugins(name: str) -> bool:
+    return False
+
+
 class Registry(Generic[T]):
-    """Name -> spec, with aliases, known-but-unsupported names, and cached dotted-path plugins."""
+    """Name -> spec, with aliases, known-but-unsupported names, and cached plugins (once `accept_plugins`)."""
 
     def __init__(
         self,
         kind: str,
         builtins: Mapping[str, T],
-        plugin: Callable[[str], T],
         unsupported: Mapping[str, str] | None = None,
         aliases: Mapping[str, str] | None = None,
     ) -> None:
         self.kind = kind
         self._builtins = dict(builtins)
-        self._plugin = plugin
+        self._is_plugin: Callable[[str], bool] = _no_plugins
+        self._plugin: Callable[[str], T] | None = None
         self._unsupported = dict(unsupported or {})
         self._aliases = dict(aliases or {})
         self._cache: dict[str, T] = {}
+
+    def accept_plugins(self, is_plugin_path: Callable[[str], bool], plugin: Callable[[str], T]) -> None:
+        """Resolve a name that `is_plugin_path` to `plugin(name)` (once; the result is cached)."""
+        self._is_plugin, self._plugin = is_plugin_path, plugin
 
     def names(self) -> list[str]:
         return sorted(self._builtins)
@@ -111,35 +114,15 @@ class Registry(Generic[T]):
             return self._builtins[key]
         if key in self._unsupported:
             raise ValueError(f"{self.kind}={name!r} is not supported by retrain-ray: {self._unsupported[key]}")
-        if not is_dotted_path(key):
+        if key in self._cache:
+            return self._cache[key]
+        if self._plugin is None or not self._is_plugin(key):
             raise ValueError(
                 f"{self.kind}={name!r} is not known. Use one of {self.names()}, "
                 "or a plugin path 'package.module:function'."
             )
-        if key not in self._cache:
-            self._cache[key] = self._plugin(key)
+        self._cache[key] = self._plugin(key)
         return self._cache[key]
-
-
-def _advantage_plugin(path: str) -> AdvantageSpec:
-    # a plugin function is trusted to return the mode's type, as the original trusts it
-    fn = cast("Callable[..., list[float]]", load_callable(path, "advantage_mode"))
-    arity, first = positional_arity(fn)
-    if first == "ctx":
-        return AdvantageSpec(path, lambda r, p: fn(AdvantageContext(list(r), p)))
-    if arity == 1:
-        return AdvantageSpec(path, lambda r, p: fn(r))
-    return AdvantageSpec(path, lambda r, p: fn(r, p))
-
-
-def _transform_plugin(path: str) -> TransformSpec:
-    return load_spec(path, "transform_mode", TransformSpec, "TransformContext",
-                     lambda fn: TransformSpec(name=path, compute_context=fn, **plugin_flags(fn)))
-
-
-def _uncertainty_plugin(path: str) -> UncertaintySpec:
-    fn = cast("Callable[[UncertaintyInput], list[float]]", load_callable(path, "uncertainty_kind"))
-    return UncertaintySpec(path, fn, needs_entropy=bool(getattr(fn, "needs_entropy", False)))
 
 
 ADVANTAGES: Registry[AdvantageSpec] = Registry(
@@ -149,7 +132,6 @@ ADVANTAGES: Registry[AdvantageSpec] = Registry(
         "maxrl": AdvantageSpec("maxrl", episode.maxrl),
         "reinforce_pp": AdvantageSpec("reinforce_pp", episode.reinforce_pp),
     },
-    _advantage_plugin,
 )
 
 TRANSFORMS: Registry[TransformSpec] = Registry(
@@ -171,7 +153,6 @@ TRANSFORMS: Registry[TransformSpec] = Registry(
             )
         },
     },
-    _transform_plugin,
 )
 
 UNCERTAINTIES: Registry[UncertaintySpec] = Registry(
@@ -180,7 +161,6 @@ UNCERTAINTIES: Registry[UncertaintySpec] = Registry(
         name: UncertaintySpec(name, fn, needs_entropy=(name == "shannon_entropy"))
         for name, fn in uncertainty.BUILTINS.items()
     },
-    _uncertainty_plugin,
     unsupported=uncertainty.UNSUPPORTED,
     aliases=uncertainty.ALIASES,
 )

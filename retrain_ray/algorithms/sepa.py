@@ -14,10 +14,7 @@ from __future__ import annotations
 import math
 import sys
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, cast
-
-if TYPE_CHECKING:
-    from retrain_ray.config.schema import RetrainConfig
+from typing import cast
 
 SCHEDULES = ("linear", "auto")
 _MAX_VALUE = math.sqrt(sys.float_info.max)
@@ -62,12 +59,6 @@ class SEPAController:
         self.var_0: float | None = None
         self.warmup_seen = 0
         self.gate_open = self.sepa_correct_rate_gate <= 0
-
-    @classmethod
-    def from_config(cls, cfg: RetrainConfig) -> SEPAController:
-        """Build from a RetrainConfig's `[sepa]` section (the four TOML keys)."""
-        sepa = cfg.sepa
-        return cls(sepa.steps, sepa.schedule, sepa.delay_steps, sepa.correct_rate_gate)
 
     def enabled(self) -> bool:
         return self.sepa_steps > 0 or self.sepa_schedule == "auto"

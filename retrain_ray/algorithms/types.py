@@ -2,7 +2,9 @@
 
 Shapes use suffixes: `_G` one value per completion of a prompt group, `_G_T` one list of per-token
 values per completion. Everything here is a plain frozen dataclass and picklable, so results can be
-sent between Ray actors.
+sent between Ray actors. `split_stats` / `entropy_stats` / `SplitCollector` compute the uncertainty
+statistics of a group, split into execution (mask 0) and planning (mask 1) tokens: population variance,
+values capped at 50 inside the statistics (spec 2.4); empty subsets give mean 0, variance 0, count 0.
 """
 
 from __future__ import annotations
@@ -110,3 +112,37 @@ def param_table(value: object) -> Mapping[str, object]:
 def param_number(value: object) -> float:
     """A numeric param as a float: exactly `float(value)`, which raises on what is not a number."""
     return float(cast("float", value))
+
+def split_stats(values: Sequence[float]) -> SplitStats:
+    """Mean, population variance and count of `values` (each capped at 50)."""
+    if not values:
+        return SplitStats()
+    capped = [min(float(v), MAX_SURPRISAL) for v in values]
+    mean = sum(capped) / len(capped)
+    var = sum((v - mean) ** 2 for v in capped) / len(capped)
+    return SplitStats(mean=mean, var=var, count=len(capped))
+
+
+class SplitCollector:
+    """Accumulates per-token values of a group into execution and planning lists."""
+
+    def __init__(self) -> None:
+        self.exec_values: list[float] = []
+        self.plan_values: list[float] = []
+
+    def add(self, values_T: Sequence[float], mask_T: Sequence[int]) -> None:
+        for v, m in zip(values_T, mask_T, strict=True):
+            (self.plan_values if m else self.exec_values).append(float(v))
+
+    def exec_stats(self) -> SplitStats:
+        return split_stats(self.exec_values)
+
+    def plan_stats(self) -> SplitStats:
+        return split_stats(self.plan_values)
+
+
+def entropy_stats(pre: SplitCollector, post: SplitCollector) -> EntropyStats:
+    """Combine the pre- and post-transform collectors into one `EntropyStats`."""
+    return EntropyStats(
+        exec_pre=pre.exec_stats(), plan_pre=pre.plan_stats(), exec_post=post.exec_stats(), plan_post=post.plan_stats()
+    )

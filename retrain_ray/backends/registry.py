@@ -36,10 +36,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar, cast
 
-from retrain_ray.plugins.loader import is_dotted_path, load_object, use_search_paths
 from retrain_ray.backends.types import BackendCapabilities
 from retrain_ray.config.components import BACKEND_SPECS, backend_spec, engine_spec
 from retrain_ray.engines.types import EngineCapabilities
+from retrain_ray.plugins.loader import is_dotted_path, load_object, use_search_paths
 
 if TYPE_CHECKING:
     from retrain_ray.backends.factories import PolicyRequest

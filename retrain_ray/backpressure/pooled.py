@@ -17,7 +17,7 @@ the throttle granted it (sample_time <= 0 counts as the whole step). A round is 
 follows a capacity change (its observations straddle two capacities), when runs joined or left, or
 when it was closed before every active run reported (the missing runs' views are from older rounds).
 
-Measurements per capacity (levels.py). A fitted round is filed under the capacity in force,
+Measurements per capacity (`CapacityLevels`, fit.py). A fitted round is filed under the capacity in force,
 min(capacity, active runs), in a table per number of active runs (X at a capacity depends on how
 many runs compete for it). The fit goes through one point per capacity, the mean of its last
 `keep_rounds` rounds. Fitting a window of rounds instead (the first version) let the rounds at the
@@ -62,8 +62,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from retrain_ray.backpressure.fit import EPS, USLFit
-from retrain_ray.backpressure.levels import CapacityLevels
+from retrain_ray.backpressure.fit import EPS, CapacityLevels, USLFit
 from retrain_ray.backpressure.types import StepObservation
 
 # The model's capacity is followed only when it moves more than this from the current capacity, so

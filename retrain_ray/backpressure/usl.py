@@ -38,6 +38,8 @@ from retrain_ray.backpressure.types import Decision
 
 if TYPE_CHECKING:
     from retrain_ray.config.schema import RetrainConfig
+    from retrain_ray.config.sections_runtime import BackpressureSection
+    from retrain_ray.config.sections_training import ModelSection
 
 __all__ = ["USLController", "usl_capacity", "usl_optimal_p"]
 
@@ -60,15 +62,15 @@ def _clamp_int(v: Any, lo: int, hi: int) -> int:
     return max(lo, min(hi, i))
 
 
-def roofline_flops_per_token(cfg: RetrainConfig) -> float:
+def roofline_flops_per_token(backpressure: BackpressureSection, model: ModelSection) -> float:
     """FLOPs per trained token of the run's model when `[backpressure] peak_gflops` turns the roofline
     hint on (6·N, models/flops.py); 0 (hint off) otherwise."""
-    if cfg.backpressure.peak_gflops <= 0.0:
+    if backpressure.peak_gflops <= 0.0:
         return 0.0
     # deferred: builds the model's architecture with transformers, needed only when the hint is on
     from retrain_ray.models.flops import train_flops_per_token
 
-    return train_flops_per_token(cfg.model.model, revision=cfg.model.revision)
+    return train_flops_per_token(model.model, revision=model.revision)
 
 
 def roofline_shapes(cfg: RetrainConfig) -> ModelShapes | None:
@@ -136,7 +138,7 @@ class USLController:
             warmup_steps=bp.warmup_steps, ema_decay=bp.ema_decay, throttle_margin=bp.throttle_margin,
             increase_margin=bp.increase_margin, min_batch_size=bp.min_batch_size,
             max_batch_size=bp.max_batch_size, peak_gflops=bp.peak_gflops, peak_bw_gb_s=bp.peak_bw_gb_s,
-            flops_per_token=roofline_flops_per_token(cfg), shapes=roofline_shapes(cfg),
+            flops_per_token=roofline_flops_per_token(bp, cfg.model), shapes=roofline_shapes(cfg),
         )
 
     def observe(self, step_time_s: float, batch_size: int, group_size: int, total_tokens: int,

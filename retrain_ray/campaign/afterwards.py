@@ -19,16 +19,26 @@ import dataclasses
 import subprocess
 import sys
 from pathlib import Path
+from typing import Protocol
 
 from retrain_ray.campaign.observer import CampaignObserver
-from retrain_ray.config import RetrainConfig, SqueezeSection
+from retrain_ray.config import CampaignSection, SqueezeSection
 from retrain_ray.logs.manifest import Manifest
 
 SUMMARY_LOG = "summary.log"
 SUMMARY_TIMEOUT_S = 3600.0
 
 
-def run_afterwards(campaign_dir: Path, config: RetrainConfig, *, observer: CampaignObserver | None = None) -> None:
+class FinishedCampaign(Protocol):
+    """What the post-campaign steps read of the campaign's config: `[campaign]` and `[squeeze]`."""
+
+    @property
+    def campaign(self) -> CampaignSection | None: ...
+    @property
+    def squeeze(self) -> SqueezeSection | None: ...
+
+
+def run_afterwards(campaign_dir: Path, config: FinishedCampaign, *, observer: CampaignObserver | None = None) -> None:
     """Runs the configured post-campaign steps and records each in the manifest."""
     campaign = config.campaign
     observer = observer or CampaignObserver()

@@ -25,6 +25,8 @@ from retrain_ray.throttle.client import ThrottleClient
 
 if TYPE_CHECKING:
     from retrain_ray.config import RetrainConfig
+    from retrain_ray.config.sections_runtime import InferenceSection
+    from retrain_ray.config.sections_training import BackendSection
 
 
 class _RemoteMethod(Protocol):
@@ -38,16 +40,23 @@ class _BackPressureHandle(Protocol):
 
 
 
-def shared_endpoint(config: RetrainConfig) -> str:
-    """The shared endpoint a run of this config calls: "tinker", "inference", or "" (none)."""
-    throttled = backend_spec(config.backend.backend).throttled_endpoint
+@dataclass(frozen=True)
+class SharedEndpoint:
+    """The shared endpoint a run calls and the concurrency the campaign allows it; name "" when none."""
+
+    name: str = ""
+    capacity: int = 0
+
+
+def shared_endpoint(backend: BackendSection, inference: InferenceSection) -> SharedEndpoint:
+    """The backend's throttled endpoint ("tinker": `[backend].max_concurrent`), else a shared inference
+    server ("inference": `[inference].max_concurrent`), else none."""
+    throttled = backend_spec(backend.backend).throttled_endpoint
     if throttled:
-        return throttled
-    return "inference" if engine_spec(config.inference.engine).shared_server or config.inference.shared else ""
-
-
-def endpoint_capacity(config: RetrainConfig, endpoint: str) -> int:
-    return config.backend.max_concurrent if endpoint == "tinker" else config.inference.max_concurrent
+        return SharedEndpoint(throttled, backend.max_concurrent)
+    if engine_spec(inference.engine).shared_server or inference.shared:
+        return SharedEndpoint("inference", inference.max_concurrent)
+    return SharedEndpoint()
 
 
 @dataclass(frozen=True)
@@ -75,15 +84,19 @@ class ControlPlane:
 
 def start_control_plane(config: RetrainConfig, campaign: str, *, namespace: str, campaign_dir: Path | None = None) -> ControlPlane:
     """Starts the throttle of the shared endpoint (if any) and the back-pressure actor (if enabled)."""
-    endpoint = shared_endpoint(config)
+    endpoint = shared_endpoint(config.backend, config.inference)
     throttles: dict[str, object] = {}
-    if endpoint:
-        throttles[endpoint] = start_throttle(
-            campaign, endpoint, endpoint_capacity(config, endpoint), namespace=namespace,
+    if endpoint.name:
+        throttles[endpoint.name] = start_throttle(
+            campaign, endpoint.name, endpoint.capacity, namespace=namespace,
             lease_ttl_s=config.backend.lease_ttl_s,
         )
-    backpressure = _start_backpressure(config, campaign, namespace, campaign_dir, throttles) \
-        if config.backpressure.enabled else None
+    backpressure = None
+    if config.backpressure.enabled:
+        # the pooled capacity never exceeds the limit the user configured for the endpoint
+        bounds = {"max_capacity": endpoint.capacity} if endpoint.name else {}
+        settings = BackPressureSettings.from_config(config, **bounds)
+        backpressure = _start_backpressure(settings, campaign, namespace, campaign_dir, throttles)
     engine = None
     if config.inference.shared:
         # deferred: loads torch, which importing this module does not need
@@ -92,17 +105,13 @@ def start_control_plane(config: RetrainConfig, campaign: str, *, namespace: str,
         engine_config, gpus = shared_engine_slot(config)
         engine = start_shared_engine(engine_config, campaign, namespace=namespace, num_gpus=gpus)
     return ControlPlane(
-        throttles=throttles, backpressure=backpressure, endpoint=endpoint,
+        throttles=throttles, backpressure=backpressure, endpoint=endpoint.name,
         timeout_s=config.backend.acquire_timeout_s, lease_ttl_s=config.backend.lease_ttl_s, engine=engine,
     )
 
 
-def _start_backpressure(config: RetrainConfig, campaign: str, namespace: str, campaign_dir: Path | None,
+def _start_backpressure(settings: BackPressureSettings, campaign: str, namespace: str, campaign_dir: Path | None,
                         throttles: dict[str, object]) -> object:
-    # the pooled capacity never exceeds the limit the user configured for the endpoint
-    endpoint = next(iter(throttles), "")  # a campaign shares at most one endpoint
-    bounds = {"max_capacity": endpoint_capacity(config, endpoint)} if endpoint else {}
-    settings = BackPressureSettings.from_config(config, **bounds)
     actor = cast("_BackPressureHandle", start_backpressure_actor(campaign, namespace, settings, campaign_dir))
     for resource, handle in throttles.items():
         ray.get(actor.set_throttle.remote(resource, handle), timeout=60)

@@ -22,14 +22,20 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import signal
+import threading
+from collections.abc import Callable, Generator
+from contextlib import contextmanager
 from pathlib import Path
+from types import FrameType
 from typing import TYPE_CHECKING, cast
 
 import ray
 from ray.actor import ActorHandle
 
-from retrain_ray.actors.placement import alive_node_resources, decide_placement
+from retrain_ray.actors.placement import alive_node_resources
 from retrain_ray.campaign.afterwards import run_afterwards
+from retrain_ray.campaign.capacity.placement import decide_placement
 from retrain_ray.campaign.control import ControlPlane, start_control_plane
 from retrain_ray.campaign.local_ray import connect, trial_modules
 from retrain_ray.campaign.observer import CampaignObserver, ConsoleCampaignObserver
@@ -42,19 +48,20 @@ from retrain_ray.campaign.plan import (
     build_plan,
     run_record,
 )
-from retrain_ray.campaign.plugin_bundle import PluginBundle, build_bundle
+from retrain_ray.campaign.plugin_bundle import build_bundle
 from retrain_ray.campaign.recorder import start_recorder
 from retrain_ray.campaign.resume.edits import Extension, check_edits, record_extension
 from retrain_ray.campaign.resume.interrupted import CampaignInterrupted, record_interruption, was_interrupted
 from retrain_ray.campaign.resume.tune_state import set_aside, torn_state
 from retrain_ray.campaign.stagger import start_gate
+from retrain_ray.checks.preflight import campaign_problems
 from retrain_ray.config import ConfigError, RetrainConfig, load_config
 from retrain_ray.config.no_training import condition_warnings
 from retrain_ray.logs.dir_lock import DirectoryInUse, DirLock
 from retrain_ray.logs.manifest import Manifest, damaged_manifest, read_manifest, write_json_atomic
 from retrain_ray.logs.parquet_export import export_campaign
 from retrain_ray.models.names import config_uses_peft
-from retrain_ray.run.preflight import campaign_problems
+from retrain_ray.plugins.bundle import PluginBundle
 from retrain_ray.util.secrets import has_redactions, redact, restore_secrets
 
 if TYPE_CHECKING:
@@ -120,7 +127,7 @@ class Campaign:
         condition is preflighted first (`CampaignError` with all problems, before Ray starts).
         `dashboard`: a local Ray this call starts runs the Ray dashboard (off: it starts faster).
         The campaign directory is locked for the call (logs/dir_lock.py): a second driver of the same
-        campaign gets a `CampaignError` naming this one. Stopped by Ctrl-C (or SIGTERM at the CLI), it
+        campaign gets a `CampaignError` naming this one. Stopped by Ctrl-C (or SIGTERM or SIGHUP at the CLI), it
         raises `CampaignInterrupted` (a KeyboardInterrupt) once Tune has saved its state.
         `observer` receives the campaign's messages (campaign/observer.py); without one they are printed,
         the progress messages only with `progress`.
@@ -141,7 +148,10 @@ class Campaign:
             raise CampaignError([str(exc)]) from None
         try:
             peft = any(config_uses_peft(r.config) for r in self.plan.runs)
-            started = connect(address, dashboard=dashboard, preload=trial_modules(peft=peft), observer=self.observer)
+            handlers = stop_handlers()
+            with stop_signals_blocked(handlers):  # the local Ray's daemons started here inherit the mask
+                started = connect(address, dashboard=dashboard, preload=trial_modules(peft=peft), observer=self.observer)
+            restore_stop_handlers(handlers)
             try:
                 return self._run(plugins, can_scale=not started)
             finally:
@@ -308,6 +318,46 @@ class _Actors:
         for handle in (self.recorder, self.gate):
             if handle is not None:
                 ray.kill(handle)  # pyright: ignore[reportUnknownMemberType]  # typed for ActorHandle[Unknown]
+
+
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+
+
+def stop_handlers() -> dict[int, object]:
+    """The Python handlers of SIGTERM and SIGHUP now (the CLI's, cli/interrupts.py), to put back after Ray connects."""
+    return {signum: signal.getsignal(signum) for signum in STOP_SIGNALS}
+
+
+@contextmanager
+def stop_signals_blocked(handlers: dict[int, object]) -> Generator[None]:
+    """SIGTERM and SIGHUP blocked in this thread for the body, when the caller handles them (the CLI does).
+
+    A scheduler's SIGTERM (or a closed terminal's SIGHUP) goes to the driver's whole process group, and the
+    local Ray `ray.init` starts (GCS, raylet, their workers) is in that group: its GCS died with the driver's
+    stop, and the driver, stopping gracefully, was then ended by Ray's core worker 60 s later ("Failed to
+    connect to GCS", exit 1). Processes started while the signals are blocked inherit the mask, as Ray's own
+    start-up blocks SIGINT in them (a terminal's Ctrl-C); the driver unblocks them at once after. Ray still
+    stops its daemons at shutdown (SIGTERM, then SIGKILL after 1 s)."""
+    signals = {signum for signum, handler in handlers.items() if callable(handler)}
+    if not signals or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    signal.pthread_sigmask(signal.SIG_BLOCK, signals)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, signals)
+
+
+def restore_stop_handlers(handlers: dict[int, object]) -> None:
+    """Puts the caller's own SIGTERM and SIGHUP handlers back over the ones `ray.init` installs (SIGTERM: kill
+    the local Ray and `sys.exit(1)`: no checkpoint, the manifest left `running`, exit 1), so the CLI stops the
+    campaign as Ctrl-C does. A handler the caller did not set (the default) is left to Ray. Main thread only."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    for signum, handler in handlers.items():
+        if callable(handler):
+            signal.signal(signum, cast("Callable[[int, FrameType | None], object]", handler))
 
 
 def _with_secrets(config_json: dict[str, object], source: str, snapshot: Path) -> dict[str, object]:

@@ -8,6 +8,8 @@ import Tune.
 from __future__ import annotations
 
 import logging
+import time
+from pathlib import Path
 from typing import TypedDict, cast
 
 from ray import tune
@@ -18,15 +20,16 @@ from ray.tune.schedulers import TrialScheduler
 from ray.tune.search import Searcher
 from ray.tune.trainable.function_trainable import wrap_function
 
+from retrain_ray.actors.restarts import read_restarts
 from retrain_ray.campaign.adaptive.scheduler import AdaptiveBook, AdaptiveScheduler, AdaptiveSearcher
 from retrain_ray.campaign.control import ControlPlane
 from retrain_ray.campaign.observer import CampaignObserver
 from retrain_ray.campaign.plan import TUNE_DIR, CampaignError, CampaignPlan, Runner, RunPlan
-from retrain_ray.campaign.plugin_bundle import PluginBundle
 from retrain_ray.campaign.resume.tune_copies import TuneCopyPruner
 from retrain_ray.campaign.tracking import ManifestCallback
 from retrain_ray.campaign.trial import TrialContext, run_trial
 from retrain_ray.logs.manifest import Manifest
+from retrain_ray.plugins.bundle import PluginBundle
 from retrain_ray.trackers.mlflow_tracker import ensure_experiment, experiment_name
 
 # Tune writes its experiment state (which names each run's latest checkpoint) into a staging dir and
@@ -37,6 +40,12 @@ from retrain_ray.trackers.mlflow_tracker import ensure_experiment, experiment_na
 # every copy and `TuneCopyPruner` (campaign/resume/tune_copies.py) bounds them by keep_last_checkpoints,
 # deleting only copies older than what the synced state names.
 STATE_SYNC_S = 2
+# REUSE_ACTORS_NOTE: a grid campaign reuses a trial's process for the next run (its imports and model
+# caches stay warm). An adaptive campaign does not: it pauses trials at its rungs, and a paused function
+# trial's thread is still blocked inside the run (model, engines, open logs); Tune's reuse asks
+# `reset_config()` to end that thread within 2 s, which it cannot, and the next trial went to ERROR
+# ("Could not re-use actor ..."), leaving the rung waiting for it. A fresh process per start of a paused
+# trial costs one process start per rung; docs/campaigns.md argues it.
 
 
 def can_restore(plan: CampaignPlan) -> bool:
@@ -63,6 +72,7 @@ def build_tuner(plan: CampaignPlan, manifest: Manifest, *, namespace: str, contr
         records,
         TuneCopyPruner({r.run_name: r.config.training.keep_last_checkpoints for r in plan.all_runs}, observer=observer),
         JsonLoggerCallback(),  # the only Tune logger kept (campaign/local_ray.py): fit()'s ResultGrid reads it
+        RestartNotices(records, observer=observer, campaign_dir=plan.campaign_dir),
     ]
     line = observer.progress_line(plan.campaign_dir)
     if line is not None:
@@ -71,7 +81,7 @@ def build_tuner(plan: CampaignPlan, manifest: Manifest, *, namespace: str, contr
         trainable,
         param_space={} if adaptive else {"run_name": tune.grid_search([r.run_name for r in plan.runs])},  # pyright: ignore[reportUnknownMemberType]
         tune_config=tune.TuneConfig(max_concurrent_trials=None if adaptive else plan.schedule.max_concurrent,
-                                    reuse_actors=True,
+                                    reuse_actors=adaptive is None,  # see REUSE_ACTORS_NOTE
                                     trial_name_creator=trial_name, trial_dirname_creator=trial_name,
                                     **_adaptive_tune(plan, records, observer)),
         run_config=tune.RunConfig(
@@ -98,6 +108,43 @@ class _AdaptiveTune(TypedDict, total=False):
     search_alg: Searcher
     scheduler: TrialScheduler
     num_samples: int
+
+
+class RestartNotices(tune.Callback):
+    """Tells the user when Ray restarted a control actor (actors/restarts.py): a console warning at once and
+    the manifest's `control_restarts`, so a recorder killed mid-campaign is neither silent nor fatal."""
+
+    CHECK_EVERY_S = 1.0
+
+    def __init__(self, records: ManifestCallback, *, observer: CampaignObserver, campaign_dir: Path) -> None:
+        self.records: ManifestCallback | None = records  # None in a copy Tune unpickled
+        self.observer = observer
+        self.campaign_dir = campaign_dir
+        self.seen = len(read_restarts(campaign_dir))  # earlier sessions' restarts are already in the manifest
+        self.checked_at = 0.0
+
+    def __getstate__(self) -> dict[str, object]:  # Tune pickles callbacks with its experiment state
+        return {**self.__dict__, "records": None, "observer": None}
+
+    def on_step_end(self, iteration: int, trials: list[Trial], **info: object) -> None:
+        if time.monotonic() - self.checked_at >= self.CHECK_EVERY_S:
+            self.checked_at = time.monotonic()
+            self.report()
+
+    def on_experiment_end(self, trials: list[Trial], **info: object) -> None:
+        self.report()
+
+    def report(self) -> None:
+        restarts = read_restarts(self.campaign_dir)
+        new, self.seen = restarts[self.seen:], len(restarts)
+        if not new or self.records is None:
+            return
+        for restart in new:
+            self.observer.on_warning(f"the campaign's {restart.get('actor')} actor died and Ray restarted it "
+                                     f"(new pid {restart.get('pid')}); its calls in flight were retried, the runs go on")
+        manifest = self.records.manifest
+        known = cast("list[dict[str, object]]", getattr(manifest.record, "control_restarts", None) or [])
+        manifest.update(control_restarts=[*known, *new])
 
 
 TRIAL_CLASS_NAME = "RetrainRun"

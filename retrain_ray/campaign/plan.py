@@ -23,20 +23,21 @@ from typing import TYPE_CHECKING
 
 import pyarrow.fs  # pyright: ignore[reportMissingTypeStubs]
 
-from retrain_ray.actors.placement import Placement, parse_devices
 from retrain_ray.backends.registry import placed_devices
 from retrain_ray.campaign.adaptive.plan import AdaptivePlan, adaptive_plan
 from retrain_ray.campaign.capacity.packing import Packing, packed_config, plan_packing
+from retrain_ray.campaign.capacity.placement import Placement, parse_devices
+from retrain_ray.checks.preflight import model_problems
+from retrain_ray.config.campaign_schema import RULES, name_problem
 from retrain_ray.config.matrix import RunSpec, expand_runs
-from retrain_ray.config.run_names import RULES, name_problem
 from retrain_ray.logs.manifest import RunRecord
-from retrain_ray.run.preflight import model_problems
 from retrain_ray.run.types import RunOutcome
 from retrain_ray.util.secrets import redact
 
 if TYPE_CHECKING:
     from retrain_ray.config.campaign_schema import CampaignSection
     from retrain_ray.config.schema import RetrainConfig
+    from retrain_ray.config.sections_runtime import LoggingSection
 
 
 class CampaignError(Exception):
@@ -69,6 +70,11 @@ class RunPlan:
     placement: Placement | None = None
     in_process: bool = False  # every GPU in the run's own process (never split actors): plugin backends/engines
     gpu_share: float = 1.0  # the GPU of a one-GPU run packed with others ([campaign] runs_per_gpu: 1/N)
+
+    @property
+    def condition_label(self) -> str:
+        """The condition's label, as `config.matrix.RunSpec` names it."""
+        return self.condition
 
 
 @dataclass(frozen=True)
@@ -133,8 +139,9 @@ def tune_storage(campaign: CampaignSection, name: str, campaign_dir: Path) -> tu
     return f"{uri}/{name}", []
 
 
-def default_root(config: RetrainConfig) -> Path:
-    return Path(config.logging.log_dir or "logs")
+def default_root(logging: LoggingSection) -> Path:
+    """Where campaigns live unless `root=` says: `[logging].log_dir`, else "logs"."""
+    return Path(logging.log_dir or "logs")
 
 
 def campaign_name(campaign: CampaignSection, name: str | None) -> str:
@@ -198,8 +205,13 @@ def _run_plan(spec: RunSpec, campaign_dir: Path) -> tuple[RunPlan | None, list[s
     return plan, []
 
 
-def build_plan(config: RetrainConfig, *, name: str | None = None, root: str | Path | None = None) -> CampaignPlan:
-    """Validates the campaign and expands its runs; raises CampaignError listing every problem."""
+def build_plan(config: RetrainConfig, *, name: str | None = None, root: str | Path | None = None,
+               probe: bool = True) -> CampaignPlan:
+    """Validates the campaign and expands its runs; raises CampaignError listing every problem.
+
+    `probe=False` (a dry run: `retrain-ray explain`) skips the checks that look beyond the config, the
+    model on this machine or the Hub and the `[campaign] storage` filesystem; explain reports what this
+    machine lacks as warnings instead."""
     campaign = config.campaign
     if campaign is None:
         raise CampaignError(["the config has no [campaign] section; add one (spec 5.1) or use `retrain-ray train`"])
@@ -210,7 +222,7 @@ def build_plan(config: RetrainConfig, *, name: str | None = None, root: str | Pa
                         "it must be a local path; send checkpoints to a bucket with [campaign].storage = "
                         f"{str(root)!r} (flag --campaign.storage)")
         root = None
-    campaign_dir = (Path(root) if root else default_root(config)).resolve() / cname
+    campaign_dir = (Path(root) if root else default_root(config.logging)).resolve() / cname
     adaptive = adaptive_plan(config)
     expanded = config
     if adaptive is not None:  # every run it may start: the seeds it adds have their runs planned now
@@ -219,7 +231,7 @@ def build_plan(config: RetrainConfig, *, name: str | None = None, root: str | Pa
     specs = expand_runs(expanded, run_dir=lambda run_name: campaign_dir / "runs" / run_name / "work")
     runs: list[RunPlan] = []
     for spec in specs:
-        bad_name = name_problem(spec.run_name)  # config/run_names.py names the key at load; this is the plan's net
+        bad_name = name_problem(spec.run_name)  # config/campaign_schema.py names the key at load; this is the plan's net
         if bad_name:
             problems.append(f"run name {spec.run_name!r} of condition {spec.condition_label!r} cannot be a directory "
                             f"name: {bad_name}; it must be {RULES}. Fix: change the condition's values that put it there")
@@ -236,9 +248,9 @@ def build_plan(config: RetrainConfig, *, name: str | None = None, root: str | Pa
         problems.append("the campaign has no runs: [campaign].seeds or [[campaign.conditions]] is empty")
     schedule, errs = _schedule(campaign, len(runs))
     problems += errs
-    storage, errs = tune_storage(campaign, cname, campaign_dir)
+    storage, errs = tune_storage(campaign, cname, campaign_dir) if probe else (str(campaign_dir), [])
     problems += errs
-    if not problems:  # the model check may ask the Hub: only for an otherwise valid campaign
+    if probe and not problems:  # the model check may ask the Hub: only for an otherwise valid campaign
         problems += model_problems([r.config for r in runs])
     packing = None
     if not problems and campaign.runs_per_gpu > 1:

@@ -1,22 +1,13 @@
-"""Plugins shipped to a campaign's trials, wherever Ray places them.
+"""Plugins shipped to a campaign's trials, wherever Ray places them: which code a campaign's configs name.
 
 A trial imports the config's dotted plugins (data source, reward, backend, engine, detector, advantage,
 transform, algorithm, uncertainty kind, a `custom` reward's module) in its own process, on any node of
 the cluster, where the driver's `./plugins` does not exist. The driver, after preflight imported them,
-packs the code they came from into one zip (`build_bundle`), which travels to the trials inside their
-`TrialContext` (Tune puts it in Ray's object store once); each trial unpacks it into a per-node cache
-keyed by its digest and puts that first on `sys.path` (`activate`).
-
-What is packed, per plugin module, is the narrowest unit that keeps its imports working:
-* found under a `[plugins] search_paths` prefix (`plugins.my_reward`): that search path's whole folder
-  (`plugins/`), plus the `__init__.py` of its parent packages (`a/b` ships `a/__init__.py` and `a/b/`);
-* found as given (`my_pkg.rewards`): its top-level package folder (`my_pkg/`), or the one file of a
-  top-level module (`my_reward.py`): never the folder it lies in, so never the working directory.
-Installed code (site-packages, the standard library) and retrain_ray itself are not packed: they are
-on every node already. `__pycache__`, `.git` and compiled files are left out. A bundle over
-`MAX_BUNDLE_BYTES` (Ray's limit for a runtime-env package) is refused, naming the folder. `packing` is
-that choice of files; `build_bundle` zips it for the driver and `shipment` describes it for
-`retrain-ray explain`, so explain shows exactly what a campaign ships.
+packs the code they came from into one zip (`build_bundle`; what is packed and how: plugins/bundle.py),
+which travels to the trials inside their `TrialContext` (Tune puts it in Ray's object store once); each
+trial unpacks it into a per-node cache keyed by its digest and puts that first on `sys.path`
+(`plugins.bundle.activate`). `packing` is that choice of files; `build_bundle` zips it for the driver and
+`shipment` describes it for `retrain-ray explain`, so explain shows exactly what a campaign ships.
 
 Ray's runtime env (`py_modules`) is not used on purpose: Tune gives trials a runtime env of its own
 (campaign/local_ray.py relies on it being empty so trials start in the warm worker processes), a job's
@@ -26,76 +17,20 @@ the tests), and a user's own runtime env is left exactly as they set it.
 
 from __future__ import annotations
 
-import hashlib
-import importlib
-import io
-import os
-import shutil
-import sys
-import sysconfig
-import tempfile
-import zipfile
 from collections.abc import Iterable
-from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from types import ModuleType
 from typing import TYPE_CHECKING
 
-from retrain_ray.plugins.loader import is_dotted_path, plugin_module, use_search_paths
-from retrain_ray.config.names import PLUGIN_KEYS
+from retrain_ray.checks.rules import PLUGIN_KEYS
+from retrain_ray.plugins.bundle import MAX_BUNDLE_BYTES, Packing, PluginBundle, pack, plugin_unit, zip_packing
+from retrain_ray.plugins.loader import LOADER, is_dotted_path, plugin_module, use_search_paths
 
 if TYPE_CHECKING:
     from retrain_ray.config.schema import RetrainConfig
+    from retrain_ray.config.sections_runtime import RewardSection
 
-MAX_BUNDLE_BYTES = 100 * 2**20
-SKIPPED_DIRS = frozenset({"__pycache__", ".git"})
-
-
-@dataclass(frozen=True)
-class PluginBundle:
-    """The zipped plugin code of a campaign: `units` are (name in the bundle, folder or file it came from)."""
-
-    digest: str
-    data: bytes
-    units: tuple[tuple[str, str], ...]
-    files: int
-
-    def unpack(self, base: Path | None = None) -> Path:
-        """The folder holding the bundle's files on this node, unpacked on first use (concurrent trials
-        of one node race to rename their copy into place; the loser discards its own)."""
-        base = base or Path(tempfile.gettempdir()) / f"retrain-ray-plugins-{os.getuid()}"
-        target = base / self.digest[:16]
-        if target.is_dir():
-            return target
-        base.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(dir=base, prefix=".unpacking-"))
-        with zipfile.ZipFile(io.BytesIO(self.data)) as archive:
-            archive.extractall(staging)
-        try:
-            staging.rename(target)
-        except OSError:
-            shutil.rmtree(staging, ignore_errors=True)
-            if not target.is_dir():
-                raise
-        return target
-
-    def describe(self) -> str:
-        size = len(self.data) / 1024
-        return f"{', '.join(name for name, _ in self.units)} ({self.files} files, {size:.0f} KiB zipped)"
-
-
-def activate(bundle: PluginBundle) -> Path:
-    """Unpacks `bundle` on this node and puts it first on `sys.path`: the trial imports the driver's code.
-
-    Kept on `sys.path` rather than given to the `PluginLoader` (plugins/loader.py), on purpose: in the
-    trial, code other than the loader imports the bundle's modules by name: a `custom` reward's module
-    (`importlib.import_module` in rewards/custom.py, and its worker processes, which inherit `sys.path`),
-    the plugins' own absolute imports of their siblings, and unpickling of objects they define."""
-    root = bundle.unpack()
-    if str(root) not in sys.path:
-        sys.path.insert(0, str(root))
-        importlib.invalidate_caches()
-    return root
+__all__ = ["MAX_BUNDLE_BYTES", "build_bundle", "bundle_units", "packing", "plugin_references", "shipment"]
 
 
 def plugin_references(cfg: RetrainConfig) -> list[tuple[str, str]]:
@@ -104,52 +39,15 @@ def plugin_references(cfg: RetrainConfig) -> list[tuple[str, str]]:
     return [(kind, value) for kind, value in refs if isinstance(value, str) and value and is_dotted_path(value)]
 
 
-def _installed(root: Path, top: str) -> bool:
-    stdlib = Path(sysconfig.get_paths()["stdlib"])
-    return (top == "retrain_ray" or bool({"site-packages", "dist-packages"} & set(root.parts))
-            or root.is_relative_to(stdlib))
-
-
-def _unit(module: ModuleType, prefix: str) -> tuple[Path, PurePosixPath] | None:
-    """(sys.path folder, what under it to pack) for `module`, or None when it is installed code."""
-    file = getattr(module, "__file__", None)
-    if not file:
+def _custom_reward_module(reward: RewardSection) -> tuple[ModuleType, str] | None:
+    """The module of a `custom` reward and its search path prefix, when it imports here (as the run imports
+    it: under `[plugins] search_paths`, then as given; preflight reports one that does not)."""
+    if reward.type != "custom" or not reward.custom_module:
         return None
-    parts = module.__name__.split(".")
-    path = Path(file).absolute()
-    is_package = path.name == "__init__.py"
-    root = path.parents[len(parts) - (0 if is_package else 1)]
-    if _installed(root, parts[0]):
-        return None
-    if prefix:
-        return root, PurePosixPath(*prefix.split("."))
-    return root, PurePosixPath(parts[0] if is_package or len(parts) > 1 else path.name)
-
-
-def _files(root: Path, rel: PurePosixPath) -> list[tuple[Path, str]]:
-    """(file, name in the bundle) of one unit: its parent packages' `__init__.py`, then its files."""
-    found = [(root.joinpath(*rel.parts[:i], "__init__.py"), "/".join([*rel.parts[:i], "__init__.py"]))
-             for i in range(1, len(rel.parts))]
-    found = [(f, name) for f, name in found if f.is_file()]
-    target = root / rel
-    if target.is_file():
-        return [*found, (target, rel.as_posix())]
-    for folder, dirnames, filenames in os.walk(target):
-        dirnames[:] = sorted(d for d in dirnames if d not in SKIPPED_DIRS)
-        for name in sorted(filenames):
-            if not name.endswith((".pyc", ".pyo")):
-                file = Path(folder) / name
-                found.append((file, file.relative_to(root).as_posix()))
-    return found
-
-
-def _custom_reward_module(cfg: RetrainConfig) -> ModuleType | None:
-    """The module of a `custom` reward, when it imports here (preflight reports one that does not)."""
-    if cfg.reward.type != "custom" or not cfg.reward.custom_module:
-        return None
+    name = reward.custom_module.partition(":")[0]
     try:
-        return importlib.import_module(cfg.reward.custom_module.partition(":")[0])
-    except ImportError:
+        return LOADER.find(name, name, "[reward] custom_module")
+    except (ImportError, ValueError):
         return None
 
 
@@ -159,65 +57,26 @@ def bundle_units(configs: Iterable[RetrainConfig]) -> list[tuple[Path, PurePosix
     for cfg in configs:
         use_search_paths(cfg.plugins.search_paths)
         modules = [plugin_module(path, kind) for kind, path in plugin_references(cfg)]
-        custom = _custom_reward_module(cfg)
-        modules += [(custom, "")] if custom is not None else []
+        custom = _custom_reward_module(cfg.reward)
+        modules += [custom] if custom is not None else []
         for module, prefix in modules:
-            unit = _unit(module, prefix)
+            unit = plugin_unit(module, prefix)
             if unit is not None:
                 units[unit] = None
     return list(units)
 
 
-@dataclass(frozen=True)
-class Packing:
-    """What a bundle holds before zipping: `files` by their name in the bundle; `units` are (name in the
-    bundle, folder or file it came from, its files, their bytes)."""
-
-    files: dict[str, Path]
-    units: tuple[tuple[str, str, int, int], ...]
-
-    @property
-    def raw_bytes(self) -> int:
-        return sum(f.stat().st_size for f in self.files.values())
-
-
 def packing(configs: Iterable[RetrainConfig]) -> Packing | None:
     """What `build_bundle` would pack for these configs; None when they name no plugin (or only installed
     ones). Raises ValueError naming the folder when the files exceed `MAX_BUNDLE_BYTES`."""
-    files: dict[str, Path] = {}
-    units: list[tuple[str, str, int, int]] = []
-    for root, rel in bundle_units(configs):
-        unit_files = _files(root, rel)
-        size = sum(f.stat().st_size for f, _ in unit_files)
-        if size > MAX_BUNDLE_BYTES:
-            raise ValueError(
-                f"[plugins] {root / rel}: {size / 2**20:.1f} MiB of files to ship to the campaign's trials, over the "
-                f"{MAX_BUNDLE_BYTES // 2**20} MiB limit of a Ray package. Keep data out of the plugin folder (read it "
-                "from a path every node sees), or install the plugin as a package on every node")
-        units.append((rel.as_posix(), str(root / rel), len(unit_files), size))
-        for file, name in unit_files:
-            files.setdefault(name, file)
-    if not files:
-        return None
-    packed = Packing(files, tuple(units))
-    if packed.raw_bytes > MAX_BUNDLE_BYTES:
-        raise ValueError(f"[plugins] {', '.join(u[1] for u in units)}: {packed.raw_bytes / 2**20:.1f} MiB of files "
-                         f"to ship to the campaign's trials, over the {MAX_BUNDLE_BYTES // 2**20} MiB limit of a "
-                         "Ray package")
-    return packed
+    return pack(bundle_units(configs))
 
 
 def build_bundle(configs: Iterable[RetrainConfig]) -> PluginBundle | None:
     """The bundle of the plugins these configs name; None when they name none (or only installed ones).
     Raises ValueError naming the folder when the files exceed `MAX_BUNDLE_BYTES`."""
     packed = packing(configs)
-    return None if packed is None else _bundle(packed)
-
-
-def _bundle(packed: Packing) -> PluginBundle:
-    data = _zip(packed.files)
-    sources = tuple((name, source) for name, source, _, _ in packed.units)
-    return PluginBundle(hashlib.sha256(data).hexdigest(), data, sources, len(packed.files))
+    return None if packed is None else zip_packing(packed)
 
 
 def shipment(configs: Iterable[RetrainConfig]) -> dict[str, object]:
@@ -229,23 +88,13 @@ def shipment(configs: Iterable[RetrainConfig]) -> dict[str, object]:
     except ValueError as exc:
         return {"status": "refused", "error": str(exc)}
     if packed is None:
-        named = any(plugin_references(c) or _custom_reward_module(c) is not None for c in configs)
+        named = any(plugin_references(c) or _custom_reward_module(c.reward) is not None for c in configs)
         return {"status": "none", "reason": "only installed plugins named (on every node already)" if named
                 else "no plugin named"}
-    bundle = _bundle(packed)
+    bundle = zip_packing(packed)
     return {"status": "shipped",
             "units": [{"name": n, "source": s, "files": f, "bytes": b} for n, s, f, b in packed.units],
             "files": bundle.files, "raw_bytes": packed.raw_bytes, "zipped_bytes": len(bundle.data),
             "digest": bundle.digest[:16]}
 
 
-def _zip(files: dict[str, Path]) -> bytes:
-    """The files under their names, with fixed timestamps: the same code gives the same digest."""
-    buffer = io.BytesIO()
-    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
-        for name in sorted(files):
-            info = zipfile.ZipInfo(name, date_time=(1980, 1, 1, 0, 0, 0))
-            info.external_attr = 0o644 << 16
-            info.compress_type = zipfile.ZIP_DEFLATED
-            archive.writestr(info, files[name].read_bytes())
-    return buffer.getvalue()

@@ -18,6 +18,8 @@ from typing import TextIO
 from ray.tune import Callback
 from ray.tune.experiment import Trial
 
+from retrain_ray.campaign.adaptive.paused import paused_summary
+from retrain_ray.logs.manifest import read_manifest
 from retrain_ray.results.live import summary_line
 from retrain_ray.results.status import campaign_status
 
@@ -47,7 +49,8 @@ class CampaignProgress(Callback):
         return bool(isatty and isatty())
 
     def line(self) -> str:
-        return "[campaign] " + summary_line(campaign_status(self.campaign_dir))
+        paused = paused_summary(read_manifest(self.campaign_dir).runs)  # an adaptive campaign's runs at a rung
+        return "[campaign] " + summary_line(campaign_status(self.campaign_dir)) + paused
 
     def on_step_end(self, iteration: int, trials: list[Trial], **info: object) -> None:
         every = self.tty_every_s if self._tty() else self.log_every_s

@@ -25,6 +25,7 @@ and at close, so every step up to a checkpoint is on disk before Tune records th
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -35,6 +36,7 @@ from ray import ObjectRef
 from ray.actor import ActorHandle
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+from retrain_ray.actors.restarts import CONTROL_RESTARTS, record_restart
 from retrain_ray.actors.worker_env import SERVICE_RUNTIME_ENV
 from retrain_ray.logs import EVAL_SCHEMA, GENERATIONS_SCHEMA, METRICS_SCHEMA, ArrowStreamWriter, row_to_record  # pyright: ignore[reportUnknownVariableType]  # pyarrow schemas: no stubs
 from retrain_ray.logs.jsonl import JsonlMirror
@@ -151,12 +153,22 @@ class RecorderCore:
             self.close_run(run)
 
 
-@ray.remote(num_cpus=0, max_concurrency=64, runtime_env=SERVICE_RUNTIME_ENV)  # pyright: ignore[reportCallIssue, reportUntypedClassDecorator]  # ray's overloads omit max_concurrency
+@ray.remote(num_cpus=0, max_concurrency=64, runtime_env=SERVICE_RUNTIME_ENV,  # pyright: ignore[reportCallIssue, reportUntypedClassDecorator]  # ray's overloads omit max_concurrency
+            max_restarts=CONTROL_RESTARTS, max_task_retries=-1)
 class RecorderActor:
-    """Async Ray host of `RecorderCore`. Methods run one at a time on the actor's event loop."""
+    """Async Ray host of `RecorderCore`. Methods run one at a time on the actor's event loop.
+
+    A recorder that dies (a `kill -9`, its process OOM-killed) is restarted by Ray up to `CONTROL_RESTARTS`
+    times with the same campaign directory, and the calls in flight are retried on the new one: its state
+    is on disk (the streams; a new lifetime writes new segments and readers de-duplicate on (run, step),
+    a torn tail is dropped and its rows come again with the retried call), so the runs go on. Each restart
+    is recorded in `<campaign_dir>/control_restarts.jsonl`, which the driver reports (campaign/experiment.py).
+    """
 
     def __init__(self, campaign_dir: str) -> None:
         self._core = RecorderCore(campaign_dir)
+        if ray.get_runtime_context().was_current_actor_reconstructed:  # pyright: ignore[reportUnknownMemberType]
+            record_restart(Path(campaign_dir), "recorder")
 
     async def append(self, run: str, kind: str, rows: list[dict[str, object]], jsonl: bool = True) -> int:
         return self._core.append(run, kind, rows, jsonl=jsonl)
@@ -178,6 +190,10 @@ class RecorderActor:
 
     async def ping(self) -> str:
         return ray.get_runtime_context().get_node_id()
+
+    async def pid(self) -> int:
+        """The actor's process id (what a fault test or an operator's `kill` needs)."""
+        return os.getpid()
 
 
 def recorder_name(campaign: str) -> str:

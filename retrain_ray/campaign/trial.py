@@ -31,16 +31,17 @@ import ray
 from ray import ObjectRef, tune
 
 from retrain_ray.actors.worker_env import PRELOAD_MODULE
-from retrain_ray.plugins.loader import use_plugin_root
 from retrain_ray.campaign.control import ControlPlane
 from retrain_ray.campaign.dashboard.gauges import RunGauges
 from retrain_ray.campaign.plan import DEFAULT_RUNNER, Runner, RunPlan
-from retrain_ray.campaign.plugin_bundle import PluginBundle, activate
 from retrain_ray.campaign.recorder import RecorderClient, recorder_name
 from retrain_ray.campaign.resume.point import ResumePoint, decide_resume
 from retrain_ray.campaign.split import split_policy
 from retrain_ray.campaign.stagger import wait_for_start_slot
+from retrain_ray.checks.preflight import check_run
 from retrain_ray.logs.types import MetricsRow, RunObserver
+from retrain_ray.plugins.bundle import PluginBundle, activate
+from retrain_ray.plugins.loader import use_plugin_root
 from retrain_ray.run.types import RunOutcome
 from retrain_ray.trackers import RunIdentity, build_trackers
 from retrain_ray.util.process_clock import process_started_at
@@ -174,6 +175,8 @@ def _run(ctx: TrialContext, plan: RunPlan, tune_checkpoint: Path | None) -> tupl
     reporter = TuneReporter(point.reported(), {"run_name": plan.run_name, "config": redact(plan.config.model_dump(mode="json"))},
                             metric=ctx.adaptive_metric, window=ctx.adaptive_window)
     runner = resolve_runner(ctx.runner)
+    if ctx.runner == DEFAULT_RUNNER:  # train_run trains what it is given: this node's preflight is ours
+        check_run(plan.config)
     throttle = ctx.control.throttle_for(plan.run_name)
     try:
         with split_policy(ctx, plan) as policy:

@@ -25,7 +25,7 @@ def _learning_table(results):
     import pandas as pd
 
     # deferred: loads ray, which importing this module does not need
-    from retrain_ray.results.stats import ci95_halfwidth
+    from retrain_ray.results.significance import ci95_halfwidth
 
     df = results.get_dataframe()
     rows = []

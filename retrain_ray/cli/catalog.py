@@ -15,10 +15,10 @@ import importlib
 import importlib.util
 import json
 import sys
+from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from retrain_ray.plugins.loader import PluginLoader
 from retrain_ray.backends.registry import (
     BUILTIN_CAPABILITIES,
     ENGINE_HOOKS,
@@ -28,13 +28,13 @@ from retrain_ray.backends.registry import (
     engine_capabilities,
 )
 from retrain_ray.backends.types import BackendCapabilities
-from retrain_ray.config import ConfigError, load_config, names
+from retrain_ray.checks.rules import PLUGIN_KEYS
+from retrain_ray.compat import provide_original_names
+from retrain_ray.config import ConfigError, load_config
 from retrain_ray.config.backend_options import schema_for
 from retrain_ray.config.components import BACKEND_SPECS
-
-if TYPE_CHECKING:
-
-    from retrain_ray.config.schema import RetrainConfig
+from retrain_ray.plugins import is_dotted_path
+from retrain_ray.plugins.catalog import check_reference, discover_plugin_modules
 
 NOT_SHIPPED = {
     "unsloth": "the original's Unsloth-patched local backend; not shipped: use backend = \"local\"",
@@ -130,7 +130,7 @@ def backends_main(argv: list[str]) -> int:
 
 
 BUILTIN_COMPONENTS: dict[str, tuple[str, frozenset[str]]] = {
-    k.component: (k.config_key, k.builtin) for k in names.PLUGIN_KEYS
+    k.component: (k.config_key, k.builtin) for k in PLUGIN_KEYS
 }
 """component -> (config key, built-in names). Each key also takes a dotted plugin path."""
 
@@ -148,52 +148,22 @@ FACTORIES: dict[str, str] = {
 flat field names; `context` (backends/plugin_context.py) is optional: a factory of one parameter gets config only."""
 
 
-def discover_plugin_modules(search_paths: list[str], base: Path) -> list[dict[str, str]]:
-    """Python modules and packages directly inside each search path (relative paths from `base`)."""
-    found = []
-    for entry in search_paths:
-        root = Path(entry) if Path(entry).is_absolute() else base / entry
-        if not root.is_dir():
-            continue
-        for path in sorted(root.iterdir()):
-            is_pkg = path.is_dir() and (path / "__init__.py").is_file()
-            if is_pkg or (path.suffix == ".py" and path.stem != "__init__"):
-                found.append({"module": path.stem, "path": str(path), "search_path": entry})
-    return found
-
-
-def _catalog_loader(search_paths: list[str], base: Path) -> PluginLoader:
-    """A loader that looks in `search_paths` (folders, relative to `base`) before `sys.path`."""
-    roots = tuple(str(Path(p) if Path(p).is_absolute() else base / p) for p in search_paths)
-    return PluginLoader((), roots, roots_first=True, cwd=False)
-
-
-def check_reference(ref: str, search_paths: list[str], base: Path) -> str:
-    """"" if the dotted path `pkg.mod:name` / `pkg.mod.name` imports and resolves, else why not."""
-    module, _, attr = ref.partition(":") if ":" in ref else ref.rpartition(".")
-    try:
-        obj = _catalog_loader(search_paths, base).import_module(module)
-        if not hasattr(obj, attr):
-            return f"module {module!r} has no attribute {attr!r}"
-        return ""
-    except Exception as exc:  # a plugin may fail to import in any way; report it, do not crash
-        return f"import {module!r} failed: {type(exc).__name__}: {exc}"
-
-
-def _config_references(cfg: RetrainConfig) -> dict[str, str]:
+def _config_references(sections: Mapping[str, object]) -> dict[str, str]:
+    """The plugin keys of the config's `sections` (by section name) that name a dotted path."""
     refs = {}
-    for plugin_key in names.PLUGIN_KEYS:
-        value = getattr(getattr(cfg, plugin_key.section), plugin_key.key)
-        if isinstance(value, str) and names.is_dotted_path(value):
+    for plugin_key in PLUGIN_KEYS:
+        value = getattr(sections[plugin_key.section], plugin_key.key)
+        if isinstance(value, str) and is_dotted_path(value):
             refs[plugin_key.config_key] = value
     return refs
 
 
 def plugins_report(config: str | None) -> dict[str, Any]:
+    provide_original_names()  # a plugin written for the original imports `retrain.data`, ... (compat/)
     search_paths, base, refs, inference = ["plugins"], Path.cwd(), {}, {}
     if config:
         cfg = load_config(config)
-        search_paths, refs = list(cfg.plugins.search_paths), _config_references(cfg)
+        search_paths, refs = list(cfg.plugins.search_paths), _config_references(dict(cfg))
         base, inference = Path(config).resolve().parent, cfg.inference.model_dump()
     return {
         "builtin": {comp: {"key": key, "names": sorted(known)} for comp, (key, known) in BUILTIN_COMPONENTS.items()},

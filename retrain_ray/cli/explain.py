@@ -9,14 +9,16 @@ cluster at RAY_ADDRESS), each run's warm-start and RL steps at their own seconds
 per-run and campaign start-up, `stagger_seconds`, and the checkpoint disk. The figures come from
 a pilot's logs (`--calibrate DIR`: campaign/capacity/calibration.py), else from earlier runs of the same
 campaign under its log_dir (said so), else a fixed `--median-step-time` (10 s) per step, said to
-be uncalibrated. Seed 000's checklist (truncation, concurrency, the wall time) follows.
+be uncalibrated. Seed 000's checklist (truncation, concurrency, the wall time) follows. A campaign's
+runs, their resources (the packed GPU share), its packing and its adaptive plan are the campaign plan's
+(`build_plan`, campaign/plan.py, without the model and storage probes), so explain shows what would run.
 
 A campaign also says which plugin code it ships to its trials ("plugins shipped"): the folders and
 files `Campaign.run()` would pack (campaign/plugin_bundle.py, the same code), their raw and zipped
 size, "none" with why, or the driver's size-limit error (then explain exits 2 after the description).
 
 A dry run never hides the plan: what this machine lacks (a model not in the local cache, a missing data
-file, an inference server that does not answer: run/environment.py) is listed as a warning with its fix
+file, an inference server that does not answer: checks/machine.py) is listed as a warning with its fix
 after the plan, and the exit code stays 0. Only an invalid config (schema, refused keys, a condition the
 preflight probe refuses) exits 2. `--strict` (for CI) makes every warning, the environment's and the
 config's, an error: exit 2 after the plan.
@@ -34,18 +36,21 @@ import logging
 import os
 import sys
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
-from retrain_ray.actors.placement import mode_for_gpus
-from retrain_ray.campaign.adaptive.plan import adaptive_plan
 from retrain_ray.campaign.capacity.explain import (
+    PlannedResources,
     capacity_dict,
     capacity_text,
+    dry_plan,
     load_calibration,
     plan_capacity,
+    planned_resources,
 )
-from retrain_ray.campaign.capacity.packing import gpu_fraction, plan_packing
+from retrain_ray.campaign.capacity.placement import mode_for_gpus
 from retrain_ray.campaign.plugin_bundle import shipment
+from retrain_ray.checks.machine import environment_problems
+from retrain_ray.checks.preflight import condition_problems
 from retrain_ray.config import (
     ConfigError,
     RetrainConfig,
@@ -54,13 +59,21 @@ from retrain_ray.config import (
     parse_overrides,
 )
 from retrain_ray.config.components import describe_sampler
-from retrain_ray.config.names import gpu_count
-from retrain_ray.config.validate import effective_uncertainty_kind
-from retrain_ray.run.environment import environment_problems
-from retrain_ray.run.preflight import condition_problems
+from retrain_ray.config.names import effective_uncertainty_kind, gpu_count
+
+if TYPE_CHECKING:
+    from retrain_ray.config.sections_training import BackendSection, TrainingSection
+    from retrain_ray.run.epochs import StepPlan
 
 
-def capabilities(cfg: RetrainConfig) -> dict[str, Any]:
+class _BackendConfig(Protocol):
+    """What `capabilities` reads of a config: its [backend] section."""
+
+    @property
+    def backend(self) -> BackendSection: ...
+
+
+def capabilities(cfg: _BackendConfig) -> dict[str, Any]:
     """The backend's flags from the one registry (a plugin's hooks, else the conservative default)."""
     # deferred: loads torch, which importing this module does not need
     from retrain_ray.backends.registry import PLUGIN_DEFAULT_CAPABILITIES, capabilities_for
@@ -72,8 +85,12 @@ def capabilities(cfg: RetrainConfig) -> dict[str, Any]:
     return {**dataclasses.asdict(flags), "source": source}
 
 
-def _placed(cfg: RetrainConfig) -> tuple[int, bool]:
-    """(GPUs, in_process) of one run as the registry places it (a remote backend needs no local GPU)."""
+def resources_per_run(cfg: RetrainConfig) -> PlannedResources:
+    """CPUs, GPUs and placement of one run, from `backend.devices` as the registry places it (a remote
+    backend such as tinker needs no local GPU). A campaign's come from its plan (`build_plan`), where a
+    one-GPU run packed `[campaign] runs_per_gpu = N` to a card takes 1/N of a GPU."""
+    if cfg.campaign is not None:
+        return planned_resources(dry_plan(cfg, "the config"))
     # deferred: the registry loads the plugin machinery, which importing this module does not need
     from retrain_ray.backends.registry import RunDevices, placed_devices
 
@@ -81,28 +98,12 @@ def _placed(cfg: RetrainConfig) -> tuple[int, bool]:
         placed = placed_devices(cfg)
     except ValueError:  # a plugin whose hooks do not load: preflight reports why
         placed = RunDevices(cfg.backend.devices, in_process=True)
-    return gpu_count(placed.devices), placed.in_process
+    gpus = gpu_count(placed.devices)
+    return {"cpus": 1.0, "gpus": gpus, "placement": mode_for_gpus(gpus, placed.in_process)}
 
 
-def resources_per_run(cfg: RetrainConfig) -> dict[str, Any]:
-    """CPUs, GPUs and placement of one run, from `backend.devices` as the registry places it (a remote
-    backend such as tinker needs no local GPU): the campaign plan places runs the same way. A one-GPU
-    run packed `[campaign] runs_per_gpu = N` to a card takes 1/N of a GPU."""
-    gpus, in_process = _placed(cfg)
-    placement = mode_for_gpus(gpus, in_process)
-    cpus = cfg.campaign.cpus_per_run if cfg.campaign is not None else 1.0
-    share: float = gpus
-    if cfg.campaign is not None and gpus == 1 and cfg.campaign.runs_per_gpu > 1:
-        share = gpu_fraction(cfg.campaign.runs_per_gpu)
-    return {"cpus": cpus, "gpus": share, "placement": placement}
-
-
-def inference_engine(cfg: RetrainConfig) -> str:
-    """Which sampler a run gets, in words (engine = "vllm" is a server client, as in the original)."""
-    return describe_sampler(cfg)
-
-
-def describe_run(cfg: RetrainConfig) -> dict[str, Any]:
+def describe_run(cfg: RetrainConfig, resources: PlannedResources | None = None) -> dict[str, Any]:
+    """One run of `cfg`; `resources`: the campaign plan's (else `resources_per_run` works them out)."""
     t, a = cfg.training, cfg.algorithm
     condition = a.algorithm_mode or f"{a.advantage_mode}+{a.transform_mode}"
     max_steps = cfg.campaign.max_steps if cfg.campaign is not None else t.max_steps
@@ -113,18 +114,18 @@ def describe_run(cfg: RetrainConfig) -> dict[str, Any]:
         if cfg.model.finetune == "lora" else None,
         "backend": cfg.backend.backend,
         "devices": cfg.backend.devices,
-        "inference_engine": inference_engine(cfg),
+        "inference_engine": describe_sampler(cfg),  # in words (engine = "vllm" is a server client, as in the original)
         "capabilities": capabilities(cfg),
         "condition": condition,
         "trainer": trainer_text(t.trainer, t.trainer_command),
         "uncertainty_kind": effective_uncertainty_kind(cfg),
         "datums_per_step": t.rows_per_step,
         "max_steps": max_steps,
-        "steps": step_count(cfg, max_steps),
+        "steps": step_count(t, max_steps, _epoch_plan(cfg)),
         "lr_schedule": lr_schedule_text(t),
         "total_datums": t.rows_per_step * max_steps,
         "sft_warmup_steps": t.sft_warmup_steps,
-        "resources_per_run": resources_per_run(cfg),
+        "resources_per_run": resources if resources is not None else resources_per_run(cfg),
     }
 
 
@@ -137,22 +138,27 @@ def trainer_text(trainer: str, command: str) -> str:
     return f"{trainer}: {known[trainer]}" if trainer in known else f"{trainer}: plugin runner"
 
 
-def step_count(cfg: RetrainConfig, max_steps: int) -> str:
-    """Which key sets the run's steps: max_steps, or num_epochs over the data."""
-    t = cfg.training
-    if t.num_epochs <= 0:
-        return f"max_steps = {max_steps}"
-    # deferred: the run package is only needed for this line
+def _epoch_plan(cfg: RetrainConfig) -> StepPlan | None:
+    if cfg.training.num_epochs <= 0:
+        return None
+    # deferred: the run package is only needed for the steps line
     from retrain_ray.run.epochs import plan_from_config
 
-    plan = plan_from_config(cfg)
+    return plan_from_config(cfg)
+
+
+def step_count(t: TrainingSection, max_steps: int, plan: StepPlan | None) -> str:
+    """Which key sets the run's steps: max_steps, or num_epochs over the data (`plan`: the epochs counted
+    when the data is a file, else None)."""
+    if t.num_epochs <= 0:
+        return f"max_steps = {max_steps}"
     if plan is not None:
         return plan.explanation
     return (f"max_steps = {max_steps}, or fewer: num_epochs = {t.num_epochs} x the examples / batch_size "
             f"{t.batch_size} when that is smaller (counted when the run loads its data)")
 
 
-def lr_schedule_text(t: Any) -> str:
+def lr_schedule_text(t: TrainingSection) -> str:
     warmup = f"{t.warmup_steps} steps" if t.warmup_steps else f"{t.warmup_ratio:g} of the steps" \
         if t.warmup_ratio else "none"
     return f"{t.lr_schedule} from lr = {t.lr:g}, warmup {warmup}"
@@ -169,41 +175,37 @@ class Sizing:
 
 
 def describe(cfg: RetrainConfig, sizing: Sizing) -> dict[str, Any]:
-    """Everything explain shows, as one JSON-able dict; ValueError for a --calibrate DIR without runs."""
-    out: dict[str, Any] = {"kind": "campaign" if cfg.campaign is not None else "run", "run": describe_run(cfg)}
+    """Everything explain shows, as one JSON-able dict; ValueError for a --calibrate DIR without runs or
+    a campaign its plan refuses (`build_plan`: the packing and the per-GPU share come from it)."""
+    campaign = cfg.campaign
+    plan = dry_plan(cfg, sizing.file) if campaign is not None else None
+    resources = planned_resources(plan) if plan is not None else None
+    out: dict[str, Any] = {"kind": "campaign" if campaign is not None else "run", "run": describe_run(cfg, resources)}
     if cfg.squeeze is not None:
         out["squeeze"] = cfg.squeeze.model_dump(mode="json")
-    campaign = cfg.campaign
-    if campaign is None:
+    if campaign is None or plan is None or resources is None:
         return out
-    runs = expand_runs(cfg)
+    runs = plan.all_runs
     labels = [c.label for c in campaign.conditions]
-    calibration, how = load_calibration(cfg, campaign, sizing.file, sizing.calibrate)
+    calibration, how = load_calibration(cfg.logging, campaign, sizing.file, sizing.calibrate)
     cap = plan_capacity(cfg, campaign, runs, calibration=calibration, how=how,
-                        median_step_time=sizing.median_step_time,
-                        gpus_per_run=out["run"]["resources_per_run"]["gpus"], gpus_available=sizing.gpus_available)
+                        median_step_time=sizing.median_step_time, gpus_per_run=resources["gpus"],
+                        gpus_available=sizing.gpus_available, concurrency=plan.schedule.max_concurrent)
     out["campaign"] = {
         "conditions": labels,
         "seeds": list(campaign.seeds),
-        "max_steps": campaign.max_steps,
+        "max_steps": plan.max_steps,
         "total_runs": len(runs),
         "parallel": campaign.parallel,
         "max_workers": campaign.max_workers,
         "gpus_available": sizing.gpus_available,
-        "matrix": {label: {str(r.seed): r.run_name for r in runs if r.condition_label == label}
-                   for label in labels},
-        "capacity": capacity_dict(cap, cfg, campaign, len(labels)),
+        "matrix": {label: {str(r.seed): r.run_name for r in runs if r.condition == label} for label in labels},
+        "capacity": capacity_dict(cap, cfg.training, campaign, len(labels)),
     }
-    if campaign.runs_per_gpu > 1:  # several runs per GPU: refused here when the model cannot fit
-        packing = plan_packing([r.config for r in runs], [_placed(r.config)[0] for r in runs],
-                               runs_per_gpu=campaign.runs_per_gpu, card_gib=float(campaign.gpu_memory_gib))
-        problems = packing.problems()
-        if problems:
-            raise ValueError(f"{sizing.file}: the campaign would be refused:\n" + "\n".join(f"  - {p}" for p in problems))
-        out["campaign"]["packing"] = {**packing.to_json(), "plan": packing.describe()}
-    adaptive = adaptive_plan(cfg)
-    if adaptive is not None:  # [campaign.adaptive]: the rungs and the step budgets (campaign/adaptive/plan.py)
-        out["campaign"]["adaptive"] = {**adaptive.to_json(), "plan": adaptive.describe()}
+    if plan.packing is not None:  # several runs per GPU (the plan refuses one the model cannot fit)
+        out["campaign"]["packing"] = {**plan.packing.to_json(), "plan": plan.packing.describe()}
+    if plan.adaptive is not None:  # [campaign.adaptive]: the rungs and the step budgets (campaign/adaptive/plan.py)
+        out["campaign"]["adaptive"] = {**plan.adaptive.to_json(), "plan": plan.adaptive.describe()}
     return out
 
 
@@ -309,7 +311,7 @@ def explain_main(argv: list[str] | None = None) -> int:
     args, rest = _parser().parse_known_args(argv)
     try:
         cfg, warnings = load_config_with_warnings(args.file, parse_overrides(rest) if rest else None)
-        gpus, why = _gpus_available(args.gpus, cfg)
+        gpus, why = _gpus_available(args.gpus, is_campaign=cfg.campaign is not None)
         info = describe(cfg, Sizing(args.file, args.calibrate, args.median_step_time, gpus))
     except (ConfigError, ValueError) as exc:
         print(str(exc), file=sys.stderr)
@@ -332,14 +334,14 @@ def explain_main(argv: list[str] | None = None) -> int:
     return _strict_verdict(args.file, warnings + environment) if args.strict else 0
 
 
-def _gpus_available(typed: float | None, cfg: RetrainConfig) -> tuple[float | None, str]:
+def _gpus_available(typed: float | None, *, is_campaign: bool) -> tuple[float | None, str]:
     """--gpus, else the connected cluster's (RAY_ADDRESS, campaigns only), else None (not bounded)."""
     if typed is not None:
         if typed < 0:
             raise ValueError(f"--gpus {typed:g}: must be >= 0")
         return typed, ""
     address = os.environ.get("RAY_ADDRESS", "")
-    if not address or cfg.campaign is None:
+    if not address or not is_campaign:
         return None, ""
     if address == "local":  # ray.init would start a Ray here: a dry run never does
         return None, "RAY_ADDRESS=local names no running cluster; the estimate ignores GPUs: pass --gpus N"

@@ -3,8 +3,8 @@
 `retrain-ray status [DIR=logs] [--json] [--all|--active] [--watch]` and `top`: runs and campaigns.
 DIR is a run directory (`retrain-ray train`'s log_dir), a campaign directory, or a directory holding
 runs and campaigns (the original's `retrain status logs`). Campaigns show their condition x seed matrix
-(campaign/status.py); standalone runs one line each with the original's fields (campaign/run_status.py).
-`--watch` redraws both in place (campaign/live.py). Exit 2 when DIR holds neither.
+(results/status.py); standalone runs one line each with the original's fields (results/status.py).
+`--watch` redraws both in place (results/live.py). Exit 2 when DIR holds neither.
 
 `retrain-ray results DIR [--json|--csv] [--metric M]`: one row per run, the per-condition summary and each
 condition against the best.
@@ -37,8 +37,7 @@ from typing import TYPE_CHECKING, Any
 from retrain_ray.results.bottleneck import PARTS, Breakdown, breakdown, by_condition
 
 if TYPE_CHECKING:
-    from retrain_ray.results.run_status import RunSummary
-    from retrain_ray.results.status import CampaignStatus
+    from retrain_ray.results.status import CampaignStatus, RunSummary
 
 
 def _status_parser() -> argparse.ArgumentParser:
@@ -68,8 +67,7 @@ def status_main(argv: list[str]) -> int:
         return watch(Path(args.root), interval_s=args.interval, count=args.count, stale_after_s=args.stale_after,
                      view=view)
     # deferred: loads pandas, which importing this module does not need
-    from retrain_ray.results.run_status import find_runs, run_summary
-    from retrain_ray.results.status import campaign_status, find_campaigns, visible
+    from retrain_ray.results.status import campaign_status, find_campaigns, find_runs, run_summary, visible
 
     root = Path(args.root)
     found = find_campaigns(root)

@@ -16,19 +16,21 @@ from typing import TYPE_CHECKING
 
 from rich.console import Console
 
+from retrain_ray.checks.preflight import PreflightError, check_run
 from retrain_ray.cli.interrupts import Stops, sigterm_as_ctrl_c
 from retrain_ray.cli.progress import ProgressObserver
 from retrain_ray.logs.dir_lock import LOCK_FILES, DirectoryInUse, DirLock
 from retrain_ray.results.untrained import run_untrained_note
 from retrain_ray.rewards.custom import RewardTimeoutError
 from retrain_ray.run.optimizer_batch import OptimizerBatchError
-from retrain_ray.run.preflight import PreflightError, check_run
-from retrain_ray.throttle.errors import ThrottleTimeout
+from retrain_ray.throttle.types import ThrottleTimeout
 from retrain_ray.util.finite import NonFiniteError
 from retrain_ray.util.process_clock import process_started_at as started_at_from_proc
 
 if TYPE_CHECKING:
+    from retrain_ray.config.campaign_schema import SqueezeSection
     from retrain_ray.config.schema import RetrainConfig
+    from retrain_ray.config.sections_training import BackendSection
 
 err = Console(stderr=True)
 
@@ -62,7 +64,7 @@ def _load(path: str, overrides: list[str]):
 def override_flags_help() -> str:
     """Every override flag, grouped by the TOML section it sets (the text after `train --help`)."""
     # deferred: loads pydantic, which importing this module does not need
-    from retrain_ray.config.fields import FIELD_INDEX
+    from retrain_ray.config.key_names import FIELD_INDEX
     from retrain_ray.config.overrides import ALIASES, TABLE_FLAGS
 
     by_section: dict[str, list[str]] = {}
@@ -165,7 +167,7 @@ def _train_locked(cfg: RetrainConfig, args: argparse.Namespace, run_dir: Path) -
     plan = plan_from_config(cfg)  # num_epochs may end the run before max_steps
     total = plan.steps if plan is not None else cfg.training.max_steps
     if not args.quiet:
-        err.print(capability_line(cfg), highlight=False, markup=False, soft_wrap=True)
+        err.print(capability_line(cfg.backend), highlight=False, markup=False, soft_wrap=True)
     progress = None if args.quiet else ProgressObserver(total, first, log_every=cfg.training.log_every)
     trackers = build_trackers(cfg, RunIdentity(run_dir.name, condition_of(cfg), cfg.training.seed), run_dir)
     started = time.perf_counter()
@@ -184,7 +186,7 @@ def _train_locked(cfg: RetrainConfig, args: argparse.Namespace, run_dir: Path) -
         return 1
     first_step_s = outcome.first_step_at - process_started_at() if outcome.first_step_at else None
     _print_summary(outcome, progress, run_dir, time.perf_counter() - started, first_step_s)
-    return _squeeze_after(cfg, run_dir) if cfg.squeeze is not None else 0
+    return _squeeze_after(cfg.squeeze, run_dir) if cfg.squeeze is not None else 0
 
 
 def _checkpoint_dir_resume(cfg: RetrainConfig, run_name: str) -> str | None:
@@ -200,15 +202,15 @@ def _checkpoint_dir_resume(cfg: RetrainConfig, run_name: str) -> str | None:
     return str(found)
 
 
-def capability_line(cfg: RetrainConfig) -> str:
+def capability_line(backend: BackendSection) -> str:
     """The start-up report of the backend's capability metadata (seed 002), in one line, as `backends`
     and preflight read it from the registry."""
     # deferred: loads torch, which importing this module does not need
     from retrain_ray.backends.registry import capabilities_for
 
-    flags, source = capabilities_for(cfg.backend.backend, cfg.backend.options)
+    flags, source = capabilities_for(backend.backend, backend.options)
     shown = " ".join(f"{k}={str(v).lower() if isinstance(v, bool) else v}" for k, v in dataclasses.asdict(flags).items())
-    return f"backend {cfg.backend.backend} ({source}): {shown}"
+    return f"backend {backend.backend} ({source}): {shown}"
 
 
 def continue_command(argv: list[str], run_dir: Path | None) -> str:
@@ -267,12 +269,12 @@ def _last_logged_step(run_dir: Path) -> int | None:
     return max(steps) if steps else None
 
 
-def _squeeze_after(cfg: RetrainConfig, run_dir: Path) -> int:
+def _squeeze_after(section: SqueezeSection, run_dir: Path) -> int:
     """`[squeeze]` in a run's file: squeeze its adapter (or `adapter_path`) into `<run_dir>/squeeze`."""
     # deferred: loads torch, which importing this module does not need
     from retrain_ray.squeeze import SqueezeError, SqueezeSettings, squeeze_adapter
 
-    settings = SqueezeSettings.from_section(cfg.squeeze)
+    settings = SqueezeSettings.from_section(section)
     settings = dataclasses.replace(settings, output_path=settings.output_path or str(run_dir / "squeeze"))
     try:
         report = squeeze_adapter(Path(settings.adapter_path or run_dir), settings)

@@ -26,10 +26,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from retrain_ray.config.campaign_schema import CampaignCondition
+from retrain_ray.config.campaign_schema import CampaignCondition, run_name
 from retrain_ray.config.errors import ConfigError, ConfigIssue
 from retrain_ray.config.overrides import apply_condition
-from retrain_ray.config.run_names import run_name
 from retrain_ray.config.schema import RetrainConfig
 
 RunDirFn = Callable[[str], Path]

@@ -27,7 +27,7 @@ ENTROPIC_MODES = frozenset({"discover_entropic", "ttt_discover_entropic"})
 def runs_externally(trainer: str) -> bool:
     """True for runners that train outside this process's loop: the command runner and plugin runners.
 
-    Kept for run/preflight.py until it asks the trainer registry (`trainer_spec(name).runs_outside_loop`,
+    Kept for checks/preflight.py until it asks the trainer registry (`trainer_spec(name).runs_outside_loop`,
     run/trainers/registry.py), which the config layer may not import."""
     return trainer == "command" or (trainer not in TRAINERS and is_dotted_path(trainer))
 

@@ -1,10 +1,9 @@
 """Data: built-in verifiable tasks, local JSONL/Parquet files, the MATH dataset, round-robin batches."""
 
-from retrain_ray.data.builtin import TASKS
+from retrain_ray.data.builtin import TASKS, get_task, load_task
 from retrain_ray.data.files import load_file_examples
 from retrain_ray.data.loading import SOURCES, load_examples, load_examples_from_config, next_batch
 from retrain_ray.data.math_dataset import MATH_SUBJECTS, DataUnavailableError, load_math_examples
-from retrain_ray.data.splits import get_task, load_task
 from retrain_ray.data.types import Example, TaskData, TaskSpec
 
 __all__ = [

@@ -11,9 +11,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from retrain_ray.data.builtin import load_task
 from retrain_ray.data.files import load_file_examples
 from retrain_ray.data.math_dataset import load_math_examples
-from retrain_ray.data.splits import load_task
 from retrain_ray.data.types import Example, TaskData
 
 if TYPE_CHECKING:

@@ -10,7 +10,6 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # what type checkers see; at run time __getattr__ imports on first use
-    from retrain_ray.logs.compact import compact_to_parquet, write_run_meta
     from retrain_ray.logs.generations import (
         select_generation_samples,
         top_indices_by_reward,
@@ -24,11 +23,17 @@ if TYPE_CHECKING:  # what type checkers see; at run time __getattr__ imports on 
         RunObserver,
     )
     from retrain_ray.logs.schemas import EVAL_SCHEMA, GENERATIONS_SCHEMA, METRICS_SCHEMA, row_to_record
-    from retrain_ray.logs.stream import ArrowStreamWriter, read_stream, segment_paths
+    from retrain_ray.logs.stream import (
+        ArrowStreamWriter,
+        compact_to_parquet,
+        read_stream,
+        segment_paths,
+        write_run_meta,
+    )
 
 _EXPORTS = {
-    "compact_to_parquet": "compact",
-    "write_run_meta": "compact",
+    "compact_to_parquet": "stream",
+    "write_run_meta": "stream",
     "select_generation_samples": "generations",
     "top_indices_by_reward": "generations",
     "top_surprisal_tokens": "generations",

@@ -22,9 +22,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
-from retrain_ray.logs.compact import write_atomically
 from retrain_ray.logs.schemas import EXTRAS
-from retrain_ray.logs.stream import read_stream, segment_paths
+from retrain_ray.logs.stream import read_stream, segment_paths, write_atomically
 
 JSONL = "metrics.jsonl"
 

@@ -18,10 +18,9 @@ from typing import Any
 
 import pyarrow as pa
 
-from retrain_ray.logs.compact import compact_to_parquet
 from retrain_ray.logs.jsonl import JsonlMirror
 from retrain_ray.logs.schemas import EVAL_SCHEMA, GENERATIONS_SCHEMA, METRICS_SCHEMA, row_to_record
-from retrain_ray.logs.stream import ArrowStreamWriter, segment_paths
+from retrain_ray.logs.stream import ArrowStreamWriter, compact_to_parquet, segment_paths
 from retrain_ray.logs.types import MetricsRow, RunObserver
 
 __all__ = ["ArrowRunObserver", "ConsoleObserver", "MultiObserver", "NullObserver", "RunObserver"]

@@ -25,9 +25,8 @@ from typing import Any
 
 import pyarrow as pa
 
-from retrain_ray.logs.compact import write_parquet_atomic
 from retrain_ray.logs.manifest import CampaignRecord, read_manifest
-from retrain_ray.logs.stream import read_stream, segment_paths
+from retrain_ray.logs.stream import read_stream, segment_paths, write_parquet_atomic
 
 RUN_KINDS = ("metrics", "generations", "eval")
 BACKPRESSURE = "backpressure"

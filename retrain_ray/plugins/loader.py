@@ -5,7 +5,11 @@ the result). Import problems become a `ValueError` that names the path and how t
 As the original, `[plugins] search_paths` (default ["plugins"]) are package prefixes tried first:
 `my_mod.fn` is looked up as `plugins.my_mod.fn`, then `my_mod.fn`; a top-level package that `sys.path`
 lacks is looked for in the working directory (so a ./plugins folder imports) by a `PluginLoader`, which
-never edits `sys.path`. `use_search_paths` sets the process loader's prefixes.
+never edits `sys.path`. An entry written as a folder path (`/home/me/plugins`, `./plugins`, `~/p`) is a
+folder whose modules import as top-level modules, looked for before `sys.path`; a
+relative one is relative to the working directory. `use_search_paths` sets the process loader's search
+paths. Before its first import the loader runs the hooks registered with `add_import_hook` (compat/
+registers the finder of the original's names there: the loader itself knows nothing above `util/`).
 """
 
 from __future__ import annotations
@@ -15,21 +19,51 @@ import importlib.machinery
 import importlib.util
 import inspect
 import os
+import re
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from types import ModuleType
 from typing import TypedDict, TypeVar
 
-from retrain_ray.compat import provide_original_names
-
 S = TypeVar("S")
+
+_DOTTED = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*[:.][A-Za-z_]\w*$")
+_IMPORT_HOOKS: list[Callable[[], None]] = []
 
 
 def is_dotted_path(name: str) -> bool:
-    return ":" in name or "." in name
+    """True for a plugin reference: identifiers joined by dots, the last one after `.` or `:`
+    (`my_pkg.transforms:scaled`, `my_pkg.transforms.scaled`); `0.5`, `a..b` or `my-pkg.x` are not."""
+    return bool(_DOTTED.match(name))
 
 
-def _split(path: str) -> tuple[str, str]:
+def add_import_hook(hook: Callable[[], None]) -> None:
+    """Run `hook()` before each plugin import (it must be idempotent): how a layer above adds a finder."""
+    if hook not in _IMPORT_HOOKS:
+        _IMPORT_HOOKS.append(hook)
+
+
+def is_folder_entry(entry: str) -> bool:
+    """Whether a `[plugins] search_paths` entry is a folder path (absolute, or starting `./`, `../` or `~`)
+    rather than a package prefix (`plugins`, `my_pkg.plugins`, or `extra/plugs` for `extra.plugs`)."""
+    return os.path.isabs(entry) or entry in (".", "..") or entry.startswith(("./", "../", "~", ".\\", "..\\"))
+
+
+def folder_of(entry: str, base: str | None = None) -> str:
+    """The absolute folder a folder entry names (relative ones against `base`, default the working directory)."""
+    path = Path(entry).expanduser()
+    return str(path if path.is_absolute() else Path(base or os.getcwd()) / path)
+
+
+def missing_folders(paths: list[str] | tuple[str, ...], base: str | None = None) -> list[str]:
+    """A message per folder entry of `search_paths` that is not a folder (empty: all are)."""
+    return [f"plugins.search_paths: folder {entry!r} ({folder_of(entry.strip(), base)}) does not exist or is not a "
+            "folder; fix the path or remove it" for entry in paths
+            if entry.strip() and is_folder_entry(entry.strip()) and not Path(folder_of(entry.strip(), base)).is_dir()]
+
+
+def split_path(path: str) -> tuple[str, str]:
     if ":" in path:
         module, _, attr = path.partition(":")
     else:
@@ -52,14 +86,24 @@ class PluginLoader:
     def __init__(self, search_paths: list[str] | tuple[str, ...] = ("plugins",), roots: tuple[str, ...] = (),
                  *, roots_first: bool = False, cwd: bool = True) -> None:
         self.search_paths: tuple[str, ...] = ()
+        self.folders: tuple[str, ...] = ()
         self.roots: tuple[str, ...] = roots
         self.roots_first = roots_first
         self.cwd = cwd
+        self._declared: tuple[str, ...] = ()
+        self._base: str | None = None
         self.use_search_paths(search_paths)
 
-    def use_search_paths(self, paths: list[str] | tuple[str, ...]) -> None:
-        """Set the package prefixes tried before a plugin's own module path (`[plugins] search_paths`)."""
-        self.search_paths = tuple(dict.fromkeys(p.strip().strip(".").replace("/", ".") for p in paths if p.strip()))
+    def use_search_paths(self, paths: list[str] | tuple[str, ...], base: str | None = None) -> None:
+        """Set `[plugins] search_paths`: package prefixes tried before a plugin's own module path, and folders
+        (relative ones against `base`, default the working directory) whose modules import as top-level ones.
+        A folder that does not exist is skipped here (a trial elsewhere gets its modules shipped); a plugin
+        that then does not import names it (`missing_folders`)."""
+        entries = [p.strip() for p in paths if p.strip()]
+        self._declared, self._base = tuple(entries), base
+        self.search_paths = tuple(dict.fromkeys(p.rstrip("/").strip(".").replace("/", ".")
+                                                for p in entries if not is_folder_entry(p)))
+        self.folders = tuple(dict.fromkeys(folder_of(p, base) for p in entries if is_folder_entry(p)))
 
     def add_root(self, directory: str) -> None:
         """Also look for plugin modules under `directory`."""
@@ -80,14 +124,15 @@ class PluginLoader:
 
     def _entries(self) -> list[str]:
         roots = [os.getcwd(), *self.roots] if self.cwd else list(self.roots)
-        return [*roots, *sys.path] if self.roots_first else [*sys.path, *roots]
+        return [*self.folders, *roots, *sys.path] if self.roots_first else [*self.folders, *sys.path, *roots]
 
     def _portions(self, top: str) -> list[str]:
         spec = importlib.machinery.PathFinder.find_spec(top, self._entries())
         return list(spec.submodule_search_locations or []) if spec is not None and _is_namespace(spec) else []
 
     def _load_top(self, top: str) -> None:
-        if not self.roots_first:
+        in_folder = importlib.machinery.PathFinder.find_spec(top, list(self.folders)) if self.folders else None
+        if not self.roots_first and (in_folder is None or _is_namespace(in_folder)):
             found = importlib.util.find_spec(top)
             if found is not None and not _is_namespace(found):
                 return  # the import system finds it (installed, or on sys.path): it imports it
@@ -107,8 +152,9 @@ class PluginLoader:
             raise
 
     def find(self, module_name: str, path: str, kind: str) -> tuple[ModuleType, str]:
-        """The module and the search path prefix it was found under ("": as given)."""
-        provide_original_names()  # a plugin written for the original imports `retrain.data`, ...
+        """The module and the search path prefix it was found under ("": as given, or in a search path folder)."""
+        for hook in _IMPORT_HOOKS:
+            hook()
         tries = [*((prefix, f"{prefix}.{module_name}") for prefix in self.search_paths), ("", module_name)]
         candidates = [candidate for _, candidate in tries]
         for prefix, candidate in tries:
@@ -117,9 +163,11 @@ class PluginLoader:
             except ModuleNotFoundError as exc:
                 if exc.name is None or not candidate.startswith(exc.name):
                     raise ValueError(f"{kind}={path!r}: importing {candidate!r} failed: {exc}") from exc
+        missing = missing_folders(self._declared, self._base)
         raise ValueError(
             f"{kind}={path!r}: cannot import any of {candidates}. Put the module under a [plugins] search_paths "
             "folder (default ./plugins) or make it importable (installed, or on PYTHONPATH)."
+            + "".join(f" {m}." for m in missing)
         )
 
 
@@ -128,9 +176,9 @@ LOADER = PluginLoader()
 driver's folder in a campaign's trials (`use_plugin_root`)."""
 
 
-def use_search_paths(paths: list[str] | tuple[str, ...]) -> None:
-    """Set the package prefixes tried before a plugin's own module path (`[plugins] search_paths`)."""
-    LOADER.use_search_paths(paths)
+def use_search_paths(paths: list[str] | tuple[str, ...], base: str | None = None) -> None:
+    """Set the process loader's `[plugins] search_paths` (see `PluginLoader.use_search_paths`)."""
+    LOADER.use_search_paths(paths, base)
 
 
 def use_plugin_root(directory: str) -> None:
@@ -146,12 +194,12 @@ def _import(module_name: str, path: str, kind: str) -> tuple[ModuleType, str]:
 def plugin_module(path: str, kind: str) -> tuple[ModuleType, str]:
     """The module a dotted `path` imports from, and the `[plugins] search_paths` prefix it was found
     under ("" when found as given)."""
-    return _import(_split(path)[0], path, kind)
+    return _import(split_path(path)[0], path, kind)
 
 
 def load_object(path: str, kind: str) -> object:
     """Import the object named by `path`; `kind` (e.g. 'transform_mode') is used in error messages."""
-    module_name, attr = _split(path)
+    module_name, attr = split_path(path)
     module, _ = _import(module_name, path, kind)
     try:
         return getattr(module, attr)

@@ -29,8 +29,7 @@ import pandas as pd
 from retrain_ray.logs import read_stream  # pyright: ignore[reportUnknownVariableType]
 from retrain_ray.logs.manifest import CampaignRecord, RunRecord, read_manifest
 from retrain_ray.results.plots import plot_metric
-from retrain_ray.results.significance import PairComparison, compare_to_leader
-from retrain_ray.results.stats import ci95_halfwidth
+from retrain_ray.results.significance import PairComparison, ci95_halfwidth, compare_to_leader
 
 if TYPE_CHECKING:  # Ray (for Tune's Checkpoint) and matplotlib are loaded only by the calls that return them
     from matplotlib.axes import Axes

@@ -1,5 +1,5 @@
 """`retrain-ray status DIR --watch`: the condition x seed matrix, refreshed in place (rich Live), and one
-line per standalone run (results/run_status.py).
+line per standalone run (results/status.py).
 
 Each cell shows the run's `step/max` (or `n ✓`, `n ✗`, `stale`), a sparkline of its last rewards and
 its ETA from the wall-clock spacing of its recent steps; the title carries the campaign's counts and
@@ -16,14 +16,16 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from retrain_ray.results.run_status import RunSummary, find_runs, run_summary
 from retrain_ray.results.status import (
     STALE_AFTER_S,
     CampaignStatus,
     RunState,
+    RunSummary,
     campaign_status,
     cell,
     find_campaigns,
+    find_runs,
+    run_summary,
     visible,
 )
 

@@ -26,7 +26,7 @@ from typing import IO, TYPE_CHECKING, Protocol, cast
 
 import pandas as pd
 
-from retrain_ray.results.stats import t95
+from retrain_ray.results.significance import t95
 
 if TYPE_CHECKING:  # matplotlib is an optional extra; CampaignResults imports this module
     from matplotlib.axes import Axes

@@ -1,7 +1,7 @@
 """`custom` reward: a user function `fn(completion, reference) -> float-like`, sync or async.
 
-As the original: `importlib.import_module(custom_module).<custom_function>` (default "score"),
-coroutines awaited, `float()` of the result. Additions: `module:function` shorthand, failures to
+As the original: `custom_module`'s `<custom_function>` (default "score"), the module imported through the
+plugin loader (under `[plugins] search_paths`, then as given, as every plugin), coroutines awaited, `float()` of the result. Additions: `module:function` shorthand, failures to
 import or find the function are reported at build time naming the module, and a batch's
 coroutines run concurrently on one event loop (a helper thread when the caller is itself inside
 a running loop, e.g. a Ray async actor), waited on for at most `timeout_s`. Synchronous calls are
@@ -11,7 +11,7 @@ process ends, which ends the thread).
 
 With `[reward] workers = N` > 1 a synchronous function is called item by item across N worker
 processes (`rewards/parallel.py`), each item bounded by `timeout_s`; the module must be importable
-in a fresh process (it is: the workers inherit `sys.path`). An async function keeps the one event
+in a fresh process (it is: the workers inherit `sys.path`, and are given the folder it was found in). An async function keeps the one event
 loop and its concurrency: `workers` does not apply to it.
 """
 
@@ -19,20 +19,35 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import importlib
 import inspect
 import threading
 from collections.abc import Callable
+from pathlib import Path
+from types import ModuleType
 from typing import Any
 
+from retrain_ray.plugins.loader import LOADER, PluginLoader
 from retrain_ray.rewards.parallel import ItemTimeoutError, WorkerPool
 from retrain_ray.rewards.types import check_batch
 
 _WORKER_FUNCTIONS: dict[tuple[str, str], Callable[..., Any]] = {}
 
 
-def resolve_function(module_name: str, function_name: str) -> Callable[..., Any]:
-    """Import `module_name` and return its `function_name`, with errors that say what to fix."""
+def _import(module_name: str, loader: PluginLoader) -> ModuleType:
+    module, _ = loader.find(module_name, module_name, "[reward] custom_module")
+    return module
+
+
+def import_root(module: ModuleType) -> str:
+    """The folder `module` imports from as its own name (what a worker process needs to import it too)."""
+    file = Path(getattr(module, "__file__", None) or ".").absolute()
+    depth = len(module.__name__.split(".")) - (0 if file.name == "__init__.py" else 1)
+    return str(file.parents[depth]) if depth < len(file.parents) else ""
+
+
+def resolve_module(module_name: str, function_name: str, loader: PluginLoader = LOADER) -> tuple[ModuleType, str]:
+    """The module of `custom_module` (imported by `loader`) and the function name, with errors that say what
+    to fix."""
     if ":" in module_name:
         module_name, function_name = module_name.split(":", 1)
     if not module_name:
@@ -41,12 +56,21 @@ def resolve_function(module_name: str, function_name: str) -> Callable[..., Any]
             "or custom_module = \"my_rewards\" with custom_function = \"score\")"
         )
     try:
-        module = importlib.import_module(module_name)
-    except (ImportError, SyntaxError) as exc:
+        return _import(module_name, loader), function_name
+    except (ImportError, SyntaxError, ValueError) as exc:
         raise ImportError(
             f"custom reward module {module_name!r} could not be imported ({exc}); make sure it is on "
             "PYTHONPATH (or installed) on every node, and check [reward] custom_module"
         ) from exc
+
+
+def resolve_function(module_name: str, function_name: str, loader: PluginLoader = LOADER) -> Callable[..., Any]:
+    """Import `module_name` and return its `function_name`, with errors that say what to fix."""
+    module, function_name = resolve_module(module_name, function_name, loader)
+    return _function_of(module, module_name.partition(":")[0], function_name)
+
+
+def _function_of(module: ModuleType, module_name: str, function_name: str) -> Callable[..., Any]:
     fn = getattr(module, function_name or "score", None)
     if not callable(fn):
         raise AttributeError(
@@ -107,11 +131,13 @@ def _run_coroutines(awaitables: list[Any], timeout_s: float) -> list[Any]:
         return pool.submit(asyncio.run, bounded).result()
 
 
-def _score_in_worker(module: str, function: str, label: str, completion: str, reference: str) -> float:
-    """One pair, in a worker process (the function is imported once per process)."""
+def _score_in_worker(module: str, function: str, root: str, label: str, completion: str, reference: str) -> float:
+    """One pair, in a worker process (the function is imported once per process, as its module was found:
+    by its full name, from `root` first)."""
     key = (module, function)
     if key not in _WORKER_FUNCTIONS:
-        _WORKER_FUNCTIONS[key] = resolve_function(module, function)
+        loader = PluginLoader((), (root,) if root else (), roots_first=True)
+        _WORKER_FUNCTIONS[key] = resolve_function(module, function, loader)
     try:
         value = _WORKER_FUNCTIONS[key](completion, reference)
         if inspect.isawaitable(value):
@@ -138,10 +164,11 @@ class CustomReward:
     name = "custom"
 
     def __init__(self, module: str, function: str = "score", timeout_s: float = 300.0, workers: int = 1) -> None:
-        self.fn = resolve_function(module, function)
+        found, function = resolve_module(module, function)
+        self.fn = _function_of(found, module.partition(":")[0], function)
         self.label = f"{module}:{function}" if ":" not in module else module
         self.timeout_s = timeout_s
-        self._target = (module, function)
+        self._target = (found.__name__, function or "score", import_root(found))
         parallel = workers > 1 and not inspect.iscoroutinefunction(self.fn)
         self._workers = WorkerPool(workers, _score_in_worker, self.label) if parallel else None
 

@@ -9,9 +9,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from retrain_ray.plugins.loader import use_search_paths
+from retrain_ray.rewards.boxed import MatchReward
 from retrain_ray.rewards.custom import CustomReward
 from retrain_ray.rewards.judge import JudgeReward, JudgeSettings
-from retrain_ray.rewards.match import MatchReward
 from retrain_ray.rewards.mathverify import MathVerifyReward
 from retrain_ray.rewards.types import Reward
 
@@ -65,6 +66,7 @@ def build_reward_from_config(cfg: RetrainConfig, throttle: Any = None) -> Reward
     """Build from a `RetrainConfig` (`cfg.reward`: type, custom_module, custom_function, timeout_s, workers,
     the judge keys)."""
     section = cfg.reward
+    use_search_paths(cfg.plugins.search_paths)  # a custom module is looked up under them
     judge = JudgeSettings(section.judge_url, section.judge_model, section.judge_prompt, section.judge_api,
                           section.judge_max_tokens)
     return build_reward(section.type, section.custom_module, section.custom_function, section.timeout_s,

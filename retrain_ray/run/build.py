@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from retrain_ray.algorithms import RegexPlanningDetector, parse_strategic_grams, resolve_modes
+from retrain_ray.algorithms import RegexPlanningDetector, parse_strategic_grams
 from retrain_ray.algorithms.planning_semantic import PLANNING_SENTENCES, SemanticPlanningDetector
 from retrain_ray.algorithms.sepa import SEPAController
 from retrain_ray.backends.factories import PolicyRequest
@@ -31,13 +31,14 @@ from retrain_ray.plugins.loader import is_dotted_path
 from retrain_ray.rewards import build_reward_from_config
 from retrain_ray.rewards.types import Reward
 from retrain_ray.run.loop import RunComponents
+from retrain_ray.run.plugin_modes import resolve_modes
 from retrain_ray.run.rollout import PlanningDetector
 from retrain_ray.run.types import RunObserver
 
 if TYPE_CHECKING:
     from retrain_ray.config.schema import RetrainConfig
-    from retrain_ray.config.sections_aux import DataSection, EnvironmentSection, PlanningSection
-    from retrain_ray.config.sections_core import BackendSection, ModelSection, SepaSection
+    from retrain_ray.config.sections_runtime import DataSection, EnvironmentSection, PlanningSection
+    from retrain_ray.config.sections_training import BackendSection, ModelSection, SepaSection
     from retrain_ray.models.context import PromptCodec
     from retrain_ray.throttle.types import Throttle
 

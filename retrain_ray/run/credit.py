@@ -25,12 +25,13 @@ from typing import TYPE_CHECKING
 
 from retrain_ray.algorithms import (
     PREV_ETA_PARAM,
+    ResolvedModes,
     batch_normalize,
     cap_advantages,
-    compute_group_advantages,
     is_adaptive_delight,
     reward_tie_stats,
 )
+from retrain_ray.algorithms.api import group_advantages
 from retrain_ray.algorithms.echo import EchoSettings, budget_masks, echo_budget, observation_span
 from retrain_ray.algorithms.turns import (
     ema_update,
@@ -38,12 +39,14 @@ from retrain_ray.algorithms.turns import (
     tl_grpo_turn_advantages,
     turn_token_advantages,
 )
-from retrain_ray.algorithms.types import param_table
+from retrain_ray.algorithms.types import GroupAdvantages, param_table
 from retrain_ray.backends.types import TrainBatch
+from retrain_ray.run.plugin_modes import resolve_modes
 from retrain_ray.run.rollout import Group
 
 if TYPE_CHECKING:
     from retrain_ray.config.schema import RetrainConfig
+    from retrain_ray.config.sections_runtime import EchoSection
 
 SURPRISAL_STAT_KEYS = (
     "exec_surprisal_mean",
@@ -59,7 +62,8 @@ SURPRISAL_STAT_KEYS = (
 
 @dataclass(frozen=True)
 class CreditSettings:
-    """The algorithm choices of one run (from `[algorithm]`, `[gtpo]`, `[hicra]`, `[training]`)."""
+    """The algorithm choices of one run (from `[algorithm]`, `[gtpo]`, `[hicra]`, `[training]`), with their
+    modes resolved once, when the settings are made (`modes`; a plugin mode is imported then)."""
 
     advantage_mode: str
     transform_mode: str
@@ -76,6 +80,19 @@ class CreditSettings:
     tl_grpo_ema_decay: float = 0.9
     tl_grpo_baseline: float | None = None  # the run's EMA of episode rewards before this step (TL-GRPO)
     echo: EchoSettings | None = None  # `[echo]` when enabled
+    resolved: ResolvedModes | None = field(default=None, repr=False, compare=False)  # set by __post_init__
+
+    def __post_init__(self) -> None:
+        if self.resolved is None:
+            object.__setattr__(self, "resolved", resolve_modes(self.advantage_mode, self.transform_mode,
+                                                               self.algorithm_mode, self.uncertainty_kind,
+                                                               self.transform_params))
+
+    @property
+    def modes(self) -> ResolvedModes:
+        """The resolved advantage, transform, uncertainty and algorithm specs."""
+        assert self.resolved is not None  # __post_init__ resolves them
+        return self.resolved
 
     @classmethod
     def from_config(cls, cfg: RetrainConfig) -> CreditSettings:
@@ -100,7 +117,7 @@ class CreditSettings:
             adv_clip_max=cfg.training.adv_clip_max,
             tl_grpo=cfg.training.tl_grpo,
             tl_grpo_ema_decay=cfg.training.tl_grpo_ema_decay,
-            echo=_echo_settings(cfg),
+            echo=_echo_settings(cfg.echo),
         )
 
     def for_step(self, delight_eta_prev: float | None, tl_grpo_ema: float | None = None) -> CreditSettings:
@@ -119,8 +136,7 @@ class CreditSettings:
         )
 
 
-def _echo_settings(cfg: RetrainConfig) -> EchoSettings | None:
-    e = cfg.echo
+def _echo_settings(e: EchoSection) -> EchoSettings | None:
     if not e.enabled:
         return None
     return EchoSettings(weight=e.weight, target_retention=e.target_retention, max_tokens_per_step=e.max_tokens_per_step,
@@ -141,26 +157,12 @@ class Credit:
     metrics: dict[str, float]
 
 
-def _group_advantages(group: Group, settings: CreditSettings, sepa_lambda: float):
+def _group_advantages(group: Group, settings: CreditSettings, sepa_lambda: float) -> GroupAdvantages:
     entropies = None
     if group.samples_G and group.samples_G[0].entropies is not None:
         entropies = [list(s.entropies or ()) for s in group.samples_G]
-    return compute_group_advantages(
-        group.rewards_G,
-        [list(s.logprobs) for s in group.samples_G],
-        group.planning_masks_G,
-        advantage_mode=settings.advantage_mode,
-        transform_mode=settings.transform_mode,
-        algorithm_mode=settings.algorithm_mode,
-        sepa_lambda=sepa_lambda,
-        gtpo_beta=settings.gtpo_beta,
-        hicra_alpha=settings.hicra_alpha,
-        uncertainty_kind=settings.uncertainty_kind,
-        transform_params=settings.transform_params,
-        advantage_params=settings.advantage_params,
-        algorithm_params=settings.algorithm_params,
-        entropies=entropies,
-    )
+    return group_advantages(settings, group.rewards_G, [list(s.logprobs) for s in group.samples_G],
+                            group.planning_masks_G, sepa_lambda=sepa_lambda, entropies=entropies)
 
 
 def _mean_of(values: list[float]) -> float:

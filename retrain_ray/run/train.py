@@ -19,7 +19,6 @@ from retrain_ray.logs import (
 from retrain_ray.run.build import build_components, build_policy, build_task
 from retrain_ray.run.epochs import apply_epochs
 from retrain_ray.run.loop import RunLoop
-from retrain_ray.run.preflight import check_run
 from retrain_ray.run.resume.checkpoint import load_state, resolve_resume_dir
 from retrain_ray.run.resume.point import checkpoint_dir_resume, checkpoint_root, rewind_past_torn_rows
 from retrain_ray.run.state import TrainerState, engine_generators, restore_rng_state, seed_everything
@@ -32,7 +31,7 @@ from retrain_ray.util.secrets import redact
 
 if TYPE_CHECKING:
     from retrain_ray.config.schema import RetrainConfig
-    from retrain_ray.config.sections_core import TrainingSection
+    from retrain_ray.config.sections_training import TrainingSection
     from retrain_ray.run.trainers.registry import ExternalRunner
     from retrain_ray.throttle.types import Throttle
 
@@ -88,7 +87,6 @@ def train_run(
     skips the Arrow files in `run_dir` when an observer already records the rows elsewhere (the
     campaign's recorder actor).
     """
-    check_run(config)
     throttle = run_throttle(config, throttle, run_name)
     run_dir = Path(run_dir)
     _check_run_dir(run_dir)

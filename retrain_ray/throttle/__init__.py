@@ -7,9 +7,8 @@ of slots, batched calls to the actor), and `keeper` renews every lease a process
 
 from typing import TYPE_CHECKING
 
-from retrain_ray.throttle.errors import ThrottleTimeout, UnknownLease
 from retrain_ray.throttle.semaphore import LeasedSemaphore
-from retrain_ray.throttle.types import Lease, Reclaim, Throttle, ThrottleStats
+from retrain_ray.throttle.types import Lease, Reclaim, Throttle, ThrottleStats, ThrottleTimeout, UnknownLease
 
 if TYPE_CHECKING:
     from retrain_ray.throttle.client import NoThrottle, ThrottleClient

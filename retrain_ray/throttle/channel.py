@@ -23,10 +23,9 @@ from typing import Any
 import ray
 import ray.exceptions
 
-from retrain_ray.throttle.errors import ThrottleTimeout
 from retrain_ray.throttle.keeper import RPC_TIMEOUT_S, lease_keeper
 from retrain_ray.throttle.pool import Future, LocalPool, OnLost, Waiter
-from retrain_ray.throttle.types import Lease, PoolState
+from retrain_ray.throttle.types import Lease, PoolState, ThrottleTimeout
 
 __all__ = ["POLL_S", "Channel", "channel"]
 

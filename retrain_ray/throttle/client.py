@@ -28,7 +28,7 @@ from retrain_ray.throttle.keeper import RPC_TIMEOUT_S, LeaseKeeper, lease_keeper
 from retrain_ray.throttle.types import Lease
 
 if TYPE_CHECKING:
-    from retrain_ray.config.schema import RetrainConfig
+    from retrain_ray.config.sections_training import BackendSection
 
 __all__ = ["POLL_S", "RPC_TIMEOUT_S", "Channel", "LeaseKeeper", "NoThrottle", "ThrottleClient", "channel",
            "lease_keeper"]
@@ -51,9 +51,8 @@ class ThrottleClient:
         self.lost_leases = 0
 
     @classmethod
-    def from_config(cls, actor_handle: Any, holder: str, cfg: RetrainConfig) -> ThrottleClient:
+    def from_config(cls, actor_handle: Any, holder: str, backend: BackendSection) -> ThrottleClient:
         """Timeouts from `[backend].acquire_timeout_s` and `[backend].lease_ttl_s`."""
-        backend = cfg.backend
         return cls(actor_handle, holder, timeout_s=backend.acquire_timeout_s, lease_ttl_s=backend.lease_ttl_s)
 
     @contextlib.contextmanager

@@ -24,7 +24,7 @@ import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
-from retrain_ray.throttle.errors import ThrottleTimeout
+from retrain_ray.throttle.types import ThrottleTimeout
 
 POLL_S = 0.02  # the first pause between rounds over the slots; it doubles up to MAX_POLL_S
 MAX_POLL_S = 0.25

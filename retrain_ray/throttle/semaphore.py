@@ -30,8 +30,7 @@ from collections import OrderedDict, deque
 from collections.abc import Callable
 from dataclasses import replace
 
-from retrain_ray.throttle.errors import UnknownLease
-from retrain_ray.throttle.types import Lease, Reclaim, ThrottleStats
+from retrain_ray.throttle.types import Lease, Reclaim, ThrottleStats, UnknownLease
 
 __all__ = ["LeasedSemaphore", "Lease", "check_capacity", "check_ttl"]
 

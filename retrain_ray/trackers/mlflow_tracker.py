@@ -17,34 +17,40 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from retrain_ray.logs.types import RunObserver
 from retrain_ray.trackers.identity import RunIdentity, metric_values
 
 if TYPE_CHECKING:
-    from retrain_ray.config.schema import RetrainConfig
+    from retrain_ray.config.sections_runtime import LoggingSection
 
 KEY_TAG = "retrain_ray.key"
 
 
-def _client(cfg: RetrainConfig) -> Any:
+class LoggedConfig(Protocol):
+    """What the experiment helpers read of a run's config: its [logging] section."""
+
+    @property
+    def logging(self) -> LoggingSection: ...
+
+
+def _client(uri: str) -> Any:
     # deferred: mlflow is an optional extra, imported only when used
     from mlflow import MlflowClient
 
-    uri = cfg.logging.mlflow_tracking_uri
     if uri.startswith("file:"):
         os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
     return MlflowClient(tracking_uri=uri)
 
 
-def experiment_name(cfg: RetrainConfig, campaign: str) -> str:
+def experiment_name(cfg: LoggedConfig, campaign: str) -> str:
     return cfg.logging.mlflow_experiment or campaign or "retrain-ray"
 
 
-def ensure_experiment(cfg: RetrainConfig, campaign: str, client: Any = None) -> str:
+def ensure_experiment(cfg: LoggedConfig, campaign: str, client: Any = None) -> str:
     """The id of the run's MLflow experiment, created if it does not exist yet."""
-    client = client or _client(cfg)
+    client = client or _client(cfg.logging.mlflow_tracking_uri)
     name = experiment_name(cfg, campaign)
     found = client.get_experiment_by_name(name)
     if found is not None:
@@ -61,9 +67,9 @@ def ensure_experiment(cfg: RetrainConfig, campaign: str, client: Any = None) -> 
 class MlflowTracker(RunObserver):
     """`experiment_id`: the experiment the campaign's driver created ("": find or create it here)."""
 
-    def __init__(self, cfg: RetrainConfig, identity: RunIdentity, config: Mapping[str, Any],
+    def __init__(self, cfg: LoggedConfig, identity: RunIdentity, config: Mapping[str, Any],
                  experiment_id: str = "") -> None:
-        self.client = _client(cfg)
+        self.client = _client(cfg.logging.mlflow_tracking_uri)
         experiment_id = experiment_id or ensure_experiment(cfg, identity.campaign, self.client)
         self.run_id = self._find_run(experiment_id, identity) or self._create_run(experiment_id, identity, config)
 

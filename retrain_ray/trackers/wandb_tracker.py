@@ -21,17 +21,16 @@ from retrain_ray.logs.types import RunObserver
 from retrain_ray.trackers.identity import RunIdentity, metric_values, safe_name
 
 if TYPE_CHECKING:
-    from retrain_ray.config.schema import RetrainConfig
+    from retrain_ray.config.sections_runtime import LoggingSection
 
 log = logging.getLogger(__name__)
 
 
 class WandbTracker(RunObserver):
-    def __init__(self, cfg: RetrainConfig, identity: RunIdentity, run_dir: Path, config: Mapping[str, Any]) -> None:
+    def __init__(self, lg: LoggingSection, identity: RunIdentity, run_dir: Path, config: Mapping[str, Any]) -> None:
         # deferred: wandb is an optional extra, imported only when used
         import wandb
 
-        lg = cfg.logging
         self.wandb = wandb
         self.identity = identity
         self.artifacts = lg.checkpoint_artifacts if lg.checkpoint_artifacts != "off" else ""

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from pydantic import JsonValue
@@ -39,12 +40,29 @@ if TYPE_CHECKING:
     from retrain_ray.results.significance import PairComparison
 
 ENDED = ("completed", "stopped", "failed")
+# How long the driver lets a rung wait with no trial running, pending or to suggest before it ends the wait
+# (a run Tune ended outside the campaign's callbacks, or one no trial will ever run, cannot reach the rung)
+STUCK_AFTER_S = 10.0
+LIVE_TRIAL = ("RUNNING", "PENDING")
+TUNE_ENDED = ("ERROR", "TERMINATED")
+
+
 def _run_name(trial: Trial) -> str:
     return str(trial.config.get("run_name", ""))  # pyright: ignore[reportUnknownMemberType, reportUnknownArgumentType]  # Tune types config loosely
 
 
 def _status(trial: Trial) -> str:
     return str(trial.status)  # pyright: ignore[reportUnknownMemberType, reportUnknownArgumentType]  # Tune's status
+
+
+def _error_line(trial: Trial) -> str:
+    """The last line of the error file Tune wrote for the trial."""
+    path = getattr(trial, "error_file", None)
+    try:
+        lines = [ln for ln in Path(path).read_text().splitlines() if ln.strip()] if path else []
+    except OSError:
+        lines = []
+    return lines[-1][:300] if lines else "no error recorded"
 
 
 def _reported_step(result: Mapping[str, object]) -> int:
@@ -131,6 +149,19 @@ class AdaptiveBook:
         if entry.status in ENDED and name not in self.queue:
             return True
         return self.progress.get(name, 0) >= rung
+
+    def missing_at(self, rung: int) -> list[str]:
+        """The live runs that have not reached `rung` yet (what a run paused there waits for)."""
+        return [e.run_name for e in self.live_entries() if not self.reached(e, rung)]
+
+    def give_up_on(self, run_name: str, why: str) -> None:
+        """A run that cannot reach the rungs any more (Tune ended its trial outside the campaign's callbacks):
+        recorded failed where the manifest still has it live, and counted as ended so no rung waits for it."""
+        entry = self.manifest.run(run_name)
+        if entry.status not in ENDED:
+            self.manifest.update_run(run_name, status="failed", error=why, finished_at=time.time())
+            self.say(f"{run_name} failed outside the run ({why}); counted failed, no rung waits for it")
+        self.ended(run_name)
 
     def steps_committed(self) -> int:
         """Steps the campaign spends if every run not stopped runs to the end."""
@@ -293,6 +324,8 @@ class AdaptiveScheduler(FIFOScheduler):
         # trial as running and so never asks for the runs the paused ones wait for: the limit is kept here
         self.max_concurrent = max_concurrent
         self.waiting: dict[str, int] = {}  # run -> the rung it is paused at until that rung is decided
+        self.ended_by_tune: set[str] = set()  # runs whose ERROR trial the scheduler has counted
+        self.stuck_since: float | None = None  # since when no trial could make progress
 
     def on_trial_add(self, tune_controller: TuneController, trial: Trial) -> None:
         self.book.load()
@@ -311,21 +344,74 @@ class AdaptiveScheduler(FIFOScheduler):
         # Paused with its checkpoint at the rung (Tune saves the last reported one): it gives its slot to the
         # runs still to reach the rung, and spends no step a decision to stop its condition would waste.
         self.waiting[name] = rung
+        self._say_paused(name, rung)
         return TrialScheduler.PAUSE
 
+    def _resumed(self, name: str) -> None:
+        """The run leaves its rung: its manifest entry no longer says it waits (campaign/adaptive/paused.py)."""
+        self.waiting.pop(name, None)
+        if getattr(self.book.manifest.run(name), "paused_at_rung", None) is not None:
+            self.book.manifest.update_run(name, paused_at_rung=None, paused_why="")
+
+    def _say_paused(self, name: str, rung: int) -> None:
+        """Tells (console and manifest) which rung the run waits at and for which runs."""
+        missing = [n for n in self.book.missing_at(rung) if n != name]
+        why = f"waiting at rung {rung} for {', '.join(missing) or 'the decision'}"
+        self.book.manifest.update_run(name, paused_at_rung=rung, paused_why=why)
+        self.book.say(f"{name} paused at step {rung}: {why}")
+
     def choose_trial_to_run(self, tune_controller: TuneController) -> Trial | None:
-        """Pending trials first; a paused one only once the rung it waits at is decided."""
+        """Pending trials first; a paused one only once the rung it waits at is decided (or can never be)."""
         trials = tune_controller.get_trials()
+        self._count_trials_tune_ended(tune_controller, trials)
         if sum(_status(t) == "RUNNING" for t in trials) >= self.max_concurrent:
             return None
         for trial in trials:
             if _status(trial) == "PENDING":
                 return trial
         decided = {d.step for d in self.book.decisions()}
-        for trial in trials:
+        paused = [t for t in trials if _status(t) == "PAUSED"]
+        for trial in paused:
             rung = self.waiting.get(_run_name(trial))
-            if _status(trial) == "PAUSED" and (rung is None or rung in decided or self.book.finished):
+            if rung is None or rung in decided or self.book.finished:
+                self._resumed(_run_name(trial))
                 return trial
+        return self._unstick(tune_controller, trials, paused)
+
+    def _count_trials_tune_ended(self, tune_controller: TuneController, trials: list[Trial]) -> None:
+        """A trial Tune ended without telling the scheduler (an actor it could not reuse or restart, a
+        placement it gave up on) is counted failed, so no rung waits for it."""
+        for trial in trials:
+            name = _run_name(trial)
+            if _status(trial) != "ERROR" or name not in self.book.plans or name in self.ended_by_tune:
+                continue
+            self.ended_by_tune.add(name)
+            if self.book.progress.get(name, 0) < self.book.plan.max_steps:
+                self.book.give_up_on(name, f"Tune ended its trial in ERROR: {_error_line(trial)}")
+                self._stop_others(tune_controller, trial, self.book.check())
+
+    def _unstick(self, tune_controller: TuneController, trials: list[Trial], paused: list[Trial]) -> Trial | None:
+        """The way out of a rung that cannot be decided: with no trial running or pending and no run left to
+        suggest for `STUCK_AFTER_S`, the runs the rung still waits for cannot arrive; they are counted ended and
+        the rung decided without them, else the longest-paused trial goes on undecided."""
+        if not paused or self.book.queue or any(_status(t) in LIVE_TRIAL for t in trials):
+            self.stuck_since = None
+            return None
+        now = time.monotonic()
+        if self.stuck_since is None:
+            self.stuck_since = now
+        if now - self.stuck_since < STUCK_AFTER_S:
+            return None
+        self.stuck_since = None
+        rung = min(self.waiting.get(_run_name(t), 0) for t in paused)
+        for name in self.book.missing_at(rung):
+            if name not in {_run_name(t) for t in paused}:
+                self.book.give_up_on(name, f"no trial runs it while the campaign waits at rung {rung}")
+        self._stop_others(tune_controller, paused[0], self.book.check())
+        if rung not in {d.step for d in self.book.decisions()} and not self.book.finished:
+            self.book.say(f"rung {rung} cannot be decided (waiting for {self.book.missing_at(rung)}): "
+                          "its paused runs go on undecided")
+            self._resumed(_run_name(paused[0]))
         return None
 
     def on_trial_complete(self, tune_controller: TuneController, trial: Trial, result: dict[str, object]) -> None:

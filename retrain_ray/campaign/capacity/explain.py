@@ -38,11 +38,12 @@ from retrain_ray.campaign.capacity.estimate import (
     slots,
 )
 from retrain_ray.campaign.capacity.pilot_warm_start import capped_pilot_warnings, reached_target
-from retrain_ray.campaign.plan import concurrent_runs, default_root
+from retrain_ray.campaign.capacity.placement import mode_for_gpus, parse_devices
+from retrain_ray.campaign.plan import CampaignError, CampaignPlan, build_plan, concurrent_runs, default_root
 from retrain_ray.config.campaign_schema import CampaignSection
-from retrain_ray.config.matrix import RunSpec
 from retrain_ray.config.schema import RetrainConfig
-from retrain_ray.config.sections_core import TrainingSection
+from retrain_ray.config.sections_runtime import LoggingSection
+from retrain_ray.config.sections_training import TrainingSection
 from retrain_ray.logs.manifest import MANIFEST, read_manifest
 
 DEFAULT_STEP_S = 10.0
@@ -216,9 +217,8 @@ def recommendations(campaign: CampaignSection, training: TrainingSection, figure
     return out
 
 
-def earlier_runs(cfg: RetrainConfig, campaign: CampaignSection, file: str | Path) -> Path | None:
-    """The latest earlier campaign of this one under its log_dir (same [campaign] name, or the same file)."""
-    root = default_root(cfg)
+def earlier_runs(root: Path, campaign: CampaignSection, file: str | Path) -> Path | None:
+    """The latest earlier campaign of this one under `root`, its log_dir (same [campaign] name, or the same file)."""
     if not root.is_dir():
         return None
     wanted = Path(file).resolve()
@@ -235,11 +235,55 @@ def earlier_runs(cfg: RetrainConfig, campaign: CampaignSection, file: str | Path
     return max(found)[1] if found else None
 
 
-def plan_capacity(cfg: RetrainConfig, campaign: CampaignSection, specs: Sequence[RunSpec], *,
+def dry_plan(cfg: RetrainConfig, file: str | Path) -> CampaignPlan:
+    """The campaign's plan as `Campaign.run()` builds it, without the checks that look beyond the config
+    (explain reports those as warnings); ValueError naming every problem that would refuse it."""
+    try:
+        return build_plan(cfg, probe=False)
+    except CampaignError as exc:
+        raise ValueError(f"{file}: the campaign would be refused:\n" + "\n".join(f"  - {p}" for p in exc.problems)) from None
+
+
+class PlannedResources(TypedDict):
+    cpus: float
+    gpus: float
+    placement: str
+
+
+def planned_resources(plan: CampaignPlan) -> PlannedResources:
+    """CPUs, GPUs and placement mode of one run of the plan: its bundle's GPU share when packed
+    (`[campaign] runs_per_gpu`), else the GPUs the registry placed it on."""
+    run = plan.all_runs[0]
+    gpus = parse_devices(run.devices)
+    share: float = run.gpu_share if gpus == 1 and run.gpu_share < 1.0 else gpus
+    return {"cpus": plan.schedule.cpus_per_run, "gpus": share, "placement": mode_for_gpus(gpus, run.in_process)}
+
+
+class PlannedRun(Protocol):
+    """What the estimate reads of a run: a `RunPlan` of the plan, or a `config.matrix.RunSpec`."""
+
+    @property
+    def run_name(self) -> str: ...
+    @property
+    def condition_label(self) -> str: ...
+    @property
+    def seed(self) -> int: ...
+    @property
+    def config(self) -> RetrainConfig: ...
+
+
+class TrainedConfig(Protocol):
+    """What the estimate reads of the campaign's config: its [training] section."""
+
+    @property
+    def training(self) -> TrainingSection: ...
+
+
+def plan_capacity(cfg: TrainedConfig, campaign: CampaignSection, specs: Sequence[PlannedRun], *,
                   calibration: Calibration | None, how: str, median_step_time: float | None, gpus_per_run: float,
-                  gpus_available: float | None) -> Capacity:
-    """The estimate for the runs `specs` (config.matrix.expand_runs) of campaign config `cfg`, whose
-    [campaign] section is `campaign`."""
+                  gpus_available: float | None, concurrency: int | None = None) -> Capacity:
+    """The estimate for the runs `specs` of campaign config `cfg`, whose [campaign] section is
+    `campaign`; `concurrency`: the plan's runs at once (`Schedule.max_concurrent`), else its formula."""
     pilots = calibration.runs if calibration else ()
     times: dict[str, StepTimes] = {}
     work: list[RunWork] = []
@@ -250,7 +294,9 @@ def plan_capacity(cfg: RetrainConfig, campaign: CampaignSection, specs: Sequence
         st = times[spec.condition_label]
         warm = warm_start_steps(spec.config.training, campaign.max_steps, spec.seed, mine or pilots)
         work.append(RunWork(spec.run_name, warm, campaign.max_steps - warm, st.warm_start_s, st.rl_s))
-    plan_slots = slots(concurrent_runs(campaign.parallel, campaign.max_workers, len(specs)), gpus_per_run, gpus_available)
+    at_once = concurrency if concurrency is not None else concurrent_runs(campaign.parallel, campaign.max_workers,
+                                                                          len(specs))
+    plan_slots = slots(at_once, gpus_per_run, gpus_available)
     est = estimate(work, slot_plan=plan_slots, stagger_s=float(campaign.stagger_seconds), overheads=overheads(calibration),
                    checkpoint=checkpoint_use(campaign, cfg.training, len(specs), calibration))
     figures: dict[str, ConditionFigures] = {}
@@ -267,12 +313,12 @@ def plan_capacity(cfg: RetrainConfig, campaign: CampaignSection, specs: Sequence
     return Capacity(est, times, calibration, how, tuple(recs), figures)
 
 
-def load_calibration(cfg: RetrainConfig, campaign: CampaignSection, file: str | Path,
+def load_calibration(logging: LoggingSection, campaign: CampaignSection, file: str | Path,
                      calibrate: str | None) -> tuple[Calibration | None, str]:
     """The figures explain uses and how it found them; ValueError for a --calibrate DIR without runs."""
     if calibrate:
         return read_calibration(calibrate), f"calibrated from {calibrate} (--calibrate)"
-    earlier = earlier_runs(cfg, campaign, file)
+    earlier = earlier_runs(default_root(logging), campaign, file)
     if earlier is not None:
         try:
             return read_calibration(earlier), f"calibrated from earlier runs of this campaign: {earlier}"
@@ -307,13 +353,14 @@ class CapacityJson(TypedDict):
     recommendations: list[str]
 
 
-def capacity_dict(cap: Capacity, cfg: RetrainConfig, campaign: CampaignSection, num_conditions: int) -> CapacityJson:
+def capacity_dict(cap: Capacity, training: TrainingSection, campaign: CampaignSection,
+                  num_conditions: int) -> CapacityJson:
     """The JSON form (the keys explain printed before calibration came first, then the parts)."""
     est = cap.estimate
     rl = [t.rl_median_s for t in cap.step_times.values()]
     warm = [t.warm_start_median_s for t in cap.step_times.values()]
     return {
-        "concurrency_per_step": cfg.training.rows_per_step,
+        "concurrency_per_step": training.rows_per_step,
         "total_campaign_steps": num_conditions * len(campaign.seeds) * campaign.max_steps,
         "median_step_time_s": statistics.median(rl) if rl else DEFAULT_STEP_S,
         "warm_start_median_step_time_s": statistics.median(warm) if warm else DEFAULT_STEP_S,

@@ -36,6 +36,8 @@ from retrain_ray.config.names import gpu_count
 
 if TYPE_CHECKING:
     from retrain_ray.config.schema import RetrainConfig
+    from retrain_ray.config.sections_runtime import InferenceSection
+    from retrain_ray.config.sections_training import TrainingSection
     from retrain_ray.models.shapes import ModelShapes
 
 GIB = 2**30
@@ -84,35 +86,39 @@ class RunMemory:
                 f"KV/activations {self.kv_gib:.2f}{sampler} + CUDA context {CUDA_CONTEXT_GIB:.1f}")
 
 
-def vllm_share(cfg: RetrainConfig) -> float:
+def vllm_share(inference: InferenceSection) -> float:
     """vLLM's `gpu_memory_utilization` for a run alone on its card: `[inference.engine_args]`'s, else 0.3."""
-    value = cfg.inference.engine_args.get("gpu_memory_utilization", DEFAULT_VLLM_SHARE)
+    value = inference.engine_args.get("gpu_memory_utilization", DEFAULT_VLLM_SHARE)
     return float(value) if isinstance(value, (int, float)) else DEFAULT_VLLM_SHARE
 
 
-def run_memory(cfg: RetrainConfig, shapes: ModelShapes, *, runs_per_gpu: int, card_gib: float) -> RunMemory:
-    """The estimate of the module docstring for one run of `cfg` packed `runs_per_gpu` to a card."""
-    inf = cfg.inference
+def kv_allowance_gib(training: TrainingSection, shapes: ModelShapes) -> float:
+    """KV/activation allowance of one run: KV bytes per token x max_tokens x rows per step."""
+    return shapes.kv_bytes_per_token * training.max_tokens * training.rows_per_step / GIB
+
+
+def run_memory(inf: InferenceSection, shapes: ModelShapes, *, model: str, kv: float, runs_per_gpu: int,
+               card_gib: float) -> RunMemory:
+    """The estimate of the module docstring for one run of `model` packed `runs_per_gpu` to a card, its
+    inference section `inf` and KV allowance `kv` (GiB)."""
     trainer_width = 4 if inf.dtype in ("auto", "float32") else 2
-    kv = shapes.kv_bytes_per_token * cfg.training.max_tokens * cfg.training.rows_per_step / GIB
     vllm_weights = shapes.parameters * (4 if inf.dtype == "float32" else VLLM_WIDTH) / GIB
     sampler, vllm_needs = kv, 0.0
     if inf.shared:
         sampler = 0.0
     elif engine_spec(inf.engine).embeds_vllm:
-        sampler = vllm_share(cfg) / runs_per_gpu * card_gib
+        sampler = vllm_share(inf) / runs_per_gpu * card_gib
         vllm_needs = vllm_weights + kv
-    return RunMemory(model=cfg.model.model, parameters=shapes.parameters,
+    return RunMemory(model=model, parameters=shapes.parameters,
                      weights_gib=shapes.parameters * trainer_width / GIB,
                      optimizer_gib=shapes.trainable * OPTIMIZER_BYTES / GIB, kv_gib=kv, sampler_gib=sampler,
                      vllm_needs_gib=vllm_needs)
 
 
-def engine_memory(cfg: RetrainConfig, shapes: ModelShapes) -> float:
-    """The shared engine's needs (GiB): its weights and the KV allowance of `max_concurrent` runs at once."""
-    kv = shapes.kv_bytes_per_token * cfg.training.max_tokens * cfg.training.rows_per_step / GIB
-    width = 4 if cfg.inference.dtype == "float32" else VLLM_WIDTH
-    return shapes.parameters * width / GIB + kv * cfg.inference.max_concurrent
+def engine_memory(inference: InferenceSection, shapes: ModelShapes, kv: float) -> float:
+    """The shared engine's needs (GiB): its weights and the KV allowance `kv` of `max_concurrent` runs at once."""
+    width = 4 if inference.dtype == "float32" else VLLM_WIDTH
+    return shapes.parameters * width / GIB + kv * inference.max_concurrent
 
 
 @dataclass(frozen=True)
@@ -259,14 +265,15 @@ def plan_packing(configs: Sequence[RetrainConfig], gpus_per_run: Sequence[int], 
     cfg = packed[0]
     shared = bool(cfg.inference.shared)
     uses_vllm = engine_spec(cfg.inference.engine).embeds_vllm
-    utilization = vllm_share(cfg) / runs_per_gpu if uses_vllm else 0.0
+    utilization = vllm_share(cfg.inference) / runs_per_gpu if uses_vllm else 0.0
     shapes = shapes_of(cfg) if runs_per_gpu > 1 else None
     memory = None
     engine = 0.0
     if shapes is not None:
-        memory = max((run_memory(c, shapes, runs_per_gpu=runs_per_gpu, card_gib=card_gib) for c in packed),
+        memory = max((run_memory(c.inference, shapes, model=c.model.model, kv=kv_allowance_gib(c.training, shapes),
+                                 runs_per_gpu=runs_per_gpu, card_gib=card_gib) for c in packed),
                      key=lambda m: m.total_gib)
-        engine = engine_memory(cfg, shapes) if shared else 0.0
+        engine = engine_memory(cfg.inference, shapes, kv_allowance_gib(cfg.training, shapes)) if shared else 0.0
     return Packing(runs_per_gpu, len(packed), shared and uses_vllm, card_gib, memory, engine, utilization)
 
 
@@ -274,7 +281,7 @@ def packed_config(cfg: RetrainConfig, runs_per_gpu: int) -> RetrainConfig:
     """`cfg` with vLLM's `gpu_memory_utilization` divided by `runs_per_gpu` (vllm-embedded only)."""
     if runs_per_gpu <= 1 or not engine_spec(cfg.inference.engine).embeds_vllm:
         return cfg
-    args = {**cfg.inference.engine_args, "gpu_memory_utilization": vllm_share(cfg) / runs_per_gpu}
+    args = {**cfg.inference.engine_args, "gpu_memory_utilization": vllm_share(cfg.inference) / runs_per_gpu}
     return cfg.model_copy(update={"inference": cfg.inference.model_copy(update={"engine_args": args})})
 
 

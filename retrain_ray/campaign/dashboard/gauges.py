@@ -5,7 +5,8 @@ what `retrain_ray.campaign.dashboard.grafana` builds the Grafana dashboard from,
 from the exported names.
 
 Exported on Ray's metrics endpoint with a `ray_` prefix (after about 10 s), tagged
-campaign / run / condition, for Prometheus and Grafana dashboards.
+campaign / run / condition, for Prometheus and Grafana dashboards. Ray's tags are ASCII: a name that
+is not is spelled in ASCII for the tags only (actors/metric_tags.py).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from collections.abc import Mapping
 
 from ray.util.metrics import Gauge
 
+from retrain_ray.actors.metric_tags import ascii_tags
 from retrain_ray.logs.types import MetricsRow, RunObserver
 
 # Gauge name (exported as ray_retrain_run_<name>) -> the row key it shows.
@@ -44,7 +46,7 @@ class RunGauges(RunObserver):
     """RunObserver setting the run's gauges (STEP_GAUGES on each step, EVAL_GAUGES on each eval)."""
 
     def __init__(self, campaign: str, run: str, condition: str) -> None:
-        self._tags = {"campaign": campaign, "run": run, "condition": condition}
+        self._tags = ascii_tags({"campaign": campaign, "run": run, "condition": condition})
         self._gauges = {
             name: Gauge(RUN_GAUGE_PREFIX + name, description=f"latest {key} of a run", tag_keys=TAGS)
             for name, key in {**STEP_GAUGES, **EVAL_GAUGES}.items()

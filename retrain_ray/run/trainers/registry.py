@@ -34,7 +34,7 @@ from retrain_ray.run.trainers.external import ExternalRun, RowFeed, run_command_
 if TYPE_CHECKING:
     from retrain_ray.config.errors import ConfigIssue
     from retrain_ray.config.schema import RetrainConfig
-    from retrain_ray.config.sections_core import TrainingSection
+    from retrain_ray.config.sections_training import TrainingSection
 
 ExternalRunner = Callable[[ExternalRun, RowFeed], Path]
 """Runs a trainer outside the loop to its end; the adapter path it leaves (raises when it fails)."""
