@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, cast
 from retrain_ray.algorithms.sepa import SEPAController
 from retrain_ray.backends.types import TrainBackend, TrainBatch, TrainStepResult
 from retrain_ray.backpressure.types import BackPressureAdvisor, Decision, StepObservation
+from retrain_ray.config.no_training import no_training_warnings
 from retrain_ray.data import next_batch
 from retrain_ray.data.types import Example
 from retrain_ray.engines.types import SampleResult, SamplingEngine, SamplingParams, WeightUpdate
@@ -137,6 +138,8 @@ class RunLoop:
         first_step_at = None
         if self.capture_settings.one_step_only:  # `[optimizer_batch]`: exactly the one step after the checkpoint
             max_steps = state.next_step + 1
+        for warning in no_training_warnings(self.cfg):  # said at load time too; here for a campaign's worker log
+            log.warning("%s: %s", self.run_name, warning)
         for step in range(state.next_step, max_steps):
             started = time.perf_counter()
             if self.warm_start.active(step, finished=state.sft_finished):
