@@ -9,8 +9,8 @@ import pytest
 from helpers import GRPO, write_campaign, write_config
 
 from retrain_ray.config import load_config, load_config_with_warnings
-from retrain_ray.config.no_training import condition_warnings, no_training_warnings
 from retrain_ray.results.untrained import untrained_note
+from retrain_ray.run.no_training import condition_warnings, no_training_warnings
 
 SMALL = {"batch_size": 2, "group_size": 2, "max_tokens": 4, "save_every": 0}
 

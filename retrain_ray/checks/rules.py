@@ -36,12 +36,12 @@ from retrain_ray.config.names import (
     is_dotted_path,
     uncertainty_kind_in_force,
 )
-from retrain_ray.config.no_training import no_training_warnings
 from retrain_ray.config.sections_training import BackendSection
 from retrain_ray.config.trainers import trainer_issues, trainer_warnings
 from retrain_ray.data.loading import SOURCES
 from retrain_ray.environments import PROVIDERS
 from retrain_ray.rewards.registry import REWARD_BUILDERS
+from retrain_ray.run.no_training import no_training_warnings
 
 if TYPE_CHECKING:
     from retrain_ray.config.campaign_schema import CampaignSection, SqueezeSection

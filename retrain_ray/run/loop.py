@@ -27,7 +27,6 @@ from typing import TYPE_CHECKING, cast
 from retrain_ray.algorithms.sepa import SEPAController
 from retrain_ray.backends.types import TrainBackend, TrainBatch, TrainStepResult
 from retrain_ray.backpressure.types import BackPressureAdvisor, Decision, StepObservation
-from retrain_ray.config.no_training import no_training_warnings
 from retrain_ray.data import next_batch
 from retrain_ray.data.types import Example
 from retrain_ray.engines.types import SampleResult, SamplingEngine, SamplingParams, WeightUpdate
@@ -38,6 +37,7 @@ from retrain_ray.run.credit import CreditSettings, assign_credit, logical_batch_
 from retrain_ray.run.divergence import DivergenceError, DivergenceWatch, stop_message
 from retrain_ray.run.lr_schedule import LRSchedule
 from retrain_ray.run.multiturn import Branching, multiturn_rollout
+from retrain_ray.run.no_training import no_training_warnings
 from retrain_ray.run.optimizer_batch import (
     Capture,
     CaptureSettings,
