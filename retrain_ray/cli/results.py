@@ -196,6 +196,7 @@ def results_main(argv: list[str]) -> int:
     args = _results_parser().parse_args(argv)
     # deferred: loads ray, which importing this module does not need
     from retrain_ray.campaign import CampaignResults
+    from retrain_ray.results.compute import describe
     from retrain_ray.results.robust_summary import ROBUST_REPS
     from retrain_ray.results.run_table import condition_view, run_view
 
@@ -219,6 +220,7 @@ def results_main(argv: list[str]) -> int:
                                      "reps": args.reps or ROBUST_REPS, "seed": 0, "confidence": 0.95,
                                      "conditions": json.loads(robust.to_json(orient="records") or "[]"),
                                      "versus_best": json.loads(versus_best.to_json(orient="records") or "[]")},
+                          "compute": res.compute().to_json(),
                           "errors": res.error_by_run}, indent=2))
         return 0
     if args.csv:
@@ -236,6 +238,7 @@ def results_main(argv: list[str]) -> int:
                  "by condition (mean, std, 95% CI of last values across seeds)")
     _print_verdicts(verdicts, args.metric, args.window, args.alpha)
     _print_robust(robust, versus_best, args.metric, args.window)
+    print("\n".join(describe(res.compute())))
     missing = [] if df.empty else list(df.loc[df["status"] == "missing", "run_name"])
     if missing:
         print(f"missing: {', '.join(missing)}: the manifest lists them as finished, but their directories "
