@@ -9,6 +9,8 @@ import pytest
 from helpers import GRPO, write_campaign
 from recorded_campaign import SECONDS_PER_STEP, STEPS, recorded_campaign_dir
 
+from retrain_ray.campaign.afterwards import record_compute
+from retrain_ray.campaign.observer import CampaignObserver
 from retrain_ray.campaign.plan import build_plan, run_record
 from retrain_ray.cli.results import results_main
 from retrain_ray.config import load_config
@@ -79,3 +81,14 @@ def test_an_old_manifest_still_reads(tmp_path_factory, capsys):
     assert results_main([str(campaign_dir)]) == 0
     assert "compute spent: unknown: the manifest predates the GPUs and CPUs recorded per run (6 runs)" in (
         capsys.readouterr().out)
+
+
+def test_the_manifest_records_compute_when_the_campaign_ends(tmp_path_factory):
+    campaign_dir = recorded_campaign_dir(tmp_path_factory, "afterwards")
+    manifest = Manifest.load(campaign_dir)
+    for run in manifest.record.runs:
+        manifest.update_run(run.run_name, gpus=0.0, cpus=2.0)
+    record_compute(campaign_dir, CampaignObserver())
+    compute = read_manifest(campaign_dir).compute
+    assert compute is not None and compute["gpu_hours"] == 0.0
+    assert compute["cpu_hours"] == pytest.approx(6 * 2.0 * STEPS * SECONDS_PER_STEP / 3600)
