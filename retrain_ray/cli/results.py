@@ -18,6 +18,7 @@ the mean and IQM with bootstrap intervals and P(best better) (results/robust_sum
     retrain-ray plot logs/c                         # mean reward -> logs/c/plots/mean_reward.{png,svg}
     retrain-ray plot logs/c --metric loss --metric kl --smooth 5 --out /tmp/plots
     retrain-ray plot logs/c --html                  # also logs/c/report.html (curves, table, matrix)
+    retrain-ray plot logs/c --profile               # also plots/profile_mean_reward.{png,svg}
 
 `retrain-ray bottleneck DIR`: the share of each step's wall time per part, per run and per condition,
 with a verdict naming the bottleneck and the knob to turn (`retrain_ray/campaign/bottleneck.py`).
@@ -310,6 +311,9 @@ def _plot_parser() -> argparse.ArgumentParser:
     p.add_argument("--smooth", type=int, default=1, help="rolling mean over N logged steps (default 1: none)")
     p.add_argument("--out", default=None, help="directory for the PNG and SVG files (default DIR/plots)")
     p.add_argument("--html", action="store_true", help="also write DIR/report.html (self-contained)")
+    p.add_argument("--profile", action="store_true",
+                   help="also each metric's performance profile (fraction of runs better than each threshold, "
+                        "95%% bootstrap band) -> profile_METRIC.{png,svg}")
     return p
 
 
@@ -339,6 +343,8 @@ def plot_main(argv: list[str]) -> int:
         print(f"none of the metrics {metrics} was logged by a run of {args.campaign_dir}; "
               f"choose from: {', '.join(PLOT_METRICS)}", file=sys.stderr)
         return 2
+    if args.profile:
+        written += _write_profiles(results, metrics, out_dir)
     for path in written:
         print(path)
     if args.html:
@@ -346,6 +352,21 @@ def plot_main(argv: list[str]) -> int:
         print(write_report(results, Path(args.campaign_dir) / "report.html", metrics=html_metrics,
                            smooth=args.smooth))
     return 0
+
+
+def _write_profiles(results, metrics: list[str], out_dir: Path) -> list[Path]:
+    # deferred: loads pandas and matplotlib, which the other verbs of this module do not need
+    from retrain_ray.results.plots import close, plot_profile
+
+    written: list[Path] = []
+    for metric in metrics:
+        try:
+            figure = plot_profile(results, metric, out=out_dir / f"profile_{metric}")
+        except ValueError:
+            continue
+        close(figure)
+        written += [out_dir / f"profile_{metric}.png", out_dir / f"profile_{metric}.svg"]
+    return written
 
 
 def _bottleneck_parser() -> argparse.ArgumentParser:
