@@ -6,9 +6,9 @@ from __future__ import annotations
 import json
 
 import pytest
-
 import recorded_campaign
 from recorded_campaign import recorded_campaign_dir
+
 from retrain_ray.cli.results import results_main
 from retrain_ray.results.campaign_results import CampaignResults
 from retrain_ray.results.robust_summary import robust_conditions, robust_improvements

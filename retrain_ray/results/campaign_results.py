@@ -300,13 +300,18 @@ class CampaignResults:
         return pd.DataFrame(rows, columns=["condition", "best", "metric", "diff", "ci_low", "ci_high", "p_value",
                                            "test", "verdict", "seeds", "best_seeds"])
 
+    @staticmethod
+    def mode(metric: str) -> Literal["max", "min"]:
+        """"min" for the metrics where lower is better (loss, times), else "max"."""
+        return "min" if metric in LOWER_IS_BETTER else "max"
+
     def robust(self, metric: str = "mean_reward", *, mode: Literal["max", "min"] | None = None,
                window: int = SIGNIFICANCE_WINDOW, reps: int = ROBUST_REPS,
                seed: int = 0) -> tuple[pd.DataFrame, pd.DataFrame]:
         """As RL papers report results (results/robust_summary.py): per condition the mean and the IQM of
         the runs' values (`run_values`) with stratified bootstrap 95% intervals, and per other condition
         P(best > condition) with its interval, the best being `compare`'s. Seeded: the same every time."""
-        mode = mode or ("min" if metric in LOWER_IS_BETTER else "max")
+        mode = mode or self.mode(metric)
         values = self.run_values(metric, window=window)
         leader, _ = compare_to_leader(values, mode=mode)
         return (robust_conditions(values, reps=reps, seed=seed),

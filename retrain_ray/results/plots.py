@@ -239,14 +239,11 @@ def plot_profile(results: CampaignResults, metric: str = "mean_reward", *, out: 
                  ax: Axes | None = None, reps: int = PROFILE_REPS) -> Figure:
     """Performance profile of `metric`: per condition, the fraction of its runs better than each threshold
     (above it; below it for a lower-is-better metric), with a 95% bootstrap band. PNG+SVG if `out` is given."""
-    # deferred: campaign_results imports this module
-    from retrain_ray.results.campaign_results import LOWER_IS_BETTER
-
     column, label = resolve_metric(metric)
     values = results.run_values(column)
     if not values:
         raise ValueError(f"metric {metric!r} (column {column!r}) was not logged by any run of {results.campaign_dir}")
-    sign = -1.0 if column in LOWER_IS_BETTER else 1.0
+    sign = -1.0 if results.mode(column) == "min" else 1.0
     taus = _thresholds([v for runs in values.values() for v in runs])
     profiles = performance_profiles({c: [sign * v for v in runs] for c, runs in values.items()}, sign * taus,
                                     reps=reps)
