@@ -245,8 +245,8 @@ def plot_profile(results: CampaignResults, metric: str = "mean_reward", *, out: 
         raise ValueError(f"metric {metric!r} (column {column!r}) was not logged by any run of {results.campaign_dir}")
     sign = -1.0 if results.mode(column) == "min" else 1.0
     taus = _thresholds([v for runs in values.values() for v in runs])
-    profiles = performance_profiles({c: [sign * v for v in runs] for c, runs in values.items()}, sign * taus,
-                                    reps=reps)
+    profiles = performance_profiles({c: [sign * v for v in runs] for c, runs in values.items()},
+                                    [sign * float(t) for t in taus], reps=reps)
     canvas = cast(_Axes, ax if ax is not None else _new_axes())
     for i, (condition, profile) in enumerate(profiles.items()):
         color = f"C{i % 10}"
