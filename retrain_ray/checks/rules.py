@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from retrain_ray.algorithms.planning import DETECTORS
 from retrain_ray.algorithms.recipes import ALGORITHMS
-from retrain_ray.algorithms.registry import ADVANTAGES, TRANSFORMS
+from retrain_ray.algorithms.registry import ADVANTAGES, TRANSFORMS, UNCERTAINTIES
 from retrain_ray.backends.registry import (
     BACKEND_SPECS,
     ENGINE_SPECS,
@@ -30,7 +30,6 @@ from retrain_ray.config.base import Section, check_choice
 from retrain_ray.config.errors import ConfigIssue, did_you_mean
 from retrain_ray.config.names import (
     ORIGINAL_ONLY_BACKENDS,
-    UNCERTAINTY_ALIASES,
     UNCERTAINTY_PARAM_KEYS,
     canonical_uncertainty,
     uncertainty_kind_in_force,
@@ -76,8 +75,7 @@ PLUGIN_KEYS: tuple[PluginKey, ...] = (
     PluginKey("advantage_mode", "advantage_mode", "algorithm", "advantage_mode", frozenset(ADVANTAGES.names())),
     PluginKey("transform_mode", "transform_mode", "algorithm", "transform_mode", frozenset(TRANSFORMS.names())),
     PluginKey("algorithm_mode", "algorithm_mode", "algorithm", "algorithm_mode", frozenset(ALGORITHMS.names())),
-    PluginKey("uncertainty_kind", "uncertainty_kind", "algorithm", "uncertainty_kind",
-              frozenset(UNCERTAINTY_ALIASES.values())),
+    PluginKey("uncertainty_kind", "uncertainty_kind", "algorithm", "uncertainty_kind", frozenset(UNCERTAINTIES.names())),
     PluginKey("backend", "[backend] backend", "backend", "backend", frozenset(BACKEND_SPECS)),
     PluginKey("inference_engine", "[inference] engine", "inference", "engine", frozenset(ENGINE_SPECS)),
     PluginKey("reward", "[reward] type", "reward", "type", frozenset(REWARD_BUILDERS)),
