@@ -91,6 +91,21 @@ def test_a_rung_between_checkpoints_is_accepted_and_each_run_checkpoints_there(t
     assert load_config(toml).campaign.adaptive.rungs == [3]
 
 
+def test_a_run_checkpoints_at_its_checkpoint_steps_besides_save_every(tmp_path):
+    """run/loop.py: save_every = 2 and checkpoint_steps = [3] over 4 steps checkpoint after steps 2 and 3."""
+    from helpers import write_config
+
+    from retrain_ray.run.train import train_run
+
+    path = write_config(tmp_path / "run.toml", base=TINY_RUN,
+                        training={**TINY_RUN["training"], "max_steps": 4, "checkpoint_steps": [3],
+                                  "sft_warmup_steps": 0, "keep_last_checkpoints": 0})
+    outcome = train_run(load_config(path), run_name="r", run_dir=tmp_path / "run")
+    assert outcome.status == "completed"
+    names = sorted(p.name for p in (tmp_path / "run" / "checkpoints").glob("checkpoint_step_*"))
+    assert names == ["checkpoint_step_2", "checkpoint_step_3"]
+
+
 @pytest.mark.slow
 def test_an_adaptive_campaign_decides_at_a_rung_between_checkpoints(ray_4cpu_4gpu, tmp_path, monkeypatch):
     """A real campaign whose rung (3) is no multiple of save_every (2) stops the hopeless condition there."""
