@@ -16,6 +16,7 @@ from retrain_ray.logs import (
     MultiObserver,
     write_run_meta,
 )
+from retrain_ray.plugins.loader import use_search_paths
 from retrain_ray.run.build import build_components, build_policy, build_task
 from retrain_ray.run.epochs import apply_epochs
 from retrain_ray.run.loop import RunLoop
@@ -90,6 +91,7 @@ def train_run(
     throttle = run_throttle(config, throttle, run_name)
     run_dir = Path(run_dir)
     _check_run_dir(run_dir)
+    use_search_paths(config.plugins.search_paths)  # the run's plugins (modes, rewards...) are looked up there
     trainer = trainer_spec(config.training.trainer)
     for warning in trainer.no_training(config):  # said at load time too; here for a campaign's worker log
         log.warning("%s: %s", run_name, warning)
