@@ -27,6 +27,7 @@ requests after it went silent included, and its queued single-slot requests are 
 The actor is named `<campaign>/throttle/<endpoint>` in the caller's namespace, created with
 `get_if_exists=True`, `num_cpus=0` and a high `max_concurrency` (each waiter is a pending coroutine),
 and is not detached: it lives as long as the campaign driver that created it (DESIGN decision 2).
+It exports `ray.util.metrics` gauges tagged with campaign and endpoint, refreshed every reaper tick.
 
 Restarts: Ray restarts it when it dies (`CONTROL_RESTARTS`, calls in flight retried). Its lease table
 is soft state rebuilt from the holders' renewals: for one lease TTL after a restart it grants no new
@@ -34,7 +35,6 @@ lease and re-adopts every lease a holder renews (`LeasedSemaphore.start_grace`);
 waiters FIFO from the slots really free. Every client session gets a new incarnation, so each process
 asks again for what it had queued. The capacity the back-pressure actor had set is asked from it
 again; the restart is appended to `<campaign>/control_restarts.jsonl` (actors/restarts.py).
-It exports `ray.util.metrics` gauges tagged with campaign and endpoint, refreshed every reaper tick.
 """
 
 from __future__ import annotations
@@ -87,6 +87,7 @@ class ThrottleActor:
         self._futures: dict[int, asyncio.Future[list[Lease]]] = {}
         self._sessions = Sessions(endpoint, self._sem, first_incarnation)
         self._reaper: asyncio.Task[None] | None = None
+        self._recovery: asyncio.Task[None] | None = None
         self._gauges = Gauges(campaign, endpoint)
         self._gauges.update(self._sem.stats())
 
@@ -294,8 +295,8 @@ class ThrottleActor:
 
     async def _reap_forever(self) -> None:
         period_s = self._sem.lease_ttl_s / 4
-        if self._restarted:
-            await self._recover_capacity()
+        if self._restarted and self._recovery is None:  # its own task: the grace period must not wait on it
+            self._recovery = asyncio.get_running_loop().create_task(self._recover_capacity())
         while True:
             await asyncio.sleep(period_s)
             try:
