@@ -47,7 +47,7 @@ LABELS = {"wall_s": "campaign wall time (s)", "first_step_s": "first step of the
 def run_configs(config_path: Path, log_root: Path) -> list[tuple[str, Path]]:
     """The campaign's runs, each as a standalone TOML (the run's whole config, no [campaign])."""
     from retrain_ray.config import expand_runs, load_config
-    from retrain_ray.config.toml_writer import save_toml
+    from retrain_ray.config.load import save_toml
 
     runs = []
     for spec in expand_runs(load_config(config_path)):

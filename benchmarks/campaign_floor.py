@@ -89,7 +89,7 @@ def _seconds(code: str, *args: str, timeout_s: float = 600.0) -> float:
 def parts(config_path: Path, reps: int) -> dict[str, float]:
     """Each part's minimum over `reps` fresh processes (seconds)."""
     from retrain_ray.config import expand_runs, load_config
-    from retrain_ray.models.names import config_uses_peft
+    from retrain_ray.models.context import config_uses_peft
 
     config = load_config(config_path)
     peft = any(config_uses_peft(spec.config) for spec in expand_runs(config))

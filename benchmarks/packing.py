@@ -68,7 +68,7 @@ class Figures:
 
 def _engine_settings(args: argparse.Namespace, max_loras: int, gpu_share: float | None):
     from retrain_ray.backends.local import LoraSettings
-    from retrain_ray.engines.vllm_embedded import VLLMSettings
+    from retrain_ray.engines.vllm.core import VLLMSettings
     from retrain_ray.models.loading import resolve_model_path
 
     return VLLMSettings(str(resolve_model_path(args.model)), lora=LoraSettings(rank=RANK), dtype=args.dtype,
@@ -128,7 +128,7 @@ def _peak_mb() -> float:
 def _worker_shared(args: argparse.Namespace) -> dict[str, object]:
     """One engine, N runs as threads: figures for serial, then batch."""
     from retrain_ray.engines import WeightUpdate
-    from retrain_ray.engines.vllm_embedded import VLLMCore
+    from retrain_ray.engines.vllm.core import VLLMCore
 
     n = args.n
     core = VLLMCore(_engine_settings(args, n, 0.5 if args.gpu else None))
@@ -160,7 +160,7 @@ def _worker_shared(args: argparse.Namespace) -> dict[str, object]:
 def _worker_own(args: argparse.Namespace) -> dict[str, object]:
     """One run's own engine: ready, wait for the go file, sample, report."""
     from retrain_ray.engines import WeightUpdate
-    from retrain_ray.engines.vllm_embedded import VLLMCore
+    from retrain_ray.engines.vllm.core import VLLMCore
 
     core = VLLMCore(_engine_settings(args, 1, 0.85 / args.n if args.gpu else None))
     core.load_weights("run", WeightUpdate(1, _adapters(args, [args.index])[args.index]))
@@ -437,7 +437,7 @@ def main() -> int:
         return campaign(args)
     if args.quick:
         args.runs, args.prompts, args.max_tokens, args.rounds = "1,2", 4, 16, 2
-    from retrain_ray.engines.vllm_embedded import INSTALL_HINT, vllm_available
+    from retrain_ray.engines.vllm.core import INSTALL_HINT, vllm_available
 
     if not vllm_available():
         print(f"vLLM is not installed: {INSTALL_HINT}", file=sys.stderr)

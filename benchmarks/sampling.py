@@ -80,7 +80,8 @@ def main() -> int:
 
     from retrain_ray.backends.local import LoraSettings, PolicySettings, build_shared_policy
     from retrain_ray.engines import SamplingParams
-    from retrain_ray.engines.vllm_embedded import INSTALL_HINT, VLLMEngine, VLLMSettings, vllm_available
+    from retrain_ray.engines.vllm.core import INSTALL_HINT, VLLMSettings, vllm_available
+    from retrain_ray.engines.vllm.engine import VLLMEngine
     from retrain_ray.models.loading import resolve_model_path
 
     if not vllm_available():

@@ -25,7 +25,7 @@ import torch
 from retrain_ray.backends.local import LocalBackend, LoraSettings, PolicySettings, build_shared_policy
 from retrain_ray.backends.types import Policy, TrainBatch
 from retrain_ray.engines import NaiveEngine, SamplingParams
-from retrain_ray.engines.pytorch import PyTorchEngine
+from retrain_ray.engines.pytorch.engine import PyTorchEngine
 from retrain_ray.models import encode_prompt
 
 PROMPTS = ["123", "4567", "89", "The answer is"]
@@ -187,7 +187,7 @@ def issue_step_loop(workdir: Path, *, legacy: bool, checkpointing: bool | str = 
     )
     from retrain_ray.config import load_config
     from retrain_ray.logs import MultiObserver
-    from retrain_ray.models.finetune import prepare_trainable
+    from retrain_ray.models.lean_lora import prepare_trainable
     from retrain_ray.models.loading import load_model_and_tokenizer
     from retrain_ray.run.build import build_components
     from retrain_ray.run.loop import RunLoop

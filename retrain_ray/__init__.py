@@ -12,6 +12,8 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
+from retrain_ray.util.config_hooks import ConfigCheck, register_config_check
+
 __version__ = "0.1.0"
 
 _EXPORTS = {
@@ -28,6 +30,23 @@ _EXPORTS = {
 }
 
 __all__ = ["__version__", *_EXPORTS]
+
+
+def _config_issues(cfg: Any) -> list[Any]:
+    # deferred: the check pass loads pydantic and the component registries; `import retrain_ray` stays cheap
+    from retrain_ray.checks.rules import collect_issues
+
+    return collect_issues(cfg)
+
+
+def _config_warnings(cfg: Any) -> list[str]:
+    # deferred: as above
+    from retrain_ray.checks.rules import collect_warnings
+
+    return collect_warnings(cfg)
+
+
+register_config_check(ConfigCheck(_config_issues, _config_warnings))
 
 
 def __getattr__(name: str) -> Any:

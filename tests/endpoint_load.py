@@ -7,7 +7,7 @@ from typing import Any
 
 import httpx
 
-from retrain_ray.engines.openai import OpenAIEngine
+from retrain_ray.engines.openai.engine import OpenAIEngine
 from retrain_ray.engines.types import SamplingParams
 
 

@@ -9,7 +9,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
-from retrain_ray.config.toml_writer import dumps
+from retrain_ray.config.load import dumps
 
 T = TypeVar("T")
 

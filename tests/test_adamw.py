@@ -8,7 +8,7 @@ import sys
 import pytest
 import torch
 
-from retrain_ray.backends.local.adamw import PlainAdamW, make_adamw
+from retrain_ray.backends.local.backend import PlainAdamW, make_adamw
 
 
 def _params(seed: int) -> list[torch.nn.Parameter]:
@@ -77,7 +77,7 @@ def test_a_state_of_another_shape_is_refused_with_the_reason():
 
 def test_cpu_parameters_get_plain_adamw_and_it_imports_no_dynamo():
     assert isinstance(make_adamw(_params(0), betas=(0.9, 0.95), eps=1e-8), PlainAdamW)
-    code = ("import sys, torch\nfrom retrain_ray.backends.local.adamw import make_adamw\n"
+    code = ("import sys, torch\nfrom retrain_ray.backends.local.backend import make_adamw\n"
             "p = [torch.nn.Parameter(torch.ones(3))]\nopt = make_adamw(p, betas=(0.9, 0.95), eps=1e-8)\n"
             "p[0].grad = torch.ones(3)\nopt.step()\nopt.zero_grad()\nprint('torch._dynamo' in sys.modules)")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)

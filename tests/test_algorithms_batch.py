@@ -11,10 +11,10 @@ from retrain_ray.algorithms import (
     batch_normalize,
     cap_advantages,
     is_uniform_group,
-    preflight,
     reward_tie_stats,
 )
 from retrain_ray.algorithms.registry import TransformSpec
+from retrain_ray.checks.probe import preflight
 from retrain_ray.run.plugin_modes import ALGORITHMS, TRANSFORMS, compute_group_advantages
 
 approx = pytest.approx

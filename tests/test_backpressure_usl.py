@@ -255,7 +255,7 @@ def test_labels_before_the_first_fit_say_no_model():
 def test_settings_take_every_section_key_and_its_default_from_the_section():
     from retrain_ray.backpressure.settings import BackPressureSettings
     from retrain_ray.config.schema import RetrainConfig
-    from retrain_ray.config.sections_aux import BackpressureSection
+    from retrain_ray.config.sections_runtime import BackpressureSection
 
     defaults = BackPressureSettings()
     assert {k: getattr(defaults, k) for k in BackpressureSection.model_fields} == BackpressureSection().model_dump()

@@ -97,7 +97,7 @@ def test_split_sampler_rng_is_captured_and_restored_through_the_proxy(ray_4cpu_4
     from retrain_ray.actors.run_actors import EngineProxy, InferenceActor
     from retrain_ray.config import load_config
     from retrain_ray.engines.types import SamplingParams
-    from retrain_ray.models.loading import encode_prompt
+    from retrain_ray.models.context import encode_prompt
     from retrain_ray.run.state import capture_rng_state, engine_generators, restore_rng_state
 
     run_toml = write_config(tmp_path / "run.toml", **SECTIONS, logging={"log_dir": f"{tmp_path}/logs/x"})

@@ -107,7 +107,7 @@ def test_trace_shows_the_probe_and_every_issue(tmp_path, capsys):
     code, report = cli_json(capsys, "trace", SMOKE, "--transform-mode", "gtpo")
     assert code == 0 and report["issues"] == []
     assert report["flow"]["token_varying"] is True
-    from retrain_ray.algorithms.preflight import PROBE_GROUPS
+    from retrain_ray.checks.probe import PROBE_GROUPS
 
     for probe, group in zip(report["probes"], PROBE_GROUPS, strict=True):
         assert [len(r) for r in probe["token_advantages"]] == [len(r) for r in group["logprobs"]]

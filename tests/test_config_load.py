@@ -18,8 +18,8 @@ from retrain_ray.config import (
     load_config,
     load_config_with_warnings,
 )
-from retrain_ray.config.fields import FIELD_INDEX, TRAIN_SECTIONS
-from retrain_ray.config.toml_writer import toml_value
+from retrain_ray.config.key_names import FIELD_INDEX, TRAIN_SECTIONS
+from retrain_ray.config.load import toml_value
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = sorted((ROOT / "configs").glob("*.toml"))
@@ -116,7 +116,7 @@ def test_coercion_and_empty_strings(tmp_path: Path):
     assert cfg.model.model == "Qwen/Qwen3-4B-Instruct-2507"
     # [environment] parses as the original's (a table of args becomes JSON text); the hub install is for
     # verifiers environments only, and both of the original's providers load
-    from retrain_ray.config.sections_aux import EnvironmentSection
+    from retrain_ray.config.sections_runtime import EnvironmentSection
 
     assert EnvironmentSection.model_validate({"args": {"k": 1}}).args == '{"k": 1}'
     path.write_text('[environment]\nprovider = "builtin"\nid = "digit_chain"\n[environment.args]\nseed = 1\n')
@@ -138,6 +138,16 @@ def test_uncertainty_alias_is_canonicalized_and_override_wins():
     assert cfg.algorithm.uncertainty_kind == "predictive_variance"
     cfg2 = RetrainConfig.model_validate({"algorithm": {"transform_params": {"uncertainty_metric": "nll"}}})
     assert effective_uncertainty_kind(cfg2) == "surprisal"
+
+
+def test_the_schema_canonicalizes_uncertainty_kinds_as_the_uncertainty_registry_does():
+    """config/ may not import algorithms/, yet must canonicalize on load (above): its alias table is the
+    registry's, less the reserved names the registry refuses (issue 33.2 leaves this one copy, kept equal here)."""
+    from retrain_ray.algorithms import uncertainty
+    from retrain_ray.config.names import UNCERTAINTY_ALIASES
+
+    registry = {k: v for k, v in uncertainty.ALIASES.items() if k not in uncertainty.UNSUPPORTED}
+    assert registry == UNCERTAINTY_ALIASES
 
 
 def test_python_api_is_as_strict_as_toml():

@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 import torch
 
+from retrain_ray.backends.local.options import LOCAL_FIXED, LOCAL_OPTIONS
+from retrain_ray.checks.rules import BY_VALUE, REFUSED
 from retrain_ray.config import ConfigError, RetrainConfig
-from retrain_ray.config.backend_options import LOCAL_FIXED, LOCAL_OPTIONS
 from retrain_ray.config.build import build_config
-from retrain_ray.config.fields import TRAIN_SECTIONS, toml_keys
-from retrain_ray.config.unimplemented import BY_VALUE, REFUSED
+from retrain_ray.config.key_names import TRAIN_SECTIONS, toml_keys
 from retrain_ray.data.types import Example
 from retrain_ray.engines.types import SampleResult
 from retrain_ray.run.credit import CreditSettings, assign_credit

@@ -8,8 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from retrain_ray.engines import NaiveEngine, PyTorchEngine, SamplingEngine, SamplingParams, WeightUpdate
-from retrain_ray.engines.distribution import entropy, filtered_logprobs, token_logprobs
-from retrain_ray.engines.pytorch import left_pad
+from retrain_ray.engines.pytorch.engine import entropy, filtered_logprobs, left_pad, token_logprobs
 from retrain_ray.models import encode_prompt
 
 

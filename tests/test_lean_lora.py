@@ -22,15 +22,19 @@ from safetensors import safe_open
 from transformers import AutoModelForCausalLM
 
 from retrain_ray.backends.local import LocalBackend, LoraSettings
-from retrain_ray.backends.local.batching import microbatches
-from retrain_ray.backends.local.scoring import scored_logprobs
+from retrain_ray.backends.local.scoring import microbatches, scored_logprobs
 from retrain_ray.backends.types import TrainBatch
-from retrain_ray.engines.vllm_embedded import write_peft_adapter
+from retrain_ray.engines.vllm.reload import write_peft_adapter
 from retrain_ray.engines.weights import export_trainable, install_weights
-from retrain_ray.models.finetune import prepare_trainable
-from retrain_ray.models.lean_adapter import load_adapter, save_adapter
 from retrain_ray.models.lean_loading import load_lean_model
-from retrain_ray.models.lean_lora import PEFT_FORMAT_VERSION, LeanLoraModel, is_lora_target
+from retrain_ray.models.lean_lora import (
+    PEFT_FORMAT_VERSION,
+    LeanLoraModel,
+    is_lora_target,
+    load_adapter,
+    prepare_trainable,
+    save_adapter,
+)
 from retrain_ray.squeeze.adapter import read_adapter
 
 DEFAULT = LoraSettings(rank=8)

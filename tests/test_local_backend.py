@@ -14,8 +14,7 @@ from retrain_ray.backends.local import (
     build_shared_policy,
     build_split_engine,
 )
-from retrain_ray.backends.local.batching import microbatches
-from retrain_ray.backends.local.scoring import scored_logprobs
+from retrain_ray.backends.local.scoring import microbatches, scored_logprobs
 from retrain_ray.backends.types import TrainBackend, TrainBatch
 from retrain_ray.engines import SamplingParams
 from retrain_ray.models import encode_prompt

@@ -1,4 +1,4 @@
-"""models/names.py: which loading path a model name takes, decided without torch, and the campaign's
+"""models/context.py: which loading path a model name takes, decided without torch, and the campaign's
 preload of trial processes (peft only where a run imports it)."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 from helpers import write_campaign
 
 from retrain_ray.campaign.local_ray import TRIAL_MODULES, trial_modules
-from retrain_ray.models.names import config_uses_peft, lean_applies, uses_peft
+from retrain_ray.models.context import config_uses_peft, lean_applies, uses_peft
 
 
 @pytest.mark.parametrize(("name", "finetune", "remote_code", "lean", "peft"), [
@@ -28,7 +28,7 @@ def test_lean_path_and_peft_by_model_name(name, finetune, remote_code, lean, pef
 
 
 def test_the_names_module_imports_no_torch():
-    code = "import sys, retrain_ray.models.names; print('torch' in sys.modules)"
+    code = "import sys, retrain_ray.models.context; print('torch' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip() == "False"
 
 

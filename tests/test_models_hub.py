@@ -17,7 +17,7 @@ import ray
 from hf_cache import add_ref, repo_cache_dir
 
 from retrain_ray.models import build_tiny_model, load_model_and_tokenizer, state_dict_sha256
-from retrain_ray.models.hub import ModelUnavailableError, model_problem, resolve_hub_model
+from retrain_ray.models.context import ModelUnavailableError, model_problem, resolve_hub_model
 
 ROOT = Path(__file__).resolve().parents[1]
 REPO = "retrain-test/tiny-chat"

@@ -11,13 +11,13 @@ import torch
 from helpers import GRPO, TINY_CPU, write_config
 
 from retrain_ray.config import ConfigError, load_config
-from retrain_ray.engines.adapter_folders import (
+from retrain_ray.engines.adapters import (
     read_mlx_folder,
     read_peft_folder,
     write_mlx_folder,
     write_peft_folder,
 )
-from retrain_ray.engines.lora import LoraSettings
+from retrain_ray.models.lora import LoraSettings
 
 
 @pytest.mark.parametrize(("engine", "upload", "port"), [("max", "path", 8000), ("mlx", "mlx", 8080),

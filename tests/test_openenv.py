@@ -15,13 +15,13 @@ from pathlib import Path
 import pytest
 from helpers import TINY_CPU, free_port, write_config
 
+from retrain_ray.checks.machine import environment_problems
 from retrain_ray.config import ConfigError, load_config
 from retrain_ray.environments import load_environment
 from retrain_ray.environments.openenv import OpenEnv
 from retrain_ray.environments.openenv_client import OpenEnvError, ws_url
 from retrain_ray.environments.openenv_standin import StandIn
 from retrain_ray.logs import read_stream
-from retrain_ray.run.environment import environment_problems
 from retrain_ray.run.train import train_run
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -11,11 +11,11 @@ import pytest
 import torch
 from helpers import TINY_RUN, final_weights, write_config
 
+from retrain_ray.checks.preflight import PreflightError, check_run
 from retrain_ray.cli.train import train_main
 from retrain_ray.config import ConfigError, load_config
 from retrain_ray.logs import read_stream
 from retrain_ray.run.optimizer_batch import CAPTURE_DIR, MANIFEST_FILE, read_capture
-from retrain_ray.run.preflight import PreflightError, check_run
 from retrain_ray.run.train import train_run
 
 TRAINING = {**TINY_RUN["training"], "save_every": 0, "sft_warmup_steps": 0, "seed": 3}

@@ -22,11 +22,11 @@ from retrain_ray.algorithms.planning_semantic import (
     mark_windows,
     words_with_tokens,
 )
+from retrain_ray.checks.preflight import model_problems
 from retrain_ray.config import load_config
 from retrain_ray.logs import read_stream
 from retrain_ray.models.sentence_embedder import MeanPoolEmbedder, load_embedder
 from retrain_ray.run.build import build_planning
-from retrain_ray.run.preflight import model_problems
 from retrain_ray.run.train import train_run
 
 WORDS = ["let", "me", "think", "x", "=", "4", "so", "the", "sum", "is", "7", "PLAN", "EXEC"]

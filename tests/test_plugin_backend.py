@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 from helpers import install_test_plugins, write_config
 
+from retrain_ray.checks.preflight import PreflightError, check_run, run_problems
 from retrain_ray.cli import main as cli_main
 from retrain_ray.config import load_config
 from retrain_ray.logs import read_stream
 from retrain_ray.run.build import build_policy
-from retrain_ray.run.preflight import PreflightError, check_run, run_problems
 
 TOKEN_VARYING = {"advantage_mode": "grpo", "transform_mode": "gtpo"}
 
@@ -131,7 +131,7 @@ def test_plugin_resources_place_a_run_alike_in_explain_and_the_campaign(workdir,
     from retrain_ray.campaign.capacity.placement import decide_placement
     from retrain_ray.campaign.plan import build_plan
     from retrain_ray.cli.explain import resources_per_run
-    from retrain_ray.config.toml_writer import dumps
+    from retrain_ray.config.load import dumps
 
     toml = _toml(workdir, backend, algorithm={"advantage_mode": "grpo", "transform_mode": "none"},
                  devices=devices, options=options)
@@ -150,7 +150,7 @@ def test_plugin_resources_place_a_run_alike_in_explain_and_the_campaign(workdir,
 
 def test_a_malformed_resources_hook_stops_the_campaign_plan_naming_it(workdir):
     from retrain_ray.campaign.plan import CampaignError, build_plan
-    from retrain_ray.config.toml_writer import dumps
+    from retrain_ray.config.load import dumps
 
     toml = _toml(workdir, "counting_backend.bad_resources", algorithm={"advantage_mode": "grpo",
                                                                        "transform_mode": "none"})
@@ -164,7 +164,7 @@ def test_a_campaign_places_a_plugin_run_on_the_gpus_its_hook_declares(ray_4cpu_4
     """Real Tune on the session Ray (4 fake GPUs): the plugin's run holds the 2 GPUs its resources hook
     declares, both in its own trial process, and trains through the plugin (on the CPU: the GPUs are fake)."""
     from retrain_ray.campaign import Campaign
-    from retrain_ray.config.toml_writer import dumps
+    from retrain_ray.config.load import dumps
 
     toml = _toml(workdir, "counting_backend.on_two_gpus")
     toml.write_text(toml.read_text() + "\n" + dumps({"campaign": {"name": "gpus", "seeds": [1], "max_steps": 2,

@@ -96,7 +96,7 @@ def test_a_plugin_folder_over_the_limit_is_refused_naming_it(driver_dir):
     with open(driver_dir / "plugins" / "weights.bin", "wb") as sparse:
         sparse.truncate(MAX_BUNDLE_BYTES + 1)
     toml = write_campaign(driver_dir / "c.toml", reward={"type": "shipped_reward:make"}, algorithm=GRPO,
-                          campaign={"name": "big", "seeds": [1], "max_steps": 1})
+                          training={"max_tokens": 8}, campaign={"name": "big", "seeds": [1], "max_steps": 1})
     with pytest.raises(CampaignError) as info:
         Campaign.from_toml(toml, root=driver_dir / "campaigns").run(progress=False)
     assert f"[plugins] {driver_dir / 'plugins'}: 100.0 MiB" in str(info.value) and "100 MiB limit" in str(info.value)

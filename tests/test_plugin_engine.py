@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 from helpers import install_test_plugins, write_config
 
+from retrain_ray.checks.preflight import PreflightError, check_run, run_problems
 from retrain_ray.cli.explain import describe_run
 from retrain_ray.config import load_config
 from retrain_ray.logs import read_stream
 from retrain_ray.run.build import build_policy
-from retrain_ray.run.preflight import PreflightError, check_run, run_problems
 from retrain_ray.run.train import train_run
 
 

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from helpers import write_config
 
+from retrain_ray.checks.preflight import PreflightError, check_run
 from retrain_ray.config import RetrainConfig
 from retrain_ray.logs import read_stream
-from retrain_ray.run.preflight import PreflightError, check_run
 from retrain_ray.run.train import train_run
 
 DATA_PLUGIN = '''

@@ -11,8 +11,8 @@ from helpers import GRPO, TINY_RUN, free_port, write_config
 
 from retrain_ray.backends.prime_rl import build_prime_rl_policy
 from retrain_ray.backends.prime_rl.backend import PrimeRLBackend, rl_samples
-from retrain_ray.backends.prime_rl.transport import FileSystemSender
 from retrain_ray.backends.prime_rl.wire import (
+    FileSystemSender,
     TrainingBatch,
     TrainingSample,
     broadcast_dir,
@@ -20,9 +20,9 @@ from retrain_ray.backends.prime_rl.wire import (
     rollout_file,
 )
 from retrain_ray.backends.types import TrainBatch
+from retrain_ray.checks.preflight import PreflightError, check_run
 from retrain_ray.config import ConfigError, load_config
 from retrain_ray.logs import read_stream
-from retrain_ray.run.preflight import PreflightError, check_run
 from retrain_ray.run.train import train_run
 
 
@@ -117,7 +117,7 @@ def test_bad_options_are_named_with_the_fix(tmp_path, options, needle):
 
 
 def test_weight_sync_waits_for_the_broadcast_and_times_out_naming_it(tmp_path):
-    from retrain_ray.backends.prime_rl.engine import wait_for_broadcast
+    from retrain_ray.backends.prime_rl.backend import wait_for_broadcast
 
     with pytest.raises(TimeoutError, match=r"step_4/STABLE.*sync_wait_s"):
         wait_for_broadcast(tmp_path, 4, wait_s=0.2, poll_s=0.05)

@@ -150,7 +150,7 @@ def test_a_save_that_cannot_write_is_an_oserror_naming_the_checkpoint_and_leaves
 
 
 def test_endpoint_counters_report_cumulative_retries_and_each_steps_errors():
-    from retrain_ray.engines.openai import OpenAIEngine
+    from retrain_ray.engines.openai.engine import OpenAIEngine
     from retrain_ray.run.rollout import EndpointCounters
 
     engine = OpenAIEngine("http://127.0.0.1:9", model_name="builtin:tiny")

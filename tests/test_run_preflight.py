@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from retrain_ray.checks.preflight import PreflightError, check_run
 from retrain_ray.config import ConfigError, RetrainConfig, apply_overrides, parse_overrides
-from retrain_ray.run.preflight import PreflightError, check_run
 
 
 def _cfg(**overrides) -> RetrainConfig:

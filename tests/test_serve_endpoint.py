@@ -11,8 +11,8 @@ from endpoint_load import hammer
 from helpers import free_port
 
 from retrain_ray.engines.adapters import AdapterSpec
-from retrain_ray.engines.openai import OpenAIEngine
-from retrain_ray.engines.pytorch import PyTorchEngine
+from retrain_ray.engines.openai.engine import OpenAIEngine
+from retrain_ray.engines.pytorch.engine import PyTorchEngine
 from retrain_ray.engines.types import SamplingParams, WeightUpdate
 from retrain_ray.engines.weights import export_trainable
 
@@ -36,7 +36,7 @@ def _local(model, tokenizer, seed: int) -> PyTorchEngine:
 
 def _lora_model(seed: int):
     from retrain_ray.models import load_model_and_tokenizer
-    from retrain_ray.models.finetune import LoraSettings, prepare_trainable
+    from retrain_ray.models.lean_lora import LoraSettings, prepare_trainable
 
     model, tokenizer = load_model_and_tokenizer(MODEL)
     lora = LoraSettings(rank=4, alpha=32.0, target_modules=("q_proj", "v_proj"))
@@ -142,7 +142,7 @@ def test_endpoint_port_listens_on_loopback_only(endpoint):
 def test_each_servers_weight_sync_call_makes_it_sample_from_the_trainers_adapter(endpoint, tmp_path, engine):
     """MAX (load_lora_adapter by path), MLX-LM (`adapters` per request) and TensorRT-LLM (`lora_request`
     per request): after each sync the stand-in samples exactly what the trainer's model samples."""
-    from retrain_ray.engines.openai import UPLOAD_OF_ENGINE
+    from retrain_ray.engines.openai.engine import UPLOAD_OF_ENGINE
 
     name = f"{engine}-adapter"
     first, tokenizer, lora = _lora_model(seed=7)

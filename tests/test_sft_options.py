@@ -85,7 +85,7 @@ def test_local_importance_sampling_is_minus_p_and_trains(tiny_cache):
 
 def test_tinker_importance_sampling_sends_zero_logprobs(tmp_path):
     from retrain_ray.backends.tinker import ClipSettings, TinkerBackend, TinkerOptions, TinkerSession
-    from retrain_ray.backends.tinker.datums import sft_datums
+    from retrain_ray.backends.tinker.loss import sft_datums
     from retrain_ray.backends.tinker.standin import StandinServiceClient
 
     datums, count = sft_datums(_one_target("importance_sampling"))

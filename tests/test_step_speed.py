@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from retrain_ray.engines import SamplingParams
-from retrain_ray.engines.train_mode import ModeSwitch
+from retrain_ray.engines.weights import ModeSwitch
 
 BENCH = Path(__file__).resolve().parent.parent / "benchmarks" / "step_throughput.py"
 

@@ -22,8 +22,7 @@ from retrain_ray.backends.tinker import (
     parse_tinker_options,
 )
 from retrain_ray.backends.tinker.backend import STATE_FILE, ppo_dual_clip_step
-from retrain_ray.backends.tinker.datums import rl_datums
-from retrain_ray.backends.tinker.loss import dual_clip_token_losses
+from retrain_ray.backends.tinker.loss import dual_clip_token_losses, rl_datums
 from retrain_ray.backends.tinker.standin import StandinServiceClient
 from retrain_ray.backends.types import TrainBatch
 from retrain_ray.engines.types import SamplingParams, WeightUpdate

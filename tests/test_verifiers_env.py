@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 from helpers import environment_run, stream_rows
 
+from retrain_ray.checks.machine import environment_problems
 from retrain_ray.config import ConfigError
 from retrain_ray.environments import load_environment
-from retrain_ray.run.environment import environment_problems
 from retrain_ray.run.train import train_run
 
 pytest.importorskip("verifiers", reason="the verifiers extra is not installed: pip install 'retrain-ray[environments]'")

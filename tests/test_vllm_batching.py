@@ -1,4 +1,4 @@
-"""A shared vLLM engine batches several runs' requests (engines/vllm_batching.py, vllm_embedded.py).
+"""A shared vLLM engine batches several runs' requests (engines/vllm/batching.py, core.py).
 
 The collector alone (threads, no vLLM), then a real vLLM CPU engine on the built-in tiny model: two
 runs with adapters whose greedy outputs differ, sampled in ONE batch, each get exactly what they get
@@ -14,8 +14,8 @@ import time
 import pytest
 import torch
 
-from retrain_ray.engines.vllm_batching import Job, RequestBatcher
-from retrain_ray.engines.vllm_embedded import INSTALL_HINT, vllm_available
+from retrain_ray.engines.vllm.batching import Job, RequestBatcher
+from retrain_ray.engines.vllm.core import INSTALL_HINT, vllm_available
 
 MODEL = "builtin:tiny-h256-l2"
 PROMPTS = [[1, 5, 6, 7], [1, 9, 9], [1, 12]]
@@ -67,7 +67,7 @@ needs_vllm_installed = pytest.mark.skipif(not vllm_available(), reason=f"vLLM is
 @pytest.fixture(scope="module")
 def core():
     from retrain_ray.backends.local import LoraSettings
-    from retrain_ray.engines.vllm_embedded import VLLMCore, VLLMSettings
+    from retrain_ray.engines.vllm.core import VLLMCore, VLLMSettings
     from retrain_ray.models.loading import resolve_model_path
 
     engine = VLLMCore(VLLMSettings(str(resolve_model_path(MODEL)), lora=LoraSettings(rank=8), dtype="float32",

@@ -17,7 +17,7 @@ import pytest
 import ray
 from helpers import write_campaign
 
-from retrain_ray.engines.vllm_embedded import INSTALL_HINT, vllm_available
+from retrain_ray.engines.vllm.core import INSTALL_HINT, vllm_available
 
 pytestmark = [pytest.mark.extended,
               pytest.mark.skipif(not vllm_available(), reason=f"vLLM is not installed: {INSTALL_HINT}")]

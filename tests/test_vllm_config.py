@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from retrain_ray.backends.local.vllm_policy import vllm_settings_from_config
+from retrain_ray.backends.local.policy import vllm_settings_from_config
 from retrain_ray.cli.explain import describe_run
 from retrain_ray.config import load_config
 

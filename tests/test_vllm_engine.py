@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from retrain_ray.engines.vllm_embedded import INSTALL_HINT, vllm_available
+from retrain_ray.engines.vllm.core import INSTALL_HINT, vllm_available
 
 pytestmark = pytest.mark.skipif(not vllm_available(), reason=f"vLLM is not installed: {INSTALL_HINT}")
 
@@ -20,7 +20,7 @@ PROMPTS = [[1, 5, 6, 7], [1, 9, 9], [1, 12]]
 
 def _settings(finetune: str):
     from retrain_ray.backends.local import LoraSettings
-    from retrain_ray.engines.vllm_embedded import VLLMSettings
+    from retrain_ray.engines.vllm.core import VLLMSettings
     from retrain_ray.models.loading import resolve_model_path
 
     return VLLMSettings(str(resolve_model_path(MODEL)), finetune=finetune, lora=LoraSettings(rank=8),
@@ -37,7 +37,7 @@ def _trainable(finetune: str, seed: int = 0):
 
 @pytest.fixture(scope="module")
 def lora_engine():
-    from retrain_ray.engines.vllm_embedded import VLLMEngine
+    from retrain_ray.engines.vllm.engine import VLLMEngine
 
     engine = VLLMEngine.start(_settings("lora"))
     yield engine
@@ -46,7 +46,7 @@ def lora_engine():
 
 def _worst_logprob_gap(model, prompts, results, params) -> float:
     """Largest |vLLM logprob - trainer logprob| over every sampled token (same tempered, top-p distribution)."""
-    from retrain_ray.engines.distribution import filtered_logprobs
+    from retrain_ray.engines.pytorch.engine import filtered_logprobs
 
     worst = 0.0
     for prompt, group in zip(prompts, results, strict=True):
@@ -129,7 +129,7 @@ def test_refuses_other_versions_and_empty_updates(lora_engine):
 def test_seeded_samples_are_reproducible_per_call(lora_engine):
     """Two clients at the same version and call count draw the same samples; later calls differ."""
     from retrain_ray.engines import SamplingParams
-    from retrain_ray.engines.vllm_embedded import VLLMEngine
+    from retrain_ray.engines.vllm.engine import VLLMEngine
 
     params = SamplingParams(max_tokens=8, temperature=1.0)
     a = VLLMEngine(lora_engine.core, name="seed-a", owns_core=False)
@@ -147,7 +147,7 @@ def test_seeded_samples_are_reproducible_per_call(lora_engine):
 def test_two_runs_share_one_engine_each_with_its_own_adapter(lora_engine):
     """A shared engine serves two runs' adapters at once; each samples from its own weights and version."""
     from retrain_ray.engines import SamplingParams, WeightUpdate
-    from retrain_ray.engines.vllm_embedded import VLLMEngine
+    from retrain_ray.engines.vllm.engine import VLLMEngine
     from retrain_ray.engines.weights import export_trainable
 
     params = SamplingParams(max_tokens=8, temperature=1.0)
@@ -166,7 +166,7 @@ def test_two_runs_share_one_engine_each_with_its_own_adapter(lora_engine):
 @pytest.mark.extended
 def test_full_weight_sync_in_place():
     from retrain_ray.engines import SamplingParams, WeightUpdate
-    from retrain_ray.engines.vllm_embedded import VLLMEngine
+    from retrain_ray.engines.vllm.engine import VLLMEngine
     from retrain_ray.engines.weights import export_trainable
 
     engine = VLLMEngine.start(_settings("full"))

@@ -1,5 +1,5 @@
 """vLLM's log lines: in the run's vllm.log, not on the console (errors on both); and which layers a
-full-weight sync leaves without weights on purpose (engines/vllm_reload.py), on plain torch modules."""
+full-weight sync leaves without weights on purpose (engines/vllm/reload.py), on plain torch modules."""
 
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from retrain_ray.engines.vllm_embedded import INSTALL_HINT, vllm_available
-from retrain_ray.engines.vllm_logs import VLLM_LOG_FILE, log_vllm_to, take_over_vllm_logging
-from retrain_ray.engines.vllm_reload import LAYERWISE_LOGGER, layers_without_own_weights, reload_gaps_checked
+from retrain_ray.engines.vllm.core import INSTALL_HINT, vllm_available
+from retrain_ray.engines.vllm.logs import VLLM_LOG_FILE, log_vllm_to, take_over_vllm_logging
+from retrain_ray.engines.vllm.reload import LAYERWISE_LOGGER, layers_without_own_weights, reload_gaps_checked
 
 ROOT = Path(__file__).resolve().parents[1]
 

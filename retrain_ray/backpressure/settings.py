@@ -1,7 +1,7 @@
 """Settings of the campaign's back-pressure actor: the [backpressure] section, frozen and picklable.
 
 `from_config(cfg)` reads `RetrainConfig.backpressure`. The section's keys take their defaults from the
-section itself (`BackpressureSection`, config/sections_aux.py: the original's, spec 4.3), so the two
+section itself (`BackpressureSection`, config/sections_runtime.py: the original's, spec 4.3), so the two
 cannot drift; the pooled fit's tuning and the roofline's model figures are ours and live only here.
 """
 
@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from retrain_ray.backpressure.pooled import PooledController
 from retrain_ray.backpressure.roofline import ModelShapes
 from retrain_ray.backpressure.usl import USLController, roofline_flops_per_token, roofline_shapes
-from retrain_ray.config.sections_aux import BackpressureSection
+from retrain_ray.config.sections_runtime import BackpressureSection
 
 if TYPE_CHECKING:
     from retrain_ray.config.schema import RetrainConfig

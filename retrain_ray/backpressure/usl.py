@@ -38,8 +38,8 @@ from retrain_ray.backpressure.types import Decision
 
 if TYPE_CHECKING:
     from retrain_ray.config.schema import RetrainConfig
-    from retrain_ray.config.sections_aux import BackpressureSection
-    from retrain_ray.config.sections_core import ModelSection
+    from retrain_ray.config.sections_runtime import BackpressureSection
+    from retrain_ray.config.sections_training import ModelSection
 
 __all__ = ["USLController", "usl_capacity", "usl_optimal_p"]
 
@@ -79,15 +79,10 @@ def roofline_shapes(cfg: RetrainConfig) -> ModelShapes | None:
     if bp.peak_gflops <= 0.0 or bp.peak_bw_gb_s <= 0.0:
         return None
     # deferred: builds the model's architecture with transformers, needed only when the roofline is on
-    from retrain_ray.config.backend_options import resolved_options
-    from retrain_ray.config.components import backend_spec
-    from retrain_ray.engines.lora import DEFAULT_TARGET_MODULES
+    from retrain_ray.backends.registry import lora_targets_of
     from retrain_ray.models.flops import model_shapes
 
-    targets = DEFAULT_TARGET_MODULES
-    if backend_spec(cfg.backend.backend).trains_locally:
-        option = str(resolved_options(cfg.backend.backend, dict(cfg.backend.options))["lora_target_modules"])
-        targets = tuple(n.strip() for n in option.split(",") if n.strip()) or DEFAULT_TARGET_MODULES
+    targets = lora_targets_of(cfg.backend.backend, cfg.backend.options)
     return model_shapes(cfg.model.model, full=cfg.model.finetune == "full", lora_rank=cfg.model.lora_rank,
                         target_modules=targets, revision=cfg.model.revision)
 

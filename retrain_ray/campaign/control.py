@@ -18,15 +18,15 @@ from ray import ObjectRef
 
 from retrain_ray.actors.backpressure import RemoteAdvisor, start_backpressure_actor
 from retrain_ray.actors.throttle import start_throttle
+from retrain_ray.backends.registry import backend_spec, engine_spec
 from retrain_ray.backpressure.settings import BackPressureSettings
 from retrain_ray.campaign.capacity.packing import shared_engine_slot
-from retrain_ray.config.components import backend_spec, engine_spec
 from retrain_ray.throttle.client import ThrottleClient
 
 if TYPE_CHECKING:
     from retrain_ray.config import RetrainConfig
-    from retrain_ray.config.sections_aux import InferenceSection
-    from retrain_ray.config.sections_core import BackendSection
+    from retrain_ray.config.sections_runtime import InferenceSection
+    from retrain_ray.config.sections_training import BackendSection
 
 
 class _RemoteMethod(Protocol):

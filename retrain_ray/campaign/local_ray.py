@@ -54,7 +54,7 @@ TRIAL_MODULES = ("ray.tune.trainable.function_trainable", "retrain_ray.campaign.
 
 def trial_modules(*, peft: bool) -> list[str]:
     """The modules to preload, with peft (and with it transformers) when a run imports it
-    (models/names.py `uses_peft`): a built-in model's LoRA is torch-only, and importing peft for it
+    (models/context.py `uses_peft`): a built-in model's LoRA is torch-only, and importing peft for it
     would only take CPU from the campaign's start."""
     return [*TRIAL_MODULES, *(["peft"] if peft else [])]
 

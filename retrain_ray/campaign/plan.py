@@ -27,17 +27,17 @@ from retrain_ray.backends.registry import placed_devices
 from retrain_ray.campaign.adaptive.plan import AdaptivePlan, adaptive_plan
 from retrain_ray.campaign.capacity.packing import Packing, packed_config, plan_packing
 from retrain_ray.campaign.capacity.placement import Placement, parse_devices
+from retrain_ray.checks.preflight import model_problems
+from retrain_ray.config.campaign_schema import RULES, name_problem
 from retrain_ray.config.matrix import RunSpec, expand_runs
-from retrain_ray.config.run_names import RULES, name_problem
 from retrain_ray.logs.manifest import RunRecord
-from retrain_ray.run.preflight import model_problems
 from retrain_ray.run.types import RunOutcome
 from retrain_ray.util.secrets import redact
 
 if TYPE_CHECKING:
     from retrain_ray.config.campaign_schema import CampaignSection
     from retrain_ray.config.schema import RetrainConfig
-    from retrain_ray.config.sections_aux import LoggingSection
+    from retrain_ray.config.sections_runtime import LoggingSection
 
 
 class CampaignError(Exception):
@@ -70,6 +70,13 @@ class RunPlan:
     placement: Placement | None = None
     in_process: bool = False  # every GPU in the run's own process (never split actors): plugin backends/engines
     gpu_share: float = 1.0  # the GPU of a one-GPU run packed with others ([campaign] runs_per_gpu: 1/N)
+    cpus: float = 1.0  # [campaign] cpus_per_run
+
+    @property
+    def gpus(self) -> float:
+        """The GPUs the run holds: its devices, a packed one-GPU run's share of its card, 0 on CPU."""
+        count = parse_devices(self.devices)
+        return self.gpu_share if count == 1 else float(count)
 
     @property
     def condition_label(self) -> str:
@@ -231,7 +238,7 @@ def build_plan(config: RetrainConfig, *, name: str | None = None, root: str | Pa
     specs = expand_runs(expanded, run_dir=lambda run_name: campaign_dir / "runs" / run_name / "work")
     runs: list[RunPlan] = []
     for spec in specs:
-        bad_name = name_problem(spec.run_name)  # config/run_names.py names the key at load; this is the plan's net
+        bad_name = name_problem(spec.run_name)  # config/campaign_schema.py names the key at load; this is the plan's net
         if bad_name:
             problems.append(f"run name {spec.run_name!r} of condition {spec.condition_label!r} cannot be a directory "
                             f"name: {bad_name}; it must be {RULES}. Fix: change the condition's values that put it there")
@@ -258,6 +265,7 @@ def build_plan(config: RetrainConfig, *, name: str | None = None, root: str | Pa
         problems += packing.problems()
     if problems:
         raise CampaignError(problems)
+    runs = [dataclasses.replace(r, cpus=schedule.cpus_per_run) for r in runs]
     reserve = [r for r in runs if adaptive is not None and r.seed not in adaptive.start_seeds]
     runs = [r for r in runs if adaptive is None or r.seed in adaptive.start_seeds]
     return CampaignPlan(
@@ -290,4 +298,4 @@ def run_record(run: RunPlan, **extra: object) -> RunRecord:
     return RunRecord.model_validate({
         "run_name": run.run_name, "condition": run.condition, "seed": run.seed, "overrides": redact(run.overrides),
         "run_dir": str(run.run_dir), "placement": run.placement.mode if run.placement else "",
-        "max_steps": int(run.config.training.max_steps), **extra})
+        "max_steps": int(run.config.training.max_steps), "gpus": run.gpus, "cpus": run.cpus, **extra})

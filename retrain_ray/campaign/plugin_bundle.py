@@ -22,13 +22,13 @@ from pathlib import Path, PurePosixPath
 from types import ModuleType
 from typing import TYPE_CHECKING
 
-from retrain_ray.config.names import PLUGIN_KEYS
+from retrain_ray.checks.rules import PLUGIN_KEYS
 from retrain_ray.plugins.bundle import MAX_BUNDLE_BYTES, Packing, PluginBundle, pack, plugin_unit, zip_packing
 from retrain_ray.plugins.loader import LOADER, is_dotted_path, plugin_module, use_search_paths
 
 if TYPE_CHECKING:
     from retrain_ray.config.schema import RetrainConfig
-    from retrain_ray.config.sections_aux import RewardSection
+    from retrain_ray.config.sections_runtime import RewardSection
 
 __all__ = ["MAX_BUNDLE_BYTES", "build_bundle", "bundle_units", "packing", "plugin_references", "shipment"]
 

@@ -38,6 +38,7 @@ from retrain_ray.campaign.recorder import RecorderClient, recorder_name
 from retrain_ray.campaign.resume.point import ResumePoint, decide_resume
 from retrain_ray.campaign.split import split_policy
 from retrain_ray.campaign.stagger import wait_for_start_slot
+from retrain_ray.checks.preflight import check_run
 from retrain_ray.logs.types import MetricsRow, RunObserver
 from retrain_ray.plugins.bundle import PluginBundle, activate
 from retrain_ray.plugins.loader import use_plugin_root
@@ -174,6 +175,8 @@ def _run(ctx: TrialContext, plan: RunPlan, tune_checkpoint: Path | None) -> tupl
     reporter = TuneReporter(point.reported(), {"run_name": plan.run_name, "config": redact(plan.config.model_dump(mode="json"))},
                             metric=ctx.adaptive_metric, window=ctx.adaptive_window)
     runner = resolve_runner(ctx.runner)
+    if ctx.runner == DEFAULT_RUNNER:  # train_run trains what it is given: this node's preflight is ours
+        check_run(plan.config)
     throttle = ctx.control.throttle_for(plan.run_name)
     try:
         with split_policy(ctx, plan) as policy:

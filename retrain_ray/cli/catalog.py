@@ -20,18 +20,19 @@ from pathlib import Path
 from typing import Any
 
 from retrain_ray.backends.registry import (
+    BACKEND_SPECS,
     BUILTIN_CAPABILITIES,
     ENGINE_HOOKS,
     PLUGIN_DEFAULT_CAPABILITIES,
     PLUGIN_ENGINE_DEFAULT_CAPABILITIES,
     PLUGIN_HOOKS,
     engine_capabilities,
+    schema_for,
 )
 from retrain_ray.backends.types import BackendCapabilities
+from retrain_ray.checks.rules import PLUGIN_KEYS
 from retrain_ray.compat import provide_original_names
-from retrain_ray.config import ConfigError, load_config, names
-from retrain_ray.config.backend_options import schema_for
-from retrain_ray.config.components import BACKEND_SPECS
+from retrain_ray.config import ConfigError, load_config
 from retrain_ray.plugins import is_dotted_path
 from retrain_ray.plugins.catalog import check_reference, discover_plugin_modules
 
@@ -129,7 +130,7 @@ def backends_main(argv: list[str]) -> int:
 
 
 BUILTIN_COMPONENTS: dict[str, tuple[str, frozenset[str]]] = {
-    k.component: (k.config_key, k.builtin) for k in names.PLUGIN_KEYS
+    k.component: (k.config_key, k.builtin) for k in PLUGIN_KEYS
 }
 """component -> (config key, built-in names). Each key also takes a dotted plugin path."""
 
@@ -150,7 +151,7 @@ flat field names; `context` (backends/plugin_context.py) is optional: a factory 
 def _config_references(sections: Mapping[str, object]) -> dict[str, str]:
     """The plugin keys of the config's `sections` (by section name) that name a dotted path."""
     refs = {}
-    for plugin_key in names.PLUGIN_KEYS:
+    for plugin_key in PLUGIN_KEYS:
         value = getattr(sections[plugin_key.section], plugin_key.key)
         if isinstance(value, str) and is_dotted_path(value):
             refs[plugin_key.config_key] = value

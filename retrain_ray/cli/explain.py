@@ -18,7 +18,7 @@ files `Campaign.run()` would pack (campaign/plugin_bundle.py, the same code), th
 size, "none" with why, or the driver's size-limit error (then explain exits 2 after the description).
 
 A dry run never hides the plan: what this machine lacks (a model not in the local cache, a missing data
-file, an inference server that does not answer: run/environment.py) is listed as a warning with its fix
+file, an inference server that does not answer: checks/machine.py) is listed as a warning with its fix
 after the plan, and the exit code stays 0. Only an invalid config (schema, refused keys, a condition the
 preflight probe refuses) exits 2. `--strict` (for CI) makes every warning, the environment's and the
 config's, an error: exit 2 after the plan.
@@ -38,6 +38,7 @@ import sys
 import threading
 from typing import TYPE_CHECKING, Any, Protocol
 
+from retrain_ray.backends.registry import describe_sampler
 from retrain_ray.campaign.capacity.explain import (
     PlannedResources,
     capacity_dict,
@@ -49,6 +50,8 @@ from retrain_ray.campaign.capacity.explain import (
 )
 from retrain_ray.campaign.capacity.placement import mode_for_gpus
 from retrain_ray.campaign.plugin_bundle import shipment
+from retrain_ray.checks.machine import environment_problems
+from retrain_ray.checks.preflight import condition_problems
 from retrain_ray.config import (
     ConfigError,
     RetrainConfig,
@@ -56,15 +59,12 @@ from retrain_ray.config import (
     load_config_with_warnings,
     parse_overrides,
 )
-from retrain_ray.config.components import describe_sampler
-from retrain_ray.config.names import gpu_count
-from retrain_ray.config.validate import effective_uncertainty_kind
-from retrain_ray.run.environment import environment_problems
-from retrain_ray.run.preflight import condition_problems
+from retrain_ray.config.names import effective_uncertainty_kind, gpu_count
 
 if TYPE_CHECKING:
-    from retrain_ray.config.sections_core import BackendSection, TrainingSection
+    from retrain_ray.config.sections_training import BackendSection, TrainingSection
     from retrain_ray.run.epochs import StepPlan
+from retrain_ray.models.lora import effective_alpha
 
 
 class _BackendConfig(Protocol):
@@ -111,7 +111,7 @@ def describe_run(cfg: RetrainConfig, resources: PlannedResources | None = None) 
     return {
         "model": cfg.model.model,
         "finetune": cfg.model.finetune,
-        "lora": {"rank": cfg.model.lora_rank, "alpha": cfg.lora.alpha or 2 * cfg.model.lora_rank}
+        "lora": {"rank": cfg.model.lora_rank, "alpha": effective_alpha(cfg.lora.alpha, cfg.model.lora_rank)}
         if cfg.model.finetune == "lora" else None,
         "backend": cfg.backend.backend,
         "devices": cfg.backend.devices,
@@ -132,11 +132,10 @@ def describe_run(cfg: RetrainConfig, resources: PlannedResources | None = None) 
 
 def trainer_text(trainer: str, command: str) -> str:
     """What runs the run, in words (`[training] trainer`: run/trainers/registry.py)."""
-    known = {"retrain": "the RL loop", "sft": "standalone SFT (every step supervised)",
-             "ttt_discover": "TTT-Discover on the data's first example"}
-    if trainer == "command":
-        return f"command: {command}"
-    return f"{trainer}: {known[trainer]}" if trainer in known else f"{trainer}: plugin runner"
+    # deferred: explain's other lines do not need the run package (the registry itself loads no torch)
+    from retrain_ray.run.trainers.registry import trainer_spec
+
+    return trainer_spec(trainer).describe(trainer, command)
 
 
 def _epoch_plan(cfg: RetrainConfig) -> StepPlan | None:

@@ -12,10 +12,10 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from retrain_ray.algorithms.preflight import PROBE_GROUPS, PROBE_LAMBDA
-from retrain_ray.algorithms.preflight import _probe_entropies as probe_entropies
+from retrain_ray.checks.preflight import PreflightError, backend_capabilities, check_run
+from retrain_ray.checks.probe import PROBE_GROUPS, PROBE_LAMBDA
+from retrain_ray.checks.probe import _probe_entropies as probe_entropies
 from retrain_ray.run.plugin_modes import compute_group_advantages, resolve_modes
-from retrain_ray.run.preflight import PreflightError, backend_capabilities, check_run
 
 if TYPE_CHECKING:
     from retrain_ray.config.schema import RetrainConfig
@@ -62,7 +62,7 @@ def _print_resume(report: dict[str, Any]) -> None:
 def trace_report(cfg: RetrainConfig) -> dict[str, Any]:
     """The resolved modes, the probe groups' token advantages, and every preflight issue."""
     alg = cfg.algorithm
-    report: dict[str, Any] = {"capabilities": backend_capabilities(cfg).__dict__, "probes": [], "issues": []}
+    report: dict[str, Any] = {"capabilities": backend_capabilities(cfg.backend).__dict__, "probes": [], "issues": []}
     try:
         check_run(cfg)
     except PreflightError as exc:

@@ -16,12 +16,13 @@ from typing import TYPE_CHECKING
 
 from rich.console import Console
 
+from retrain_ray.checks.preflight import PreflightError, check_run
 from retrain_ray.cli.interrupts import Stops, sigterm_as_ctrl_c
 from retrain_ray.cli.progress import ProgressObserver
 from retrain_ray.logs.dir_lock import LOCK_FILES, DirectoryInUse, DirLock
+from retrain_ray.results.untrained import run_untrained_note
 from retrain_ray.rewards.custom import RewardTimeoutError
 from retrain_ray.run.optimizer_batch import OptimizerBatchError
-from retrain_ray.run.preflight import PreflightError, check_run
 from retrain_ray.throttle.types import ThrottleTimeout
 from retrain_ray.util.finite import NonFiniteError
 from retrain_ray.util.process_clock import process_started_at as started_at_from_proc
@@ -29,7 +30,7 @@ from retrain_ray.util.process_clock import process_started_at as started_at_from
 if TYPE_CHECKING:
     from retrain_ray.config.campaign_schema import SqueezeSection
     from retrain_ray.config.schema import RetrainConfig
-    from retrain_ray.config.sections_core import BackendSection
+    from retrain_ray.config.sections_training import BackendSection
 
 err = Console(stderr=True)
 
@@ -63,7 +64,7 @@ def _load(path: str, overrides: list[str]):
 def override_flags_help() -> str:
     """Every override flag, grouped by the TOML section it sets (the text after `train --help`)."""
     # deferred: loads pydantic, which importing this module does not need
-    from retrain_ray.config.fields import FIELD_INDEX
+    from retrain_ray.config.key_names import FIELD_INDEX
     from retrain_ray.config.overrides import ALIASES, TABLE_FLAGS
 
     by_section: dict[str, list[str]] = {}
@@ -299,6 +300,9 @@ def _print_summary(outcome, progress, run_dir: Path, seconds: float, first_step_
     written = [p for p in (run_dir / "metrics.arrows", run_dir / "metrics.parquet") if p.exists()]
     if written:
         out.print(f"  logs: {', '.join(str(p) for p in written)}")
+        untrained = run_untrained_note(run_dir)
+        if untrained:
+            out.print(f"  [yellow]warning:[/] {untrained}", highlight=False)
     else:
         out.print("  logs: no metrics rows (no step carried a nonzero advantage, so none was trained or logged)")
     if outcome.checkpoint_dir is not None and Path(outcome.checkpoint_dir).exists():

@@ -15,7 +15,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
-from retrain_ray.config.original_view import OriginalConfigView
+from retrain_ray.config.key_names import OriginalConfigView
 from retrain_ray.rewards.boxed import extract_boxed
 
 # --- retrain.type_defs: the type aliases that plugin signatures use -------------------------------------

@@ -7,13 +7,12 @@
 from retrain_ray.config.build import build_config
 from retrain_ray.config.campaign_schema import CampaignCondition, CampaignSection, SqueezeSection
 from retrain_ray.config.errors import ConfigError, ConfigIssue
-from retrain_ray.config.fields import field_to_key, key_to_field
-from retrain_ray.config.load import load_config, load_config_with_warnings
+from retrain_ray.config.key_names import field_to_key, key_to_field
+from retrain_ray.config.load import dump_toml, load_config, load_config_with_warnings, save_toml
 from retrain_ray.config.matrix import RunSpec, condition_label, expand_runs
+from retrain_ray.config.names import effective_uncertainty_kind
 from retrain_ray.config.overrides import apply_condition, apply_overrides, parse_overrides
 from retrain_ray.config.schema import RetrainConfig
-from retrain_ray.config.toml_writer import dump_toml, save_toml
-from retrain_ray.config.validate import effective_uncertainty_kind
 
 __all__ = [
     "CampaignCondition",

@@ -13,11 +13,10 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from retrain_ray.config.aliases import resolve_aliases
 from retrain_ray.config.errors import ConfigError, ConfigIssue, did_you_mean, no_value
-from retrain_ray.config.fields import FIELD_INDEX
+from retrain_ray.config.key_names import FIELD_INDEX, resolve_aliases
 from retrain_ray.config.schema import RetrainConfig
-from retrain_ray.config.validate import collect_warnings
+from retrain_ray.util.config_hooks import config_checks
 
 OPTIONAL_SECTIONS = ("campaign", "squeeze")
 
@@ -129,4 +128,4 @@ def build_config(raw: dict[str, Any], source: str = "") -> tuple[RetrainConfig, 
         issues += [i for i in exc.issues if not any(i.location.startswith(b) for b in bad)]
     if issues or cfg is None:
         raise ConfigError(issues, source)
-    return cfg, collect_warnings(cfg)
+    return cfg, [warning for check in config_checks() for warning in check.warnings(cfg)]

@@ -1,5 +1,6 @@
-"""Strict TOML loading: read the file, lay overrides over it, build (`config/build.py`), and check
-every campaign condition validates (`config/matrix.py`).
+"""TOML in and out. Strict loading: read the file, lay overrides over it, build (`config/build.py`), and
+check every campaign condition validates (`config/matrix.py`). Writing: `dumps` / `dump_toml` /
+`save_toml` turn a config back into TOML that loads to the same config.
 
 The build pipeline: unknown sections/keys and legacy `prime_rl_*` keys become issues with a
 hint; empty strings keep the default of string keys (as the original); each section is validated on
@@ -17,12 +18,13 @@ if sys.version_info >= (3, 11):
     import tomllib
 else:  # Python 3.10: the same parser, from PyPI
     import tomli as tomllib
+import tomli_w
 
-from retrain_ray.config.aliases import resolve_aliases
 from retrain_ray.config.build import build_config
 from retrain_ray.config.errors import ConfigError, ConfigIssue, no_value
+from retrain_ray.config.key_names import resolve_aliases
 from retrain_ray.config.matrix import conditioned_configs
-from retrain_ray.config.rawdict import merge_overrides
+from retrain_ray.config.overrides import merge_overrides
 from retrain_ray.config.schema import RetrainConfig
 from retrain_ray.util.file_kinds import special_file_problem
 
@@ -88,3 +90,37 @@ def load_config_with_warnings(
 def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None = None) -> RetrainConfig:
     """Load and validate a config; raises ConfigError listing every problem."""
     return load_config_with_warnings(path, overrides)[0]
+
+
+def _without_none(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _without_none(v) for k, v in value.items() if v is not None}
+    if isinstance(value, (list, tuple)):
+        return [_without_none(v) for v in value if v is not None]
+    return value
+
+
+def toml_value(value: Any) -> str:
+    """One TOML value as text: `toml_value(0.7) == "0.7"`; strings escaped, tables inline."""
+    line = tomli_w.dumps({"x": _without_none(value)}, multiline_strings=False)
+    if not line.startswith("x = "):  # a table or an array of tables: tomli-w wrote it as a section
+        raise TypeError(f"cannot write {type(value).__name__} value {value!r} as one TOML value")
+    return line.removeprefix("x = ").rstrip("\n")
+
+
+def dumps(document: dict[str, Any]) -> str:
+    """TOML text of a nested dict whose top level holds tables."""
+    return tomli_w.dumps(_without_none(document))
+
+
+def dump_toml(cfg: RetrainConfig) -> str:
+    """The whole config as TOML text that `load_config` reads back to an equal config."""
+    return dumps(cfg.model_dump(by_alias=True))
+
+
+def save_toml(cfg: RetrainConfig, path: str | Path) -> Path:
+    """Write `dump_toml(cfg)` to `path` (parents created) and return the path."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(dump_toml(cfg), encoding="utf-8")
+    return path

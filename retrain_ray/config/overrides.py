@@ -5,7 +5,8 @@
 "algorithm": {"transform_params": {"eta": 0.5}}}`; values stay text and the section models coerce
 them (so the same rules apply as in a TOML file). `--section.key=value` also works, for every key
 including [campaign] and [squeeze]. Repeatable `--*-param k=v` / `--backend-opt k=v` values are
-parsed as bool, JSON, float, int or string, in that order, and merge into their table.
+parsed as bool, JSON, float, int or string, in that order, and merge into their table. `merge_overrides`
+lays an override dict over a raw (TOML-shaped) dict.
 """
 
 from __future__ import annotations
@@ -17,8 +18,7 @@ from typing import Any
 from retrain_ray.config.build import build_config, section_keys
 from retrain_ray.config.campaign_schema import CampaignCondition
 from retrain_ray.config.errors import ConfigError, ConfigIssue, did_you_mean, no_value
-from retrain_ray.config.fields import FIELD_INDEX, TRAIN_SECTIONS
-from retrain_ray.config.rawdict import merge_overrides
+from retrain_ray.config.key_names import FIELD_INDEX, TRAIN_SECTIONS
 from retrain_ray.config.schema import RetrainConfig
 
 TABLE_FLAGS: dict[str, tuple[str, str]] = {
@@ -129,14 +129,9 @@ def parse_overrides(argv: list[str]) -> dict[str, Any]:
     return out
 
 
-def config_to_raw(cfg: RetrainConfig) -> dict[str, Any]:
-    """The config as nested TOML-keyed dicts (absent optional sections left out)."""
-    return {k: v for k, v in cfg.model_dump(by_alias=True).items() if v is not None}
-
-
 def apply_overrides(cfg: RetrainConfig, overrides: dict[str, Any]) -> RetrainConfig:
     """A new validated config with `parse_overrides` output laid over `cfg`."""
-    return build_config(merge_overrides(config_to_raw(cfg), overrides), "overrides")[0]
+    return build_config(merge_overrides(cfg.to_raw(), overrides), "overrides")[0]
 
 
 def apply_condition(base_cfg: RetrainConfig, condition: Any) -> RetrainConfig:
@@ -147,7 +142,7 @@ def apply_condition(base_cfg: RetrainConfig, condition: Any) -> RetrainConfig:
     sets each of its keys. Raises ConfigError naming the condition's bad keys.
     """
     cond = condition if isinstance(condition, CampaignCondition) else CampaignCondition.model_validate(condition)
-    raw = config_to_raw(base_cfg)
+    raw = base_cfg.to_raw()
     raw.setdefault("algorithm", {}).update(advantage_mode=cond.advantage_mode, transform_mode=cond.transform_mode)
     for key, value in cond.overrides.items():
         if key in FIELD_INDEX:
@@ -156,3 +151,19 @@ def apply_condition(base_cfg: RetrainConfig, condition: Any) -> RetrainConfig:
         else:
             raw.setdefault(key, {}).update(copy.deepcopy(value))
     return build_config(raw, f"condition {cond.label}")[0]
+
+
+def merge_overrides(raw: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
+    """A copy of `raw` with overrides laid over it; table values (params, options) merge key-wise."""
+    merged = copy.deepcopy(raw)
+    for section, table in overrides.items():
+        target = merged.setdefault(section, {})
+        if not isinstance(table, dict) or not isinstance(target, dict):
+            merged[section] = copy.deepcopy(table)
+            continue
+        for key, value in table.items():
+            if isinstance(value, dict) and isinstance(target.get(key), dict):
+                target[key] = {**target[key], **value}
+            else:
+                target[key] = copy.deepcopy(value)
+    return merged

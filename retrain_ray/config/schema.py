@@ -1,19 +1,22 @@
 """`RetrainConfig`: the whole configuration, one attribute per TOML section.
 
 The model is frozen and round-trips (`RetrainConfig.model_validate(cfg.model_dump()) == cfg`, and
-through `dump_toml` / `load_config`). Constructing it runs every cross-key rule of `validate.py` and
-raises `ConfigError` with all problems at once, so the Python API is as strict as a TOML file.
+through `dump_toml` / `load_config`). Constructing it runs every cross-key rule of the check pass and
+raises `ConfigError` with all problems at once (the rules are `retrain_ray.checks`, reached through
+the hook of util/config_hooks.py), so the Python API is as strict as a TOML file.
 `campaign` and `squeeze` are None unless the file has those sections: a file with `[campaign]` is a
 campaign, anything else is a single run.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from retrain_ray.config.campaign_schema import CampaignSection, SqueezeSection
 from retrain_ray.config.errors import ConfigError
-from retrain_ray.config.sections_aux import (
+from retrain_ray.config.sections_runtime import (
     BackpressureSection,
     DataSection,
     EchoSection,
@@ -26,7 +29,7 @@ from retrain_ray.config.sections_aux import (
     ResumeSection,
     RewardSection,
 )
-from retrain_ray.config.sections_core import (
+from retrain_ray.config.sections_training import (
     AlgorithmSection,
     BackendSection,
     GtpoSection,
@@ -37,7 +40,7 @@ from retrain_ray.config.sections_core import (
     SepaSection,
     TrainingSection,
 )
-from retrain_ray.config.validate import collect_issues
+from retrain_ray.util.config_hooks import config_checks
 
 
 class RetrainConfig(BaseModel):
@@ -70,7 +73,7 @@ class RetrainConfig(BaseModel):
 
     @model_validator(mode="after")
     def _cross_key_rules(self) -> RetrainConfig:
-        issues = collect_issues(self)
+        issues = [issue for check in config_checks() for issue in check.issues(self)]
         if issues:
             raise ConfigError(issues)
         return self
@@ -78,6 +81,10 @@ class RetrainConfig(BaseModel):
     @property
     def is_campaign(self) -> bool:
         return self.campaign is not None
+
+    def to_raw(self) -> dict[str, Any]:
+        """The config as nested TOML-keyed dicts (absent optional sections left out)."""
+        return {k: v for k, v in self.model_dump(by_alias=True).items() if v is not None}
 
     def replace_section(self, name: str, **changes: object) -> RetrainConfig:
         """A copy with keys of one section changed, validated again (sections are frozen)."""

@@ -10,13 +10,12 @@ import importlib
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # what type checkers see; at run time __getattr__ imports on first use
-    from retrain_ray.engines.naive import NaiveEngine
-    from retrain_ray.engines.pytorch import PyTorchEngine
+    from retrain_ray.engines.pytorch.engine import NaiveEngine, PyTorchEngine
     from retrain_ray.engines.types import SampleResult, SamplingEngine, SamplingParams, WeightUpdate
 
 _EXPORTS = {
-    "NaiveEngine": "naive",
-    "PyTorchEngine": "pytorch",
+    "NaiveEngine": "pytorch.engine",
+    "PyTorchEngine": "pytorch.engine",
     "SampleResult": "types",
     "SamplingEngine": "types",
     "SamplingParams": "types",

@@ -6,12 +6,18 @@ except inside `WeightUpdate`, whose tensors are CPU tensors (cheap to put in the
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
 
 if TYPE_CHECKING:  # annotations only: the campaign driver imports this module and needs no torch
     import torch
+
+    from retrain_ray.backends.request import PolicyRequest
+    from retrain_ray.backends.types import Policy
+    from retrain_ray.config.sections_aux import InferenceSection
+    from retrain_ray.config.sections_core import BackendSection
 
 FinishReason = Literal["stop", "length"]
 
@@ -94,3 +100,31 @@ class SamplingEngine(Protocol):
     def load_weights(self, update: WeightUpdate) -> None:
         """Installs the trainer's weights; afterwards `weights_version == update.version`."""
         ...
+
+
+DescribeSampler = Callable[["InferenceSection", "BackendSection"], str]
+"""The sampler a run gets, in words (`explain`), from its `[inference]` and `[backend]` sections."""
+
+
+@dataclass(frozen=True)
+class EngineSpec:
+    """An `[inference] engine`: how it samples and what the rest of the system may expect of it."""
+
+    name: str
+    is_http: bool
+    """A client of an OpenAI-compatible server at `[inference] url` (engines/openai/)."""
+    factory: Callable[[PolicyRequest], Policy] | None
+    """Builds the run's policy with this engine and the local trainer (None: a plugin's own factory)."""
+    describe: DescribeSampler
+    """The sampler a run gets, in words (`explain`)."""
+    shared_server: bool = False
+    """A server the campaign's runs share: its requests go through the campaign's inference throttle, and
+    preflight checks that it answers."""
+    gives_entropies: bool = False
+    """Returns per-token entropies (under the built-in local backend)."""
+    adapter_folder_only: bool = False
+    """Loads the trainer's weights as a LoRA adapter folder only (needs `finetune = "lora"`)."""
+    embeds_vllm: bool = False
+    """vLLM inside the run: it reads the `[inference]` engine-only keys, can be shared by a campaign's LoRA
+    runs, and on split placement runs on the inference actor's GPU fed with WeightUpdates."""
+    is_plugin: bool = False

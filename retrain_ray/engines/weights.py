@@ -4,6 +4,15 @@ Names are the trainer's parameter names (`named_parameters()` of the same kind o
 for LoRA, plain for full fine-tuning). The update must name exactly the model's trainable parameters
 (`requires_grad`), no more and no fewer, with matching shapes; anything else is a wiring bug between
 trainer and sampler and fails loudly instead of sampling from half-updated weights.
+
+Switching a model between train and eval mode without walking its module tree each time.
+
+`model.train(mode)` recurses through every submodule (a few hundred for a small LoRA Llama) through
+`Module.__setattr__`; one RL step switches three times (the sampler to eval and back, the trainer to
+train), which on the tiny model cost about as much as a decode step. `ModeSwitch` lists the modules
+once and sets their `training` flag directly: the same end state as `train(mode)` for every module
+whose class does not override `train` (torch's own, and transformers' unless it recasts kernels). A
+model with any other override falls back to `model.train(mode)`.
 """
 
 from __future__ import annotations
@@ -57,3 +66,29 @@ def install_update(model: torch.nn.Module, update: WeightUpdate) -> int:
 def export_trainable(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     """CPU copies of the trainable parameters, keyed as `install_weights` expects."""
     return {name: p.detach().to("cpu", copy=True) for name, p in trainable_parameters(model).items()}
+
+
+def _plain_train(module: torch.nn.Module) -> bool:
+    """True when `module.train(mode)` only sets `training` on itself and its children."""
+    train = type(module).train
+    if train is torch.nn.Module.train:
+        return True
+    transformers_default = (getattr(train, "__module__", "") == "transformers.modeling_utils"
+                            and train.__qualname__ == "PreTrainedModel.train")
+    return transformers_default and not getattr(module, "use_kernels", False)
+
+
+class ModeSwitch:
+    """`set(mode)`: `model.train(mode)` for a model whose module tree does not change afterwards."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        self.model = model
+        modules = list(model.modules())
+        self._flat = modules if all(_plain_train(m) for m in modules) else None
+
+    def set(self, training: bool) -> None:
+        if self._flat is None:
+            self.model.train(training)
+            return
+        for module in self._flat:
+            module.__dict__["training"] = training

@@ -12,12 +12,14 @@ from retrain_ray.environments.digit_chain import DigitChain
 from retrain_ray.environments.types import Branchable, Environment, Episode, TurnResult
 
 if TYPE_CHECKING:
-    from retrain_ray.config.sections_aux import EnvironmentSection
+    from retrain_ray.config.sections_runtime import EnvironmentSection
 
 __all__ = ["BUILTIN", "Branchable", "Environment", "Episode", "TurnResult", "environment_args", "load_environment"]
 
 
 BUILTIN: dict[str, Callable[[Mapping[str, object]], Environment]] = {"digit_chain": DigitChain}
+PROVIDERS = ("builtin", "verifiers", "openenv")
+"""`[environment] provider` values `load_environment` knows ("" is no environment)."""
 
 
 def environment_args(section: EnvironmentSection) -> dict[str, object]:

@@ -1,7 +1,7 @@
 """Models: the offline tiny default (and its torch-only Llama and LoRA), loading of local, packaged and Hub models,
 prompt encoding.
 
-Names are imported lazily (PEP 562) so that `retrain_ray.models.hub`, which `explain` and the
+Names are imported lazily (PEP 562) so that `retrain_ray.models.context`, which `explain` and the
 campaign's pre-Ray checks use, can be imported without torch and transformers.
 """
 
@@ -11,12 +11,12 @@ import importlib
 from typing import Any
 
 _EXPORTS = {
-    "encode_prompt": "loading",
+    "encode_prompt": "context",
     "load_model_and_tokenizer": "loading",
     "resolve_model_path": "loading",
-    "build_tiny_model": "tiny",
-    "parse_builtin_name": "tiny",
-    "state_dict_sha256": "tiny",
+    "build_tiny_model": "tokenizer",
+    "parse_builtin_name": "tokenizer",
+    "state_dict_sha256": "tokenizer",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -17,8 +17,8 @@ from typing import Any
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM
 
+from retrain_ray.models.context import ModelShapes
 from retrain_ray.models.loading import resolve_model_path
-from retrain_ray.models.shapes import ModelShapes
 
 TRAIN_FLOPS_PER_PARAM = 6.0
 

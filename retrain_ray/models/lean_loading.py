@@ -1,9 +1,9 @@
 """Loading a built-in model without transformers: the lean Llama and the light tokenizer.
 
-`lean_applies` (models/names.py) says when a run takes this path: a built-in model (`builtin:...`, which
-`models/tiny.py` writes as a Hugging Face Llama folder), trained in full (`finetune = "full"`) or with
+`lean_applies` (models/context.py) says when a run takes this path: a built-in model (`builtin:...`, which
+`models/tokenizer.py` writes as a Hugging Face Llama folder), trained in full (`finetune = "full"`) or with
 LoRA, which is then the torch-only lean LoRA (models/lean_lora.py: PEFT's computation, init, names and
-adapter files, models/lean_adapter.py), so neither transformers nor peft is imported. Any other model
+adapter files, models/lean_lora.py), so neither transformers nor peft is imported. Any other model
 (local folder, Hub id, smollm2, `trust_remote_code`) loads through transformers, and LoRA on it is PEFT's. The folder itself is still built by
 transformers the first time a built-in name is used (once per cache: it fixes the weights' values).
 

@@ -1,6 +1,6 @@
 """A torch-only LoRA for the lean Llama: what PEFT's LoRA computes, in PEFT's layout, without peft.
 
-A built-in model trained with LoRA gets it (`lean_applies` in models/names.py). PEFT's `lora.Linear`
+A built-in model trained with LoRA gets it (`lean_applies` in models/context.py). PEFT's `lora.Linear`
 checks adapters, merging, mixed batches and variants in Python on each of the 14 adapted Linears of every
 forward pass, and PEFT needs transformers' model under it: on issue 13's 0.3 M-parameter model that
 dispatch and set-up were about a quarter of an RL step. This module computes PEFT 0.21's vanilla LoRA op
@@ -11,24 +11,47 @@ sum cast back to the base output's, as `lora.Linear.forward` does.
   `LoraLinear` with `base_layer`, `lora_dropout`, `lora_A`, `lora_B` (`ModuleDict`s keyed "default", in
   PEFT's registration order), so parameter names (`base_model.model.model.layers.0.self_attn.q_proj.
   lora_A.default.weight`), their order (the optimizer state's), weight-sync tensors and adapter files are
-  PEFT's own (files: models/lean_adapter.py).
+  PEFT's own (files: models/lean_lora.py).
 * Same init: PEFT visits `named_modules()` in order, creates lora_A then lora_B as `nn.Linear` (each draws
   its default init from the RNG), then re-draws A with `kaiming_uniform_(a=sqrt(5))` and zeros B; so does
   `LoraLinear`, so one seed gives bitwise the same adapter. On a bf16/fp16 base PEFT rounds the new
   weights to the base dtype and then keeps the adapter in float32 (`autocast_adapter_dtype`); so does this.
 * Same targets: PEFT's matching (a module named exactly, or ending in `.<target>`; with layers to
   transform, the first `<layers_pattern>.<i>.` index of its name must be listed); base weights frozen.
+
+PEFT adapter folders for the lean LoRA: written as PEFT writes them, read back from PEFT's or ours.
+
+A folder holds `adapter_config.json` (`json.dumps(..., indent=2, sort_keys=True)` of PEFT's LoraConfig
+fields, models/lean_lora.py `peft_adapter_config`) and `adapter_model.safetensors` with every LoRA tensor
+of the state dict under PEFT's saved names: the parameter name without the adapter name
+(`base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight`), metadata `{"format": "pt"}`. So
+`peft.PeftModel.from_pretrained` loads it onto transformers' Llama, `retrain-ray squeeze` and vLLM's LoRA
+loader read it, and an adapter PEFT wrote (a checkpoint of an older version) loads into the lean LoRA.
+PEFT's model card (README.md) is not written.
+
+What gets trained: LoRA adapters (default) or every weight (`finetune="full"`).
+
+LoRA is PEFT's on a transformers model, and the torch-only lean LoRA (models/lean_lora.py: PEFT's
+computation, init, parameter names and adapter files) on the lean Llama of a built-in model.
+
+LoRA follows the original local backend (spec 1.7): `r = rank`, `alpha = alpha if alpha > 0 else
+2 * rank`, `dropout`, target modules q,k,v,o,gate,up,down_proj by default. Departure: the requested
+target modules are filtered to those present in the model (so the same default works on models that
+lack, e.g., gate_proj), and asking for modules of which none exist is an error naming them.
 """
 
 from __future__ import annotations
 
+import json
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
 from typing import Any, cast
 
 import torch
 import torch.nn.functional as F
+from safetensors.torch import load_file, save_file  # pyright: ignore[reportUnknownVariableType]
 from torch import nn
 
 from retrain_ray.models.lean_llama import (
@@ -38,6 +61,7 @@ from retrain_ray.models.lean_llama import (
     LeanLlamaForCausalLM,
     LeanOutput,
 )
+from retrain_ray.models.lora import DEFAULT_TARGET_MODULES, LoraSettings
 
 ADAPTER = "default"
 _HALF = (torch.float16, torch.bfloat16)
@@ -97,7 +121,7 @@ class LeanLoraModel(nn.Module):
     def __init__(self, model: LeanLlamaForCausalLM, adapter_config: dict[str, Any]) -> None:
         super().__init__()
         self.base_model = LoraHolder(model)
-        self.adapter_config = adapter_config  # adapter_config.json's fields (models/lean_adapter.py)
+        self.adapter_config = adapter_config  # adapter_config.json's fields (models/lean_lora.py)
 
     @property
     def llama(self) -> LeanLlamaForCausalLM:
@@ -186,3 +210,120 @@ def peft_adapter_config(
         "layers_to_transform": list(layers_to_transform) or None,
         "layers_pattern": layers_pattern if layers_to_transform else None,
     }
+
+
+CONFIG_FILE = "adapter_config.json"
+WEIGHTS_FILE = "adapter_model.safetensors"
+_IN_MODEL = {f".lora_{m}.": f".lora_{m}.{ADAPTER}." for m in "AB"}
+
+
+def saved_name(name: str) -> str:
+    """A LoRA parameter's name in an adapter file (PEFT drops the adapter name)."""
+    for saved, live in _IN_MODEL.items():
+        name = name.replace(live, saved)
+    return name
+
+
+def live_name(name: str) -> str:
+    """An adapter file's tensor name as the model's parameter (PEFT inserts the adapter name)."""
+    for saved, live in _IN_MODEL.items():
+        if live not in name:
+            name = name.replace(saved, live)
+    return name
+
+
+def adapter_tensors(model: LeanLoraModel) -> dict[str, torch.Tensor]:
+    """Saved name -> tensor for every LoRA weight (frozen ones too, as PEFT saves them)."""
+    return {saved_name(k): v.detach().contiguous() for k, v in model.state_dict().items() if "lora_" in k}
+
+
+def save_adapter(model: LeanLoraModel, folder: str | Path) -> None:
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / CONFIG_FILE).write_text(json.dumps(model.adapter_config, indent=2, sort_keys=True))
+    save_file(adapter_tensors(model), str(folder / WEIGHTS_FILE), metadata={"format": "pt"})
+
+
+def load_adapter(model: LeanLoraModel, folder: str | Path) -> None:
+    """Copies the folder's adapter weights into the model in place; every LoRA weight must be there, with
+    its shape (a different rank or set of targets is an error naming them)."""
+    folder = Path(folder)
+    if not (folder / CONFIG_FILE).is_file() or not (folder / WEIGHTS_FILE).is_file():
+        raise FileNotFoundError(f"{folder} holds no PEFT adapter ({CONFIG_FILE} and {WEIGHTS_FILE})")
+    loaded = {live_name(k): v for k, v in load_file(str(folder / WEIGHTS_FILE)).items()}
+    params = {k: v for k, v in model.state_dict(keep_vars=True).items() if "lora_" in k}
+    unexpected, missing = sorted(set(loaded) - set(params)), sorted(set(params) - set(loaded))
+    if unexpected or missing:
+        raise KeyError(f"adapter in {folder} does not match the model's LoRA layers: unexpected keys "
+                       f"{unexpected[:3]}, missing keys {missing[:3]} (same lora_rank, target modules and layers?)")
+    for name, tensor in loaded.items():
+        if tensor.shape != params[name].shape:
+            raise ValueError(f"adapter in {folder}: {name} has shape {tuple(tensor.shape)}, the model's is "
+                             f"{tuple(params[name].shape)} (a different lora_rank?)")
+    with torch.no_grad():
+        for name, tensor in loaded.items():
+            params[name].copy_(tensor.to(device=params[name].device, dtype=params[name].dtype))
+
+
+__all__ = ["DEFAULT_TARGET_MODULES", "LoraSettings", "apply_full", "apply_lora", "prepare_trainable",
+           "present_target_modules"]
+
+
+def present_target_modules(model: torch.nn.Module, requested: tuple[str, ...]) -> list[str]:
+    """The requested module names that occur (as the last name component of a Linear) in `model`."""
+    modules = cast("Iterator[tuple[str, torch.nn.Module]]", model.named_modules())  # pyright: ignore[reportUnknownMemberType]
+    names = {name.rsplit(".", 1)[-1] for name, mod in modules if isinstance(mod, torch.nn.Linear)}
+    present = [m for m in requested if m in names]
+    if not present:
+        raise ValueError(
+            f"LoRA target modules {list(requested)} match no Linear layer of the model (it has e.g. "
+            f"{sorted(names)[:8]}): set backend option lora_target_modules to names that exist"
+        )
+    return present
+
+
+def apply_lora(model: torch.nn.Module, lora: LoraSettings) -> torch.nn.Module:
+    if lora.rank <= 0:
+        raise ValueError(f"model.lora_rank must be > 0 for LoRA fine-tuning, got {lora.rank}")
+    targets = present_target_modules(model, lora.target_modules)
+    if isinstance(model, LeanLlamaForCausalLM):
+        return apply_lean_lora(
+            model, rank=lora.rank, alpha=lora.effective_alpha, dropout=lora.dropout, target_modules=targets,
+            layers_to_transform=lora.layers_to_transform, layers_pattern=lora.layers_pattern, freeze_a=lora.freeze_a,
+        )
+    from peft import LoraConfig, get_peft_model  # a second of imports that full fine-tuning never needs
+
+    config = LoraConfig(
+        r=lora.rank,
+        lora_alpha=lora.effective_alpha,  # pyright: ignore[reportArgumentType]  # peft says int; a float scales alike
+        lora_dropout=lora.dropout,
+        target_modules=targets,
+        layers_to_transform=list(lora.layers_to_transform) or None,
+        layers_pattern=lora.layers_pattern if lora.layers_to_transform else None,
+        task_type="CAUSAL_LM",
+    )
+    model = get_peft_model(model, config)
+    if lora.freeze_a:
+        for name, param in model.named_parameters():
+            if ".lora_A." in name:
+                param.requires_grad_(False)
+    return model
+
+
+def apply_full(model: torch.nn.Module, lora: LoraSettings) -> torch.nn.Module:
+    for p in model.parameters():
+        p.requires_grad_(True)
+    return model
+
+
+FINETUNE_MODES: dict[str, Callable[[torch.nn.Module, LoraSettings], torch.nn.Module]] = {
+    "lora": apply_lora,
+    "full": apply_full,
+}
+
+
+def prepare_trainable(model: torch.nn.Module, finetune: str, lora: LoraSettings) -> torch.nn.Module:
+    """Wraps/marks the model for the finetune mode; returns the model to train and sample with."""
+    if finetune not in FINETUNE_MODES:
+        raise ValueError(f"finetune={finetune!r} is not one of {sorted(FINETUNE_MODES)}")
+    return FINETUNE_MODES[finetune](model, lora)

@@ -7,7 +7,7 @@ Accepted names:
   plain model folder (the quantizer is cleared first, or `save_pretrained` refuses), so later loads are
   ordinary fast `from_pretrained` calls.
 * any local Hugging Face model directory.
-* a Hugging Face Hub id ("org/name"), resolved through the HF cache (models/hub.py): found in the cache,
+* a Hugging Face Hub id ("org/name"), resolved through the HF cache (models/context.py): found in the cache,
   else downloaded when the network is allowed; `revision` picks the branch, tag or commit.
 
 Cache entries are built in a temporary sibling directory and renamed into place, so a crash never
@@ -24,13 +24,12 @@ import shutil
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING
 
 import torch
 
-from retrain_ray.models.hub import looks_like_hub_id, resolve_hub_model
-from retrain_ray.models.names import BUILTIN_PREFIX
-from retrain_ray.models.tiny import build_tiny_model, parse_builtin_name
+from retrain_ray.models.context import BUILTIN_PREFIX, looks_like_hub_id, resolve_hub_model
+from retrain_ray.models.tokenizer import build_tiny_model, parse_builtin_name
 from retrain_ray.util.file_kinds import env_directory
 
 if TYPE_CHECKING:
@@ -166,15 +165,3 @@ def load_tokenizer(
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     return tokenizer
-
-
-def encode_prompt(tokenizer: PreTrainedTokenizerBase, text: str) -> list[int]:
-    """Token ids of a user prompt: the chat template (with generation prompt) if any, else plain text."""
-    if getattr(tokenizer, "chat_template", None):
-        ids = cast(Any, tokenizer.apply_chat_template(  # ids, or a BatchEncoding holding them
-            [{"role": "user", "content": text}], add_generation_prompt=True, tokenize=True
-        ))
-        if isinstance(ids, dict) or hasattr(ids, "input_ids"):
-            ids = ids["input_ids"]
-        return [int(i) for i in ids]
-    return [int(i) for i in tokenizer.encode(text, add_special_tokens=False)]

@@ -3,7 +3,7 @@
 `[planning] model` is a local folder (a Hugging Face model folder: config.json, tokenizer, weights) or a
 Hub id; a bare name such as the default "all-MiniLM-L6-v2" means "sentence-transformers/<name>", as the
 sentence-transformers package reads it. A Hub id resolves through the Hugging Face cache (downloaded when
-the network is allowed: `models/hub.py`). The model is run with transformers' `AutoModel` and mean-pooled
+the network is allowed: `models/context.py`). The model is run with transformers' `AutoModel` and mean-pooled
 over the attention mask, then L2-normalised: what sentence-transformers does for the MiniLM models,
 without depending on that package. It runs on the CPU of the run's process.
 """
@@ -13,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from retrain_ray.models.hub import ModelUnavailableError, model_problem, resolve_hub_model
+from retrain_ray.models.context import ModelUnavailableError, model_problem, resolve_hub_model
 
 SENTENCE_TRANSFORMERS_ORG = "sentence-transformers"
 BATCH_SIZE = 64

@@ -14,13 +14,12 @@ import torch
 from retrain_ray.algorithms import RegexPlanningDetector, parse_strategic_grams
 from retrain_ray.algorithms.planning_semantic import PLANNING_SENTENCES, SemanticPlanningDetector
 from retrain_ray.algorithms.sepa import SEPAController
-from retrain_ray.backends.factories import PolicyRequest
-from retrain_ray.backends.registry import build_policy_for
+from retrain_ray.backends.registry import backend_spec, build_policy_for, engine_spec
+from retrain_ray.backends.request import PolicyRequest
 from retrain_ray.backends.types import Policy
 from retrain_ray.backpressure.advisor import LocalAdvisor
 from retrain_ray.backpressure.types import BackPressureAdvisor, NoOpAdvisor
 from retrain_ray.compat import provide_original_names
-from retrain_ray.config.components import backend_spec, engine_spec
 from retrain_ray.data.files import row_origin
 from retrain_ray.data.fit import ContextLimit, fit_prompts
 from retrain_ray.data.loading import load_examples_from_config
@@ -37,8 +36,8 @@ from retrain_ray.run.types import RunObserver
 
 if TYPE_CHECKING:
     from retrain_ray.config.schema import RetrainConfig
-    from retrain_ray.config.sections_aux import DataSection, EnvironmentSection, PlanningSection
-    from retrain_ray.config.sections_core import BackendSection, ModelSection, SepaSection
+    from retrain_ray.config.sections_runtime import DataSection, EnvironmentSection, PlanningSection
+    from retrain_ray.config.sections_training import BackendSection, ModelSection, SepaSection
     from retrain_ray.models.context import PromptCodec
     from retrain_ray.throttle.types import Throttle
 
@@ -228,10 +227,9 @@ def build_environment(env: EnvironmentSection) -> Environment | None:
 
 def _codec_and_context(m: ModelSection, remote_code: bool) -> tuple[PromptCodec, int] | None:
     # deferred: loads torch and the tokenizer's library, which importing this module does not need
-    from retrain_ray.models.context import PromptCodec, context_length
+    from retrain_ray.models.context import PromptCodec, context_length, lean_applies
     from retrain_ray.models.light_tokenizer import LightTokenizer
     from retrain_ray.models.loading import load_tokenizer, resolve_model_path
-    from retrain_ray.models.names import lean_applies
 
     folder = resolve_model_path(m.model, revision=m.revision, local_files_only=bool(m.local_files_only))
     context = context_length(folder)

@@ -46,7 +46,7 @@ from retrain_ray.run.rollout import Group
 
 if TYPE_CHECKING:
     from retrain_ray.config.schema import RetrainConfig
-    from retrain_ray.config.sections_aux import EchoSection
+    from retrain_ray.config.sections_runtime import EchoSection
 
 SURPRISAL_STAT_KEYS = (
     "exec_surprisal_mean",

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 if TYPE_CHECKING:
     from retrain_ray.config.schema import RetrainConfig
-    from retrain_ray.config.sections_core import TrainingSection
+    from retrain_ray.config.sections_training import TrainingSection
     from retrain_ray.data.types import TaskData
 
 T = TypeVar("T")

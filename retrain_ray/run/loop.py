@@ -411,9 +411,11 @@ class RunLoop:
         return eval_row(self.run_name, step, out.groups)
 
     def maybe_checkpoint(self, step: int, state: TrainerState) -> None:
-        every = self.cfg.training.save_every
-        if every > 0 and (step + 1) % every == 0 and step + 1 < self.cfg.training.max_steps:
-            self.save_checkpoint(f"checkpoint_step_{step + 1}", state)
+        t = self.cfg.training
+        done = step + 1
+        scheduled = (t.save_every > 0 and done % t.save_every == 0) or done in t.checkpoint_steps  # adaptive rungs
+        if scheduled and done < t.max_steps:
+            self.save_checkpoint(f"checkpoint_step_{done}", state)
 
     def save_checkpoint(self, name: str, state: TrainerState) -> Path:
         """Saves `state` with the components' own state (SEPA, back pressure, weights version, RNG)."""

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from retrain_ray.config.sections_core import TrainingSection
+    from retrain_ray.config.sections_training import TrainingSection
 
 
 @dataclass(frozen=True)

@@ -32,7 +32,7 @@ from retrain_ray.util.secrets import redact
 
 if TYPE_CHECKING:
     from retrain_ray.config.schema import RetrainConfig
-    from retrain_ray.config.sections_aux import OptimizerBatchSection
+    from retrain_ray.config.sections_runtime import OptimizerBatchSection
 
 log = logging.getLogger(__name__)
 

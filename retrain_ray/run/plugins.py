@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Protocol, TypeGuard
 
-from retrain_ray.config.original_view import OriginalConfigView
+from retrain_ray.config.key_names import OriginalConfigView
 from retrain_ray.data.types import Example
 from retrain_ray.plugins.loader import load_callable, use_search_paths
 

@@ -22,7 +22,7 @@ from retrain_ray.backends.types import BackendCapabilities, TrainStepResult
 from retrain_ray.run.rollout import CORRECT_THRESHOLD, Group
 
 if TYPE_CHECKING:
-    from retrain_ray.config.sections_core import AlgorithmSection
+    from retrain_ray.config.sections_training import AlgorithmSection
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from retrain_ray.backends.types import Policy
 from retrain_ray.backpressure.types import BackPressureAdvisor
-from retrain_ray.engines.vllm_logs import VLLM_LOG_FILE, log_vllm_to
+from retrain_ray.engines.vllm.logs import VLLM_LOG_FILE, log_vllm_to
 from retrain_ray.logs import (
     ArrowRunObserver,
     MultiObserver,
@@ -19,7 +19,6 @@ from retrain_ray.logs import (
 from retrain_ray.run.build import build_components, build_policy, build_task
 from retrain_ray.run.epochs import apply_epochs
 from retrain_ray.run.loop import RunLoop
-from retrain_ray.run.preflight import check_run
 from retrain_ray.run.resume.checkpoint import load_state, resolve_resume_dir
 from retrain_ray.run.resume.point import checkpoint_dir_resume, checkpoint_root, rewind_past_torn_rows
 from retrain_ray.run.state import TrainerState, engine_generators, restore_rng_state, seed_everything
@@ -32,7 +31,7 @@ from retrain_ray.util.secrets import redact
 
 if TYPE_CHECKING:
     from retrain_ray.config.schema import RetrainConfig
-    from retrain_ray.config.sections_core import TrainingSection
+    from retrain_ray.config.sections_training import TrainingSection
     from retrain_ray.run.trainers.registry import ExternalRunner
     from retrain_ray.throttle.types import Throttle
 
@@ -88,11 +87,12 @@ def train_run(
     skips the Arrow files in `run_dir` when an observer already records the rows elsewhere (the
     campaign's recorder actor).
     """
-    check_run(config)
     throttle = run_throttle(config, throttle, run_name)
     run_dir = Path(run_dir)
     _check_run_dir(run_dir)
     trainer = trainer_spec(config.training.trainer)
+    for warning in trainer.no_training(config):  # said at load time too; here for a campaign's worker log
+        log.warning("%s: %s", run_name, warning)
     if trainer.run_outside is not None:  # `trainer = "command"` or a plugin runner: no model, data or loop here
         return _train_external(trainer.run_outside, config, run_name, run_dir, observers, local_logs)
     config = config.model_copy(update={"training": trainer.prepare(config.training)})  # "sft": every step supervised

@@ -15,7 +15,7 @@ it, the base model name (or "") picks the base model (version 0). This costs one
 adapter name: right for tiny and small models, not for large ones (vLLM does it properly).
 
 It also answers the weight-sync calls of the servers retrain-ray samples from, as a stand-in for them
-(engines/adapter_folders.py has the folder layouts):
+(engines/adapters.py has the folder layouts):
 * vLLM / MAX: `/v1/load_lora_adapter` with JSON `{"lora_name", "lora_path"}` loads a PEFT folder
   under that name (`load_adapter_folder`);
 * TensorRT-LLM (`trtllm-serve`): a completion whose body has `lora_request: {lora_name, lora_int_id,
@@ -42,9 +42,8 @@ from typing import Any
 import torch
 from safetensors.torch import load_file  # pyright: ignore[reportUnknownVariableType]
 
-from retrain_ray.engines.adapter_folders import read_mlx_folder, read_peft_folder
-from retrain_ray.engines.adapters import AdapterSpec, decode_adapter
-from retrain_ray.engines.pytorch import PyTorchEngine
+from retrain_ray.engines.adapters import AdapterSpec, decode_adapter, read_mlx_folder, read_peft_folder
+from retrain_ray.engines.pytorch.engine import PyTorchEngine
 from retrain_ray.engines.types import SamplingParams
 from retrain_ray.engines.weights import install_weights
 
@@ -234,7 +233,7 @@ class CompletionServer:
 
     def _fresh_model(self, spec: AdapterSpec) -> torch.nn.Module:
         # deferred: loads transformers, which importing this module does not need
-        from retrain_ray.models.finetune import prepare_trainable
+        from retrain_ray.models.lean_lora import prepare_trainable
 
         model = prepare_trainable(copy.deepcopy(self.base), spec.finetune, spec.lora)
         return model.eval()

@@ -28,7 +28,7 @@ from retrain_ray.throttle.keeper import RPC_TIMEOUT_S, LeaseKeeper, lease_keeper
 from retrain_ray.throttle.types import Lease
 
 if TYPE_CHECKING:
-    from retrain_ray.config.sections_core import BackendSection
+    from retrain_ray.config.sections_training import BackendSection
 
 __all__ = ["POLL_S", "RPC_TIMEOUT_S", "Channel", "LeaseKeeper", "NoThrottle", "ThrottleClient", "channel",
            "lease_keeper"]

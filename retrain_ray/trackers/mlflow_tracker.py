@@ -23,7 +23,7 @@ from retrain_ray.logs.types import RunObserver
 from retrain_ray.trackers.identity import RunIdentity, metric_values
 
 if TYPE_CHECKING:
-    from retrain_ray.config.sections_aux import LoggingSection
+    from retrain_ray.config.sections_runtime import LoggingSection
 
 KEY_TAG = "retrain_ray.key"
 

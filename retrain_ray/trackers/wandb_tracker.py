@@ -21,7 +21,7 @@ from retrain_ray.logs.types import RunObserver
 from retrain_ray.trackers.identity import RunIdentity, metric_values, safe_name
 
 if TYPE_CHECKING:
-    from retrain_ray.config.sections_aux import LoggingSection
+    from retrain_ray.config.sections_runtime import LoggingSection
 
 log = logging.getLogger(__name__)
 

@@ -2,7 +2,7 @@
 
 Layout inside the (existing) checkpoint directory:
 * LoRA: `adapter/` written by PEFT `save_pretrained`, or for the lean LoRA of a built-in model by
-  models/lean_adapter.py in PEFT's format (the same files: either kind resumes from the other's);
+  models/lean_lora.py in PEFT's format (the same files: either kind resumes from the other's);
 * full fine-tuning: `model.safetensors` with the trainable parameters (tied weights stored once);
 * `optimizer.pt`: AdamW `state_dict()` (moments and step counts) and the update count (version).
 
@@ -22,11 +22,10 @@ from safetensors.torch import load_file, save_file  # pyright: ignore[reportUnkn
 if TYPE_CHECKING:
     from peft import PeftModel
 
-    from retrain_ray.backends.local.adamw import PlainAdamW
+    from retrain_ray.backends.local.backend import PlainAdamW
 
 from retrain_ray.engines.weights import export_trainable, install_weights
-from retrain_ray.models.lean_adapter import load_adapter, save_adapter
-from retrain_ray.models.lean_lora import LeanLoraModel
+from retrain_ray.models.lean_lora import LeanLoraModel, load_adapter, save_adapter
 
 ADAPTER_DIR = "adapter"
 FULL_WEIGHTS_FILE = "model.safetensors"

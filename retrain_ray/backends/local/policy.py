@@ -7,30 +7,57 @@
   (same base weights, same LoRA settings) on the sampler's device; it then receives `WeightUpdate`
   tensors from `LocalBackend.export_weights()` (built with `shares_model_with_engine=False`).
 
-`settings_from_config` is the only place that reads a RetrainConfig here; the rest takes plain values.
+`settings_from_config` is the only place that reads a run's config here (`LocalSections`: the six sections the
+local trainer reads; a `RetrainConfig` is one); the rest takes plain values.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, TypedDict, cast
+from typing import TYPE_CHECKING, Protocol, TypedDict
 
 import torch
 
 from retrain_ray.backends.local.backend import LocalBackend, LossSettings, OptimizerSettings
 from retrain_ray.backends.types import Policy
-from retrain_ray.engines.pytorch import PyTorchEngine
-from retrain_ray.models.finetune import DEFAULT_TARGET_MODULES, LoraSettings, prepare_trainable
+from retrain_ray.engines.pytorch.engine import PyTorchEngine, sampler_of
+from retrain_ray.engines.vllm.core import VLLMSettings, vllm_settings
+from retrain_ray.models.context import lean_applies
 from retrain_ray.models.lean_loading import load_lean_model_and_tokenizer
-from retrain_ray.models.names import lean_applies
-from retrain_ray.models.tokenizer import single_id
+from retrain_ray.models.lean_lora import LoraSettings, prepare_trainable
+from retrain_ray.models.lora import lora_targets
 from retrain_ray.models.types import Tokenizer, hf_tokenizer
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
 
-    from retrain_ray.config.schema import RetrainConfig
+    from retrain_ray.config.sections_aux import InferenceSection
+    from retrain_ray.config.sections_core import (
+        BackendSection,
+        LoraSection,
+        ModelSection,
+        OptimizerSection,
+        TrainingSection,
+    )
+    from retrain_ray.engines.vllm.engine import VLLMEngine
+
+
+class LocalSections(Protocol):
+    """The sections of a run's config the local trainer reads (a `RetrainConfig` has them)."""
+
+    @property
+    def model(self) -> ModelSection: ...
+    @property
+    def lora(self) -> LoraSection: ...
+    @property
+    def training(self) -> TrainingSection: ...
+    @property
+    def optimizer(self) -> OptimizerSection: ...
+    @property
+    def backend(self) -> BackendSection: ...
+    @property
+    def inference(self) -> InferenceSection: ...
 
 
 class BackendKwargs(TypedDict):
@@ -70,26 +97,21 @@ class PolicySettings:
                 "optimizer": self.optimizer, "seed": self.seed}
 
 
-def _target_modules(option: str) -> tuple[str, ...]:
-    names = tuple(n.strip() for n in option.split(",") if n.strip())
-    return names or DEFAULT_TARGET_MODULES
-
-
 def _layers(option: str) -> tuple[int, ...]:
     return tuple(int(p) for p in option.split(",") if p.strip())
 
 
-def settings_from_config(cfg: RetrainConfig) -> PolicySettings:
-    """Reads [model], [lora], [optimizer], [training] and [backend.options] of a RetrainConfig."""
+def settings_from_config(cfg: LocalSections) -> PolicySettings:
+    """Reads [model], [lora], [optimizer], [training], [inference] dtype and [backend.options] of a run's config."""
     # deferred: loads pydantic, which importing this module does not need
-    from retrain_ray.config.backend_options import resolved_options
+    from retrain_ray.backends.registry import resolved_options
 
     t, o = cfg.training, cfg.optimizer
     options = resolved_options("local", dict(cfg.backend.options))
     micro = t.micro_batch_size or int(options["train_microbatch_size"])
     lora = LoraSettings(
         rank=cfg.model.lora_rank, alpha=float(cfg.lora.alpha), dropout=cfg.lora.dropout,
-        target_modules=_target_modules(str(options["lora_target_modules"])),
+        target_modules=lora_targets(str(options["lora_target_modules"])),
         layers_to_transform=_layers(str(options["lora_layers_to_transform"])),
         layers_pattern=str(options["lora_layers_pattern"]), freeze_a=bool(options["lora_freeze_a"]),
     )
@@ -170,18 +192,6 @@ def load_trainable_model(
     return model.to(torch.device(device)), tokenizer
 
 
-def eos_ids(model: torch.nn.Module, tokenizer: Tokenizer) -> list[int]:
-    """EOS ids of the tokenizer and of the model's generation config (chat models often have two)."""
-    gen: object = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
-    found: list[object] = [tokenizer.eos_token_id, *(cast("list[object]", gen) if isinstance(gen, list) else [gen])]
-    return sorted({i for i in found if isinstance(i, int)})
-
-
-def pad_id(tokenizer: Tokenizer) -> int:
-    """The tokenizer's pad token id (`load_model_and_tokenizer` sets it to EOS when a tokenizer has none)."""
-    return single_id(tokenizer.pad_token_id, "pad_token_id")
-
-
 def build_shared_policy(
     name_or_path: str | Path, settings: PolicySettings, *, device: str | torch.device,
     cache_dir: Path | None = None,
@@ -189,11 +199,7 @@ def build_shared_policy(
     """(engine, backend, tokenizer) sharing one model object in this process."""
     model, tokenizer = load_trainable_model(name_or_path, settings, device=device, cache_dir=cache_dir)
     backend = LocalBackend(model, shares_model_with_engine=True, **settings.backend_kwargs())
-    engine = PyTorchEngine(
-        model, eos_token_id=eos_ids(model, tokenizer), pad_token_id=pad_id(tokenizer),
-        seed=settings.seed, shares_model_with_trainer=True,
-    )
-    return engine, backend, tokenizer
+    return sampler_of(model, tokenizer, seed=settings.seed, shares_model_with_trainer=True), backend, tokenizer
 
 
 def build_split_engine(
@@ -202,24 +208,21 @@ def build_split_engine(
 ) -> tuple[PyTorchEngine, Tokenizer]:
     """A sampler with its own copy of the model layout; feed it `WeightUpdate`s with tensors."""
     model, tokenizer = load_trainable_model(name_or_path, settings, device=device, cache_dir=cache_dir)
-    engine = PyTorchEngine(
-        model, eos_token_id=eos_ids(model, tokenizer), pad_token_id=pad_id(tokenizer), seed=settings.seed,
-    )
-    return engine, tokenizer
+    return sampler_of(model, tokenizer, seed=settings.seed), tokenizer
 
 
 def build_local_policy(
-    cfg: RetrainConfig, *, device: str | torch.device, cache_dir: Path | None = None,
+    cfg: LocalSections, *, device: str | torch.device, cache_dir: Path | None = None,
     settings: PolicySettings | None = None,
 ) -> Policy:
-    """Single-process policy from a RetrainConfig: engine and backend sharing one model (`settings`: the
+    """Single-process policy from a run's config: engine and backend sharing one model (`settings`: the
     config's, when the caller built them already)."""
     settings = settings or settings_from_config(cfg)
     return Policy(*build_shared_policy(cfg.model.model, settings, device=device, cache_dir=cache_dir))
 
 
 def build_local_trainer(
-    cfg: RetrainConfig, device: str | torch.device, *, cache_dir: Path | None = None,
+    cfg: LocalSections, device: str | torch.device, *, cache_dir: Path | None = None,
     settings: PolicySettings | None = None,
 ) -> tuple[LocalBackend, Tokenizer]:
     """A trainer with its own model, whose `export_weights()` carries tensors, and its tokenizer."""
@@ -228,6 +231,23 @@ def build_local_trainer(
     return LocalBackend(model, **settings.backend_kwargs()), tokenizer
 
 
-def build_local_backend(cfg: RetrainConfig, device: str | torch.device, *, cache_dir: Path | None = None) -> LocalBackend:
-    """A trainer with its own model, from a RetrainConfig (the split layout's learner side)."""
+def build_local_backend(cfg: LocalSections, device: str | torch.device, *, cache_dir: Path | None = None) -> LocalBackend:
+    """A trainer with its own model, from a run's config (the split layout's learner side)."""
     return build_local_trainer(cfg, device, cache_dir=cache_dir)[0]
+
+
+def vllm_settings_from_config(cfg: LocalSections, *, device: str, cache_dir: Path | None = None,
+                              max_loras: int = 1, policy: PolicySettings | None = None) -> VLLMSettings:
+    """[model], [lora] and [inference] of a run's config -> how to start vLLM for it (`policy`: the
+    config's local settings, when the caller built them already)."""
+    return vllm_settings(cfg.model.model, cfg.inference, policy or settings_from_config(cfg), device=device,
+                         cache_dir=cache_dir, max_loras=max_loras)
+
+
+def build_vllm_engine(cfg: LocalSections, *, device: str, cache_dir: Path | None = None, name: str = "run",
+                      policy: PolicySettings | None = None) -> VLLMEngine:
+    """vLLM for a run of `cfg` on `device` (the split layout's sampler, on the inference actor's GPU)."""
+    # deferred: loads vLLM, which importing this module does not need
+    from retrain_ray.engines.vllm.engine import VLLMEngine
+
+    return VLLMEngine.start(vllm_settings_from_config(cfg, device=device, cache_dir=cache_dir, policy=policy), name=name)

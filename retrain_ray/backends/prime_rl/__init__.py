@@ -2,7 +2,8 @@
 trainer + inference server (seed 002), speaking PRIME-RL's own protocol (`wire.py` names the source
 files followed), plus a local stand-in for tests (`standin.py`; it is not PRIME-RL).
 
-`build_prime_rl_policy(cfg, throttle)` returns (engine, backend, tokenizer):
+Its spec and factory are here, its options in options.py (what the registry reads; importing them loads no transport).
+`build_prime_rl_policy(cfg, throttle)` (backend.py) returns (engine, backend, tokenizer):
 * run directory: `[backend] adapter_path` (PRIME-RL's output dir), or `adapter_path/<run_id>` with
   `[backend.options] run_id`; rollouts and broadcasts live under it;
 * engine: `PrimeRLEngine` on `[inference] url` (default http://localhost:8000, PRIME-RL's inference
@@ -13,51 +14,66 @@ files followed), plus a local stand-in for tests (`standin.py`; it is not PRIME-
 
 from __future__ import annotations
 
-from pathlib import Path
+import importlib
 from typing import TYPE_CHECKING
 
-from retrain_ray.backends.prime_rl.backend import PRIME_RL_CAPABILITIES, PrimeRLBackend
-from retrain_ray.backends.prime_rl.engine import PrimeRLEngine, wait_for_broadcast
-from retrain_ray.backends.prime_rl.transport import make_sender
-from retrain_ray.backends.types import Policy
-from retrain_ray.config.prime_rl_options import PrimeRLOptions, parse_prime_rl_options
+from retrain_ray.backends.prime_rl.options import CAPABILITIES, OPTIONS
+from retrain_ray.backends.types import BackendSpec
 
-if TYPE_CHECKING:
-    from retrain_ray.config.schema import RetrainConfig
-    from retrain_ray.engines.types import HoldsSlots
+if TYPE_CHECKING:  # what type checkers see; at run time __getattr__ imports on first use
+    from retrain_ray.backends.prime_rl.backend import (
+        PRIME_RL_CAPABILITIES,
+        PrimeRLBackend,
+        PrimeRLEngine,
+        build_prime_rl_policy,
+        prime_rl_run_dir,
+        wait_for_broadcast,
+    )
+    from retrain_ray.backends.prime_rl.options import PrimeRLOptions
+    from retrain_ray.backends.request import PolicyRequest
+    from retrain_ray.backends.types import Policy
+    from retrain_ray.config.sections_aux import InferenceSection
+    from retrain_ray.config.sections_core import BackendSection
 
-__all__ = ["PRIME_RL_CAPABILITIES", "PrimeRLBackend", "PrimeRLEngine", "PrimeRLOptions", "build_prime_rl_policy",
-           "prime_rl_run_dir", "wait_for_broadcast"]
-DEFAULT_URL = "http://localhost:8000"
+
+def build_policy(request: PolicyRequest) -> Policy:
+    """PRIME-RL's inference server and trainer (or their local stand-in)."""
+    # deferred: loads transformers and msgspec, which importing the registry does not need
+    from retrain_ray.backends.prime_rl.backend import build_prime_rl_policy
+
+    return build_prime_rl_policy(request.cfg, request.throttle, cache_dir=request.cache_dir)
 
 
-def prime_rl_run_dir(cfg: RetrainConfig, options: PrimeRLOptions) -> Path:
-    base = Path(cfg.backend.adapter_path)
-    return base / options.run_id if options.run_id else base
+def _sampler(inference: InferenceSection, backend: BackendSection) -> str:
+    standin = backend.options.get("standin")
+    where = "the local stand-in" if standin else (inference.url or "http://localhost:8000")
+    return f"PRIME-RL's inference server at {where} (OpenAI-compatible; weights from its broadcasts)"
 
 
-def build_prime_rl_policy(cfg: RetrainConfig, throttle: HoldsSlots | None = None, *, cache_dir: Path | None = None) -> Policy:
-    """The PRIME-RL sampler and trainer of `cfg` (with `options.standin`, the local stand-in's)."""
-    # deferred: loads transformers, which importing this module does not need
-    from retrain_ray.models.loading import load_tokenizer
-    from retrain_ray.models.types import hf_tokenizer
+SPEC = BackendSpec(
+    "prime_rl", factory=build_policy, remote=True, samples_with_entropies=False, capabilities=CAPABILITIES,
+    sft_importance_sampling=False,
+    options=OPTIONS,
+    describe=_sampler,
+    dependencies=(("msgspec", 'pip install "retrain-ray[prime_rl]"'), ("zmq", 'pip install "retrain-ray[prime_rl]"')),
+    description="a running PRIME-RL trainer + inference server: TrainingBatch messages over its filesystem "
+                "or zmq transport, weights from its broadcasts via /update_weights (options.standin: a local "
+                "stand-in)")
 
-    options = parse_prime_rl_options(cfg.backend.options)
-    run_dir = prime_rl_run_dir(cfg, options)
-    url = cfg.inference.url or DEFAULT_URL
-    standin = None
-    if options.standin:
-        # deferred: the stand-in loads a model; only tests and demos ask for it
-        from retrain_ray.backends.prime_rl.standin import PrimeRLStandin
+_EXPORTS = {
+    "PRIME_RL_CAPABILITIES": "retrain_ray.backends.prime_rl.backend",
+    "PrimeRLBackend": "retrain_ray.backends.prime_rl.backend",
+    "build_prime_rl_policy": "retrain_ray.backends.prime_rl.backend",
+    "prime_rl_run_dir": "retrain_ray.backends.prime_rl.backend",
+    "PrimeRLEngine": "retrain_ray.backends.prime_rl.backend",
+    "wait_for_broadcast": "retrain_ray.backends.prime_rl.backend",
+    "PrimeRLOptions": "retrain_ray.backends.prime_rl.options",
+}
 
-        standin = PrimeRLStandin(run_dir, cfg.model.model, transport=options.transport, zmq_host=options.zmq_host,
-                                 zmq_port=options.zmq_port, zmq_hwm=options.zmq_hwm, lr=cfg.training.lr,
-                                 seed=max(cfg.training.seed, 0), cache_dir=str(cache_dir) if cache_dir else None)
-        url = standin.url
-    sender = make_sender(options.transport, run_dir, host=options.zmq_host, port=options.zmq_port,
-                         hwm=options.zmq_hwm)
-    backend = PrimeRLBackend(sender, run_dir, env_name=options.env_name)
-    engine = PrimeRLEngine(url, run_dir=run_dir, sync_wait_s=options.sync_wait_s, sync_poll_s=options.sync_poll_s,
-                           model_name=cfg.model.model, throttle=throttle, seed=cfg.training.seed,
-                           max_parallel_requests=cfg.inference.max_concurrent, standin=standin)
-    return Policy(engine, backend, hf_tokenizer(load_tokenizer(cfg.model.model, cache_dir)))
+__all__ = ['PRIME_RL_CAPABILITIES', 'PrimeRLBackend', 'PrimeRLEngine', 'PrimeRLOptions', 'build_prime_rl_policy', 'prime_rl_run_dir', 'wait_for_broadcast']
+
+
+def __getattr__(name: str) -> object:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(_EXPORTS[name]), name)

@@ -17,20 +17,46 @@ The PRIME-RL trainer owns the optimizer and runs asynchronously, so:
 * checkpoints: `save_checkpoint` records the version and the run directory; the weights and optimizer
   state are in PRIME-RL's own checkpoints (its `checkpoints/step_<n>/`), and `load_checkpoint` restores
   the version so the next batch continues PRIME-RL's step numbering.
+
+The sampler of the prime_rl backend: PRIME-RL's inference server is vLLM's OpenAI-compatible server,
+so sampling is `OpenAIEngine`'s (`/v1/completions` with token ids in, token ids and per-token logprobs
+out); only weight sync differs.
+
+Weight sync, as PRIME-RL's orchestrator does it (PrimeIntellect-ai/prime-rl
+`src/prime_rl/orchestrator/watcher.py` `apply_policy_update`, `src/prime_rl/utils/client.py`
+`update_weights`): wait until the trainer has broadcast policy version n (`broadcasts/step_<n>/STABLE`
+exists), then `POST /update_weights {"weight_dir": "<run dir>/broadcasts/step_<n>"}` on the inference
+server. The wait polls every `sync_poll_s` and gives up after `sync_wait_s` with an error naming the
+marker it waited for.
 """
 
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
+from typing import TYPE_CHECKING, Unpack
 
-from retrain_ray.backends.prime_rl.transport import BatchSender
-from retrain_ray.backends.prime_rl.wire import TrainingBatch, TrainingSample
-from retrain_ray.backends.registry import BUILTIN_CAPABILITIES
-from retrain_ray.backends.types import TrainBatch, TrainStepResult
+from retrain_ray.backends.prime_rl.options import CAPABILITIES, PrimeRLOptions, parse_prime_rl_options
+from retrain_ray.backends.prime_rl.wire import (
+    STABLE_MARKER,
+    BatchSender,
+    TrainingBatch,
+    TrainingSample,
+    broadcast_dir,
+    make_sender,
+)
+from retrain_ray.backends.types import Policy, TrainBatch, TrainStepResult
+from retrain_ray.engines.openai.engine import OpenAIEngine, OpenAIEngineOptions
 from retrain_ray.engines.types import WeightUpdate
 
-PRIME_RL_CAPABILITIES = BUILTIN_CAPABILITIES["prime_rl"]
+if TYPE_CHECKING:
+    from retrain_ray.backends.prime_rl.standin import PrimeRLStandin
+    from retrain_ray.config.schema import RetrainConfig
+    from retrain_ray.engines.types import HoldsSlots
+
+
+PRIME_RL_CAPABILITIES = CAPABILITIES
 STATE_FILE = "prime_rl_state.json"
 
 
@@ -117,3 +143,74 @@ class PrimeRLBackend:
 
     def close(self) -> None:
         self.sender.close()
+
+
+DEFAULT_URL = "http://localhost:8000"
+
+
+def prime_rl_run_dir(adapter_path: str, options: PrimeRLOptions) -> Path:
+    """PRIME-RL's output directory: `[backend] adapter_path`, or its `run_id` folder."""
+    base = Path(adapter_path)
+    return base / options.run_id if options.run_id else base
+
+
+def build_prime_rl_policy(cfg: RetrainConfig, throttle: HoldsSlots | None = None, *, cache_dir: Path | None = None) -> Policy:
+    """The PRIME-RL sampler and trainer of `cfg` (with `options.standin`, the local stand-in's)."""
+    # deferred: loads transformers, which importing this module does not need
+    from retrain_ray.models.loading import load_tokenizer
+    from retrain_ray.models.types import hf_tokenizer
+
+    options = parse_prime_rl_options(cfg.backend.options)
+    run_dir = prime_rl_run_dir(cfg.backend.adapter_path, options)
+    url = cfg.inference.url or DEFAULT_URL
+    standin = None
+    if options.standin:
+        # deferred: the stand-in loads a model; only tests and demos ask for it
+        from retrain_ray.backends.prime_rl.standin import PrimeRLStandin
+
+        standin = PrimeRLStandin(run_dir, cfg.model.model, transport=options.transport, zmq_host=options.zmq_host,
+                                 zmq_port=options.zmq_port, zmq_hwm=options.zmq_hwm, lr=cfg.training.lr,
+                                 seed=max(cfg.training.seed, 0), cache_dir=str(cache_dir) if cache_dir else None)
+        url = standin.url
+    sender = make_sender(options.transport, run_dir, host=options.zmq_host, port=options.zmq_port,
+                         hwm=options.zmq_hwm)
+    backend = PrimeRLBackend(sender, run_dir, env_name=options.env_name)
+    engine = PrimeRLEngine(url, run_dir=run_dir, sync_wait_s=options.sync_wait_s, sync_poll_s=options.sync_poll_s,
+                           model_name=cfg.model.model, throttle=throttle, seed=cfg.training.seed,
+                           max_parallel_requests=cfg.inference.max_concurrent, standin=standin)
+    return Policy(engine, backend, hf_tokenizer(load_tokenizer(cfg.model.model, cache_dir)))
+
+
+def wait_for_broadcast(run_dir: Path, version: int, *, wait_s: float, poll_s: float) -> Path:
+    """The broadcast folder of `version` once its STABLE marker exists (TimeoutError after `wait_s`)."""
+    folder = broadcast_dir(run_dir, version)
+    deadline = time.monotonic() + wait_s
+    while not (folder / STABLE_MARKER).exists():
+        if time.monotonic() >= deadline:
+            raise TimeoutError(
+                f"prime_rl: the PRIME-RL trainer did not broadcast policy version {version} within {wait_s:g} s "
+                f"({folder / STABLE_MARKER} does not exist); check that its trainer reads this run's batches "
+                "(transport, output dir, run_id) and is not stalled, or raise [backend.options] sync_wait_s")
+        time.sleep(poll_s)
+    return folder
+
+
+class PrimeRLEngine(OpenAIEngine):
+    """Samples from PRIME-RL's inference server; loads the trainer's broadcasts with `/update_weights`."""
+
+    def __init__(self, url: str, *, run_dir: Path, sync_wait_s: float, sync_poll_s: float, standin: PrimeRLStandin | None = None,
+                 **kwargs: Unpack[OpenAIEngineOptions]) -> None:
+        super().__init__(url, **kwargs)
+        self.run_dir, self.sync_wait_s, self.sync_poll_s = Path(run_dir), sync_wait_s, sync_poll_s
+        self.standin = standin  # the local stand-in this engine talks to (tests), kept alive with the engine
+
+    def load_weights(self, update: WeightUpdate) -> None:
+        folder = wait_for_broadcast(self.run_dir, update.version, wait_s=self.sync_wait_s, poll_s=self.sync_poll_s)
+        self._request("POST", "/update_weights", f"/update_weights on {self.shown_url}",
+                      json={"weight_dir": folder.as_posix()})
+        self._version = update.version
+
+    def close(self) -> None:
+        super().close()
+        if self.standin is not None:
+            self.standin.close()

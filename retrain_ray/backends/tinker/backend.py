@@ -28,19 +28,29 @@ import json
 import uuid
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Generic, TypeVar, Unpack
 
-from retrain_ray.backends.registry import BUILTIN_CAPABILITIES
-from retrain_ray.backends.tinker.datums import rl_datums, sft_datums, with_inputs
-from retrain_ray.backends.tinker.loss import ClipSettings, dual_clip_loss_and_grads
-from retrain_ray.backends.tinker.session import TinkerSession
-from retrain_ray.backends.types import TrainBatch, TrainStepResult
+from retrain_ray.backends.tinker.loss import (
+    ClipSettings,
+    dual_clip_loss_and_grads,
+    rl_datums,
+    sft_datums,
+    with_inputs,
+)
+from retrain_ray.backends.tinker.options import CAPABILITIES, parse_tinker_options
+from retrain_ray.backends.tinker.session import TinkerEngine, TinkerSession, make_service_client
+from retrain_ray.backends.tinker.standin import StandinOptions
+from retrain_ray.backends.types import Policy, TrainBatch, TrainStepResult
 from retrain_ray.engines.types import WeightUpdate
 
 if TYPE_CHECKING:
     from tinker.types import Datum, ForwardBackwardOutput
 
-TINKER_CAPABILITIES = BUILTIN_CAPABILITIES["tinker"]
+    from retrain_ray.backends.tinker.session import ServiceClient
+    from retrain_ray.config.schema import RetrainConfig
+    from retrain_ray.engines.types import HoldsSlots
+
+TINKER_CAPABILITIES = CAPABILITIES
 STATE_FILE = "tinker_state.json"
 
 LossStep = Callable[["TinkerBackend", "list[Datum]"], tuple[float, dict[str, float]]]
@@ -169,3 +179,36 @@ class TinkerBackend:
 
     def runtime_metrics(self) -> dict[str, float]:
         return self.session.runtime_metrics()
+
+
+_T = TypeVar("_T")
+
+
+def build_tinker_policy(
+    cfg: RetrainConfig, throttle: HoldsSlots | None = None, *, service_client: ServiceClient | None = None,
+    **standin_kwargs: Unpack[StandinOptions],
+) -> Policy:
+    """The Tinker sampler and trainer from a RetrainConfig; `service_client` overrides the SDK's (tests)."""
+    options = parse_tinker_options(cfg.backend.options)
+    service = service_client or make_service_client(options, cfg.model.base_url, **standin_kwargs)
+    session = TinkerSession(
+        service, base_model=cfg.model.model, rank=cfg.model.lora_rank, throttle=throttle, options=options
+    )
+    t, o = cfg.training, cfg.optimizer
+    backend = TinkerBackend(
+        session,
+        clip=ClipSettings(t.clip_eps, t.clip_eps_high, t.clip_ratio_c),
+        beta1=o.beta1, beta2=o.beta2, eps=o.eps, grad_clip_norm=o.grad_clip_norm,
+    )
+    tokenizer = session.call("get_tokenizer", lambda: _Ready(session.training_client.get_tokenizer()))
+    return Policy(TinkerEngine(session), backend, tokenizer)
+
+
+class _Ready(Generic[_T]):
+    """Wraps a value that a synchronous SDK method returned, so `session.call` can treat it as a future."""
+
+    def __init__(self, value: _T) -> None:
+        self.value = value
+
+    def result(self, timeout: float | None = None) -> _T:
+        return self.value

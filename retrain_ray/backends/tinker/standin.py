@@ -39,7 +39,7 @@ import httpx
 import numpy as np
 import torch
 
-from retrain_ray.engines.pytorch import PyTorchEngine
+from retrain_ray.engines.pytorch.engine import PyTorchEngine
 from retrain_ray.engines.types import SamplingParams as EngineParams
 from retrain_ray.models.tokenizer import single_id
 from retrain_ray.models.types import Tokenizer, hf_tokenizer
@@ -145,7 +145,7 @@ class StandinServiceClient:
 def _load_lora_model(base_model: str, rank: int, cache_dir: str | Path | None) -> tuple[torch.nn.Module, Tokenizer]:
     # deferred: loads transformers, which importing this module does not need
     from retrain_ray.models import load_model_and_tokenizer
-    from retrain_ray.models.finetune import LoraSettings, apply_lora
+    from retrain_ray.models.lean_lora import LoraSettings, apply_lora
 
     try:
         model, tokenizer = load_model_and_tokenizer(base_model, cache_dir=cache_dir)

@@ -31,20 +31,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from retrain_ray.config.components import engine_spec
+from retrain_ray.backends.registry import engine_spec
 from retrain_ray.config.names import gpu_count
 
 if TYPE_CHECKING:
     from retrain_ray.config.schema import RetrainConfig
-    from retrain_ray.config.sections_aux import InferenceSection
-    from retrain_ray.config.sections_core import TrainingSection
-    from retrain_ray.models.shapes import ModelShapes
+    from retrain_ray.config.sections_runtime import InferenceSection
+    from retrain_ray.config.sections_training import TrainingSection
+    from retrain_ray.models.context import ModelShapes
 
 GIB = 2**30
 CUDA_CONTEXT_GIB = 0.5
 OPTIMIZER_BYTES = 16  # per trainable parameter: float32 weight, gradient and AdamW's two moments
 VLLM_WIDTH = 2  # vLLM's weights on a GPU: bfloat16 for dtype "auto"
-DEFAULT_VLLM_SHARE = 0.3  # backends/local/vllm_policy.py ONE_GPU_MEMORY_SHARE: vLLM's share of a card alone
+DEFAULT_VLLM_SHARE = 0.3  # engines/vllm/core.py ONE_GPU_MEMORY_SHARE: vLLM's share of a card alone
 
 
 def _millions(parameters: int) -> str:
@@ -212,15 +212,10 @@ class Packing:
 def shapes_of(cfg: RetrainConfig) -> ModelShapes | None:
     """The model's shapes from its config.json (None when it is not on this machine)."""
     # deferred: builds the architecture with transformers, needed only to check a packing
-    from retrain_ray.config.backend_options import resolved_options
-    from retrain_ray.config.components import backend_spec
-    from retrain_ray.engines.lora import DEFAULT_TARGET_MODULES
+    from retrain_ray.backends.registry import lora_targets_of
     from retrain_ray.models.flops import model_shapes
 
-    targets = DEFAULT_TARGET_MODULES
-    if backend_spec(cfg.backend.backend).trains_locally:
-        option = str(resolved_options(cfg.backend.backend, dict(cfg.backend.options))["lora_target_modules"])
-        targets = tuple(n.strip() for n in option.split(",") if n.strip()) or DEFAULT_TARGET_MODULES
+    targets = lora_targets_of(cfg.backend.backend, cfg.backend.options)
     folder = config_folder(cfg.model.model, cfg.model.revision)
     if folder is None:
         return None
@@ -235,7 +230,7 @@ def config_folder(model: str, revision: str = "") -> str | None:
     """A local folder with the model's config.json, never downloading weights: a Hub model's cached
     snapshot, else its config.json alone (when downloading is allowed); None when neither can be had."""
     # deferred: the model helpers load huggingface_hub, needed only to check a packing
-    from retrain_ray.models.hub import cached_snapshot, hub_cache_dir, hub_offline, looks_like_hub_id
+    from retrain_ray.models.context import cached_snapshot, hub_cache_dir, hub_offline, looks_like_hub_id
     from retrain_ray.models.loading import resolve_model_path
 
     if not looks_like_hub_id(model):  # a built-in (built here, tiny) or a local folder

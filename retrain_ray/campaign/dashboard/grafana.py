@@ -21,7 +21,7 @@ from retrain_ray.campaign.dashboard.gauges import (
     RUN_GAUGE_PREFIX,
     STEP_GAUGES,
 )
-from retrain_ray.engines.vllm_batching import ENGINE_GAUGE_PREFIX, ENGINE_GAUGES
+from retrain_ray.engines.vllm.batching import ENGINE_GAUGE_PREFIX, ENGINE_GAUGES
 
 EXPORT_PREFIX = "ray_"
 DEFAULT_PATH = Path(__file__).resolve().parents[3] / "cluster" / "grafana" / "retrain_ray_dashboard.json"

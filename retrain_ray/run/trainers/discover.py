@@ -37,7 +37,7 @@ from retrain_ray.run.types import RunOutcome
 
 if TYPE_CHECKING:
     from retrain_ray.config.schema import RetrainConfig
-    from retrain_ray.config.sections_core import TrainingSection
+    from retrain_ray.config.sections_training import TrainingSection
 
 ARCHIVE_FILE = "discover_archive.json"
 SUMMARY_FILE = "ttt_discover.json"

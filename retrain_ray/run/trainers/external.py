@@ -14,7 +14,7 @@ with the run's Arrow logs and the `metrics.jsonl` mirror retrain-ray writes next
   a process group of its own: a run stopped meanwhile stops it and its children (SIGTERM, then SIGKILL).
 * a dotted path `package.module:Class` (or `package.module.Class`): the class is built without arguments
   (an object with a `run` method is used as it is) and `run(config)` is called with the config under the
-  original's flat field names (config/original_view.py), `log_dir` and `adapter_path` the run's own.
+  original's flat field names (config/key_names.py), `log_dir` and `adapter_path` the run's own.
 
 A runner that writes `<log_dir>/metrics.jsonl` (one JSON object per step, with an integer `step`) has its
 rows in the run's logs: the command's are read while it runs, a plugin's when `run` returns. Numeric keys
@@ -46,8 +46,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, cast
 
-from retrain_ray.config.fields import FIELD_INDEX
-from retrain_ray.config.original_view import OriginalConfigView
+from retrain_ray.config.key_names import FIELD_INDEX, OriginalConfigView
 from retrain_ray.logs.schemas import row_to_record  # pyright: ignore[reportUnknownVariableType]  (pyarrow)
 from retrain_ray.plugins.loader import load_object
 from retrain_ray.run.types import RunObserver, RunOutcome
