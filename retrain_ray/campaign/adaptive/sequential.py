@@ -149,10 +149,12 @@ def _trajectories(values_by_condition: Mapping[str, Sequence[float]],
     fewer than 2 such seeds (untestable, as in `policy.decide`)."""
     out: dict[str, list[list[float]]] = {}
     for cond, values in values_by_condition.items():
-        earlier = earlier_values.get(cond, []) if earlier_values is not None else []
+        no_seeds: Sequence[Sequence[float]] = ()
+        earlier = earlier_values.get(cond, no_seeds) if earlier_values is not None else no_seeds
         seeds: list[list[float]] = []
         for s, value in enumerate(values):
-            trajectory = [*(earlier[s] if s < len(earlier) else []), value][-looks:]
+            before: Sequence[float] = earlier[s] if s < len(earlier) else ()
+            trajectory = [*before, value][-looks:]
             if len(trajectory) == looks and all(math.isfinite(v) for v in trajectory):
                 seeds.append([float(v) for v in trajectory])
         if seeds:
