@@ -3,7 +3,8 @@ way (Mathieu et al., TMLR 2024): relabel whole seed trajectories (every look at 
 statistic of each relabelling at every look, and set each look's boundary so that the share of
 relabellings that cross *any* boundary up to that look is at most the alpha spent so far. Pure numpy.
 
-The statistic of a look is the range of the condition means (the largest difference of any pair).
+The statistic of a look is the studentized range: the range of the condition means (the largest
+difference of any pair) over the pooled within-condition spread (`range_of_means` is the raw range).
 Row 0 of every relabelling set is the observed labelling, so a Monte Carlo set stays an exact test.
 """
 
@@ -60,6 +61,20 @@ def range_of_means(values: Floats, sizes: Sequence[int], rows: Indices) -> Float
     sums = np.add.reduceat(relabelled, starts, axis=1)               # (rows, groups, looks)
     means = sums / np.asarray(sizes, dtype=np.float64)[None, :, None]
     return means.max(axis=1) - means.min(axis=1)
+
+
+def studentized_range(values: Floats, sizes: Sequence[int], rows: Indices) -> Floats:
+    """`range_of_means` over the pooled within-condition standard deviation of each relabelling and look:
+    relabellings that mix conditions inflate that spread, so a real gap stands out more than on the
+    raw range. Every condition needs 2 seeds or more."""
+    starts = np.cumsum([0, *sizes[:-1]])
+    counts = np.asarray(sizes, dtype=np.float64)[None, :, None]
+    relabelled = values[rows]
+    means = np.add.reduceat(relabelled, starts, axis=1) / counts
+    squares = np.add.reduceat(relabelled * relabelled, starts, axis=1) - counts * means * means
+    pooled = np.sqrt(np.maximum(squares.sum(axis=1), 0.0) / (sum(sizes) - len(sizes)))
+    spread = means.max(axis=1) - means.min(axis=1)
+    return np.divide(spread, pooled, out=np.full_like(spread, np.inf), where=pooled > 0)
 
 
 def boundaries(statistics: Floats, budgets: Sequence[float]) -> list[float]:

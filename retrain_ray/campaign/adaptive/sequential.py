@@ -45,6 +45,7 @@ from retrain_ray.results.significance import Family, PairComparison, Verdict, le
 
 Spending = Literal["pocock", "obrien-fleming"]
 TEST_NAME = "sequential-permutation"
+_TIE = 1e-9   # relative: an observed gap within rounding of a relabelling's statistic ties with it
 
 
 def spent_alpha(fraction: float, alpha: float, spending: Spending = "pocock") -> float:
@@ -175,24 +176,43 @@ def _step_down(trajectories: Mapping[str, list[list[float]]], leader: str, budge
         sizes = [len(trajectories[c]) for c in active]
         values = np.array([t for c in active for t in trajectories[c]], dtype=np.float64)
         rows = permutation.relabellings(sizes, permutations, seed)
-        statistics = permutation.range_of_means(values, sizes, rows)
+        statistics = permutation.studentized_range(values, sizes, rows)
         bound = permutation.boundaries(statistics, budgets)[-1]
         now = statistics[:, -1]
         level = float(np.mean(now > bound))
+        spread = _pooled_spread(values[:, -1], sizes)
         means = {c: float(np.mean([t[-1] for t in trajectories[c]])) for c in active}
         new: set[str] = set()
         for cond in active:
             if cond == leader:
                 continue
-            gap = abs(means[cond] - means[leader])
-            p_values.setdefault(cond, float(np.mean(now >= gap - 1e-12)))
-            if gap > bound:
+            gap = _studentized(abs(means[cond] - means[leader]), spread)
+            p_values.setdefault(cond, float(np.mean(now >= gap - _TIE * max(1.0, gap))))
+            if gap > bound + _TIE * max(1.0, abs(bound)):   # the observed split may sit on the boundary
                 new.add(cond)
         if not new:
             break
         rejected |= new
         active = [c for c in active if c not in new]
     return rejected, p_values, level
+
+
+def _pooled_spread(values: np.ndarray[tuple[int], np.dtype[np.float64]], sizes: Sequence[int]) -> float:
+    """The pooled within-condition standard deviation of one look's values (grouped by `sizes`); 0 gives
+    +inf gaps below, as in `permutation.studentized_range`."""
+    squares = 0.0
+    start = 0
+    for size in sizes:
+        group = values[start:start + size]
+        squares += float(np.sum((group - group.mean()) ** 2))
+        start += size
+    return math.sqrt(squares / (len(values) - len(sizes)))
+
+
+def _studentized(gap: float, spread: float) -> float:
+    if spread > 0.0:
+        return gap / spread
+    return math.inf if gap > 0.0 else 0.0
 
 
 def _comparison(cond: str, leader: str, trajectories: Mapping[str, list[list[float]]], p_value: float,
