@@ -145,7 +145,7 @@ def _epoch_plan(cfg: RetrainConfig) -> StepPlan | None:
     # deferred: the run package is only needed for the steps line
     from retrain_ray.run.epochs import plan_from_config
 
-    return plan_from_config(cfg)
+    return plan_from_config(cfg.training, cfg.data)
 
 
 def step_count(t: TrainingSection, max_steps: int, plan: StepPlan | None) -> str:

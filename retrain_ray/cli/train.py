@@ -163,12 +163,12 @@ def _train_locked(cfg: RetrainConfig, args: argparse.Namespace, run_dir: Path) -
         except FileNotFoundError as exc:
             err.print(f"[bold red]error:[/] {exc}", highlight=False)
             return 2
-    plan = plan_from_config(cfg)  # num_epochs may end the run before max_steps
+    plan = plan_from_config(cfg.training, cfg.data)  # num_epochs may end the run before max_steps
     total = plan.steps if plan is not None else cfg.training.max_steps
     if not args.quiet:
         err.print(capability_line(cfg.backend), highlight=False, markup=False, soft_wrap=True)
     progress = None if args.quiet else ProgressObserver(total, first, log_every=cfg.training.log_every)
-    trackers = build_trackers(cfg, RunIdentity(run_dir.name, condition_of(cfg), cfg.training.seed), run_dir)
+    trackers = build_trackers(cfg, RunIdentity(run_dir.name, condition_of(cfg.algorithm), cfg.training.seed), run_dir)
     started = time.perf_counter()
     try:
         outcome = train_run(
@@ -239,7 +239,7 @@ def _interrupted(cfg: RetrainConfig, argv: list[str], run_dir: Path, stops: Stop
     rows = f"its last logged step is {logged}" if logged is not None else "it logged no step"
     err.print(f"\n[bold yellow]interrupted[/] by {stops.name()}: run {run_dir} stopped ({rows}, of steps 0-"
               f"{cfg.training.max_steps - 1}).", highlight=False)
-    root = checkpoint_root(cfg)
+    root = checkpoint_root(cfg.training)
     for checkpoint in CheckpointManager(run_dir, root=root).candidates():  # newest first; the resume verifies it
         try:
             step = load_state(checkpoint).step

@@ -79,7 +79,7 @@ def _load_task(cfg: RetrainConfig) -> TaskData:
         if not examples:
             raise ValueError(f"[data] source {cfg.data.source!r} loaded no examples")
         return TaskData(train=examples, eval=[])
-    return load_examples_from_config(cfg)
+    return load_examples_from_config(cfg.data, cfg.training)
 
 
 def build_reward(cfg: RetrainConfig, throttle: Throttle | None = None) -> Reward:
@@ -200,7 +200,7 @@ def build_components(
         detect_planning=build_planning(cfg, modes.needs_planning),
         needs_planning=modes.needs_planning,
         # in-process USL control when `[backpressure] enabled`; otherwise the original's no-op defaults
-        advisor=advisor or (LocalAdvisor.from_config(cfg) if cfg.backpressure.enabled else NoOpAdvisor()),
+        advisor=advisor or (LocalAdvisor.from_config(cfg.backpressure, cfg.model, cfg.backend) if cfg.backpressure.enabled else NoOpAdvisor()),
         observer=observer,
         environment=build_environment(cfg.environment),
     )
