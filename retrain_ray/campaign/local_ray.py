@@ -1,4 +1,5 @@
-"""The Ray a campaign driver connects to, and the Tune settings its driver runs with.
+"""The Ray a campaign driver connects to, the Tune settings its driver runs with, and the alive nodes'
+resources that placement plans against (`alive_node_resources`; the planning is campaign/capacity/placement.py).
 
 `connect()` joins `address`, else RAY_ADDRESS, else starts a local Ray. A local Ray started without
 the dashboard is lean: besides the GCS, the raylet and its two agents it starts no dashboard head
@@ -167,3 +168,11 @@ def lean_local_ray() -> Generator[None]:
     finally:
         ray_parameter.RayParams = params  # type: ignore[misc]
         ray_node.Node.start_api_server = api_server  # type: ignore[method-assign]
+
+
+def alive_node_resources() -> list[dict[str, float]]:
+    """Total resources of every alive node of the connected Ray cluster."""
+    # deferred: loads ray, which importing this module does not need
+    import ray
+
+    return [dict(n["Resources"]) for n in ray.nodes() if n.get("Alive")]

@@ -157,9 +157,11 @@ def _plugin_policy(request: PolicyRequest) -> Policy:
     the PyTorch engine under a plugin engine)."""
     # deferred: loads transformers, which importing this module does not need
     from retrain_ray.backends.local import build_local_trainer
-    from retrain_ray.backends.plugin_backend import build_plugin_backend_policy
-    from retrain_ray.backends.plugin_context import PluginContext
-    from retrain_ray.backends.plugin_engine import build_plugin_engine_policy
+    from retrain_ray.backends.plugins import (
+        PluginContext,
+        build_plugin_backend_policy,
+        build_plugin_engine_policy,
+    )
 
     cfg, device = request.cfg, request.device
     plugin_backend = backend_spec(cfg.backend.backend).is_plugin
