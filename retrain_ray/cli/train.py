@@ -29,7 +29,7 @@ from retrain_ray.util.process_clock import process_started_at as started_at_from
 if TYPE_CHECKING:
     from retrain_ray.config.campaign_schema import SqueezeSection
     from retrain_ray.config.schema import RetrainConfig
-    from retrain_ray.config.sections_training import BackendSection
+    from retrain_ray.config.sections_training import BackendSection, TrainingSection
 
 err = Console(stderr=True)
 
@@ -134,7 +134,7 @@ def train_main(argv: list[str]) -> int:
             try:
                 return _train_locked(cfg, args, run_dir)
             except KeyboardInterrupt:
-                return _interrupted(cfg, argv, run_dir, stops)
+                return _interrupted(cfg.training, argv, run_dir, stops)
     finally:
         lock.release()
 
@@ -229,7 +229,7 @@ def continue_command(argv: list[str], run_dir: Path | None) -> str:
     return shlex.join(["retrain-ray", "train", *kept, "--resume", str(run_dir)])
 
 
-def _interrupted(cfg: RetrainConfig, argv: list[str], run_dir: Path, stops: Stops) -> int:
+def _interrupted(training: TrainingSection, argv: list[str], run_dir: Path, stops: Stops) -> int:
     """Where an interrupted run stopped and the exact command that continues it; exit 130 (143 on SIGTERM)."""
     # deferred: loads torch, which importing this module does not need
     from retrain_ray.run.resume.checkpoint import CheckpointManager, load_state
@@ -238,8 +238,8 @@ def _interrupted(cfg: RetrainConfig, argv: list[str], run_dir: Path, stops: Stop
     logged = _last_logged_step(run_dir)
     rows = f"its last logged step is {logged}" if logged is not None else "it logged no step"
     err.print(f"\n[bold yellow]interrupted[/] by {stops.name()}: run {run_dir} stopped ({rows}, of steps 0-"
-              f"{cfg.training.max_steps - 1}).", highlight=False)
-    root = checkpoint_root(cfg.training)
+              f"{training.max_steps - 1}).", highlight=False)
+    root = checkpoint_root(training)
     for checkpoint in CheckpointManager(run_dir, root=root).candidates():  # newest first; the resume verifies it
         try:
             step = load_state(checkpoint).step
@@ -252,7 +252,7 @@ def _interrupted(cfg: RetrainConfig, argv: list[str], run_dir: Path, stops: Stop
         err.print(f"  continue with: {again}", highlight=False, markup=False, soft_wrap=True)
         break
     else:
-        err.print(f"  no checkpoint was saved yet ([training] save_every = {cfg.training.save_every}); "
+        err.print(f"  no checkpoint was saved yet ([training] save_every = {training.save_every}); "
                   f"start it again with: {continue_command(argv, None)}", highlight=False, markup=False, soft_wrap=True)
     return stops.exit_code()
 

@@ -89,7 +89,7 @@ def build_reward(cfg: RetrainConfig, throttle: Throttle | None = None) -> Reward
         from retrain_ray.run.plugins import create_reward
 
         return create_reward(cfg)
-    return build_reward_from_config(cfg, throttle)
+    return build_reward_from_config(cfg.reward, cfg.plugins, throttle)
 
 
 def build_sepa(s: SepaSection, uses_sepa: bool) -> SEPAController | None:
