@@ -78,7 +78,7 @@ class RunGauges(RunObserver):
 
 
 EXPORT_PREFIX = "ray_"
-DEFAULT_PATH = Path(__file__).resolve().parents[3] / "cluster" / "grafana" / "retrain_ray_dashboard.json"
+DEFAULT_PATH = Path(__file__).resolve().parents[2] / "cluster" / "grafana" / "retrain_ray_dashboard.json"
 FILTER = 'campaign=~"$campaign"'
 RUN_FILTER = 'campaign=~"$campaign", run=~"$run"'
 CAMPAIGN_PANELS = ("mean_reward", "correct_rate", "eval_correct_rate", "loss", "kl", "tokens_per_second")
