@@ -31,6 +31,7 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Generator, Sequence
+from typing import cast
 
 import ray
 import ray._private.node as ray_node
@@ -172,7 +173,5 @@ def lean_local_ray() -> Generator[None]:
 
 def alive_node_resources() -> list[dict[str, float]]:
     """Total resources of every alive node of the connected Ray cluster."""
-    # deferred: loads ray, which importing this module does not need
-    import ray
-
-    return [dict(n["Resources"]) for n in ray.nodes() if n.get("Alive")]
+    nodes = cast(list[dict[str, object]], ray.nodes())
+    return [dict(cast(dict[str, float], n["Resources"])) for n in nodes if n.get("Alive")]
