@@ -452,5 +452,30 @@ def test_manifest_from_another_campaign_is_refused(tmp_path):
         campaign._open_dir()
 
 
+@pytest.mark.parametrize("text,what", [
+    ('{"name": "mine", "runs": []}', 'its "runs" list is empty'),
+    ('{"name": "mine", "runs": {"a": 1}}', '"runs" is a dict, not a list'),
+    ('{"name": "mine"}', 'no "runs" list'),
+    ('["mine"]', "a JSON list, not an object"),
+    ('{"name": "mine", "runs": [', "not valid JSON"),
+], ids=["runs_emptied", "runs_not_a_list", "runs_missing", "not_an_object", "not_json"])
+def test_a_damaged_manifest_is_named_as_damaged_and_left_alone(tmp_path, capsys, text, what):
+    """It used to get "choose another [campaign].name" (an emptied runs list) or a traceback."""
+    from retrain_ray.campaign import Campaign
+    from retrain_ray.campaign.plan import CampaignError
+
+    toml = write_campaign(tmp_path / "c.toml", **_sections(tmp_path / "logs" / "x"),
+                          campaign={"name": "mine", "seeds": [1], "max_steps": 1})
+    campaign = Campaign.from_toml(toml, root=tmp_path)
+    manifest = tmp_path / "mine" / "manifest.json"
+    manifest.parent.mkdir()
+    manifest.write_text(text)
+    with pytest.raises(CampaignError) as info:
+        campaign._open_dir()
+    assert f"the manifest {manifest} is damaged: {what}" in str(info.value)
+    assert "restore it or move the directory aside" in str(info.value) and "choose another" not in str(info.value)
+    assert manifest.read_text() == text and sorted(p.name for p in manifest.parent.iterdir()) == ["manifest.json"]
+
+
 def test_corpus_is_large_enough():
     assert len(CASES) + len(CHECKPOINT_CASES) >= 50

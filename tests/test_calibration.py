@@ -111,6 +111,36 @@ def test_explain_calibrate_json_and_earlier_runs(pilot, tmp_path, capsys) -> Non
     assert "--calibrate" in capsys.readouterr().err
 
 
+def test_a_pilot_warm_start_capped_by_its_own_sft_warmup_steps_is_not_trusted(pilot, tmp_path, capsys) -> None:
+    """The pilot's warm start ran its own 2 steps (no target): a campaign whose warm start runs up to 8
+    steps until a target correct rate is estimated at the full 8 (an upper bound), with a warning; the
+    pilot's 2 steps made it 2 before (issue 34: a 2-step pilot made a 100-step warm start 48 s)."""
+    assert all(r.warm_start_capped for r in read_calibration(pilot).runs)
+
+    def full(target: float) -> Path:
+        return write_campaign(
+            tmp_path / f"full{target}.toml", backend={"devices": "cpu"},
+            reward={"type": "custom", "custom_module": "operator:lt"}, logging={"log_dir": str(tmp_path / "logs")},
+            training={"batch_size": 2, "group_size": 16, "max_tokens": 4, "lr": 3e-3, "save_every": 2,
+                      "sft_warmup_steps": 8, "sft_target_correct_rate": target},
+            campaign={"name": "cal", "seeds": [1, 2], "max_steps": 10, "parallel": True, "max_workers": 2},
+            conditions=[GRPO, MAXRL])
+
+    def capacity(toml: Path):
+        cfg = load_config(toml)
+        return plan_capacity(cfg, cfg.campaign, expand_runs(cfg), calibration=read_calibration(pilot), how="test",
+                             median_step_time=None, gpus_per_run=0, gpus_available=None)
+
+    targeted, fixed = capacity(full(0.2)), capacity(full(0.0))
+    assert targeted.estimate.warm_start_seconds == pytest.approx(fixed.estimate.warm_start_seconds)
+    [warning] = [r for r in targeted.recommendations if r.startswith("warning:")]
+    assert "2 steps) without reaching sft_target_correct_rate = 0.2" in warning
+    assert "assumes the full 8 warm-start steps" in warning
+    assert not [r for r in fixed.recommendations if r.startswith("warning:")]
+    assert explain_main([str(full(0.2)), "--calibrate", str(pilot)]) == 0
+    assert "-> warning: 2 pilot run(s)" in capsys.readouterr().out
+
+
 def test_explain_asks_the_connected_cluster_for_its_gpus(ray_4cpu_4gpu, tmp_path) -> None:
     """With RAY_ADDRESS set, explain connects to that Ray (never starts one) and plans with its GPUs."""
     toml = _toml(tmp_path / "full.toml", seeds=[1], steps=4, log_dir=tmp_path / "logs")

@@ -113,6 +113,19 @@ def test_file_loader_missing_column_names_file_and_columns(tmp_path) -> None:
         load_file_examples(bad)
 
 
+def test_file_loader_counts_decoded_characters_not_json_escapes(tmp_path) -> None:
+    """A 100,000-character prompt of non-ASCII text is 600,000 characters once JSON-escaped (`\\u00e9`);
+    it used to be refused as a "599,978-character row". The limit is on the decoded text."""
+    path = tmp_path / "escaped.jsonl"
+    path.write_text(json.dumps({"prompt": "\u00e9" * 100_000, "reference": "1"}) + "\n")
+    assert len(path.read_text()) > 600_000
+    [example] = load_file_examples(path)
+    assert example.prompt == "\u00e9" * 100_000
+    path.write_text(json.dumps({"prompt": "\u00e9" * 200_001, "reference": "1"}) + "\n")
+    with pytest.raises(ValueError, match=r"column 'prompt': 200,001 characters, more than the 200,000 allowed"):
+        load_file_examples(path)
+
+
 def test_math_loader_offline_points_at_local_files(monkeypatch) -> None:
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     with pytest.raises(DataUnavailableError, match='source = \\"file\\" with path'):

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from types import SimpleNamespace
 
 import pytest
@@ -100,3 +101,40 @@ def test_warm_start_length_from_the_pilot() -> None:
     assert warm_start_steps(training, 20, 1, pilots) == 20  # never more than max_steps
     fixed = SimpleNamespace(sft_warmup_steps=100, sft_target_correct_rate=0.0)
     assert warm_start_steps(fixed, 160, 1, pilots) == 100  # no target: the whole warm start runs
+
+
+def test_a_pilot_warm_start_that_stopped_at_its_own_cap_is_not_its_length() -> None:
+    """A 2-step pilot warm start made the estimate of a 100-step one 48 s (issue 34): a pilot whose warm
+    start ran its own sft_warmup_steps (no probe logged, or a probe below the target) measures nothing;
+    the run is estimated at the planned warm start's full length, with a warning."""
+    from retrain_ray.campaign.capacity.pilot_warm_start import capped_pilot_warnings
+
+    training = SimpleNamespace(sft_warmup_steps=100, sft_target_correct_rate=0.2)
+    no_target = dataclasses.replace(_pilot("a", 1, 2), warm_start_capped=True)
+    below = dataclasses.replace(_pilot("a", 2, 3), warm_start_last_probe=0.1)
+    reached = dataclasses.replace(_pilot("a", 3, 30), warm_start_last_probe=0.25)
+    assert warm_start_steps(training, 160, 1, [no_target]) == 100
+    assert warm_start_steps(training, 160, 2, [below]) == 100
+    assert warm_start_steps(training, 160, 3, [no_target, below, reached]) == 30
+    assert warm_start_steps(training, 160, 9, [no_target, below, reached]) == round((100 + 100 + 30) / 3)
+    [warning] = capped_pilot_warnings(100, 0.2, 160, [no_target, below, reached])
+    assert warning == ("warning: 2 pilot run(s) ended their warm start at their own sft_warmup_steps (2, 3 steps) "
+                       "without reaching sft_target_correct_rate = 0.2: that says nothing of when this campaign's "
+                       "reaches it, so the estimate assumes the full 100 warm-start steps (an upper bound); run the "
+                       "pilot with sft_warmup_steps = 100 to measure it")
+    assert capped_pilot_warnings(100, 0.0, 160, [no_target]) == []  # no target: the full warm start is planned anyway
+    assert capped_pilot_warnings(2, 0.2, 160, [no_target]) == []  # the pilot ran as long as the plan's
+
+
+def test_run_figures_say_whether_the_warm_start_was_capped() -> None:
+    from retrain_ray.campaign.capacity.calibration import run_figures
+
+    def rows(probe: float | None) -> list[dict[str, object]]:
+        warm = [{"step": i, "phase": "sft", "step_time_s": 1.0, "wall_time": 100.0 + i,
+                 **({"sft_probe_correct_rate": probe} if probe is not None else {})} for i in range(2)]
+        return warm + [{"step": 2 + i, "phase": "rl", "step_time_s": 1.0, "wall_time": 102.0 + i} for i in range(2)]
+
+    capped = run_figures("a_s1", rows(None))
+    assert capped.warm_start_ended and capped.warm_start_capped and capped.warm_start_last_probe is None
+    probed = run_figures("a_s1", rows(0.4))
+    assert probed.warm_start_ended and not probed.warm_start_capped and probed.warm_start_last_probe == 0.4

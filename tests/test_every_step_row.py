@@ -21,6 +21,7 @@ from retrain_ray.config import load_config
 from retrain_ray.data.types import Example
 from retrain_ray.engines.types import SampleResult
 from retrain_ray.logs import read_stream
+from retrain_ray.results.untrained import run_untrained_note
 from retrain_ray.run.credit import CreditSettings, assign_credit
 from retrain_ray.run.rollout import Group
 from retrain_ray.run.train import train_run
@@ -106,6 +107,8 @@ def test_a_run_that_never_earns_reward_logs_one_row_per_step(tmp_path, zero_rewa
     generations = read_stream(run_dir, "generations", key=None).to_pylist()
     assert {g["step"] for g in generations} == {1, 2, 3}  # an untrained step's samples are logged too
     assert (run_dir / "checkpoints" / "final").is_dir()
+    note = run_untrained_note(run_dir)  # the end summary's count
+    assert note == (None if batch_norm else "3 of 4 steps trained nothing: every group tied")
 
 
 # ---- the readers, on a campaign whose runs never earned reward -----------------------------------------
@@ -151,6 +154,16 @@ def test_results_and_summary_show_the_zeros(zero_campaign, capsys):
     assert main(["results", str(zero_campaign), "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert [s["mean_reward_mean"] for s in out["summary"]] == [0.0, 0.0]
+
+
+def test_the_campaign_summary_counts_the_steps_that_trained_nothing(zero_campaign, capsys):
+    from retrain_ray.campaign import CampaignResults
+    from retrain_ray.cli.campaign import _finish
+
+    assert _finish(CampaignResults.from_dir(zero_campaign)) == 0
+    lines = [x for x in capsys.readouterr().err.splitlines() if "trained nothing" in x]
+    assert lines == [f"warning: {c}_s{s}: {STEPS} of {STEPS} steps trained nothing: every group tied"
+                     for c in ("a", "b") for s in (1, 2)]
 
 
 def test_plot_and_status_show_the_zeros(zero_campaign, capsys):

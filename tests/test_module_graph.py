@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import io
+import re
 import tokenize
 from pathlib import Path
 
@@ -224,3 +225,66 @@ def test_results_reads_a_campaign_back_without_ray_or_the_driver() -> None:
     assert not driver, f"retrain_ray.results reaches the campaign driver: {driver}"
     ray = sorted(f"{m}: {n}" for m in reached for n in _top_level_imports(modules[m]) if n.split(".")[0] == "ray")
     assert not ray, f"retrain_ray.results imports Ray when it is imported: {ray}"
+
+
+ARCHITECTURE = ROOT.parent / "docs" / "architecture.md"
+
+
+def documented_layers(text: str) -> dict[str, int]:
+    """Package (short name) -> its layer, from the ```layers block of docs/architecture.md."""
+    block = re.search(r"^```layers\n(.*?)^```", text, flags=re.MULTILINE | re.DOTALL)
+    assert block, "docs/architecture.md has no ```layers block"
+    layers: dict[str, int] = {}
+    for line in block.group(1).splitlines():
+        level, _, names = line.partition(":")
+        for name in names.split():
+            assert name not in layers, f"{name} is on two layers of docs/architecture.md"
+            layers[name] = int(level)
+    return layers
+
+
+def upward_imports(packages: dict[str, set[str]], layers: dict[str, int]) -> list[str]:
+    """`a -> b (layer i -> j)` for every package import that goes up the layers. The package root registers
+    the check pass and `__main__` runs the CLI: both sit above every layer. Importing the root itself (its
+    `__version__`) is no edge: every `import retrain_ray.x` runs it anyway."""
+    top = max(layers.values()) + 1
+    def level(package: str) -> int:
+        short = package.removeprefix(f"{PACKAGE}.")
+        return top if short in (PACKAGE, "__main__") else layers[short]
+    return sorted(f"{a} -> {b} (layer {level(a)} -> {level(b)})" for a, deps in packages.items() for b in deps
+                  if b != PACKAGE and level(b) > level(a))
+
+
+def test_every_package_has_a_documented_layer() -> None:
+    layers = documented_layers(ARCHITECTURE.read_text(encoding="utf-8"))
+    packages = {p.removeprefix(f"{PACKAGE}.") for p in package_graph(module_graph())} - {PACKAGE, "__main__"}
+    assert packages <= set(layers), f"packages missing from the ```layers block: {sorted(packages - set(layers))}"
+    assert set(layers) <= packages, f"the ```layers block names packages that do not exist: {sorted(set(layers) - packages)}"
+
+
+def test_no_import_goes_up_the_layers() -> None:
+    layers = documented_layers(ARCHITECTURE.read_text(encoding="utf-8"))
+    upward = upward_imports(package_graph(module_graph()), layers)
+    assert not upward, "imports that go up the layers of docs/architecture.md:\n" + "\n".join(upward)
+
+
+def test_a_planted_upward_import_is_caught(tmp_path, monkeypatch) -> None:
+    """A module of config/ (layer 1) that imports the campaign driver (layer 5) is refused, naming the edge."""
+    planted = ROOT / "config" / "_planted_upward.py"
+    monkeypatch.setattr(f"{__name__}.discover_modules",
+                        lambda: {**_real_discover(), f"{PACKAGE}.config._planted_upward": planted})
+    monkeypatch.setattr(Path, "read_text", _reading(planted, "from retrain_ray.campaign import driver\n"))
+    layers = documented_layers(ARCHITECTURE.read_text(encoding="utf-8"))
+    assert "retrain_ray.config -> retrain_ray.campaign (layer 1 -> 5)" in upward_imports(
+        package_graph(module_graph()), layers)
+
+
+_real_discover = discover_modules
+
+
+def _reading(planted: Path, source: str):
+    original = Path.read_text
+
+    def read_text(self: Path, *args: object, **kwargs: object) -> str:
+        return source if self == planted else original(self, *args, **kwargs)
+    return read_text

@@ -56,10 +56,11 @@ from retrain_ray.campaign.stagger import start_gate
 from retrain_ray.checks.preflight import campaign_problems
 from retrain_ray.config import ConfigError, RetrainConfig, load_config
 from retrain_ray.logs.dir_lock import DirectoryInUse, DirLock
-from retrain_ray.logs.manifest import Manifest, read_manifest, write_json_atomic
+from retrain_ray.logs.manifest import Manifest, damaged_manifest, read_manifest, write_json_atomic
 from retrain_ray.logs.parquet_export import export_campaign
 from retrain_ray.models.context import config_uses_peft
 from retrain_ray.plugins.bundle import PluginBundle
+from retrain_ray.run.no_training import condition_warnings
 from retrain_ray.util.secrets import has_redactions, redact, restore_secrets
 
 if TYPE_CHECKING:
@@ -68,6 +69,18 @@ if TYPE_CHECKING:
 __all__ = ["Campaign", "CampaignError"]
 RESUME_CONFIG = ".resume_config.json"
 
+
+
+def _load_whole(campaign_dir: Path) -> Manifest:
+    """The campaign directory's manifest, refused as damaged (nothing overwritten) when it is not JSON, has
+    no "runs" list or an empty one: a campaign records every run it plans before the first starts."""
+    try:
+        manifest = Manifest.load(campaign_dir)
+    except ValueError as exc:
+        raise CampaignError([str(exc)]) from None
+    if not manifest.record.runs:
+        raise CampaignError([damaged_manifest(campaign_dir / "manifest.json", 'its "runs" list is empty')])
+    return manifest
 
 class Campaign:
     """A campaign: one config, conditions x seeds runs. Keyword-only, validated on construction."""
@@ -123,6 +136,8 @@ class Campaign:
         if problems:
             raise CampaignError(problems)
         self._existing()  # a changed config is refused before Ray starts and before anything is written
+        for text in condition_warnings((r.condition, r.config) for r in self.plan.runs):  # runs that train nothing
+            self.observer.on_warning(text)
         plugins = self._plugins()
         lock = DirLock(self.campaign_dir, what="campaign",
                        fix="give this campaign another name ([campaign].name or --name)")
@@ -187,7 +202,7 @@ class Campaign:
         cdir = self.campaign_dir
         if not (cdir / "manifest.json").is_file():
             return None
-        manifest = Manifest.load(cdir)
+        manifest = _load_whole(cdir)
         recorded = manifest.record.name
         if recorded != self.plan.name:
             raise CampaignError([f"{cdir / 'manifest.json'} belongs to campaign {recorded!r}, not "

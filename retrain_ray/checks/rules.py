@@ -41,6 +41,7 @@ from retrain_ray.config.trainers import trainer_issues, trainer_warnings
 from retrain_ray.data.loading import SOURCES
 from retrain_ray.environments import PROVIDERS
 from retrain_ray.rewards.registry import REWARD_BUILDERS
+from retrain_ray.run.no_training import no_training_warnings
 
 if TYPE_CHECKING:
     from retrain_ray.config.campaign_schema import CampaignSection, SqueezeSection
@@ -568,7 +569,7 @@ def _warnings(backend: BackendSection, training: TrainingSection) -> list[str]:
 
 def collect_warnings(cfg: RetrainConfig) -> list[str]:
     """Spec 7 warnings: the config is valid but probably not what was meant."""
-    return _warnings(cfg.backend, cfg.training) + trainer_warnings(cfg)
+    return _warnings(cfg.backend, cfg.training) + trainer_warnings(cfg) + no_training_warnings(cfg)
 
 
 def _shared_engine_issues(inference: InferenceSection, model: ModelSection, backend: BackendSection) -> list[ConfigIssue]:

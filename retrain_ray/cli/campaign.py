@@ -14,6 +14,7 @@ from pathlib import Path
 
 from retrain_ray.cli.interrupts import Stops, sigterm_as_ctrl_c
 from retrain_ray.cli.results import _print_table, results_main
+from retrain_ray.results.untrained import campaign_untrained_lines
 
 _EPILOG = "Set RAY_ADDRESS (or --address) to use a running cluster; without it a local Ray is started."
 
@@ -47,6 +48,8 @@ def _finish(results) -> int:
     _, comparisons = results.compare("mean_reward")
     for comparison in comparisons:   # the verdicts `retrain-ray results` tabulates, one line each
         print(comparison.describe())
+    for line in campaign_untrained_lines((r.run_name, r.metrics_dataframe) for r in results):
+        print(f"warning: {line}", file=sys.stderr)
     for run, err in results.error_by_run.items():
         print(f"FAILED {run}: {err.splitlines()[-1] if err else ''}", file=sys.stderr)
     print(f"results: {results.campaign_dir}")

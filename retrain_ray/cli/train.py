@@ -20,6 +20,7 @@ from retrain_ray.checks.preflight import PreflightError, check_run
 from retrain_ray.cli.interrupts import Stops, sigterm_as_ctrl_c
 from retrain_ray.cli.progress import ProgressObserver
 from retrain_ray.logs.dir_lock import LOCK_FILES, DirectoryInUse, DirLock
+from retrain_ray.results.untrained import run_untrained_note
 from retrain_ray.rewards.custom import RewardTimeoutError
 from retrain_ray.run.optimizer_batch import OptimizerBatchError
 from retrain_ray.throttle.types import ThrottleTimeout
@@ -299,6 +300,9 @@ def _print_summary(outcome, progress, run_dir: Path, seconds: float, first_step_
     written = [p for p in (run_dir / "metrics.arrows", run_dir / "metrics.parquet") if p.exists()]
     if written:
         out.print(f"  logs: {', '.join(str(p) for p in written)}")
+        untrained = run_untrained_note(run_dir)
+        if untrained:
+            out.print(f"  [yellow]warning:[/] {untrained}", highlight=False)
     else:
         out.print("  logs: no metrics rows (no step carried a nonzero advantage, so none was trained or logged)")
     if outcome.checkpoint_dir is not None and Path(outcome.checkpoint_dir).exists():

@@ -17,6 +17,10 @@ SUFFIXES = {".jsonl": "jsonl", ".json": "jsonl", ".parquet": "parquet", ".pq": "
 MAX_FIELD_CHARS = 200_000
 """A prompt or reference longer than this is refused with the file and row (a 50 MB row used to hang
 the run in tokenization and sampling); longer prompts than any model's context are a data error."""
+MAX_ESCAPE_CHARS = 6
+"""The most characters JSON writes for one character of text (`\\u00e9`): a JSONL line's length bound
+allows for it, so a field is refused by its decoded text (`_text`), never by how it was escaped."""
+MAX_LINE_CHARS = 2 * MAX_FIELD_CHARS * MAX_ESCAPE_CHARS + 1024
 
 
 def _read_jsonl(path: Path) -> list[dict[str, Any]]:
@@ -29,9 +33,10 @@ def _read_jsonl(path: Path) -> list[dict[str, Any]]:
                 raise ValueError(f"{path}:{line_no}: not valid UTF-8 (byte {exc.start}); save the file as UTF-8") from None
             if not line.strip():
                 continue
-            if len(line) > 2 * MAX_FIELD_CHARS + 1024:
-                raise ValueError(f"{path}:{line_no}: a row of {len(line):,} characters; rows are limited to about "
-                                 f"{2 * MAX_FIELD_CHARS:,} (prompt and reference of {MAX_FIELD_CHARS:,} each)")
+            if len(line) > MAX_LINE_CHARS:  # before parsing: a 50 MB line is refused without decoding it
+                raise ValueError(f"{path}:{line_no}: a row of {len(line):,} characters as written; rows are limited "
+                                 f"to a prompt and a reference of {MAX_FIELD_CHARS:,} characters each "
+                                 f"({MAX_LINE_CHARS:,} as written, JSON escapes included)")
             try:
                 row = json.loads(line)
             except json.JSONDecodeError as exc:

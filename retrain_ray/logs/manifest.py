@@ -163,10 +163,13 @@ class CampaignRecord(_Record):
         try:
             data: object = json.loads(path.read_text(encoding="utf-8"))
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise ValueError(f"{path} is not valid JSON ({exc}): damaged or half-written; "
-                             "restore it from a backup or start the campaign again under another name") from None
-        if not isinstance(data, dict) or not isinstance(cast(dict[str, object], data).get("runs"), list):
-            raise ValueError(f"{path} is not a retrain-ray manifest (no \"runs\" list)")
+            raise ValueError(damaged_manifest(path, f"not valid JSON ({exc}), half-written or edited")) from None
+        if not isinstance(data, dict):
+            raise ValueError(damaged_manifest(path, f"a JSON {type(data).__name__}, not an object"))
+        runs = cast(dict[str, object], data).get("runs")
+        if not isinstance(runs, list):
+            what = "no \"runs\" list" if runs is None else f"\"runs\" is a {type(runs).__name__}, not a list"
+            raise ValueError(damaged_manifest(path, what))
         try:
             return cls.model_validate(data)
         except ValidationError as exc:
@@ -176,6 +179,11 @@ class CampaignRecord(_Record):
     def write(self, path: Path) -> None:
         """Atomically (a reader never sees half a file); only the keys it was read or built with."""
         write_json_atomic(path, self.model_dump(exclude_unset=True))
+
+
+def damaged_manifest(path: Path, what: str) -> str:
+    """The message for a manifest that cannot be a campaign's: named as damaged, with the way out."""
+    return f"the manifest {path} is damaged: {what}; restore it or move the directory aside"
 
 
 def package_versions() -> dict[str, str]:

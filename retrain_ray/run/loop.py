@@ -37,6 +37,7 @@ from retrain_ray.run.credit import CreditSettings, assign_credit, logical_batch_
 from retrain_ray.run.divergence import DivergenceError, DivergenceWatch, stop_message
 from retrain_ray.run.lr_schedule import LRSchedule
 from retrain_ray.run.multiturn import Branching, multiturn_rollout
+from retrain_ray.run.no_training import no_training_warnings
 from retrain_ray.run.optimizer_batch import (
     Capture,
     CaptureSettings,
@@ -137,6 +138,8 @@ class RunLoop:
         first_step_at = None
         if self.capture_settings.one_step_only:  # `[optimizer_batch]`: exactly the one step after the checkpoint
             max_steps = state.next_step + 1
+        for warning in no_training_warnings(self.cfg):  # said at load time too; here for a campaign's worker log
+            log.warning("%s: %s", self.run_name, warning)
         for step in range(state.next_step, max_steps):
             started = time.perf_counter()
             if self.warm_start.active(step, finished=state.sft_finished):

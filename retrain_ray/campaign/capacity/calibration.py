@@ -67,7 +67,7 @@ class RunFigures:
     steps: int
     warm_start: PhaseFigures | None
     rl: PhaseFigures | None
-    warm_start_ended: bool  # RL steps followed the warm start: its length is known
+    warm_start_ended: bool  # RL steps followed the warm start (by its target or at its own cap: see the next two)
     max_token_hit_rate: float | None = None
     tokens_per_s: float | None = None
     bp_regimes: dict[str, int] = field(default_factory=dict)
@@ -75,6 +75,8 @@ class RunFigures:
     startup_s: float | None = None
     teardown_s: float | None = None
     checkpoint_bytes: int | None = None
+    warm_start_capped: bool = False  # no target probe was logged: the warm start ran its own sft_warmup_steps
+    warm_start_last_probe: float | None = None  # the last warm-start step's sft_probe_correct_rate
 
     @property
     def warm_start_steps(self) -> int:
@@ -167,6 +169,7 @@ def run_figures(run_name: str, rows: Sequence[Mapping[str, object]], *, seed: in
     hits = [h for h in (_number(r.get("max_token_hit_rate")) for r in rl_rows[len(rl_rows) // 2:]) if h is not None]
     speeds = [s for s in (_number(r.get("tokens_per_second")) for r in rl_rows[len(rl_rows) // 2:]) if s]
     first_step = _number(rows[0].get("step_time_s")) if rows else None
+    last_probe = _number(rows[warm[-1]].get("sft_probe_correct_rate")) if warm else None
     startup = teardown = None
     if rows and started_at is not None and walls[0] is not None:
         startup = max(0.0, walls[0] - (first_step or 0.0) - started_at)
@@ -187,6 +190,8 @@ def run_figures(run_name: str, rows: Sequence[Mapping[str, object]], *, seed: in
         startup_s=startup,
         teardown_s=teardown,
         checkpoint_bytes=_checkpoint_bytes(work_dir) if work_dir is not None else None,
+        warm_start_capped=bool(warm) and bool(rl) and last_probe is None,
+        warm_start_last_probe=last_probe,
     )
 
 

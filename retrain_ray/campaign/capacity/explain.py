@@ -37,6 +37,7 @@ from retrain_ray.campaign.capacity.estimate import (
     kept_checkpoints,
     slots,
 )
+from retrain_ray.campaign.capacity.pilot_warm_start import capped_pilot_warnings, reached_target
 from retrain_ray.campaign.capacity.placement import mode_for_gpus, parse_devices
 from retrain_ray.campaign.plan import CampaignError, CampaignPlan, build_plan, concurrent_runs, default_root
 from retrain_ray.config.campaign_schema import CampaignSection
@@ -102,10 +103,11 @@ def warm_start_steps(training: WarmStart, max_steps: int, seed: int, pilots: Seq
     cap = max(0, min(int(training.sft_warmup_steps), max_steps))
     if cap == 0 or training.sft_target_correct_rate <= 0 or not pilots:
         return cap
-    same = [r for r in pilots if r.seed == seed and r.warm_start_ended]
+    target = training.sft_target_correct_rate  # a pilot warm start that stopped at its own cap measures nothing
+    same = [r for r in pilots if r.seed == seed and reached_target(r, target)]
     if same:
         return min(cap, same[0].warm_start_steps)
-    return round(statistics.fmean(min(cap, r.warm_start_steps) if r.warm_start_ended else cap for r in pilots))
+    return round(statistics.fmean(min(cap, r.warm_start_steps) if reached_target(r, target) else cap for r in pilots))
 
 
 def overheads(calibration: Calibration | None) -> Overheads:
@@ -306,6 +308,8 @@ def plan_capacity(cfg: TrainedConfig, campaign: CampaignSection, specs: Sequence
         figures["all"] = condition_figures(pilots)
     pilot_slots = {camp.max_concurrent for camp in calibration.campaigns} if calibration else set[int]()
     recs = recommendations(campaign, cfg.training, figures, est, pilot_slots)
+    recs += capped_pilot_warnings(cfg.training.sft_warmup_steps, cfg.training.sft_target_correct_rate,
+                                  campaign.max_steps, pilots)
     return Capacity(est, times, calibration, how, tuple(recs), figures)
 
 
