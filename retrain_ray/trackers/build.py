@@ -56,7 +56,7 @@ def build_trackers(cfg: RetrainConfig, identity: RunIdentity, run_dir: Path, *,
     """W&B / MLflow / TensorBoard observers for `cfg.logging` (none asked for: an empty list).
 
     `mlflow_experiment_id`: the experiment a campaign's driver created for all its runs (see
-    `mlflow_tracker.ensure_experiment`); "" finds or creates it here.
+    `ensure_experiment` below); "" finds or creates it here.
 
     A missing package raises here too (config validation already refuses it where the config is
     loaded; this catches a worker node whose environment differs from the driver's).
