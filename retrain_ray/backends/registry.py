@@ -46,7 +46,8 @@ from retrain_ray.models.lora import lora_targets
 from retrain_ray.plugins.loader import is_dotted_path, load_object, use_search_paths
 
 if TYPE_CHECKING:
-    from retrain_ray.backends.types import Policy, PolicyFactory, PolicyRequest
+    from retrain_ray.backends.request import PolicyFactory, PolicyRequest
+    from retrain_ray.backends.types import Policy
     from retrain_ray.config.errors import ConfigIssue
     from retrain_ray.config.sections_aux import InferenceSection, PluginsSection
     from retrain_ray.config.sections_core import BackendSection

@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
 if TYPE_CHECKING:  # annotations only: the campaign driver imports this module and needs no torch
     import torch
 
-    from retrain_ray.backends.types import Policy, PolicyRequest
+    from retrain_ray.backends.request import PolicyRequest
+    from retrain_ray.backends.types import Policy
     from retrain_ray.config.sections_aux import InferenceSection
     from retrain_ray.config.sections_core import BackendSection
 

@@ -15,7 +15,8 @@ from retrain_ray.algorithms import RegexPlanningDetector, parse_strategic_grams
 from retrain_ray.algorithms.planning_semantic import PLANNING_SENTENCES, SemanticPlanningDetector
 from retrain_ray.algorithms.sepa import SEPAController
 from retrain_ray.backends.registry import backend_spec, build_policy_for, engine_spec
-from retrain_ray.backends.types import Policy, PolicyRequest
+from retrain_ray.backends.request import PolicyRequest
+from retrain_ray.backends.types import Policy
 from retrain_ray.backpressure.advisor import LocalAdvisor
 from retrain_ray.backpressure.types import BackPressureAdvisor, NoOpAdvisor
 from retrain_ray.compat import provide_original_names

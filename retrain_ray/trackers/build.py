@@ -143,6 +143,7 @@ class TensorBoardTracker(RunObserver):
         self.writer.close()
 
 
+
 log = logging.getLogger(__name__)
 
 
@@ -194,6 +195,7 @@ class WandbTracker(RunObserver):
 
     def close(self, **info: Any) -> None:
         self.run.finish()
+
 
 
 KEY_TAG = "retrain_ray.key"

@@ -15,6 +15,7 @@ from retrain_ray.backends.tinker.options import CAPABILITIES, OPTIONS
 from retrain_ray.backends.types import BackendSpec
 
 if TYPE_CHECKING:  # what type checkers see; at run time __getattr__ imports on first use
+    from retrain_ray.backends.request import PolicyRequest
     from retrain_ray.backends.tinker.backend import (
         LOSS_STEPS,
         TINKER_CAPABILITIES,
@@ -38,7 +39,7 @@ if TYPE_CHECKING:  # what type checkers see; at run time __getattr__ imports on 
         TrainingClient,
         make_service_client,
     )
-    from retrain_ray.backends.types import Policy, PolicyRequest
+    from retrain_ray.backends.types import Policy
     from retrain_ray.engines.types import HoldsSlots
 
 

@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING
 from retrain_ray.engines.types import EngineSpec
 
 if TYPE_CHECKING:
-    from retrain_ray.backends.types import Policy, PolicyRequest
+    from retrain_ray.backends.request import PolicyRequest
+    from retrain_ray.backends.types import Policy
     from retrain_ray.config.sections_aux import InferenceSection
     from retrain_ray.config.sections_core import BackendSection
 

@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING
 from retrain_ray.engines.types import EngineSpec
 
 if TYPE_CHECKING:
-    from retrain_ray.backends.types import Policy, PolicyRequest
+    from retrain_ray.backends.request import PolicyRequest
+    from retrain_ray.backends.types import Policy
 
 
 def build_policy(request: PolicyRequest) -> Policy:
