@@ -15,22 +15,23 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from retrain_ray.config.campaign_schema import CampaignSection
     from retrain_ray.config.schema import RetrainConfig
+    from retrain_ray.config.sections_training import TrainingSection
 
 _RL_TRAINERS = ("retrain", "ttt_discover")  # the runners that train on group-relative advantages
 
 
-def effective_max_steps(cfg: RetrainConfig) -> int:
+def effective_max_steps(t: TrainingSection, campaign: CampaignSection | None) -> int:
     """The steps each run takes: `[campaign] max_steps` replaces `[training] max_steps` in a campaign."""
-    return cfg.campaign.max_steps if cfg.campaign is not None else cfg.training.max_steps
+    return campaign.max_steps if campaign is not None else t.max_steps
 
 
-def all_warm_start_warning(cfg: RetrainConfig) -> str | None:
-    t = cfg.training
-    max_steps = effective_max_steps(cfg)
+def all_warm_start_warning(t: TrainingSection, campaign: CampaignSection | None) -> str | None:
+    max_steps = effective_max_steps(t, campaign)
     if t.trainer != "retrain" or t.sft_warmup_steps < max_steps:
         return None
-    source = "[campaign] max_steps" if cfg.campaign is not None else "training.max_steps"
+    source = "[campaign] max_steps" if campaign is not None else "training.max_steps"
     unless = (f" unless the correct rate reaches sft_target_correct_rate = {t.sft_target_correct_rate} first"
               if t.sft_target_correct_rate > 0 else "")
     return (f"training.sft_warmup_steps = {t.sft_warmup_steps} covers all {max_steps} steps ({source}): every "
@@ -38,8 +39,7 @@ def all_warm_start_warning(cfg: RetrainConfig) -> str | None:
             'raise max_steps above sft_warmup_steps, or use trainer = "sft" for a supervised run')
 
 
-def single_completion_warning(cfg: RetrainConfig) -> str | None:
-    t = cfg.training
+def single_completion_warning(t: TrainingSection) -> str | None:
     if t.trainer not in _RL_TRAINERS or t.group_size != 1:
         return None
     return ("training.group_size = 1: each group has one completion, so every group-relative advantage is 0 "
@@ -48,7 +48,7 @@ def single_completion_warning(cfg: RetrainConfig) -> str | None:
 
 def no_training_warnings(cfg: RetrainConfig) -> list[str]:
     """What makes a valid config train nothing by RL (empty when it trains)."""
-    found = (all_warm_start_warning(cfg), single_completion_warning(cfg))
+    found = (all_warm_start_warning(cfg.training, cfg.campaign), single_completion_warning(cfg.training))
     return [w for w in found if w is not None]
 
 
