@@ -143,7 +143,6 @@ class TensorBoardTracker(RunObserver):
         self.writer.close()
 
 
-
 log = logging.getLogger(__name__)
 
 
@@ -195,7 +194,6 @@ class WandbTracker(RunObserver):
 
     def close(self, **info: Any) -> None:
         self.run.finish()
-
 
 
 KEY_TAG = "retrain_ray.key"
