@@ -11,7 +11,7 @@ from recorded_campaign import SEEDS, STEPS, recorded_campaign_dir, reward
 
 from retrain_ray.cli import main
 from retrain_ray.results.campaign_results import CampaignResults
-from retrain_ray.results.plots import seed_bands
+from retrain_ray.results.plots import plot_profile, seed_bands
 
 pytest.importorskip("matplotlib")
 
@@ -86,3 +86,30 @@ def test_cli_plot_and_html_report(campaign_dir, capsys):
     assert "http://" not in page and "https://" not in page  # self-contained
     assert main(["plot", str(campaign_dir), "--metric", "nothing"]) == 2
     assert "choose from" in capsys.readouterr().err
+
+
+def test_performance_profile_by_hand(campaign_dir, tmp_path):
+    # slow's runs score 0.2404, 0.2504, 0.2604 and fast's 0.5004 .. 0.5204 (mean of the last 10 rewards):
+    # between them every fast run and no slow run is above the threshold
+    figure = plot_profile(CampaignResults.from_dir(campaign_dir), "mean_reward", out=tmp_path / "profile")
+    ax = figure.axes[0]
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["slow (3 runs)", "fast (3 runs)"]
+    slow, fast = ax.lines
+    middle = [i for i, tau in enumerate(slow.get_xdata()) if 0.27 < tau < 0.49]
+    assert middle and all(slow.get_ydata()[i] == 0.0 and fast.get_ydata()[i] == 1.0 for i in middle)
+    assert ax.get_ylabel() == "fraction of runs above τ" and len(ax.collections) == 2
+    assert (tmp_path / "profile.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    loss = plot_profile(CampaignResults.from_dir(campaign_dir), "loss").axes[0]
+    assert loss.get_ylabel() == "fraction of runs below τ"  # lower is better: fast's losses are below
+    assert all(loss.lines[1].get_ydata()[i] == 1.0 for i, tau in enumerate(loss.lines[1].get_xdata())
+               if 0.51 < tau < 0.73)
+
+
+def test_cli_profile_and_the_report_states_robust_results_and_compute(campaign_dir, capsys):
+    assert main(["plot", str(campaign_dir), "--profile"]) == 0
+    printed = {p.rsplit("/", 1)[-1] for p in capsys.readouterr().out.split()}
+    assert {"profile_mean_reward.png", "profile_mean_reward.svg"} <= printed
+    assert main(["plot", str(campaign_dir), "--html"]) == 0
+    page = (campaign_dir / "report.html").read_text()
+    assert "IQM [95% CI]" in page and "0.5104 [0.5004, 0.5204]" in page and "performance profile" in page
+    assert "compute spent:" in page

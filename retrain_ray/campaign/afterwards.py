@@ -9,6 +9,9 @@
   (as the original), output in `<campaign>/summary.log`; the manifest records
   `summary: {script, args, returncode}`.
 
+First the manifest records `compute`: the GPU- and CPU-hours the runs spent and, for an adaptive campaign,
+saved against the full grid (results/compute.py).
+
 Neither can lose results: a failure is recorded in the manifest and told to the campaign's observer, and the campaign's own
 exit status stays that of its runs.
 """
@@ -39,15 +42,33 @@ class FinishedCampaign(Protocol):
 
 
 def run_afterwards(campaign_dir: Path, config: FinishedCampaign, *, observer: CampaignObserver | None = None) -> None:
-    """Runs the configured post-campaign steps and records each in the manifest."""
+    """Records the compute the campaign used, runs the configured post-campaign steps and records each in
+    the manifest."""
     campaign = config.campaign
     observer = observer or CampaignObserver()
+    record_compute(campaign_dir, observer)
     if config.squeeze is not None:
         storage = str(campaign.storage or "") if campaign is not None else ""
         _record(campaign_dir, "squeeze", squeeze_first_completed(campaign_dir, config.squeeze, storage), observer)
     if campaign is not None and campaign.summary_script:
         _record(campaign_dir, "summary",
                 run_summary_script(campaign_dir, campaign.summary_script, list(campaign.summary_args)), observer)
+
+
+def record_compute(campaign_dir: Path, observer: CampaignObserver) -> None:
+    """The manifest's `compute`: GPU- and CPU-hours spent, and saved by an adaptive campaign (results/compute.py)."""
+    # deferred: loads pandas and pyarrow, which importing this module does not need
+    from retrain_ray.results.campaign_results import CampaignResults
+    from retrain_ray.results.compute import describe
+
+    try:
+        used = CampaignResults.from_dir(campaign_dir).compute()
+    except (OSError, ValueError) as exc:
+        observer.on_afterwards_failed("compute", str(exc))
+        return
+    Manifest.load(campaign_dir).update(compute=used.to_json())
+    for line in describe(used):
+        observer.on_notice(line)
 
 
 def squeeze_first_completed(campaign_dir: Path, section: SqueezeSection, storage: str = "") -> dict[str, object]:

@@ -60,7 +60,7 @@ from retrain_ray.logs.manifest import Manifest, damaged_manifest, read_manifest,
 from retrain_ray.logs.parquet_export import export_campaign
 from retrain_ray.models.context import config_uses_peft
 from retrain_ray.plugins.bundle import PluginBundle
-from retrain_ray.run.no_training import condition_warnings
+from retrain_ray.run.trainers.registry import condition_warnings
 from retrain_ray.util.secrets import has_redactions, redact, restore_secrets
 
 if TYPE_CHECKING:

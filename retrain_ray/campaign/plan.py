@@ -70,6 +70,13 @@ class RunPlan:
     placement: Placement | None = None
     in_process: bool = False  # every GPU in the run's own process (never split actors): plugin backends/engines
     gpu_share: float = 1.0  # the GPU of a one-GPU run packed with others ([campaign] runs_per_gpu: 1/N)
+    cpus: float = 1.0  # [campaign] cpus_per_run
+
+    @property
+    def gpus(self) -> float:
+        """The GPUs the run holds: its devices, a packed one-GPU run's share of its card, 0 on CPU."""
+        count = parse_devices(self.devices)
+        return self.gpu_share if count == 1 else float(count)
 
     @property
     def condition_label(self) -> str:
@@ -258,6 +265,7 @@ def build_plan(config: RetrainConfig, *, name: str | None = None, root: str | Pa
         problems += packing.problems()
     if problems:
         raise CampaignError(problems)
+    runs = [dataclasses.replace(r, cpus=schedule.cpus_per_run) for r in runs]
     reserve = [r for r in runs if adaptive is not None and r.seed not in adaptive.start_seeds]
     runs = [r for r in runs if adaptive is None or r.seed in adaptive.start_seeds]
     return CampaignPlan(
@@ -290,4 +298,4 @@ def run_record(run: RunPlan, **extra: object) -> RunRecord:
     return RunRecord.model_validate({
         "run_name": run.run_name, "condition": run.condition, "seed": run.seed, "overrides": redact(run.overrides),
         "run_dir": str(run.run_dir), "placement": run.placement.mode if run.placement else "",
-        "max_steps": int(run.config.training.max_steps), **extra})
+        "max_steps": int(run.config.training.max_steps), "gpus": run.gpus, "cpus": run.cpus, **extra})

@@ -133,11 +133,10 @@ def describe_run(cfg: RetrainConfig, resources: PlannedResources | None = None) 
 
 def trainer_text(trainer: str, command: str) -> str:
     """What runs the run, in words (`[training] trainer`: run/trainers/registry.py)."""
-    known = {"retrain": "the RL loop", "sft": "standalone SFT (every step supervised)",
-             "ttt_discover": "TTT-Discover on the data's first example"}
-    if trainer == "command":
-        return f"command: {command}"
-    return f"{trainer}: {known[trainer]}" if trainer in known else f"{trainer}: plugin runner"
+    # deferred: explain's other lines do not need the run package (the registry itself loads no torch)
+    from retrain_ray.run.trainers.registry import trainer_spec
+
+    return trainer_spec(trainer).describe(trainer, command)
 
 
 def _epoch_plan(training: TrainingSection, data: DataSection) -> StepPlan | None:

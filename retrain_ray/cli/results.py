@@ -6,8 +6,10 @@ runs and campaigns (the original's `retrain status logs`). Campaigns show their 
 (results/status.py); standalone runs one line each with the original's fields (results/status.py).
 `--watch` redraws both in place (results/live.py). Exit 2 when DIR holds neither.
 
-`retrain-ray results DIR [--json|--csv] [--metric M]`: one row per run, the per-condition summary and each
-condition against the best.
+`retrain-ray results DIR [--json|--csv] [--metric M] [--wide|--columns A,B]`: one row per run (by default
+run, condition, seed, status, steps, the metric's first/last/best and the verdict, to fit 120 columns;
+`--wide` every column), the per-condition summary, each condition against the best (Welch + Holm), and
+the mean and IQM with bootstrap intervals and P(best better) (results/robust_summary.py).
 
 `retrain-ray diff RUN_A RUN_B [--json]` or `diff CAMPAIGN_DIR COND_A COND_B [--json]`: two runs, or two conditions.
 
@@ -16,6 +18,7 @@ condition against the best.
     retrain-ray plot logs/c                         # mean reward -> logs/c/plots/mean_reward.{png,svg}
     retrain-ray plot logs/c --metric loss --metric kl --smooth 5 --out /tmp/plots
     retrain-ray plot logs/c --html                  # also logs/c/report.html (curves, table, matrix)
+    retrain-ray plot logs/c --profile               # also plots/profile_mean_reward.{png,svg}
 
 `retrain-ray bottleneck DIR`: the share of each step's wall time per part, per run and per condition,
 with a verdict naming the bottleneck and the knob to turn (`retrain_ray/campaign/bottleneck.py`).
@@ -30,6 +33,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -133,11 +137,17 @@ def _print_table(df, title: str) -> None:
 
     table = Table(title=title)
     for col in df.columns:
-        table.add_column(str(col))
+        # fold, never "…": a table wider than the terminal wraps a value rather than hiding part of it
+        table.add_column(str(col), overflow="fold")
     for _, row in df.iterrows():
         table.add_row(*[f"{v:.4g}" if isinstance(v, float) else str(v) for v in row])
-    # Off a terminal (ray job logs, CI, a pipe) rich would squeeze the table into 80 columns.
-    Console(width=None if sys.stdout.isatty() else 200).print(table)
+    Console(width=_console_width()).print(table)
+
+
+def _console_width() -> int | None:
+    """The terminal's width; off a terminal (ray job logs, CI, a pipe) $COLUMNS if set, else 200 (rich
+    would squeeze the table into 80 columns)."""
+    return None if sys.stdout.isatty() or os.environ.get("COLUMNS", "").isdigit() else 200
 
 
 def _print_verdicts(verdicts, metric: str, window: int, alpha: float) -> None:
@@ -149,9 +159,19 @@ def _print_verdicts(verdicts, metric: str, window: int, alpha: float) -> None:
     _print_table(verdicts.drop(columns=["metric"]), title)
 
 
-def results_main(argv: list[str]) -> int:
-    """`retrain-ray results DIR [--json|--csv] [--metric M]`: one row per run, the per-condition summary, and
-    each condition against the best (difference, 95% CI, Holm-adjusted Welch p, verdict, seeds)."""
+def _print_robust(conditions, versus_best, metric: str, window: int) -> None:
+    # deferred: loads pandas, which importing this module does not need
+    from retrain_ray.results.robust_summary import robust_table
+
+    title = (f"{metric} as RL papers report it (each run's last {window} values): mean and IQM with stratified "
+             "bootstrap 95% CIs, P(best better) = the chance a run of the best beats a run of the condition")
+    if conditions.empty:
+        print(f"{title}: no run logged {metric}")
+        return
+    _print_table(robust_table(conditions, versus_best), title)
+
+
+def _results_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="retrain-ray results")
     parser.add_argument("campaign_dir")
     parser.add_argument("--metric", default="mean_reward",
@@ -159,12 +179,27 @@ def results_main(argv: list[str]) -> int:
     parser.add_argument("--window", type=int, default=10,
                         help="a run's value is the mean of its last WINDOW logged values (default 10)")
     parser.add_argument("--alpha", type=float, default=0.05, help="family-wise error rate (default 0.05)")
+    parser.add_argument("--reps", type=int, default=None,
+                        help="bootstrap resamples for the IQM and P(best better) intervals (default 10000)")
+    view = parser.add_mutually_exclusive_group()
+    view.add_argument("--wide", action="store_true", help="every column of the runs and condition tables")
+    view.add_argument("--columns", default=None, metavar="A,B,C", help="these columns of the runs table")
     fmt = parser.add_mutually_exclusive_group()
     fmt.add_argument("--json", action="store_true")
     fmt.add_argument("--csv", action="store_true")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def results_main(argv: list[str]) -> int:
+    """`retrain-ray results DIR [--json|--csv] [--metric M] [--wide|--columns A,B]`: one row per run, the
+    per-condition summary, each condition against the best (difference, 95% CI, Holm-adjusted Welch p,
+    verdict, seeds), and the mean and IQM with bootstrap intervals and P(best better)."""
+    args = _results_parser().parse_args(argv)
     # deferred: loads ray, which importing this module does not need
     from retrain_ray.campaign import CampaignResults
+    from retrain_ray.results.compute import describe
+    from retrain_ray.results.robust_summary import ROBUST_REPS
+    from retrain_ray.results.run_table import condition_view, run_view
 
     try:
         res = CampaignResults.from_dir(args.campaign_dir)
@@ -174,6 +209,7 @@ def results_main(argv: list[str]) -> int:
     df = res.get_dataframe()
     try:
         verdicts = res.significance(args.metric, window=args.window, alpha=args.alpha)
+        robust, versus_best = res.robust(args.metric, window=args.window, reps=args.reps or ROBUST_REPS)
     except ValueError as exc:
         print(f"retrain-ray results: {exc}", file=sys.stderr)
         return 2
@@ -181,17 +217,33 @@ def results_main(argv: list[str]) -> int:
         print(json.dumps({"runs": json.loads(df.to_json(orient="records") or "[]"),
                           "summary": json.loads(res.summary(significance=args.metric).to_json(orient="records") or "[]"),
                           "significance": json.loads(verdicts.to_json(orient="records") or "[]"),
+                          "robust": {"metric": args.metric, "window": args.window,
+                                     "reps": args.reps or ROBUST_REPS, "seed": 0, "confidence": 0.95,
+                                     "conditions": json.loads(robust.to_json(orient="records") or "[]"),
+                                     "versus_best": json.loads(versus_best.to_json(orient="records") or "[]")},
+                          "compute": res.compute().to_json(),
                           "errors": res.error_by_run}, indent=2))
-    elif args.csv:
+        return 0
+    if args.csv:
         print(df.to_csv(index=False), end="")
-    else:
-        _print_table(df, f"runs of {res.manifest.name}")
-        _print_table(res.summary(significance=None), "by condition (mean, std, 95% CI of last values across seeds)")
-        _print_verdicts(verdicts, args.metric, args.window, args.alpha)
-        missing = [] if df.empty else list(df.loc[df["status"] == "missing", "run_name"])
-        if missing:
-            print(f"missing: {', '.join(missing)}: the manifest lists them as finished, but their directories "
-                  f"under {res.campaign_dir / 'runs'} are gone (no logs to read)", file=sys.stderr)
+        return 0
+    columns = args.columns.split(",") if args.columns else None
+    try:
+        runs = run_view(df, verdicts, args.metric, wide=args.wide, columns=columns)
+    except KeyError as exc:
+        print(f"retrain-ray results: {exc.args[0]}", file=sys.stderr)
+        return 2
+    shown = "" if args.wide or columns else f" (first, last, best: {args.metric}; --wide: every column)"
+    _print_table(runs, f"runs of {res.manifest.name}{shown}")
+    _print_table(condition_view(res.summary(significance=None), args.metric, wide=args.wide),
+                 "by condition (mean, std, 95% CI of last values across seeds)")
+    _print_verdicts(verdicts, args.metric, args.window, args.alpha)
+    _print_robust(robust, versus_best, args.metric, args.window)
+    print("\n".join(describe(res.compute())))
+    missing = [] if df.empty else list(df.loc[df["status"] == "missing", "run_name"])
+    if missing:
+        print(f"missing: {', '.join(missing)}: the manifest lists them as finished, but their directories "
+              f"under {res.campaign_dir / 'runs'} are gone (no logs to read)", file=sys.stderr)
     return 0
 
 
@@ -259,6 +311,9 @@ def _plot_parser() -> argparse.ArgumentParser:
     p.add_argument("--smooth", type=int, default=1, help="rolling mean over N logged steps (default 1: none)")
     p.add_argument("--out", default=None, help="directory for the PNG and SVG files (default DIR/plots)")
     p.add_argument("--html", action="store_true", help="also write DIR/report.html (self-contained)")
+    p.add_argument("--profile", action="store_true",
+                   help="also each metric's performance profile (fraction of runs better than each threshold, "
+                        "95%% bootstrap band) -> profile_METRIC.{png,svg}")
     return p
 
 
@@ -288,6 +343,8 @@ def plot_main(argv: list[str]) -> int:
         print(f"none of the metrics {metrics} was logged by a run of {args.campaign_dir}; "
               f"choose from: {', '.join(PLOT_METRICS)}", file=sys.stderr)
         return 2
+    if args.profile:
+        written += _write_profiles(results, metrics, out_dir)
     for path in written:
         print(path)
     if args.html:
@@ -295,6 +352,21 @@ def plot_main(argv: list[str]) -> int:
         print(write_report(results, Path(args.campaign_dir) / "report.html", metrics=html_metrics,
                            smooth=args.smooth))
     return 0
+
+
+def _write_profiles(results, metrics: list[str], out_dir: Path) -> list[Path]:
+    # deferred: loads pandas and matplotlib, which the other verbs of this module do not need
+    from retrain_ray.results.plots import close, plot_profile
+
+    written: list[Path] = []
+    for metric in metrics:
+        try:
+            figure = plot_profile(results, metric, out=out_dir / f"profile_{metric}")
+        except ValueError:
+            continue
+        close(figure)
+        written += [out_dir / f"profile_{metric}.png", out_dir / f"profile_{metric}.svg"]
+    return written
 
 
 def _bottleneck_parser() -> argparse.ArgumentParser:

@@ -73,6 +73,10 @@ class RunRecord(_Record):
     stopped_at: float | None = None
     added: bool = False
     add_reason: str = ""
+    # what the run holds while it runs (campaign/plan.py): its GPUs (a packed run's share of one, e.g. 0.25
+    # with runs_per_gpu = 4; 0 on CPU) and CPUs. None: a manifest written before they were recorded
+    gpus: float | None = None
+    cpus: float | None = None
 
     @property
     def last_step(self) -> int:
@@ -139,6 +143,7 @@ class CampaignRecord(_Record):
     extended: tuple[dict[str, JsonValue], ...] = ()  # each raised max_steps (campaign/edits.py)
     squeeze: dict[str, JsonValue] | None = None  # campaign/afterwards.py
     summary: dict[str, JsonValue] | None = None
+    compute: dict[str, JsonValue] | None = None  # GPU- and CPU-hours spent and saved (results/compute.py)
 
     def run(self, run_name: str) -> RunRecord:
         for entry in self.runs:

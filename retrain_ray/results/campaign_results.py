@@ -9,6 +9,8 @@ It follows Ray Tune's `ResultGrid`: `len(res)`, `res[i]`, `for r in res`, `res.e
     res.summary(by="condition")         # mean, std, 95% CI across seeds (Student t), and each condition
                                         # against the best: difference, CI, Holm-adjusted Welch p, verdict
     res.significance("mean_reward")     # one row per condition vs the best (results/significance.py)
+    res.robust("mean_reward")           # mean and IQM with bootstrap 95% intervals, P(best > condition)
+    res.compute()                       # GPU- and CPU-hours spent, and saved by an adaptive campaign
     res.history()                       # long format: campaign, run, condition, seed, step, metric, value
     res.history("grpo+none_s1")         # every step of one run, once (wide)
     res.plot("mean_reward")             # one line per condition, mean across seeds, 95% band
@@ -28,7 +30,9 @@ import pandas as pd
 # read_stream returns a pyarrow.Table, which has no type annotations: `_read_frame` gives it its type
 from retrain_ray.logs import read_stream  # pyright: ignore[reportUnknownVariableType]
 from retrain_ray.logs.manifest import CampaignRecord, RunRecord, read_manifest
+from retrain_ray.results.compute import ComputeUsed, compute_used, run_compute
 from retrain_ray.results.plots import plot_metric
+from retrain_ray.results.robust_summary import ROBUST_REPS, robust_conditions, robust_improvements
 from retrain_ray.results.significance import PairComparison, ci95_halfwidth, compare_to_leader
 
 if TYPE_CHECKING:  # Ray (for Tune's Checkpoint) and matplotlib are loaded only by the calls that return them
@@ -295,6 +299,29 @@ class CampaignResults:
                  "seeds": c.seeds, "best_seeds": c.reference_seeds} for c in comparisons]
         return pd.DataFrame(rows, columns=["condition", "best", "metric", "diff", "ci_low", "ci_high", "p_value",
                                            "test", "verdict", "seeds", "best_seeds"])
+
+    @staticmethod
+    def mode(metric: str) -> Literal["max", "min"]:
+        """"min" for the metrics where lower is better (loss, times), else "max"."""
+        return "min" if metric in LOWER_IS_BETTER else "max"
+
+    def robust(self, metric: str = "mean_reward", *, mode: Literal["max", "min"] | None = None,
+               window: int = SIGNIFICANCE_WINDOW, reps: int = ROBUST_REPS,
+               seed: int = 0) -> tuple[pd.DataFrame, pd.DataFrame]:
+        """As RL papers report results (results/robust_summary.py): per condition the mean and the IQM of
+        the runs' values (`run_values`) with stratified bootstrap 95% intervals, and per other condition
+        P(best > condition) with its interval, the best being `compare`'s. Seeded: the same every time."""
+        mode = mode or self.mode(metric)
+        values = self.run_values(metric, window=window)
+        leader, _ = compare_to_leader(values, mode=mode)
+        return (robust_conditions(values, reps=reps, seed=seed),
+                robust_improvements(values, leader, mode=mode, reps=reps, seed=seed))
+
+    def compute(self) -> ComputeUsed:
+        """GPU- and CPU-hours spent (GPUs held x wall time per run) and, for an adaptive campaign, saved
+        against the full grid (results/compute.py)."""
+        return compute_used(self.manifest, {r.run_name: run_compute(r, self._run_history(r.run_name))
+                                            for r in self.runs})
 
     def get_best_result(self, metric: str = "mean_reward", mode: Literal["max", "min"] = "max",
                         scope: Literal["last", "all", "avg", "last-5-avg", "last-10-avg"] = "last") -> RunResult:

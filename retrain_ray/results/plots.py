@@ -13,7 +13,11 @@ step without a value (`loss` on a step that trained nothing, or a step of a log 
 step logged a row) carries that run's previous value, so gaps do not thin the band. Each condition's legend
 entry ends with its verdict against the best condition (`CampaignResults.compare`: Welch's t on the mean
 of each run's last 10 values, Holm-adjusted p, seeds), e.g. "slow (3 seeds): worse than fast, p=0.0004";
-the best one says "best". Needs matplotlib
+the best one says "best".
+
+`plot_profile` draws a performance profile (Agarwal et al. 2021): for each threshold, the fraction of a
+condition's runs whose value on the metric (the mean of its last 10 values, as the verdicts use) is better
+than it, with a stratified bootstrap 95% band (results/robust_stats.py, seeded). Needs matplotlib
 (`pip install retrain-ray[plot]`); it draws with the Agg backend, no display needed.
 """
 
@@ -24,8 +28,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Protocol, cast
 
+import numpy as np
 import pandas as pd
 
+from retrain_ray.results.robust_stats import performance_profiles
 from retrain_ray.results.significance import t95
 
 if TYPE_CHECKING:  # matplotlib is an optional extra; CampaignResults imports this module
@@ -47,6 +53,8 @@ PLOT_METRICS: dict[str, tuple[str, str]] = {
     "step_time": ("step_time_s", "step time (s)"),
 }
 SPARSE_POINTS = 20
+PROFILE_POINTS = 101
+PROFILE_REPS = 2_000  # a band drawn at 101 thresholds; more resamples move it by less than a line's width
 
 
 class _Axes(Protocol):
@@ -225,3 +233,41 @@ def plot_metrics(results: CampaignResults, metrics: Sequence[str], out_dir: str 
         written += save(figure, Path(out_dir) / metric)
         close(figure)
     return written
+
+
+def plot_profile(results: CampaignResults, metric: str = "mean_reward", *, out: str | Path | None = None,
+                 ax: Axes | None = None, reps: int = PROFILE_REPS) -> Figure:
+    """Performance profile of `metric`: per condition, the fraction of its runs better than each threshold
+    (above it; below it for a lower-is-better metric), with a 95% bootstrap band. PNG+SVG if `out` is given."""
+    column, label = resolve_metric(metric)
+    values = results.run_values(column)
+    if not values:
+        raise ValueError(f"metric {metric!r} (column {column!r}) was not logged by any run of {results.campaign_dir}")
+    sign = -1.0 if results.mode(column) == "min" else 1.0
+    taus = _thresholds([v for runs in values.values() for v in runs])
+    profiles = performance_profiles({c: [sign * v for v in runs] for c, runs in values.items()},
+                                    [sign * float(t) for t in taus], reps=reps)
+    canvas = cast(_Axes, ax if ax is not None else _new_axes())
+    for i, (condition, profile) in enumerate(profiles.items()):
+        color = f"C{i % 10}"
+        canvas.plot(taus, profile.fraction, color=color, linewidth=2, marker=None,
+                    label=f"{condition} ({len(values[condition])} runs)")
+        canvas.fill_between(taus, profile.low, profile.high, color=color, alpha=0.2, linewidth=0)
+    better = "below" if sign < 0 else "above"
+    canvas.set_xlabel(f"{label} threshold τ")
+    canvas.set_ylabel(f"fraction of runs {better} τ")
+    name = results.manifest.name or Path(results.campaign_dir).name
+    canvas.set_title(f"{name}: performance profile of {label} (each run's last 10 values, 95% bootstrap band)")
+    canvas.grid(True, alpha=0.3)
+    canvas.legend(title="condition", loc="best", fontsize="small")
+    figure = cast("Figure", canvas.figure)
+    if out is not None:
+        save(figure, out)
+    return figure
+
+
+def _thresholds(scores: Sequence[float]) -> np.ndarray[tuple[int], np.dtype[np.float64]]:
+    """PROFILE_POINTS thresholds spanning the scores, a little beyond both ends so every curve reaches 1 and 0."""
+    low, high = min(scores), max(scores)
+    pad = 0.05 * (high - low) or 0.05 * abs(high) or 0.05
+    return np.linspace(low - pad, high + pad, PROFILE_POINTS)

@@ -1,7 +1,9 @@
 """A self-contained HTML report of a campaign: metric curves, results table, run matrix.
 
 The results table states each condition against the best on mean reward (difference, 95% CI,
-Holm-adjusted Welch p, verdict, seeds: `CampaignResults.significance`). One file, no external assets (the plots are embedded as base64 PNG), so it opens anywhere and can
+Holm-adjusted Welch p, verdict, seeds: `CampaignResults.significance`), beside it the mean and IQM with
+stratified bootstrap intervals and P(best better) (`CampaignResults.robust`) and the performance profile,
+and the GPU- and CPU-hours spent (and saved by an adaptive campaign: `CampaignResults.compute`). One file, no external assets (the plots are embedded as base64 PNG), so it opens anywhere and can
 be attached to a ticket or mailed.
 """
 
@@ -16,7 +18,9 @@ from typing import TYPE_CHECKING, cast
 
 import pandas as pd
 
-from retrain_ray.results.plots import SavableFigure, close, plot_metric, use_agg
+from retrain_ray.results.compute import describe
+from retrain_ray.results.plots import SavableFigure, close, plot_metric, plot_profile, use_agg
+from retrain_ray.results.robust_summary import robust_table
 from retrain_ray.results.status import CampaignStatus, campaign_status
 
 if TYPE_CHECKING:  # matplotlib is an optional extra; campaign_results imports the plots
@@ -58,6 +62,16 @@ def _plots_html(results: CampaignResults, metrics: Sequence[str], smooth: int) -
     return f'<div class="plots">{"".join(images)}</div>' if images else "<p>No metric was logged yet.</p>"
 
 
+def _robust_html(results: CampaignResults) -> str:
+    conditions, versus_best = results.robust("mean_reward")
+    if conditions.empty:
+        return "<p>No run logged mean reward yet.</p>"
+    figure = plot_profile(results, "mean_reward")
+    image = f'<img alt="performance profile" src="data:image/png;base64,{_png_base64(figure)}">'
+    close(figure)
+    return _table(robust_table(conditions, versus_best)) + f'<div class="plots">{image}</div>'
+
+
 def _table(df: pd.DataFrame) -> str:
     return '<div class="wide">' + df.to_html(index=False, float_format=lambda v: f"{v:.4g}", na_rep="—", border=0, escape=True) + "</div>"
 
@@ -96,6 +110,12 @@ def write_report(results: CampaignResults, path: str | Path, *, metrics: Sequenc
         '<p class="muted">diff = condition - best, 95% Welch CI (unadjusted), p: Welch\'s t-test, Holm-adjusted '
         "over all pairs; verdict at alpha 0.05. See docs/campaigns.md, Significance.</p>",
         _table(results.significance("mean_reward")),
+        "<h2>As RL papers report it: mean and IQM, probability of improvement, performance profile</h2>",
+        '<p class="muted">Each run\'s value: its mean reward over its last 10 steps. 95% CIs: stratified '
+        "bootstrap (10,000 resamples, seeded). P(best better): the chance that a run of the best condition "
+        "scores above a run of the other (Agarwal et al., NeurIPS 2021).</p>",
+        _robust_html(results),
+        "<h2>Compute</h2>", "".join(f"<p>{html.escape(line)}</p>" for line in describe(results.compute())),
         "<h2>Run matrix (condition x seed)</h2>", _matrix_html(campaign_status(Path(results.campaign_dir))),
         "<h2>Runs</h2>", _table(runs),
     ]

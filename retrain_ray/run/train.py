@@ -90,6 +90,8 @@ def train_run(
     run_dir = Path(run_dir)
     _check_run_dir(run_dir)
     trainer = trainer_spec(config.training.trainer)
+    for warning in trainer.no_training(config):  # said at load time too; here for a campaign's worker log
+        log.warning("%s: %s", run_name, warning)
     if trainer.run_outside is not None:  # `trainer = "command"` or a plugin runner: no model, data or loop here
         return _train_external(trainer.run_outside, config, run_name, run_dir, observers, local_logs)
     config = config.model_copy(update={"training": trainer.prepare(config.training)})  # "sft": every step supervised
