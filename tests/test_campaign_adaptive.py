@@ -57,7 +57,7 @@ def test_the_plan_starts_min_seeds_and_reserves_the_rest(tmp_path):
 def test_adaptive_is_off_without_its_table(tmp_path):
     toml = write_campaign(tmp_path / "grid.toml", base=TINY_RUN, campaign={"seeds": [1, 2]}, conditions=[GRPO])
     config = load_config(toml)
-    assert config.campaign is not None and config.campaign.adaptive is None and adaptive_plan(config) is None
+    assert config.campaign is not None and config.campaign.adaptive is None and adaptive_plan(config.campaign) is None
     assert build_plan(config, root=tmp_path).reserve == []
 
 

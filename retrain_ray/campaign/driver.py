@@ -33,11 +33,10 @@ from typing import TYPE_CHECKING, cast
 import ray
 from ray.actor import ActorHandle
 
-from retrain_ray.actors.placement import alive_node_resources
 from retrain_ray.campaign.afterwards import run_afterwards
 from retrain_ray.campaign.capacity.placement import decide_placement
 from retrain_ray.campaign.control import ControlPlane, start_control_plane
-from retrain_ray.campaign.local_ray import connect, trial_modules
+from retrain_ray.campaign.local_ray import alive_node_resources, connect, trial_modules
 from retrain_ray.campaign.observer import CampaignObserver, ConsoleCampaignObserver
 from retrain_ray.campaign.plan import (
     DEFAULT_RUNNER,

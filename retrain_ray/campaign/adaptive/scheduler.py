@@ -348,7 +348,7 @@ class AdaptiveScheduler(FIFOScheduler):
         return TrialScheduler.PAUSE
 
     def _resumed(self, name: str) -> None:
-        """The run leaves its rung: its manifest entry no longer says it waits (campaign/adaptive/paused.py)."""
+        """The run leaves its rung: its manifest entry no longer says it waits (campaign/progress_line.py)."""
         self.waiting.pop(name, None)
         if getattr(self.book.manifest.run(name), "paused_at_rung", None) is not None:
             self.book.manifest.update_run(name, paused_at_rung=None, paused_why="")
