@@ -181,11 +181,11 @@ def issue_step_loop(workdir: Path, *, legacy: bool, checkpointing: bool | str = 
     from retrain_ray.backends.local.policy import (
         checkpointing_on,
         enable_activation_checkpointing,
-        eos_ids,
         load_trainable_model,
         settings_from_config,
     )
     from retrain_ray.config import load_config
+    from retrain_ray.engines.pytorch.engine import eos_ids
     from retrain_ray.logs import MultiObserver
     from retrain_ray.models.lean_lora import prepare_trainable
     from retrain_ray.models.loading import load_model_and_tokenizer

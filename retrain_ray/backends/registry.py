@@ -49,8 +49,8 @@ if TYPE_CHECKING:
     from retrain_ray.backends.request import PolicyFactory, PolicyRequest
     from retrain_ray.backends.types import Policy
     from retrain_ray.config.errors import ConfigIssue
-    from retrain_ray.config.sections_aux import InferenceSection, PluginsSection
-    from retrain_ray.config.sections_core import BackendSection
+    from retrain_ray.config.sections_runtime import InferenceSection, PluginsSection
+    from retrain_ray.config.sections_training import BackendSection
 
 __all__ = ["BACKEND_SPECS", "BUILTIN_CAPABILITIES", "ENGINE_SPECS", "PLUGIN_BACKEND", "PLUGIN_ENGINE", "BackendSpec",
            "EngineSpec", "backend_spec", "build_policy_for", "capabilities_for", "check_options", "describe_sampler",

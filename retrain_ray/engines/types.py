@@ -16,8 +16,8 @@ if TYPE_CHECKING:  # annotations only: the campaign driver imports this module a
 
     from retrain_ray.backends.request import PolicyRequest
     from retrain_ray.backends.types import Policy
-    from retrain_ray.config.sections_aux import InferenceSection
-    from retrain_ray.config.sections_core import BackendSection
+    from retrain_ray.config.sections_runtime import InferenceSection
+    from retrain_ray.config.sections_training import BackendSection
 
 FinishReason = Literal["stop", "length"]
 

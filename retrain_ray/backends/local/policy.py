@@ -32,8 +32,8 @@ from retrain_ray.models.types import Tokenizer, hf_tokenizer
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
 
-    from retrain_ray.config.sections_aux import InferenceSection
-    from retrain_ray.config.sections_core import (
+    from retrain_ray.config.sections_runtime import InferenceSection
+    from retrain_ray.config.sections_training import (
         BackendSection,
         LoraSection,
         ModelSection,

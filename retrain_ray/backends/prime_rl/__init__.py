@@ -32,8 +32,8 @@ if TYPE_CHECKING:  # what type checkers see; at run time __getattr__ imports on 
     from retrain_ray.backends.prime_rl.options import PrimeRLOptions
     from retrain_ray.backends.request import PolicyRequest
     from retrain_ray.backends.types import Policy
-    from retrain_ray.config.sections_aux import InferenceSection
-    from retrain_ray.config.sections_core import BackendSection
+    from retrain_ray.config.sections_runtime import InferenceSection
+    from retrain_ray.config.sections_training import BackendSection
 
 
 def build_policy(request: PolicyRequest) -> Policy:

@@ -13,8 +13,8 @@ from retrain_ray.engines.types import EngineSpec
 if TYPE_CHECKING:
     from retrain_ray.backends.request import PolicyRequest
     from retrain_ray.backends.types import Policy
-    from retrain_ray.config.sections_aux import InferenceSection
-    from retrain_ray.config.sections_core import BackendSection
+    from retrain_ray.config.sections_runtime import InferenceSection
+    from retrain_ray.config.sections_training import BackendSection
 
 
 def build_policy(request: PolicyRequest) -> Policy:

@@ -70,7 +70,7 @@ if TYPE_CHECKING:
     from vllm.outputs import CompletionOutput, RequestOutput
 
     from retrain_ray.backends.local.policy import PolicySettings
-    from retrain_ray.config.sections_aux import InferenceSection
+    from retrain_ray.config.sections_runtime import InferenceSection
 
 
 SEED_STRIDE = 1_000_003
