@@ -105,11 +105,12 @@ def test_killed_save_leftovers_are_pruned_by_the_next_save(tmp_path):
 
 
 def test_hanging_sync_reward_times_out_naming_the_function(tmp_path, monkeypatch):
-    (tmp_path / "slow_reward.py").write_text("import time\ndef score(c, r):\n    time.sleep(30)\n    return 1.0\n")
+    # a name of its own: `plugins.slow_reward` (the test plugins' folder) is looked up first, as [plugins] says
+    (tmp_path / "hanging_reward.py").write_text("import time\ndef score(c, r):\n    time.sleep(30)\n    return 1.0\n")
     monkeypatch.syspath_prepend(str(tmp_path))
-    reward = CustomReward("slow_reward", "score", timeout_s=0.5)
+    reward = CustomReward("hanging_reward", "score", timeout_s=0.5)
     started = time.perf_counter()
-    with pytest.raises(RewardTimeoutError, match=r"slow_reward:score did not return within 0.5 s"):
+    with pytest.raises(RewardTimeoutError, match=r"hanging_reward:score did not return within 0.5 s"):
         reward.score_batch(["a", "b"], ["x", "x"])
     assert time.perf_counter() - started < 5
 
