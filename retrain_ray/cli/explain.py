@@ -48,8 +48,8 @@ from retrain_ray.campaign.capacity.explain import (
     plan_capacity,
     planned_resources,
 )
-from retrain_ray.campaign.capacity.placement import mode_for_gpus
 from retrain_ray.campaign.capacity.pilot_seeds import seeds_for_difference
+from retrain_ray.campaign.capacity.placement import mode_for_gpus
 from retrain_ray.campaign.plugin_bundle import shipment
 from retrain_ray.checks.machine import environment_problems
 from retrain_ray.checks.preflight import condition_problems
