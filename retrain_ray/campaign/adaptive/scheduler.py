@@ -376,7 +376,7 @@ class AdaptiveScheduler(FIFOScheduler):
         missing = [n for n in self.book.missing_at(rung) if n != name]
         why = f"waiting at rung {rung} for {', '.join(missing) or 'the decision'}"
         self.book.manifest.update_run(name, paused_at_rung=rung, paused_why=why)
-        self.book.say(f"{name} paused at step {rung}: {why}")
+        self.book.say(f"{name} paused at rung {rung}: waiting for {', '.join(missing) or 'the decision'}")
 
     def choose_trial_to_run(self, tune_controller: TuneController) -> Trial | None:
         """Pending trials first; a paused one only once the rung it waits at is decided (or can never be)."""
