@@ -176,7 +176,7 @@ class QuietTuneStart(TuneTerminalReporter):
     at verbose=0 nothing else of it prints."""
 
     def __init__(self) -> None:
-        super().__init__(AirVerbosity.SILENT)
+        super().__init__(AirVerbosity.SILENT)  # pyright: ignore[reportUnknownMemberType]  # Tune types config loosely
 
     def experiment_started(self, *args: object, **kwargs: object) -> None:
         """Says nothing (see the class)."""
