@@ -1,18 +1,19 @@
-"""Benchmark: the adaptive campaign's two tests, Bonferroni over looks and the alpha-spending sequential
+"""Benchmark: the adaptive campaign's two tests, Bonferroni over looks and the group-sequential permutation
 test, on the seeded simulation suite's scenarios (campaign/adaptive/sequential_simulation.py), the same
-draws for both. Per scenario: how often the truly best condition is stopped (must be <= alpha), the mean
+draws for both, at the suite's rungs and at dense rungs (every 10% of the last rung's step). Per scenario: how often the truly best condition is stopped (must be <= alpha), the mean
 seeds started and the seed-steps spent (fraction of the grid's), and the sequential/Bonferroni ratio of
 seed-steps. `floor` is the least any test could spend on these rungs: the best condition's seeds run to the
 end, every other condition stopped at the first rung, no seed added; a ratio below floor / Bonferroni is
 out of reach of any test.
 
 Run from the repository root: `.venv/bin/python benchmarks/adaptive_tests.py [--campaigns N]
-[--spending pocock|obrien-fleming] [--json]` (1000 campaigns: about 3 minutes on one core).
+[--spending pocock|obrien-fleming] [--rungs suite|dense|both] [--json]`.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 
@@ -47,12 +48,19 @@ def floor_fraction(scenario: Scenario) -> float:
     return cheapest / (len(scenario.means) * grid_seeds * scenario.rungs[-1])
 
 
-def compare(campaigns: int, spending: Spending) -> list[dict[str, float | str]]:
+def dense(scenario: Scenario) -> Scenario:
+    """The scenario with a rung at every 10% of its last rung's step."""
+    last = scenario.rungs[-1]
+    return dataclasses.replace(scenario, rungs=tuple(last * k // 10 for k in range(1, 11)))
+
+
+def compare(campaigns: int, spending: Spending, rungs: str = "suite") -> list[dict[str, float | str]]:
     rows: list[dict[str, float | str]] = []
-    for name, scenario in SCENARIOS.items():
+    for name, suite_scenario in SCENARIOS.items():
+        scenario = dense(suite_scenario) if rungs == "dense" else suite_scenario
         bonferroni = simulate_test(scenario, "bonferroni", campaigns)
         sequential = simulate_test(scenario, "sequential", campaigns, spending=spending)
-        rows.append({"scenario": name,
+        rows.append({"scenario": name, "rungs": rungs,
                      "best_stopped_bonferroni": bonferroni.summary.best_stopped_rate,
                      "best_stopped_sequential": sequential.summary.best_stopped_rate,
                      "seeds_bonferroni": bonferroni.mean_seeds, "seeds_sequential": sequential.mean_seeds,
@@ -64,7 +72,7 @@ def compare(campaigns: int, spending: Spending) -> list[dict[str, float | str]]:
 
 
 def _line(row: dict[str, float | str]) -> str:
-    return (f"{row['scenario']:<34} best stopped B {row['best_stopped_bonferroni']:.3f} S "
+    return (f"{row['scenario']:<34} {row['rungs']:<5} best stopped B {row['best_stopped_bonferroni']:.3f} S "
             f"{row['best_stopped_sequential']:.3f} | seeds B {row['seeds_bonferroni']:.2f} S "
             f"{row['seeds_sequential']:.2f} | steps B {row['steps_bonferroni']:.3f} S {row['steps_sequential']:.3f}"
             f" S/B {row['steps_ratio']:.3f} (floor {row['floor_ratio']:.3f})")
@@ -74,9 +82,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--campaigns", type=int, default=1000)
     parser.add_argument("--spending", choices=["pocock", "obrien-fleming"], default="pocock")
+    parser.add_argument("--rungs", choices=["suite", "dense", "both"], default="both")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
-    rows = compare(args.campaigns, args.spending)
+    schedules = ["suite", "dense"] if args.rungs == "both" else [args.rungs]
+    rows = [row for rungs in schedules for row in compare(args.campaigns, args.spending, rungs)]
     if args.json:
         print(json.dumps(rows, indent=2))
     return 0 if all(float(r["best_stopped_sequential"]) <= ALPHA for r in rows) else 1

@@ -1,7 +1,7 @@
 """Every wait of an adaptive campaign has a way out (issue 34): the scheduler (campaign/adaptive/scheduler.py)
 driven with stand-in Tune trials, no Ray. A trial Tune put in ERROR without telling the scheduler is counted
 failed and its rung decided without it; a rung waiting for a run no trial runs is decided once nothing can
-move; a paused run is named in the manifest and the progress line (campaign/adaptive/paused.py)."""
+move; a paused run is named in the manifest and the progress line (campaign/progress_line.py)."""
 
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ from campaign_helpers import REPO
 from helpers import GRPO, TINY_RUN, write_campaign
 
 import retrain_ray.campaign.adaptive.scheduler as scheduler_module
-from retrain_ray.campaign.adaptive.paused import paused_summary
 from retrain_ray.campaign.adaptive.scheduler import AdaptiveBook, AdaptiveScheduler
 from retrain_ray.campaign.plan import build_plan, run_record
+from retrain_ray.campaign.progress_line import paused_summary
 from retrain_ray.config import load_config
 from retrain_ray.logs.manifest import Manifest
 

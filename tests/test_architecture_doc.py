@@ -45,3 +45,11 @@ def test_the_campaign_package_keeps_only_the_driver_path():
     in its own subpackage: campaign/ itself stays small enough to read (issue 22: at most 18 modules)."""
     modules = sorted(p.name for p in (ROOT / "retrain_ray" / "campaign").glob("*.py"))
     assert len(modules) <= 18, f"campaign/ has {len(modules)} modules; move a concern to a subpackage: {modules}"
+
+
+def test_the_readme_layout_names_every_top_level_package():
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    layout = readme[readme.index("## Layout"):]
+    top = {p.name for p in (ROOT / "retrain_ray").iterdir() if (p / "__init__.py").is_file()}
+    unnamed = sorted(name for name in top if f"`{name}/`" not in layout)
+    assert not unnamed, f"README.md's Layout does not name: {unnamed}"

@@ -168,11 +168,13 @@ def test_peak_gflops_turns_the_roofline_on_with_the_models_flops_per_token():
     def cfg(**bp):
         return RetrainConfig.model_validate({"model": {"model": "builtin:tiny"}, "backpressure": {"warmup_steps": 0, **bp}})
 
-    assert USLController.from_config(cfg()).flops_per_token == 0.0  # hint off by default
+    off = cfg()
+    assert USLController.from_config(off.backpressure, off.model, off.backend).flops_per_token == 0.0  # hint off by default
     assert BackPressureSettings.from_config(cfg(peak_gflops=1.0)).controller().flops_per_token == 6.0 * n
     regimes = []
     for peak in (1.0, 10.0):
-        ctl = USLController.from_config(cfg(peak_gflops=peak))
+        on = cfg(peak_gflops=peak)
+        ctl = USLController.from_config(on.backpressure, on.model, on.backend)
         assert ctl.flops_per_token == 6.0 * n
         for p in (4, 8, 15, 10):
             _feed(ctl, p, 0.05, 0.0005)

@@ -57,13 +57,12 @@ def test_the_plan_starts_min_seeds_and_reserves_the_rest(tmp_path):
 def test_adaptive_is_off_without_its_table(tmp_path):
     toml = write_campaign(tmp_path / "grid.toml", base=TINY_RUN, campaign={"seeds": [1, 2]}, conditions=[GRPO])
     config = load_config(toml)
-    assert config.campaign is not None and config.campaign.adaptive is None and adaptive_plan(config) is None
+    assert config.campaign is not None and config.campaign.adaptive is None and adaptive_plan(config.campaign) is None
     assert build_plan(config, root=tmp_path).reserve == []
 
 
 @pytest.mark.parametrize(("adaptive", "key", "words"), [
     ({"rungs": [4, 8]}, "campaign.adaptive.rungs", "past [campaign].max_steps = 6"),
-    ({"rungs": [3]}, "campaign.adaptive.rungs", "save_every = 2"),
     ({"rungs": [4, 2]}, "campaign.adaptive.rungs", "strictly increasing"),
     ({"metric": "mean_rewad"}, "campaign.adaptive.metric", "did you mean `mean_reward`"),
     ({"max_seeds": 3}, "campaign.adaptive.max_seeds", "lists only 2 seeds"),
@@ -78,6 +77,50 @@ def test_bad_adaptive_settings_name_the_key(tmp_path, adaptive, key, words):
         load_config(toml)
     assert any(loc.startswith(key) for loc in info.value.locations), str(info.value)
     assert words in str(info.value)
+
+
+def test_a_rung_between_checkpoints_is_accepted_and_each_run_checkpoints_there(tmp_path):
+    """Issue 34.6: a rung need not be a multiple of save_every; the matrix makes it a checkpoint step of every run."""
+    from retrain_ray.config.matrix import expand_runs
+
+    config = load_config(REPO / "tests" / "fixtures" / "campaign_adaptive_rung_between_checkpoints.toml")
+    assert config.training.save_every == 10 and config.training.checkpoint_steps == []
+    runs = expand_runs(config)
+    assert len(runs) == 10 and all(r.config.training.checkpoint_steps == [15, 40] for r in runs)  # 5 default conditions x 2 seeds
+    toml = write_adaptive(tmp_path, name="odd", adaptive={"rungs": [3]})  # TINY_RUN: save_every = 2
+    assert load_config(toml).campaign.adaptive.rungs == [3]
+
+
+def test_a_run_checkpoints_at_its_checkpoint_steps_besides_save_every(tmp_path):
+    """run/loop.py: save_every = 2 and checkpoint_steps = [3] over 4 steps checkpoint after steps 2 and 3."""
+    from helpers import write_config
+
+    from retrain_ray.run.train import train_run
+
+    path = write_config(tmp_path / "run.toml", base=TINY_RUN,
+                        training={**TINY_RUN["training"], "max_steps": 4, "checkpoint_steps": [3],
+                                  "sft_warmup_steps": 0, "keep_last_checkpoints": 0})
+    outcome = train_run(load_config(path), run_name="r", run_dir=tmp_path / "run")
+    assert outcome.status == "completed"
+    names = sorted(p.name for p in (tmp_path / "run" / "checkpoints").glob("checkpoint_step_*"))
+    assert names == ["checkpoint_step_2", "checkpoint_step_3"]
+
+
+@pytest.mark.slow
+def test_an_adaptive_campaign_decides_at_a_rung_between_checkpoints(ray_4cpu_4gpu, tmp_path, monkeypatch):
+    """A real campaign whose rung (3) is no multiple of save_every (2) stops the hopeless condition there."""
+    from retrain_ray.campaign import Campaign
+
+    monkeypatch.chdir(REPO)  # [plugins] search_paths = ["configs/plugins"] is relative to it
+    toml = write_adaptive(tmp_path, name="odd", adaptive={"rungs": [3]})  # TINY_RUN: save_every = 2
+    results = Campaign.from_toml(toml, root=tmp_path / "campaigns").run(progress=False)
+    manifest = json.loads((tmp_path / "campaigns" / "odd" / "manifest.json").read_text())
+    decision = manifest["adaptive"]["decisions"][0]
+    assert decision["step"] == 3 and decision["leader"] == "grpo+none"
+    assert [s["condition"] for s in decision["stopped"]] == ["zero_advantage.zero+none"]
+    runs = {r["run_name"]: r for r in manifest["runs"]}
+    assert all(runs[f"zero_advantage.zero+none_s{seed}"]["rung_values"]["3"] == 0.0 for seed in (1, 2))
+    assert manifest["status"] == "done" and results.errors == []
 
 
 def test_explain_shows_the_rungs_and_the_step_budgets(tmp_path, capsys):
@@ -189,13 +232,14 @@ def test_a_sequential_campaign_decides_by_its_spending_plan_and_says_so(ray_4cpu
     decision = adaptive["decisions"][0]
     pure = sequential.decide(4, decision["values"], seeds_by_condition=decision["seeds"], mode="max", alpha=0.05,
                              max_seeds=2, last_rung=True, can_add_seeds=False, rungs=[4], min_seeds=2)
-    assert [s["condition"] for s in decision["stopped"]] == [pc.condition for pc in pure.stop] == [
-        "zero_advantage.zero+none"]
+    assert [s["condition"] for s in decision["stopped"]] == [pc.condition for pc in pure.stop]
+    assert [c["p_value"] for c in decision["comparisons"]] == [pc.p_value for pc in pure.comparisons]
     assert {c["adaptive_test"] for c in decision["comparisons"]} == {"sequential"}
     assert decision["comparisons"][0]["test_level"] == pytest.approx(pure.alpha_per_look)
-    p = pure.stop[0].p_value
-    line = (f"[campaign] adaptive: rung 4 (sequential, level {pure.alpha_per_look:.2g}): leader grpo+none; "
-            f"stop zero_advantage.zero+none (p = {p:.2g} against grpo+none)")
+    p = pure.comparisons[0].p_value
+    told = (f"stop zero_advantage.zero+none (p = {p:.2g} against grpo+none)" if pure.stop
+            else f"zero_advantage.zero+none undecided (p = {p:.2g})")
+    line = f"[campaign] adaptive: rung 4 (sequential, level {pure.alpha_per_look:.2g}): leader grpo+none; {told}"
     assert line in console.out, console.out
     both = console.out + console.err
     assert "9223372036854775807" not in both and "Number of trials" not in both

@@ -163,7 +163,7 @@ from retrain_ray.actors.throttle import start_throttle
 @ray.remote(num_cpus=0)
 class Run:
     def __init__(self):
-        from retrain_ray.campaign.dashboard.gauges import RunGauges
+        from retrain_ray.campaign.dashboard import RunGauges
         self.gauges = RunGauges("gc", "grpo+none_s1", "grpo+none")
     def step(self):
         self.gauges.on_step({"step": 3, "mean_reward": 0.5, "correct_rate": 0.25,

@@ -42,7 +42,7 @@ def test_metric_tags_are_ascii_and_one_to_one():
 
 
 def test_run_gauges_take_non_ascii_names(ray_4cpu_4gpu):
-    from retrain_ray.campaign.dashboard.gauges import RunGauges
+    from retrain_ray.campaign.dashboard import RunGauges
 
     gauges = RunGauges(ODD_NAME, f"grpo+none~{ODD_GROUP}_s1", "grpo+none")
     gauges.on_step({"step": 0, "loss": 0.5})  # raised UnicodeEncodeError in Ray's Cython layer

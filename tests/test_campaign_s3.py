@@ -79,7 +79,7 @@ def _files(fs: pafs.FileSystem, path: str) -> list[str]:
 
 
 def test_squeeze_takes_the_adapter_from_the_bucket(bucket, tmp_path):
-    from test_squeeze import factors_with_singular_values, write_peft_adapter
+    from lora_factors import factors_with_singular_values, write_peft_adapter
 
     adapter = tmp_path / "made" / "adapter"
     write_peft_adapter(adapter, {"layers.0.q_proj": factors_with_singular_values([4.0, 2.0], m=16, n=12, rank=8)}, 8)

@@ -12,12 +12,9 @@ import pytest
 from helpers import GRPO, write_campaign, write_config
 
 from retrain_ray.campaign import Campaign, CampaignError
-from retrain_ray.checks.preflight import (
-    BUILTIN_CONTEXT,
-    context_problems,
-    data_download_problems,
-)
+from retrain_ray.checks.preflight import context_problems, data_download_problems
 from retrain_ray.config import load_config
+from retrain_ray.models.context import BUILTIN_CONTEXT
 
 
 def _campaign(tmp_path, **sections):

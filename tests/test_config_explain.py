@@ -36,10 +36,14 @@ def test_uncached_hub_model_is_a_warning_after_the_whole_plan(tmp_path):
     assert str(tmp_path / "hub") in text and "Traceback" not in out.stderr
     strict = _explain("configs/ablation.toml", "--strict", hf_home=tmp_path)
     assert strict.returncode == 2 and "5 conditions x 3 seeds = 15 runs" in strict.stdout
-    assert "--strict: 1 warning(s) are errors" in strict.stderr
+    # two: the model is not cached, and the MATH data ([data] source defaults to "math") needs a download
+    # while HF_HUB_OFFLINE is set (issue 34.6)
+    assert "--strict: 2 warning(s) are errors" in strict.stderr
     assert f"huggingface-cli download {ORIGINAL_MODEL}" in " ".join(strict.stderr.split())
-    cached = _explain("configs/ablation.toml", "--strict")
-    assert cached.returncode == 0, cached.stderr
+    assert 'data.source: [data] source = "math" downloads' in strict.stderr
+    cached = _explain("configs/ablation.toml", "--strict")  # the model cached: only the data download is left
+    assert cached.returncode == 2 and "--strict: 1 warning(s) are errors" in cached.stderr, cached.stderr
+    assert 'data.source: [data] source = "math" downloads' in cached.stderr
 
 
 def test_the_original_campaign_file_plans_without_its_model(tmp_path):
@@ -48,8 +52,9 @@ def test_the_original_campaign_file_plans_without_its_model(tmp_path):
     assert out.returncode == 0, out.stderr
     info = json.loads(out.stdout)
     assert info["campaign"]["total_runs"] == 6 and info["campaign"]["capacity"]["estimated_wall_time_s"] == 3000.0
-    [warning] = info["environment"]
+    warning, download = info["environment"]  # the uncached model, and the MATH data offline (issue 34.6)
     assert warning.startswith("model.model: ") and f"`huggingface-cli download {ORIGINAL_MODEL}`" in warning
+    assert download.startswith('data.source: [data] source = "math" downloads')
     assert _explain(str(path), "--strict", hf_home=tmp_path).returncode == 2
 
 

@@ -140,6 +140,16 @@ def test_uncertainty_alias_is_canonicalized_and_override_wins():
     assert effective_uncertainty_kind(cfg2) == "surprisal"
 
 
+def test_the_schema_canonicalizes_uncertainty_kinds_as_the_uncertainty_registry_does():
+    """config/ may not import algorithms/, yet must canonicalize on load (above): its alias table is the
+    registry's, less the reserved names the registry refuses (issue 33.2 leaves this one copy, kept equal here)."""
+    from retrain_ray.algorithms import uncertainty
+    from retrain_ray.config.names import UNCERTAINTY_ALIASES
+
+    registry = {k: v for k, v in uncertainty.ALIASES.items() if k not in uncertainty.UNSUPPORTED}
+    assert registry == UNCERTAINTY_ALIASES
+
+
 def test_python_api_is_as_strict_as_toml():
     with pytest.raises(ConfigError) as info:
         RetrainConfig.model_validate({"training": {"clip_eps_high": 0.2}, "data": {"source": "file"}})

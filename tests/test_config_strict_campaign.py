@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import torch
 from helpers import TINY_CPU, write_campaign
-from test_squeeze import factors_with_singular_values, write_peft_adapter
+from lora_factors import factors_with_singular_values, write_peft_adapter
 
 from retrain_ray.campaign.capacity.placement import decide_placement
 from retrain_ray.campaign.plan import CampaignError, CampaignPlan, build_plan

@@ -6,12 +6,13 @@ import json
 import re
 from types import SimpleNamespace
 
-from retrain_ray.campaign.dashboard.gauges import RunGauges, run_gauge_names
-from retrain_ray.campaign.dashboard.grafana import (
+from retrain_ray.campaign.dashboard import (
     DEFAULT_PATH,
     EXPORT_PREFIX,
+    RunGauges,
     dashboard,
     exported_metric_names,
+    run_gauge_names,
 )
 from retrain_ray.campaign.experiment import trial_name
 
@@ -26,7 +27,7 @@ def _queries(board: dict) -> list[str]:
 
 def test_committed_dashboard_is_the_generated_one():
     assert json.loads(DEFAULT_PATH.read_text()) == dashboard(), \
-        "regenerate it: python -m retrain_ray.campaign.dashboard.grafana"
+        "regenerate it: python -m retrain_ray.campaign.dashboard"
 
 
 def test_every_query_names_an_exported_metric_and_every_metric_has_a_panel():

@@ -169,7 +169,8 @@ def test_load_examples_from_real_config(tmp_path) -> None:
     toml = tmp_path / "retrain.toml"
     toml.write_text('[data]\nsource = "builtin"\ntask = "last_digit"\nlevel = 2\nnum_examples = 20\n'
                     'num_eval_examples = 4\n[training]\nseed = 5\n')
-    data = load_examples_from_config(load_config(toml))
+    loaded = load_config(toml)
+    data = load_examples_from_config(loaded.data, loaded.training)
     assert data == load_task("last_digit", level=2, seed=5, num_train=20, num_eval=4)
 
 

@@ -153,15 +153,13 @@ def test_a_new_engine_and_backend_folder_run_a_run(counting, tmp_path, monkeypat
     engine, backend = counting
     install_test_plugins(tmp_path, monkeypatch)  # a reward that varies, so every step updates
     path = write_config(
-        tmp_path / "run.toml", backend={"devices": "cpu"}, reward={"type": "varied_reward.make"},
+        tmp_path / "run.toml", reward={"type": "varied_reward.make"},
         algorithm={"advantage_mode": "grpo", "transform_mode": "none"},
+        inference={"engine": "counting"}, backend={"devices": "cpu", "backend": "counting"},
         training={"seed": 5, "batch_size": 2, "group_size": 3, "max_tokens": 4, "max_steps": 2, "save_every": 2},
         logging={"log_dir": str(tmp_path / "logs" / "run")})
-    base = load_config(path)
-    # config/ keeps its own list of the built-in names until the check pass asks the registries
-    # (config/names.py; tests/test_registry_dispatch.py keeps the two equal), so the names go in unchecked
-    cfg = base.model_copy(update={"inference": base.inference.model_copy(update={"engine": "counting"}),
-                                  "backend": base.backend.model_copy(update={"backend": "counting"})})
+    cfg = load_config(path)  # validated as a user's file is: the names are checked against the registries
+    assert (cfg.inference.engine, cfg.backend.backend) == ("counting", "counting")
 
     assert describe_sampler(cfg) == "counting: PyTorch engine that counts prompts"
     assert capabilities_for("counting") == (backend.SPEC.capabilities, "builtin")

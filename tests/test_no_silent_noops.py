@@ -10,7 +10,7 @@ from helpers import GRPO, write_campaign, write_config
 
 from retrain_ray.config import load_config, load_config_with_warnings
 from retrain_ray.results.untrained import untrained_note
-from retrain_ray.run.no_training import condition_warnings, no_training_warnings
+from retrain_ray.run.trainers.registry import condition_warnings, no_training_warnings
 
 SMALL = {"batch_size": 2, "group_size": 2, "max_tokens": 4, "save_every": 0}
 
@@ -85,7 +85,7 @@ def test_a_run_at_group_size_one_says_so_at_start_and_in_its_summary(tmp_path, c
 
     toml = write_config(tmp_path / "one.toml", algorithm=GRPO, logging={"log_dir": str(tmp_path / "run")},
                         training={**SMALL, "group_size": 1, "max_steps": 2})
-    with caplog.at_level(logging.WARNING, logger="retrain_ray.run.loop"):
+    with caplog.at_level(logging.WARNING, logger="retrain_ray.run.train"):
         assert main(["train", str(toml)]) == 0
     assert "training.group_size = 1: each group has one completion" in caplog.text  # at run start
     assert "warning: 2 of 2 steps trained nothing: every group tied" in capsys.readouterr().out  # at the end

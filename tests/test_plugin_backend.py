@@ -1,5 +1,5 @@
 """Training through a dotted-path plugin backend (issue 12, spec 1.6 / seed 002): the factory contract
-of backends/plugin_context.py and backends/plugin_backend.py, with the test plugins of tests/plugins/.
+of backends/plugins.py and backends/plugins.py, with the test plugins of tests/plugins/.
 
 Real runs: the tiny CPU model trains through `retrain-ray train` with a plugin that wraps the local
 backend, writes its rows and checkpoints, and resumes through it."""

@@ -1,5 +1,5 @@
 """Sampling through a dotted-path plugin engine (issue 12): `[inference] engine = "module.factory"`, the
-factory contract of backends/plugin_engine.py, with the test plugins of tests/plugins/recording_engine.py.
+factory contract of backends/plugins.py, with the test plugins of tests/plugins/recording_engine.py.
 Real short runs of the tiny CPU model: the local backend trains, the plugin engine samples."""
 
 from __future__ import annotations

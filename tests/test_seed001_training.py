@@ -56,8 +56,8 @@ def test_epochs_reshuffle_per_epoch_with_the_seed_and_cap_the_steps():
     assert plan_steps(3, 2, 10, 4).limited_by == "max_steps" and plan_steps(3, 0, 10, 4).steps == 3
     cfg = RetrainConfig.model_validate({"data": {"source": "builtin", "num_examples": 10},
                                         "training": {"num_epochs": 2, "batch_size": 4, "max_steps": 100}})
-    assert plan_from_config(cfg).steps == 5  # what explain and train's progress bar show
-    assert plan_from_config(cfg.replace_section("data", source="math")) is None  # counted when loaded
+    assert plan_from_config(cfg.training, cfg.data).steps == 5  # what explain and train's progress bar show
+    assert plan_from_config(cfg.training, cfg.replace_section("data", source="math").data) is None  # counted when loaded
 
 
 def test_contradictions_and_inert_keys_are_errors_naming_the_key():
@@ -79,7 +79,7 @@ def test_max_examples_limits_the_builtin_source():
     from retrain_ray.data.loading import load_examples_from_config
 
     cfg = RetrainConfig.model_validate({"data": {"source": "builtin"}, "training": {"max_examples": 5}})
-    assert len(load_examples_from_config(cfg).train) == 5
+    assert len(load_examples_from_config(cfg.data, cfg.training).train) == 5
 
 
 @pytest.mark.parametrize("path", SEED_CONFIGS, ids=[p.stem for p in SEED_CONFIGS])

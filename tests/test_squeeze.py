@@ -11,7 +11,8 @@ import torch
 from helpers import write_campaign
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from safetensors.torch import load_file, save_file
+from lora_factors import factors_with_singular_values, write_peft_adapter
+from safetensors.torch import load_file
 
 from retrain_ray.cli import main
 from retrain_ray.squeeze import (
@@ -24,21 +25,6 @@ from retrain_ray.squeeze import (
     retained_energy,
     squeeze_adapter,
 )
-
-
-def orthonormal(rows: int, cols: int, seed: int) -> torch.Tensor:
-    gen = torch.Generator().manual_seed(seed)
-    q, _ = torch.linalg.qr(torch.randn(rows, cols, generator=gen, dtype=torch.float64))
-    return q
-
-
-def factors_with_singular_values(s: list[float], m: int, n: int, rank: int, seed: int = 0):
-    """A (m x rank), B (rank x n) with A @ B = U diag(s) V^T; singular values beyond len(s) are 0."""
-    u, v = orthonormal(m, rank, seed), orthonormal(n, rank, seed + 1)
-    diag = torch.zeros(rank, dtype=torch.float64)
-    diag[: len(s)] = torch.tensor(s, dtype=torch.float64)
-    mix = orthonormal(rank, rank, seed + 2)  # a factorisation that is not already the SVD
-    return (u * diag) @ mix, mix.T @ v.T
 
 
 def test_spectrum_and_retained_energy_exact_values():
@@ -94,18 +80,6 @@ def test_properties_on_random_factors(m, n, r, seed):
         assert ak.shape == (m, k) and bk.shape == (k, n)
         error = float((a @ b - ak @ bk).square().sum())
         assert error == pytest.approx(total * (1 - energies[k]), abs=1e-8 * max(1.0, total))
-
-
-def write_peft_adapter(directory, layers, rank, alpha=16.0, rslora=False):
-    """A PEFT-format LoRA adapter: lora_A.weight (r x in), lora_B.weight (out x r) per module."""
-    directory.mkdir(parents=True)
-    tensors = {}
-    for name, (a, b) in layers.items():  # a: in x r, b: r x out (spec orientation)
-        tensors[f"base_model.model.{name}.lora_A.weight"] = a.T.float().contiguous()
-        tensors[f"base_model.model.{name}.lora_B.weight"] = b.T.float().contiguous()
-    save_file(tensors, str(directory / "adapter_model.safetensors"))
-    config = {"peft_type": "LORA", "r": rank, "lora_alpha": alpha, "use_rslora": rslora, "target_modules": ["q_proj"]}
-    (directory / "adapter_config.json").write_text(json.dumps(config))
 
 
 def delta(directory, module, rank_key="r"):
@@ -201,7 +175,8 @@ def test_squeeze_section_that_cannot_act_is_refused_at_load(tmp_path, capsys):
     with pytest.raises(ConfigError, match="squeeze.compress_to"):
         load_config(too_big)
     ok = tmp_path / "ok.toml"
-    ok.write_text('[model]\nmodel = "builtin:tiny"\nfinetune = "lora"\nlora_rank = 8\n[squeeze]\ncompress_to = 4\n')
+    ok.write_text('[model]\nmodel = "builtin:tiny"\nfinetune = "lora"\nlora_rank = 8\n[training]\nmax_tokens = 8\n'
+               '[squeeze]\ncompress_to = 4\n')  # max_tokens: the default 10,240 overflows the model's context
     assert main(["explain", str(ok), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["squeeze"]["compress_to"] == 4
     named = tmp_path / "named.toml"

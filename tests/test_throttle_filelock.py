@@ -94,8 +94,8 @@ def test_a_wait_past_the_timeout_is_a_clear_error(tmp_path):
 
 def test_a_standalone_run_uses_the_directory_and_a_campaign_its_actor(tmp_path):
     cfg = RetrainConfig.model_validate({"backend": {"throttle_dir": str(tmp_path / "t"), "max_concurrent": 3}})
-    made = run_throttle(cfg, None, "r")
+    made = run_throttle(cfg.backend, None, "r")
     assert isinstance(made, FileLockThrottle) and made.capacity == 3 and len(list((tmp_path / "t").iterdir())) == 3
     actor = FileLockThrottle(tmp_path / "actor", 1, timeout_s=1)  # stands for the campaign's throttle
-    assert run_throttle(cfg, actor, "r") is actor
-    assert run_throttle(RetrainConfig(), None, "r") is None
+    assert run_throttle(cfg.backend, actor, "r") is actor
+    assert run_throttle(RetrainConfig().backend, None, "r") is None

@@ -306,3 +306,25 @@ def test_batches_never_exceed_capacity_and_are_served_whole_in_fifo_order(events
         held += [lease.lease_id for _, lease in grants]
         assert sem.in_flight <= (sem.capacity if grants else max(before, sem.capacity))  # shrinks revoke nothing
         assert not queued or sem.in_flight + queued[0][1] > sem.capacity  # the head cannot fit
+
+
+def test_after_a_restart_renewals_are_re_adopted_and_nothing_new_is_granted_for_one_ttl(clock):
+    """The throttle actor restarted without its table: for one TTL it grants nothing new, re-adopts the leases
+    its holders renew (they count against capacity), then serves the waiters FIFO from what is really free."""
+    sem = LeasedSemaphore(2, lease_ttl_s=10.0, clock=clock)
+    sem.start_grace(id_prefix="r1.")
+    assert sem.try_acquire("new") is None  # no new lease during the grace period
+    waiter = sem.enqueue("waiter")
+    renewed = sem.renew("0:holder-a")  # a lease the dead actor granted
+    assert renewed.holder == "holder-a" and sem.in_flight == 1 and sem.adopted == 1
+    sem.release_many(["1:holder-b"])  # released before it was renewed here: answered as known
+    assert sem.pop_grants() == []
+    clock.now += 10.0
+    assert sem.end_grace_if_due() and not sem.in_grace
+    ((ticket, lease),) = sem.pop_grants()
+    assert ticket == waiter and lease.lease_id.startswith("r1.") and sem.in_flight == 2
+    assert sem.try_acquire("third") is None  # the re-adopted lease still counts: capacity 2 is full
+    with pytest.raises(UnknownLease):
+        sem.renew("5:holder-late")  # after the grace period an unknown lease is lost, not adopted
+    stats = sem.stats()
+    assert stats.granted == stats.in_flight + stats.released + stats.expired

@@ -9,13 +9,23 @@ from pathlib import Path
 import pytest
 
 import retrain_ray
-from retrain_ray.config.names import TRAINERS as CONFIG_TRAINER_NAMES
 from retrain_ray.run.trainers.external import run_command_runner, run_plugin_runner
 from retrain_ray.run.trainers.registry import PLUGIN_RUNNER, TRAINERS, trainer_spec
 
 
-def test_the_registry_names_the_trainers_the_config_accepts():
-    assert set(TRAINERS) == set(CONFIG_TRAINER_NAMES)
+def test_the_registry_names_the_trainers_the_config_accepts(tmp_path):
+    """The registry is the one list of names: the config accepts each of its names and refuses others with them."""
+    from helpers import write_config
+
+    from retrain_ray.config import load_config
+    from retrain_ray.config.errors import ConfigError
+
+    command = {"command": {"trainer_command": "python train.py {log_dir}"}}
+    for name in TRAINERS:
+        path = write_config(tmp_path / f"{name}.toml", training={"trainer": name, **command.get(name, {})})
+        assert load_config(path).training.trainer == name
+    with pytest.raises(ConfigError, match="is not a known trainer.*use one of command, retrain, sft, ttt_discover"):
+        load_config(write_config(tmp_path / "ppo.toml", training={"trainer": "ppo"}))
 
 
 def test_command_and_plugin_runners_run_outside_the_loop():

@@ -28,6 +28,13 @@ The actor is named `<campaign>/throttle/<endpoint>` in the caller's namespace, c
 `get_if_exists=True`, `num_cpus=0` and a high `max_concurrency` (each waiter is a pending coroutine),
 and is not detached: it lives as long as the campaign driver that created it (DESIGN decision 2).
 It exports `ray.util.metrics` gauges tagged with campaign and endpoint, refreshed every reaper tick.
+
+Restarts: Ray restarts it when it dies (`CONTROL_RESTARTS`, calls in flight retried). Its lease table
+is soft state rebuilt from the holders' renewals: for one lease TTL after a restart it grants no new
+lease and re-adopts every lease a holder renews (`LeasedSemaphore.start_grace`); then it serves the
+waiters FIFO from the slots really free. Every client session gets a new incarnation, so each process
+asks again for what it had queued. The capacity the back-pressure actor had set is asked from it
+again; the restart is appended to `<campaign>/control_restarts.jsonl` (actors/restarts.py).
 """
 
 from __future__ import annotations
@@ -35,11 +42,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import time
+from pathlib import Path
 from typing import Any
 
 import ray
 
+from retrain_ray.actors.backpressure import backpressure_name
+from retrain_ray.actors.restarts import CONTROL_RESTARTS, record_restart
 from retrain_ray.actors.throttle_sessions import Sessions
 from retrain_ray.actors.throttle_support import THROTTLE_GAUGES, Gauges, Outcome, Request, throttle_name
 from retrain_ray.actors.worker_env import SERVICE_RUNTIME_ENV
@@ -51,18 +62,32 @@ __all__ = ["THROTTLE_GAUGES", "ThrottleActor", "get_throttle", "start_throttle",
 log = logging.getLogger(__name__)
 
 MAX_CONCURRENCY = 10_000  # pending acquires are coroutines; this bounds queued waiters, not threads
+RECOVER_TIMEOUT_S = 30.0  # for the back-pressure actor's answer after a restart
 
 
-@ray.remote(num_cpus=0, max_concurrency=MAX_CONCURRENCY, runtime_env=SERVICE_RUNTIME_ENV)  # pyright: ignore[reportCallIssue]  # ray's overloads omit max_concurrency
+@ray.remote(num_cpus=0, max_concurrency=MAX_CONCURRENCY, runtime_env=SERVICE_RUNTIME_ENV,  # pyright: ignore[reportCallIssue]  # ray's overloads omit max_concurrency
+            max_restarts=CONTROL_RESTARTS, max_task_retries=-1)
 class ThrottleActor:
     """Leased, fair, resizable counting semaphore for one endpoint of one campaign."""
 
-    def __init__(self, campaign: str, endpoint: str, capacity: int, lease_ttl_s: float) -> None:
+    def __init__(self, campaign: str, endpoint: str, capacity: int, lease_ttl_s: float,
+                 campaign_dir: str | None = None) -> None:
+        self._campaign = campaign
         self._endpoint = endpoint
         self._sem = LeasedSemaphore(capacity, lease_ttl_s)
+        self._restarted = bool(ray.get_runtime_context().was_current_actor_reconstructed)
+        first_incarnation = 0
+        if self._restarted:
+            first_incarnation = time.time_ns() // 1000  # above any number the dead actor handed out
+            self._sem.start_grace(id_prefix=f"r{first_incarnation:x}.")
+            log.warning("throttle %s restarted: no new lease for %.1f s while holders renew theirs",
+                        endpoint, lease_ttl_s)
+            if campaign_dir:
+                record_restart(Path(campaign_dir), f"throttle {endpoint}")
         self._futures: dict[int, asyncio.Future[list[Lease]]] = {}
-        self._sessions = Sessions(endpoint, self._sem)
+        self._sessions = Sessions(endpoint, self._sem, first_incarnation)
         self._reaper: asyncio.Task[None] | None = None
+        self._recovery: asyncio.Task[None] | None = None
         self._gauges = Gauges(campaign, endpoint)
         self._gauges.update(self._sem.stats())
 
@@ -135,6 +160,7 @@ class ThrottleActor:
         self, session: str, max_wait_s: float, told: tuple[int, bool, int] | None
     ) -> tuple[list[Outcome], PoolState]:
         """`poll` that also returns at once when the session's `PoolState.key()` differs from `told`."""
+        self._ensure_reaper()
         state = self._sessions.get(session)
         state.polling += 1
         try:
@@ -175,6 +201,7 @@ class ThrottleActor:
 
     async def renew_many(self, lease_ids: list[str]) -> list[str]:
         """Extend every held lease of `lease_ids` by its TTL; return the ids not held (lost)."""
+        self._ensure_reaper()
         return self._sem.renew_many(lease_ids)
 
     async def release(self, lease_id: str) -> None:
@@ -196,6 +223,14 @@ class ThrottleActor:
 
     async def stats(self) -> ThrottleStats:
         return self._sem.stats()
+
+    async def pid(self) -> int:
+        """The actor's process id (what a fault test or an operator's `kill` needs)."""
+        return os.getpid()
+
+    async def adopted(self) -> int:
+        """Leases of the dead actor re-adopted from their holders' renewals since the last restart."""
+        return self._sem.adopted
 
     async def leases(self) -> list[Lease]:
         """Leases held now, oldest grant first (times are this actor's monotonic clock)."""
@@ -237,15 +272,37 @@ class ThrottleActor:
         if self._sessions.expire(session, ticket):
             self._wake()
 
+    async def _recover_capacity(self) -> None:
+        """After a restart, the capacity the back-pressure actor set comes back from it (re-registering
+        this throttle makes it push its pooled capacity); without one, the configured capacity holds."""
+        try:
+            advisor = ray.get_actor(backpressure_name(self._campaign), namespace=ray.get_runtime_context().namespace)
+        except ValueError:  # no back-pressure actor in this campaign
+            return
+        try:
+            me = ray.get_runtime_context().current_actor
+            capacity = await asyncio.wait_for(advisor.set_throttle.remote(self._endpoint, me), RECOVER_TIMEOUT_S)
+        except Exception as err:  # the configured capacity holds until its next change
+            log.warning("throttle %s: capacity not recovered from the back-pressure actor: %s", self._endpoint, err)
+            return
+        if capacity is not None:
+            self._sem.resize(check_capacity(capacity))
+            log.warning("throttle %s: capacity %d recovered from the back-pressure actor", self._endpoint, capacity)
+
     def _ensure_reaper(self) -> None:
         if self._reaper is None or self._reaper.done():
             self._reaper = asyncio.get_running_loop().create_task(self._reap_forever())
 
     async def _reap_forever(self) -> None:
         period_s = self._sem.lease_ttl_s / 4
+        if self._restarted and self._recovery is None:  # its own task: the grace period must not wait on it
+            self._recovery = asyncio.get_running_loop().create_task(self._recover_capacity())
         while True:
             await asyncio.sleep(period_s)
             try:
+                if self._sem.end_grace_if_due():
+                    log.warning("throttle %s: grace over, %d leases re-adopted, serving %d waiters",
+                                self._endpoint, self._sem.adopted, self._sem.waiting)
                 now = time.monotonic()
                 self._sessions.reclaim_silent(now)
                 for lease in self._sem.reclaim_expired(now):
@@ -260,18 +317,20 @@ class ThrottleActor:
 
 
 def start_throttle(
-    campaign: str, endpoint: str, capacity: int, *, namespace: str, lease_ttl_s: float
+    campaign: str, endpoint: str, capacity: int, *, namespace: str, lease_ttl_s: float,
+    campaign_dir: Path | None = None,
 ) -> Any:
     """Create (or get, if it already exists) the throttle actor of `endpoint` in `campaign`.
 
     An existing actor is returned unchanged: call `handle.resize.remote(n)` to change its capacity.
-    The actor reaps expired leases from its first acquire on.
+    The actor reaps expired leases from its first call on. Its restarts go to `campaign_dir`'s
+    restart log (none when None).
     """
     name = throttle_name(campaign, endpoint)
     check_capacity(capacity)
     check_ttl(lease_ttl_s)
     return ThrottleActor.options(name=name, namespace=namespace, get_if_exists=True).remote(  # pyright: ignore[reportAttributeAccessIssue]  # an @ray.remote class
-        campaign, endpoint, capacity, lease_ttl_s
+        campaign, endpoint, capacity, lease_ttl_s, str(campaign_dir) if campaign_dir is not None else None
     )
 
 

@@ -28,13 +28,16 @@ SESSION_GRACE_S = 10.0  # a live client polls at least every 5 s while it waits 
 class Sessions:
     """The sessions of one throttle actor, by name, and the tickets they queued in its semaphore."""
 
-    def __init__(self, endpoint: str, sem: LeasedSemaphore) -> None:
+    def __init__(self, endpoint: str, sem: LeasedSemaphore, first_incarnation: int = 0) -> None:
+        """`first_incarnation`: after a restart, a number above every incarnation and `PoolState.seq` the
+        dead actor handed out, so that every client takes the new state and hears that its session (and
+        its queued requests) was forgotten."""
         self._endpoint = endpoint
         self._sem = sem
         self._by_name: dict[str, Session] = {}
         self._ticket_session: dict[int, str] = {}
-        self._seq = 0
-        self._incarnations = 0
+        self._seq = first_incarnation
+        self._incarnations = first_incarnation
 
     def get(self, session: str) -> Session:
         """The state of `session`, a fresh one (next incarnation) if it is new or was dropped."""

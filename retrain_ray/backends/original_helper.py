@@ -89,7 +89,7 @@ class HelperSampler(WeightsVersion):
 
 class HelperBackend:
     """A training backend over a TrainHelper's `train_step`, `save_adapter` and `load_state` (its capability
-    flags are the registry's: `plugin_backend.RegisteredBackend` wraps it)."""
+    flags are the registry's: `plugins.RegisteredBackend` wraps it)."""
 
     def __init__(self, helper: TrainHelper) -> None:
         self.helper, self._version = helper, 0

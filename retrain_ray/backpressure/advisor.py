@@ -23,7 +23,8 @@ from retrain_ray.backpressure.types import Decision, StepObservation
 from retrain_ray.backpressure.usl import USLController
 
 if TYPE_CHECKING:
-    from retrain_ray.config.schema import RetrainConfig
+    from retrain_ray.config.sections_runtime import BackpressureSection
+    from retrain_ray.config.sections_training import BackendSection, ModelSection
 
 
 def warmup_batch_sizes(min_bs: int, max_bs: int) -> list[int]:
@@ -71,9 +72,8 @@ class LocalAdvisor:
         self.min_bs, self.max_bs = int(min_bs), int(max_bs)
 
     @classmethod
-    def from_config(cls, cfg: RetrainConfig) -> LocalAdvisor:
-        bp = cfg.backpressure
-        return cls(USLController.from_config(cfg), bp.enabled, bp.min_batch_size, bp.max_batch_size)
+    def from_config(cls, bp: BackpressureSection, model: ModelSection, backend: BackendSection) -> LocalAdvisor:
+        return cls(USLController.from_config(bp, model, backend), bp.enabled, bp.min_batch_size, bp.max_batch_size)
 
     def initial_batch_size(self, batch_size: int, start_step: int = 0) -> int:
         return initial_batch_size(batch_size, enabled=self.enabled, start_step=start_step,

@@ -53,7 +53,7 @@ class BackPressureSettings:
     def from_config(cls, cfg: RetrainConfig, **overrides: int | float | bool) -> BackPressureSettings:
         """The section's keys, the model's roofline figures, then `overrides`."""
         section = cls(**cfg.backpressure.model_dump(), flops_per_token=roofline_flops_per_token(cfg.backpressure, cfg.model),
-                      shapes=roofline_shapes(cfg))
+                      shapes=roofline_shapes(cfg.backpressure, cfg.model, cfg.backend))
         return dataclasses.replace(section, **overrides)
 
     def controller(self) -> USLController:

@@ -37,9 +37,8 @@ from retrain_ray.backpressure.roofline import ModelShapes, RooflinePoint, roofli
 from retrain_ray.backpressure.types import Decision
 
 if TYPE_CHECKING:
-    from retrain_ray.config.schema import RetrainConfig
     from retrain_ray.config.sections_runtime import BackpressureSection
-    from retrain_ray.config.sections_training import ModelSection
+    from retrain_ray.config.sections_training import BackendSection, ModelSection
 
 __all__ = ["USLController", "usl_capacity", "usl_optimal_p"]
 
@@ -73,18 +72,17 @@ def roofline_flops_per_token(backpressure: BackpressureSection, model: ModelSect
     return train_flops_per_token(model.model, revision=model.revision)
 
 
-def roofline_shapes(cfg: RetrainConfig) -> ModelShapes | None:
+def roofline_shapes(bp: BackpressureSection, model: ModelSection, backend: BackendSection) -> ModelShapes | None:
     """The run's model shapes when both `peak_gflops` and `peak_bw_gb_s` turn the roofline on; None otherwise."""
-    bp = cfg.backpressure
     if bp.peak_gflops <= 0.0 or bp.peak_bw_gb_s <= 0.0:
         return None
     # deferred: builds the model's architecture with transformers, needed only when the roofline is on
     from retrain_ray.backends.registry import lora_targets_of
     from retrain_ray.models.flops import model_shapes
 
-    targets = lora_targets_of(cfg.backend.backend, cfg.backend.options)
-    return model_shapes(cfg.model.model, full=cfg.model.finetune == "full", lora_rank=cfg.model.lora_rank,
-                        target_modules=targets, revision=cfg.model.revision)
+    targets = lora_targets_of(backend.backend, backend.options)
+    return model_shapes(model.model, full=model.finetune == "full", lora_rank=model.lora_rank,
+                        target_modules=targets, revision=model.revision)
 
 
 class USLController:
@@ -126,14 +124,13 @@ class USLController:
         self.last_bs, self.last_gs = self.min_batch_size, self.min_group_size
 
     @classmethod
-    def from_config(cls, cfg: RetrainConfig) -> USLController:
-        """Build from `RetrainConfig` (the [backpressure] section)."""
-        bp = cfg.backpressure
+    def from_config(cls, bp: BackpressureSection, model: ModelSection, backend: BackendSection) -> USLController:
+        """Build from the [backpressure] section, with the model's roofline figures."""
         return cls(
             warmup_steps=bp.warmup_steps, ema_decay=bp.ema_decay, throttle_margin=bp.throttle_margin,
             increase_margin=bp.increase_margin, min_batch_size=bp.min_batch_size,
             max_batch_size=bp.max_batch_size, peak_gflops=bp.peak_gflops, peak_bw_gb_s=bp.peak_bw_gb_s,
-            flops_per_token=roofline_flops_per_token(bp, cfg.model), shapes=roofline_shapes(cfg),
+            flops_per_token=roofline_flops_per_token(bp, model), shapes=roofline_shapes(bp, model, backend),
         )
 
     def observe(self, step_time_s: float, batch_size: int, group_size: int, total_tokens: int,

@@ -89,7 +89,7 @@ def start_control_plane(config: RetrainConfig, campaign: str, *, namespace: str,
     if endpoint.name:
         throttles[endpoint.name] = start_throttle(
             campaign, endpoint.name, endpoint.capacity, namespace=namespace,
-            lease_ttl_s=config.backend.lease_ttl_s,
+            lease_ttl_s=config.backend.lease_ttl_s, campaign_dir=campaign_dir,
         )
     backpressure = None
     if config.backpressure.enabled:

@@ -33,11 +33,10 @@ from typing import TYPE_CHECKING, cast
 import ray
 from ray.actor import ActorHandle
 
-from retrain_ray.actors.placement import alive_node_resources
 from retrain_ray.campaign.afterwards import run_afterwards
 from retrain_ray.campaign.capacity.placement import decide_placement
 from retrain_ray.campaign.control import ControlPlane, start_control_plane
-from retrain_ray.campaign.local_ray import connect, trial_modules
+from retrain_ray.campaign.local_ray import alive_node_resources, connect, trial_modules
 from retrain_ray.campaign.observer import CampaignObserver, ConsoleCampaignObserver
 from retrain_ray.campaign.plan import (
     DEFAULT_RUNNER,
@@ -61,7 +60,7 @@ from retrain_ray.logs.manifest import Manifest, damaged_manifest, read_manifest,
 from retrain_ray.logs.parquet_export import export_campaign
 from retrain_ray.models.context import config_uses_peft
 from retrain_ray.plugins.bundle import PluginBundle
-from retrain_ray.run.no_training import condition_warnings
+from retrain_ray.run.trainers.registry import condition_warnings
 from retrain_ray.util.secrets import has_redactions, redact, restore_secrets
 
 if TYPE_CHECKING:

@@ -31,7 +31,7 @@ from retrain_ray.campaign.tracking import ManifestCallback
 from retrain_ray.campaign.trial import TrialContext, run_trial
 from retrain_ray.logs.manifest import Manifest
 from retrain_ray.plugins.bundle import PluginBundle
-from retrain_ray.trackers.mlflow_tracker import ensure_experiment, experiment_name
+from retrain_ray.trackers.build import ensure_experiment, experiment_name
 
 # Tune writes its experiment state (which names each run's latest checkpoint) into a staging dir and
 # copies it to `<campaign>/tune` only every `SyncConfig.sync_period` (default 300 s): with the default

@@ -1,4 +1,5 @@
-"""The Ray a campaign driver connects to, and the Tune settings its driver runs with.
+"""The Ray a campaign driver connects to, the Tune settings its driver runs with, and the alive nodes'
+resources that placement plans against (`alive_node_resources`; the planning is campaign/capacity/placement.py).
 
 `connect()` joins `address`, else RAY_ADDRESS, else starts a local Ray. A local Ray started without
 the dashboard is lean: besides the GCS, the raylet and its two agents it starts no dashboard head
@@ -30,6 +31,7 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Generator, Sequence
+from typing import cast
 
 import ray
 import ray._private.node as ray_node
@@ -167,3 +169,9 @@ def lean_local_ray() -> Generator[None]:
     finally:
         ray_parameter.RayParams = params  # type: ignore[misc]
         ray_node.Node.start_api_server = api_server  # type: ignore[method-assign]
+
+
+def alive_node_resources() -> list[dict[str, float]]:
+    """Total resources of every alive node of the connected Ray cluster."""
+    nodes = cast(list[dict[str, object]], ray.nodes())
+    return [dict(cast(dict[str, float], n["Resources"])) for n in nodes if n.get("Alive")]

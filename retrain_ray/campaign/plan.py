@@ -230,7 +230,7 @@ def build_plan(config: RetrainConfig, *, name: str | None = None, root: str | Pa
                         f"{str(root)!r} (flag --campaign.storage)")
         root = None
     campaign_dir = (Path(root) if root else default_root(config.logging)).resolve() / cname
-    adaptive = adaptive_plan(config)
+    adaptive = adaptive_plan(config.campaign)
     expanded = config
     if adaptive is not None:  # every run it may start: the seeds it adds have their runs planned now
         seeds = [*adaptive.start_seeds, *adaptive.spare_seeds]

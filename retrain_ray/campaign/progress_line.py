@@ -5,6 +5,11 @@ a pipe) a new line is printed every `log_every_s`, so job logs show progress wit
 line is `retrain-ray status`'s summary: runs done / running / failed / pending and the campaign ETA
 from the runs' recent step times (retrain_ray/results/status.py). Reading it never stops a campaign:
 a failure to read the logs skips that line.
+
+An adaptive campaign's runs that wait at a rung are named on it (`paused at rung 120: grpo+none_s1,
+maxrl+none_s1 (waiting for maxrl+none_s2)`, `paused_summary`): the scheduler writes `paused_at_rung` and
+`paused_why` into each run's manifest entry as it pauses the run and clears them as it resumes it
+(campaign/adaptive/scheduler.py).
 """
 
 from __future__ import annotations
@@ -12,14 +17,14 @@ from __future__ import annotations
 import logging
 import sys
 import time
+from collections.abc import Iterable
 from pathlib import Path
 from typing import TextIO
 
 from ray.tune import Callback
 from ray.tune.experiment import Trial
 
-from retrain_ray.campaign.adaptive.paused import paused_summary
-from retrain_ray.logs.manifest import read_manifest
+from retrain_ray.logs.manifest import RunRecord, read_manifest
 from retrain_ray.results.live import summary_line
 from retrain_ray.results.status import campaign_status
 
@@ -78,3 +83,27 @@ class CampaignProgress(Callback):
         if self._drawn:
             self._out().write("\n")
             self._out().flush()
+
+
+PAUSED_KEYS = ("paused_at_rung", "paused_why")
+
+
+def paused_at(run: RunRecord) -> int | None:
+    """The rung `run` waits at (None: not paused)."""
+    rung = getattr(run, "paused_at_rung", None)
+    return rung if isinstance(rung, int) and run.status not in ("completed", "stopped", "failed") else None
+
+
+def paused_summary(runs: Iterable[RunRecord]) -> str:
+    """`; paused at rung R: run, run (why)` per rung with paused runs; "" when none is."""
+    by_rung: dict[int, list[RunRecord]] = {}
+    for run in runs:
+        rung = paused_at(run)
+        if rung is not None:
+            by_rung.setdefault(rung, []).append(run)
+    parts: list[str] = []
+    for rung, paused in sorted(by_rung.items()):
+        why = str(getattr(paused[-1], "paused_why", "") or "")
+        waiting = why.split(" for ", 1)[1] if " for " in why else "the decision"
+        parts.append(f"paused at rung {rung}: {', '.join(r.run_name for r in paused)} (waiting for {waiting})")
+    return "".join(f"; {p}" for p in parts)

@@ -32,7 +32,7 @@ from ray import ObjectRef, tune
 
 from retrain_ray.actors.worker_env import PRELOAD_MODULE
 from retrain_ray.campaign.control import ControlPlane
-from retrain_ray.campaign.dashboard.gauges import RunGauges
+from retrain_ray.campaign.dashboard import RunGauges
 from retrain_ray.campaign.plan import DEFAULT_RUNNER, Runner, RunPlan
 from retrain_ray.campaign.recorder import RecorderClient, recorder_name
 from retrain_ray.campaign.resume.point import ResumePoint, decide_resume

@@ -1,7 +1,8 @@
 """What this machine lacks for a config to run here, as opposed to what is wrong with the config.
 
 `explain` is a dry run, often made on a laptop for a campaign that will run on a cluster: a model not in
-the local Hugging Face cache, a data file that lives on the cluster's volume, an inference server or an
+the local Hugging Face cache, a data file that lives on the cluster's volume, MATH data to download while
+this machine is offline (HF_HUB_OFFLINE), an inference server or an
 OpenEnv environment server that is not up yet are facts about this machine, not errors in the file.
 `environment_problems` lists each with its fix (the download command, the key to set); `explain` prints
 them as warnings and still shows the plan (`--strict` makes them errors). The runs themselves still
@@ -15,7 +16,12 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from retrain_ray.checks.preflight import endpoint_problems, model_problems, unreachable
+from retrain_ray.checks.preflight import (
+    data_download_problems,
+    endpoint_problems,
+    model_problems,
+    unreachable,
+)
 
 if TYPE_CHECKING:
     from retrain_ray.config.schema import RetrainConfig
@@ -65,6 +71,7 @@ def environment_problems(cfg: RetrainConfig) -> list[str]:
 
     configs = [r.config for r in expand_runs(cfg)]
     environments = [c.environment for c in configs]
-    return (model_problems(configs) + data_problems(c.data for c in configs)
+    downloads = dict.fromkeys(p for c in configs for p in data_download_problems(c.data, c.environment))
+    return (model_problems(configs) + data_problems(c.data for c in configs) + list(downloads)
             + endpoint_problems((c.inference, c.backend) for c in configs) + openenv_problems(environments)
             + package_problems(environments))

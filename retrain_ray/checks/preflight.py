@@ -17,7 +17,13 @@ from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from retrain_ray.checks.probe import preflight
-from retrain_ray.models.context import cached_snapshot, context_length, looks_like_hub_id, model_problem
+from retrain_ray.models.context import (
+    BUILTIN_CONTEXT,
+    cached_snapshot,
+    context_length,
+    looks_like_hub_id,
+    model_problem,
+)
 from retrain_ray.models.sentence_embedder import embedding_model_problem
 from retrain_ray.plugins.loader import is_dotted_path, load_callable, load_object, use_search_paths
 from retrain_ray.run.plugin_modes import resolve_modes
@@ -39,6 +45,7 @@ if TYPE_CHECKING:  # explain imports this module: keep torch out of it
         ModelSection,
         TrainingSection,
     )
+    from retrain_ray.run.trainers.registry import TrainerSpec
 
 
 class PreflightError(ValueError):
@@ -89,12 +96,16 @@ def endpoint_problems(configs: Iterable[tuple[InferenceSection, BackendSection]]
     return problems
 
 
+def _trainer_spec(trainer: str) -> TrainerSpec:
+    # deferred: the trainer registry loads pydantic (config/), which importing this module does not need
+    from retrain_ray.run.trainers.registry import trainer_spec
+
+    return trainer_spec(trainer)
+
+
 def runs_externally(trainer: str) -> bool:
     """A command or plugin runner trains the run (run/trainers/registry.py): it loads its own model and data."""
-    # deferred: the config package loads pydantic, which importing this module does not need
-    from retrain_ray.config.trainers import runs_externally as external
-
-    return external(trainer)
+    return _trainer_spec(trainer).runs_outside_loop
 
 
 def _trains_locally(backend: str) -> bool:
@@ -192,7 +203,7 @@ def plugin_problems(data: DataSection, reward: RewardSection, planning: Planning
 def runner_plugin_problems(training: TrainingSection) -> list[str]:
     """A dotted `[training] trainer` that does not import (the command runner has nothing to import)."""
     trainer = training.trainer
-    if trainer == "command":
+    if not _trainer_spec(trainer).loads_plugin:
         return []
     try:
         load_object(trainer, "[training] trainer")
@@ -231,11 +242,6 @@ def model_problems(configs: Iterable[RetrainConfig]) -> list[str]:
     return [f"model.model: {p}" for p in found if p] + [p for p in planning if p]
 
 
-BUILTIN_CONTEXT = 2048
-"""Positions of the built-in models (`builtin:*`: models/tiny.py, `max_position_embeddings`), known without
-building one (building imports transformers)."""
-
-
 def _model_context(model: ModelSection) -> int | None:
     """The model's context from its config.json where it is here (a local folder, the Hub cache), the built-in
     models' own; None where it is not known before the run resolves the model (not cached: model_problems)."""
@@ -264,8 +270,7 @@ def data_download_problems(data: DataSection, environment: EnvironmentSection) -
     HF_HUB_OFFLINE / HF_DATASETS_OFFLINE set): the run would fail at its start, in every trial. A run with
     an `[environment]` takes its examples from it, not from `[data]`."""
     # deferred: the data package, which importing this module does not need
-    from retrain_ray.data.math_dataset import MATH_DATASET, OFFLINE_HINT
-    from retrain_ray.data.math_dataset import _is_offline as is_offline  # pyright: ignore[reportPrivateUsage]
+    from retrain_ray.data.math_dataset import MATH_DATASET, OFFLINE_HINT, is_offline
 
     if data.source != "math" or environment.provider or not is_offline():
         return []

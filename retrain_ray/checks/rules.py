@@ -13,11 +13,12 @@ it); max / mlx / trtllm engines need LoRA (they load the trainer's weights as an
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from collections.abc import Set as AbstractSet
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from retrain_ray.algorithms.planning import DETECTORS
 from retrain_ray.algorithms.recipes import ALGORITHMS
-from retrain_ray.algorithms.registry import ADVANTAGES, TRANSFORMS
+from retrain_ray.algorithms.registry import ADVANTAGES, TRANSFORMS, UNCERTAINTIES
 from retrain_ray.backends.registry import (
     BACKEND_SPECS,
     ENGINE_SPECS,
@@ -29,19 +30,21 @@ from retrain_ray.config.base import Section, check_choice
 from retrain_ray.config.errors import ConfigIssue, did_you_mean
 from retrain_ray.config.names import (
     ORIGINAL_ONLY_BACKENDS,
-    TRAINERS,
-    UNCERTAINTY_ALIASES,
     UNCERTAINTY_PARAM_KEYS,
     canonical_uncertainty,
-    is_dotted_path,
     uncertainty_kind_in_force,
 )
 from retrain_ray.config.sections_training import BackendSection
-from retrain_ray.config.trainers import trainer_issues, trainer_warnings
 from retrain_ray.data.loading import SOURCES
 from retrain_ray.environments import PROVIDERS
 from retrain_ray.rewards.registry import REWARD_BUILDERS
-from retrain_ray.run.no_training import no_training_warnings
+from retrain_ray.run.trainers.registry import (
+    TRAINERS,
+    no_training_warnings,
+    trainer_config_issues,
+    trainer_config_warnings,
+)
+from retrain_ray.util.dotted import is_dotted_path
 
 if TYPE_CHECKING:
     from retrain_ray.config.campaign_schema import CampaignSection, SqueezeSection
@@ -77,14 +80,13 @@ PLUGIN_KEYS: tuple[PluginKey, ...] = (
     PluginKey("advantage_mode", "advantage_mode", "algorithm", "advantage_mode", frozenset(ADVANTAGES.names())),
     PluginKey("transform_mode", "transform_mode", "algorithm", "transform_mode", frozenset(TRANSFORMS.names())),
     PluginKey("algorithm_mode", "algorithm_mode", "algorithm", "algorithm_mode", frozenset(ALGORITHMS.names())),
-    PluginKey("uncertainty_kind", "uncertainty_kind", "algorithm", "uncertainty_kind",
-              frozenset(UNCERTAINTY_ALIASES.values())),
+    PluginKey("uncertainty_kind", "uncertainty_kind", "algorithm", "uncertainty_kind", frozenset(UNCERTAINTIES.names())),
     PluginKey("backend", "[backend] backend", "backend", "backend", frozenset(BACKEND_SPECS)),
     PluginKey("inference_engine", "[inference] engine", "inference", "engine", frozenset(ENGINE_SPECS)),
     PluginKey("reward", "[reward] type", "reward", "type", frozenset(REWARD_BUILDERS)),
     PluginKey("data_source", "[data] source", "data", "source", frozenset(SOURCES)),
     PluginKey("planning_detector", "[planning] detector", "planning", "detector", frozenset(DETECTORS)),
-    PluginKey("trainer", "[training] trainer", "training", "trainer", TRAINERS),
+    PluginKey("trainer", "[training] trainer", "training", "trainer", frozenset(TRAINERS)),
 )
 """Every key that takes a dotted plugin path: `retrain-ray plugins` checks them, a campaign ships their code."""
 
@@ -96,7 +98,7 @@ class NameKey(NamedTuple):
     section: str
     key: str
     what: str  # how the message names the key
-    known: frozenset[str]
+    known: AbstractSet[str]  # a registry's live keys where a component may be registered at run time
     dotted: bool = True  # a dotted plugin path is accepted too
 
 
@@ -104,7 +106,7 @@ NAME_KEYS: tuple[NameKey, ...] = (
     NameKey("algorithm", "algorithm_mode", "algorithm_mode", frozenset(ALGORITHMS.names()) | {""}),
     NameKey("algorithm", "advantage_mode", "advantage_mode", frozenset(ADVANTAGES.names())),
     NameKey("algorithm", "transform_mode", "transform_mode", frozenset(TRANSFORMS.names())),
-    NameKey("inference", "engine", "inference engine", frozenset(ENGINE_SPECS)),
+    NameKey("inference", "engine", "inference engine", ENGINE_SPECS.keys()),
     NameKey("planning", "detector", "planning detector", frozenset(DETECTORS)),
     NameKey("data", "source", "data source", frozenset(SOURCES)),
     NameKey("environment", "provider", "environment provider", frozenset(PROVIDERS) | {""}, dotted=False),
@@ -427,7 +429,7 @@ def _squeeze(squeeze: SqueezeSection | None, campaign: CampaignSection | None, m
     return issues
 
 
-def _adaptive(campaign: CampaignSection | None, training: TrainingSection) -> list[ConfigIssue]:
+def _adaptive(campaign: CampaignSection | None) -> list[ConfigIssue]:
     """[campaign.adaptive]: rungs a run reports at, seeds to start and add, a budget the grid fits."""
     camp = campaign
     ad = camp.adaptive if camp is not None else None
@@ -435,7 +437,7 @@ def _adaptive(campaign: CampaignSection | None, training: TrainingSection) -> li
         return []
 
     issues, loc = [], "campaign.adaptive"
-    bad = rung_problem(ad.rungs, camp.max_steps, training.save_every)
+    bad = rung_problem(ad.rungs, camp.max_steps)
     if bad:
         issues.append(ConfigIssue(f"{loc}.rungs", ad.rungs, bad[0], bad[1]))
     bad = metric_problem(ad.metric)
@@ -489,17 +491,13 @@ def refused_keys(sections: Mapping[str, object]) -> list[ConfigIssue]:
 EVAL_COLUMNS = ("eval_mean_reward", "eval_correct_rate")
 
 
-def rung_problem(rungs: list[int], max_steps: int, save_every: int) -> tuple[str, str] | None:
-    """(what is wrong, the fix) with the rungs of a campaign of `max_steps` steps, or None."""
+def rung_problem(rungs: list[int], max_steps: int) -> tuple[str, str] | None:
+    """(what is wrong, the fix) with the rungs of a campaign of `max_steps` steps, or None. Any step may be a
+    rung: each run checkpoints at its campaign's rungs ([training] checkpoint_steps, config/matrix.py)."""
     late = [r for r in rungs if r > max_steps]
     if late:
         return (f"rungs {late} lie past [campaign].max_steps = {max_steps}",
                 f"give steps from 1 to {max_steps}, or raise [campaign].max_steps")
-    off = [r for r in rungs if r != max_steps and (save_every <= 0 or r % save_every)]
-    if off:
-        return (f"rungs {off} are not steps at which runs checkpoint ([training].save_every = {save_every}): a run "
-                "reports to the campaign only with its checkpoints",
-                f"use multiples of save_every or the last step {max_steps}, or set save_every to divide every rung")
     return None
 
 
@@ -538,8 +536,8 @@ RULES: tuple[Rule, ...] = (
     lambda cfg: _optimizer_batch(cfg.optimizer_batch, cfg.backend, cfg.training, cfg.backpressure, cfg.resume),
     lambda cfg: _data_and_reward(cfg.data, cfg.reward, cfg.backpressure),
     lambda cfg: _squeeze(cfg.squeeze, cfg.campaign, cfg.model, cfg.backend),
-    lambda cfg: _adaptive(cfg.campaign, cfg.training),
-    trainer_issues,
+    lambda cfg: _adaptive(cfg.campaign),
+    trainer_config_issues,
 )
 """Each rule with the sections it reads."""
 
@@ -569,7 +567,7 @@ def _warnings(backend: BackendSection, training: TrainingSection) -> list[str]:
 
 def collect_warnings(cfg: RetrainConfig) -> list[str]:
     """Spec 7 warnings: the config is valid but probably not what was meant."""
-    return _warnings(cfg.backend, cfg.training) + trainer_warnings(cfg) + no_training_warnings(cfg)
+    return _warnings(cfg.backend, cfg.training) + trainer_config_warnings(cfg) + no_training_warnings(cfg)
 
 
 def _shared_engine_issues(inference: InferenceSection, model: ModelSection, backend: BackendSection) -> list[ConfigIssue]:

@@ -145,7 +145,7 @@ FACTORIES: dict[str, str] = {
     "trainer": "a class (built without arguments) or object with run(config) -> the trained adapter's path",
 }
 """What a dotted path of each component names (docs/configuration.md, plugins). `config` answers the original's
-flat field names; `context` (backends/plugin_context.py) is optional: a factory of one parameter gets config only."""
+flat field names; `context` (backends/plugins.py) is optional: a factory of one parameter gets config only."""
 
 
 def _config_references(sections: Mapping[str, object]) -> dict[str, str]:

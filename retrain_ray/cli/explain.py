@@ -63,6 +63,7 @@ from retrain_ray.config import (
 from retrain_ray.config.names import effective_uncertainty_kind, gpu_count
 
 if TYPE_CHECKING:
+    from retrain_ray.config.sections_runtime import DataSection
     from retrain_ray.config.sections_training import BackendSection, TrainingSection
     from retrain_ray.run.epochs import StepPlan
 from retrain_ray.models.lora import effective_alpha
@@ -123,7 +124,7 @@ def describe_run(cfg: RetrainConfig, resources: PlannedResources | None = None) 
         "uncertainty_kind": effective_uncertainty_kind(cfg),
         "datums_per_step": t.rows_per_step,
         "max_steps": max_steps,
-        "steps": step_count(t, max_steps, _epoch_plan(cfg)),
+        "steps": step_count(t, max_steps, _epoch_plan(t, cfg.data)),
         "lr_schedule": lr_schedule_text(t),
         "total_datums": t.rows_per_step * max_steps,
         "sft_warmup_steps": t.sft_warmup_steps,
@@ -133,20 +134,19 @@ def describe_run(cfg: RetrainConfig, resources: PlannedResources | None = None) 
 
 def trainer_text(trainer: str, command: str) -> str:
     """What runs the run, in words (`[training] trainer`: run/trainers/registry.py)."""
-    known = {"retrain": "the RL loop", "sft": "standalone SFT (every step supervised)",
-             "ttt_discover": "TTT-Discover on the data's first example"}
-    if trainer == "command":
-        return f"command: {command}"
-    return f"{trainer}: {known[trainer]}" if trainer in known else f"{trainer}: plugin runner"
+    # deferred: explain's other lines do not need the run package (the registry itself loads no torch)
+    from retrain_ray.run.trainers.registry import trainer_spec
+
+    return trainer_spec(trainer).describe(trainer, command)
 
 
-def _epoch_plan(cfg: RetrainConfig) -> StepPlan | None:
-    if cfg.training.num_epochs <= 0:
+def _epoch_plan(training: TrainingSection, data: DataSection) -> StepPlan | None:
+    if training.num_epochs <= 0:
         return None
     # deferred: the run package is only needed for the steps line
     from retrain_ray.run.epochs import plan_from_config
 
-    return plan_from_config(cfg)
+    return plan_from_config(training, data)
 
 
 def step_count(t: TrainingSection, max_steps: int, plan: StepPlan | None) -> str:

@@ -30,7 +30,7 @@ from retrain_ray.util.process_clock import process_started_at as started_at_from
 if TYPE_CHECKING:
     from retrain_ray.config.campaign_schema import SqueezeSection
     from retrain_ray.config.schema import RetrainConfig
-    from retrain_ray.config.sections_training import BackendSection
+    from retrain_ray.config.sections_training import BackendSection, TrainingSection
 
 err = Console(stderr=True)
 
@@ -135,7 +135,7 @@ def train_main(argv: list[str]) -> int:
             try:
                 return _train_locked(cfg, args, run_dir)
             except KeyboardInterrupt:
-                return _interrupted(cfg, argv, run_dir, stops)
+                return _interrupted(cfg.training, argv, run_dir, stops)
     finally:
         lock.release()
 
@@ -164,12 +164,12 @@ def _train_locked(cfg: RetrainConfig, args: argparse.Namespace, run_dir: Path) -
         except FileNotFoundError as exc:
             err.print(f"[bold red]error:[/] {exc}", highlight=False)
             return 2
-    plan = plan_from_config(cfg)  # num_epochs may end the run before max_steps
+    plan = plan_from_config(cfg.training, cfg.data)  # num_epochs may end the run before max_steps
     total = plan.steps if plan is not None else cfg.training.max_steps
     if not args.quiet:
         err.print(capability_line(cfg.backend), highlight=False, markup=False, soft_wrap=True)
     progress = None if args.quiet else ProgressObserver(total, first, log_every=cfg.training.log_every)
-    trackers = build_trackers(cfg, RunIdentity(run_dir.name, condition_of(cfg), cfg.training.seed), run_dir)
+    trackers = build_trackers(cfg, RunIdentity(run_dir.name, condition_of(cfg.algorithm), cfg.training.seed), run_dir)
     started = time.perf_counter()
     try:
         outcome = train_run(
@@ -230,7 +230,7 @@ def continue_command(argv: list[str], run_dir: Path | None) -> str:
     return shlex.join(["retrain-ray", "train", *kept, "--resume", str(run_dir)])
 
 
-def _interrupted(cfg: RetrainConfig, argv: list[str], run_dir: Path, stops: Stops) -> int:
+def _interrupted(training: TrainingSection, argv: list[str], run_dir: Path, stops: Stops) -> int:
     """Where an interrupted run stopped and the exact command that continues it; exit 130 (143 on SIGTERM)."""
     # deferred: loads torch, which importing this module does not need
     from retrain_ray.run.resume.checkpoint import CheckpointManager, load_state
@@ -239,8 +239,8 @@ def _interrupted(cfg: RetrainConfig, argv: list[str], run_dir: Path, stops: Stop
     logged = _last_logged_step(run_dir)
     rows = f"its last logged step is {logged}" if logged is not None else "it logged no step"
     err.print(f"\n[bold yellow]interrupted[/] by {stops.name()}: run {run_dir} stopped ({rows}, of steps 0-"
-              f"{cfg.training.max_steps - 1}).", highlight=False)
-    root = checkpoint_root(cfg)
+              f"{training.max_steps - 1}).", highlight=False)
+    root = checkpoint_root(training)
     for checkpoint in CheckpointManager(run_dir, root=root).candidates():  # newest first; the resume verifies it
         try:
             step = load_state(checkpoint).step
@@ -253,7 +253,7 @@ def _interrupted(cfg: RetrainConfig, argv: list[str], run_dir: Path, stops: Stop
         err.print(f"  continue with: {again}", highlight=False, markup=False, soft_wrap=True)
         break
     else:
-        err.print(f"  no checkpoint was saved yet ([training] save_every = {cfg.training.save_every}); "
+        err.print(f"  no checkpoint was saved yet ([training] save_every = {training.save_every}); "
                   f"start it again with: {continue_command(argv, None)}", highlight=False, markup=False, soft_wrap=True)
     return stops.exit_code()
 

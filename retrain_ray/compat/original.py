@@ -100,7 +100,7 @@ class SampleResult:
 
 
 class InferenceEngine(ABC):
-    """What a dotted `[inference] engine` plugin's factory returns (retrain_ray/backends/plugin_engine.py)."""
+    """What a dotted `[inference] engine` plugin's factory returns (retrain_ray/backends/plugins.py)."""
 
     @abstractmethod
     def generate(self, prompt_ids_list: list[list[int]], num_samples: int, max_tokens: int, temperature: float,

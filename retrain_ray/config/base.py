@@ -9,11 +9,12 @@ for a number (`batch_size = true` is an error, not 1).
 from __future__ import annotations
 
 import json
+from collections.abc import Set as AbstractSet
 from typing import Annotated, Any
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict
 
-from retrain_ray.config.names import is_known_or_dotted
+from retrain_ray.util.dotted import is_dotted_path
 
 
 def _not_bool(value: Any) -> Any:
@@ -72,16 +73,16 @@ class Section(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", validate_default=False)
 
 
-def check_choice(value: str, known: frozenset[str], what: str, dotted: bool = True) -> str:
+def check_choice(value: str, known: AbstractSet[str], what: str, dotted: bool = True) -> str:
     """`value` when it is one of `known` (or, with `dotted`, a plugin's dotted path); else the ValueError
     that names the key and every accepted name."""
-    ok = is_known_or_dotted(value, known) if dotted else value in known
+    ok = value in known or (dotted and is_dotted_path(value))
     if not ok:
         names = ", ".join(sorted(n for n in known if n)) + (", or a dotted plugin path" if dotted else "")
         raise ValueError(f"unknown {what} {value!r}; use one of {names}")
     return value
 
 
-def one_of(known: frozenset[str], what: str, dotted: bool = True) -> AfterValidator:
+def one_of(known: AbstractSet[str], what: str, dotted: bool = True) -> AfterValidator:
     """The validator of a key that takes one of `known` names: `Annotated[str, one_of(NAMES, "what")]`."""
     return AfterValidator(lambda value: check_choice(value, known, what, dotted))

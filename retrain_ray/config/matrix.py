@@ -53,7 +53,8 @@ def condition_label(condition: CampaignCondition | dict[str, Any]) -> str:
 
 
 def _finish(cfg: RetrainConfig, name: str, label: str, seed: int, max_steps: int,
-            run_dir: RunDirFn | None) -> RetrainConfig:
+            run_dir: RunDirFn | None, rungs: list[int] | None = None) -> RetrainConfig:
+    """One run's config; an adaptive campaign's `rungs` become checkpoint steps (a run reports at a checkpoint)."""
     if run_dir is not None:
         log_dir, adapter = Path(run_dir(name)), Path(run_dir(name)) / "adapter"
     else:
@@ -62,13 +63,18 @@ def _finish(cfg: RetrainConfig, name: str, label: str, seed: int, max_steps: int
     if cfg.logging.wandb_project:
         logging.update(wandb_run_name=name, wandb_tags=f"{label},seed{seed}")
     updated = cfg.model_copy(update={
-        "training": cfg.training.model_copy(update={"seed": seed, "max_steps": max_steps}),
+        "training": cfg.training.model_copy(update={"seed": seed, "max_steps": max_steps,
+                                                    "checkpoint_steps": _with_rungs(cfg.training.checkpoint_steps, rungs)}),
         "backend": cfg.backend.model_copy(update={"adapter_path": str(adapter)}),
         "logging": cfg.logging.model_copy(update=logging),
         "campaign": None,
         "squeeze": None,
     })
     return RetrainConfig.model_validate(updated.model_dump())  # re-run the cross-key rules
+
+
+def _with_rungs(steps: list[int], rungs: list[int] | None) -> list[int]:
+    return sorted({*steps, *(rungs or [])})
 
 
 def conditioned_configs(cfg: RetrainConfig) -> list[RetrainConfig]:
@@ -98,9 +104,11 @@ def expand_runs(cfg: RetrainConfig, run_dir: RunDirFn | None = None) -> list[Run
         one = cfg if run_dir is None else _finish(cfg, name, label, seed, cfg.training.max_steps, run_dir)
         return [RunSpec(name, label, seed, {}, one)]
     runs = []
+    adaptive = cfg.campaign.adaptive
+    rungs = list(adaptive.rungs) if adaptive is not None else None
     for condition, conditioned in zip(cfg.campaign.conditions, conditioned_configs(cfg), strict=True):
         for seed in cfg.campaign.seeds:
             name = run_name(condition.label, seed)
-            config = _finish(conditioned, name, condition.label, seed, cfg.campaign.max_steps, run_dir)
+            config = _finish(conditioned, name, condition.label, seed, cfg.campaign.max_steps, run_dir, rungs)
             runs.append(RunSpec(name, condition.label, seed, dict(condition.overrides), config))
     return runs

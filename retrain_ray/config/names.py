@@ -2,9 +2,9 @@
 original-only backends, echo, SFT and logging choices, and the device syntax.
 
 The names of components (engines, backends, rewards, advantage / transform / algorithm modes, data
-sources, environment providers, planning detectors) are not here: each lives with its component's
+sources, environment providers, planning detectors, trainers) are not here: each lives with its component's
 registry, and the check pass (checks/rules.py) checks a config against them. A dotted path
-(`pkg.module.name` or `pkg.module:name`) is always accepted as a plugin.
+(`pkg.module.name` or `pkg.module:name`, util/dotted.py) is always accepted as a plugin.
 """
 
 from __future__ import annotations
@@ -36,24 +36,12 @@ ECHO_LOSS_FNS = frozenset({"cross_entropy"})
 """The only ECHO loss the original names (spec sections 7 and 15: "same-rollout cross-entropy"); its one
 installable release, 0.3.0, has no ECHO at all."""
 SEPA_SCHEDULES = frozenset({"linear", "auto"})
-TRAINERS = frozenset({"retrain", "sft", "ttt_discover", "command"})
-"""`[training] trainer`: what runs a run (run/trainers/registry.py); a dotted path names a plugin runner class."""
 SFT_LOSS_FNS = frozenset({"auto", "cross_entropy", "importance_sampling"})
 """`auto` is cross_entropy (run/trainers/sft.py: sft_loss)."""
 SFT_BATCH_ORDERS = frozenset({"shuffle", "sequential", "length_asc"})
 
 
-_DOTTED = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*[:.][A-Za-z_]\w*$")
 _DEVICES = re.compile(r"^(cpu|gpu:\d+(,\s*gpu:\d+)*)$")
-
-
-def is_dotted_path(name: str) -> bool:
-    """True for a plugin reference like `my_pkg.transforms:scaled` or `my_pkg.transforms.scaled`."""
-    return bool(_DOTTED.match(name))
-
-
-def is_known_or_dotted(name: str, known: frozenset[str]) -> bool:
-    return name in known or is_dotted_path(name)
 
 
 def canonical_uncertainty(kind: str) -> str:

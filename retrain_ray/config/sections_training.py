@@ -11,7 +11,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field, field_validator
 
-from retrain_ray.config.base import Bool, Float, Int, Section, Table, check_choice, one_of
+from retrain_ray.config.base import Bool, Float, Int, IntList, Section, Table, check_choice, one_of
 from retrain_ray.config.names import (
     SEPA_SCHEDULES,
     SFT_BATCH_ORDERS,
@@ -92,6 +92,9 @@ class TrainingSection(Section):
     warmup_steps: Int = Field(default=0, ge=0)
     warmup_ratio: Float = Field(default=0.0, ge=0.0, lt=1.0)
     keep_last_checkpoints: Int = Field(default=3, ge=0)
+    # Steps that checkpoint besides the multiples of save_every (a checkpoint after step N, 1-based); an
+    # adaptive campaign fills it with its rungs (config/matrix.py), so a rung need not divide save_every.
+    checkpoint_steps: IntList = Field(default_factory=list)
     # Warm start "until sampled accuracy reaches X": after each SFT step, sample the eval prompts at the
     # run's temperature and switch to RL once the correct rate reaches this (0 = run all SFT steps).
     sft_target_correct_rate: Float = Field(default=0.0, ge=0.0, le=1.0)

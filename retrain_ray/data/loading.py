@@ -17,7 +17,8 @@ from retrain_ray.data.math_dataset import load_math_examples
 from retrain_ray.data.types import Example, TaskData
 
 if TYPE_CHECKING:
-    from retrain_ray.config.schema import RetrainConfig
+    from retrain_ray.config.sections_runtime import DataSection
+    from retrain_ray.config.sections_training import TrainingSection
 
 
 @dataclass(frozen=True)
@@ -99,16 +100,15 @@ def next_batch(examples: list[Example], example_idx: int, batch_size: int) -> tu
     return batch, example_idx + batch_size
 
 
-def load_examples_from_config(cfg: RetrainConfig) -> TaskData:
-    """Load from a `RetrainConfig`: the `[data]` section plus `training.max_examples` and `training.seed`.
+def load_examples_from_config(data: DataSection, training: TrainingSection) -> TaskData:
+    """Load the `[data]` section's examples, with `training.max_examples` and `training.seed`.
 
     A seed of -1 (the original's "unseeded") generates built-in tasks with seed 0, so every run of a
     campaign that leaves the seed unset trains on the same examples.
     """
-    data = cfg.data
     return load_examples(
         data.source, task=data.task, level=data.level, path=data.path, prompt_column=data.prompt_column,
         reference_column=data.reference_column, eval_path=data.eval_path, num_examples=data.num_examples,
-        num_eval_examples=data.num_eval_examples, max_examples=cfg.training.max_examples,
-        seed=max(cfg.training.seed, 0),
+        num_eval_examples=data.num_eval_examples, max_examples=training.max_examples,
+        seed=max(training.seed, 0),
     )

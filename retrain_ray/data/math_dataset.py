@@ -27,13 +27,14 @@ class DataUnavailableError(RuntimeError):
     """A data source cannot be reached from here; the message says what to use instead."""
 
 
-def _is_offline() -> bool:
+def is_offline() -> bool:
+    """Whether HF_HUB_OFFLINE / HF_DATASETS_OFFLINE forbid the download (the check pass asks it too)."""
     return any(os.environ.get(var, "").lower() in ("1", "true", "yes") for var in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"))
 
 
 def load_math_examples(max_examples: int = 0) -> list[Example]:
     """Load the five MATH subjects in the original's order; truncate to `max_examples` if > 0."""
-    if _is_offline():
+    if is_offline():
         raise DataUnavailableError(f"[data] source = \"math\" downloads {MATH_DATASET}, but HF_HUB_OFFLINE is set. {OFFLINE_HINT}")
     try:
         # deferred: datasets is an optional extra, imported only when used

@@ -88,6 +88,9 @@ class PromptCodec:
 
 
 BUILTIN_PREFIX = "builtin:"
+BUILTIN_CONTEXT = 2048
+"""Positions of the built-in models (`builtin:*`, `max_position_embeddings` of models/tokenizer.py's
+`tiny_config`): the check pass knows it without building one (building imports transformers)."""
 
 
 def lean_applies(name: str | Path, *, trust_remote_code: bool = False) -> bool:

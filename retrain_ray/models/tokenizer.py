@@ -31,6 +31,8 @@ from typing import TYPE_CHECKING
 import torch
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
 
+from retrain_ray.models.context import BUILTIN_CONTEXT
+
 if TYPE_CHECKING:
     from transformers import LlamaConfig, PreTrainedTokenizerFast
 
@@ -118,7 +120,7 @@ def tiny_config(vocab_size: int, hidden_size: int, num_layers: int, pad_id: int,
         num_hidden_layers=num_layers,
         num_attention_heads=4,
         num_key_value_heads=4,
-        max_position_embeddings=2048,
+        max_position_embeddings=BUILTIN_CONTEXT,
         tie_word_embeddings=True,
         pad_token_id=pad_id,
         bos_token_id=bos_id,

@@ -19,23 +19,17 @@ import importlib.machinery
 import importlib.util
 import inspect
 import os
-import re
 import sys
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 from typing import TypedDict, TypeVar
 
+from retrain_ray.util.dotted import is_dotted_path as is_dotted_path  # the one rule, re-exported here
+
 S = TypeVar("S")
 
-_DOTTED = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*[:.][A-Za-z_]\w*$")
 _IMPORT_HOOKS: list[Callable[[], None]] = []
-
-
-def is_dotted_path(name: str) -> bool:
-    """True for a plugin reference: identifiers joined by dots, the last one after `.` or `:`
-    (`my_pkg.transforms:scaled`, `my_pkg.transforms.scaled`); `0.5`, `a..b` or `my-pkg.x` are not."""
-    return bool(_DOTTED.match(name))
 
 
 def add_import_hook(hook: Callable[[], None]) -> None:

@@ -17,7 +17,7 @@ from retrain_ray.rewards.mathverify import MathVerifyReward
 from retrain_ray.rewards.types import Reward
 
 if TYPE_CHECKING:
-    from retrain_ray.config.schema import RetrainConfig
+    from retrain_ray.config.sections_runtime import PluginsSection, RewardSection
 
 
 def _build_match(**_: Any) -> Reward:
@@ -62,11 +62,10 @@ def build_reward(type: str, custom_module: str = "", custom_function: str = "sco
                    workers=workers, judge=judge, throttle=throttle)
 
 
-def build_reward_from_config(cfg: RetrainConfig, throttle: Any = None) -> Reward:
-    """Build from a `RetrainConfig` (`cfg.reward`: type, custom_module, custom_function, timeout_s, workers,
-    the judge keys)."""
-    section = cfg.reward
-    use_search_paths(cfg.plugins.search_paths)  # a custom module is looked up under them
+def build_reward_from_config(section: RewardSection, plugins: PluginsSection, throttle: Any = None) -> Reward:
+    """Build from the `[reward]` section (type, custom_module, custom_function, timeout_s, workers, the judge
+    keys), a custom module looked up under `[plugins] search_paths`."""
+    use_search_paths(plugins.search_paths)  # a custom module is looked up under them
     judge = JudgeSettings(section.judge_url, section.judge_model, section.judge_prompt, section.judge_api,
                           section.judge_max_tokens)
     return build_reward(section.type, section.custom_module, section.custom_function, section.timeout_s,

@@ -79,7 +79,7 @@ def _load_task(cfg: RetrainConfig) -> TaskData:
         if not examples:
             raise ValueError(f"[data] source {cfg.data.source!r} loaded no examples")
         return TaskData(train=examples, eval=[])
-    return load_examples_from_config(cfg)
+    return load_examples_from_config(cfg.data, cfg.training)
 
 
 def build_reward(cfg: RetrainConfig, throttle: Throttle | None = None) -> Reward:
@@ -89,7 +89,7 @@ def build_reward(cfg: RetrainConfig, throttle: Throttle | None = None) -> Reward
         from retrain_ray.run.plugins import create_reward
 
         return create_reward(cfg)
-    return build_reward_from_config(cfg, throttle)
+    return build_reward_from_config(cfg.reward, cfg.plugins, throttle)
 
 
 def build_sepa(s: SepaSection, uses_sepa: bool) -> SEPAController | None:
@@ -157,9 +157,11 @@ def _plugin_policy(request: PolicyRequest) -> Policy:
     the PyTorch engine under a plugin engine)."""
     # deferred: loads transformers, which importing this module does not need
     from retrain_ray.backends.local import build_local_trainer
-    from retrain_ray.backends.plugin_backend import build_plugin_backend_policy
-    from retrain_ray.backends.plugin_context import PluginContext
-    from retrain_ray.backends.plugin_engine import build_plugin_engine_policy
+    from retrain_ray.backends.plugins import (
+        PluginContext,
+        build_plugin_backend_policy,
+        build_plugin_engine_policy,
+    )
 
     cfg, device = request.cfg, request.device
     plugin_backend = backend_spec(cfg.backend.backend).is_plugin
@@ -200,7 +202,7 @@ def build_components(
         detect_planning=build_planning(cfg, modes.needs_planning),
         needs_planning=modes.needs_planning,
         # in-process USL control when `[backpressure] enabled`; otherwise the original's no-op defaults
-        advisor=advisor or (LocalAdvisor.from_config(cfg) if cfg.backpressure.enabled else NoOpAdvisor()),
+        advisor=advisor or (LocalAdvisor.from_config(cfg.backpressure, cfg.model, cfg.backend) if cfg.backpressure.enabled else NoOpAdvisor()),
         observer=observer,
         environment=build_environment(cfg.environment),
     )

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
 
 if TYPE_CHECKING:
-    from retrain_ray.config.schema import RetrainConfig
+    from retrain_ray.config.sections_runtime import DataSection
     from retrain_ray.config.sections_training import TrainingSection
     from retrain_ray.data.types import TaskData
 
@@ -62,13 +62,12 @@ def apply_epochs(t: TrainingSection, task: TaskData) -> tuple[TaskData, StepPlan
     return dataclasses.replace(task, train=epoch_order(task.train, t.num_epochs, max(t.seed, 0))), plan
 
 
-def plan_from_config(cfg: RetrainConfig) -> StepPlan | None:
+def plan_from_config(t: TrainingSection, data: DataSection) -> StepPlan | None:
     """The step plan where the examples can be counted without loading them (the built-in tasks, or
     no num_epochs); None: counted when the run loads its data."""
-    t = cfg.training
     if t.num_epochs <= 0:
         return plan_steps(t.max_steps, 0, 0, t.batch_size)
-    if cfg.data.source != "builtin":
+    if data.source != "builtin":
         return None
-    examples = min(cfg.data.num_examples, t.max_examples) if t.max_examples > 0 else cfg.data.num_examples
+    examples = min(data.num_examples, t.max_examples) if t.max_examples > 0 else data.num_examples
     return plan_steps(t.max_steps, t.num_epochs, examples, t.batch_size)

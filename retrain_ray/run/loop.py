@@ -37,7 +37,6 @@ from retrain_ray.run.credit import CreditSettings, assign_credit, logical_batch_
 from retrain_ray.run.divergence import DivergenceError, DivergenceWatch, stop_message
 from retrain_ray.run.lr_schedule import LRSchedule
 from retrain_ray.run.multiturn import Branching, multiturn_rollout
-from retrain_ray.run.no_training import no_training_warnings
 from retrain_ray.run.optimizer_batch import (
     Capture,
     CaptureSettings,
@@ -138,8 +137,6 @@ class RunLoop:
         first_step_at = None
         if self.capture_settings.one_step_only:  # `[optimizer_batch]`: exactly the one step after the checkpoint
             max_steps = state.next_step + 1
-        for warning in no_training_warnings(self.cfg):  # said at load time too; here for a campaign's worker log
-            log.warning("%s: %s", self.run_name, warning)
         for step in range(state.next_step, max_steps):
             started = time.perf_counter()
             if self.warm_start.active(step, finished=state.sft_finished):
@@ -414,9 +411,11 @@ class RunLoop:
         return eval_row(self.run_name, step, out.groups)
 
     def maybe_checkpoint(self, step: int, state: TrainerState) -> None:
-        every = self.cfg.training.save_every
-        if every > 0 and (step + 1) % every == 0 and step + 1 < self.cfg.training.max_steps:
-            self.save_checkpoint(f"checkpoint_step_{step + 1}", state)
+        t = self.cfg.training
+        done = step + 1
+        scheduled = (t.save_every > 0 and done % t.save_every == 0) or done in t.checkpoint_steps  # adaptive rungs
+        if scheduled and done < t.max_steps:
+            self.save_checkpoint(f"checkpoint_step_{done}", state)
 
     def save_checkpoint(self, name: str, state: TrainerState) -> Path:
         """Saves `state` with the components' own state (SEPA, back pressure, weights version, RNG)."""

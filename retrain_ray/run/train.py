@@ -16,6 +16,7 @@ from retrain_ray.logs import (
     MultiObserver,
     write_run_meta,
 )
+from retrain_ray.plugins.loader import use_search_paths
 from retrain_ray.run.build import build_components, build_policy, build_task
 from retrain_ray.run.epochs import apply_epochs
 from retrain_ray.run.loop import RunLoop
@@ -31,16 +32,15 @@ from retrain_ray.util.secrets import redact
 
 if TYPE_CHECKING:
     from retrain_ray.config.schema import RetrainConfig
-    from retrain_ray.config.sections_training import TrainingSection
+    from retrain_ray.config.sections_training import AlgorithmSection, BackendSection, TrainingSection
     from retrain_ray.run.trainers.registry import ExternalRunner
     from retrain_ray.throttle.types import Throttle
 
 log = logging.getLogger(__name__)
 
 
-def condition_of(cfg: RetrainConfig) -> str:
+def condition_of(alg: AlgorithmSection) -> str:
     """The condition label of a single run (a campaign passes its own, with its overrides)."""
-    alg = cfg.algorithm
     return alg.algorithm_mode or f"{alg.advantage_mode}+{alg.transform_mode}"
 
 
@@ -87,10 +87,13 @@ def train_run(
     skips the Arrow files in `run_dir` when an observer already records the rows elsewhere (the
     campaign's recorder actor).
     """
-    throttle = run_throttle(config, throttle, run_name)
+    throttle = run_throttle(config.backend, throttle, run_name)
     run_dir = Path(run_dir)
     _check_run_dir(run_dir)
+    use_search_paths(config.plugins.search_paths)  # the run's plugins (modes, rewards...) are looked up there
     trainer = trainer_spec(config.training.trainer)
+    for warning in trainer.no_training(config):  # said at load time too; here for a campaign's worker log
+        log.warning("%s: %s", run_name, warning)
     if trainer.run_outside is not None:  # `trainer = "command"` or a plugin runner: no model, data or loop here
         return _train_external(trainer.run_outside, config, run_name, run_dir, observers, local_logs)
     config = config.model_copy(update={"training": trainer.prepare(config.training)})  # "sft": every step supervised
@@ -112,7 +115,7 @@ def train_run(
     seed_everything(config.training.seed)
     meta = _meta(config, run_name)
     write_run_meta(run_dir, meta)
-    root = checkpoint_root(config)
+    root = checkpoint_root(config.training)
     if root is not None:
         write_run_meta(root, meta)  # names the run and config of the checkpoints there (run/resume/point.py)
     log_vllm_to(run_dir / VLLM_LOG_FILE)  # an embedded vLLM's log lines: the run's file, not the console
@@ -120,7 +123,7 @@ def train_run(
     try:
         policy = policy or build_policy(config, throttle=throttle, run_name=run_name)
         parts = build_components(config, observer, policy=policy, advisor=advisor, task=task, throttle=throttle)
-        loop = trainer.build_loop(config, parts, run_name=run_name, run_dir=run_dir, condition=condition_of(config))
+        loop = trainer.build_loop(config, parts, run_name=run_name, run_dir=run_dir, condition=condition_of(config.algorithm))
         trainer.check_loop(loop)
         state = _restore(loop, checkpoint) if checkpoint else _fresh_state(config.training, parts.advisor)
         return loop.run(state)
@@ -130,7 +133,7 @@ def train_run(
 
 
 def _meta(config: RetrainConfig, run_name: str) -> dict[str, object]:
-    return {"run_name": run_name, "condition": condition_of(config), "seed": config.training.seed,
+    return {"run_name": run_name, "condition": condition_of(config.algorithm), "seed": config.training.seed,
             "config": redact(config.model_dump(mode="json"))}
 
 
@@ -141,17 +144,16 @@ def _train_external(runner: ExternalRunner, config: RetrainConfig, run_name: str
     write_run_meta(run_dir, _meta(config, run_name))
     observer = _fanout(run_dir, run_name, observers, local_logs, config.logging.jsonl)
     try:
-        run = external_run(config, run_name=run_name, run_dir=run_dir, condition=condition_of(config),
+        run = external_run(config, run_name=run_name, run_dir=run_dir, condition=condition_of(config.algorithm),
                            observer=observer)
         return run_external(run, runner)
     finally:
         observer.close()
 
 
-def run_throttle(cfg: RetrainConfig, given: Throttle | None, run_name: str) -> Throttle | None:
+def run_throttle(b: BackendSection, given: Throttle | None, run_name: str) -> Throttle | None:
     """The caller's throttle (a campaign's actor); else `[backend] throttle_dir`'s file locks, shared with the runs
     launched by hand against the same endpoint; else none."""
-    b = cfg.backend
     if not b.throttle_dir:
         return given
     if given is not None:

@@ -3,23 +3,21 @@
     report = squeeze_run("logs/train", SqueezeSettings(min_variance_retention=0.95))
     report.recommended_rank, report.mean_retention[4], report.output_path
 
-`analysis` holds the linear algebra (no files), `adapter` reads and writes PEFT adapter
-directories, `squeeze` ties them together for a run directory or an adapter.
+`adapter` reads and writes PEFT adapter directories; `squeeze` holds the linear algebra (no files) and
+ties it to the adapter's files for a run directory or an adapter.
 """
 
-from retrain_ray.squeeze.analysis import (
-    LayerSpectrum,
-    compress_layer,
-    default_target_ranks,
-    layer_spectrum,
-    recommend_rank,
-    retained_energy,
-)
 from retrain_ray.squeeze.squeeze import (
+    LayerSpectrum,
     SqueezeError,
     SqueezeReport,
     SqueezeSettings,
+    compress_layer,
+    default_target_ranks,
     find_adapter,
+    layer_spectrum,
+    recommend_rank,
+    retained_energy,
     squeeze_adapter,
 )
 

@@ -175,6 +175,7 @@ class LocalPool:
                 log.warning("throttle actor forgot this process's session; asking again")
                 self._asks.clear()  # answers to them will never come
                 self._ask()
+                self._kick()  # the sender may sleep until something is to send
             self._state = state
             self._settle()
 

@@ -18,6 +18,13 @@ Departures from the original (spec section 6, `TinkerThrottle`, N `flock`ed slot
   and takes effect as holders release;
 * waiting has a timeout (enforced by the host, see `retrain_ray.actors.throttle`).
 
+Restart grace (`start_grace`): a host that lost its lease table (the throttle actor restarted) grants
+no new lease until the grace period ends, while a renewal of a lease it does not know re-adopts that
+lease (it counts against capacity again) and a release of one is answered as known. Holders alive
+renew within the grace period (one TTL), so when it ends the table holds every live lease and waiters
+are served FIFO from the slots that are really free. Lease ids then carry a prefix unique to the
+host's lifetime, so a new grant never reuses the id of a lease the dead one granted.
+
 Every method is O(1) or O(number of leases) and takes the current time from `clock`, so tests drive
 it event by event with a fake clock.
 """
@@ -81,6 +88,9 @@ class LeasedSemaphore:
         self._granted = self._released = self._expired = self._peak = 0
         self._waits_s: deque[float] = deque(maxlen=WAIT_WINDOW)
         self._reclaims: deque[Reclaim] = deque(maxlen=RECLAIM_WINDOW)
+        self._grace_until = -math.inf
+        self._id_prefix = ""
+        self._adopted = 0
 
     @property
     def capacity(self) -> int:
@@ -102,6 +112,29 @@ class LeasedSemaphore:
     def head_count(self) -> int:
         """Slots asked by the oldest queued request (0 when nobody waits)."""
         return next(iter(self._waiters.values()))[1] if self._waiters else 0
+
+    @property
+    def in_grace(self) -> bool:
+        return self._clock() < self._grace_until
+
+    @property
+    def adopted(self) -> int:
+        """Leases of an earlier lifetime re-adopted on renewal during the grace period."""
+        return self._adopted
+
+    def start_grace(self, id_prefix: str) -> None:
+        """The host restarted without its lease table: grant nothing for one TTL, adopting renewals;
+        new lease ids start with `id_prefix` (unique to this lifetime, without ':')."""
+        self._grace_until = self._clock() + self._ttl_s
+        self._id_prefix = id_prefix
+
+    def end_grace_if_due(self) -> bool:
+        """Serve the waiters once the grace period is over; True when it ended by this call."""
+        if self._grace_until == -math.inf or self.in_grace:
+            return False
+        self._grace_until = -math.inf
+        self._grant_waiters()
+        return True
 
     def holds(self, lease_id: str) -> bool:
         return lease_id in self._leases
@@ -128,7 +161,7 @@ class LeasedSemaphore:
         """Grant `count` leases at once if that many slots are free and nobody is queued, else None."""
         _check_holder(holder)
         self._check_count(count)
-        if self._waiters or len(self._leases) + count > self._capacity:
+        if self._waiters or self.in_grace or len(self._leases) + count > self._capacity:
             return None
         return [self._grant(holder, waited_s=0.0) for _ in range(count)]
 
@@ -161,7 +194,7 @@ class LeasedSemaphore:
 
     def renew(self, lease_id: str) -> Lease:
         """Push a lease's expiry to now + TTL. Raises UnknownLease if it was released or reclaimed."""
-        lease = self._leases.get(lease_id)
+        lease = self._leases.get(lease_id) or self._adopt(lease_id)
         if lease is None:
             raise UnknownLease(lease_id)
         renewed = replace(lease, expires_at=self._clock() + lease.ttl_s)  # the granted TTL, not the age
@@ -171,6 +204,8 @@ class LeasedSemaphore:
     def release(self, lease_id: str) -> None:
         """Give a slot back and grant it to the oldest waiter. Raises UnknownLease if not held."""
         if self._leases.pop(lease_id, None) is None:
+            if self.in_grace:  # granted by the dead host, not yet renewed here
+                return
             raise UnknownLease(lease_id)
         self._released += 1
         self._grant_waiters()
@@ -190,7 +225,8 @@ class LeasedSemaphore:
         unknown = []
         for lease_id in lease_ids:
             if self._leases.pop(lease_id, None) is None:
-                unknown.append(lease_id)
+                if not self.in_grace:  # in grace an unknown lease is one the dead host granted
+                    unknown.append(lease_id)
             else:
                 self._released += 1
         self._grant_waiters()
@@ -231,9 +267,21 @@ class LeasedSemaphore:
             wait_p99_s=_percentile(waits_s, 0.99),
         )
 
+    def _adopt(self, lease_id: str) -> Lease | None:
+        """During the grace period, take a lease granted before the restart back into the table."""
+        holder = lease_id.partition(":")[2]
+        if not self.in_grace or not holder:
+            return None
+        now = self._clock()
+        lease = self._leases[lease_id] = Lease(lease_id, holder, now, now + self._ttl_s, self._ttl_s)
+        self._adopted += 1
+        self._granted += 1  # keeps granted == in_flight + released + expired
+        self._peak = max(self._peak, len(self._leases))
+        return lease
+
     def _grant(self, holder: str, waited_s: float) -> Lease:
         now = self._clock()
-        lease = Lease(f"{self._next_id}:{holder}", holder, now, now + self._ttl_s, self._ttl_s)
+        lease = Lease(f"{self._id_prefix}{self._next_id}:{holder}", holder, now, now + self._ttl_s, self._ttl_s)
         self._next_id += 1
         self._leases[lease.lease_id] = lease
         self._granted += 1
@@ -243,7 +291,7 @@ class LeasedSemaphore:
 
     def _grant_waiters(self) -> None:
         """Grant the head of the queue while its whole request fits (strict FIFO: nobody overtakes it)."""
-        while self._waiters:
+        while self._waiters and not self.in_grace:
             ticket, (holder, count, since) = next(iter(self._waiters.items()))
             if len(self._leases) + count > self._capacity:
                 return

@@ -3,6 +3,8 @@ retrain_ray (and nothing heavy at import), so any layer may use it without an up
 
 - `config_hooks`: the hook through which the check pass (checks/) reaches every `RetrainConfig` built;
   config calls it, `retrain_ray/__init__.py` registers into it (config may not import checks).
+- `dotted`: `is_dotted_path`, the one syntax rule of a plugin reference; the plugin loader imports such
+  names, config accepts them where a key names a component (config may import only util).
 - `file_kinds`: what a path really is (a directory, a device, a pipe, a dangling link), for messages;
   used by the CLI front, config, data, models, logs and run.
 - `finite`: the non-finite guards (rewards, gradients, saved tensors) and `NonFiniteError`; raised by

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from pydantic import JsonValue
 
 if TYPE_CHECKING:
-    from retrain_ray.config import RetrainConfig
+    from retrain_ray.config.campaign_schema import CampaignSection
 
 
 @dataclass(frozen=True)
@@ -30,7 +30,7 @@ class AdaptivePlan:
     start_seeds: tuple[int, ...]  # every condition starts with these
     spare_seeds: tuple[int, ...]  # added in this order, never more than max_seeds in all
     max_steps: int
-    test: str = "bonferroni"  # "sequential": campaign/adaptive/sequential.py spends alpha over the rungs
+    test: str = "bonferroni"  # "sequential": campaign/adaptive/sequential.py's group-sequential test
 
     @property
     def worst_case_steps(self) -> int:
@@ -71,9 +71,8 @@ class AdaptivePlan:
                 "worst_case_steps": self.worst_case_steps, "grid_steps": self.grid_steps}
 
 
-def adaptive_plan(config: RetrainConfig) -> AdaptivePlan | None:
-    """The adaptive plan of a validated campaign config; None when `[campaign.adaptive]` is absent."""
-    camp = config.campaign
+def adaptive_plan(camp: CampaignSection | None) -> AdaptivePlan | None:
+    """The adaptive plan of a validated campaign config's `[campaign]`; None when `[campaign.adaptive]` is absent."""
     ad = camp.adaptive if camp is not None else None
     if camp is None or ad is None:
         return None

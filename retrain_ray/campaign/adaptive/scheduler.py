@@ -80,14 +80,15 @@ VALUE = "adaptive_value"  # the metric's window mean, reported with each checkpo
 
 
 def decide(plan: AdaptivePlan, step: int, values: dict[str, list[float]], seeds: dict[str, int], *,
-           last_rung: bool, can_add_seeds: bool) -> RungDecision:
+           last_rung: bool, can_add_seeds: bool, relook: int = 0) -> RungDecision:
     """The decision at a rung: the one call into the statistics, the test the plan names
-    (campaign/adaptive/sequential.py's spending plan, or policy.py's alpha / looks)."""
+    (campaign/adaptive/sequential.py's spending plan, or policy.py's alpha / looks). `relook`: how many
+    times this rung was decided before (the last rung's re-looks after seeds were added)."""
     mode: Literal["max", "min"] = "min" if plan.mode == "min" else "max"
     if plan.test == "sequential":
         return sequential.decide(step, values, seeds_by_condition=seeds, mode=mode, alpha=plan.alpha,
                                  max_seeds=plan.max_seeds, last_rung=last_rung, can_add_seeds=can_add_seeds,
-                                 rungs=plan.rungs, min_seeds=plan.min_seeds)
+                                 rungs=plan.rungs, min_seeds=plan.min_seeds, relook=relook)
     looks = planned_looks(len(plan.rungs), plan.min_seeds, plan.max_seeds)  # alpha is spent over every look
     return policy(step, values, seeds_by_condition=seeds, mode=mode, alpha=plan.alpha,
                   max_seeds=plan.max_seeds, last_rung=last_rung, can_add_seeds=can_add_seeds, looks=looks)
@@ -265,7 +266,8 @@ class AdaptiveBook:
         seeds = self._seed_counts(live)
         last = rung == self.plan.rungs[-1]
         room = self._room_for_seeds() if self._spare_conditions() else 0
-        decision = decide(self.plan, rung, values, seeds, last_rung=last, can_add_seeds=room > 0)
+        relook = sum(d.step == rung for d in self.decisions())
+        decision = decide(self.plan, rung, values, seeds, last_rung=last, can_add_seeds=room > 0, relook=relook)
         stopped = [pc.condition for pc in decision.stop]
         for pc in decision.stop:
             self._stop(pc, rung)
@@ -366,7 +368,7 @@ class AdaptiveScheduler(FIFOScheduler):
         return TrialScheduler.PAUSE
 
     def _resumed(self, name: str) -> None:
-        """The run leaves its rung: its manifest entry no longer says it waits (campaign/adaptive/paused.py)."""
+        """The run leaves its rung: its manifest entry no longer says it waits (campaign/progress_line.py)."""
         self.waiting.pop(name, None)
         if getattr(self.book.manifest.run(name), "paused_at_rung", None) is not None:
             self.book.manifest.update_run(name, paused_at_rung=None, paused_why="")

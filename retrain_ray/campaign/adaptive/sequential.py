@@ -1,25 +1,32 @@
-"""The group-sequential alternative to `policy.decide`'s Bonferroni split: the campaign's family-wise
-`alpha` is spent over the looks by a Lan-DeMets spending function of the information fraction (the
-rung's step over the last rung's), instead of `alpha / looks` at every look. Pure: no Ray, no I/O.
+"""The group-sequential alternative to `policy.decide`'s Bonferroni split: a permutation test over all
+looks and all pairs, AdaStop's design (Mathieu et al., TMLR 2024). Pure: no Ray, no I/O.
 
-**Design.** Rung `k` (step `s_k`, last rung step `S`) may spend `f(s_k / S) - f(s_{k-1} / S)` of
-`alpha`, where `f` is the spending function (`f(0) = 0`, `f(1) = alpha`). The last rung's share is
-split evenly between its first look and the re-looks after seeds were added (at most
-`max_seeds - min_seeds`). Each look tests every pair with Welch's t and Holm at its share
-(`policy.decide` at that level), so the decision rules (stop the significantly worse, add a seed to
-the undecided leader and runner-up at the last rung) are `policy.decide`'s exactly.
+**Design.** The looks of a campaign re-measure the SAME seeds later in training, so their statistics are
+strongly correlated; the Bonferroni split (and any union bound) ignores that and tests each look at a
+sliver of `alpha`. Here the correlation is taken from the data: the condition labels of whole seed
+trajectories (a seed's values at every rung so far) are permuted, and for every relabelling the
+statistic (the range of the condition means, i.e. the largest pair difference) is taken at every look.
+`alpha` is spent over the looks by a Lan-DeMets function of the information fraction (`spent_alpha`,
+`look_levels`: cumulative spending at rung k is the sum of the levels up to it); look k's boundary
+is the lowest value such that the share of relabellings that cross *some* boundary up to look k is at
+most the alpha spent by look k (campaign/adaptive/permutation.py). When looks are correlated the
+relabellings that cross at look k already crossed earlier, so look k's boundary is near the quantile
+at the *cumulative* alpha, not at the look's increment. A condition is stopped when its difference
+from the leader at this look exceeds the boundary; the test then steps down (closed testing): the
+rejected conditions leave the set, the relabellings are redrawn among the remaining conditions' seeds
+only, the boundaries recomputed, until nothing more is rejected. The decision rules otherwise are
+`policy.decide`'s (stop the significantly worse, add a seed to the undecided leader and runner-up at
+the last rung).
 
-**Guarantee.** The shares of all looks sum to at most `alpha`; by the union bound over looks (and
-Holm over the pairs within a look), the chance that the campaign ever stops the truly best condition,
-or declares any false difference, is at most `alpha`, whatever the correlation between rungs. The
-boundaries do not assume the independent increments the classical Pocock/O'Brien-Fleming constants
-need: here a look re-measures the same seeds later in training, and how persistent a seed's luck is
-(the correlation between looks) is unknown and not estimable from 2-5 seeds. What the spending
-function changes is *where* alpha goes: `"pocock"` (Lan-DeMets' Pocock-type,
-`alpha * ln(1 + (e - 1) t)`) spends more early, where stopping a clearly worse condition saves the most
-steps; `"obrien-fleming"` (`2 - 2 Phi(z_{1-alpha/2} / sqrt(t))`) keeps almost everything for the last
-rung. docs/campaigns.md ("Statistics") argues the choice; campaign/adaptive/sequential_simulation.py
-measures it against the Bonferroni split.
+**Guarantee.** Under the hypothesis that a set of conditions are exchangeable (the same distribution of
+seed trajectories), every relabelling of their seeds is equally likely, so the chance that the observed
+labelling crosses a boundary at any look is at most `alpha`; with the step-down this holds for every
+pair at once (family-wise over all looks and all pairs, whichever `family`). It is exact with no
+correlation estimate; with few seeds all splits are enumerated, otherwise `permutations` seeded random
+ones (the observed one included, which keeps the test exact). Without `earlier_values` (no trajectories)
+a look is tested alone at its own share (`look_levels`), the union bound, still valid; so is each
+re-look of the last rung after seeds were added (the added seeds change the data, and which seeds are
+added depends on the earlier looks, so they are not folded into the joint boundary).
 """
 
 from __future__ import annotations
@@ -29,11 +36,16 @@ from collections.abc import Mapping, Sequence
 from statistics import NormalDist
 from typing import Literal
 
-from retrain_ray.campaign.adaptive import policy
+import numpy as np
+
+from retrain_ray.campaign.adaptive import permutation, policy
 from retrain_ray.campaign.adaptive.policy import RungDecision
-from retrain_ray.results.significance import Family
+from retrain_ray.campaign.adaptive.policy import _seeds_to_add as seeds_to_add  # pyright: ignore[reportPrivateUsage]
+from retrain_ray.results.significance import Family, PairComparison, Verdict, leader_of, welch
 
 Spending = Literal["pocock", "obrien-fleming"]
+TEST_NAME = "sequential-permutation"
+_TIE = 1e-9   # relative: an observed gap within rounding of a relabelling's statistic ties with it
 
 
 def spent_alpha(fraction: float, alpha: float, spending: Spending = "pocock") -> float:
@@ -70,16 +82,150 @@ def look_levels(rungs: Sequence[int], min_seeds: int, max_seeds: int, alpha: flo
     return levels
 
 
+def cumulative_budgets(step: int, rungs: Sequence[int], min_seeds: int, max_seeds: int, alpha: float,
+                       spending: Spending = "pocock", relook: int = 0) -> list[float]:
+    """The alpha spent by each rung up to `step` (cumulative, the last one at this look): the sum of
+    `look_levels` up to the rung, plus one more last-rung level per `relook` (the re-looks at the last
+    rung after seeds were added: what the spending plan allows by then)."""
+    levels = look_levels(rungs, min_seeds, max_seeds, alpha, spending)
+    steps = sorted(rungs)
+    if step not in levels:
+        raise ValueError(f"step={step} is not a rung of {list(rungs)}")
+    if not 0 <= relook <= max_seeds - min_seeds:
+        raise ValueError(f"relook={relook}: expected 0..{max_seeds - min_seeds} (max_seeds - min_seeds)")
+    budgets = list(np.cumsum([levels[s] for s in steps if s <= step]))
+    if step == steps[-1]:
+        budgets[-1] += relook * levels[step]
+    return [min(float(b), alpha) for b in budgets]
+
+
 def decide(step: int, values_by_condition: Mapping[str, Sequence[float]], *,
            seeds_by_condition: Mapping[str, int], mode: Literal["max", "min"], alpha: float, max_seeds: int,
            last_rung: bool, can_add_seeds: bool, rungs: Sequence[int], min_seeds: int,
-           family: Family = "all-pairs", spending: Spending = "pocock") -> RungDecision:
-    """`policy.decide` at this look's level from `look_levels` instead of `alpha / looks`: the same
-    inputs (plus the campaign's `rungs` and `min_seeds`, which fix the spending plan) and the same
-    `RungDecision` (its `alpha_per_look` is the level used)."""
+           family: Family = "all-pairs", spending: Spending = "pocock",
+           earlier_values: Mapping[str, Sequence[Sequence[float]]] | None = None, relook: int = 0,
+           permutations: int = 2000, seed: int = 0) -> RungDecision:
+    """The group-sequential decision at a look: `policy.decide`'s inputs and `RungDecision` (its
+    `alpha_per_look` is the share of relabellings beyond this look's boundary, the level this look
+    tested at), plus the campaign's `rungs` and `min_seeds` (the spending plan), and:
+
+    `earlier_values[c][s]`: seed `s` of condition `c` (the order of `values_by_condition[c]`) at the
+    rungs before `step`, in rung order (omit it: this look is tested alone at its own share);
+    `relook`: 0 at a rung's first look, n at the n-th re-look of the last rung after seeds were added
+    (a re-look is tested alone at its share of the last rung's alpha);
+    `permutations`, `seed`: the relabellings drawn when there are more than `permutations` splits.
+    `family` is accepted for `policy.decide`'s signature: the test covers all pairs either way."""
+    del family
+    budgets = _budgets(step, rungs, min_seeds, max_seeds, alpha, spending, relook, earlier_values)
+    trajectories = _trajectories(values_by_condition, earlier_values, len(budgets))
+    leader = leader_of({c: [t[-1] for t in ts] for c, ts in trajectories.items()}, mode)
+    if leader is None:
+        return RungDecision(step, None, (), (), (), 0.0)
+    worse, p_values, level = _step_down(trajectories, leader, budgets, permutations, seed)
+    comparisons = tuple(_comparison(c, leader, trajectories, p_values.get(c, 1.0), c in worse)
+                        for c in trajectories if c != leader)
+    stop = tuple(c for c in comparisons if c.verdict == "worse")
+    add: tuple[str, ...] = ()
+    if last_rung and can_add_seeds:
+        add = seeds_to_add(leader, comparisons, seeds_by_condition, max_seeds, mode)
+    return RungDecision(step, leader, stop, add, comparisons, level)
+
+
+def _budgets(step: int, rungs: Sequence[int], min_seeds: int, max_seeds: int, alpha: float, spending: Spending,
+             relook: int, earlier_values: Mapping[str, Sequence[Sequence[float]]] | None) -> list[float]:
+    """The cumulative budgets of the looks tested jointly: all rungs up to `step` with trajectories;
+    only this look's own share without them, and at a re-look (the added seeds change the data the
+    earlier looks were tested on, so a re-look is its own test at its own share: the union bound)."""
     if step not in rungs:
         raise ValueError(f"step={step} is not a rung of {list(rungs)}")
-    level = look_levels(rungs, min_seeds, max_seeds, alpha, spending)[step]
-    return policy.decide(step, values_by_condition, seeds_by_condition=seeds_by_condition, mode=mode,
-                         alpha=level, max_seeds=max_seeds, last_rung=last_rung, can_add_seeds=can_add_seeds,
-                         looks=1, family=family)
+    if earlier_values is None or relook > 0:
+        return [look_levels(rungs, min_seeds, max_seeds, alpha, spending)[step]]
+    return cumulative_budgets(step, rungs, min_seeds, max_seeds, alpha, spending)
+
+
+def _trajectories(values_by_condition: Mapping[str, Sequence[float]],
+                  earlier_values: Mapping[str, Sequence[Sequence[float]]] | None,
+                  looks: int) -> dict[str, list[list[float]]]:
+    """Each condition's seeds with every look's value (the finite ones), leaving out conditions with
+    fewer than 2 such seeds (untestable, as in `policy.decide`)."""
+    out: dict[str, list[list[float]]] = {}
+    for cond, values in values_by_condition.items():
+        no_seeds: Sequence[Sequence[float]] = ()
+        earlier = earlier_values.get(cond, no_seeds) if earlier_values is not None else no_seeds
+        seeds: list[list[float]] = []
+        for s, value in enumerate(values):
+            before: Sequence[float] = earlier[s] if s < len(earlier) else ()
+            trajectory = [*before, value][-looks:]
+            if len(trajectory) == looks and all(math.isfinite(v) for v in trajectory):
+                seeds.append([float(v) for v in trajectory])
+        if seeds:
+            out[cond] = seeds
+    return out
+
+
+def _step_down(trajectories: Mapping[str, list[list[float]]], leader: str, budgets: Sequence[float],
+               permutations: int, seed: int) -> tuple[set[str], dict[str, float], float]:
+    """The conditions rejected as different from the leader (step-down over the conditions still in the
+    set), each compared condition's permutation p-value at this look, and the last pass's level."""
+    testable = [c for c, ts in trajectories.items() if len(ts) >= 2]
+    active = list(testable) if leader in testable else []
+    rejected: set[str] = set()
+    p_values: dict[str, float] = {}
+    level = 0.0
+    while len(active) >= 2:
+        sizes = [len(trajectories[c]) for c in active]
+        values = np.array([t for c in active for t in trajectories[c]], dtype=np.float64)
+        rows = permutation.relabellings(sizes, permutations, seed)
+        statistics = permutation.studentized_range(values, sizes, rows)
+        bound = permutation.boundaries(statistics, budgets)[-1]
+        now = statistics[:, -1]
+        level = float(np.mean(now > bound))
+        spread = _pooled_spread(values[:, -1], sizes)
+        means = {c: float(np.mean([t[-1] for t in trajectories[c]])) for c in active}
+        new: set[str] = set()
+        for cond in active:
+            if cond == leader:
+                continue
+            gap = _studentized(abs(means[cond] - means[leader]), spread)
+            p_values.setdefault(cond, float(np.mean(now >= gap - _TIE * max(1.0, gap))))
+            if gap > bound + _TIE * max(1.0, abs(bound)):   # the observed split may sit on the boundary
+                new.add(cond)
+        if not new:
+            break
+        rejected |= new
+        active = [c for c in active if c not in new]
+    return rejected, p_values, level
+
+
+def _pooled_spread(values: np.ndarray[tuple[int], np.dtype[np.float64]], sizes: Sequence[int]) -> float:
+    """The pooled within-condition standard deviation of one look's values (grouped by `sizes`); 0 gives
+    +inf gaps below, as in `permutation.studentized_range`."""
+    squares = 0.0
+    start = 0
+    for size in sizes:
+        group = values[start:start + size]
+        squares += float(np.sum((group - group.mean()) ** 2))
+        start += size
+    return math.sqrt(squares / (len(values) - len(sizes)))
+
+
+def _studentized(gap: float, spread: float) -> float:
+    if spread > 0.0:
+        return gap / spread
+    return math.inf if gap > 0.0 else 0.0
+
+
+def _comparison(cond: str, leader: str, trajectories: Mapping[str, list[list[float]]], p_value: float,
+                rejected: bool) -> PairComparison:
+    """`cond` against the leader at this look: Welch's difference and 95% CI for the reader, the
+    permutation p-value and verdict for the decision."""
+    mine = [t[-1] for t in trajectories[cond]]
+    theirs = [t[-1] for t in trajectories[leader]]
+    if len(mine) < 2 or len(theirs) < 2:
+        diff = float(np.mean(mine)) - float(np.mean(theirs))
+        return PairComparison(cond, leader, diff, -math.inf, math.inf, 1.0, "undecided", len(mine), len(theirs),
+                              test=TEST_NAME)
+    test = welch(mine, theirs)
+    verdict: Verdict = "worse" if rejected and test.diff != 0.0 else "undecided"
+    return PairComparison(cond, leader, test.diff, test.ci_low, test.ci_high, p_value, verdict, len(mine),
+                          len(theirs), test=TEST_NAME, raw_p_value=p_value, t=test.t, df=test.df)

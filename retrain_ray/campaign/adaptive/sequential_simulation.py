@@ -1,5 +1,6 @@
 """The simulation suite of campaign/adaptive/simulation.py run with either test: `"bonferroni"`
-(`policy.decide` at `alpha / looks`) or `"sequential"` (`sequential.decide`, alpha spent over the rungs).
+(`policy.decide` at `alpha / looks`) or `"sequential"` (`sequential.decide`, the permutation test over all
+looks, given each seed's values at the earlier rungs).
 Same draws, same campaign loop, same summary, so the two tests are compared on identical campaigns
 (a seeded `simulate_test` call with either test draws the same values). Beside the rates of
 `SimulationSummary`, `TestFigures` counts the seeds started and the seed-steps spent.
@@ -19,7 +20,8 @@ from retrain_ray.campaign.adaptive.simulation import _draw as draw  # pyright: i
 from retrain_ray.campaign.adaptive.simulation import _grid_winner as grid_winner  # pyright: ignore[reportPrivateUsage]
 
 Test = Literal["bonferroni", "sequential"]
-Decider = Callable[[int, Mapping[str, Sequence[float]], dict[str, int], bool, bool], RungDecision]
+# step, each live condition's seed trajectories up to the step, seeds started, last rung, can add seeds, re-look
+Decider = Callable[[int, Mapping[str, Sequence[Sequence[float]]], dict[str, int], bool, bool, int], RungDecision]
 
 
 @dataclass(frozen=True)
@@ -37,8 +39,9 @@ def decider(scenario: Scenario, test: Test, spending: sequential.Spending = "poc
     """The decision function of `test` with the scenario's settings bound."""
     looks = policy.planned_looks(len(scenario.rungs), scenario.min_seeds, scenario.max_seeds)
 
-    def decide(step: int, values: Mapping[str, Sequence[float]], seeds: dict[str, int], last_rung: bool,
-               can_add_seeds: bool) -> RungDecision:
+    def decide(step: int, trajectories: Mapping[str, Sequence[Sequence[float]]], seeds: dict[str, int],
+               last_rung: bool, can_add_seeds: bool, relook: int) -> RungDecision:
+        values = {c: [t[-1] for t in ts] for c, ts in trajectories.items()}
         if test == "bonferroni":
             return policy.decide(step, values, seeds_by_condition=seeds, mode=scenario.mode,
                                  alpha=scenario.alpha, max_seeds=scenario.max_seeds, last_rung=last_rung,
@@ -46,7 +49,9 @@ def decider(scenario: Scenario, test: Test, spending: sequential.Spending = "poc
         return sequential.decide(step, values, seeds_by_condition=seeds, mode=scenario.mode,
                                  alpha=scenario.alpha, max_seeds=scenario.max_seeds, last_rung=last_rung,
                                  can_add_seeds=can_add_seeds, rungs=scenario.rungs,
-                                 min_seeds=scenario.min_seeds, family=scenario.family, spending=spending)
+                                 min_seeds=scenario.min_seeds, family=scenario.family, spending=spending,
+                                 earlier_values={c: [t[:-1] for t in ts] for c, ts in trajectories.items()},
+                                 relook=relook if last_rung else 0)
     return decide
 
 
@@ -63,8 +68,8 @@ def simulate_campaign(scenario: Scenario, rng: random.Random, decide: Decider) -
     decision: RungDecision | None = None
     for r, step in enumerate(scenario.rungs):
         while True:
-            decision = decide(step, {c: [v[r] for v in values[c][:seeds[c]]] for c in live}, seeds, r == last,
-                              rounds < scenario.max_seeds - scenario.min_seeds)
+            decision = decide(step, {c: [v[:r + 1] for v in values[c][:seeds[c]]] for c in live}, seeds, r == last,
+                              rounds < scenario.max_seeds - scenario.min_seeds, rounds)
             out.looks += 1
             for comparison in decision.stop:
                 out.stopped[comparison.condition] = step

@@ -37,7 +37,7 @@ from retrain_ray.config.names import gpu_count
 if TYPE_CHECKING:
     from retrain_ray.config.schema import RetrainConfig
     from retrain_ray.config.sections_runtime import InferenceSection
-    from retrain_ray.config.sections_training import TrainingSection
+    from retrain_ray.config.sections_training import BackendSection, ModelSection, TrainingSection
     from retrain_ray.models.context import ModelShapes
 
 GIB = 2**30
@@ -209,18 +209,18 @@ class Packing:
                 "trainer_share_gib": round(self.card_gib / self.runs_per_gpu, 3)}
 
 
-def shapes_of(cfg: RetrainConfig) -> ModelShapes | None:
+def shapes_of(backend: BackendSection, model: ModelSection) -> ModelShapes | None:
     """The model's shapes from its config.json (None when it is not on this machine)."""
     # deferred: builds the architecture with transformers, needed only to check a packing
     from retrain_ray.backends.registry import lora_targets_of
     from retrain_ray.models.flops import model_shapes
 
-    targets = lora_targets_of(cfg.backend.backend, cfg.backend.options)
-    folder = config_folder(cfg.model.model, cfg.model.revision)
+    targets = lora_targets_of(backend.backend, backend.options)
+    folder = config_folder(model.model, model.revision)
     if folder is None:
         return None
     try:
-        return model_shapes(folder, full=cfg.model.finetune == "full", lora_rank=cfg.model.lora_rank,
+        return model_shapes(folder, full=model.finetune == "full", lora_rank=model.lora_rank,
                             target_modules=targets)
     except (OSError, ValueError):  # not a model transformers can build
         return None
@@ -261,7 +261,7 @@ def plan_packing(configs: Sequence[RetrainConfig], gpus_per_run: Sequence[int], 
     shared = bool(cfg.inference.shared)
     uses_vllm = engine_spec(cfg.inference.engine).embeds_vllm
     utilization = vllm_share(cfg.inference) / runs_per_gpu if uses_vllm else 0.0
-    shapes = shapes_of(cfg) if runs_per_gpu > 1 else None
+    shapes = shapes_of(cfg.backend, cfg.model) if runs_per_gpu > 1 else None
     memory = None
     engine = 0.0
     if shapes is not None:

@@ -1,5 +1,5 @@
 """Where a run's processes go: resource bundles per placement mode, checked against the cluster (pure: no Ray;
-the alive nodes come from actors/placement.py).
+the alive nodes come from campaign/local_ray.py).
 
 A run asks for devices with `[backend].devices` (spec 7): "cpu", "gpu:0" (one GPU) or
 "gpu:0,gpu:1" (two GPUs: split mode). Each placement mode is one entry of `PLACEMENTS`:

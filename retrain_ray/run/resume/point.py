@@ -25,18 +25,19 @@ from retrain_ray.util.secrets import redact
 
 if TYPE_CHECKING:
     from retrain_ray.config.schema import RetrainConfig
+    from retrain_ray.config.sections_training import TrainingSection
 
 
-def checkpoint_root(cfg: RetrainConfig) -> Path | None:
+def checkpoint_root(training: TrainingSection) -> Path | None:
     """The `checkpoint_dir` of the run (`~` expanded), None when checkpoints live in the run directory."""
-    text = cfg.training.checkpoint_dir
+    text = training.checkpoint_dir
     return Path(text).expanduser() if text else None
 
 
 def checkpoint_dir_resume(cfg: RetrainConfig, run_name: str) -> Path | None:
     """The newest verified checkpoint in `checkpoint_dir` to resume from; None when there is no
     `checkpoint_dir` or it holds no checkpoint. Raises ForeignRunDir for another run's or config's."""
-    root = checkpoint_root(cfg)
+    root = checkpoint_root(cfg.training)
     if root is None:
         return None
     manager = CheckpointManager(root, keep_last=0, root=root)

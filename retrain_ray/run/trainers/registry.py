@@ -12,31 +12,39 @@
 `train_run` (run/train.py) is the one entry point of the CLI and of campaign trials; it asks `trainer_spec`
 and runs what the spec names. Nothing else compares a trainer's name: callers read the spec's flags
 (`runs_outside_loop`, `loads_plugin`) and `describe`. The load-time rules of `[training] trainer` and
-`trainer_command` are `config/trainers.py`'s (`TrainerSpec.issues` / `warnings` name them): the config layer
-checks them when a config loads and may not import `run/`.
+`trainer_command` are each spec's `issues` / `warnings` (rules.py); the check pass (checks/rules.py) runs them
+through `trainer_config_issues` / `trainer_config_warnings` whenever a config is built. So that it can, this
+module loads no torch: the loop classes and external runners are imported when a run asks for them.
 
 Adding a trainer: its runner in a module of this folder, and one `TrainerSpec` line in `TRAINERS` below.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from retrain_ray.config.names import is_dotted_path
-from retrain_ray.config.trainers import trainer_issues, trainer_warnings
-from retrain_ray.run.loop import RunLoop
-from retrain_ray.run.trainers.discover import DiscoverLoop
-from retrain_ray.run.trainers.external import ExternalRun, RowFeed, run_command_runner, run_plugin_runner
+from retrain_ray.config.errors import ConfigIssue
+from retrain_ray.run.trainers.rules import (
+    command_issues,
+    entropic_warnings,
+    no_command_issues,
+    no_warnings,
+    rl_loop_no_training,
+    single_completion_warnings,
+    single_problem_issues,
+)
+from retrain_ray.util.dotted import is_dotted_path
 
 if TYPE_CHECKING:
-    from retrain_ray.config.errors import ConfigIssue
     from retrain_ray.config.schema import RetrainConfig
     from retrain_ray.config.sections_training import TrainingSection
+    from retrain_ray.run.loop import RunLoop
+    from retrain_ray.run.trainers.external import ExternalRun, RowFeed
 
-ExternalRunner = Callable[[ExternalRun, RowFeed], Path]
+ExternalRunner = Callable[["ExternalRun", "RowFeed"], Path]
 """Runs a trainer outside the loop to its end; the adapter path it leaves (raises when it fails)."""
 
 
@@ -48,6 +56,30 @@ def _anything_goes(loop: RunLoop) -> None:
     return None
 
 
+def _rl_loop() -> type[RunLoop]:
+    from retrain_ray.run.loop import RunLoop  # deferred: torch; the check pass reads the specs without it
+
+    return RunLoop
+
+
+def _discover_loop() -> type[RunLoop]:
+    from retrain_ray.run.trainers.discover import DiscoverLoop  # deferred: torch
+
+    return DiscoverLoop
+
+
+def _command_runner() -> ExternalRunner:
+    from retrain_ray.run.trainers.external import run_command_runner  # deferred: pyarrow
+
+    return run_command_runner
+
+
+def _plugin_runner() -> ExternalRunner:
+    from retrain_ray.run.trainers.external import run_plugin_runner  # deferred: pyarrow
+
+    return run_plugin_runner
+
+
 @dataclass(frozen=True)
 class TrainerSpec:
     """One trainer: what runs it (the loop `build_loop` builds in this process, or `run_outside` it), what it
@@ -55,18 +87,29 @@ class TrainerSpec:
 
     name: str
     summary: str  # what runs the run, in words (`retrain-ray explain`); `{command}` is `trainer_command`
-    build_loop: type[RunLoop] = RunLoop  # the loop class of an in-process trainer
-    run_outside: ExternalRunner | None = None
+    loop_class: Callable[[], type[RunLoop]] = _rl_loop  # the loop class of an in-process trainer
+    outside: Callable[[], ExternalRunner] | None = None  # the runner of a trainer outside this process's loop
     prepare: Callable[[TrainingSection], TrainingSection] = _as_configured  # the `[training]` its loop runs
     check_loop: Callable[[RunLoop], None] = _anything_goes  # refuses a loop with nothing to train on
     loads_plugin: bool = False  # the name is a dotted path to a runner class, imported at preflight
-    issues: Callable[[RetrainConfig], list[ConfigIssue]] = trainer_issues
-    warnings: Callable[[RetrainConfig], list[str]] = trainer_warnings
+    issues: Callable[[RetrainConfig], list[ConfigIssue]] = no_command_issues  # its `[training]` rules
+    warnings: Callable[[RetrainConfig], list[str]] = no_warnings
+    no_training: Callable[[RetrainConfig], list[str]] = no_warnings  # why a valid config trains nothing by RL
+
+    @property
+    def build_loop(self) -> type[RunLoop]:
+        """The loop class `train_run` builds for an in-process trainer."""
+        return self.loop_class()
+
+    @property
+    def run_outside(self) -> ExternalRunner | None:
+        """What runs the trainer outside this process's loop to its end (None: the loop runs it)."""
+        return self.outside() if self.outside is not None else None
 
     @property
     def runs_outside_loop(self) -> bool:
         """True for runners that train outside this process's loop: the command runner and plugin runners."""
-        return self.run_outside is not None
+        return self.outside is not None
 
     def describe(self, trainer: str, command: str) -> str:
         """What runs the run, in words: `trainer` is the configured name (a plugin's dotted path)."""
@@ -86,13 +129,14 @@ def _has_sft_targets(loop: RunLoop) -> None:
 
 
 TRAINERS: dict[str, TrainerSpec] = {spec.name: spec for spec in (
-    TrainerSpec("retrain", "the RL loop"),
+    TrainerSpec("retrain", "the RL loop", no_training=rl_loop_no_training),
     TrainerSpec("sft", "standalone SFT (every step supervised)", prepare=_every_step_supervised,
                 check_loop=_has_sft_targets),
-    TrainerSpec("ttt_discover", "TTT-Discover on the data's first example", build_loop=DiscoverLoop),
-    TrainerSpec("command", "{command}", run_outside=run_command_runner),
+    TrainerSpec("ttt_discover", "TTT-Discover on the data's first example", loop_class=_discover_loop,
+                issues=single_problem_issues, warnings=entropic_warnings, no_training=single_completion_warnings),
+    TrainerSpec("command", "{command}", outside=_command_runner, issues=command_issues),
 )}
-PLUGIN_RUNNER = TrainerSpec("plugin", "plugin runner", run_outside=run_plugin_runner, loads_plugin=True)
+PLUGIN_RUNNER = TrainerSpec("plugin", "plugin runner", outside=_plugin_runner, loads_plugin=True)
 """The spec of every dotted-path `[training] trainer` (`package.module:Class`)."""
 
 
@@ -105,3 +149,41 @@ def trainer_spec(name: str) -> TrainerSpec:
         return PLUGIN_RUNNER
     raise ValueError(f"[training] trainer = {name!r} is not a known trainer; use one of {', '.join(sorted(TRAINERS))}, "
                      "or a dotted path to a runner class (package.module:Class)")
+
+
+def trainer_config_issues(cfg: RetrainConfig) -> list[ConfigIssue]:
+    """The problems of `[training] trainer` / `trainer_command`: an unknown name, else the trainer's own rules."""
+    name = cfg.training.trainer
+    if name not in TRAINERS and not is_dotted_path(name):
+        return [ConfigIssue("training.trainer", name, "is not a known trainer",
+                            f"use one of {', '.join(sorted(TRAINERS))}, or a dotted path to a runner class "
+                            "(package.module:Class) whose run(config) returns the adapter path")]
+    return trainer_spec(name).issues(cfg)
+
+
+def trainer_config_warnings(cfg: RetrainConfig) -> list[str]:
+    """The warnings of the configured trainer (none for an unknown name: its issue is reported)."""
+    name = cfg.training.trainer
+    if name not in TRAINERS and not is_dotted_path(name):
+        return []
+    return trainer_spec(name).warnings(cfg)
+
+
+def no_training_warnings(cfg: RetrainConfig) -> list[str]:
+    """What makes a valid config train nothing by RL (empty when it trains, or for an unknown trainer)."""
+    name = cfg.training.trainer
+    if name not in TRAINERS and not is_dotted_path(name):
+        return []
+    return trainer_spec(name).no_training(cfg)
+
+
+def condition_warnings(runs: Iterable[tuple[str, RetrainConfig]]) -> list[str]:
+    """`no_training_warnings` of a campaign's runs, once per condition (`(condition, run config)` pairs;
+    seeds do not change these keys), or once for all when every condition has it."""
+    by_condition: dict[str, list[str]] = {}
+    for condition, cfg in runs:
+        by_condition.setdefault(condition, no_training_warnings(cfg))
+    texts = dict.fromkeys(w for found in by_condition.values() for w in found)
+    return [f"every condition: {w}" if all(w in found for found in by_condition.values())
+            else f"condition {', '.join(c for c, found in by_condition.items() if w in found)}: {w}"
+            for w in texts]

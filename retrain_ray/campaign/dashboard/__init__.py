@@ -1,1 +1,0 @@
-"""Live per-run gauges on Ray's metrics endpoint and the Grafana dashboard generated from them."""
