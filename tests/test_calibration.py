@@ -151,3 +151,11 @@ def test_explain_asks_the_connected_cluster_for_its_gpus(ray_4cpu_4gpu, tmp_path
                          env=env, capture_output=True, text=True, timeout=180)
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout)["campaign"]["gpus_available"] == 4
+
+
+def test_detect_on_a_one_seed_pilot_says_the_spread_needs_two_seeds(pilot, tmp_path, capsys) -> None:
+    full = _toml(tmp_path / "full.toml", seeds=[1, 2], steps=10, log_dir=tmp_path / "logs")
+    assert explain_main([str(full), "--calibrate", str(pilot), "--detect", "0.05"]) == 0
+    out = capsys.readouterr().out
+    assert "seeds needed: the pilot in" in out and "has fewer than 2 seeds per condition (grpo+none: 1, maxrl+none: 1)" \
+        in out and "seed-to-seed sd" not in out

@@ -213,3 +213,34 @@ def test_a_stop_survives_a_driver_kill_and_resume(tmp_path):
 
 if __name__ == "__main__":
     sys.exit(pytest.main([__file__, "-q"]))
+
+
+@pytest.mark.slow
+def test_a_sequential_campaign_decides_by_its_spending_plan_and_says_so(ray_4cpu_4gpu, tmp_path, capfd):
+    """`test = "sequential"`: the rung's decision is `sequential.decide`'s on the recorded values, the manifest
+    records the test and its level, and the console states each decision with its p-value and nothing of Tune's
+    start table (its unbounded trial count) or error lines."""
+    from retrain_ray.campaign import Campaign
+    from retrain_ray.campaign.adaptive import sequential
+
+    toml = write_adaptive(tmp_path, name="seq", adaptive={"test": "sequential"})
+    results = Campaign.from_toml(toml, root=tmp_path / "campaigns").run(progress=True)
+    console = capfd.readouterr()
+    manifest = json.loads((tmp_path / "campaigns" / "seq" / "manifest.json").read_text())
+    adaptive = manifest["adaptive"]
+    assert adaptive["plan"]["test"] == "sequential" and results.errors == [] and manifest["status"] == "done"
+    decision = adaptive["decisions"][0]
+    pure = sequential.decide(4, decision["values"], seeds_by_condition=decision["seeds"], mode="max", alpha=0.05,
+                             max_seeds=2, last_rung=True, can_add_seeds=False, rungs=[4], min_seeds=2)
+    assert [s["condition"] for s in decision["stopped"]] == [pc.condition for pc in pure.stop]
+    assert [c["p_value"] for c in decision["comparisons"]] == [pc.p_value for pc in pure.comparisons]
+    assert {c["adaptive_test"] for c in decision["comparisons"]} == {"sequential"}
+    assert decision["comparisons"][0]["test_level"] == pytest.approx(pure.alpha_per_look)
+    p = pure.comparisons[0].p_value
+    told = (f"stop zero_advantage.zero+none (p = {p:.2g} against grpo+none)" if pure.stop
+            else f"zero_advantage.zero+none undecided (p = {p:.2g})")
+    line = f"[campaign] adaptive: rung 4 (sequential, level {pure.alpha_per_look:.2g}): leader grpo+none; {told}"
+    assert line in console.out, console.out
+    both = console.out + console.err
+    assert "9223372036854775807" not in both and "Number of trials" not in both
+    assert "ERROR" not in both, both

@@ -122,3 +122,19 @@ def test_a_started_run_without_a_directory_yet_is_running_not_missing(tmp_path):
     st = campaign_status(directory, stale_after_s=1e12)
     assert st["counts"]["missing"] == 0 and st["counts"]["running"] == 6
     assert st["matrix"]["slow"]["1"] == "—"
+
+
+def test_a_run_paused_at_a_rung_is_counted_paused_not_stale(tmp_path):
+    """An adaptive campaign's run waiting at a rung logs nothing while it waits: it is paused, not stale."""
+    from retrain_ray.logs.manifest import Manifest
+    from retrain_ray.results.live import summary_line
+
+    directory = tmp_path / "adaptive"
+    directory.mkdir()
+    write_campaign(directory, close=False, max_steps=MAX_STEPS, parquet_every_s=3600.0).close()
+    Manifest.load(directory).update_run(run_name("fast", 1), paused_at_rung=10, paused_why="waiting for the decision")
+    st = campaign_status(directory, stale_after_s=0.0)  # every quiet running run would be stale
+    paused = next(r for r in st["runs"] if r["run_name"] == run_name("fast", 1))
+    assert paused["status"] == "paused" and st["matrix"]["fast"]["1"] == f"{STEPS} paused"
+    assert st["counts"]["paused"] == 1 and st["counts"]["stale"] == 5
+    assert "running 0, paused 1 (waiting for a rung's decision), stale 5" in summary_line(st)

@@ -15,6 +15,7 @@ from typing import TypedDict, cast
 from ray import tune
 from ray.tune import Trainable
 from ray.tune.experiment import Trial
+from ray.tune.experimental.output import AirVerbosity, TuneTerminalReporter
 from ray.tune.logger import JsonLoggerCallback
 from ray.tune.schedulers import TrialScheduler
 from ray.tune.search import Searcher
@@ -69,6 +70,7 @@ def build_tuner(plan: CampaignPlan, manifest: Manifest, *, namespace: str, contr
         return tune.Tuner.restore(plan.tune_path, trainable, resume_errored=True)  # pyright: ignore[reportUnknownMemberType]
     records = ManifestCallback(manifest, observer=observer, start_timeout_s=plan.schedule.trial_start_timeout_s)
     callbacks: list[tune.Callback] = [
+        *([QuietTuneStart()] if adaptive else []),
         records,
         TuneCopyPruner({r.run_name: r.config.training.keep_last_checkpoints for r in plan.all_runs}, observer=observer),
         JsonLoggerCallback(),  # the only Tune logger kept (campaign/local_ray.py): fit()'s ResultGrid reads it
@@ -164,6 +166,20 @@ def make_trainable(ctx: TrialContext, factories: dict[str, tune.PlacementGroupFa
     for cls in (wrapped, trainable):  # Ray takes the actor's class name from __qualname__
         cls.__name__ = cls.__qualname__ = TRIAL_CLASS_NAME
     return trainable
+
+
+class QuietTuneStart(TuneTerminalReporter):
+    """Tune's console reporter without its start table: an adaptive campaign's searcher suggests runs until it
+    says it is done, so Tune's table states `Number of trials 9223372036854775807` (its unbounded count) and
+    the path of its own state, neither of which the user asked about; the campaign's `[campaign]` lines say
+    what starts, pauses and stops. Tune starts the first reporter among the callbacks, so this one is first;
+    at verbose=0 nothing else of it prints."""
+
+    def __init__(self) -> None:
+        super().__init__(AirVerbosity.SILENT)  # pyright: ignore[reportUnknownMemberType]  # Tune types config loosely
+
+    def experiment_started(self, *args: object, **kwargs: object) -> None:
+        """Says nothing (see the class)."""
 
 
 class _NoRestoreHint(logging.Filter):

@@ -48,6 +48,7 @@ from retrain_ray.campaign.capacity.explain import (
     plan_capacity,
     planned_resources,
 )
+from retrain_ray.campaign.capacity.pilot_seeds import seeds_for_difference
 from retrain_ray.campaign.capacity.placement import mode_for_gpus
 from retrain_ray.campaign.plugin_bundle import shipment
 from retrain_ray.checks.machine import environment_problems
@@ -173,6 +174,8 @@ class Sizing:
     calibrate: str | None = None
     median_step_time: float | None = None
     gpus_available: float | None = None
+    detect: float | None = None  # --detect D: seeds needed for a difference of D, from the --calibrate pilot
+    power: float = 0.8
 
 
 def describe(cfg: RetrainConfig, sizing: Sizing) -> dict[str, Any]:
@@ -207,6 +210,8 @@ def describe(cfg: RetrainConfig, sizing: Sizing) -> dict[str, Any]:
         out["campaign"]["packing"] = {**plan.packing.to_json(), "plan": plan.packing.describe()}
     if plan.adaptive is not None:  # [campaign.adaptive]: the rungs and the step budgets (campaign/adaptive/plan.py)
         out["campaign"]["adaptive"] = {**plan.adaptive.to_json(), "plan": plan.adaptive.describe()}
+    if sizing.detect is not None and sizing.calibrate:
+        out["campaign"]["seeds_needed"] = seeds_for_difference(sizing.calibrate, campaign, sizing.detect, sizing.power)
     return out
 
 
@@ -279,6 +284,9 @@ def _print_rich(info: dict[str, Any], warnings: list[str], environment: list[str
         console.print(capacity_text(camp["capacity"]), highlight=False, markup=False, soft_wrap=True)
         for line in camp.get("adaptive", {}).get("plan", []):
             console.print(line, highlight=False, markup=False, soft_wrap=True)
+        needed = camp.get("seeds_needed")
+        if needed:
+            console.print(needed.get("text") or needed["error"], highlight=False, markup=False, soft_wrap=True)
     if "plugins_shipped" in info:
         console.print(plugins_text(info["plugins_shipped"]), highlight=False, markup=False, soft_wrap=True)
     if "squeeze" in info:
@@ -297,6 +305,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--calibrate", metavar="DIR", default=None,
                    help="a pilot run or campaign (or a directory of them): the estimate uses its logs")
+    p.add_argument("--detect", type=float, default=None, metavar="D",
+                   help="with --calibrate: the seeds per condition a difference of D (the metric's units) needs, "
+                        "from the pilot's seed-to-seed spread (2+ seeds per condition)")
+    p.add_argument("--power", type=float, default=0.8, help="with --detect: the chance to see the difference (0.8)")
     p.add_argument("--median-step-time", type=float, default=None,
                    help="seconds per step for the estimate (overrides the pilot's median; default 10 uncalibrated)")
     p.add_argument("--gpus", type=float, default=None,
@@ -313,7 +325,9 @@ def explain_main(argv: list[str] | None = None) -> int:
     try:
         cfg, warnings = load_config_with_warnings(args.file, parse_overrides(rest) if rest else None)
         gpus, why = _gpus_available(args.gpus, is_campaign=cfg.campaign is not None)
-        info = describe(cfg, Sizing(args.file, args.calibrate, args.median_step_time, gpus))
+        if args.detect is not None and not args.calibrate:
+            raise ValueError("--detect needs --calibrate DIR: the seed-to-seed spread comes from a pilot")
+        info = describe(cfg, Sizing(args.file, args.calibrate, args.median_step_time, gpus, args.detect, args.power))
     except (ConfigError, ValueError) as exc:
         print(str(exc), file=sys.stderr)
         return 2

@@ -100,6 +100,9 @@ class AdaptiveSection(Section):
     max_seeds: Int = Field(default=4, ge=2)
     rungs: IntList = Field(min_length=1)
     alpha: Float = Field(default=0.05, gt=0.0, lt=1.0)
+    test: Literal["bonferroni", "sequential"] = "bonferroni"
+    """How alpha is spent over the looks: alpha / looks at each (campaign/adaptive/policy.py), or the
+    group-sequential permutation test with Lan-DeMets spending (campaign/adaptive/sequential.py)."""
     budget_steps: Int = Field(default=0, ge=0)
     """Total steps the campaign may spend (0: no limit); seeds are added only within it."""
 

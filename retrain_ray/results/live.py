@@ -44,7 +44,8 @@ def format_duration(seconds: float | None) -> str:
 def summary_line(st: CampaignStatus) -> str:
     c = st["counts"]
     return (f"{st['campaign']} [{st['status']}]: done {c['completed']}/{len(st['runs'])}, running {c['running']}, "
-            f"stale {c['stale']}, failed {c['failed']}, pending {c['pending']}"
+            + (f"paused {c['paused']} (waiting for a rung's decision), " if c.get("paused") else "")
+            + f"stale {c['stale']}, failed {c['failed']}, pending {c['pending']}"
             + (f", missing {c['missing']}" if c.get("missing") else "") + f", ETA {format_duration(st['eta_s'])}")
 
 

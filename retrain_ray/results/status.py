@@ -36,7 +36,7 @@ class RunState(TypedDict):
     run_name: str
     condition: str
     seed: int
-    status: str  # the manifest's, or "missing" / "stale"
+    status: str  # the manifest's, or "missing" / "stale" / "paused" (an adaptive campaign's run waiting at a rung)
     step: int | None  # last logged step (None: no row yet)
     max_steps: int | None
     attempts: int
@@ -91,7 +91,9 @@ def run_state(entry: RunRecord, run_dir: Path, now: float, stale_after_s: float)
     hist = read_history(run_dir)
     step = int(hist["step"].max()) if len(hist) else None
     status = run_status(entry, run_dir)
-    if status == "running" and step is not None and now - _last_row_time(run_dir) > stale_after_s:
+    if status == "running" and isinstance(getattr(entry, "paused_at_rung", None), int):
+        status = "paused"  # waits at a rung for the decision (campaign/adaptive/paused.py): quiet, not stale
+    elif status == "running" and step is not None and now - _last_row_time(run_dir) > stale_after_s:
         status = "stale"
     per_step = seconds_per_step(hist)
     rewards = [float(v) for v in hist["mean_reward"].tail(SPARK_POINTS)] if "mean_reward" in hist else []
@@ -100,7 +102,7 @@ def run_state(entry: RunRecord, run_dir: Path, now: float, stale_after_s: float)
         max_steps=entry.max_steps or None, attempts=entry.attempts,
         mean_reward=_last(hist, "mean_reward"), correct_rate=_last(hist, "correct_rate"),
         reward_sparkline=sparkline(rewards), seconds_per_step=per_step,
-        eta_s=_run_eta(step, entry.max_steps or None, per_step) if status in ("running", "stale") else None,
+        eta_s=_run_eta(step, entry.max_steps or None, per_step) if status in ("running", "stale", "paused") else None,
     )
 
 
@@ -125,7 +127,7 @@ def cell(state: RunState) -> str:
         return "✗" if status == "failed" else "—"
     shown = step + 1
     return {"completed": f"{shown} ✓", "failed": f"{shown} ✗", "stale": f"{shown} stale",
-            "stopped": f"{shown} stopped"}.get(
+            "paused": f"{shown} paused", "stopped": f"{shown} stopped"}.get(
         status, f"{shown}/{state['max_steps']}")
 
 
@@ -133,8 +135,8 @@ def campaign_status(campaign_dir: Path, *, stale_after_s: float = STALE_AFTER_S)
     manifest = read_manifest(campaign_dir)
     now = time.time()
     runs = [run_state(e, campaign_dir / "runs" / e.run_name, now, stale_after_s) for e in manifest.runs]
-    counts = {s: sum(r["status"] == s for r in runs) for s in ("pending", "running", "stale", "completed", "failed",
-                                                        "stopped", "missing")}
+    counts = {s: sum(r["status"] == s for r in runs) for s in ("pending", "running", "paused", "stale", "completed",
+                                                        "failed", "stopped", "missing")}
     seeds = list(dict.fromkeys([*manifest.seeds, *(r["seed"] for r in runs)]))  # with seeds an adaptive one added
     matrix = {c: {str(r["seed"]): cell(r) for r in runs if r["condition"] == c} for c in manifest.conditions}
     return CampaignStatus(campaign=manifest.name, dir=str(campaign_dir), status=manifest.status, counts=counts,

@@ -30,6 +30,7 @@ class AdaptivePlan:
     start_seeds: tuple[int, ...]  # every condition starts with these
     spare_seeds: tuple[int, ...]  # added in this order, never more than max_seeds in all
     max_steps: int
+    test: str = "bonferroni"  # "sequential": campaign/adaptive/sequential.py's group-sequential test
 
     @property
     def worst_case_steps(self) -> int:
@@ -55,7 +56,7 @@ class AdaptivePlan:
                 "condition)" if self.spare_seeds else "no seeds added (max_seeds = min_seeds)")
         return [
             f"adaptive: compare conditions on {self.metric} (mean of the last {self.window} steps, {direction} is "
-            f"better) at steps {list(self.rungs)}; family-wise alpha {self.alpha:g}",
+            f"better) at steps {list(self.rungs)}; family-wise alpha {self.alpha:g} ({self.test} test)",
             f"seeds: start {list(self.start_seeds)} per condition; {adds}; budget {budget}",
             f"steps: best case {self.best_case_steps} (all but the leader stopped at step {self.rungs[0]}), worst case "
             f"{self.worst_case_steps} (every condition to {self.max_seeds} seeds, all steps); the grid of the first "
@@ -65,7 +66,7 @@ class AdaptivePlan:
     def to_json(self) -> dict[str, JsonValue]:
         return {"metric": self.metric, "window": self.window, "mode": self.mode, "min_seeds": self.min_seeds,
                 "max_seeds": self.max_seeds, "rungs": list(self.rungs), "alpha": self.alpha,
-                "budget_steps": self.budget_steps, "start_seeds": list(self.start_seeds),
+                "test": self.test, "budget_steps": self.budget_steps, "start_seeds": list(self.start_seeds),
                 "spare_seeds": list(self.spare_seeds), "best_case_steps": self.best_case_steps,
                 "worst_case_steps": self.worst_case_steps, "grid_steps": self.grid_steps}
 
@@ -81,6 +82,7 @@ def adaptive_plan(camp: CampaignSection | None) -> AdaptivePlan | None:
         max_seeds=int(ad.max_seeds), rungs=tuple(int(r) for r in ad.rungs), alpha=float(ad.alpha),
         budget_steps=int(ad.budget_steps), conditions=tuple(c.label for c in camp.conditions),
         start_seeds=seeds[: ad.min_seeds], spare_seeds=seeds[ad.min_seeds: ad.max_seeds], max_steps=int(camp.max_steps),
+        test=ad.test,
     )
 
 

@@ -20,12 +20,13 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import JsonValue
 from ray.tune.schedulers import FIFOScheduler, TrialScheduler
 from ray.tune.search import Searcher
 
+from retrain_ray.campaign.adaptive import sequential
 from retrain_ray.campaign.adaptive.plan import AdaptivePlan
 from retrain_ray.campaign.adaptive.policy import RungDecision, planned_looks
 from retrain_ray.campaign.adaptive.policy import decide as policy
@@ -79,16 +80,34 @@ VALUE = "adaptive_value"  # the metric's window mean, reported with each checkpo
 
 
 def decide(plan: AdaptivePlan, step: int, values: dict[str, list[float]], seeds: dict[str, int], *,
-           last_rung: bool, can_add_seeds: bool) -> RungDecision:
-    """The decision at a rung: the one call into the statistics (campaign/adaptive/policy.py)."""
-
+           last_rung: bool, can_add_seeds: bool, relook: int = 0) -> RungDecision:
+    """The decision at a rung: the one call into the statistics, the test the plan names
+    (campaign/adaptive/sequential.py's spending plan, or policy.py's alpha / looks). `relook`: how many
+    times this rung was decided before (the last rung's re-looks after seeds were added)."""
+    mode: Literal["max", "min"] = "min" if plan.mode == "min" else "max"
+    if plan.test == "sequential":
+        return sequential.decide(step, values, seeds_by_condition=seeds, mode=mode, alpha=plan.alpha,
+                                 max_seeds=plan.max_seeds, last_rung=last_rung, can_add_seeds=can_add_seeds,
+                                 rungs=plan.rungs, min_seeds=plan.min_seeds, relook=relook)
     looks = planned_looks(len(plan.rungs), plan.min_seeds, plan.max_seeds)  # alpha is spent over every look
-    return policy(step, values, seeds_by_condition=seeds, mode=plan.mode, alpha=plan.alpha,  # type: ignore[arg-type]
+    return policy(step, values, seeds_by_condition=seeds, mode=mode, alpha=plan.alpha,
                   max_seeds=plan.max_seeds, last_rung=last_rung, can_add_seeds=can_add_seeds, looks=looks)
 
 
-def _comparison(pc: PairComparison) -> dict[str, JsonValue]:
-    return {"condition": pc.condition, "reference": pc.reference, "diff": pc.diff, "ci_low": pc.ci_low,
+def decision_line(plan: AdaptivePlan, decision: RungDecision, added: list[str]) -> str:
+    """What the console says of a rung's decision: the test and its level, each stop with its p-value."""
+    head = f"rung {decision.step} ({plan.test}, level {decision.alpha_per_look:.2g}): "
+    stops = [f"stop {pc.condition} (p = {pc.p_value:.2g} against {pc.reference})" for pc in decision.stop]
+    undecided = [f"{pc.condition} undecided (p = {pc.p_value:.2g})" for pc in decision.comparisons
+                 if pc.verdict != "worse"]
+    parts = stops + undecided + ([f"add a seed to {', '.join(added)}"] if added else [])
+    leader = f"leader {decision.leader}" if decision.leader else "no leader"
+    return head + "; ".join([leader, *parts]) if parts else head + f"{leader}; nothing to stop"
+
+
+def _comparison(pc: PairComparison, test: str, level: float) -> dict[str, JsonValue]:
+    """A comparison as the manifest records it, with the adaptive test that decided and its level."""
+    return {"adaptive_test": test, "test_level": level, "condition": pc.condition, "reference": pc.reference, "diff": pc.diff, "ci_low": pc.ci_low,
             "ci_high": pc.ci_high, "p_value": pc.p_value, "verdict": pc.verdict, "seeds": pc.seeds,
             "reference_seeds": pc.reference_seeds, "test": pc.test}
 
@@ -247,7 +266,8 @@ class AdaptiveBook:
         seeds = self._seed_counts(live)
         last = rung == self.plan.rungs[-1]
         room = self._room_for_seeds() if self._spare_conditions() else 0
-        decision = decide(self.plan, rung, values, seeds, last_rung=last, can_add_seeds=room > 0)
+        relook = sum(d.step == rung for d in self.decisions())
+        decision = decide(self.plan, rung, values, seeds, last_rung=last, can_add_seeds=room > 0, relook=relook)
         stopped = [pc.condition for pc in decision.stop]
         for pc in decision.stop:
             self._stop(pc, rung)
@@ -255,10 +275,10 @@ class AdaptiveBook:
         record = Decision(step=rung, at=time.time(), leader=decision.leader, seeds=seeds, values=values,
                           stopped=tuple(StoppedCondition(condition=pc.condition, reason=stop_reason(pc, rung))
                                         for pc in decision.stop),
-                          added=tuple(added), comparisons=tuple(_comparison(pc) for pc in decision.comparisons))
+                          added=tuple(added), comparisons=tuple(_comparison(pc, self.plan.test, decision.alpha_per_look)
+                                            for pc in decision.comparisons))
         self._update_adaptive(decisions=(*self.decisions(), record))
-        self.say(f"rung {rung}: leader {decision.leader or 'none'}; stopped {stopped or 'none'}; "
-                 f"seeds added {added or 'none'}")
+        self.say(decision_line(self.plan, decision, added))
         if last and not added:
             self._finish(f"decided at the last rung, step {rung}")
         return stopped
@@ -358,7 +378,7 @@ class AdaptiveScheduler(FIFOScheduler):
         missing = [n for n in self.book.missing_at(rung) if n != name]
         why = f"waiting at rung {rung} for {', '.join(missing) or 'the decision'}"
         self.book.manifest.update_run(name, paused_at_rung=rung, paused_why=why)
-        self.book.say(f"{name} paused at step {rung}: {why}")
+        self.book.say(f"{name} paused at rung {rung}: waiting for {', '.join(missing) or 'the decision'}")
 
     def choose_trial_to_run(self, tune_controller: TuneController) -> Trial | None:
         """Pending trials first; a paused one only once the rung it waits at is decided (or can never be)."""
