@@ -104,3 +104,37 @@ def test_the_rung_is_decided_by_the_chosen_tests_pure_function(tmp_path, monkeyp
     if not pure.stop:
         assert f"zero_advantage.zero+none undecided (p = {pure.comparisons[0].p_value:.2g})" in said_line
     assert any(line.startswith("grpo+none_s1 paused at rung 2: waiting for ") for line in said), said
+
+
+def test_the_sequential_test_reads_each_seeds_earlier_rungs_as_one_trajectory(tmp_path, monkeypatch):
+    """At the second rung the scheduler hands the sequential test every seed's value at the first rung too
+    (same seed order), so the look is tested jointly with the earlier one, not alone."""
+    monkeypatch.chdir(REPO)
+    book, _ = _book(tmp_path, "sequential")
+    handed: list[object] = []
+    real = sequential.decide
+
+    def seen(*args, **kwargs):  # the real test, recording what the scheduler hands it
+        handed.append(kwargs.get("earlier_values"))
+        return real(*args, **kwargs)
+    monkeypatch.setattr(sequential, "decide", seen)
+    trials = [_trial(n) for n in RUNS]
+    controller = Controller(trials)
+    scheduler = AdaptiveScheduler(book, max_concurrent=4)
+    for t in trials:
+        scheduler.on_trial_add(controller, t)  # type: ignore[arg-type]
+    for step, values in ((1, VALUES), (3, (125.0, 128.0, 2.0, 3.0))):
+        for t, value in zip(trials, values, strict=True):
+            t.status = "RUNNING"
+            scheduler.on_trial_result(controller, t, {"step": step, "adaptive_value": value})  # type: ignore[arg-type]
+            t.status = "PAUSED"
+    recorded = [d for d in book.decisions() if d.step == 4]
+    assert recorded, book.decisions()
+    seeds = {"grpo+none": 2, "zero_advantage.zero+none": 2}
+    values = {"grpo+none": [125.0, 128.0], "zero_advantage.zero+none": [2.0, 3.0]}
+    earlier = {"grpo+none": [[120.0], [130.0]], "zero_advantage.zero+none": [[0.0], [1.0]]}
+    assert handed[-1] == earlier  # 2 seeds a side: the joint and the lone look give the same p here
+    joint = real(4, values, seeds_by_condition=seeds, mode="max", alpha=0.05, max_seeds=2,
+                              last_rung=True, can_add_seeds=False, rungs=[2, 4], min_seeds=2, earlier_values=earlier)
+    assert recorded[0].comparisons[0]["test_level"] == pytest.approx(joint.alpha_per_look)
+    assert [c["p_value"] for c in recorded[0].comparisons] == [pc.p_value for pc in joint.comparisons]

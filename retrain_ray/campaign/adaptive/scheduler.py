@@ -17,6 +17,7 @@ the rung or ended, the values of the runs that reached it go to `decide` (campai
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -80,15 +81,18 @@ VALUE = "adaptive_value"  # the metric's window mean, reported with each checkpo
 
 
 def decide(plan: AdaptivePlan, step: int, values: dict[str, list[float]], seeds: dict[str, int], *,
-           last_rung: bool, can_add_seeds: bool, relook: int = 0) -> RungDecision:
+           last_rung: bool, can_add_seeds: bool, relook: int = 0,
+           earlier: dict[str, list[list[float]]] | None = None) -> RungDecision:
     """The decision at a rung: the one call into the statistics, the test the plan names
     (campaign/adaptive/sequential.py's spending plan, or policy.py's alpha / looks). `relook`: how many
-    times this rung was decided before (the last rung's re-looks after seeds were added)."""
+    times this rung was decided before (the last rung's re-looks after seeds were added); `earlier`: each
+    seed's values at the rungs before this one (same order as `values`), which the sequential test reads as
+    one trajectory per seed (the looks re-measure the same seeds)."""
     mode: Literal["max", "min"] = "min" if plan.mode == "min" else "max"
     if plan.test == "sequential":
         return sequential.decide(step, values, seeds_by_condition=seeds, mode=mode, alpha=plan.alpha,
                                  max_seeds=plan.max_seeds, last_rung=last_rung, can_add_seeds=can_add_seeds,
-                                 rungs=plan.rungs, min_seeds=plan.min_seeds, relook=relook)
+                                 rungs=plan.rungs, min_seeds=plan.min_seeds, relook=relook, earlier_values=earlier)
     looks = planned_looks(len(plan.rungs), plan.min_seeds, plan.max_seeds)  # alpha is spent over every look
     return policy(step, values, seeds_by_condition=seeds, mode=mode, alpha=plan.alpha,
                   max_seeds=plan.max_seeds, last_rung=last_rung, can_add_seeds=can_add_seeds, looks=looks)
@@ -258,16 +262,21 @@ class AdaptiveBook:
     def _decide_at(self, rung: int) -> list[str]:
         live = self.live_entries()
         values: dict[str, list[float]] = {}
+        earlier: dict[str, list[list[float]]] = {}  # each seed's values at the rungs before, in rung order
+        before = [r for r in self.plan.rungs if r < rung]
         for e in live:
             value = e.rung_values.get(str(rung))
             values.setdefault(e.condition, [])
+            earlier.setdefault(e.condition, [])
             if value is not None:
                 values[e.condition].append(float(value))
+                earlier[e.condition].append([float(e.rung_values.get(str(r), math.nan)) for r in before])
         seeds = self._seed_counts(live)
         last = rung == self.plan.rungs[-1]
         room = self._room_for_seeds() if self._spare_conditions() else 0
         relook = sum(d.step == rung for d in self.decisions())
-        decision = decide(self.plan, rung, values, seeds, last_rung=last, can_add_seeds=room > 0, relook=relook)
+        decision = decide(self.plan, rung, values, seeds, last_rung=last, can_add_seeds=room > 0, relook=relook,
+                          earlier=earlier)
         stopped = [pc.condition for pc in decision.stop]
         for pc in decision.stop:
             self._stop(pc, rung)
