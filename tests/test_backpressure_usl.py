@@ -170,7 +170,8 @@ def test_peak_gflops_turns_the_roofline_on_with_the_models_flops_per_token():
 
     off = cfg()
     assert USLController.from_config(off.backpressure, off.model, off.backend).flops_per_token == 0.0  # hint off by default
-    assert BackPressureSettings.from_config(cfg(peak_gflops=1.0)).controller().flops_per_token == 6.0 * n
+    on = cfg(peak_gflops=1.0)
+    assert BackPressureSettings.from_config(on.backpressure, on.model, on.backend).controller().flops_per_token == 6.0 * n
     regimes = []
     for peak in (1.0, 10.0):
         on = cfg(peak_gflops=peak)
@@ -263,5 +264,5 @@ def test_settings_take_every_section_key_and_its_default_from_the_section():
     assert {k: getattr(defaults, k) for k in BackpressureSection.model_fields} == BackpressureSection().model_dump()
     cfg = RetrainConfig.model_validate({"model": {"model": "builtin:tiny"},
                                         "backpressure": {"warmup_steps": 3, "error_cut": 0.25}})
-    changed = BackPressureSettings.from_config(cfg, max_capacity=5)
+    changed = BackPressureSettings.from_config(cfg.backpressure, cfg.model, cfg.backend, max_capacity=5)
     assert (changed.warmup_steps, changed.error_cut, changed.max_capacity) == (3, 0.25, 5)

@@ -11,6 +11,7 @@ from helpers import GRPO, write_campaign, write_config
 from retrain_ray.config import load_config, load_config_with_warnings
 from retrain_ray.results.untrained import untrained_note
 from retrain_ray.run.trainers.registry import condition_warnings, no_training_warnings
+from retrain_ray.run.trainers.rules import TrainerSettings
 
 SMALL = {"batch_size": 2, "group_size": 2, "max_tokens": 4, "save_every": 0}
 
@@ -23,7 +24,8 @@ def test_group_size_one_is_a_config_warning(tmp_path):
     [warning] = [w for w in _warnings(tmp_path, group_size=1) if "group_size" in w]
     assert warning.startswith("training.group_size = 1: each group has one completion, so every group-relative "
                               "advantage is 0 and no RL step trains")
-    assert not no_training_warnings(load_config(write_config(tmp_path / "ok.toml", training=SMALL)))
+    ok = load_config(write_config(tmp_path / "ok.toml", training=SMALL))
+    assert not no_training_warnings(TrainerSettings(ok.training, ok.algorithm, ok.environment, ok.campaign))
     assert not [w for w in _warnings(tmp_path, group_size=1, trainer="sft", sft_data_path="x.jsonl")
                 if "group_size" in w]  # a supervised run has no groups
 

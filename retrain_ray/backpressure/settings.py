@@ -1,6 +1,6 @@
 """Settings of the campaign's back-pressure actor: the [backpressure] section, frozen and picklable.
 
-`from_config(cfg)` reads `RetrainConfig.backpressure`. The section's keys take their defaults from the
+`from_config(backpressure, model, backend)` reads the `[backpressure]` section (and the model's figures). The section's keys take their defaults from the
 section itself (`BackpressureSection`, config/sections_runtime.py: the original's, spec 4.3), so the two
 cannot drift; the pooled fit's tuning and the roofline's model figures are ours and live only here.
 """
@@ -17,7 +17,7 @@ from retrain_ray.backpressure.usl import USLController, roofline_flops_per_token
 from retrain_ray.config.sections_runtime import BackpressureSection
 
 if TYPE_CHECKING:
-    from retrain_ray.config.schema import RetrainConfig
+    from retrain_ray.config.sections_training import BackendSection, ModelSection
 
 _SECTION = BackpressureSection()
 """The [backpressure] defaults: the one place they are written."""
@@ -50,10 +50,11 @@ class BackPressureSettings:
     shapes: ModelShapes | None = None  # the model's, when both peaks turn the roofline on (usl.roofline_shapes)
 
     @classmethod
-    def from_config(cls, cfg: RetrainConfig, **overrides: int | float | bool) -> BackPressureSettings:
+    def from_config(cls, backpressure: BackpressureSection, model: ModelSection, backend: BackendSection,
+                    **overrides: int | float | bool) -> BackPressureSettings:
         """The section's keys, the model's roofline figures, then `overrides`."""
-        section = cls(**cfg.backpressure.model_dump(), flops_per_token=roofline_flops_per_token(cfg.backpressure, cfg.model),
-                      shapes=roofline_shapes(cfg.backpressure, cfg.model, cfg.backend))
+        section = cls(**backpressure.model_dump(), flops_per_token=roofline_flops_per_token(backpressure, model),
+                      shapes=roofline_shapes(backpressure, model, backend))
         return dataclasses.replace(section, **overrides)
 
     def controller(self) -> USLController:

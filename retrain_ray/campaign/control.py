@@ -95,7 +95,7 @@ def start_control_plane(config: RetrainConfig, campaign: str, *, namespace: str,
     if config.backpressure.enabled:
         # the pooled capacity never exceeds the limit the user configured for the endpoint
         bounds = {"max_capacity": endpoint.capacity} if endpoint.name else {}
-        settings = BackPressureSettings.from_config(config, **bounds)
+        settings = BackPressureSettings.from_config(config.backpressure, config.model, config.backend, **bounds)
         backpressure = _start_backpressure(settings, campaign, namespace, campaign_dir, throttles)
     engine = None
     if config.inference.shared:

@@ -20,20 +20,49 @@ from __future__ import annotations
 from collections.abc import Iterable
 from pathlib import Path, PurePosixPath
 from types import ModuleType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from retrain_ray.checks.rules import PLUGIN_KEYS
 from retrain_ray.plugins.bundle import MAX_BUNDLE_BYTES, Packing, PluginBundle, pack, plugin_unit, zip_packing
 from retrain_ray.plugins.loader import LOADER, is_dotted_path, plugin_module, use_search_paths
 
 if TYPE_CHECKING:
-    from retrain_ray.config.schema import RetrainConfig
-    from retrain_ray.config.sections_runtime import RewardSection
+    from retrain_ray.config.sections_runtime import (
+        DataSection,
+        InferenceSection,
+        PlanningSection,
+        PluginsSection,
+        RewardSection,
+    )
+    from retrain_ray.config.sections_training import AlgorithmSection, BackendSection, TrainingSection
 
-__all__ = ["MAX_BUNDLE_BYTES", "build_bundle", "bundle_units", "packing", "plugin_references", "shipment"]
+__all__ = ["MAX_BUNDLE_BYTES", "PluginSections", "build_bundle", "bundle_units", "packing", "plugin_references",
+           "shipment"]
 
 
-def plugin_references(cfg: RetrainConfig) -> list[tuple[str, str]]:
+class PluginSections(Protocol):
+    """The sections of a config that name plugins (`PLUGIN_KEYS`'s, `[plugins] search_paths`, a `custom`
+    reward's module): what the bundle reads of each run's config."""
+
+    @property
+    def algorithm(self) -> AlgorithmSection: ...
+    @property
+    def backend(self) -> BackendSection: ...
+    @property
+    def inference(self) -> InferenceSection: ...
+    @property
+    def reward(self) -> RewardSection: ...
+    @property
+    def data(self) -> DataSection: ...
+    @property
+    def planning(self) -> PlanningSection: ...
+    @property
+    def training(self) -> TrainingSection: ...
+    @property
+    def plugins(self) -> PluginsSection: ...
+
+
+def plugin_references(cfg: PluginSections) -> list[tuple[str, str]]:
     """(kind, dotted path) of every plugin `cfg` names."""
     refs = [(k.label, getattr(getattr(cfg, k.section), k.key)) for k in PLUGIN_KEYS]
     return [(kind, value) for kind, value in refs if isinstance(value, str) and value and is_dotted_path(value)]
@@ -51,7 +80,7 @@ def _custom_reward_module(reward: RewardSection) -> tuple[ModuleType, str] | Non
         return None
 
 
-def bundle_units(configs: Iterable[RetrainConfig]) -> list[tuple[Path, PurePosixPath]]:
+def bundle_units(configs: Iterable[PluginSections]) -> list[tuple[Path, PurePosixPath]]:
     """The folders and files to pack for the plugins these configs name (each imported as a run would)."""
     units: dict[tuple[Path, PurePosixPath], None] = {}
     for cfg in configs:
@@ -66,20 +95,20 @@ def bundle_units(configs: Iterable[RetrainConfig]) -> list[tuple[Path, PurePosix
     return list(units)
 
 
-def packing(configs: Iterable[RetrainConfig]) -> Packing | None:
+def packing(configs: Iterable[PluginSections]) -> Packing | None:
     """What `build_bundle` would pack for these configs; None when they name no plugin (or only installed
     ones). Raises ValueError naming the folder when the files exceed `MAX_BUNDLE_BYTES`."""
     return pack(bundle_units(configs))
 
 
-def build_bundle(configs: Iterable[RetrainConfig]) -> PluginBundle | None:
+def build_bundle(configs: Iterable[PluginSections]) -> PluginBundle | None:
     """The bundle of the plugins these configs name; None when they name none (or only installed ones).
     Raises ValueError naming the folder when the files exceed `MAX_BUNDLE_BYTES`."""
     packed = packing(configs)
     return None if packed is None else zip_packing(packed)
 
 
-def shipment(configs: Iterable[RetrainConfig]) -> dict[str, object]:
+def shipment(configs: Iterable[PluginSections]) -> dict[str, object]:
     """What a campaign of these configs would ship to its trials, for `retrain-ray explain`: status
     "shipped" (units, files, raw and zipped bytes), "none" (with why) or "refused" (the driver's error)."""
     configs = list(configs)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import socket
 from collections.abc import Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 from urllib.parse import urlsplit
 
 from retrain_ray.checks.probe import preflight
@@ -229,7 +229,22 @@ def environment_problems() -> list[str]:
     return problems
 
 
-def model_problems(configs: Iterable[RetrainConfig]) -> list[str]:
+class ModelSections(Protocol):
+    """The sections `model_problems` reads of each run's config."""
+
+    @property
+    def model(self) -> ModelSection: ...
+    @property
+    def backend(self) -> BackendSection: ...
+    @property
+    def training(self) -> TrainingSection: ...
+    @property
+    def planning(self) -> PlanningSection: ...
+    @property
+    def algorithm(self) -> AlgorithmSection: ...
+
+
+def model_problems(configs: Iterable[ModelSections]) -> list[str]:
     """Why a run's model cannot be loaded here (not cached and not downloadable, no such folder), checked
     once per distinct model before anything starts. Only the local backend loads the model itself. The
     semantic planning detector's `[planning] model` is checked too, where the run detects planning."""
@@ -321,9 +336,9 @@ def run_problems(cfg: RetrainConfig, *, check_model: bool = True) -> list[str]:
     replays: list[str] = []
     if cfg.optimizer_batch.replay_path:  # a capture that does not read back, match its pins or the config
         # deferred: the capture's batch type lives beside the backends, which importing this module does not need
-        from retrain_ray.run.optimizer_batch import replay_problems
+        from retrain_ray.run.optimizer_batch import CaptureSettings, settings_replay_problems
 
-        replays = [f"preflight: {p}" for p in replay_problems(cfg)]
+        replays = [f"preflight: {p}" for p in settings_replay_problems(CaptureSettings.of(cfg))]
     return imports + engine_plugin_problems(cfg.inference, cfg.backend) + here + problems + replays
 
 

@@ -44,6 +44,7 @@ from retrain_ray.run.trainers.registry import (
     trainer_config_issues,
     trainer_config_warnings,
 )
+from retrain_ray.run.trainers.rules import TrainerSettings
 from retrain_ray.util.dotted import is_dotted_path
 
 if TYPE_CHECKING:
@@ -537,7 +538,7 @@ RULES: tuple[Rule, ...] = (
     lambda cfg: _data_and_reward(cfg.data, cfg.reward, cfg.backpressure),
     lambda cfg: _squeeze(cfg.squeeze, cfg.campaign, cfg.model, cfg.backend),
     lambda cfg: _adaptive(cfg.campaign),
-    trainer_config_issues,
+    lambda cfg: trainer_config_issues(TrainerSettings(cfg.training, cfg.algorithm, cfg.environment, cfg.campaign)),
 )
 """Each rule with the sections it reads."""
 
@@ -567,7 +568,8 @@ def _warnings(backend: BackendSection, training: TrainingSection) -> list[str]:
 
 def collect_warnings(cfg: RetrainConfig) -> list[str]:
     """Spec 7 warnings: the config is valid but probably not what was meant."""
-    return _warnings(cfg.backend, cfg.training) + trainer_config_warnings(cfg) + no_training_warnings(cfg)
+    settings = TrainerSettings(cfg.training, cfg.algorithm, cfg.environment, cfg.campaign)
+    return _warnings(cfg.backend, cfg.training) + trainer_config_warnings(settings) + no_training_warnings(settings)
 
 
 def _shared_engine_issues(inference: InferenceSection, model: ModelSection, backend: BackendSection) -> list[ConfigIssue]:

@@ -28,6 +28,8 @@ from retrain_ray.util.finite import NonFiniteError
 from retrain_ray.util.process_clock import process_started_at as started_at_from_proc
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from retrain_ray.config.campaign_schema import SqueezeSection
     from retrain_ray.config.schema import RetrainConfig
     from retrain_ray.config.sections_training import BackendSection, TrainingSection
@@ -144,7 +146,7 @@ def _train_locked(cfg: RetrainConfig, args: argparse.Namespace, run_dir: Path) -
     resume = cfg.resume.from_ or None  # `--resume DIR` or the file's `[resume] from`
     if resume is None:
         try:
-            resume = _checkpoint_dir_resume(cfg, run_dir.name)
+            resume = _checkpoint_dir_resume(cfg.training, cfg.model_dump(mode="json"), run_dir.name)
         except (RuntimeError, FileNotFoundError) as exc:  # ForeignRunDir: another run's checkpoints
             err.print("[bold red]error:[/]", highlight=False, end=" ")
             err.print(str(exc), highlight=False, markup=False, soft_wrap=True)
@@ -189,16 +191,16 @@ def _train_locked(cfg: RetrainConfig, args: argparse.Namespace, run_dir: Path) -
     return _squeeze_after(cfg.squeeze, run_dir) if cfg.squeeze is not None else 0
 
 
-def _checkpoint_dir_resume(cfg: RetrainConfig, run_name: str) -> str | None:
+def _checkpoint_dir_resume(training: TrainingSection, config: Mapping[str, object], run_name: str) -> str | None:
     """`[training] checkpoint_dir` holding this run's checkpoints: the newest verified one, said aloud."""
     # deferred: loads torch, which importing this module does not need
     from retrain_ray.run.resume.point import checkpoint_dir_resume
 
-    found = checkpoint_dir_resume(cfg, run_name)
+    found = checkpoint_dir_resume(training, config, run_name)
     if found is None:
         return None
     Console().print(f"resuming from {found}: the newest verified checkpoint of run {run_name} in [training] "
-                    f"checkpoint_dir {cfg.training.checkpoint_dir}", highlight=False)
+                    f"checkpoint_dir {training.checkpoint_dir}", highlight=False)
     return str(found)
 
 

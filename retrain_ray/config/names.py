@@ -10,10 +10,9 @@ registry, and the check pass (checks/rules.py) checks a config against them. A d
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
-    from retrain_ray.config.schema import RetrainConfig
     from retrain_ray.config.sections_training import AlgorithmSection
 
 UNCERTAINTY_ALIASES: dict[str, str] = {
@@ -62,7 +61,14 @@ def gpu_count(devices: str) -> int:
     return len([d for d in text.split(",") if d.strip()])
 
 
-def effective_uncertainty_kind(cfg: RetrainConfig) -> str:
+class HasAlgorithm(Protocol):
+    """A config's `[algorithm]` section: all `effective_uncertainty_kind` reads."""
+
+    @property
+    def algorithm(self) -> AlgorithmSection: ...
+
+
+def effective_uncertainty_kind(cfg: HasAlgorithm) -> str:
     """The kind in force: a transform_params override replaces the default `surprisal` (spec 7)."""
     return uncertainty_kind_in_force(cfg.algorithm)
 

@@ -21,7 +21,7 @@ import hashlib
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from retrain_ray.algorithms import (
     PREV_ETA_PARAM,
@@ -45,8 +45,13 @@ from retrain_ray.run.plugin_modes import resolve_modes
 from retrain_ray.run.rollout import Group
 
 if TYPE_CHECKING:
-    from retrain_ray.config.schema import RetrainConfig
     from retrain_ray.config.sections_runtime import EchoSection
+    from retrain_ray.config.sections_training import (
+        AlgorithmSection,
+        GtpoSection,
+        HicraSection,
+        TrainingSection,
+    )
 
 SURPRISAL_STAT_KEYS = (
     "exec_surprisal_mean",
@@ -58,6 +63,21 @@ SURPRISAL_STAT_KEYS = (
     "post_plan_surprisal_mean",
     "post_plan_surprisal_var",
 )
+
+
+class CreditSections(Protocol):
+    """The sections of a config that `CreditSettings.from_config` reads."""
+
+    @property
+    def algorithm(self) -> AlgorithmSection: ...
+    @property
+    def gtpo(self) -> GtpoSection: ...
+    @property
+    def hicra(self) -> HicraSection: ...
+    @property
+    def training(self) -> TrainingSection: ...
+    @property
+    def echo(self) -> EchoSection: ...
 
 
 @dataclass(frozen=True)
@@ -95,7 +115,7 @@ class CreditSettings:
         return self.resolved
 
     @classmethod
-    def from_config(cls, cfg: RetrainConfig) -> CreditSettings:
+    def from_config(cls, cfg: CreditSections) -> CreditSettings:
         alg = cfg.algorithm
         params = dict(alg.transform_params)
         # The original has one field for the two spellings; a transform_params entry wins.

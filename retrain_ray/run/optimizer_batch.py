@@ -153,13 +153,8 @@ def read_capture(path: Path) -> Capture:
     return Capture(batch, manifest, _sha256(raw))
 
 
-def replay_problems(cfg: RetrainConfig) -> list[str]:
-    """Every reason the configured replay cannot run (empty when it can, or when the run replays nothing)."""
-    return settings_replay_problems(CaptureSettings.of(cfg))
-
-
 def settings_replay_problems(settings: CaptureSettings) -> list[str]:
-    """`replay_problems` of the settings a run built once."""
+    """Every reason the configured replay cannot run (empty when it can, or when the run replays nothing)."""
     ob = settings.section
     if not ob.replay_path:
         return []

@@ -25,6 +25,7 @@ from retrain_ray.run.resume.point import checkpoint_dir_resume, checkpoint_root,
 from retrain_ray.run.state import TrainerState, engine_generators, restore_rng_state, seed_everything
 from retrain_ray.run.trainers.external import external_run, run_external
 from retrain_ray.run.trainers.registry import trainer_spec
+from retrain_ray.run.trainers.rules import TrainerSettings
 from retrain_ray.run.types import RunObserver, RunOutcome
 from retrain_ray.throttle.filelock import FileLockThrottle
 from retrain_ray.util.file_kinds import directory_problem
@@ -92,7 +93,8 @@ def train_run(
     _check_run_dir(run_dir)
     use_search_paths(config.plugins.search_paths)  # the run's plugins (modes, rewards...) are looked up there
     trainer = trainer_spec(config.training.trainer)
-    for warning in trainer.no_training(config):  # said at load time too; here for a campaign's worker log
+    settings = TrainerSettings(config.training, config.algorithm, config.environment, config.campaign)
+    for warning in trainer.no_training(settings):  # said at load time too; here for a campaign's worker log
         log.warning("%s: %s", run_name, warning)
     if trainer.run_outside is not None:  # `trainer = "command"` or a plugin runner: no model, data or loop here
         return _train_external(trainer.run_outside, config, run_name, run_dir, observers, local_logs)
@@ -104,7 +106,7 @@ def train_run(
     if steps.limited_by == "num_epochs":
         log.info("%s: %s", run_name, steps.explanation)
     if resume_from is None:
-        resume_from = checkpoint_dir_resume(config, run_name)  # raises for another run's checkpoints
+        resume_from = checkpoint_dir_resume(config.training, config.model_dump(mode="json"), run_name)  # raises for another run's checkpoints
         if resume_from is not None:
             log.warning("%s: resuming from %s, the newest verified checkpoint in [training] checkpoint_dir",
                         run_name, resume_from)

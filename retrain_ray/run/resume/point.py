@@ -24,7 +24,6 @@ from retrain_ray.run.resume.checkpoint import CheckpointManager, load_state, ver
 from retrain_ray.util.secrets import redact
 
 if TYPE_CHECKING:
-    from retrain_ray.config.schema import RetrainConfig
     from retrain_ray.config.sections_training import TrainingSection
 
 
@@ -34,16 +33,17 @@ def checkpoint_root(training: TrainingSection) -> Path | None:
     return Path(text).expanduser() if text else None
 
 
-def checkpoint_dir_resume(cfg: RetrainConfig, run_name: str) -> Path | None:
+def checkpoint_dir_resume(training: TrainingSection, config: Mapping[str, object], run_name: str) -> Path | None:
     """The newest verified checkpoint in `checkpoint_dir` to resume from; None when there is no
-    `checkpoint_dir` or it holds no checkpoint. Raises ForeignRunDir for another run's or config's."""
-    root = checkpoint_root(cfg.training)
+    `checkpoint_dir` or it holds no checkpoint. Raises ForeignRunDir for another run's or config's
+    (`config`: the run's whole config as JSON, compared with the one the checkpoints' run recorded)."""
+    root = checkpoint_root(training)
     if root is None:
         return None
     manager = CheckpointManager(root, keep_last=0, root=root)
     if not manager.candidates():
         return None
-    check_same_run(root, run_name, cfg.model_dump(mode="json"))
+    check_same_run(root, run_name, config)
     found = manager.latest_valid()
     if found is None:
         raise FileNotFoundError(f"checkpoint_dir {root} holds checkpoints of run {run_name!r}, but none verifies "

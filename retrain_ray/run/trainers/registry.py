@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING
 
 from retrain_ray.config.errors import ConfigIssue
 from retrain_ray.run.trainers.rules import (
+    TrainerSettings,
     command_issues,
     entropic_warnings,
     no_command_issues,
@@ -92,9 +93,9 @@ class TrainerSpec:
     prepare: Callable[[TrainingSection], TrainingSection] = _as_configured  # the `[training]` its loop runs
     check_loop: Callable[[RunLoop], None] = _anything_goes  # refuses a loop with nothing to train on
     loads_plugin: bool = False  # the name is a dotted path to a runner class, imported at preflight
-    issues: Callable[[RetrainConfig], list[ConfigIssue]] = no_command_issues  # its `[training]` rules
-    warnings: Callable[[RetrainConfig], list[str]] = no_warnings
-    no_training: Callable[[RetrainConfig], list[str]] = no_warnings  # why a valid config trains nothing by RL
+    issues: Callable[[TrainerSettings], list[ConfigIssue]] = no_command_issues  # its `[training]` rules
+    warnings: Callable[[TrainerSettings], list[str]] = no_warnings
+    no_training: Callable[[TrainerSettings], list[str]] = no_warnings  # why a valid config trains nothing by RL
 
     @property
     def build_loop(self) -> type[RunLoop]:
@@ -151,30 +152,30 @@ def trainer_spec(name: str) -> TrainerSpec:
                      "or a dotted path to a runner class (package.module:Class)")
 
 
-def trainer_config_issues(cfg: RetrainConfig) -> list[ConfigIssue]:
+def trainer_config_issues(settings: TrainerSettings) -> list[ConfigIssue]:
     """The problems of `[training] trainer` / `trainer_command`: an unknown name, else the trainer's own rules."""
-    name = cfg.training.trainer
+    name = settings.training.trainer
     if name not in TRAINERS and not is_dotted_path(name):
         return [ConfigIssue("training.trainer", name, "is not a known trainer",
                             f"use one of {', '.join(sorted(TRAINERS))}, or a dotted path to a runner class "
                             "(package.module:Class) whose run(config) returns the adapter path")]
-    return trainer_spec(name).issues(cfg)
+    return trainer_spec(name).issues(settings)
 
 
-def trainer_config_warnings(cfg: RetrainConfig) -> list[str]:
+def trainer_config_warnings(settings: TrainerSettings) -> list[str]:
     """The warnings of the configured trainer (none for an unknown name: its issue is reported)."""
-    name = cfg.training.trainer
+    name = settings.training.trainer
     if name not in TRAINERS and not is_dotted_path(name):
         return []
-    return trainer_spec(name).warnings(cfg)
+    return trainer_spec(name).warnings(settings)
 
 
-def no_training_warnings(cfg: RetrainConfig) -> list[str]:
+def no_training_warnings(settings: TrainerSettings) -> list[str]:
     """What makes a valid config train nothing by RL (empty when it trains, or for an unknown trainer)."""
-    name = cfg.training.trainer
+    name = settings.training.trainer
     if name not in TRAINERS and not is_dotted_path(name):
         return []
-    return trainer_spec(name).no_training(cfg)
+    return trainer_spec(name).no_training(settings)
 
 
 def condition_warnings(runs: Iterable[tuple[str, RetrainConfig]]) -> list[str]:
@@ -182,7 +183,8 @@ def condition_warnings(runs: Iterable[tuple[str, RetrainConfig]]) -> list[str]:
     seeds do not change these keys), or once for all when every condition has it."""
     by_condition: dict[str, list[str]] = {}
     for condition, cfg in runs:
-        by_condition.setdefault(condition, no_training_warnings(cfg))
+        settings = TrainerSettings(cfg.training, cfg.algorithm, cfg.environment, cfg.campaign)
+        by_condition.setdefault(condition, no_training_warnings(settings))
     texts = dict.fromkeys(w for found in by_condition.values() for w in found)
     return [f"every condition: {w}" if all(w in found for found in by_condition.values())
             else f"condition {', '.join(c for c, found in by_condition.items() if w in found)}: {w}"

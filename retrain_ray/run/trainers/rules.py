@@ -13,17 +13,30 @@ This module imports only config/ and util/: the check pass runs it whenever a co
 from __future__ import annotations
 
 import string
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from retrain_ray.config.errors import ConfigIssue
 from retrain_ray.util.dotted import is_dotted_path
 
 if TYPE_CHECKING:
-    from retrain_ray.config.schema import RetrainConfig
+    from retrain_ray.config.campaign_schema import CampaignSection
+    from retrain_ray.config.sections_runtime import EnvironmentSection
+    from retrain_ray.config.sections_training import AlgorithmSection, TrainingSection
 
 COMMAND_PLACEHOLDERS = ("config_path", "log_dir", "adapter_path", "model")
 _PLACEHOLDERS_TEXT = ", ".join("{" + p + "}" for p in COMMAND_PLACEHOLDERS)
 ENTROPIC_MODES = frozenset({"discover_entropic", "ttt_discover_entropic"})
+
+
+@dataclass(frozen=True)
+class TrainerSettings:
+    """The sections the trainer rules read, built once per config by the check pass."""
+
+    training: TrainingSection
+    algorithm: AlgorithmSection
+    environment: EnvironmentSection
+    campaign: CampaignSection | None
 
 
 def template_problem(template: str) -> str:
@@ -39,9 +52,9 @@ def template_problem(template: str) -> str:
     return ""
 
 
-def command_issues(cfg: RetrainConfig) -> list[ConfigIssue]:
+def command_issues(settings: TrainerSettings) -> list[ConfigIssue]:
     """The command runner: a command to run, whose template formats."""
-    command = cfg.training.trainer_command
+    command = settings.training.trainer_command
     if not command.strip():
         return [ConfigIssue("training.trainer_command", command, 'trainer = "command" needs a command',
                             f"set trainer_command to a shell command; it may use {_PLACEHOLDERS_TEXT}")]
@@ -49,9 +62,9 @@ def command_issues(cfg: RetrainConfig) -> list[ConfigIssue]:
     return [ConfigIssue("training.trainer_command", command, problem, "fix the template")] if problem else []
 
 
-def no_command_issues(cfg: RetrainConfig) -> list[ConfigIssue]:
+def no_command_issues(settings: TrainerSettings) -> list[ConfigIssue]:
     """Every other trainer: a `trainer_command` would be ignored, so it is refused."""
-    t = cfg.training
+    t = settings.training
     if t.trainer_command:
         return [ConfigIssue("training.trainer_command", t.trainer_command,
                             f'is used only by trainer = "command" (trainer is {t.trainer!r})',
@@ -59,24 +72,24 @@ def no_command_issues(cfg: RetrainConfig) -> list[ConfigIssue]:
     return []
 
 
-def single_problem_issues(cfg: RetrainConfig) -> list[ConfigIssue]:
+def single_problem_issues(settings: TrainerSettings) -> list[ConfigIssue]:
     """TTT-Discover: no trainer_command, and no multi-turn environment."""
-    issues = no_command_issues(cfg)
-    if issues or not cfg.environment.provider:
+    issues = no_command_issues(settings)
+    if issues or not settings.environment.provider:
         return issues
-    return [ConfigIssue("environment.provider", cfg.environment.provider,
+    return [ConfigIssue("environment.provider", settings.environment.provider,
                         'trainer = "ttt_discover" optimizes one single-turn problem; multi-turn environment '
                         "episodes are not supported (as in the original)",
                         "remove [environment], or use trainer = \"retrain\"")]
 
 
-def no_warnings(cfg: RetrainConfig) -> list[str]:
+def no_warnings(settings: TrainerSettings) -> list[str]:
     return []
 
 
-def entropic_warnings(cfg: RetrainConfig) -> list[str]:
+def entropic_warnings(settings: TrainerSettings) -> list[str]:
     """TTT-Discover trains with the configured advantages; its own are the entropic ones."""
-    alg = cfg.algorithm
+    alg = settings.algorithm
     if alg.algorithm_mode in ENTROPIC_MODES or is_dotted_path(alg.algorithm_mode):
         return []
     return [f'training.trainer = "ttt_discover" trains with the configured advantages '
@@ -89,18 +102,18 @@ def entropic_warnings(cfg: RetrainConfig) -> list[str]:
 # (run/train.py), and a run's end summary counts the steps that trained nothing (results/untrained.py).
 
 
-def effective_max_steps(cfg: RetrainConfig) -> int:
+def effective_max_steps(settings: TrainerSettings) -> int:
     """The steps each run takes: `[campaign] max_steps` replaces `[training] max_steps` in a campaign."""
-    return cfg.campaign.max_steps if cfg.campaign is not None else cfg.training.max_steps
+    return settings.campaign.max_steps if settings.campaign is not None else settings.training.max_steps
 
 
-def all_warm_start_warnings(cfg: RetrainConfig) -> list[str]:
+def all_warm_start_warnings(settings: TrainerSettings) -> list[str]:
     """Every step a warm-start (SFT) step: `sft_warmup_steps >= max_steps` leaves no RL step."""
-    t = cfg.training
-    max_steps = effective_max_steps(cfg)
+    t = settings.training
+    max_steps = effective_max_steps(settings)
     if t.sft_warmup_steps < max_steps:
         return []
-    source = "[campaign] max_steps" if cfg.campaign is not None else "training.max_steps"
+    source = "[campaign] max_steps" if settings.campaign is not None else "training.max_steps"
     unless = (f" unless the correct rate reaches sft_target_correct_rate = {t.sft_target_correct_rate} first"
               if t.sft_target_correct_rate > 0 else "")
     return [f"training.sft_warmup_steps = {t.sft_warmup_steps} covers all {max_steps} steps ({source}): every "
@@ -108,14 +121,14 @@ def all_warm_start_warnings(cfg: RetrainConfig) -> list[str]:
             'raise max_steps above sft_warmup_steps, or use trainer = "sft" for a supervised run']
 
 
-def single_completion_warnings(cfg: RetrainConfig) -> list[str]:
+def single_completion_warnings(settings: TrainerSettings) -> list[str]:
     """`group_size = 1`: each group is one completion, its group-relative advantage is 0: nothing trains."""
-    if cfg.training.group_size != 1:
+    if settings.training.group_size != 1:
         return []
     return ["training.group_size = 1: each group has one completion, so every group-relative advantage is 0 "
             "and no RL step trains (rows say trained = false); use group_size >= 2"]
 
 
-def rl_loop_no_training(cfg: RetrainConfig) -> list[str]:
+def rl_loop_no_training(settings: TrainerSettings) -> list[str]:
     """The RL loop with its warm start: both cases."""
-    return all_warm_start_warnings(cfg) + single_completion_warnings(cfg)
+    return all_warm_start_warnings(settings) + single_completion_warnings(settings)
