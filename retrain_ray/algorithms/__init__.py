@@ -6,7 +6,7 @@ Entry point: `compute_group_advantages(...)`; validate names at config time with
 """
 
 from retrain_ray.algorithms.api import compute_group_advantages
-from retrain_ray.algorithms.batch import batch_normalize, cap_advantages
+from retrain_ray.algorithms.batch import batch_normalize, cap_advantages, grpo, maxrl, reinforce_pp
 from retrain_ray.algorithms.credit import (
     entropy_mask,
     gtpo_weighting,
@@ -18,7 +18,6 @@ from retrain_ray.algorithms.credit import (
 )
 from retrain_ray.algorithms.delight import PREV_ETA_PARAM
 from retrain_ray.algorithms.delight import is_adaptive as is_adaptive_delight
-from retrain_ray.algorithms.episode import grpo, maxrl, reinforce_pp
 from retrain_ray.algorithms.modes import ResolvedModes, resolve_modes
 from retrain_ray.algorithms.planning import (
     DEFAULT_STRATEGIC_GRAMS,
