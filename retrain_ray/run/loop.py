@@ -32,7 +32,7 @@ from retrain_ray.data import next_batch
 from retrain_ray.data.types import Example
 from retrain_ray.engines.types import SampleResult, SamplingEngine, SamplingParams, WeightUpdate
 from retrain_ray.environments.types import Environment
-from retrain_ray.logs.generations import TopSurprisal, select_generation_samples, top_surprisal_tokens
+from retrain_ray.logs.observers import TopSurprisal, select_generation_samples, top_surprisal_tokens
 from retrain_ray.rewards.types import Reward
 from retrain_ray.run.credit import CreditSettings, assign_credit, logical_batch_sha256
 from retrain_ray.run.divergence import DivergenceError, DivergenceWatch, stop_message
