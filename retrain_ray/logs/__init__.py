@@ -32,9 +32,9 @@ if TYPE_CHECKING:  # what type checkers see; at run time __getattr__ imports on 
 _EXPORTS = {
     "compact_to_parquet": "stream",
     "write_run_meta": "stream",
-    "select_generation_samples": "generations",
-    "top_indices_by_reward": "generations",
-    "top_surprisal_tokens": "generations",
+    "select_generation_samples": "observers",
+    "top_indices_by_reward": "observers",
+    "top_surprisal_tokens": "observers",
     "ArrowRunObserver": "observers",
     "ConsoleObserver": "observers",
     "MultiObserver": "observers",
