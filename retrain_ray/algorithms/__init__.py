@@ -6,7 +6,16 @@ Entry point: `compute_group_advantages(...)`; validate names at config time with
 """
 
 from retrain_ray.algorithms.api import compute_group_advantages
-from retrain_ray.algorithms.batch import batch_normalize, cap_advantages, grpo, maxrl, reinforce_pp
+from retrain_ray.algorithms.batch import (
+    TieStats,
+    batch_normalize,
+    cap_advantages,
+    grpo,
+    is_uniform_group,
+    maxrl,
+    reinforce_pp,
+    reward_tie_stats,
+)
 from retrain_ray.algorithms.credit import (
     entropy_mask,
     gtpo_weighting,
@@ -28,7 +37,6 @@ from retrain_ray.algorithms.planning import (
 from retrain_ray.algorithms.recipes import AlgorithmSpec
 from retrain_ray.algorithms.registry import TransformSpec
 from retrain_ray.algorithms.sepa import SEPAController
-from retrain_ray.algorithms.ties import TieStats, is_uniform_group, reward_tie_stats
 from retrain_ray.algorithms.types import (
     MAX_SURPRISAL,
     AdvantageContext,

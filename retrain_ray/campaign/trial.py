@@ -41,12 +41,12 @@ from retrain_ray.campaign.recorder import RecorderClient, recorder_name
 from retrain_ray.campaign.resume.point import ResumePoint, decide_resume
 from retrain_ray.campaign.stagger import wait_for_start_slot
 from retrain_ray.checks.preflight import check_run
+from retrain_ray.logs.dir_lock import process_started_at
 from retrain_ray.logs.types import MetricsRow, RunObserver
 from retrain_ray.plugins.bundle import PluginBundle, activate
 from retrain_ray.plugins.loader import use_plugin_root
 from retrain_ray.run.types import RunOutcome
 from retrain_ray.trackers import RunIdentity, build_trackers
-from retrain_ray.util.process_clock import process_started_at
 from retrain_ray.util.secrets import redact
 
 _RUNS_IN_PROCESS = [0]  # runs this trial process has started (1 = fresh process; more = reused by Tune)

@@ -63,7 +63,7 @@ from retrain_ray.run.types import MetricsRow, RunObserver, RunOutcome
 
 if TYPE_CHECKING:
     from retrain_ray.config.schema import RetrainConfig
-    from retrain_ray.models.types import Tokenizer
+    from retrain_ray.models import Tokenizer
 
 log = logging.getLogger(__name__)
 
