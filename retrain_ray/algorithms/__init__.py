@@ -5,7 +5,7 @@ Entry point: `compute_group_advantages(...)`; validate names at config time with
 `policy_loss` / `aggregate_microbatches` live in `retrain_ray.algorithms.loss` (imports torch).
 """
 
-from retrain_ray.algorithms.api import compute_group_advantages
+from retrain_ray.algorithms.api import ResolvedModes, compute_group_advantages, resolve_modes
 from retrain_ray.algorithms.batch import (
     TieStats,
     batch_normalize,
@@ -27,7 +27,6 @@ from retrain_ray.algorithms.credit import (
 )
 from retrain_ray.algorithms.delight import PREV_ETA_PARAM
 from retrain_ray.algorithms.delight import is_adaptive as is_adaptive_delight
-from retrain_ray.algorithms.modes import ResolvedModes, resolve_modes
 from retrain_ray.algorithms.planning import (
     DEFAULT_STRATEGIC_GRAMS,
     RegexPlanningDetector,

@@ -35,7 +35,7 @@ from ray.actor import ActorHandle
 
 from retrain_ray.campaign.afterwards import run_afterwards
 from retrain_ray.campaign.capacity.placement import decide_placement
-from retrain_ray.campaign.control import ControlPlane, start_control_plane
+from retrain_ray.campaign.control import ControlPlane, start_control_plane, start_gate
 from retrain_ray.campaign.local_ray import alive_node_resources, connect, trial_modules
 from retrain_ray.campaign.observer import CampaignObserver, ConsoleCampaignObserver
 from retrain_ray.campaign.plan import (
@@ -52,7 +52,6 @@ from retrain_ray.campaign.recorder import start_recorder
 from retrain_ray.campaign.resume.edits import Extension, check_edits, record_extension
 from retrain_ray.campaign.resume.interrupted import CampaignInterrupted, record_interruption, was_interrupted
 from retrain_ray.campaign.resume.tune_copies import set_aside, torn_state
-from retrain_ray.campaign.stagger import start_gate
 from retrain_ray.checks.preflight import campaign_problems
 from retrain_ray.config import ConfigError, RetrainConfig, load_config
 from retrain_ray.logs.dir_lock import DirectoryInUse, DirLock

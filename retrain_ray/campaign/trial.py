@@ -34,12 +34,11 @@ from ray import ObjectRef, tune
 
 from retrain_ray.actors.worker_env import PRELOAD_MODULE
 from retrain_ray.backends.types import Policy
-from retrain_ray.campaign.control import ControlPlane
+from retrain_ray.campaign.control import ControlPlane, wait_for_start_slot
 from retrain_ray.campaign.dashboard import RunGauges
 from retrain_ray.campaign.plan import DEFAULT_RUNNER, Runner, RunPlan
 from retrain_ray.campaign.recorder import RecorderClient, recorder_name
 from retrain_ray.campaign.resume.point import ResumePoint, decide_resume
-from retrain_ray.campaign.stagger import wait_for_start_slot
 from retrain_ray.checks.preflight import check_run
 from retrain_ray.logs.dir_lock import process_started_at
 from retrain_ray.logs.types import MetricsRow, RunObserver
