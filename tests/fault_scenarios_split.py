@@ -24,7 +24,7 @@ from campaign_helpers import steps_once
 from fault_scenarios import STEPS, Trial, final_weights, first_row_after, same_weights
 from helpers import TINY_RUN, write_campaign
 
-from retrain_ray.campaign.split import PLACEMENT_FILE
+from retrain_ray.campaign.trial import PLACEMENT_FILE
 from retrain_ray.logs.manifest import RunRecord
 
 ROLES = ("inference", "trainer")

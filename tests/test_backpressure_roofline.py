@@ -6,8 +6,13 @@ from __future__ import annotations
 
 import pytest
 
-from retrain_ray.backpressure.roofline import ModelShapes, bytes_per_token, flops_per_token, roofline_point
-from retrain_ray.backpressure.usl import USLController
+from retrain_ray.backpressure.usl import (
+    ModelShapes,
+    USLController,
+    bytes_per_token,
+    flops_per_token,
+    roofline_point,
+)
 
 LORA = ModelShapes(parameters=1000, trainable=100, bytes_per_param=2, kv_bytes_per_token=64, full=False)
 FULL = ModelShapes(parameters=1000, trainable=1000, bytes_per_param=2, kv_bytes_per_token=64, full=True)

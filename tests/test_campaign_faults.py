@@ -27,7 +27,7 @@ from campaign_helpers import (
 )
 from helpers import GRPO, TINY_RUN, wait_for, write_campaign
 
-from retrain_ray.actors.metric_tags import ascii_tag, ascii_tags
+from retrain_ray.actors.throttle_support import ascii_tag, ascii_tags
 
 ODD_NAME = "ablation-ü"
 ODD_GROUP = "ünï漢字🚀 x"

@@ -13,7 +13,7 @@ import pytest
 from helpers import GRPO, write_campaign, write_config
 
 from retrain_ray.campaign import Campaign
-from retrain_ray.campaign.split import PLACEMENT_FILE
+from retrain_ray.campaign.trial import PLACEMENT_FILE
 from retrain_ray.logs import read_stream
 
 # a real scorer that splits nearly every group of a barely trained model (completion < reference as

@@ -10,8 +10,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from retrain_ray.campaign.capacity.placement import check_fits, decide_placement, parse_devices, placement_for
-from retrain_ray.campaign.resume.tune_state import set_aside, torn_state
-from retrain_ray.campaign.stagger import StaggerClock
+from retrain_ray.campaign.control import StaggerClock
+from retrain_ray.campaign.resume.tune_copies import set_aside, torn_state
 from retrain_ray.logs.manifest import CampaignRecord, Manifest, read_manifest
 from retrain_ray.results.significance import ci95_halfwidth, t95
 from retrain_ray.results.status import cell

@@ -16,8 +16,8 @@ from helpers import TINY_CPU, write_campaign
 from lora_factors import factors_with_singular_values, write_peft_adapter
 
 from retrain_ray.campaign.capacity.placement import decide_placement
+from retrain_ray.campaign.control import StaggerClock
 from retrain_ray.campaign.plan import CampaignError, CampaignPlan, build_plan
-from retrain_ray.campaign.stagger import StaggerClock
 from retrain_ray.config import CampaignSection, ConfigError, RetrainConfig, SqueezeSection, load_config
 from retrain_ray.config.build import build_config
 from retrain_ray.squeeze import SqueezeError, SqueezeReport, SqueezeSettings, squeeze_adapter

@@ -10,7 +10,7 @@ from helpers import GRPO, write_config
 
 from retrain_ray.config import load_config
 from retrain_ray.logs import GENERATIONS_SCHEMA, read_stream, row_to_record, select_generation_samples
-from retrain_ray.logs.generations import top_surprisal_tokens
+from retrain_ray.logs.observers import top_surprisal_tokens
 from retrain_ray.run.train import train_run
 
 

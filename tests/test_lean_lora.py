@@ -35,7 +35,7 @@ from retrain_ray.models.lean_lora import (
     prepare_trainable,
     save_adapter,
 )
-from retrain_ray.squeeze.adapter import read_adapter
+from retrain_ray.squeeze.squeeze import read_adapter
 
 DEFAULT = LoraSettings(rank=8)
 VARIANTS = {

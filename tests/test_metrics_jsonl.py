@@ -15,7 +15,7 @@ from helpers import TINY_RUN, wait_for, write_config
 
 from retrain_ray.campaign.recorder import RecorderCore
 from retrain_ray.logs import ArrowRunObserver, read_stream
-from retrain_ray.logs.jsonl import JSONL, json_object
+from retrain_ray.logs.observers import JSONL, json_object
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -11,7 +11,7 @@ from recorded_campaign import recorded_campaign_dir
 
 from retrain_ray.cli.results import results_main
 from retrain_ray.results.campaign_results import CampaignResults
-from retrain_ray.results.robust_summary import robust_conditions, robust_improvements
+from retrain_ray.results.robust_stats import robust_conditions, robust_improvements
 
 
 @pytest.fixture(scope="module")

@@ -14,7 +14,7 @@ import pytest
 from retrain_ray.config import ConfigError, RetrainConfig, load_config
 from retrain_ray.config.build import build_config
 from retrain_ray.run.epochs import epoch_order, plan_from_config, plan_steps
-from retrain_ray.run.lr_schedule import LRSchedule, lr_at
+from retrain_ray.run.loop import LRSchedule, lr_at
 
 ROOT = Path(__file__).resolve().parents[1]
 SEED_CONFIGS = sorted((ROOT / "configs" / "seed001").glob("*.toml"))

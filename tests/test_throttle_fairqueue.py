@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from retrain_ray.throttle.fairqueue import FairQueue
+from retrain_ray.throttle.pool import FairQueue
 
 
 def _serve(queue: FairQueue[str]) -> str:

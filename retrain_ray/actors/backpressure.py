@@ -25,9 +25,8 @@ import ray
 import ray.exceptions
 from ray.util.metrics import Gauge
 
-from retrain_ray.actors.metric_tags import ascii_tags
 from retrain_ray.actors.restarts import CONTROL_RESTARTS, record_restart
-from retrain_ray.actors.throttle_support import throttle_name
+from retrain_ray.actors.throttle_support import ascii_tags, throttle_name
 from retrain_ray.actors.worker_env import SERVICE_RUNTIME_ENV
 from retrain_ray.backpressure.advisor import LocalAdvisor
 from retrain_ray.backpressure.arrow_log import DecisionLog, free_log_path

@@ -41,7 +41,7 @@ from retrain_ray.engines.types import SamplingParams, WeightUpdate
 
 if TYPE_CHECKING:
     from retrain_ray.config.schema import RetrainConfig
-    from retrain_ray.models.types import Tokenizer
+    from retrain_ray.models import Tokenizer
 
 
 def _device() -> str:

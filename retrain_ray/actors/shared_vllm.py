@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 import ray
 from ray.util.metrics import Gauge
 
-from retrain_ray.actors.metric_tags import ascii_tags
+from retrain_ray.actors.throttle_support import ascii_tags
 from retrain_ray.backends.types import Policy
 from retrain_ray.engines.types import SampleResult, SamplingParams, WeightUpdate
 from retrain_ray.engines.vllm.batching import ENGINE_GAUGE_PREFIX, ENGINE_GAUGES

@@ -5,8 +5,17 @@ Entry point: `compute_group_advantages(...)`; validate names at config time with
 `policy_loss` / `aggregate_microbatches` live in `retrain_ray.algorithms.loss` (imports torch).
 """
 
-from retrain_ray.algorithms.api import compute_group_advantages
-from retrain_ray.algorithms.batch import batch_normalize, cap_advantages
+from retrain_ray.algorithms.api import ResolvedModes, compute_group_advantages, resolve_modes
+from retrain_ray.algorithms.batch import (
+    TieStats,
+    batch_normalize,
+    cap_advantages,
+    grpo,
+    is_uniform_group,
+    maxrl,
+    reinforce_pp,
+    reward_tie_stats,
+)
 from retrain_ray.algorithms.credit import (
     entropy_mask,
     gtpo_weighting,
@@ -18,8 +27,6 @@ from retrain_ray.algorithms.credit import (
 )
 from retrain_ray.algorithms.delight import PREV_ETA_PARAM
 from retrain_ray.algorithms.delight import is_adaptive as is_adaptive_delight
-from retrain_ray.algorithms.episode import grpo, maxrl, reinforce_pp
-from retrain_ray.algorithms.modes import ResolvedModes, resolve_modes
 from retrain_ray.algorithms.planning import (
     DEFAULT_STRATEGIC_GRAMS,
     RegexPlanningDetector,
@@ -29,7 +36,6 @@ from retrain_ray.algorithms.planning import (
 from retrain_ray.algorithms.recipes import AlgorithmSpec
 from retrain_ray.algorithms.registry import TransformSpec
 from retrain_ray.algorithms.sepa import SEPAController
-from retrain_ray.algorithms.ties import TieStats, is_uniform_group, reward_tie_stats
 from retrain_ray.algorithms.types import (
     MAX_SURPRISAL,
     AdvantageContext,

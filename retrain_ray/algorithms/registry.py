@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
-from retrain_ray.algorithms import credit, delight, episode, uncertainty
+from retrain_ray.algorithms import batch, credit, delight, uncertainty
 from retrain_ray.algorithms.types import TransformContext, UncertaintyInput, param_number
 
 EntropyTransform = Callable[[Sequence[float], Sequence[int], float], list[float]]
@@ -128,9 +128,9 @@ class Registry(Generic[T]):
 ADVANTAGES: Registry[AdvantageSpec] = Registry(
     "advantage_mode",
     {
-        "grpo": AdvantageSpec("grpo", episode.grpo),
-        "maxrl": AdvantageSpec("maxrl", episode.maxrl),
-        "reinforce_pp": AdvantageSpec("reinforce_pp", episode.reinforce_pp),
+        "grpo": AdvantageSpec("grpo", batch.grpo),
+        "maxrl": AdvantageSpec("maxrl", batch.maxrl),
+        "reinforce_pp": AdvantageSpec("reinforce_pp", batch.reinforce_pp),
     },
 )
 

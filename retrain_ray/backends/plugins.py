@@ -53,7 +53,7 @@ from retrain_ray.backends.registry import capabilities_for
 from retrain_ray.backends.types import BackendCapabilities, Policy, TrainBackend, TrainBatch, TrainStepResult
 from retrain_ray.config.key_names import OriginalConfigView
 from retrain_ray.engines.types import SamplingEngine, WeightUpdate
-from retrain_ray.models.types import Tokenizer, hf_tokenizer
+from retrain_ray.models import Tokenizer, hf_tokenizer
 from retrain_ray.plugins.loader import load_callable, positional_arity, use_search_paths
 
 if TYPE_CHECKING:

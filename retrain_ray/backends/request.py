@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, TypeAlias
 
 from retrain_ray.backends.types import Policy, TrainBackend
 from retrain_ray.engines.types import SamplingEngine
-from retrain_ray.models.types import Tokenizer
+from retrain_ray.models import Tokenizer
 
 if TYPE_CHECKING:
     import torch

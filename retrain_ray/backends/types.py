@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple, Protocol, TypeVar, runtime_checkable
 
 from retrain_ray.engines.types import DescribeSampler, SamplingEngine, WeightUpdate
-from retrain_ray.models.types import Tokenizer
+from retrain_ray.models import Tokenizer
 
 if TYPE_CHECKING:
     from retrain_ray.backends.request import PolicyFactory

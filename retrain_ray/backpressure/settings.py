@@ -12,8 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from retrain_ray.backpressure.pooled import PooledController
-from retrain_ray.backpressure.roofline import ModelShapes
-from retrain_ray.backpressure.usl import USLController, roofline_flops_per_token, roofline_shapes
+from retrain_ray.backpressure.usl import ModelShapes, USLController, roofline_flops_per_token, roofline_shapes
 from retrain_ray.config.sections_runtime import BackpressureSection
 
 if TYPE_CHECKING:

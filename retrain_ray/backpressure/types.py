@@ -65,7 +65,7 @@ class Decision:
     pooled_p_star: float | None = None
     capacity: int | None = None
     warmup: bool = False
-    roofline: dict[str, float] | None = None  # bp_intensity, bp_ridge, bp_achieved_*: backpressure/roofline.py
+    roofline: dict[str, float] | None = None  # bp_intensity, bp_ridge, bp_achieved_*: backpressure/usl.py
 
     def to_metrics(self) -> dict[str, Any]:
         """The original's `bp_*` metric names (spec 8), plus `bp_lambda` and the pooled keys."""

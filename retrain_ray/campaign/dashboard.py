@@ -12,7 +12,7 @@ filter every query. Ray exports a `ray.util.metrics` gauge named `retrain_run_lo
 
 Exported on Ray's metrics endpoint with a `ray_` prefix (after about 10 s), tagged
 campaign / run / condition, for Prometheus and Grafana dashboards. Ray's tags are ASCII: a name that
-is not is spelled in ASCII for the tags only (actors/metric_tags.py).
+is not is spelled in ASCII for the tags only (actors/throttle_support.py).
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ from pathlib import Path
 from ray.util.metrics import Gauge
 
 from retrain_ray.actors.backpressure import BP_GAUGES
-from retrain_ray.actors.metric_tags import ascii_tags
 from retrain_ray.actors.throttle import THROTTLE_GAUGES
+from retrain_ray.actors.throttle_support import ascii_tags
 from retrain_ray.engines.vllm.batching import ENGINE_GAUGE_PREFIX, ENGINE_GAUGES
 from retrain_ray.logs.types import MetricsRow, RunObserver
 

@@ -12,7 +12,7 @@ the config needs), then either starts a new Tune experiment or, when the campaig
 holds one, restores it with `Tuner.restore(..., resume_errored=True)`: finished runs are kept,
 unfinished and failed runs continue from their last checkpoint. A run that `manifest.json` records
 completed is never run again, even where Tune's last synced experiment state predates its end; a
-torn Tune state (a driver killed mid-copy) is set aside and Tune starts afresh (campaign/resume/tune_state.py).
+torn Tune state (a driver killed mid-copy) is set aside and Tune starts afresh (campaign/resume/tune_copies.py).
 A config that differs from the one the campaign ran with is refused naming each changed key, before Ray
 starts; a raised `[campaign] max_steps` extends every run instead (campaign/resume/edits.py).
 """
@@ -35,7 +35,7 @@ from ray.actor import ActorHandle
 
 from retrain_ray.campaign.afterwards import run_afterwards
 from retrain_ray.campaign.capacity.placement import decide_placement
-from retrain_ray.campaign.control import ControlPlane, start_control_plane
+from retrain_ray.campaign.control import ControlPlane, start_control_plane, start_gate
 from retrain_ray.campaign.local_ray import alive_node_resources, connect, trial_modules
 from retrain_ray.campaign.observer import CampaignObserver, ConsoleCampaignObserver
 from retrain_ray.campaign.plan import (
@@ -51,8 +51,7 @@ from retrain_ray.campaign.plugin_bundle import build_bundle
 from retrain_ray.campaign.recorder import start_recorder
 from retrain_ray.campaign.resume.edits import Extension, check_edits, record_extension
 from retrain_ray.campaign.resume.interrupted import CampaignInterrupted, record_interruption, was_interrupted
-from retrain_ray.campaign.resume.tune_state import set_aside, torn_state
-from retrain_ray.campaign.stagger import start_gate
+from retrain_ray.campaign.resume.tune_copies import set_aside, torn_state
 from retrain_ray.checks.preflight import campaign_problems
 from retrain_ray.config import ConfigError, RetrainConfig, load_config
 from retrain_ray.logs.dir_lock import DirectoryInUse, DirLock
@@ -259,7 +258,7 @@ class Campaign:
     def _fresh_adaptive_tune(self, manifest: Manifest) -> bool:
         """False, after setting Tune's state aside: a resumed adaptive campaign starts a fresh Tune experiment
         whose searcher takes the runs still to run from the manifest (campaign/adaptive/scheduler.py), and each run
-        continues after its own newest checkpoint (as after a torn state, campaign/resume/tune_state.py)."""
+        continues after its own newest checkpoint (as after a torn state, campaign/resume/tune_copies.py)."""
         local = self.plan.local_tune_path
         if not local:  # remote storage: its trial copies stay where Tune's restore finds them
             return True

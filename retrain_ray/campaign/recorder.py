@@ -11,7 +11,7 @@ segment (a recorder killed mid-write) back to its complete batches (`repair_metr
 or before the last step it still holds (campaign/trial.py).
 
 The recorder also mirrors each run's metrics rows to `<run>/metrics.jsonl` as it writes them (unless the
-run's `[logging] jsonl` is false), de-duplicated on resume like the streams (retrain_ray/logs/jsonl.py).
+run's `[logging] jsonl` is false), de-duplicated on resume like the streams (retrain_ray/logs/observers.py).
 
 Every `parquet_every_s` seconds per run, and when a run closes, the recorder also rewrites
 `<run>/<kind>.parquet` (de-duplicated, with campaign/run/condition/seed columns) atomically, so
@@ -39,7 +39,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 from retrain_ray.actors.restarts import CONTROL_RESTARTS, record_restart
 from retrain_ray.actors.worker_env import SERVICE_RUNTIME_ENV
 from retrain_ray.logs import EVAL_SCHEMA, GENERATIONS_SCHEMA, METRICS_SCHEMA, ArrowStreamWriter, row_to_record  # pyright: ignore[reportUnknownVariableType]  # pyarrow schemas: no stubs
-from retrain_ray.logs.jsonl import JsonlMirror
+from retrain_ray.logs.observers import JsonlMirror
 from retrain_ray.logs.parquet_export import (
     campaign_name,
     export_backpressure,

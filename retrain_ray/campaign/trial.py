@@ -18,33 +18,34 @@ process computes exactly what it computes in a fresh one (tests/test_campaign_re
 from __future__ import annotations
 
 import importlib
+import json
 import math
 import os
 import sys
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Generator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol, cast
+from typing import TYPE_CHECKING, Protocol, cast
 
 import ray
 from ray import ObjectRef, tune
 
 from retrain_ray.actors.worker_env import PRELOAD_MODULE
-from retrain_ray.campaign.control import ControlPlane
+from retrain_ray.backends.types import Policy
+from retrain_ray.campaign.control import ControlPlane, wait_for_start_slot
 from retrain_ray.campaign.dashboard import RunGauges
 from retrain_ray.campaign.plan import DEFAULT_RUNNER, Runner, RunPlan
 from retrain_ray.campaign.recorder import RecorderClient, recorder_name
 from retrain_ray.campaign.resume.point import ResumePoint, decide_resume
-from retrain_ray.campaign.split import split_policy
-from retrain_ray.campaign.stagger import wait_for_start_slot
 from retrain_ray.checks.preflight import check_run
+from retrain_ray.logs.dir_lock import process_started_at
 from retrain_ray.logs.types import MetricsRow, RunObserver
 from retrain_ray.plugins.bundle import PluginBundle, activate
 from retrain_ray.plugins.loader import use_plugin_root
 from retrain_ray.run.types import RunOutcome
 from retrain_ray.trackers import RunIdentity, build_trackers
-from retrain_ray.util.process_clock import process_started_at
 from retrain_ray.util.secrets import redact
 
 _RUNS_IN_PROCESS = [0]  # runs this trial process has started (1 = fresh process; more = reused by Tune)
@@ -70,7 +71,7 @@ class TrialContext:
     plugin_root: str = field(default_factory=os.getcwd)
     # the code of the plugins the config names, packed by the driver (any node imports it from here)
     plugins: PluginBundle | None = None
-    # Tune's experiment directory when local (its set-aside `.torn-*` copies: campaign/resume/tune_state.py); else ""
+    # Tune's experiment directory when local (its set-aside `.torn-*` copies: campaign/resume/tune_copies.py); else ""
     tune_dir: str = ""
     # [campaign.adaptive]: the column each report carries as `adaptive_value` (its mean over the last
     # `adaptive_window` rows: campaign/adaptive/scheduler.py compares conditions on it); "" for a grid campaign
@@ -256,3 +257,48 @@ def _preloaded() -> bool:
     """Whether this process imported the trial's modules as it started (campaign/preload.py)."""
     return bool(getattr(sys.modules.get(PRELOAD_MODULE), "PRELOADED", None))
 
+
+# Split placement for a trial: an InferenceActor and a TrainerActor on the trial's GPU bundles.
+#
+# For the cpu and gpu placements the run builds its own engine and backend in the trial process, so
+# `split_policy` yields None. For split placement it starts the two actors pinned to bundles 1 and 2
+# of the trial's placement group, writes where they landed (node, pid, GPU ids Ray gave each) to
+# `<work_dir>/placement.json` (one entry per attempt), yields remote proxies `(engine, backend,
+# tokenizer)` for `train_run(policy=...)`, and kills the actors when the run ends.
+if TYPE_CHECKING:
+    from retrain_ray.actors.run_actors import SplitActors
+    from retrain_ray.campaign.plan import RunPlan
+
+PLACEMENT_FILE = "placement.json"
+
+
+def _record_placement(work_dir: Path, actors: SplitActors) -> None:
+    work_dir.mkdir(parents=True, exist_ok=True)
+    path = work_dir / PLACEMENT_FILE
+    attempts = cast("list[object]", json.loads(path.read_text())) if path.is_file() else []  # one entry per attempt
+    attempts.append(actors.placements())
+    path.write_text(json.dumps(attempts, indent=2))
+
+
+@contextmanager
+def split_policy(ctx: TrialContext, plan: RunPlan) -> Generator[Policy | None]:
+    if ctx.control.engine is not None:  # the campaign's shared vLLM engine samples; the run trains here
+        # deferred: loads torch, which importing this module does not need
+        from retrain_ray.actors.shared_vllm import shared_vllm_policy
+
+        yield shared_vllm_policy(plan.config, ctx.control.engine, plan.run_name,
+                                 throttle=ctx.control.throttle_for(plan.run_name), timeout_s=ctx.timeout_s)
+        return
+    if plan.placement is None or plan.placement.mode != "split":
+        yield None
+        return
+    # deferred: loads torch, which importing this module does not need
+    from retrain_ray.actors.run_actors import start_split_actors, stop_split_actors
+
+    actors = start_split_actors(plan.config, name=f"{ctx.campaign}/{plan.run_name}",
+                                namespace=ctx.namespace, timeout_s=ctx.timeout_s)
+    try:
+        _record_placement(Path(plan.work_dir), actors)
+        yield actors.policy()
+    finally:
+        stop_split_actors(actors)

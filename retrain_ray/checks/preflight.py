@@ -285,7 +285,7 @@ def data_download_problems(data: DataSection, environment: EnvironmentSection) -
     HF_HUB_OFFLINE / HF_DATASETS_OFFLINE set): the run would fail at its start, in every trial. A run with
     an `[environment]` takes its examples from it, not from `[data]`."""
     # deferred: the data package, which importing this module does not need
-    from retrain_ray.data.math_dataset import MATH_DATASET, OFFLINE_HINT, is_offline
+    from retrain_ray.data.loading import MATH_DATASET, OFFLINE_HINT, is_offline
 
     if data.source != "math" or environment.provider or not is_offline():
         return []

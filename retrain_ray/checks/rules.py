@@ -37,6 +37,7 @@ from retrain_ray.config.names import (
 from retrain_ray.config.sections_training import BackendSection
 from retrain_ray.data.loading import SOURCES
 from retrain_ray.environments import PROVIDERS
+from retrain_ray.plugins.loader import is_dotted_path
 from retrain_ray.rewards.registry import REWARD_BUILDERS
 from retrain_ray.run.trainers.registry import (
     TRAINERS,
@@ -45,7 +46,6 @@ from retrain_ray.run.trainers.registry import (
     trainer_config_warnings,
 )
 from retrain_ray.run.trainers.rules import TrainerSettings
-from retrain_ray.util.dotted import is_dotted_path
 
 if TYPE_CHECKING:
     from retrain_ray.config.campaign_schema import CampaignSection, SqueezeSection

@@ -9,7 +9,7 @@ runs and campaigns (the original's `retrain status logs`). Campaigns show their 
 `retrain-ray results DIR [--json|--csv] [--metric M] [--wide|--columns A,B]`: one row per run (by default
 run, condition, seed, status, steps, the metric's first/last/best and the verdict, to fit 120 columns;
 `--wide` every column), the per-condition summary, each condition against the best (Welch + Holm), and
-the mean and IQM with bootstrap intervals and P(best better) (results/robust_summary.py).
+the mean and IQM with bootstrap intervals and P(best better) (results/robust_stats.py).
 
 `retrain-ray diff RUN_A RUN_B [--json]` or `diff CAMPAIGN_DIR COND_A COND_B [--json]`: two runs, or two conditions.
 
@@ -161,7 +161,7 @@ def _print_verdicts(verdicts, metric: str, window: int, alpha: float) -> None:
 
 def _print_robust(conditions, versus_best, metric: str, window: int) -> None:
     # deferred: loads pandas, which importing this module does not need
-    from retrain_ray.results.robust_summary import robust_table
+    from retrain_ray.results.robust_stats import robust_table
 
     title = (f"{metric} as RL papers report it (each run's last {window} values): mean and IQM with stratified "
              "bootstrap 95% CIs, P(best better) = the chance a run of the best beats a run of the condition")
@@ -198,7 +198,7 @@ def results_main(argv: list[str]) -> int:
     # deferred: loads ray, which importing this module does not need
     from retrain_ray.campaign import CampaignResults
     from retrain_ray.results.compute import describe
-    from retrain_ray.results.robust_summary import ROBUST_REPS
+    from retrain_ray.results.robust_stats import ROBUST_REPS
     from retrain_ray.results.run_table import condition_view, run_view
 
     try:

@@ -20,12 +20,12 @@ from retrain_ray.checks.preflight import PreflightError, check_run
 from retrain_ray.cli.interrupts import Stops, sigterm_as_ctrl_c
 from retrain_ray.cli.progress import ProgressObserver
 from retrain_ray.logs.dir_lock import LOCK_FILES, DirectoryInUse, DirLock
+from retrain_ray.logs.dir_lock import process_started_at as started_at_from_proc
 from retrain_ray.results.untrained import run_untrained_note
 from retrain_ray.rewards.custom import RewardTimeoutError
 from retrain_ray.run.optimizer_batch import OptimizerBatchError
 from retrain_ray.throttle.types import ThrottleTimeout
 from retrain_ray.util.finite import NonFiniteError
-from retrain_ray.util.process_clock import process_started_at as started_at_from_proc
 
 if TYPE_CHECKING:
     from collections.abc import Mapping

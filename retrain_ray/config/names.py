@@ -4,7 +4,7 @@ original-only backends, echo, SFT and logging choices, and the device syntax.
 The names of components (engines, backends, rewards, advantage / transform / algorithm modes, data
 sources, environment providers, planning detectors, trainers) are not here: each lives with its component's
 registry, and the check pass (checks/rules.py) checks a config against them. A dotted path
-(`pkg.module.name` or `pkg.module:name`, util/dotted.py) is always accepted as a plugin.
+(`pkg.module.name` or `pkg.module:name`, plugins/loader.py) is always accepted as a plugin.
 """
 
 from __future__ import annotations

@@ -86,7 +86,7 @@ class TrainingSection(Section):
     # checkpoints instead of <log_dir>/checkpoints and is resumed from automatically.
     num_epochs: Int = Field(default=0, ge=0)
     checkpoint_dir: str = ""
-    # The learning rate per step (run/lr_schedule.py): linear warmup over warmup_steps (or
+    # The learning rate per step (run/loop.py): linear warmup over warmup_steps (or
     # warmup_ratio of the run's steps), then constant, linear decay to 0 or cosine decay to 0.
     lr_schedule: Literal["constant", "linear", "cosine"] = "constant"
     warmup_steps: Int = Field(default=0, ge=0)

@@ -2,8 +2,15 @@
 
 from retrain_ray.data.builtin import TASKS, get_task, load_task
 from retrain_ray.data.files import load_file_examples
-from retrain_ray.data.loading import SOURCES, load_examples, load_examples_from_config, next_batch
-from retrain_ray.data.math_dataset import MATH_SUBJECTS, DataUnavailableError, load_math_examples
+from retrain_ray.data.loading import (
+    MATH_SUBJECTS,
+    SOURCES,
+    DataUnavailableError,
+    load_examples,
+    load_examples_from_config,
+    load_math_examples,
+    next_batch,
+)
 from retrain_ray.data.types import Example, TaskData, TaskSpec
 
 __all__ = [

@@ -10,17 +10,15 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # what type checkers see; at run time __getattr__ imports on first use
-    from retrain_ray.logs.generations import (
-        select_generation_samples,
-        top_indices_by_reward,
-        top_surprisal_tokens,
-    )
     from retrain_ray.logs.observers import (
         ArrowRunObserver,
         ConsoleObserver,
         MultiObserver,
         NullObserver,
         RunObserver,
+        select_generation_samples,
+        top_indices_by_reward,
+        top_surprisal_tokens,
     )
     from retrain_ray.logs.schemas import EVAL_SCHEMA, GENERATIONS_SCHEMA, METRICS_SCHEMA, row_to_record
     from retrain_ray.logs.stream import (
@@ -34,9 +32,9 @@ if TYPE_CHECKING:  # what type checkers see; at run time __getattr__ imports on 
 _EXPORTS = {
     "compact_to_parquet": "stream",
     "write_run_meta": "stream",
-    "select_generation_samples": "generations",
-    "top_indices_by_reward": "generations",
-    "top_surprisal_tokens": "generations",
+    "select_generation_samples": "observers",
+    "top_indices_by_reward": "observers",
+    "top_surprisal_tokens": "observers",
     "ArrowRunObserver": "observers",
     "ConsoleObserver": "observers",
     "MultiObserver": "observers",

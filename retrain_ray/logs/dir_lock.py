@@ -27,7 +27,6 @@ from typing import Any
 from filelock import FileLock, Timeout
 
 from retrain_ray.util.file_kinds import directory_problem
-from retrain_ray.util.process_clock import process_started_at
 from retrain_ray.util.secrets import REDACTED, is_secret_name, scrub
 
 LOCK_FILE = ".retrain-ray.lock"
@@ -169,3 +168,21 @@ def hold_directory(directory: Path | str, *, what: str, fix: str = "") -> Iterat
         yield lock
     finally:
         lock.release()
+
+
+# When this process was created, as Unix time: what "time to first step" is measured from.
+#
+# Linux only (`/proc`): the process's start, in clock ticks since boot, placed on the wall clock through
+# the current uptime. `/proc/stat`'s `btime` would be simpler but is whole seconds, which put start-up
+# figures up to a second too high.
+__all__ = ["process_started_at"]
+
+
+def process_started_at(pid: int | None = None) -> float | None:
+    """time.time() at which this process (or process `pid`) was created; None where /proc cannot tell."""
+    try:
+        ticks = int(Path(f"/proc/{pid or 'self'}/stat").read_text().rsplit(")", 1)[1].split()[19])
+        uptime = float(Path("/proc/uptime").read_text().split()[0])
+    except (OSError, IndexError, ValueError):
+        return None
+    return time.time() - (uptime - ticks / os.sysconf("SC_CLK_TCK"))

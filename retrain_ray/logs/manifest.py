@@ -26,7 +26,7 @@ from typing import Literal, Self, cast, get_args
 
 from pydantic import BaseModel, ConfigDict, JsonValue, ValidationError
 
-from retrain_ray.util.process_clock import process_started_at
+from retrain_ray.logs.dir_lock import process_started_at
 
 MANIFEST = "manifest.json"
 # "stopped": an adaptive campaign stopped the run's condition at a rung (campaign/adaptive.py); its

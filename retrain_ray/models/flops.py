@@ -1,5 +1,5 @@
 """FLOPs per token and the shapes of a model, for the back-pressure roofline hint (`[backpressure]
-peak_gflops`, `peak_bw_gb_s`; the formulas that use the shapes are in backpressure/roofline.py).
+peak_gflops`, `peak_bw_gb_s`; the formulas that use the shapes are in backpressure/usl.py).
 
 The estimate is the usual dense-transformer one: 2·N FLOPs per token for the forward pass and 4·N for
 the backward pass, so a trained token costs 6·N, with N the model's parameter count (embeddings

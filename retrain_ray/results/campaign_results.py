@@ -32,7 +32,7 @@ from retrain_ray.logs import read_stream  # pyright: ignore[reportUnknownVariabl
 from retrain_ray.logs.manifest import CampaignRecord, RunRecord, read_manifest
 from retrain_ray.results.compute import ComputeUsed, compute_used, run_compute
 from retrain_ray.results.plots import plot_metric
-from retrain_ray.results.robust_summary import ROBUST_REPS, robust_conditions, robust_improvements
+from retrain_ray.results.robust_stats import ROBUST_REPS, robust_conditions, robust_improvements
 from retrain_ray.results.significance import PairComparison, ci95_halfwidth, compare_to_leader
 
 if TYPE_CHECKING:  # Ray (for Tune's Checkpoint) and matplotlib are loaded only by the calls that return them
@@ -308,7 +308,7 @@ class CampaignResults:
     def robust(self, metric: str = "mean_reward", *, mode: Literal["max", "min"] | None = None,
                window: int = SIGNIFICANCE_WINDOW, reps: int = ROBUST_REPS,
                seed: int = 0) -> tuple[pd.DataFrame, pd.DataFrame]:
-        """As RL papers report results (results/robust_summary.py): per condition the mean and the IQM of
+        """As RL papers report results (results/robust_stats.py): per condition the mean and the IQM of
         the runs' values (`run_values`) with stratified bootstrap 95% intervals, and per other condition
         P(best > condition) with its interval, the best being `compare`'s. Seeded: the same every time."""
         mode = mode or self.mode(metric)

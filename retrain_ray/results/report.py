@@ -20,7 +20,7 @@ import pandas as pd
 
 from retrain_ray.results.compute import describe
 from retrain_ray.results.plots import SavableFigure, close, plot_metric, plot_profile, use_agg
-from retrain_ray.results.robust_summary import robust_table
+from retrain_ray.results.robust_stats import robust_table
 from retrain_ray.results.status import CampaignStatus, campaign_status
 
 if TYPE_CHECKING:  # matplotlib is an optional extra; campaign_results imports the plots

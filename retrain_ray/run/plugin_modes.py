@@ -11,8 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import cast
 
-from retrain_ray.algorithms.api import compute_group_advantages
-from retrain_ray.algorithms.modes import ResolvedModes, resolve_modes
+from retrain_ray.algorithms.api import ResolvedModes, compute_group_advantages, resolve_modes
 from retrain_ray.algorithms.pipeline import as_group_advantages
 from retrain_ray.algorithms.recipes import ALGORITHMS, AlgorithmSpec
 from retrain_ray.algorithms.registry import (

@@ -19,7 +19,7 @@ from retrain_ray.rewards.types import Reward
 from retrain_ray.util.finite import check_rewards
 
 if TYPE_CHECKING:
-    from retrain_ray.models.types import Tokenizer
+    from retrain_ray.models import Tokenizer
 
 CORRECT_THRESHOLD = 0.5
 

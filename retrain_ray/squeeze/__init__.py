@@ -3,7 +3,7 @@
     report = squeeze_run("logs/train", SqueezeSettings(min_variance_retention=0.95))
     report.recommended_rank, report.mean_retention[4], report.output_path
 
-`adapter` reads and writes PEFT adapter directories; `squeeze` holds the linear algebra (no files) and
+`squeeze` holds the linear algebra (no files), reads and writes PEFT adapter directories, and
 ties it to the adapter's files for a run directory or an adapter.
 """
 

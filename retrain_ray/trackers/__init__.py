@@ -9,7 +9,6 @@ derived from campaign and run name).
     trackers = build_trackers(cfg, RunIdentity("grpo+none_s1", "grpo+none", 1, campaign="c1"), run_dir)
 """
 
-from retrain_ray.trackers.build import build_trackers, missing_trackers
-from retrain_ray.trackers.identity import RunIdentity
+from retrain_ray.trackers.build import RunIdentity, build_trackers, missing_trackers
 
 __all__ = ["RunIdentity", "build_trackers", "missing_trackers"]

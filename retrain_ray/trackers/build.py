@@ -33,9 +33,11 @@ so it also holds inside Ray workers whose environment was fixed at cluster start
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import logging
 import os
+import re
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -43,7 +45,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol, cast
 
 from retrain_ray.logs.types import RunObserver
-from retrain_ray.trackers.identity import RunIdentity, metric_values, safe_name
 from retrain_ray.util.secrets import redact
 
 if TYPE_CHECKING:
@@ -278,3 +279,43 @@ class MlflowTracker(RunObserver):
 
     def close(self, **info: Any) -> None:
         self.client.set_terminated(self.run_id)
+
+
+# Who a tracked run is, and the metric names a row becomes.
+NOT_METRICS = frozenset({"step", "wall_time", "seed"})
+
+
+@dataclass(frozen=True)
+class RunIdentity:
+    """One run as trackers see it. `campaign` is "" for a single run outside a campaign."""
+
+    run_name: str
+    condition: str
+    seed: int
+    campaign: str = ""
+
+    @property
+    def key(self) -> str:
+        """Stable across retries and campaign resumes: finds the same tracked run again."""
+        return hashlib.sha1(f"{self.campaign}/{self.run_name}".encode()).hexdigest()[:16]
+
+    @property
+    def tags(self) -> dict[str, str]:
+        return {"campaign": self.campaign, "condition": self.condition, "seed": str(self.seed),
+                "run_name": self.run_name}
+
+
+def metric_values(row: Mapping[str, Any], prefix: str) -> dict[str, float]:
+    """The numeric columns of a row as `{prefix}/{column}` -> float (bools as 0/1)."""
+    out = {}
+    for name, value in row.items():
+        if name in NOT_METRICS or isinstance(value, str) or value is None:
+            continue
+        if isinstance(value, (bool, int, float)):
+            out[f"{prefix}/{name}"] = float(value)
+    return out
+
+
+def safe_name(text: str) -> str:
+    """`text` with the characters W&B artifact names refuse replaced by '-'."""
+    return re.sub(r"[^A-Za-z0-9._-]", "-", text)

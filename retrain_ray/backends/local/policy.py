@@ -23,11 +23,11 @@ from retrain_ray.backends.local.backend import LocalBackend, LossSettings, Optim
 from retrain_ray.backends.types import Policy
 from retrain_ray.engines.pytorch.engine import PyTorchEngine, sampler_of
 from retrain_ray.engines.vllm.core import VLLMSettings, vllm_settings
+from retrain_ray.models import Tokenizer, hf_tokenizer
 from retrain_ray.models.context import lean_applies
 from retrain_ray.models.lean_loading import load_lean_model_and_tokenizer
 from retrain_ray.models.lean_lora import LoraSettings, prepare_trainable
 from retrain_ray.models.lora import lora_targets
-from retrain_ray.models.types import Tokenizer, hf_tokenizer
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel

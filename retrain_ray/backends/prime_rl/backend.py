@@ -157,8 +157,8 @@ def prime_rl_run_dir(adapter_path: str, options: PrimeRLOptions) -> Path:
 def build_prime_rl_policy(cfg: RetrainConfig, throttle: HoldsSlots | None = None, *, cache_dir: Path | None = None) -> Policy:
     """The PRIME-RL sampler and trainer of `cfg` (with `options.standin`, the local stand-in's)."""
     # deferred: loads transformers, which importing this module does not need
+    from retrain_ray.models import hf_tokenizer
     from retrain_ray.models.loading import load_tokenizer
-    from retrain_ray.models.types import hf_tokenizer
 
     options = parse_prime_rl_options(cfg.backend.options)
     run_dir = prime_rl_run_dir(cfg.backend.adapter_path, options)

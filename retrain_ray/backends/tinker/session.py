@@ -49,7 +49,7 @@ if TYPE_CHECKING:
     from tinker.types import SampleResponse
     from tinker.types import SamplingParams as SDKSamplingParams
 
-    from retrain_ray.models.types import Tokenizer
+    from retrain_ray.models import Tokenizer
 
 
 T = TypeVar("T")

@@ -41,8 +41,8 @@ import torch
 
 from retrain_ray.engines.pytorch.engine import PyTorchEngine
 from retrain_ray.engines.types import SamplingParams as EngineParams
+from retrain_ray.models import Tokenizer, hf_tokenizer
 from retrain_ray.models.tokenizer import single_id
-from retrain_ray.models.types import Tokenizer, hf_tokenizer
 
 if TYPE_CHECKING:
     from tinker import types

@@ -8,7 +8,7 @@ come from one config, so the config it runs with is compared with the one its `m
   run after its `final` checkpoint (state, optimizer and random generators, as any resume), so the result
   is the run trained to M directly (tests/test_campaign_edits.py). The manifest records
   `extended: [{from, to, at, runs}]`. Tune will not run a finished (TERMINATED) trial again, so the
-  driver sets Tune's experiment state aside (`tune/.extended-<time>/`, campaign/resume/tune_state.py) and starts
+  driver sets Tune's experiment state aside (`tune/.extended-<time>/`, campaign/resume/tune_copies.py) and starts
   a fresh Tune experiment; each run then continues after its own newest verified checkpoint
   (campaign/resume/own_checkpoint.py), as after a torn Tune state.
 * `max_steps` lowered is refused: finished runs have trained the steps already.

@@ -1,7 +1,7 @@
 """A trial that Tune gives no checkpoint resumes from its run's own checkpoints when they are its own.
 
 Tune hands a trial its last reported checkpoint. It has none after a torn experiment state was set
-aside and Tune started afresh (campaign/resume/tune_state.py), nor after a restart that lost its copies;
+aside and Tune started afresh (campaign/resume/tune_copies.py), nor after a restart that lost its copies;
 yet the run's work directory (`<campaign>/runs/<run>/work`) still holds the checkpoints the run wrote
 (`checkpoint_step_N`, atomic and checksummed: run/resume/checkpoint.py). `own_checkpoint` picks the newest of
 them that verifies (a damaged one is skipped with a warning, as `retrain-ray train --resume` does),
@@ -30,7 +30,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import cast
 
-from retrain_ray.campaign.resume.tune_state import ASIDE_KINDS
+from retrain_ray.campaign.resume.tune_copies import ASIDE_KINDS
 from retrain_ray.run.resume.point import (  # (re-exported: campaign/resume/edits.py, the tests)
     RUN_META,
     ForeignRunDir,

@@ -10,7 +10,7 @@ In order:
   copies): the run's own newest verified checkpoint in its work directory whose step is logged, when the
   directory is this run's with a matching config (campaign/resume/own_checkpoint.py);
 * `tune_copy`: else (the work directory lies on another node) the newest such of Tune's copies set aside
-  with the torn state (campaign/resume/tune_state.py);
+  with the torn state (campaign/resume/tune_copies.py);
 * `fresh`: none of them: the run starts from step 0.
 
 Another run's or config's directory is an error (`ForeignRunDir`), never a resume point.

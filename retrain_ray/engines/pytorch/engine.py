@@ -45,8 +45,8 @@ import torch
 
 from retrain_ray.engines.types import SampleResult, SamplingParams, WeightsVersion, WeightUpdate
 from retrain_ray.engines.weights import ModeSwitch, install_update
+from retrain_ray.models import Tokenizer
 from retrain_ray.models.tokenizer import single_id
-from retrain_ray.models.types import Tokenizer
 
 
 def autocast_for(device: torch.device) -> contextlib.AbstractContextManager[object]:

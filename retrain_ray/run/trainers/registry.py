@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from retrain_ray.config.errors import ConfigIssue
+from retrain_ray.plugins.loader import is_dotted_path
 from retrain_ray.run.trainers.rules import (
     TrainerSettings,
     command_issues,
@@ -37,7 +38,6 @@ from retrain_ray.run.trainers.rules import (
     single_completion_warnings,
     single_problem_issues,
 )
-from retrain_ray.util.dotted import is_dotted_path
 
 if TYPE_CHECKING:
     from retrain_ray.config.schema import RetrainConfig

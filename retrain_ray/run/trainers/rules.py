@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from retrain_ray.config.errors import ConfigIssue
-from retrain_ray.util.dotted import is_dotted_path
+from retrain_ray.plugins.loader import is_dotted_path
 
 if TYPE_CHECKING:
     from retrain_ray.config.campaign_schema import CampaignSection

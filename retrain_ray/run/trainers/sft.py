@@ -30,7 +30,7 @@ from retrain_ray.run.rows import RowIdentity, timed
 if TYPE_CHECKING:
     from retrain_ray.config.schema import RetrainConfig
     from retrain_ray.config.sections_training import TrainingSection
-    from retrain_ray.models.types import Tokenizer
+    from retrain_ray.models import Tokenizer
     from retrain_ray.run.loop import RunComponents
 
 
