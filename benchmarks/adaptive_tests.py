@@ -23,7 +23,7 @@ from retrain_ray.campaign.adaptive.simulation import Scenario
 
 ALPHA = 0.05   # every scenario's (Scenario's default)
 SCENARIOS: dict[str, Scenario] = {
-    # tests/test_adaptive_simulation.py: the best condition at risk
+    # tests/campaign/test_adaptive_simulation.py: the best condition at risk
     "close race, 3 seeds": Scenario({"a": 0.0, "b": -0.5, "c": -0.5, "d": -4.0}, min_seeds=3, max_seeds=5),
     "near tie, 4 conditions": Scenario({"a": 0.1, "b": 0.0, "c": 0.0, "d": 0.0}, min_seeds=3, max_seeds=5),
     "near tie, 2 seeds": Scenario({"a": 0.1, "b": 0.0, "c": 0.0}, rungs=(40, 80, 160), min_seeds=2, max_seeds=4),

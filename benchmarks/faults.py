@@ -1,6 +1,6 @@
 """Fault-injection benchmark (issue 15): repeated, randomized faults on real Ray, each trial checked.
 
-Scenarios (tests/fault_scenarios.py and tests/fault_scenarios_io.py; tests/test_faults.py runs each
+Scenarios (tests/fault_scenarios.py and tests/fault_scenarios_io.py; tests/campaign/test_faults.py runs each
 once): a run's trial process SIGKILLed at a random step; one actor (sampler or trainer) of a split run
 SIGKILLed at a random step (4 fake GPUs); the campaign driver SIGKILLed at a random
 moment and the same command run again; a worker node removed mid-run (ray.cluster_utils.Cluster);

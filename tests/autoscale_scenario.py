@@ -1,4 +1,4 @@
-"""A GPU campaign on a local autoscaling cluster, run in its own process by tests/test_campaign_autoscale.py.
+"""A GPU campaign on a local autoscaling cluster, run in its own process by tests/campaign/test_campaign_autoscale.py.
 
     python tests/autoscale_scenario.py ROOT   (RAY_ADDRESS names the cluster) -> one JSON line
 

@@ -4,7 +4,7 @@ Processes are started with `start_new_session=True`; cleanup kills exactly the p
 session (the session id is the leader's pid) plus any process whose command line names the Ray
 temp dir the test created, and nothing else: never `ray stop`, never a kill by name.
 
-The kill-and-resume scaffolding of tests/test_campaign_resume.py, tests/test_campaign_bounded_copies.py
+The kill-and-resume scaffolding of tests/campaign/test_campaign_resume.py, tests/campaign/test_campaign_bounded_copies.py
 and tests/fault_scenarios.py: `kill_driver_when` (start tests/campaign_driver.py, wait, SIGKILL),
 `run_to_end` (the same or another command again, to its end), `rows_logged`, `steps_once`; for a test,
 `kill_campaign_when` (the driver killed, or the test fails with its log) and `resume_campaign`.
@@ -270,8 +270,8 @@ def cli_env(ray_tmp: Path) -> dict[str, str]:
 
 
 def slow_workdir(workdir: Path) -> Path:
-    """`workdir` with tests/plugins/slow_reward.py in its `plugins/` (the default `[plugins] search_paths`): a
+    """`workdir` with tests/fixtures/plugins/slow_reward.py in its `plugins/` (the default `[plugins] search_paths`): a
     config there with `reward = {type = "slow_reward.make"}` takes about 20 ms per completion."""
     (workdir / "plugins").mkdir(parents=True, exist_ok=True)
-    shutil.copy(REPO / "tests" / "plugins" / "slow_reward.py", workdir / "plugins" / "slow_reward.py")
+    shutil.copy(REPO / "tests" / "fixtures" / "plugins" / "slow_reward.py", workdir / "plugins" / "slow_reward.py")
     return workdir

@@ -1,5 +1,5 @@
 """Simulated multi-node scenarios (ray.cluster_utils.Cluster), run in their own process by
-tests/test_campaign_nodes.py, because a Cluster cannot share the test session's Ray.
+tests/campaign/test_campaign_nodes.py, because a Cluster cannot share the test session's Ray.
 
     python tests/cluster_scenarios.py OUT_DIR   -> prints one JSON line with what happened
     python tests/cluster_scenarios.py OUT_DIR --removals N [--seed S]   -> scenario 2 only, N times

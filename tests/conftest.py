@@ -1,4 +1,12 @@
-"""Shared fixtures. One Ray per test session, fake GPUs by default, everything offline."""
+"""Shared fixtures. One Ray per test session, fake GPUs by default, everything offline.
+
+The tests live in folders that mirror retrain_ray's packages (tests/run/ for retrain_ray/run/, ...), plus
+tests/project/ for the whole-package checks (layers, docs map, packaging, contracts). The tests of
+retrain_ray/plugins/ are in tests/plugin_loading/: a folder named `plugins` on the test path would shadow the
+`plugins` package of the default `[plugins] search_paths` that the plugin tests install in their working
+directory. Helpers shared across folders (helpers.py, campaign_helpers.py, ...) stay here, at tests/, which
+pytest puts on sys.path for this conftest; fixture files are under tests/fixtures/.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Client load on a served endpoint (tests/test_serve_endpoint.py, tests/test_campaign_endpoint.py)."""
+"""Client load on a served endpoint (tests/serve/test_serve_endpoint.py, tests/campaign/test_campaign_endpoint.py)."""
 
 from __future__ import annotations
 

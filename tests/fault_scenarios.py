@@ -1,5 +1,5 @@
 """Repeated, randomized fault injection on real Ray (issue 15): the scenarios that benchmarks/faults.py
-runs many times and tests/test_faults.py runs once each. Part 1: killed trials, killed drivers, lost
+runs many times and tests/campaign/test_faults.py runs once each. Part 1: killed trials, killed drivers, lost
 nodes; part 2 (fault_scenarios_io.py): throttle lease holders, a failing endpoint, full and read-only
 disks.
 

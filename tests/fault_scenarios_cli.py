@@ -2,8 +2,8 @@
 Ctrl-C or SIGTERM, and a second writer started on a run directory in use at a random moment.
 
 Like tests/fault_scenarios.py, each function takes (trials, rng, root) and returns one `Trial` per trial
-with its invariant checked; benchmarks/faults.py repeats them and tests/test_faults.py runs each once.
-Steps are slowed by tests/plugins/slow_reward.py so a random step can be hit on a loaded machine.
+with its invariant checked; benchmarks/faults.py repeats them and tests/campaign/test_faults.py runs each once.
+Steps are slowed by tests/fixtures/plugins/slow_reward.py so a random step can be hit on a loaded machine.
 """
 
 from __future__ import annotations

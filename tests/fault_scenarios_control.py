@@ -2,7 +2,7 @@
 errors while the other runs wait at an adaptive rung.
 
 Like tests/fault_scenarios.py, each function takes (trials, rng, root) and returns one `Trial` per trial with
-its invariant checked; benchmarks/faults.py repeats them and tests/test_faults.py runs each once.
+its invariant checked; benchmarks/faults.py repeats them and tests/campaign/test_faults.py runs each once.
 `recorder_kill` and `adaptive_trial_error` run on the caller's Ray (>= 4 CPUs); `driver_sigterm` starts its own.
 """
 
@@ -112,7 +112,7 @@ def _recorder_kill_once(root: Path, at_rows: int) -> Trial:
 
     root.mkdir(parents=True, exist_ok=True)
     toml = write_campaign(root / "rec.toml", base=TINY_RUN, logging={"log_dir": f"{root}/logs"},
-                          reward={"type": "slow_reward.make"}, plugins={"search_paths": ["tests/plugins"]},
+                          reward={"type": "slow_reward.make"}, plugins={"search_paths": ["tests/fixtures/plugins"]},
                           campaign={"name": "rec", "seeds": [1, 2], "max_steps": STEPS, "parallel": True,
                                     "max_workers": 2, "max_failures": 0}, conditions=(GRPO,))
     cdir, killed = root / "rec", []

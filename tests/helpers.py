@@ -97,11 +97,11 @@ def make(config):
 '''
 
 
-TEST_PLUGINS = Path(__file__).with_name("plugins")
+TEST_PLUGINS = Path(__file__).parent / "fixtures" / "plugins"
 
 
 def install_test_plugins(workdir: Path, monkeypatch: Any) -> Path:
-    """Copies tests/plugins/*.py into `workdir/plugins` (the default `[plugins] search_paths`), makes
+    """Copies tests/fixtures/plugins/*.py into `workdir/plugins` (the default `[plugins] search_paths`), makes
     `workdir` the working directory, and forgets plugin modules earlier tests imported. Returns workdir."""
     import shutil
     import sys

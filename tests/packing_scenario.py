@@ -1,5 +1,5 @@
 """Eight LoRA runs packed four to a card on a Ray of 2 fake GPUs, run in a process of its own by
-tests/test_packing.py (the session's Ray has 4 fake GPUs; this one must have exactly 2).
+tests/campaign/test_packing.py (the session's Ray has 4 fake GPUs; this one must have exactly 2).
 
     python tests/packing_scenario.py OUT_DIR   -> prints one JSON line with what each run saw
 

@@ -37,7 +37,7 @@ from retrain_ray.trackers.build import ensure_experiment, experiment_name
 # copies it to `<campaign>/tune` only every `SyncConfig.sync_period` (default 300 s): with the default
 # a driver killed in its first 5 minutes restarts every unfinished run from scratch. Tune's own
 # `num_to_keep` deletes a checkpoint the last synced state may still name, and the restore fails
-# ("checkpoint does not exist on storage anymore"; seen in tests/test_campaign_resume.py): Tune keeps
+# ("checkpoint does not exist on storage anymore"; seen in tests/campaign/test_campaign_resume.py): Tune keeps
 # every copy and `TuneCopyPruner` (campaign/resume/tune_copies.py) bounds them by keep_last_checkpoints,
 # deleting only copies older than what the synced state names.
 STATE_SYNC_S = 2

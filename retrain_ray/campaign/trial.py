@@ -12,7 +12,7 @@ the exception reaches Tune, which retries it up to `[campaign].max_failures` tim
 Tune reuses a trial's process for the next run (`reuse_actors`): imports and the Ray worker start
 are paid once per concurrent slot, not once per run. Each run sets everything it depends on itself
 (seeds in `train_run`, torch threads here from the CPUs of its bundle), so a run in a reused
-process computes exactly what it computes in a fresh one (tests/test_campaign_reuse.py).
+process computes exactly what it computes in a fresh one (tests/campaign/test_campaign_reuse.py).
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 A spec (engines/types.py `EngineSpec`) says what an engine is (HTTP or in-process, entropies, placement,
 description) and holds its policy factory, a function in the engine's folder that imports its heavy
 libraries only when called, so importing this registry stays light. Code asks a spec instead of
-comparing names (tests/test_registry_dispatch.py). A name not here (a dotted plugin path) gets the
+comparing names (tests/backends/test_registry_dispatch.py). A name not here (a dotted plugin path) gets the
 plugin spec. To add an engine: a folder under engines/ whose `__init__.py` holds its `SPEC` (and
 factory), and one line below.
 """

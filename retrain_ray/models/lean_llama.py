@@ -5,7 +5,7 @@ most of a tiny run's time to its first step (issue 13). This module computes wha
 computes with the sdpa attention it picks on CPU and CUDA, op for op: RMSNorm in float32, rotary
 embeddings from `position_ids`, the boolean causal-and-padding mask (or none, with sdpa's `is_causal`,
 exactly where transformers skips it), SwiGLU MLP, tied embeddings, a concatenating KV cache. So on the
-same weights its logits equal transformers' bit for bit on CPU (tests/test_lean_llama.py).
+same weights its logits equal transformers' bit for bit on CPU (tests/models/test_lean_llama.py).
 
 Parameter names, their order and `padding_idx` are transformers' own, so the same safetensors load into
 both, a full fine-tuning checkpoint (`model.safetensors` of the trainable parameters) is the same file

@@ -5,7 +5,7 @@
 calls a run makes of a Hugging Face tokenizer (`encode`, `decode`, `batch_decode`,
 `convert_ids_to_tokens`, the special tokens and their ids, `padding_side`, `chat_template`, `len`,
 `save_pretrained`) with the same results, because transformers' fast tokenizer forwards each of them to
-the same `tokenizers.Tokenizer` (tests/test_lean_llama.py compares them). It refuses folders whose
+the same `tokenizers.Tokenizer` (tests/models/test_lean_llama.py compares them). It refuses folders whose
 config asks for what it does not do (a chat template, clean-up of spaces, another tokenizer class):
 those load through transformers.
 """

@@ -28,7 +28,7 @@ with it:
   metric is NaN) are dropped before anything else.
 
 The t distribution is computed here (regularised incomplete beta by Lentz's continued fraction), so
-this module needs neither NumPy nor SciPy; `tests/test_significance.py` checks it against tabulated values.
+this module needs neither NumPy nor SciPy; `tests/results/test_significance.py` checks it against tabulated values.
 `ci95_halfwidth` gives the summaries' 95% Student-t interval of one condition's mean.
 """
 

@@ -5,7 +5,7 @@ the registries (engines, backends, trainers, trackers) about a config: that woul
 Instead `RetrainConfig`'s validator calls the checks registered here, and `retrain_ray/__init__.py`
 registers the check pass once, when the package is first imported, so no config is ever built without
 it. The hook lives in `util/` rather than in `config/` because `import retrain_ray` must stay cheap
-(tests/test_startup_imports.py: the CLI front loads no pydantic), and importing anything under
+(tests/project/test_startup_imports.py: the CLI front loads no pydantic), and importing anything under
 `config/` loads pydantic through the package's `__init__`.
 
 The alternatives were worse: a config that checks nothing until a caller remembers to (every test and

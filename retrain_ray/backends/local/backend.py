@@ -23,7 +23,7 @@ imports torch._dynamo (with sympy and torch.distributed) on first use: about 1.3
 machine, a third of a tiny run's time to its first step (issue 13). `PlainAdamW` is what
 `torch.optim.AdamW(foreach=None)` runs on CPU parameters (its single-tensor path, which torch picks for
 CPU tensors), op for op, so the weights and moments after every step are bitwise torch's
-(tests/test_adamw.py), and its `state_dict` is torch's format: a checkpoint's `optimizer.pt` loads into
+(tests/backends/test_adamw.py), and its `state_dict` is torch's format: a checkpoint's `optimizer.pt` loads into
 either. `make_adamw` uses it when every parameter is on the CPU; on a GPU torch picks its multi-tensor
 path, so torch's AdamW is kept there.
 """

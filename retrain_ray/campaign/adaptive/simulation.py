@@ -15,7 +15,7 @@ rounds), looking again each time. A seed's steps count up to where its condition
 is the same run in both), and its winner is the best mean at the last rung.
 
 Pure Python (`random`), no Ray: 1000 campaigns take about a second. The tests in
-tests/test_adaptive_simulation.py hold the rates of issue 25; benchmarks may reuse `simulate`.
+tests/campaign/test_adaptive_simulation.py hold the rates of issue 25; benchmarks may reuse `simulate`.
 """
 
 from __future__ import annotations

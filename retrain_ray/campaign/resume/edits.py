@@ -6,7 +6,7 @@ come from one config, so the config it runs with is compared with the one its `m
 
 * `[campaign] max_steps` raised (N to M) EXTENDS the campaign: every run continues to M steps, a finished
   run after its `final` checkpoint (state, optimizer and random generators, as any resume), so the result
-  is the run trained to M directly (tests/test_campaign_edits.py). The manifest records
+  is the run trained to M directly (tests/campaign/test_campaign_edits.py). The manifest records
   `extended: [{from, to, at, runs}]`. Tune will not run a finished (TERMINATED) trial again, so the
   driver sets Tune's experiment state aside (`tune/.extended-<time>/`, campaign/resume/tune_copies.py) and starts
   a fresh Tune experiment; each run then continues after its own newest verified checkpoint

@@ -1,0 +1,170 @@
+"""`[environment] provider = "openenv"` (issue 28): runs against the local stand-in OpenEnv server
+(retrain_ray/environments/openenv_standin.py) on a free port, over real sockets: episodes, multi-turn
+training with TL-GRPO and MT-GRPO, a server that drops connections, one that is not there, and the
+config checks."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from helpers import TINY_CPU, free_port, write_config
+
+from retrain_ray.checks.machine import environment_problems
+from retrain_ray.config import ConfigError, load_config
+from retrain_ray.environments import load_environment
+from retrain_ray.environments.openenv import OpenEnv
+from retrain_ray.environments.openenv_client import OpenEnvError, ws_url
+from retrain_ray.environments.openenv_standin import StandIn
+from retrain_ray.logs import read_stream
+from retrain_ray.run.train import train_run
+
+ROOT = Path(__file__).resolve().parents[2]
+ARGS = {"num_examples": 16, "num_eval": 4}
+TRAINING = {"batch_size": 2, "group_size": 4, "max_tokens": 3, "lr": 3e-3, "save_every": 0, "seed": 7}
+
+
+@pytest.fixture
+def standin() -> Iterator[StandIn]:
+    with StandIn(port=0) as server:
+        yield server
+
+
+def _config(tmp_path: Path, name: str, url: str, *, args=None, training=None, max_steps: int = 2):
+    path = write_config(tmp_path / f"{name}.toml", base={k: v for k, v in TINY_CPU.items() if k != "data"},
+                        environment={"provider": "openenv", "id": url, "max_turns": 2, "args": args or ARGS},
+                        logging={"log_dir": str(tmp_path / name)},
+                        training={**TRAINING, **(training or {}), "max_steps": max_steps})
+    return path
+
+
+def _play(env: OpenEnv, answers: list[str]) -> list[float]:
+    """Every training example played with the same two answers: the episode rewards."""
+    rewards = []
+    for example in env.examples()[0]:
+        episode = env.reset(example)
+        assert episode.prompt() == example.prompt
+        for answer in answers:
+            if episode.step(answer).done:
+                break
+        rewards.append(episode.reward())
+    return rewards
+
+
+def test_episodes_are_played_over_the_websocket_and_replay_exactly(standin):
+    assert ws_url("https://h:1/env/") == "wss://h:1/env/ws" and ws_url("ws://h:1/ws") == "ws://h:1/ws"
+    env = OpenEnv(standin.url, {**ARGS, "turn_advantages": True})
+    train, held_out = env.examples()
+    assert len(train) == 16 and len(held_out) == 4 and env.examples() == (train, held_out)  # seeds 0..19
+    example = train[0]
+    first = example.prompt[0]
+    episode = env.reset(example)
+    right = episode.step(f"\\boxed{{{first}}}")
+    assert (right.reward, right.done, right.observation) == (0.5, False, f"{example.prompt}\\boxed{{{first}}}|{first}>")
+    assert episode.step("x").done and episode.reward() == 0.5  # the stand-in halves digit_chain's turn rewards
+    nxt = str((int(first) + 1) % 10)
+    assert env.replay(example, [first, nxt]) == 1.0 and env.replay(example, [nxt, first]) == 0.0
+    wrong = env.reset(example)
+    wrong.step(nxt)
+    wrong.step("0")
+    # MT-GRPO: each turn's reward minus the group's mean on that turn
+    assert env.turn_advantages([episode, wrong]) == [[0.25, 0.0], [-0.25, 0.0]]
+
+
+def test_tl_grpo_run_trains_against_the_server(tmp_path, standin):
+    tl = {"tl_grpo": True, "tl_grpo_branch_mode": "llm", "tl_grpo_branch_size": 3, "tl_grpo_lookahead_steps": 1}
+    cfg = load_config(_config(tmp_path, "tl", standin.url, training=tl))
+    train_run(cfg, run_name="r", run_dir=tmp_path / "tl")
+    rows = [{**r, "extras": dict(r["extras"])} for r in read_stream(tmp_path / "tl").to_pylist()]
+    assert len(rows) == 2 and all(r["trained"] for r in rows)
+    assert all(r["num_datums"] == 16 for r in rows)  # 2 examples x 4 episodes x 2 turns, each a datum
+    assert all("tl_grpo_ema" in r["extras"] for r in rows)
+    # every episode a session, every llm branch a replay on a session of its own
+    assert standin.sessions > 1 + 2 * 2 * 4
+
+
+def test_mt_grpo_run_trains_and_evaluates_against_the_server(tmp_path, standin):
+    args = {**ARGS, "turn_advantages": True}
+    cfg = load_config(_config(tmp_path, "mt", standin.url, args=args,
+                              training={"group_size": 8, "eval_every": 2, "eval_examples": 3}))
+    train_run(cfg, run_name="r", run_dir=tmp_path / "mt")
+    rows = read_stream(tmp_path / "mt").to_pylist()
+    assert [r["step"] for r in rows] == [0, 1]  # an untrained tiny model scores 0 on every turn: nothing to update
+    (evaluated,) = read_stream(tmp_path / "mt", "eval").to_pylist()
+    assert evaluated["num_examples"] == 3
+
+
+def test_a_server_that_drops_connections_is_reconnected_and_the_episode_replayed():
+    answers, args = ["\\boxed{4}", "5"], {"num_examples": 6, "num_eval": 0}
+    with StandIn(port=0) as steady:
+        expected = _play(OpenEnv(steady.url, args), answers)
+    assert 0 < sum(expected) < len(expected)  # some right, some wrong: the replays must keep each episode's own
+    with StandIn(port=0, drop_every=3) as flaky:
+        assert _play(OpenEnv(flaky.url, {**args, "retries": 2}), answers) == expected
+        assert flaky.sessions > 1 + len(expected)  # it did drop: sessions were opened again
+
+
+def test_a_server_that_keeps_dropping_is_reported_with_its_url():
+    with StandIn(port=0, drop_every=1) as broken:
+        env = OpenEnv(broken.url, {**ARGS, "retries": 1})
+        episode = env.reset(env.examples()[0][0])
+        with pytest.raises(OpenEnvError) as info:
+            episode.step("1")
+    message = str(info.value)
+    assert broken.url in message and "environment.id" in message and "failed 2 times" in message
+    assert "dropped during a step" in message and "retries" in message
+
+
+def test_a_server_error_is_reported_at_once_and_a_missing_field_names_its_key(standin):
+    env = OpenEnv(standin.url, {**ARGS, "action_key": "answer"})
+    episode = env.reset(env.examples()[0][0])
+    sessions = standin.sessions
+    with pytest.raises(OpenEnvError, match="answered a step with error VALIDATION_ERROR: the action has no field"):
+        episode.step("1")
+    assert standin.sessions == sessions  # an answer is no dropped connection: not retried
+    with pytest.raises(OpenEnvError, match="observation_key"):
+        OpenEnv(standin.url, {**ARGS, "observation_key": "question"}).examples()
+
+
+def test_a_url_nobody_listens_on_ends_the_run_with_a_clear_error(tmp_path):
+    url = f"http://127.0.0.1:{free_port()}"
+    path = _config(tmp_path, "gone", url, args={**ARGS, "retries": 1, "connect_timeout_s": 2})
+    env = {**os.environ, "RAY_AUTH_MODE": "disabled", "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
+    out = subprocess.run([sys.executable, "-m", "retrain_ray.cli", "train", str(path), "--quiet"], cwd=tmp_path,
+                         env=env, capture_output=True, text=True, timeout=240)
+    assert out.returncode == 1, out.stderr
+    assert "Traceback" not in out.stderr
+    assert "environment.id" in out.stderr and f"{url.replace('http', 'ws')}/ws" in out.stderr
+    assert "Connection refused" in out.stderr
+    assert not list((tmp_path / "gone").glob("metrics*.arrows"))
+
+
+def test_openenv_keys_are_checked(tmp_path):
+    with pytest.raises(ConfigError) as info:
+        load_config(_config(tmp_path, "bare", "localhost:8000"))
+    assert info.value.locations == ["environment.id"]
+    (tmp_path / "list.toml").write_text('[environment]\nprovider = "openenv"\nid = "http://h:1"\nargs = "[1]"\n')
+    with pytest.raises(ConfigError) as info:
+        load_config(tmp_path / "list.toml")
+    assert info.value.locations == ["environment.args"]
+    with pytest.raises(ConfigError) as info:
+        load_config(_config(tmp_path, "sft", "http://h:1", training={"sft_warmup_steps": 2}))
+    assert info.value.locations == ["training.sft_warmup_steps"]
+    cfg = load_config(_config(tmp_path, "ok", "ws://h:1"))  # the provider is no longer refused
+    for bad, key in (({"retries": -1}, "retries"), ({"reset": [1]}, "reset"), ({"nope": 1}, "nope"),
+                     ({"message_timeout_s": 0}, "message_timeout_s")):
+        section = cfg.environment.model_copy(update={"args": json.dumps(bad)})
+        with pytest.raises(ValueError, match=key):
+            load_environment(section)
+
+
+def test_explain_warns_of_a_server_that_does_not_answer(tmp_path, standin):
+    gone = f"http://127.0.0.1:{free_port()}"
+    (problem,) = environment_problems(load_config(_config(tmp_path, "gone", gone)))
+    assert problem.startswith(f"environment.id: the OpenEnv server at {gone} does not answer")
+    assert environment_problems(load_config(_config(tmp_path, "up", standin.url))) == []
