@@ -9,19 +9,24 @@ Same draws, same campaign loop, same summary, so the two tests are compared on i
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
 from retrain_ray.campaign.adaptive import policy, sequential
 from retrain_ray.campaign.adaptive.policy import RungDecision
-from retrain_ray.campaign.adaptive.simulation import CampaignOutcome, Scenario, SimulationSummary
+from retrain_ray.campaign.adaptive.simulation import (
+    CampaignOutcome,
+    Decider,
+    Scenario,
+    SimulationSummary,
+    bonferroni_decider,
+    run_campaign,
+)
 from retrain_ray.campaign.adaptive.simulation import _draw as draw  # pyright: ignore[reportPrivateUsage]
-from retrain_ray.campaign.adaptive.simulation import _grid_winner as grid_winner  # pyright: ignore[reportPrivateUsage]
 
 Test = Literal["bonferroni", "sequential"]
 # step, each live condition's seed trajectories up to the step, seeds started, last rung, can add seeds, re-look
-Decider = Callable[[int, Mapping[str, Sequence[Sequence[float]]], dict[str, int], bool, bool, int], RungDecision]
 
 
 @dataclass(frozen=True)
@@ -37,15 +42,12 @@ class TestFigures:
 
 def decider(scenario: Scenario, test: Test, spending: sequential.Spending = "pocock") -> Decider:
     """The decision function of `test` with the scenario's settings bound."""
-    looks = policy.planned_looks(len(scenario.rungs), scenario.min_seeds, scenario.max_seeds)
+    if test == "bonferroni":
+        return bonferroni_decider(scenario)
 
     def decide(step: int, trajectories: Mapping[str, Sequence[Sequence[float]]], seeds: dict[str, int],
                last_rung: bool, can_add_seeds: bool, relook: int) -> RungDecision:
         values = {c: [t[-1] for t in ts] for c, ts in trajectories.items()}
-        if test == "bonferroni":
-            return policy.decide(step, values, seeds_by_condition=seeds, mode=scenario.mode,
-                                 alpha=scenario.alpha, max_seeds=scenario.max_seeds, last_rung=last_rung,
-                                 can_add_seeds=can_add_seeds, looks=looks, family=scenario.family)
         return sequential.decide(step, values, seeds_by_condition=seeds, mode=scenario.mode,
                                  alpha=scenario.alpha, max_seeds=scenario.max_seeds, last_rung=last_rung,
                                  can_add_seeds=can_add_seeds, rungs=scenario.rungs,
@@ -57,34 +59,7 @@ def decider(scenario: Scenario, test: Test, spending: sequential.Spending = "poc
 
 def simulate_campaign(scenario: Scenario, rng: random.Random, decide: Decider) -> CampaignOutcome:
     """One campaign (as simulation.simulate_campaign) with `decide` at every look."""
-    values = draw(scenario, rng)
-    seeds = dict.fromkeys(scenario.means, scenario.min_seeds)
-    live = list(scenario.means)
-    grid_seeds = scenario.grid_seeds or scenario.min_seeds
-    out = CampaignOutcome(0, len(scenario.means) * grid_seeds * scenario.rungs[-1],
-                          grid_winner=grid_winner(scenario, values))
-    last = len(scenario.rungs) - 1
-    rounds = 0
-    decision: RungDecision | None = None
-    for r, step in enumerate(scenario.rungs):
-        while True:
-            decision = decide(step, {c: [v[:r + 1] for v in values[c][:seeds[c]]] for c in live}, seeds, r == last,
-                              rounds < scenario.max_seeds - scenario.min_seeds, rounds)
-            out.looks += 1
-            for comparison in decision.stop:
-                out.stopped[comparison.condition] = step
-                live.remove(comparison.condition)
-            if not decision.add_seed_to:
-                break
-            rounds += 1
-            for cond in decision.add_seed_to:
-                seeds[cond] += 1
-    assert decision is not None
-    out.winner = decision.leader
-    out.declared = decision.decided
-    out.seeds = seeds
-    out.steps = sum(seeds[c] * out.stopped.get(c, scenario.rungs[-1]) for c in scenario.means)
-    return out
+    return run_campaign(scenario, draw(scenario, rng), decide)
 
 
 def simulate_test(scenario: Scenario, test: Test, campaigns: int = 1000, seed: int = 0,

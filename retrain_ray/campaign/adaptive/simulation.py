@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -101,10 +101,27 @@ def _grid_winner(scenario: Scenario, values: dict[str, list[list[float]]]) -> st
     return max(values, key=lambda c: sign * math.fsum(v[-1] for v in values[c][:n]) / n)
 
 
-def simulate_campaign(scenario: Scenario, rng: random.Random) -> CampaignOutcome:
-    """One campaign: the adaptive run through `decide` and the grid on the same draws."""
-    values = _draw(scenario, rng)
+Decider = Callable[[int, Mapping[str, Sequence[Sequence[float]]], dict[str, int], bool, bool, int], RungDecision]
+"""A test at one look: (step, each live condition's seed trajectories up to this rung, seeds per condition,
+last rung, can add seeds, re-look number) -> its decision."""
+
+
+def bonferroni_decider(scenario: Scenario) -> Decider:
+    """policy.decide at alpha / (planned looks), on each seed's value at this rung."""
     looks = planned_looks(len(scenario.rungs), scenario.min_seeds, scenario.max_seeds)
+
+    def at_look(step: int, trajectories: Mapping[str, Sequence[Sequence[float]]], seeds: dict[str, int],
+                last_rung: bool, can_add_seeds: bool, relook: int) -> RungDecision:
+        return decide(step, {c: [t[-1] for t in ts] for c, ts in trajectories.items()},
+                      seeds_by_condition=seeds, mode=scenario.mode, alpha=scenario.alpha,
+                      max_seeds=scenario.max_seeds, last_rung=last_rung, can_add_seeds=can_add_seeds,
+                      looks=looks, family=scenario.family)
+    return at_look
+
+
+def run_campaign(scenario: Scenario, values: dict[str, list[list[float]]], at_look: Decider) -> CampaignOutcome:
+    """One adaptive campaign on drawn `values` (condition -> seed -> value at each rung) with `at_look` deciding
+    every look, and the grid on the same draws."""
     seeds = dict.fromkeys(scenario.means, scenario.min_seeds)
     live = list(scenario.means)
     out = CampaignOutcome(0, len(scenario.means) * (scenario.grid_seeds or scenario.min_seeds) * scenario.rungs[-1],
@@ -114,11 +131,8 @@ def simulate_campaign(scenario: Scenario, rng: random.Random) -> CampaignOutcome
     decision: RungDecision | None = None
     for r, step in enumerate(scenario.rungs):
         while True:
-            decision = decide(step, {c: [v[r] for v in values[c][:seeds[c]]] for c in live},
-                              seeds_by_condition=seeds, mode=scenario.mode, alpha=scenario.alpha,
-                              max_seeds=scenario.max_seeds, last_rung=r == last,
-                              can_add_seeds=rounds < scenario.max_seeds - scenario.min_seeds,
-                              looks=looks, family=scenario.family)
+            decision = at_look(step, {c: [v[:r + 1] for v in values[c][:seeds[c]]] for c in live}, seeds, r == last,
+                               rounds < scenario.max_seeds - scenario.min_seeds, rounds)
             out.looks += 1
             for comparison in decision.stop:
                 out.stopped[comparison.condition] = step
@@ -134,6 +148,11 @@ def simulate_campaign(scenario: Scenario, rng: random.Random) -> CampaignOutcome
     out.seeds = seeds
     out.steps = sum(seeds[c] * out.stopped.get(c, scenario.rungs[-1]) for c in scenario.means)
     return out
+
+
+def simulate_campaign(scenario: Scenario, rng: random.Random) -> CampaignOutcome:
+    """One campaign: the adaptive run through `decide` (the Bonferroni split) and the grid on the same draws."""
+    return run_campaign(scenario, _draw(scenario, rng), bonferroni_decider(scenario))
 
 
 def simulate(scenario: Scenario, campaigns: int = 1000, seed: int = 0) -> SimulationSummary:
