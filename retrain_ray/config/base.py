@@ -14,7 +14,7 @@ from typing import Annotated, Any
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict
 
-from retrain_ray.plugins.loader import is_dotted_path
+from retrain_ray.util.dotted import is_dotted_path
 
 
 def _not_bool(value: Any) -> Any:

@@ -19,12 +19,13 @@ import importlib.machinery
 import importlib.util
 import inspect
 import os
-import re
 import sys
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 from typing import TypedDict, TypeVar
+
+from retrain_ray.util.dotted import is_dotted_path  # noqa: F401  (re-exported: the loader's callers ask it for the rule)
 
 S = TypeVar("S")
 
@@ -240,16 +241,3 @@ def positional_arity(fn: Callable[..., object]) -> tuple[int, str]:
     except (TypeError, ValueError):
         return 1, ""
     return len(params), (params[0].name if params else "")
-
-
-# The one syntax rule of a plugin reference: `package.module:attribute` or `package.module.attribute`.
-#
-# The plugin loader (plugins/loader.py) imports such names; the schema (config/) accepts them where a key takes a
-# component's name. Both ask this one function, kept in `util/` because `config/` may import only `util/`.
-_DOTTED = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*[:.][A-Za-z_]\w*$")
-
-
-def is_dotted_path(name: str) -> bool:
-    """True for a plugin reference: identifiers joined by dots, the last one after `.` or `:`
-    (`my_pkg.transforms:scaled`, `my_pkg.transforms.scaled`); `0.5`, `a..b` or `my-pkg.x` are not."""
-    return bool(_DOTTED.match(name))

@@ -3,6 +3,8 @@ retrain_ray (and nothing heavy at import), so any layer may use it without an up
 
 - `config_hooks`: the hook through which the check pass (checks/) reaches every `RetrainConfig` built;
   config calls it, `retrain_ray/__init__.py` registers into it (config may not import checks).
+- `dotted`: the syntax of a plugin reference (`package.module:attribute`); the schema (config/) accepts such a
+  name where a key takes a component's name, the plugin loader (plugins/) imports it: one rule for both.
 - `file_kinds`: what a path really is (a directory, a device, a pipe, a dangling link), for messages;
   used by the CLI front, config, data, models, logs and run.
 - `finite`: the non-finite guards (rewards, gradients, saved tensors) and `NonFiniteError`; raised by

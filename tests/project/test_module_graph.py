@@ -288,3 +288,10 @@ def _reading(planted: Path, source: str):
     def read_text(self: Path, *args: object, **kwargs: object) -> str:
         return source if self == planted else original(self, *args, **kwargs)
     return read_text
+
+
+def test_config_imports_only_config_and_util_and_algorithms_only_util() -> None:
+    """config/ is the schema: below every component, it reaches only util/; algorithms/ is pure."""
+    packages = package_graph(module_graph())
+    assert packages[f"{PACKAGE}.config"] <= {f"{PACKAGE}.util"}, packages[f"{PACKAGE}.config"]
+    assert packages[f"{PACKAGE}.algorithms"] <= {f"{PACKAGE}.util"}, packages[f"{PACKAGE}.algorithms"]
