@@ -36,7 +36,7 @@ import dataclasses
 import importlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
+from typing import TYPE_CHECKING, Protocol, TypeVar, cast
 
 from retrain_ray.backends import local, prime_rl, tinker
 from retrain_ray.backends.types import BackendCapabilities, BackendSpec, table_issues
@@ -243,19 +243,19 @@ def engine_capabilities(engine: str, inference: Mapping[str, object] | None = No
                          kind=kind, only_bools=True)
 
 
-def schema_for(backend: str, options: dict[str, Any]) -> dict[str, Any] | None:
+def schema_for(backend: str, options: dict[str, object]) -> dict[str, object] | None:
     """Known options and defaults of a built-in backend; None for plugins (unchecked)."""
     table = backend_spec(backend).options
     return table.schema(options) if table is not None else None
 
 
-def check_options(backend: str, options: dict[str, Any]) -> list[ConfigIssue]:
+def check_options(backend: str, options: dict[str, object]) -> list[ConfigIssue]:
     """Issues for unknown, mistyped or refused `[backend.options]` keys of a built-in backend."""
     table = backend_spec(backend).options
     return table_issues(table, backend, options) if table is not None else []
 
 
-def resolved_options(backend: str, options: dict[str, Any]) -> dict[str, Any]:
+def resolved_options(backend: str, options: dict[str, object]) -> dict[str, object]:
     """The backend's options with schema defaults filled in."""
     return {**(schema_for(backend, options) or {}), **options}
 

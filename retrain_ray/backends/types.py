@@ -15,7 +15,7 @@ import difflib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, NamedTuple, Protocol, TypeVar, runtime_checkable
+from typing import TYPE_CHECKING, Literal, NamedTuple, Protocol, TypeVar, runtime_checkable
 
 from retrain_ray.engines.types import DescribeSampler, SamplingEngine, WeightUpdate
 from retrain_ray.models import Tokenizer
@@ -157,7 +157,7 @@ class BackendSpec:
 T = TypeVar("T")
 
 
-def parse_options(cls: type[T], options: Mapping[str, Any] | None, backend: str) -> T:
+def parse_options(cls: type[T], options: Mapping[str, object] | None, backend: str) -> T:
     """`options` -> `cls(**options)`; a key `cls` has no field for is an error with a did-you-mean hint."""
     options = dict(options or {})
     known = [f.name for f in fields(cls)]  # type: ignore[arg-type]  # cls is a dataclass
@@ -178,9 +178,9 @@ def issue(location: str, value: object, message: str, hint: str = "") -> ConfigI
     return ConfigIssue(location, value, message, hint)
 
 
-def parsed_issues(parse: Callable[[dict[str, Any]], object], hint: str) -> Callable[[dict[str, Any]], list[ConfigIssue]]:
+def parsed_issues(parse: Callable[[dict[str, object]], object], hint: str) -> Callable[[dict[str, object]], list[ConfigIssue]]:
     """A table's `value_issues`: the backend's own parser of all its options, its error as one issue."""
-    def issues(options: dict[str, Any]) -> list[ConfigIssue]:
+    def issues(options: dict[str, object]) -> list[ConfigIssue]:
         try:
             parse(options)
         except (ValueError, TypeError) as exc:
@@ -193,17 +193,17 @@ def parsed_issues(parse: Callable[[dict[str, Any]], object], hint: str) -> Calla
 class OptionsTable:
     """How one built-in backend's `[backend.options]` are checked (its spec's `options` names it)."""
 
-    schema: Callable[[dict[str, Any]], dict[str, Any]]
+    schema: Callable[[dict[str, object]], dict[str, object]]
     """Known keys and their defaults, given the options set."""
     bool_or_auto: frozenset[str] = frozenset()
     """Keys that take true, false or "auto"."""
-    key_issues: Callable[[str, Any], list[ConfigIssue]] | None = None
+    key_issues: Callable[[str, object], list[ConfigIssue]] | None = None
     """A well-typed key's value check."""
-    value_issues: Callable[[dict[str, Any]], list[ConfigIssue]] | None = None
+    value_issues: Callable[[dict[str, object]], list[ConfigIssue]] | None = None
     """The backend's own parser of all its options, once every key is known and well typed."""
 
 
-def _type_ok(value: Any, default: Any, bool_or_auto: bool = False) -> bool:
+def _type_ok(value: object, default: object, bool_or_auto: bool = False) -> bool:
     if bool_or_auto:
         return isinstance(value, bool) or value == "auto"
     if isinstance(default, bool):
@@ -215,14 +215,14 @@ def _type_ok(value: Any, default: Any, bool_or_auto: bool = False) -> bool:
     return isinstance(value, type(default))
 
 
-def _close_match(key: str, schema: dict[str, Any]) -> str:
+def _close_match(key: str, schema: dict[str, object]) -> str:
     # deferred: see `issue`
     from retrain_ray.config.errors import did_you_mean
 
     return did_you_mean(key, schema)
 
 
-def table_issues(table: OptionsTable, backend: str, options: dict[str, Any]) -> list[ConfigIssue]:
+def table_issues(table: OptionsTable, backend: str, options: dict[str, object]) -> list[ConfigIssue]:
     """Issues for unknown, mistyped or refused `[backend.options]` keys of a built-in backend."""
     schema = table.schema(options)
     issues: list[ConfigIssue] = []

@@ -148,7 +148,10 @@ def build_policy(
 
 def _builtin_policy(request: PolicyRequest) -> Policy:
     """The local trainer with the sampler of `[inference] engine` (its spec's factory)."""
-    return build_policy_for(engine_spec(request.cfg.inference.engine).factory, request)
+    factory = engine_spec(request.cfg.inference.engine).factory
+    if factory is None:  # only a plugin engine's spec has none, and it goes through `_plugin_policy`
+        raise ValueError(f"[inference] engine = {request.cfg.inference.engine!r} has no built-in factory")
+    return build_policy_for(factory, request)
 
 
 def _plugin_policy(request: PolicyRequest) -> Policy:

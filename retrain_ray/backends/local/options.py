@@ -8,14 +8,14 @@ The policy is built by the run's engine's factory (engines/registry.py) on the l
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from retrain_ray.config.errors import ConfigIssue
 
 from retrain_ray.backends.types import BackendCapabilities, OptionsTable, issue
 
-LOCAL_OPTIONS: dict[str, Any] = {
+LOCAL_OPTIONS: dict[str, object] = {
     # acted on by the local backend (backends/local/policy.py: settings_from_config)
     "train_microbatch_size": 0,
     # "auto": on when the model trains on a GPU, off on CPU (issue 13: there it only trades a recompute,
@@ -88,14 +88,14 @@ BOOL_OR_AUTO = frozenset({"gradient_checkpointing"})
 """Local options that take true, false or "auto"."""
 
 
-def _local_value(key: str, value: Any) -> list[ConfigIssue]:
+def _local_value(key: str, value: object) -> list[ConfigIssue]:
     loc = f"backend.options.{key}"
     if key in LOCAL_FIXED and value != LOCAL_OPTIONS[key]:
         return [issue(loc, value, f"not implemented: {LOCAL_FIXED[key]}",
                             f"remove it or set {LOCAL_OPTIONS[key]!r}")]
     if key == "gradient_checkpointing_use_reentrant" and str(value).lower() not in USE_REENTRANT_CHOICES:
         return [issue(loc, value, "must be auto, true or false", "default is 'auto'")]
-    if key == "lora_layers_to_transform" and not all(p.strip().isdigit() for p in value.split(",") if p.strip()):
+    if key == "lora_layers_to_transform" and not all(p.strip().isdigit() for p in str(value).split(",") if p.strip()):
         return [issue(loc, value, "must be a comma list of layer indices", 'e.g. "0,1,2"')]
     return []
 

@@ -108,7 +108,7 @@ def settings_from_config(cfg: LocalSections) -> PolicySettings:
 
     t, o = cfg.training, cfg.optimizer
     options = resolved_options("local", dict(cfg.backend.options))
-    micro = t.micro_batch_size or int(options["train_microbatch_size"])
+    micro = t.micro_batch_size or int(str(options["train_microbatch_size"]))
     lora = LoraSettings(
         rank=cfg.model.lora_rank, alpha=float(cfg.lora.alpha), dropout=cfg.lora.dropout,
         target_modules=lora_targets(str(options["lora_target_modules"])),
@@ -132,7 +132,7 @@ def settings_from_config(cfg: LocalSections) -> PolicySettings:
         revision=cfg.model.revision,
         local_files_only=bool(cfg.model.local_files_only),
         trust_remote_code=bool(options["trust_remote_code"]),
-        gradient_checkpointing=options["gradient_checkpointing"],
+        gradient_checkpointing=_checkpointing(options["gradient_checkpointing"]),
         # "auto" is non-reentrant: it needs no input grads under LoRA and is what torch recommends
         use_reentrant=str(options["gradient_checkpointing_use_reentrant"]).lower() == "true",
         strict_deterministic=bool(options["strict_deterministic"]),
@@ -251,3 +251,8 @@ def build_vllm_engine(cfg: LocalSections, *, device: str, cache_dir: Path | None
     from retrain_ray.engines.vllm.engine import VLLMEngine
 
     return VLLMEngine.start(vllm_settings_from_config(cfg, device=device, cache_dir=cache_dir, policy=policy), name=name)
+
+
+def _checkpointing(value: object) -> bool | str:
+    """`gradient_checkpointing` as the option table checked it: a bool, or "auto"."""
+    return value if isinstance(value, bool) else str(value)

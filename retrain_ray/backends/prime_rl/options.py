@@ -27,7 +27,7 @@ Ours:
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
-from typing import Any, Literal
+from typing import Literal
 
 from retrain_ray.backends.types import BackendCapabilities, OptionsTable, parse_options, parsed_issues
 
@@ -71,10 +71,10 @@ class PrimeRLOptions:
             raise ValueError(f"[backend.options] run_id = {self.run_id!r}: use a directory name, not a path")
 
 
-PRIME_RL_OPTION_DEFAULTS: dict[str, Any] = {f.name: f.default for f in fields(PrimeRLOptions)}
+PRIME_RL_OPTION_DEFAULTS: dict[str, object] = {f.name: f.default for f in fields(PrimeRLOptions)}
 
 
-def parse_prime_rl_options(options: dict[str, Any] | None) -> PrimeRLOptions:
+def parse_prime_rl_options(options: dict[str, object] | None) -> PrimeRLOptions:
     """`[backend.options]` table -> PrimeRLOptions; unknown keys are an error with a did-you-mean hint."""
     return parse_options(PrimeRLOptions, options, "prime_rl")
 

@@ -19,7 +19,7 @@ The original's option schema for tinker is empty (any key errors, spec 1.6). We 
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
-from typing import Any, Literal
+from typing import Literal
 
 from retrain_ray.backends.types import BackendCapabilities, OptionsTable, parse_options, parsed_issues
 
@@ -61,10 +61,10 @@ class TinkerOptions:
             raise ValueError("[backend.options] sample_timeout_s and call_timeout_s must be > 0: every wait has a timeout")
 
 
-TINKER_OPTION_DEFAULTS: dict[str, Any] = {f.name: f.default for f in fields(TinkerOptions)}
+TINKER_OPTION_DEFAULTS: dict[str, object] = {f.name: f.default for f in fields(TinkerOptions)}
 
 
-def parse_tinker_options(options: dict[str, Any] | None) -> TinkerOptions:
+def parse_tinker_options(options: dict[str, object] | None) -> TinkerOptions:
     """`[backend.options]` table -> TinkerOptions; unknown keys are an error with a did-you-mean hint."""
     return parse_options(TinkerOptions, options, "tinker")
 
