@@ -215,7 +215,7 @@ if __name__ == "__main__":
     sys.exit(pytest.main([__file__, "-q"]))
 
 
-@pytest.mark.slow
+@pytest.mark.extended  # a real adaptive campaign; the scheduler's wiring is in test_adaptive_test_choice.py
 def test_a_sequential_campaign_decides_by_its_spending_plan_and_says_so(ray_4cpu_4gpu, tmp_path, capfd):
     """`test = "sequential"`: the rung's decision is `sequential.decide`'s on the recorded values, the manifest
     records the test and its level, and the console states each decision with its p-value and nothing of Tune's

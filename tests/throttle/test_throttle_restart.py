@@ -5,6 +5,8 @@ restart is in `control_restarts.jsonl`. Real Ray, real actors, the throttle's pr
 
 from __future__ import annotations
 
+import pytest
+
 import os
 import signal
 import time
@@ -61,6 +63,7 @@ def _stats(handle):
     return ray.get(handle.stats.remote(), timeout=60)
 
 
+@pytest.mark.extended  # about 50 s: a throttle actor killed and restarted, holders renewing through its grace period
 def test_killed_throttle_restarts_keeps_holders_and_serves_waiters(ray_4cpu_4gpu, tmp_path):
     campaign = f"restart-{uuid.uuid4().hex[:8]}"
     handle = start_throttle(campaign, "tinker", CAPACITY, namespace="throttle-tests", lease_ttl_s=TTL_S,
