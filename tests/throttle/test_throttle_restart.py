@@ -5,13 +5,12 @@ restart is in `control_restarts.jsonl`. Real Ray, real actors, the throttle's pr
 
 from __future__ import annotations
 
-import pytest
-
 import os
 import signal
 import time
 import uuid
 
+import pytest
 import ray
 from helpers import wait_for
 
