@@ -99,3 +99,15 @@ def test_builtin_model_train_never_imports_transformers(tmp_path, tiny_cache, fi
     assert "torch" in imported and "retrain_ray.models.lean_llama" in imported  # the check sees the run's imports
     assert sorted(m for m in imported if m.split(".")[0] in ("transformers", "peft")) == []
     assert re.search(r"time to first step: \d+\.\d\d s from the command", done.stdout), done.stdout
+
+
+def test_the_campaign_driver_imports_no_torch(tmp_path):
+    """The driver process schedules runs and never trains: importing it (and the `Campaign` API) loads no
+    torch (the extended campaign test checks the same of a real driver; this catches it in the default tier)."""
+    out = _python("""
+        import json, sys
+        import retrain_ray.campaign.driver
+        from retrain_ray.campaign import Campaign
+        print(json.dumps(sorted(m for m in ("torch", "transformers", "peft") if m in sys.modules)))
+    """, tmp_path)
+    assert json.loads(out) == []

@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
 from retrain_ray.logs.stream import repair_and_last_step
-from retrain_ray.run.resume.checkpoint import CheckpointManager, load_state, verify_checkpoint
 from retrain_ray.util.secrets import redact
 
 if TYPE_CHECKING:
@@ -37,6 +36,9 @@ def checkpoint_dir_resume(training: TrainingSection, config: Mapping[str, object
     """The newest verified checkpoint in `checkpoint_dir` to resume from; None when there is no
     `checkpoint_dir` or it holds no checkpoint. Raises ForeignRunDir for another run's or config's
     (`config`: the run's whole config as JSON, compared with the one the checkpoints' run recorded)."""
+    # deferred: checkpoint.py loads torch (run/state.py); the campaign driver imports this module without it
+    from retrain_ray.run.resume.checkpoint import CheckpointManager
+
     root = checkpoint_root(training)
     if root is None:
         return None
@@ -133,6 +135,9 @@ log = logging.getLogger(__name__)
 def resume_point(checkpoint: Path, last_logged: int, checkpoints_dir: Path, root: Path | None = None) -> Path | None:
     """`checkpoint` if its step is logged, else the newest valid checkpoint of the run in
     `checkpoints_dir` whose step is (None: none is, resume from the start)."""
+    # deferred: checkpoint.py loads torch (run/state.py); the campaign driver imports this module without it
+    from retrain_ray.run.resume.checkpoint import CheckpointManager, load_state
+
     if load_state(checkpoint).step <= last_logged:
         return checkpoint
     earlier = newest_logged(CheckpointManager(checkpoints_dir, root=root).candidates(), last_logged)
@@ -146,6 +151,9 @@ def newest_logged(candidates: list[Path], last_logged: int,
                   warn: logging.Logger | None = None) -> tuple[Path, int] | None:
     """The first of `candidates` (newest first) that verifies and whose step is <= `last_logged`, with
     its step (None: none is); `warn`: the logger that says why each one before it was skipped."""
+    # deferred: checkpoint.py loads torch (run/state.py); the campaign driver imports this module without it
+    from retrain_ray.run.resume.checkpoint import load_state, verify_checkpoint
+
     for candidate in candidates:
         problem = verify_checkpoint(candidate)
         if problem:
