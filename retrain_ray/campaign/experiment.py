@@ -16,6 +16,7 @@ from ray import tune
 from ray.tune import Trainable
 from ray.tune.experiment import Trial
 from ray.tune.experimental.output import AirVerbosity, TuneTerminalReporter
+from ray.tune.experimental.output import ProgressReporter as AirProgressReporter
 from ray.tune.logger import JsonLoggerCallback
 from ray.tune.schedulers import TrialScheduler
 from ray.tune.search import Searcher
@@ -70,7 +71,6 @@ def build_tuner(plan: CampaignPlan, manifest: Manifest, *, namespace: str, contr
         return tune.Tuner.restore(plan.tune_path, trainable, resume_errored=True)  # pyright: ignore[reportUnknownMemberType]
     records = ManifestCallback(manifest, observer=observer, start_timeout_s=plan.schedule.trial_start_timeout_s)
     callbacks: list[tune.Callback] = [
-        *([QuietTuneStart()] if adaptive else []),
         records,
         TuneCopyPruner({r.run_name: r.config.training.keep_last_checkpoints for r in plan.all_runs}, observer=observer),
         JsonLoggerCallback(),  # the only Tune logger kept (campaign/local_ray.py): fit()'s ResultGrid reads it
@@ -79,6 +79,8 @@ def build_tuner(plan: CampaignPlan, manifest: Manifest, *, namespace: str, contr
     line = observer.progress_line(plan.campaign_dir)
     if line is not None:
         callbacks.append(line)
+    if adaptive:
+        callbacks.insert(0, QuietTuneStart(callbacks))
     return tune.Tuner(
         trainable,
         param_space={} if adaptive else {"run_name": tune.grid_search([r.run_name for r in plan.runs])},  # pyright: ignore[reportUnknownMemberType]
@@ -173,10 +175,23 @@ class QuietTuneStart(TuneTerminalReporter):
     says it is done, so Tune's table states `Number of trials 9223372036854775807` (its unbounded count) and
     the path of its own state, neither of which the user asked about; the campaign's `[campaign]` lines say
     what starts, pauses and stops. Tune starts the first reporter among the callbacks, so this one is first;
-    at verbose=0 nothing else of it prints."""
+    at verbose=0 nothing else of it prints.
 
-    def __init__(self) -> None:
+    Tune still appends its own reporter to the same list and, finding this one first, never gives its own a
+    start time (it keeps the `None` of its generic setup), so the first trial error would crash the driver in
+    that reporter's `on_trial_error`; `setup` passes the start time on to it."""
+
+    def __init__(self, callbacks: list[tune.Callback]) -> None:
         super().__init__(AirVerbosity.SILENT)  # pyright: ignore[reportUnknownMemberType]  # Tune types config loosely
+        self.callbacks = callbacks  # the list Tune appends its reporter to
+
+    def setup(self, start_time: float | None = None, total_samples: int | None = None, **kwargs: object) -> None:
+        super().setup(start_time=start_time, total_samples=total_samples, **kwargs)  # pyright: ignore[reportUnknownMemberType]
+        if start_time is None:
+            return
+        for other in self.callbacks:
+            if isinstance(other, AirProgressReporter) and other is not self:
+                other.setup(start_time=start_time)  # pyright: ignore[reportUnknownMemberType]
 
     def experiment_started(self, *args: object, **kwargs: object) -> None:
         """Says nothing (see the class)."""
