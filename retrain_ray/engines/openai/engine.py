@@ -192,6 +192,8 @@ class OpenAIEngine(WeightsVersion):
             raise call_error(self.engine_name, self.shown_url, call, f"{method} {route}", None,
                              f"{type(cause).__name__}: {cause} (after {self.policy.max_attempts} attempts)") from None
 
+    _request = request  # its former name, which PrimeRLEngine (backends/prime_rl/backend.py) calls
+
     def base_model(self) -> str:
         """The name the server serves the base model under (read once from its /v1/models)."""
         if self._base is None:
