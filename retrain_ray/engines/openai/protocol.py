@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from typing import cast
 
 import httpx
 
@@ -75,7 +76,7 @@ def parse_answer(response: httpx.Response) -> dict[str, object]:
     except ValueError:
         return {"message": text}
     if isinstance(value, dict):
-        return {str(k): v for k, v in value.items()}  # pyright: ignore[reportUnknownVariableType]
+        return cast("dict[str, object]", value)  # JSON object keys are strings
     return {"result": value}
 
 
