@@ -216,6 +216,9 @@ class OpenAIEngine(WeightsVersion):
                 f"{self._version}: another client overwrote the adapter; give each run its own adapter name"
             )
         self._sampled = str(out.get("model") or model)
+        if not isinstance(out.get("choices"), list):
+            raise call_error(self.engine_name, self.shown_url, "completion", "POST /v1/completions", 200,
+                             f"the answer has no 'choices' list: {str(out)[:300]}")
         choices = cast("list[dict[str, object]]", out["choices"])
         return [parse_choice(c) for c in sorted(choices, key=lambda c: cast("int", c.get("index", 0)))]
 

@@ -109,6 +109,8 @@ def fix_for(engine: str, call: str, status: int | None, message: str) -> str:
                 f"[model] lora_rank (`{start}`)")
     if call == "completion" and status == 404:
         return "the server does not serve that model or adapter: start it with --served-model-name [model] model"
+    if call == "completion" and status == 200:
+        return "point [inference] url at an OpenAI-compatible server (its /v1/completions answers with choices)"
     return "see the server's log for the cause"
 
 
