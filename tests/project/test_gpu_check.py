@@ -38,19 +38,48 @@ def test_cpu_smoke_runs_the_lora_step_part_and_records_its_figures(tmp_path):
     assert step["status"] == "passed", step["why"]
     assert step["figures"]["sample_tokens_per_s"] > 0 and step["figures"]["train_step_s"] > 0
     assert step["figures"]["batch"] == "2 prompts x 2 samples x 4 tokens"
-    installed = all(importlib.util.find_spec(m) is not None for m in ("vllm", "ray"))
+    missing = [m for m in ("vllm", "ray") if importlib.util.find_spec(m) is None]
     packing = parts["packing"]
-    assert packing["status"] == ("passed" if installed else "skipped"), packing["why"]
-    if not installed:
-        assert packing["why"].startswith("not installed here: ")
+    if missing:
+        assert (packing["status"], packing["why"]) == ("skipped", f"not installed here: {', '.join(missing)}")
+        return
+    assert packing["status"] == "passed", packing["why"]
+    # the benchmark's own figures came back: N = 1 and 2 (--quick), each variant sampled tokens
+    (line,) = [x for x in str(packing["figures"]["stdout"]).splitlines() if x.startswith('{"packing"')]
+    figures = json.loads(line)["packing"]
+    assert set(figures) == {"1", "2"}
+    assert all(set(variants) == {"own", "serial", "batch"} for variants in figures.values())
+    assert all(v["tokens_per_s"] > 0 for variants in figures.values() for v in variants.values())
 
 
-def test_the_gpu_tests_part_collects_only_files_holding_gpu_tests():
+def _gpu_check():
     sys.path.insert(0, str(CHECK.parent))
     try:
         import gpu_check
     finally:
         sys.path.remove(str(CHECK.parent))
+    return gpu_check
+
+
+def test_a_benchmark_part_records_what_its_script_did(tmp_path, monkeypatch):
+    """Each status a benchmark part can take, from a script that really ran (or could not)."""
+    gpu_check = _gpu_check()
+    monkeypatch.setattr(gpu_check, "ROOT", tmp_path)
+    (tmp_path / "benchmarks").mkdir()
+    absent = gpu_check.benchmark_script("packing", "packing.py", [], 30, ())
+    assert (absent.status, absent.why) == ("skipped", "benchmarks/packing.py is not built yet")
+    (tmp_path / "benchmarks" / "ok.py").write_text("import sys\nprint('figures', sys.argv[1:])\n")
+    (tmp_path / "benchmarks" / "bad.py").write_text("import sys\nprint('half way')\nsys.exit(3)\n")
+    lacking = gpu_check.benchmark_script("ok", "ok.py", [], 30, ("json", "no_such_module_here"))
+    assert (lacking.status, lacking.why) == ("skipped", "not installed here: no_such_module_here")
+    passed = gpu_check.benchmark_script("ok", "ok.py", ["--quick"], 30, ("json",))
+    assert passed.status == "passed" and passed.figures["stdout"] == "figures ['--quick']\n"
+    failed = gpu_check.benchmark_script("bad", "bad.py", [], 30, ())
+    assert failed.status == "failed" and failed.why.startswith("exit 3: half way")
+
+
+def test_the_gpu_tests_part_collects_only_files_holding_gpu_tests():
+    gpu_check = _gpu_check()
     files = gpu_check.gpu_test_files()
     assert "tests/backends/test_local_backend.py" in files
     assert all("@pytest.mark.gpu" in (ROOT / f).read_text() for f in files)
