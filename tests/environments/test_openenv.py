@@ -204,3 +204,25 @@ def test_explain_warns_of_a_server_that_does_not_answer(tmp_path, server):
     (problem,) = environment_problems(load_config(_config(tmp_path, "gone", gone)))
     assert problem.startswith(f"environment.id: the OpenEnv server at {gone} does not answer")
     assert environment_problems(load_config(_config(tmp_path, "up", server.url))) == []
+
+
+@pytest.mark.extended
+def test_the_shipped_openenv_config_trains_through_the_cli_against_openenv_core(tmp_path, server):
+    """configs/openenv.toml (TL-GRPO over action_space branches) pointed at openenv-core's server: a few
+    steps through `retrain-ray train`, with a checkpoint whose state says what a resume restores."""
+    text = (ROOT / "configs" / "openenv.toml").read_text()
+    assert 'id = "http://127.0.0.1:8000"' in text
+    config = tmp_path / "openenv.toml"
+    config.write_text(text.replace('id = "http://127.0.0.1:8000"', f'id = "{server.url}"')
+                      .replace('log_dir = "logs/openenv"', f'log_dir = "{tmp_path / "logs"}"'))
+    env = {**os.environ, "RAY_AUTH_MODE": "disabled", "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
+    before = server.played()
+    out = subprocess.run([sys.executable, "-m", "retrain_ray.cli", "train", str(config), "--quiet", "--max-steps", "3",
+                          "--batch-size", "2", "--group-size", "4", "--save-every", "2"],
+                         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    rows = read_stream(tmp_path / "logs").to_pylist()
+    assert [r["step"] for r in rows] == [0, 1, 2] and all(r["num_datums"] > 0 for r in rows)
+    assert server.played() - before > 3 * 2 * 4  # every episode and every branch replay a session
+    state = json.loads((tmp_path / "logs" / "trainer_state.json").read_text())
+    assert (state["step"], state["resume_mode"]) == (2, "exact")  # the local backend restores it all
