@@ -31,13 +31,36 @@ SFTLoss = Literal["cross_entropy", "importance_sampling"]
 
 @dataclass(frozen=True)
 class BackendCapabilities:
-    """What a backend can carry; drives the preflight probe (spec 1.6)."""
+    """What a backend can carry; drives the preflight probe (spec 1.6).
+
+    `checkpoint_resume_mode`: "exact" when a checkpoint restores the trained weights and the optimizer's
+    moments as they were; "adapter_only" when it restores the run's counters (and at most the weights),
+    not the optimizer; "unsupported" when it cannot be resumed. `resume_runtime_dependent`: part of what
+    a resume restores lives outside the checkpoint directory (a service's store, another trainer's own
+    checkpoints), so it resumes only while that is still there. tests/backends/test_capabilities_honest.py
+    checks each built-in backend's flags against what its checkpoint holds.
+    """
 
     reports_sync_loss: bool = True
     preserves_token_advantages: bool = True
     supports_checkpoint_resume: bool = True
     resume_runtime_dependent: bool = False
     checkpoint_resume_mode: ResumeMode = "exact"
+
+
+def resume_caveat(caps: BackendCapabilities) -> str:
+    """What a resume from this backend's checkpoint does not restore, in one sentence ("" when exact and
+    self-contained): the warning a resumed run logs."""
+    parts: list[str] = []
+    if caps.checkpoint_resume_mode == "adapter_only":
+        parts.append("this backend's checkpoint restores the run's counters and at most the weights, not the "
+                     "optimizer state (checkpoint_resume_mode = adapter_only)")
+    elif caps.checkpoint_resume_mode == "unsupported":
+        parts.append("this backend's checkpoints cannot be resumed (checkpoint_resume_mode = unsupported)")
+    if caps.resume_runtime_dependent:
+        parts.append("part of the state lives outside the checkpoint directory (resume_runtime_dependent): "
+                     "check that the service or trainer still holds it")
+    return "; ".join(parts)
 
 
 @dataclass(frozen=True)

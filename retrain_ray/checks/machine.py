@@ -49,7 +49,7 @@ def openenv_problems(environments: Iterable[EnvironmentSection]) -> list[str]:
         why = unreachable(url)
         if why:
             problems.append(f"environment.id: the OpenEnv server at {url} does not answer ({why}); start it before "
-                            "the run (the local stand-in: `python -m retrain_ray.environments.openenv_standin`), or "
+                            "the run (digit_chain on openenv-core: `python -m retrain_ray.environments.openenv_digit_chain`), or "
                             "set [environment] id to where it runs")
     return problems
 

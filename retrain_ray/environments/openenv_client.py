@@ -1,13 +1,19 @@
 """A client of OpenEnv's WebSocket protocol (meta-pytorch/OpenEnv, `openenv.core.env_client`), written
-against the protocol rather than importing the `openenv` package.
+against the protocol rather than importing the `openenv` package, and tested against openenv-core's own
+server (`openenv.core.env_server.http_server`, openenv-core 0.2.1; tests/environments/test_openenv.py).
 
 The wire protocol: a server serves one environment instance per WebSocket connection at `<base>/ws`
 (an `http://` base URL is reached as `ws://`, `https://` as `wss://`). The client sends JSON text
 messages `{"type": "reset", "data": {reset kwargs, e.g. "seed"}}`, `{"type": "step", "data": {action
 fields}}` and `{"type": "close"}`; the server answers each reset and step with `{"type": "observation",
 "data": {"observation": {...}, "reward": number | null, "done": bool}}` and a failure with `{"type":
-"error", "data": {"message": ..., "code": ...}}`. The WebSocket is the only way to play more than one
-turn: OpenEnv's HTTP `/reset` and `/step` build a fresh environment for every request.
+"error", "data": {"message": ..., "code": ...}}` (a VALIDATION_ERROR also carries pydantic's `errors`,
+which the error here quotes). An observation's `reward` may be a boolean (openenv-core's
+`Observation.reward` is `bool | int | float | None`): it counts 1 or 0. A server at capacity
+(`max_concurrent_envs` sessions open) sends error `CAPACITY_REACHED` as soon as a connection opens and
+closes it; sessions just closed may still count there for a moment, so that is retried like a dropped
+connection. The WebSocket is the only way to play more than one turn: OpenEnv's HTTP `/reset` and
+`/step` build a fresh environment for every request.
 
 A `Session` is one episode that survives connection drops: every wait has a timeout, and a connection
 that fails (refused, dropped, silent past its timeout) is opened again with exponential backoff, at most
@@ -75,6 +81,11 @@ class _Dropped(Exception):
     """A connection that failed in a way another connection may not (refused, closed, timed out)."""
 
 
+class _Busy(_Dropped):
+    """The server refused a session at capacity (openenv-core's CAPACITY_REACHED), which frees up as other
+    sessions close."""
+
+
 class _Socket:
     """One open WebSocket connection: one environment instance on the server."""
 
@@ -108,8 +119,18 @@ class _Socket:
             raise _Dropped(f"gave no answer to a {message['type']} within {self.link.message_timeout_s:g} s "
                            "(message_timeout_s)") from None
         except (ConnectionClosed, OSError) as exc:
+            said = self._last_words()  # a server that refuses a session says why, then closes
+            if said is not None:
+                return _reply(self.link, message["type"], said)
             raise _Dropped(f"the connection dropped during a {message['type']} ({_describe(exc)})") from exc
         return _reply(self.link, message["type"], raw)
+
+    def _last_words(self) -> str | bytes | None:
+        """A message the server sent before it closed the connection, if one is still buffered."""
+        try:
+            return self.ws.recv(timeout=0)
+        except Exception:  # noqa: BLE001  (nothing was left, or the socket is gone: there is nothing to read)
+            return None
 
     def close(self) -> None:
         try:
@@ -117,6 +138,10 @@ class _Socket:
         except Exception:  # noqa: BLE001  (best effort: the server may be gone already)
             pass
         self.ws.close()
+
+
+CAPACITY_HINT = ("it serves no more sessions at once: raise its max_concurrent_envs (openenv-core's create_app) "
+                 "to at least batch_size x group_size, every episode of a step being one session")
 
 
 def _reply(link: Link, kind: str, raw: str | bytes) -> Reply:
@@ -128,13 +153,31 @@ def _reply(link: Link, kind: str, raw: str | bytes) -> Reply:
     if not isinstance(data, dict):
         raise link.error(f"answered a {kind} with {str(raw)[:80]!r}, not an OpenEnv message")
     if message.get("type") == "error":
-        code, text = data.get("code", "UNKNOWN"), data.get("message", data)
-        hint = "; it serves no more sessions at once: raise its max_concurrent_envs to at least batch_size x " \
-               "group_size (every episode of a step is one session)" if code == "CAPACITY_REACHED" else ""
-        raise link.error(f"answered a {kind} with error {code}: {text}{hint}")
+        _raise_error(link, kind, data)
     if message.get("type") != "observation":
         raise link.error(f"answered a {kind} with {str(raw)[:80]!r}, not an observation")
     return _observation(link, kind, data)
+
+
+def _raise_error(link: Link, kind: str, data: dict[str, Any]) -> None:
+    """openenv-core's error message (`{"type": "error", "data": {"message", "code", ...}}`) as an error."""
+    code, text = data.get("code", "UNKNOWN"), data.get("message", data)
+    if code == "CAPACITY_REACHED":
+        # sessions the client closed a moment ago may still count on the server: worth another try
+        raise _Busy(f"refused a session at capacity ({text}); {CAPACITY_HINT}")
+    details = _validation_details(data.get("errors"))
+    hint = ("; set [environment] args.action_key to the field the server's action takes"
+            if code == "VALIDATION_ERROR" and kind == "step" else "")
+    raise link.error(f"answered a {kind} with error {code}: {text}{details}{hint}")
+
+
+def _validation_details(errors: Any) -> str:
+    """pydantic's errors (openenv-core sends `e.errors()` with a VALIDATION_ERROR), as `(field: why; ...)`."""
+    if not isinstance(errors, list):
+        return ""
+    parts = [f"{'.'.join(str(x) for x in e.get('loc', ())) or '?'}: {e.get('msg', '')}"
+             for e in errors if isinstance(e, dict)]  # pyright: ignore[reportUnknownVariableType]
+    return f" ({'; '.join(parts)})" if parts else ""
 
 
 def _observation(link: Link, kind: str, data: dict[str, Any]) -> Reply:
@@ -142,7 +185,8 @@ def _observation(link: Link, kind: str, data: dict[str, Any]) -> Reply:
     reward: Any = data.get("reward")
     if not isinstance(observation, dict):
         raise link.error(f"answered a {kind} with observation {observation!r}, not a JSON object")
-    if reward is not None and (isinstance(reward, bool) or not isinstance(reward, int | float)):
+    # openenv-core's Observation.reward is `bool | int | float | None`: a boolean reward counts 1 or 0
+    if reward is not None and not isinstance(reward, bool | int | float):
         raise link.error(f"answered a {kind} with reward {reward!r}, not a number")
     return Reply({str(k): v for k, v in observation.items()},
                  None if reward is None else float(reward), bool(data.get("done", False)))
@@ -171,7 +215,7 @@ class Session:
             socket.close()
 
     def _call(self, message: dict[str, Any]) -> Reply:
-        why = ""
+        last = _Dropped("")
         for attempt in range(self.link.retries + 1):
             if attempt:
                 time.sleep(min(MAX_BACKOFF_S, self.link.backoff_s * 2 ** (attempt - 1)))
@@ -179,15 +223,18 @@ class Session:
                 socket = self._socket or self._reopen()
                 reply = socket.request(message)
             except _Dropped as exc:
-                why = str(exc)
+                last = exc
                 self._discard()
                 continue
             self._played.append((message, reply))
             return reply
         tries = self.link.retries + 1
-        raise self.link.error(f"failed {tries} time{'s' if tries > 1 else ''} in a row (last: {why}); check that "
-                              "it runs and that [environment] id points at it (waits and retries: [environment] "
-                              "args connect_timeout_s, message_timeout_s, retries)")
+        times = f"{tries} time{'s' if tries > 1 else ''} in a row"
+        if isinstance(last, _Busy):
+            raise self.link.error(f"{last} ({times}; waits and retries: [environment] args retries)")
+        raise self.link.error(f"failed {times} (last: {last}); check that it runs and that [environment] id "
+                              "points at it (waits and retries: [environment] args connect_timeout_s, "
+                              "message_timeout_s, retries)")
 
     def _reopen(self) -> _Socket:
         """A new connection, with this session's episode so far replayed on it."""

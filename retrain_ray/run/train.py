@@ -8,7 +8,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from retrain_ray.backends.types import Policy
+from retrain_ray.backends.types import Policy, resume_caveat
 from retrain_ray.backpressure.types import BackPressureAdvisor
 from retrain_ray.engines.vllm.logs import VLLM_LOG_FILE, log_vllm_to
 from retrain_ray.logs import (
@@ -64,6 +64,9 @@ def _restore(loop: RunLoop, checkpoint: Path) -> TrainerState:
     # the saved baseline counts only while TL-GRPO is on (spec 10); a checkpoint without one starts afresh
     baseline = (state.tl_grpo_ema if state.tl_grpo_ema is not None else t.tl_grpo_ema_init) if t.tl_grpo else None
     log.info("resuming %s after step %d from %s", loop.run_name, state.step, checkpoint)
+    caps = parts.backend.capabilities
+    if caps.checkpoint_resume_mode != "exact" or caps.resume_runtime_dependent:
+        log.warning("%s: %s", loop.run_name, resume_caveat(caps))
     return replace(state, tl_grpo_ema=baseline)
 
 
@@ -128,7 +131,8 @@ def train_run(
         loop = trainer.build_loop(config, parts, run_name=run_name, run_dir=run_dir, condition=condition_of(config.algorithm))
         trainer.check_loop(loop)
         state = _restore(loop, checkpoint) if checkpoint else _fresh_state(config.training, parts.advisor)
-        return loop.run(state)
+        # trainer_state.json says what this run's backend restores (its capability), not a fixed "exact"
+        return loop.run(replace(state, resume_mode=parts.backend.capabilities.checkpoint_resume_mode))
     finally:
         observer.close()
         log_vllm_to(None)

@@ -4,6 +4,8 @@ the wire schema, strict advantages, weight sync by broadcast + /update_weights, 
 
 from __future__ import annotations
 
+import json
+
 import msgpack
 import pytest
 import torch
@@ -74,6 +76,9 @@ def test_a_run_trains_three_steps_through_the_stand_in(tmp_path, transport, sft)
     rows = read_stream(tmp_path / "logs" / "run", "metrics").to_pylist()
     assert [r["step"] for r in rows] == [0, 1, 2]
     assert all(r["loss"] == 0.0 and r["loss_is_placeholder"] and not r["backend_reports_sync_loss"] for r in rows)
+    # the run's state says what a resume restores: the counters, not PRIME-RL's weights and optimizer
+    state = json.loads((tmp_path / "logs" / "run" / "trainer_state.json").read_text())
+    assert state["resume_mode"] == "adapter_only"
 
 
 def test_the_batch_is_prime_rls_array_layout(tmp_path):

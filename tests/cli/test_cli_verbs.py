@@ -191,7 +191,7 @@ def test_train_on_prime_rl_reports_its_capabilities_and_trains_three_steps(tmp_p
     assert main(["train", str(config("loud"))]) == 0
     err = capsys.readouterr().err
     assert ("backend prime_rl (builtin): reports_sync_loss=false preserves_token_advantages=false "
-            "supports_checkpoint_resume=true resume_runtime_dependent=false checkpoint_resume_mode=exact") in err
+            "supports_checkpoint_resume=true resume_runtime_dependent=true checkpoint_resume_mode=adapter_only") in err
     rows = read_stream(tmp_path / "loud" / "logs", "metrics").to_pylist()
     assert [r["step"] for r in rows] == [0, 1, 2] and all(r["loss_is_placeholder"] for r in rows)
     prime = tmp_path / "loud" / "prime"

@@ -79,11 +79,14 @@ def parse_prime_rl_options(options: dict[str, object] | None) -> PrimeRLOptions:
     return parse_options(PrimeRLOptions, options, "prime_rl")
 
 
-# seed 002's table: PRIME-RL's trainer optimizes asynchronously (a placeholder loss) on one advantage
-# per sample; its own checkpoints hold the weights and optimizer, ours the step count
+# PRIME-RL's trainer optimizes asynchronously (a placeholder loss) on one advantage per sample. Our
+# checkpoint holds the batch counter and the run directory only (backend.py save_checkpoint): the weights
+# and the optimizer are in PRIME-RL's own checkpoints, which the trainer (not retrain-ray) resumes from, so
+# a resume is `adapter_only` (the original's mode for prime_rl) and depends on that runtime
+# (tests/backends/test_capabilities_honest.py compares these flags with what a checkpoint holds)
 CAPABILITIES = BackendCapabilities(reports_sync_loss=False, preserves_token_advantages=False,
-                                   supports_checkpoint_resume=True, resume_runtime_dependent=False,
-                                   checkpoint_resume_mode="exact")
+                                   supports_checkpoint_resume=True, resume_runtime_dependent=True,
+                                   checkpoint_resume_mode="adapter_only")
 
 OPTIONS = OptionsTable(lambda options: dict(PRIME_RL_OPTION_DEFAULTS),
                          value_issues=parsed_issues(parse_prime_rl_options,

@@ -2,7 +2,8 @@
 
 PRIME-RL needs CUDA (and packages outside PyPI), so the prime_rl backend is tested against this class,
 which speaks the same protocol on the same paths, sockets and HTTP routes as PRIME-RL at commit
-289562d2e^ of PrimeIntellect-ai/prime-rl (see `wire.py` for the files followed):
+289562d2e^ (3ab5e04c) of PrimeIntellect-ai/prime-rl (see `wire.py` for the files followed; the shapes it must
+accept are recorded in tests/fixtures/protocols/prime_rl.json and checked by tests/backends/test_standin_protocols.py):
 
 * it receives `TrainingBatch` messages with the same schema: over the filesystem transport by polling
   `rollouts/step_<n>/train_rollouts.bin` (as `FileSystemTrainingBatchReceiver`), or over zmq with a

@@ -1,12 +1,14 @@
 """PRIME-RL's orchestrator -> trainer message schema and directory layout, written to match its source.
 
-Followed in PrimeIntellect-ai/prime-rl at commit 289562d2e^ (the last one whose orchestrator sends
+Followed in PrimeIntellect-ai/prime-rl at commit 289562d2e^ = 3ab5e04c4cb4 (the last one whose orchestrator sends
 `TrainingBatch`; commit 289562d2e, "remove multi-tenant", replaced it with per-rank micro batches):
 
 * `src/prime_rl/transport/types.py`: `TrainingSample` and `TrainingBatch` are msgspec structs with
   `array_like=True, omit_defaults=True`, so on the wire each is a msgpack array of its fields in
-  declaration order, trailing fields at their default left out. The structs below declare the same
-  fields in the same order (multimodal fields stay None).
+  declaration order (msgspec 0.22 writes every field of an array-like struct, unset ones as nil, and
+  reads an array missing trailing fields as their defaults). The structs below declare the same fields
+  in the same order (multimodal fields stay None); tests/fixtures/protocols/prime_rl.json records them
+  from that commit and tests/backends/test_standin_protocols.py compares.
 * `src/prime_rl/utils/pathing.py`: `rollouts/` and `broadcasts/` under the run's output dir, one
   `step_<n>` folder per step.
 * `src/prime_rl/transport/filesystem.py`: the batch of step n is `rollouts/step_<n>/train_rollouts.bin`,

@@ -6,7 +6,9 @@ create_lora_training_client`, `TrainingClient.forward / forward_backward / optim
 save_weights_for_sampler / save_weights_and_get_sampling_client / load_state[_with_optimizer] /
 get_tokenizer`, `SamplingClient.sample`, futures with `.result(timeout)`), take and return the real
 `tinker.types` objects, and are backed by a real tiny torch model (LoRA via PEFT), so sampling and
-training really happen. Select it with `[backend.options] client = "standin"`.
+training really happen. Select it with `[backend.options] client = "standin"`. The service's documented
+shapes (tinker-cookbook's docs/losses.mdx and docs/save-load.mdx) are recorded in
+tests/fixtures/protocols/tinker.json; tests/backends/test_standin_protocols.py checks this class against them.
 
 Behaviour, as far as the stand-in models the service:
 * losses: `importance_sampling` = -sum_t exp(lp_t - old_lp_t) A_t, `cross_entropy` = -sum_t w_t lp_t,
