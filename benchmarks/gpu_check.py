@@ -26,6 +26,7 @@ import importlib.util
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -74,19 +75,23 @@ def _run(part: Part, argv: list[str], timeout_s: float) -> str:
     env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
            "HF_HUB_OFFLINE": "1", "RAY_AUTH_MODE": "disabled", "PYTHONUNBUFFERED": "1"}
     started = time.monotonic()
+    # its own session, ended whole on a timeout: a part's engines (vLLM workers) outlive a killed parent
+    child = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             start_new_session=True)
     try:
-        done = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout_s)
-    except subprocess.TimeoutExpired as exc:
+        out, err = child.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(child.pid, signal.SIGKILL)
+        out, _ = child.communicate(timeout=30)
         part.status, part.why = "failed", f"timed out after {timeout_s:.0f} s"
         part.seconds = time.monotonic() - started
-        out = exc.stdout or b""
-        return out.decode(errors="replace") if isinstance(out, bytes) else out
+        return out or ""
     part.seconds = time.monotonic() - started
-    if done.returncode == 0:
+    if child.returncode == 0:
         part.status = "passed"
     else:
-        part.status, part.why = "failed", f"exit {done.returncode}: " + (done.stdout + done.stderr)[-2000:]
-    return done.stdout
+        part.status, part.why = "failed", f"exit {child.returncode}: " + (out + err)[-2000:]
+    return out
 
 
 def _missing(*modules: str) -> str:
