@@ -1,14 +1,17 @@
 """Grouped LoRA: one forward over rows of many runs, each row under its own run's adapter.
 
 Every adapted Linear of the one base model becomes a `GroupedLoraLinear`, which computes
-`base(x) + (x A_i^T) B_i^T * scaling_i` for row b under adapter `i = row_adapter_B[b]`: the members'
-A and B of that module are stacked once per forward (`AdapterRouting.stacks`, padded with zeros to the
-largest rank among the members), gathered per row and multiplied with two batched matmuls
-(`torch.bmm`). No Python loop over runs runs around the base layers: the base GEMM sees every row at
-once. Zero padding keeps the real part exact (padded rows of A meet padded columns of B, both zero, and
-get no gradient: they are constants, not parameters). The op is the lean LoRA's (models/lean_lora.py):
-the input cast to the adapter's dtype and the sum cast back to the base output's. No LoRA dropout: the
-shared trainer refuses a dropout above zero (trainer.py).
+`base(x) + ((x A_i^T) * scaling_i) B_i^T` for row b under its run `i`. The members' A and B of that
+module sit side by side, `A_NR_I` and `B_O_NR` (each member's block zero-padded to the largest rank
+among the members), rebuilt from the members' parameters at each forward; the row's index becomes a block
+mask `row_mask_B_NR` (its member's scaling on its own rank block, zero elsewhere). So the whole delta is
+two matmuls over every row at once, `((x A^T) * mask) B^T`: no Python loop over runs runs around the base
+layers, and the base GEMM sees every row. The other members' blocks contribute exact zeros to a row and
+receive exactly zero gradient from it; padded ranks are constants, not parameters. The op is the lean
+LoRA's (models/lean_lora.py): the input cast to the adapter's dtype and the sum cast back to the base
+output's. The masked product costs N*R columns where one adapter costs R: cheap while N*R stays below
+the layer's width (8 runs of rank 32 on a 896-wide layer), a per-row gather (`bmm`) past that.
+No LoRA dropout: the shared trainer refuses a dropout above zero (trainer.py).
 
 With no routing set (`row_adapter_B is None`) the module is the bare base layer, so the same model
 scores or samples without adapters.
@@ -27,16 +30,16 @@ from retrain_ray.models.lean_lora import is_lora_target
 
 @dataclass
 class AdapterRouting:
-    """What the grouped modules read during one forward: each row's adapter index and, per target module,
-    the members' stacked `(A_N_R_I, B_N_O_R)`, with `scaling_N` per member. Mutable: the trainer sets it
-    before a forward and clears it after."""
+    """What the grouped modules read during one forward: per target module the members' adapters side by
+    side, `(A_NR_I, B_O_NR)` (member n's rank block at columns n*R..(n+1)*R), and each row's block mask
+    `row_mask_B_NR` (its own member's block holds that member's scaling, every other block zero). Mutable:
+    the trainer sets it before a forward and clears it after."""
 
-    row_adapter_B: torch.Tensor | None = None
-    scaling_N: torch.Tensor | None = None
+    row_mask_B_NR: torch.Tensor | None = None
     stacks: dict[str, tuple[torch.Tensor, torch.Tensor]] = field(default_factory=dict)
 
     def clear(self) -> None:
-        self.row_adapter_B, self.scaling_N, self.stacks = None, None, {}
+        self.row_mask_B_NR, self.stacks = None, {}
 
 
 class GroupedLoraLinear(nn.Module):
@@ -51,17 +54,12 @@ class GroupedLoraLinear(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         result = self.base_layer(x)
         routing = self.routing
-        if routing.row_adapter_B is None or routing.scaling_N is None:
+        if routing.row_mask_B_NR is None:
             return result
-        a_N_R_I, b_N_O_R = routing.stacks[self.name]
-        rows = routing.row_adapter_B
-        x_B_T_I = x if x.dtype == a_N_R_I.dtype else x.to(a_N_R_I.dtype)
-        x_B_T_I = x_B_T_I.reshape(x.shape[0], -1, x.shape[-1])
-        a_B_R_I = a_N_R_I.index_select(0, rows)
-        b_B_O_R = b_N_O_R.index_select(0, rows)
-        h_B_T_R = torch.bmm(x_B_T_I, a_B_R_I.transpose(1, 2))
-        delta_B_T_O = torch.bmm(h_B_T_R, b_B_O_R.transpose(1, 2)) * routing.scaling_N.index_select(0, rows)[:, None, None]
-        out = result + delta_B_T_O.reshape(result.shape)
+        a_NR_I, b_O_NR = routing.stacks[self.name]
+        x_B_T_I = x if x.dtype == a_NR_I.dtype else x.to(a_NR_I.dtype)
+        h_B_T_NR = torch.matmul(x_B_T_I, a_NR_I.t()) * routing.row_mask_B_NR.unsqueeze(1)
+        out = result + torch.matmul(h_B_T_NR, b_O_NR.t())
         return out if out.dtype == result.dtype else out.to(result.dtype)
 
 

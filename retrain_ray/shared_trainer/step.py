@@ -111,16 +111,17 @@ def shared_step(model: nn.Module, routing: AdapterRouting, keys: Sequence[str],
 
 
 def _set_routing(routing: AdapterRouting, keys: Sequence[str], steps: Sequence[MemberStep],
-                 row_adapter_B: torch.Tensor) -> None:
-    """Every member's A and B per module, stacked (padded to the largest rank), and each row's member."""
+                 rows_B: torch.Tensor) -> None:
+    """Every member's A and B per module side by side (padded to the largest rank), and each row's block mask."""
     rank = max(m.adapter.rank for m in steps)
     stacks: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
     for key in keys:
         pairs = [m.adapter.padded(key, rank) for m in steps]
-        stacks[key] = (torch.stack([a for a, _ in pairs]), torch.stack([b for _, b in pairs]))
+        stacks[key] = (torch.cat([a for a, _ in pairs]), torch.cat([b for _, b in pairs], dim=1))
+    scaling_N = torch.tensor([m.adapter.scaling for m in steps], device=rows_B.device)
+    one_hot_B_N = torch.nn.functional.one_hot(rows_B, len(steps)).to(scaling_N.dtype) * scaling_N
     routing.stacks = stacks
-    routing.scaling_N = torch.tensor([m.adapter.scaling for m in steps], device=row_adapter_B.device)
-    routing.row_adapter_B = row_adapter_B
+    routing.row_mask_B_NR = one_hot_B_N.repeat_interleave(rank, dim=1)
 
 
 def _logits(model: nn.Module, ids_B_T: torch.Tensor, mask_B_T: torch.Tensor) -> torch.Tensor:
