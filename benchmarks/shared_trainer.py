@@ -9,8 +9,8 @@ advantages and sampler log-probs; the trainer's work does not depend on where th
 
 * (a) **packed**: each run its own process with its own copy of the base model and its own
   `LocalBackend.train_step` (today's `runs_per_gpu = N` on CPU), all N at the same time; each process
-  uses `cores // N` torch threads (at least one), so N processes never oversubscribe the cores;
-* (b) **shared**: one process (`--shared-threads` torch threads, default 1), one base copy, `SharedTrainer.train_step` over all N runs' requests: one
+  uses one torch thread (N processes use up to N cores);
+* (b) **shared**: one process (`--shared-threads` torch threads, default 1: one core), one base copy, `SharedTrainer.train_step` over all N runs' requests: one
   batched forward and backward, each row under its own run's adapter.
 
 It prints, per N and variant, the aggregate RL steps/s (all runs' updates over the wall time from the
@@ -127,7 +127,7 @@ def _figures(results: list[tuple[float, float, int, float]], runs: int, shape: S
 def packed(runs: int, shape: Shape) -> Figures:
     ctx = mp.get_context("spawn")
     barrier, out = ctx.Barrier(runs), ctx.Queue()
-    threads = max(1, (os.cpu_count() or 1) // runs)
+    threads = 1
     procs = [ctx.Process(target=_packed_worker, args=(i, shape, threads, barrier, out)) for i in range(runs)]
     for p in procs:
         p.start()
@@ -158,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model", default="builtin:tiny")
     parser.add_argument("--shared-threads", type=int, default=1,
                         help="torch threads of the shared process (default 1: on a loaded machine a second "
-                             "OpenMP thread that is descheduled stalls every op; packed runs get cores // N each)")
+                             "OpenMP thread that is descheduled stalls every op; each packed process has one)")
     args = parser.parse_args(argv)
     from retrain_ray.models import resolve_model_path
 
@@ -167,7 +167,7 @@ def main(argv: list[str] | None = None) -> int:
     shape = Shape(args.steps, args.prompts, args.group, args.completion, args.rank, args.model, cache)
     print(f"model {args.model}, rank {args.rank}, {args.prompts}x{args.group} rows of <= {8 + args.completion} "
           f"tokens per run-step, {args.steps} timed steps, {os.cpu_count()} cores; shared process "
-          f"{args.shared_threads} thread(s), packed processes cores // N each")
+          f"{args.shared_threads} thread(s), packed processes one thread each")
     print(f"{'N':>3} {'variant':>7} {'steps/s':>8} {'tokens/s':>9} {'run step s':>10} {'peak RSS MB':>11}")
     for runs in (int(n) for n in args.runs.split(",")):
         a, b = packed(runs, shape), shared(runs, shape, args.shared_threads)

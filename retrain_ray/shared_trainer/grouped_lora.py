@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import cast
 
 import torch
 from torch import nn
@@ -72,7 +73,7 @@ class ModuleLayout:
 
     @classmethod
     def of(cls, model: nn.Module) -> ModuleLayout:
-        modules = list(model.named_modules())
+        modules = cast("list[tuple[str, nn.Module]]", list(model.named_modules()))  # pyright: ignore[reportUnknownMemberType, reportUnknownArgumentType]
         return cls(tuple(name for name, _ in modules),
                    frozenset(name.rsplit(".", 1)[-1] for name, m in modules if isinstance(m, nn.Linear)))
 
@@ -97,7 +98,7 @@ def wrap_targets(model: nn.Module, keys: Sequence[str], routing: AdapterRouting)
         parent_name, _, child = key.rpartition(".")
         parent = model.get_submodule(parent_name)
         base = getattr(parent, child)
-        if not isinstance(base, nn.Linear) or base.bias is not None:
+        if not isinstance(base, nn.Linear) or cast("torch.Tensor | None", base.bias) is not None:
             raise ValueError(f"LoRA target {key!r} is a {type(base).__name__}: the shared trainer adapts bias-free "
                              "Linear layers only; set backend option lora_target_modules to Linear names")
         setattr(parent, child, GroupedLoraLinear(base, key, routing))
