@@ -10,13 +10,15 @@ advantages and sampler log-probs; the trainer's work does not depend on where th
 * (a) **packed**: each run its own process with its own copy of the base model and its own
   `LocalBackend.train_step` (today's `runs_per_gpu = N` on CPU), all N at the same time; each process
   uses one torch thread (N processes use up to N cores);
+* (a') **seq**: the same N runs' `LocalBackend`s (N model copies) in one process (`--shared-threads`
+  threads), stepped one after another: the per-core baseline;
 * (b) **shared**: one process (`--shared-threads` torch threads, default 1: one core), one base copy, `SharedTrainer.train_step` over all N runs' requests: one
   batched forward and backward, each row under its own run's adapter.
 
 It prints, per N and variant, the aggregate RL steps/s (all runs' updates over the wall time from the
 first timed update to the last), the training tokens/s, the mean per-run step time (seconds between one
 of a run's updates and its next), the peak memory (RSS summed over the variant's processes, each one's
-own peak), and the ratios shared / packed. Only training is timed: no sampling.
+own peak), and the ratios shared / packed and shared / seq. Only training is timed: no sampling.
 """
 
 from __future__ import annotations
@@ -88,6 +90,25 @@ def _packed_worker(index: int, shape: Shape, threads: int, barrier, out) -> None
     out.put((started, time.time(), sum(b.num_tokens for b in batches[1:]), _peak_rss_mb()))
 
 
+def _sequential_worker(runs: int, shape: Shape, threads: int, out) -> None:
+    import torch
+
+    torch.set_num_threads(threads)
+    from retrain_ray.backends.local import build_shared_policy
+
+    backends = [build_shared_policy(shape.model, _settings(i, shape), device="cpu", cache_dir=Path(shape.cache))[1]
+                for i in range(runs)]
+    vocab = backends[0].model.config.vocab_size
+    batches = [[_batch(1000 * i + k, shape, vocab) for i in range(runs)] for k in range(shape.steps + 1)]
+    for backend, batch in zip(backends, batches[0], strict=True):
+        backend.train_step(batch, lr=1e-4, weight_decay=0.0)
+    started = time.time()
+    for step in batches[1:]:
+        for backend, batch in zip(backends, step, strict=True):
+            backend.train_step(batch, lr=1e-4, weight_decay=0.0)
+    out.put((started, time.time(), sum(b.num_tokens for step in batches[1:] for b in step), _peak_rss_mb()))
+
+
 def _shared_worker(runs: int, shape: Shape, threads: int, out) -> None:
     import torch
 
@@ -137,14 +158,15 @@ def packed(runs: int, shape: Shape) -> Figures:
     return _figures(results, runs, shape)
 
 
-def shared(runs: int, shape: Shape, threads: int) -> Figures:
+def one_process(worker, runs: int, shape: Shape, threads: int) -> Figures:
+    """The figures of `worker` (the sequential or the shared variant) run in a process of its own."""
     ctx = mp.get_context("spawn")
     out = ctx.Queue()
-    proc = ctx.Process(target=_shared_worker, args=(runs, shape, threads, out))
+    proc = ctx.Process(target=worker, args=(runs, shape, threads, out))
     proc.start()
     result = out.get(timeout=900)
     proc.join(timeout=60)
-    return _figures([result], runs, shape)  # every member's update takes the whole batched step
+    return _figures([result], runs, shape)  # every run's update takes the whole round of N updates
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -170,11 +192,14 @@ def main(argv: list[str] | None = None) -> int:
           f"{args.shared_threads} thread(s), packed processes one thread each")
     print(f"{'N':>3} {'variant':>7} {'steps/s':>8} {'tokens/s':>9} {'run step s':>10} {'peak RSS MB':>11}")
     for runs in (int(n) for n in args.runs.split(",")):
-        a, b = packed(runs, shape), shared(runs, shape, args.shared_threads)
-        for name, f in (("packed", a), ("shared", b)):
+        a = packed(runs, shape)
+        a1 = one_process(_sequential_worker, runs, shape, args.shared_threads)
+        b = one_process(_shared_worker, runs, shape, args.shared_threads)
+        for name, f in (("packed", a), ("seq", a1), ("shared", b)):
             print(f"{runs:>3} {name:>7} {f.steps_per_s:8.2f} {f.tokens_per_s:9.0f} {f.step_time_s:10.3f} {f.peak_rss_mb:11.0f}")
-        print(f"{runs:>3}   ratio steps/s x{b.steps_per_s / a.steps_per_s:.2f}, tokens/s x{b.tokens_per_s / a.tokens_per_s:.2f}, "
-              f"peak RSS x{b.peak_rss_mb / a.peak_rss_mb:.2f}", flush=True)
+        print(f"{runs:>3}   shared/packed: steps/s x{b.steps_per_s / a.steps_per_s:.2f}, tokens/s "
+              f"x{b.tokens_per_s / a.tokens_per_s:.2f}, peak RSS x{b.peak_rss_mb / a.peak_rss_mb:.2f}; shared/seq: "
+              f"steps/s x{b.steps_per_s / a1.steps_per_s:.2f}, peak RSS x{b.peak_rss_mb / a1.peak_rss_mb:.2f}", flush=True)
     return 0
 
 
