@@ -12,7 +12,10 @@ contribute nothing to it. Then each member is clipped, stepped and measured alon
 local backend's own update).
 
 A member whose gradient norm is not finite gets its `NonFiniteError` back (its weights unchanged, as
-alone); the others' updates go on.
+alone); the others' updates go on. A member's non-finite loss is left out of the round's backward: a NaN
+in one row's gradient would reach every member's A and B through the block mask (0 x NaN is NaN). A
+finite loss whose gradient overflows still could; the others then fail their own finite-gradient check
+(weights unchanged, an error each), never update from it.
 """
 
 from __future__ import annotations
@@ -61,6 +64,7 @@ class MemberStep:
     echo: EchoSums
     sums: dict[str, float] = field(default_factory=lambda: {"loss": 0.0, "clip": 0.0, "cov": 0.0, "kl": 0.0,
                                                             "tokens": 0.0, "mb": 0.0})
+    non_finite_loss: float | None = None  # a micro-batch's loss that was not finite: left out of the backward
 
     def add(self, out: LossOutput) -> None:
         self.sums["loss"] += float(out.loss_sum.detach())
@@ -112,14 +116,20 @@ def shared_step(model: nn.Module, routing: AdapterRouting, keys: Sequence[str],
 
 def _set_routing(routing: AdapterRouting, keys: Sequence[str], steps: Sequence[MemberStep],
                  rows_B: torch.Tensor) -> None:
-    """Every member's A and B per module side by side (padded to the largest rank), and each row's block mask."""
-    rank = max(m.adapter.rank for m in steps)
+    set_routing(routing, keys, [m.adapter for m in steps], rows_B)
+
+
+def set_routing(routing: AdapterRouting, keys: Sequence[str], adapters: Sequence[RunAdapter],
+                rows_B: torch.Tensor) -> None:
+    """Every adapter's A and B per module side by side (padded to the largest rank), and each row's block
+    mask (`rows_B[b]`: the index in `adapters` of row b's run)."""
+    rank = max(a.rank for a in adapters)
     stacks: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
     for key in keys:
-        pairs = [m.adapter.padded(key, rank) for m in steps]
+        pairs = [adapter.padded(key, rank) for adapter in adapters]
         stacks[key] = (torch.cat([a for a, _ in pairs]), torch.cat([b for _, b in pairs], dim=1))
-    scaling_N = torch.tensor([m.adapter.scaling for m in steps], device=rows_B.device)
-    one_hot_B_N = torch.nn.functional.one_hot(rows_B, len(steps)).to(scaling_N.dtype) * scaling_N
+    scaling_N = torch.tensor([a.scaling for a in adapters], device=rows_B.device)
+    one_hot_B_N = torch.nn.functional.one_hot(rows_B, len(adapters)).to(scaling_N.dtype) * scaling_N
     routing.stacks = stacks
     routing.row_mask_B_NR = one_hot_B_N.repeat_interleave(rank, dim=1)
 
@@ -153,8 +163,13 @@ def _forward_backward(model: nn.Module, routing: AdapterRouting, keys: Sequence[
         offset = 0
         for member, mb in zip(present, parts, strict=True):
             b, s = mb.targets_B_S.shape
-            total = total + _member_loss(member, mb, logits_B_S_V[offset:offset + b, :s, :])
+            term = _member_loss(member, mb, logits_B_S_V[offset:offset + b, :s, :])
             offset += b
+            if isinstance(term, torch.Tensor) and not bool(torch.isfinite(term.detach())):
+                member.non_finite_loss = float(term.detach())  # its NaN would reach the others' gradients
+                continue
+            if member.non_finite_loss is None:
+                total = total + term
         if isinstance(total, torch.Tensor):
             total.backward()  # pyright: ignore[reportUnknownMemberType]
     finally:
@@ -175,6 +190,11 @@ def _member_loss(member: MemberStep, mb: MicroBatch, logits_B_S_V: torch.Tensor)
 def _finish(member: MemberStep, elapsed_s: float) -> TrainStepResult:
     """The member's own clip, AdamW step and metrics (the solo `train_step`'s names)."""
     adapter, request, sums, total = member.adapter, member.request, member.sums, member.total
+    if member.non_finite_loss is not None:
+        adapter.optimizer.zero_grad(set_to_none=True)
+        raise NonFiniteError(
+            f"gradient norm is nan at update {adapter.version + 1} (the loss was {member.non_finite_loss}): the "
+            "optimizer step was skipped and the weights are unchanged; check the rewards, advantages and lr")
     update = apply_update(adapter.params, adapter.optimizer, grad_clip_norm=adapter.settings.optimizer.grad_clip_norm,
                           lr=request.lr, weight_decay=request.weight_decay, update_number=adapter.version + 1)
     adapter.version += 1

@@ -17,8 +17,9 @@ zero-padded to the largest rank in the batched matmuls, exactly.
 
 from __future__ import annotations
 
+import contextlib
 import json
-from collections.abc import Mapping
+from collections.abc import Generator, Mapping, Sequence
 from pathlib import Path
 
 import torch
@@ -41,7 +42,7 @@ from retrain_ray.models.lean_lora import (
 from retrain_ray.models.lora import LoraSettings
 from retrain_ray.shared_trainer.adapters import RunAdapter, new_adapter
 from retrain_ray.shared_trainer.grouped_lora import AdapterRouting, ModuleLayout, wrap_targets
-from retrain_ray.shared_trainer.step import SharedStepResult, shared_step
+from retrain_ray.shared_trainer.step import SharedStepResult, set_routing, shared_step
 from retrain_ray.shared_trainer.types import StepRequest
 
 
@@ -133,6 +134,19 @@ class SharedTrainer:
         members = [(self._member(run_id), request) for run_id, request in requests.items()]
         self._modes.set(True)
         return shared_step(self.model, self.routing, self.keys, members, self.device)
+
+    @contextlib.contextmanager
+    def serving(self, run_ids: Sequence[str], rows_B: torch.Tensor) -> Generator[torch.nn.Module]:
+        """The base model with row b of the forwards inside the block under run `run_ids[rows_B[b]]`'s
+        adapter, for scoring or sampling from this one copy (no gradient: the weights are read, not trained).
+        One run for every row: `serving([run_id], torch.zeros(B, dtype=torch.long))`."""
+        adapters = [self._member(run_id) for run_id in run_ids]
+        with torch.no_grad():
+            set_routing(self.routing, self.keys, adapters, rows_B.to(self.device))
+        try:
+            yield self.model
+        finally:
+            self.routing.clear()
 
     # ---- weights and checkpoints ----------------------------------------------------------------
     def export_weights(self, run_id: str) -> WeightUpdate:

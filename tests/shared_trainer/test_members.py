@@ -127,3 +127,43 @@ def test_different_ranks_pad_exactly(solo, shared):
     assert trainer.export_weights("r2").tensors["base_model.model.model.layers.0.self_attn.q_proj.lora_A.default.weight"].shape[0] == 2
     assert max(adapter_difference(backends[n], trainer, n) for n in members) < TOLERANCE
     assert json.dumps(sorted(trainer.members)) == '["r16", "r2"]'
+
+
+def test_serving_scores_each_row_under_its_own_runs_adapter(solo, shared):
+    """The one copy scores rows of two runs at once as each run's own model does (what sampling needs)."""
+    from retrain_ray.backends.local.scoring import microbatches, next_token_logits
+
+    trainer, backends = shared(), {}
+    for i, name in enumerate(("a", "b")):
+        settings, _ = _member(i, "grpo", "gtpo")
+        trainer.add_run(name, settings)
+        backends[name] = solo(settings)
+        _steps(trainer, backends[name], name, range(2))  # trained adapters: B no longer zero
+    batch = credited_batch(7, vocab=VOCAB)
+    mb = next(microbatches(batch, 0, torch.device("cpu")))
+    rows = torch.arange(mb.input_ids_B_T.shape[0]) % 2  # even rows under a, odd under b
+    with trainer.serving(["a", "b"], rows) as model, torch.no_grad():
+        shared_logits = next_token_logits(model, mb)
+    for index, name in enumerate(("a", "b")):
+        backends[name].model.eval()
+        with torch.no_grad():
+            alone = next_token_logits(backends[name].model, mb)
+        mine = shared_logits[rows == index]
+        assert torch.allclose(mine, alone[rows == index], atol=1e-5)
+    with torch.no_grad():
+        bare = next_token_logits(trainer.model, mb)  # outside `serving`: the base model, no adapter
+    assert not torch.allclose(bare, shared_logits, atol=1e-4)
+
+
+def test_a_non_finite_member_fails_alone(shared):
+    """A member whose gradient is not finite gets its error back, weights unchanged; the others update."""
+    trainer = shared()
+    for i, name in enumerate(("ok", "bad")):
+        trainer.add_run(name, _member(i, "grpo", "none")[0])
+    good = credited_batch(1, vocab=VOCAB)
+    broken = dataclasses.replace(good, advantages_D=[[float("nan") if a else 0.0 for a in row] for row in good.advantages_D])
+    before = trainer.adapter_tensors("bad")
+    out = trainer.train_step({"ok": StepRequest(good, lr=1e-2), "bad": StepRequest(broken, lr=1e-2)})
+    assert set(out.errors) == {"bad"} and "gradient norm is nan" in str(out.errors["bad"])
+    assert set(out.results) == {"ok"} and trainer.version("ok") == 1 and trainer.version("bad") == 0
+    assert all(torch.equal(trainer.adapter_tensors("bad")[k], v) for k, v in before.items())
