@@ -182,32 +182,10 @@ class LocalBackend:
     def _finish_update(self, lr: float, weight_decay: float) -> dict[str, float]:
         """Clips (if configured), steps AdamW with this step's lr / wd; returns the pre-clip `grad_norm`
         and the weight norms (`weight_norm`, `weight_max_abs`, `weight_norm_growth`)."""
-        grads = [p.grad for p in self._params if p.grad is not None]
-        if self.optim.grad_clip_norm > 0:
-            norm = torch.nn.utils.clip_grad_norm_(self._params, self.optim.grad_clip_norm)
-        else:
-            norm = torch.nn.utils.get_total_norm(grads) if grads else torch.tensor(0.0)
-        if not math.isfinite(float(norm)):
-            self.optimizer.zero_grad(set_to_none=True)
-            raise NonFiniteError(
-                f"gradient norm is {float(norm)} at update {self._version + 1}: the optimizer step was skipped and "
-                "the weights are unchanged; check the rewards, advantages and lr"
-            )
-        for group in self.optimizer.param_groups:
-            group["lr"] = lr
-            group["weight_decay"] = weight_decay
-        before, _ = self._weight_norms()
-        self.optimizer.step()  # pyright: ignore[reportUnknownMemberType]
+        metrics = apply_update(self._params, self.optimizer, grad_clip_norm=self.optim.grad_clip_norm, lr=lr,
+                               weight_decay=weight_decay, update_number=self._version + 1)
         self._version += 1
-        after, largest = self._weight_norms()
-        return {"grad_norm": float(norm), "weight_norm": after, "weight_max_abs": largest,
-                "weight_norm_growth": after / before if before > 0 else 1.0}  # from all-zero weights: not a ratio
-
-    @torch.no_grad()
-    def _weight_norms(self) -> tuple[float, float]:
-        """L2 norm and largest magnitude of the trainable weights."""
-        weights = [p.detach() for p in self._params]
-        return float(torch.nn.utils.get_total_norm(weights)), float(torch.nn.utils.get_total_norm(weights, math.inf))
+        return metrics
 
     def export_weights(self) -> WeightUpdate:
         """Empty tensors when the engine shares this model (only the version moves), else CPU copies."""
@@ -314,3 +292,37 @@ def make_adamw(params: list[torch.nn.Parameter], *, betas: tuple[float, float],
     if all(p.device.type == "cpu" for p in params):
         return PlainAdamW(params, lr=0.0, betas=betas, eps=eps, weight_decay=0.0)
     return torch.optim.AdamW(params, lr=0.0, betas=betas, eps=eps, weight_decay=0.0)
+
+
+def apply_update(params: list[torch.nn.Parameter], optimizer: PlainAdamW | torch.optim.AdamW, *,
+                 grad_clip_norm: float, lr: float, weight_decay: float, update_number: int) -> dict[str, float]:
+    """One optimizer update of `params` from their accumulated gradients: clips (if `grad_clip_norm > 0`),
+    steps AdamW with this step's lr / wd; returns the pre-clip `grad_norm` and the weight norms
+    (`weight_norm`, `weight_max_abs`, `weight_norm_growth`). The local backend and the shared trainer
+    (retrain_ray/shared_trainer/) both update through it, so a run's update is the same in either."""
+    grads = [p.grad for p in params if p.grad is not None]
+    if grad_clip_norm > 0:
+        norm = torch.nn.utils.clip_grad_norm_(params, grad_clip_norm)
+    else:
+        norm = torch.nn.utils.get_total_norm(grads) if grads else torch.tensor(0.0)
+    if not math.isfinite(float(norm)):
+        optimizer.zero_grad(set_to_none=True)
+        raise NonFiniteError(
+            f"gradient norm is {float(norm)} at update {update_number}: the optimizer step was skipped and "
+            "the weights are unchanged; check the rewards, advantages and lr"
+        )
+    for group in optimizer.param_groups:
+        group["lr"] = lr
+        group["weight_decay"] = weight_decay
+    before, _ = weight_norms(params)
+    optimizer.step()  # pyright: ignore[reportUnknownMemberType]
+    after, largest = weight_norms(params)
+    return {"grad_norm": float(norm), "weight_norm": after, "weight_max_abs": largest,
+            "weight_norm_growth": after / before if before > 0 else 1.0}  # from all-zero weights: not a ratio
+
+
+@torch.no_grad()
+def weight_norms(params: list[torch.nn.Parameter]) -> tuple[float, float]:
+    """L2 norm and largest magnitude of the trainable weights."""
+    weights = [p.detach() for p in params]
+    return float(torch.nn.utils.get_total_norm(weights)), float(torch.nn.utils.get_total_norm(weights, math.inf))
