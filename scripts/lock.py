@@ -52,7 +52,7 @@ def lock_text(python: str) -> str:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description="Writes constraints/lock.txt from an environment's pip freeze.")
     parser.add_argument("--python", default=sys.executable, help="the environment's interpreter")
     sys.stdout.write(lock_text(parser.parse_args().python))
     return 0
