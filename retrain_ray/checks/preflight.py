@@ -85,14 +85,17 @@ def unreachable(url: str, timeout_s: float = CONNECT_TIMEOUT_S) -> str | None:
 
 def endpoint_problems(configs: Iterable[tuple[InferenceSection, BackendSection]]) -> list[str]:
     """HTTP sampling servers (`[inference] engine = "openai" | "vllm" | "sglang"`) that do not answer."""
-    urls = dict.fromkeys(url for url in (endpoint_url(*pair) for pair in configs) if url)
+    # deferred: loads httpx, which importing this module does not need
+    from retrain_ray.engines.openai.protocol import START_HINTS
+
+    urls = {url: inference.engine for inference, backend in configs if (url := endpoint_url(inference, backend))}
     problems: list[str] = []
-    for url in urls:
+    for url, engine in urls.items():
         why = unreachable(url)
         if why:
-            problems.append(f"inference.url: the server at {url} does not answer ({why}); start it (e.g. "
-                            f"`vllm serve MODEL --enable-lora`) before the campaign, or set [inference] url "
-                            "to where it runs")
+            problems.append(f"inference.url: the {engine} server at {url} does not answer ({why}); start it (e.g. "
+                            f"`{START_HINTS.get(engine, START_HINTS['openai'])}`) before the campaign, or set "
+                            "[inference] url to where it runs")
     return problems
 
 

@@ -162,12 +162,17 @@ def _backend(backend: BackendSection) -> list[ConfigIssue]:
 
 def _adapter_engines(inference: InferenceSection, backend: BackendSection, model: ModelSection) -> list[ConfigIssue]:
     engine = inference.engine
-    if (engine_spec(engine).adapter_folder_only and backend_spec(backend.backend).trains_locally
-            and model.finetune != "lora"):
-        return [ConfigIssue("model.finetune", model.finetune,
-                            f"the {engine} engine loads the trainer's weights as a LoRA adapter folder only",
-                            'use [model] finetune = "lora", or [inference] engine = "openai" / "pytorch"')]
-    return []
+    spec = engine_spec(engine)
+    issues: list[ConfigIssue] = []
+    if spec.adapter_folder_only and backend_spec(backend.backend).trains_locally and model.finetune != "lora":
+        issues.append(ConfigIssue("model.finetune", model.finetune,
+                                  f"the {engine} engine loads the trainer's weights as a LoRA adapter folder only: "
+                                  f"{spec.lora_only_reason}",
+                                  'use [model] finetune = "lora", or [inference] engine = "openai" / "pytorch"'))
+    if spec.url_required_reason and not inference.url and backend_spec(backend.backend).trains_locally:
+        issues.append(ConfigIssue("inference.url", "", f"the {engine} engine needs a server: {spec.url_required_reason}",
+                                  f'set [inference] url = "http://HOST:PORT" where the {engine} server runs'))
+    return issues
 
 
 def _backend_options(backend: BackendSection, training: TrainingSection) -> list[ConfigIssue]:

@@ -124,6 +124,10 @@ class EngineSpec:
     """Returns per-token entropies (under the built-in local backend)."""
     adapter_folder_only: bool = False
     """Loads the trainer's weights as a LoRA adapter folder only (needs `finetune = "lora"`)."""
+    lora_only_reason: str = ""
+    """Why full fine-tuning is refused with this engine (said with the refusal)."""
+    url_required_reason: str = ""
+    """Non-empty: `[inference] url` must be set, for this reason (no default server to call)."""
     embeds_vllm: bool = False
     """vLLM inside the run: it reads the `[inference]` engine-only keys, can be shared by a campaign's LoRA
     runs, and on split placement runs on the inference actor's GPU fed with WeightUpdates."""

@@ -25,7 +25,8 @@ from retrain_ray.models.lora import LoraSettings
 def test_each_engine_is_an_openai_client_with_its_own_sync_call(tmp_path, engine, upload, port):
     from retrain_ray.run.build import build_policy
 
-    path = write_config(tmp_path / "e.toml", base=TINY_CPU, algorithm=GRPO, inference={"engine": engine},
+    url = {"engine": engine, "url": f"http://127.0.0.1:{port}"} if engine == "max" else {"engine": engine}
+    path = write_config(tmp_path / "e.toml", base=TINY_CPU, algorithm=GRPO, inference=url,
                         model={"finetune": "lora", "lora_rank": 4},
                         backend={"adapter_path": str(tmp_path / "adapters")})
     policy = build_policy(load_config(path), run_name="r1")

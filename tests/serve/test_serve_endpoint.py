@@ -12,6 +12,7 @@ from helpers import free_port
 
 from retrain_ray.engines.adapters import AdapterSpec
 from retrain_ray.engines.openai.engine import OpenAIEngine
+from retrain_ray.engines.openai.protocol import EngineCallError
 from retrain_ray.engines.pytorch.engine import PyTorchEngine
 from retrain_ray.engines.types import SamplingParams, WeightUpdate
 from retrain_ray.engines.weights import export_trainable
@@ -80,7 +81,7 @@ def test_adapter_upload_changes_outputs_and_version(endpoint):
     models = {m["id"]: m["version"] for m in httpx.get(f"{endpoint}/v1/models").json()["data"]}
     assert models == {MODEL: 0, "run-adapter": 3}
     httpx.post(f"{endpoint}/v1/unload_lora_adapter", json={"lora_name": "run-adapter"}).raise_for_status()
-    with pytest.raises(httpx.HTTPStatusError, match="404"):  # not transient: raised at once, not retried
+    with pytest.raises(EngineCallError, match="completion .* HTTP 404"):  # not transient: raised at once, not retried
         client.complete(prompt[0], 1, PARAMS, seed=5)
     assert client.counters.retries == 0
 

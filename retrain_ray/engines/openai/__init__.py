@@ -39,6 +39,7 @@ def build_policy(request: PolicyRequest) -> Policy:
         adapter_spec=AdapterSpec(name, 0, settings.finetune, settings.lora),
         throttle=request.throttle, seed=settings.seed, max_parallel_requests=inf.max_concurrent,
         adapter_upload=upload, adapter_dir=Path(cfg.backend.adapter_path) / "_live_adapter" if upload != "tensors" else None,
+        engine_name=inf.engine,
     )
     return request.policy(engine, trainer, tokenizer)
 
@@ -47,14 +48,31 @@ def _server_sampler(inference: InferenceSection, backend: BackendSection) -> str
     return f"{inference.engine}: HTTP client of a server at {inference.url or 'the default url'}"
 
 
-def _spec(name: str, *, shared_server: bool = False, adapter_folder_only: bool = False) -> EngineSpec:
+def _spec(name: str, *, shared_server: bool = False, lora_only_reason: str = "",
+          url_required_reason: str = "") -> EngineSpec:
     return EngineSpec(name, is_http=True, factory=build_policy, describe=_server_sampler,
-                      shared_server=shared_server, adapter_folder_only=adapter_folder_only)
+                      shared_server=shared_server, adapter_folder_only=bool(lora_only_reason),
+                      lora_only_reason=lora_only_reason, url_required_reason=url_required_reason)
 
+
+_FOLDERS_ONLY = "its server loads the trainer's weights as a LoRA adapter folder only"
+VLLM_FULL_WEIGHTS = (
+    "vLLM's OpenAI server takes a run's weights over HTTP as LoRA adapters only: its weight-update routes "
+    "(/init_weight_transfer_engine, /update_weights) move tensors by NCCL or CUDA IPC between GPUs, and "
+    "/collective_rpc reload_weights needs VLLM_SERVER_DEV_MODE and does not redo the CPU build's prepacked LM "
+    'head; engine = "vllm-embedded" pushes full weights into vLLM inside the run')
+SGLANG_FULL_WEIGHTS = (
+    "SGLang's full-weight routes (/update_weights_from_disk, /update_weights_from_distributed) are not "
+    "implemented here, since SGLang does not install on this project's test machines to test them")
+MAX_URL = ("the original runs MAX in-process when no url is given; retrain-ray is only a client of a "
+           "`max serve --model MODEL --enable-lora` server")
 
 SPECS = (
-    *(_spec(name, shared_server=True) for name in ("openai", "vllm", "sglang")),
-    *(_spec(name, adapter_folder_only=True) for name in ("max", "mlx", "trtllm")),
+    _spec("openai", shared_server=True),
+    _spec("vllm", shared_server=True, lora_only_reason=VLLM_FULL_WEIGHTS),
+    _spec("sglang", shared_server=True, lora_only_reason=SGLANG_FULL_WEIGHTS),
+    _spec("max", lora_only_reason=_FOLDERS_ONLY, url_required_reason=MAX_URL),
+    *(_spec(name, lora_only_reason=_FOLDERS_ONLY) for name in ("mlx", "trtllm")),
 )
 """"vllm" (with or without url) is a client of a vLLM server, as in the original; "vllm-embedded" is
 engines/vllm/."""
