@@ -94,7 +94,7 @@ lint: setup setup-vllm setup-environments
 # the GPU lock. Needs the registry; review the diff, run `make test` (it reinstalls from the new lock) and
 # commit both files.
 lock:
-	$(if $(HAS_CUDA),@echo "make lock runs where CI runs: on a machine without CUDA" && exit 2)
+	$(if $(HAS_CUDA),@echo "make lock runs where CI runs, on a machine without CUDA" && exit 2)
 	rm -rf .venv-lock
 	$(MAKE) VENV=.venv-lock LOCK= setup-environments
 	.venv-lock/bin/python -m pip install -q --dry-run --no-deps --ignore-installed --report .venv-lock/vllm.json "vllm==$(VLLM_VERSION)"
