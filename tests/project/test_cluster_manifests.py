@@ -213,7 +213,7 @@ def test_dockerfile_installs_the_working_copy_with_the_gpu_extra_and_the_tracker
     extras = args["EXTRAS"].split(",")
     declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
     assert {"gpu", "wandb", "mlflow", "tensorboard"} <= set(extras) <= set(declared)
-    assert any('pip install --no-cache-dir -c constraints/lock-gpu.txt ".[${EXTRAS}]"' in run for run in runs)
+    assert any('pip install --no-cache-dir -c constraints/lock.txt ".[${EXTRAS}]"' in run for run in runs)
     assert "--build-arg EXTRAS" in (CLUSTER / "README.md").read_text()  # docs say how to change them
 
 

