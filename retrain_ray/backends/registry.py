@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol, TypeVar, cast
 
 from retrain_ray.backends import local, prime_rl, tinker
-from retrain_ray.backends.types import BackendCapabilities, BackendSpec, table_issues
+from retrain_ray.backends.types import BackendCapabilities, BackendSpec, table_issues, table_notes
 from retrain_ray.engines.registry import ENGINE_SPECS, PLUGIN_ENGINE, engine_spec
 from retrain_ray.engines.types import EngineCapabilities, EngineSpec
 from retrain_ray.models.lora import lora_targets
@@ -54,7 +54,7 @@ if TYPE_CHECKING:
 
 __all__ = ["BACKEND_SPECS", "BUILTIN_CAPABILITIES", "ENGINE_SPECS", "PLUGIN_BACKEND", "PLUGIN_ENGINE", "BackendSpec",
            "EngineSpec", "backend_spec", "build_policy_for", "capabilities_for", "check_options", "describe_sampler",
-           "engine_capabilities", "engine_spec", "lora_targets_of", "placed_devices", "plugin_gpus",
+           "engine_capabilities", "engine_spec", "lora_targets_of", "option_notes", "placed_devices", "plugin_gpus",
            "plugin_option_schema", "resolved_options", "run_devices", "schema_for"]
 
 class SamplerSections(Protocol):
@@ -253,6 +253,12 @@ def check_options(backend: str, options: dict[str, object]) -> list[ConfigIssue]
     """Issues for unknown, mistyped or refused `[backend.options]` keys of a built-in backend."""
     table = backend_spec(backend).options
     return table_issues(table, backend, options) if table is not None else []
+
+
+def option_notes(backend: str, options: dict[str, object]) -> list[str]:
+    """One line per valid `[backend.options]` key of a built-in backend that changes nothing here."""
+    table = backend_spec(backend).options
+    return table_notes(table, options) if table is not None else []
 
 
 def resolved_options(backend: str, options: dict[str, object]) -> dict[str, object]:

@@ -224,6 +224,8 @@ class OptionsTable:
     """A well-typed key's value check."""
     value_issues: Callable[[dict[str, object]], list[ConfigIssue]] | None = None
     """The backend's own parser of all its options, once every key is known and well typed."""
+    key_notes: Callable[[str, object], str | None] | None = None
+    """A one-line note for a valid key that changes nothing here (shown with the config's warnings)."""
 
 
 def _type_ok(value: object, default: object, bool_or_auto: bool = False) -> bool:
@@ -243,6 +245,14 @@ def _close_match(key: str, schema: dict[str, object]) -> str:
     from retrain_ray.config.errors import did_you_mean
 
     return did_you_mean(key, schema)
+
+
+def table_notes(table: OptionsTable, options: dict[str, object]) -> list[str]:
+    """Notes for valid `[backend.options]` keys that change nothing here (the original's no-op options)."""
+    if table.key_notes is None:
+        return []
+    notes = [table.key_notes(key, value) for key, value in options.items()]
+    return [note for note in notes if note]
 
 
 def table_issues(table: OptionsTable, backend: str, options: dict[str, object]) -> list[ConfigIssue]:

@@ -25,6 +25,7 @@ from retrain_ray.backends.registry import (
     backend_spec,
     check_options,
     engine_spec,
+    option_notes,
 )
 from retrain_ray.config.base import Section, check_choice
 from retrain_ray.config.errors import ConfigIssue, did_you_mean
@@ -574,7 +575,8 @@ def _warnings(backend: BackendSection, training: TrainingSection) -> list[str]:
 def collect_warnings(cfg: RetrainConfig) -> list[str]:
     """Spec 7 warnings: the config is valid but probably not what was meant."""
     settings = TrainerSettings(cfg.training, cfg.algorithm, cfg.environment, cfg.campaign)
-    return _warnings(cfg.backend, cfg.training) + trainer_config_warnings(settings) + no_training_warnings(settings)
+    return (_warnings(cfg.backend, cfg.training) + option_notes(cfg.backend.backend, cfg.backend.options)
+            + trainer_config_warnings(settings) + no_training_warnings(settings))
 
 
 def _shared_engine_issues(inference: InferenceSection, model: ModelSection, backend: BackendSection) -> list[ConfigIssue]:

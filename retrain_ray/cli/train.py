@@ -48,12 +48,16 @@ _IMPORTED_AT = time.time()
 
 def _load(path: str, overrides: list[str]):
     # deferred: loads pydantic, which importing this module does not need
-    from retrain_ray.config import ConfigError, apply_overrides, load_config, parse_overrides
+    from retrain_ray.config import ConfigError, apply_overrides, load_config_with_warnings, parse_overrides
 
     try:
-        cfg = load_config(path)
+        cfg, warnings = load_config_with_warnings(path)
         parsed = parse_overrides(overrides)
-        return apply_overrides(cfg, parsed), parsed
+        cfg = apply_overrides(cfg, parsed)
+        for warning in warnings:  # as `explain` shows them (spec 7), and the original's options that change nothing
+            err.print("[yellow]warning:[/] ", end="")
+            err.print(warning, highlight=False, markup=False, soft_wrap=True)
+        return cfg, parsed
     except ConfigError as exc:
         err.print(f"[bold red]configuration error[/] in {path}:", highlight=False)
         err.print(str(exc), highlight=False, markup=False)

@@ -69,7 +69,7 @@ def test_missing_data_file_and_silent_server_are_warnings_with_their_fix(tmp_pat
     assert info["campaign"]["total_runs"] == 1
     data, server = info["environment"]
     assert data.startswith("data.path: ") and str(tmp_path / "train.jsonl") in data and "set [data] path" in data
-    assert server.startswith(f"inference.url: the server at http://127.0.0.1:{port} does not answer")
+    assert server.startswith(f"inference.url: the openai server at http://127.0.0.1:{port} does not answer")
     assert "set [inference] url" in server
     strict = _explain(str(path), "--strict")
     assert strict.returncode == 2 and "--strict: 2 warning(s) are errors" in strict.stderr

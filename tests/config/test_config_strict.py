@@ -10,7 +10,6 @@ from pathlib import Path
 import pytest
 import torch
 
-from retrain_ray.backends.local.options import LOCAL_FIXED, LOCAL_OPTIONS
 from retrain_ray.checks.rules import BY_VALUE, REFUSED
 from retrain_ray.config import ConfigError, RetrainConfig
 from retrain_ray.config.build import build_config
@@ -89,16 +88,6 @@ def test_schema_walk_every_key_acts_or_is_refused():
             if (section, key) not in VALUE_ONLY | NO_EFFECT and not _reads(section, key):
                 unread.append(f"{section}.{key}")
     assert not unread, f"accepted but never read outside config/: {unread}"
-
-
-@pytest.mark.parametrize("option", sorted(LOCAL_FIXED))
-def test_local_options_without_an_implementation_are_refused(option):
-    default = LOCAL_OPTIONS[option]
-    other = (not default) if isinstance(default, bool) else (default + 1 if isinstance(default, int) else "on")
-    with pytest.raises(ConfigError) as info:
-        build_config({"backend": {"options": {option: other}}})
-    assert f"backend.options.{option}" in info.value.locations
-    build_config({"backend": {"options": {option: default}}})  # what retrain-ray does is accepted
 
 
 def test_gradient_checkpointing_takes_true_false_or_auto():
