@@ -64,7 +64,8 @@ def build_tuner(plan: CampaignPlan, manifest: Manifest, *, namespace: str, contr
                        mlflow_experiments=mlflow_experiments(plan), finished=finished_runs(manifest),
                        plugins=plugins, tune_dir=plan.local_tune_path,
                        adaptive_metric=adaptive.metric if adaptive else "",
-                       adaptive_window=adaptive.window if adaptive else 0)
+                       adaptive_window=adaptive.window if adaptive else 0,
+                       pointer_copies=plan.pointer_copies)
     _drop_tune_restore_hint()
     trainable = make_trainable(ctx, {r.run_name: _resources(r) for r in plan.all_runs})
     if resuming:

@@ -22,6 +22,7 @@ import json
 import math
 import os
 import sys
+import tempfile
 from collections import deque
 from collections.abc import Generator, Mapping
 from contextlib import contextmanager
@@ -39,6 +40,7 @@ from retrain_ray.campaign.dashboard import RunGauges
 from retrain_ray.campaign.plan import DEFAULT_RUNNER, Runner, RunPlan
 from retrain_ray.campaign.recorder import RecorderClient, recorder_name
 from retrain_ray.campaign.resume.point import ResumePoint, decide_resume
+from retrain_ray.campaign.resume.pointer import write_pointer
 from retrain_ray.checks.preflight import check_run
 from retrain_ray.logs.dir_lock import process_started_at
 from retrain_ray.logs.types import MetricsRow, RunObserver
@@ -77,18 +79,22 @@ class TrialContext:
     # `adaptive_window` rows: campaign/adaptive/scheduler.py compares conditions on it); "" for a grid campaign
     adaptive_metric: str = ""
     adaptive_window: int = 0
+    # Tune's storage is the campaign directory: Tune keeps a pointer to each run's own checkpoint, not a
+    # second copy of it (campaign/resume/pointer.py)
+    pointer_copies: bool = False
 
 
 class TuneReporter(RunObserver):
     """RunObserver: remembers the last row and reports it to Tune with each checkpoint."""
 
     def __init__(self, resumed: Mapping[str, int | str] | None = None, meta: Mapping[str, object] | None = None,
-                 *, metric: str = "", window: int = 0) -> None:
+                 *, metric: str = "", window: int = 0, pointer: bool = False) -> None:
         self.last: dict[str, int | float] = {}
         self.resumed = dict(resumed or {})  # reported with every checkpoint (ResumePoint.reported)
         self.meta = dict(meta or {})  # run name and config, written into each checkpoint Tune copies
         self.metric = metric
         self.recent: deque[float] = deque(maxlen=max(1, window))  # a run resumed mid-window starts it anew
+        self.pointer = pointer  # report a pointer to the checkpoint, not the checkpoint (campaign/resume/pointer.py)
 
     def on_step(self, row: MetricsRow, **info: object) -> None:
         self.last = {k: v for k in ("step", *REPORTED) if isinstance(v := row.get(k), (int, float))}
@@ -108,6 +114,14 @@ class TuneReporter(RunObserver):
 
     def on_checkpoint(self, step: int, directory: Path, **info: object) -> None:
         metrics = {**self.last, **self.resumed, **self.window_value(), "step": step, "run_done": False}
+        if not self.pointer:
+            self._report(metrics, directory)
+            return
+        with tempfile.TemporaryDirectory(prefix="retrain-pointer-") as staging:  # Tune copies it to its storage
+            write_pointer(Path(staging), run_name=str(self.meta.get("run_name", "")), step=step, target=directory)
+            self._report(metrics, Path(staging))
+
+    def _report(self, metrics: Mapping[str, object], directory: Path) -> None:
         checkpoint = tune.Checkpoint.from_directory(str(directory))  # pyright: ignore[reportUnknownMemberType]
         if self.meta:  # its copy then says which run and config it is of (own_checkpoint.tune_copy)
             checkpoint.set_metadata(self.meta)
@@ -174,7 +188,7 @@ def _run(ctx: TrialContext, plan: RunPlan, tune_checkpoint: Path | None) -> tupl
         activate(ctx.plugins)
     use_plugin_root(ctx.plugin_root)
     reporter = TuneReporter(point.reported(), {"run_name": plan.run_name, "config": redact(plan.config.model_dump(mode="json"))},
-                            metric=ctx.adaptive_metric, window=ctx.adaptive_window)
+                            metric=ctx.adaptive_metric, window=ctx.adaptive_window, pointer=ctx.pointer_copies)
     runner = resolve_runner(ctx.runner)
     if ctx.runner == DEFAULT_RUNNER:  # train_run trains what it is given: this node's preflight is ours
         check_run(plan.config)

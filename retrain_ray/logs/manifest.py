@@ -218,11 +218,16 @@ def new_run(entry: RunRecord | Mapping[str, object]) -> RunRecord:
 
 
 class Manifest:
-    """The driver's manifest: the current record and its file; every change is written to disk at once."""
+    """The driver's manifest: the current record and its file. Every change is written to disk at once,
+    except a running run's progress (`stage_run`): the file is rewritten whole, so at a thousand runs a write
+    per Tune report would cost the driver a write of megabytes per step; staged changes reach the file with
+    the next write, or with `flush_if_due` at most every `every_s`."""
 
     def __init__(self, path: Path, record: CampaignRecord) -> None:
         self.path = path
         self.record = record
+        self.staged = False  # changes in `record` not yet in the file
+        self.saved_at = 0.0  # time.monotonic() of the last write
 
     @classmethod
     def create(cls, campaign_dir: Path, header: Mapping[str, object],
@@ -241,6 +246,17 @@ class Manifest:
     def save(self) -> None:
         self.record = self.record.model_copy(update={"updated": _now_iso()})
         self.record.write(self.path)
+        self.staged, self.saved_at = False, time.monotonic()
+
+    def stage_run(self, run_name: str, **changes: object) -> None:
+        """Changes a run's entry in memory only; the next write (`save`, `flush_if_due`) carries it."""
+        self.record = self.record.with_run(run_name, **changes)
+        self.staged = True
+
+    def flush_if_due(self, every_s: float) -> None:
+        """Writes staged changes when the last write is at least `every_s` old."""
+        if self.staged and time.monotonic() - self.saved_at >= every_s:
+            self.save()
 
     def run(self, run_name: str) -> RunRecord:
         return self.record.run(run_name)
