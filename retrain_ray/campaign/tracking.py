@@ -13,6 +13,7 @@ instead of waiting forever.
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -29,11 +30,27 @@ from retrain_ray.logs.manifest import Manifest
 def _run_name(trial: Trial) -> str:
     return str(trial.config["run_name"])  # pyright: ignore[reportUnknownMemberType, reportUnknownArgumentType]  # Tune types config loosely
 
+# A run's last report to Tune carries its final metrics beyond those Tune needs as one JSON string under this
+# key (campaign/trial.py): Tune keeps a moving window and an analysis of every numeric key of every trial in
+# its experiment state (about 1 KB a key: 65 KB a run with the run loop's 60 metrics), which it rewrites whole
+# at every snapshot; the manifest unpacks them, so its `result` holds them all as before.
+RUN_METRICS = "run_metrics_json"
+
 
 def _result_summary(result: Mapping[str, object]) -> dict[str, int | float | str]:
-    skip = {"run_done", "run_status", "config", "trial_id", "experiment_tag", "date", "hostname", "node_ip"}
-    return {k: v for k, v in result.items() if isinstance(v, (int, float, str)) and k not in skip
-            and not k.startswith(("time_", "timestamp", "pid", "training_iteration", "iterations_"))}
+    skip = {"run_done", "run_status", "config", "trial_id", "experiment_tag", "date", "hostname", "node_ip", RUN_METRICS}
+    return {k: v for k, v in {**_run_metrics(result), **result}.items() if isinstance(v, (int, float, str))
+            and k not in skip and not k.startswith(("time_", "timestamp", "pid", "training_iteration", "iterations_"))}
+
+
+def _run_metrics(result: Mapping[str, object]) -> dict[str, object]:
+    """The final metrics a run's last report packs as one JSON string (campaign/trial.py: RUN_METRICS)."""
+    packed = result.get(RUN_METRICS)
+    try:
+        data: object = json.loads(packed) if isinstance(packed, str) else {}
+    except json.JSONDecodeError:
+        return {}
+    return cast("dict[str, object]", data) if isinstance(data, dict) else {}
 
 
 # How stale the manifest's progress of a running run may be (its `result`): Tune reports every checkpoint and

@@ -41,6 +41,7 @@ from retrain_ray.campaign.plan import DEFAULT_RUNNER, Runner, RunPlan
 from retrain_ray.campaign.recorder import RecorderClient, recorder_name
 from retrain_ray.campaign.resume.point import ResumePoint, decide_resume
 from retrain_ray.campaign.resume.pointer import write_pointer
+from retrain_ray.campaign.tracking import RUN_METRICS
 from retrain_ray.checks.preflight import check_run
 from retrain_ray.logs.dir_lock import process_started_at
 from retrain_ray.logs.types import MetricsRow, RunObserver
@@ -52,6 +53,8 @@ from retrain_ray.util.secrets import redact
 
 _RUNS_IN_PROCESS = [0]  # runs this trial process has started (1 = fresh process; more = reused by Tune)
 REPORTED = ("mean_reward", "correct_rate", "loss", "tokens_per_second", "step_time_s", "running_correct_rate")
+# A run's last report carries its other final metrics as one JSON string under RUN_METRICS (campaign/tracking.py)
+KEPT = ("step", *REPORTED, "adaptive_value", "first_step_at", "resumed_own_step", "resumed_from", "resumed_path")
 
 
 @dataclass(frozen=True)
@@ -246,7 +249,7 @@ def run_trial(config: Mapping[str, str], context: TrialContext) -> None:
     recorded = context.finished.get(config["run_name"])
     if recorded is not None:
         numbers = {k: v for k, v in recorded.items() if isinstance(v, (int, float))}
-        tune.report({**numbers, "run_done": True, "run_status": "completed", "already_completed": True})  # pyright: ignore[reportUnknownMemberType]
+        tune.report({**packed(numbers), "run_done": True, "run_status": "completed", "already_completed": True})  # pyright: ignore[reportUnknownMemberType]
         return
     plan = context.runs[config["run_name"]]
     _RUNS_IN_PROCESS[0] += 1
@@ -261,10 +264,18 @@ def run_trial(config: Mapping[str, str], context: TrialContext) -> None:
             outcome, reporter = _run(context, plan, Path(resume_dir))
     final = {k: v for k, v in outcome.metrics.items() if isinstance(v, (int, float))}
     timing = {"first_step_at": outcome.first_step_at} if outcome.first_step_at else {}
-    tune.report({**reporter.last, **reporter.resumed, **final, **timing, **reporter.window_value(),  # pyright: ignore[reportUnknownMemberType]
+    numbers = {**reporter.last, **reporter.resumed, **final, **timing, **reporter.window_value()}
+    tune.report({**packed(numbers),  # pyright: ignore[reportUnknownMemberType]
                  "step": outcome.last_step, "run_done": True,
                  "run_status": outcome.status, "process_runs": _RUNS_IN_PROCESS[0], "process_preloaded": _preloaded(),
                  "process_started_at": process_started_at() or 0.0})
+
+
+def packed(numbers: Mapping[str, object]) -> dict[str, object]:
+    """A run's final numbers as its last report carries them: those Tune and the campaign's callbacks read as
+    they are, the rest as one JSON string under RUN_METRICS (campaign/tracking.py unpacks it)."""
+    rest = {k: v for k, v in numbers.items() if k not in KEPT}
+    return {**{k: v for k, v in numbers.items() if k in KEPT}, RUN_METRICS: json.dumps(rest)}
 
 
 def _preloaded() -> bool:
