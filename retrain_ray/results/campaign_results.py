@@ -104,18 +104,26 @@ class _Table(Protocol):
     """What this module uses of a `pyarrow.Table` (pyarrow has no type annotations)."""
 
     def to_pandas(self) -> pd.DataFrame: ...
+    @property
+    def column_names(self) -> list[str]: ...
+    def select(self, columns: list[str]) -> _Table: ...
 
 
-def _read_frame(run_dir: Path, name: str) -> pd.DataFrame:
-    """Stream `name` of a run (`logs/stream.py`) as a DataFrame; empty if nothing was logged."""
+def _read_frame(run_dir: Path, name: str, columns: Sequence[str] | None = None) -> pd.DataFrame:
+    """Stream `name` of a run (`logs/stream.py`) as a DataFrame; empty if nothing was logged. `columns`: only
+    those the stream has (converting the `extras` map column to pandas is most of a wide log's reading time)."""
     if not any(Path(run_dir).glob(f"{name}*.arrows")):
         return pd.DataFrame()
-    return cast(_Table, read_stream(run_dir, name=name)).to_pandas()
+    table = cast(_Table, read_stream(run_dir, name=name))
+    if columns is not None:
+        table = table.select([c for c in columns if c in table.column_names])
+    return table.to_pandas()
 
 
-def read_history(run_dir: Path) -> pd.DataFrame:
-    """Every step of one run, once (last write wins), sorted by step; empty if nothing was logged."""
-    return _read_frame(run_dir, "metrics")
+def read_history(run_dir: Path, columns: Sequence[str] | None = None) -> pd.DataFrame:
+    """Every step of one run, once (last write wins), sorted by step; empty if nothing was logged.
+    `columns`: only these (those the log has)."""
+    return _read_frame(run_dir, "metrics", columns)
 
 
 def read_eval_history(run_dir: Path) -> pd.DataFrame:
