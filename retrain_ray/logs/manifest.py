@@ -181,9 +181,33 @@ class CampaignRecord(_Record):
             problems = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors())
             raise ValueError(f"{path} is not a retrain-ray manifest ({problems})") from None
 
-    def write(self, path: Path) -> None:
-        """Atomically (a reader never sees half a file); only the keys it was read or built with."""
-        write_json_atomic(path, self.model_dump(exclude_unset=True))
+    def write(self, path: Path, run_lines: RunLines | None = None) -> None:
+        """Atomically (a reader never sees half a file); only the keys it was read or built with. Indented,
+        one line per run; `run_lines` keeps each run's line while its entry is unchanged (`manifest_text`)."""
+        write_text_atomic(path, manifest_text(self, {} if run_lines is None else run_lines))
+
+
+# id(run entry) -> (that entry, its JSON line): a line is reused only for the very entry it was made from
+RunLines = dict[int, tuple["RunRecord", str]]
+_RUNS_HERE = "\0runs\0"  # where the run lines go in the indented header (no manifest value is this string)
+
+
+def manifest_text(record: CampaignRecord, run_lines: RunLines) -> str:
+    """The manifest's JSON text. At a thousand runs it is megabytes, written at each status change: the
+    header is indented (Python's indenting encoder is pure Python), each run a compact line, encoded again
+    only when its entry changed (entries are immutable; a change makes a new one). Updates `run_lines`."""
+    lines: RunLines = {}
+    for run in record.runs:
+        cached = run_lines.get(id(run))
+        line = cached[1] if cached is not None and cached[0] is run else \
+            json.dumps(run.model_dump(exclude_unset=True), default=str)
+        lines[id(run)] = (run, line)
+    run_lines.clear()
+    run_lines.update(lines)
+    head = json.dumps({**record.model_dump(exclude_unset=True, exclude={"runs"}), "runs": _RUNS_HERE},
+                      indent=2, default=str)
+    runs = "[\n    " + ",\n    ".join(line for _, line in lines.values()) + "\n  ]" if lines else "[]"
+    return head.replace(json.dumps(_RUNS_HERE), runs, 1)
 
 
 def damaged_manifest(path: Path, what: str) -> str:
@@ -202,8 +226,12 @@ def package_versions() -> dict[str, str]:
 
 
 def write_json_atomic(path: Path, data: object) -> None:
+    write_text_atomic(path, json.dumps(data, indent=2, default=str))
+
+
+def write_text_atomic(path: Path, text: str) -> None:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(data, indent=2, default=str))
+    tmp.write_text(text)
     os.replace(tmp, path)
 
 
@@ -228,6 +256,7 @@ class Manifest:
         self.record = record
         self.staged = False  # changes in `record` not yet in the file
         self.saved_at = 0.0  # time.monotonic() of the last write
+        self.run_lines: RunLines = {}  # each unchanged run's JSON line, reused at the next write
 
     @classmethod
     def create(cls, campaign_dir: Path, header: Mapping[str, object],
@@ -245,7 +274,7 @@ class Manifest:
 
     def save(self) -> None:
         self.record = self.record.model_copy(update={"updated": _now_iso()})
-        self.record.write(self.path)
+        self.record.write(self.path, self.run_lines)
         self.staged, self.saved_at = False, time.monotonic()
 
     def stage_run(self, run_name: str, **changes: object) -> None:
