@@ -24,7 +24,7 @@ import os
 import sys
 import tempfile
 from collections import deque
-from collections.abc import Generator, Mapping
+from collections.abc import Generator, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -57,13 +57,37 @@ REPORTED = ("mean_reward", "correct_rate", "loss", "tokens_per_second", "step_ti
 KEPT = ("step", *REPORTED, "adaptive_value", "first_step_at", "resumed_own_step", "resumed_from", "resumed_path")
 
 
+class PlanRefs(Mapping[str, RunPlan]):
+    """Each run's plan in Ray's object store, fetched by the one trial that runs it. Picklable: only the refs
+    travel with the trial context, which every trial deserializes as it starts; holding the plans themselves,
+    a 1,000-run campaign's trials spent 64% of their time unpickling every run's plan (benchmarks/scale.py)."""
+
+    FETCH_TIMEOUT_S = 600.0
+
+    def __init__(self, refs: Mapping[str, ObjectRef[RunPlan]]) -> None:
+        self.refs = dict(refs)
+
+    @classmethod
+    def put(cls, plans: Iterable[RunPlan]) -> PlanRefs:
+        return cls({p.run_name: ray.put(p) for p in plans})  # pyright: ignore[reportUnknownMemberType]
+
+    def __getitem__(self, run_name: str) -> RunPlan:
+        return ray.get(self.refs[run_name], timeout=self.FETCH_TIMEOUT_S)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.refs)
+
+    def __len__(self) -> int:
+        return len(self.refs)
+
+
 @dataclass(frozen=True)
 class TrialContext:
     """Everything a trial needs besides its run name. Frozen and picklable (goes via the object store)."""
 
     campaign: str
     namespace: str
-    runs: Mapping[str, RunPlan]
+    runs: Mapping[str, RunPlan]  # PlanRefs in a campaign: each trial fetches only its own run's plan
     control: ControlPlane
     runner: str | Runner = DEFAULT_RUNNER
     timeout_s: float = 600.0
