@@ -8,6 +8,7 @@ import Tune.
 from __future__ import annotations
 
 import logging
+import os
 import time
 from pathlib import Path
 from typing import TypedDict, cast
@@ -25,6 +26,7 @@ from ray.tune.trainable.function_trainable import wrap_function
 from retrain_ray.actors.restarts import read_restarts
 from retrain_ray.campaign.adaptive.scheduler import AdaptiveBook, AdaptiveScheduler, AdaptiveSearcher
 from retrain_ray.campaign.control import ControlPlane
+from retrain_ray.campaign.local_ray import TUNE_ENV
 from retrain_ray.campaign.observer import CampaignObserver
 from retrain_ray.campaign.plan import TUNE_DIR, CampaignError, CampaignPlan, Runner, RunPlan
 from retrain_ray.campaign.resume.tune_copies import TuneCopyPruner
@@ -42,6 +44,30 @@ from retrain_ray.trackers.build import ensure_experiment, experiment_name
 # every copy and `TuneCopyPruner` (campaign/resume/tune_copies.py) bounds them by keep_last_checkpoints,
 # deleting only copies older than what the synced state names.
 STATE_SYNC_S = 2
+# A snapshot writes every trial's state (about 24 KB a run) and the sync copies the file: at a fixed 2 s the
+# driver's snapshot time grew with the square of the runs (68 s of a 1,000-run campaign; benchmarks/scale.py).
+# Past SNAPSHOT_RUNS runs both happen every STATE_SYNC_S x runs / SNAPSHOT_RUNS (20 s at 1,000 runs): a driver
+# killed then restores each run from a checkpoint up to that much older. A TUNE_GLOBAL_CHECKPOINT_S the user
+# set (other than campaign/local_ray.py's default) is kept.
+SNAPSHOT_RUNS = 100
+_PERIOD_ENV = "TUNE_GLOBAL_CHECKPOINT_S"
+_PERIODS_SET: set[str] = set()  # the values this module wrote to _PERIOD_ENV (a later campaign may rescale them)
+
+
+def state_period_s(runs: int) -> int:
+    """How often (seconds) Tune snapshots and syncs its experiment state for a campaign of `runs` runs."""
+    return max(STATE_SYNC_S, -(-STATE_SYNC_S * runs // SNAPSHOT_RUNS))
+
+
+def _set_state_period(runs: int) -> int:
+    """Sets Tune's snapshot period for the campaign's size; returns the sync period to go with it."""
+    current = os.environ.get(_PERIOD_ENV)
+    if current is not None and current != TUNE_ENV[_PERIOD_ENV] and current not in _PERIODS_SET:
+        return STATE_SYNC_S  # the user's snapshot period stands; what it writes is synced as before
+    period = state_period_s(runs)
+    os.environ[_PERIOD_ENV] = str(period)
+    _PERIODS_SET.add(str(period))
+    return period
 # REUSE_ACTORS_NOTE: a grid campaign reuses a trial's process for the next run (its imports and model
 # caches stay warm). An adaptive campaign does not: it pauses trials at its rungs, and a paused function
 # trial's thread is still blocked inside the run (model, engines, open logs); Tune's reuse asks
@@ -67,6 +93,7 @@ def build_tuner(plan: CampaignPlan, manifest: Manifest, *, namespace: str, contr
                        adaptive_window=adaptive.window if adaptive else 0,
                        pointer_copies=plan.pointer_copies)
     _drop_tune_restore_hint()
+    period = _set_state_period(len(plan.all_runs))
     trainable = make_trainable(ctx, {r.run_name: _resources(r) for r in plan.all_runs})
     if resuming:
         return tune.Tuner.restore(plan.tune_path, trainable, resume_errored=True)  # pyright: ignore[reportUnknownMemberType]
@@ -93,7 +120,7 @@ def build_tuner(plan: CampaignPlan, manifest: Manifest, *, namespace: str, contr
             name=TUNE_DIR, storage_path=plan.tune_storage, verbose=0, callbacks=callbacks,
             failure_config=tune.FailureConfig(max_failures=plan.schedule.max_failures),
             checkpoint_config=tune.CheckpointConfig(num_to_keep=None),  # TuneCopyPruner bounds them
-            sync_config=tune.SyncConfig(sync_period=STATE_SYNC_S),
+            sync_config=tune.SyncConfig(sync_period=period),
         ),
     )
 
