@@ -8,6 +8,7 @@ import Tune.
 from __future__ import annotations
 
 import logging
+import os
 import time
 from pathlib import Path
 from typing import TypedDict, cast
@@ -25,11 +26,12 @@ from ray.tune.trainable.function_trainable import wrap_function
 from retrain_ray.actors.restarts import read_restarts
 from retrain_ray.campaign.adaptive.scheduler import AdaptiveBook, AdaptiveScheduler, AdaptiveSearcher
 from retrain_ray.campaign.control import ControlPlane
+from retrain_ray.campaign.local_ray import TUNE_ENV
 from retrain_ray.campaign.observer import CampaignObserver
 from retrain_ray.campaign.plan import TUNE_DIR, CampaignError, CampaignPlan, Runner, RunPlan
 from retrain_ray.campaign.resume.tune_copies import TuneCopyPruner
 from retrain_ray.campaign.tracking import ManifestCallback
-from retrain_ray.campaign.trial import TrialContext, run_trial
+from retrain_ray.campaign.trial import PlanRefs, TrialContext, run_trial
 from retrain_ray.logs.manifest import Manifest
 from retrain_ray.plugins.bundle import PluginBundle
 from retrain_ray.trackers.build import ensure_experiment, experiment_name
@@ -42,6 +44,30 @@ from retrain_ray.trackers.build import ensure_experiment, experiment_name
 # every copy and `TuneCopyPruner` (campaign/resume/tune_copies.py) bounds them by keep_last_checkpoints,
 # deleting only copies older than what the synced state names.
 STATE_SYNC_S = 2
+# A snapshot writes every trial's state (about 24 KB a run) and the sync copies the file: at a fixed 2 s the
+# driver's snapshot time grew with the square of the runs (68 s of a 1,000-run campaign; benchmarks/scale.py).
+# Past SNAPSHOT_RUNS runs both happen every STATE_SYNC_S x runs / SNAPSHOT_RUNS (20 s at 1,000 runs): a driver
+# killed then restores each run from a checkpoint up to that much older. A TUNE_GLOBAL_CHECKPOINT_S the user
+# set (other than campaign/local_ray.py's default) is kept.
+SNAPSHOT_RUNS = 100
+_PERIOD_ENV = "TUNE_GLOBAL_CHECKPOINT_S"
+_PERIODS_SET: set[str] = set()  # the values this module wrote to _PERIOD_ENV (a later campaign may rescale them)
+
+
+def state_period_s(runs: int) -> int:
+    """How often (seconds) Tune snapshots and syncs its experiment state for a campaign of `runs` runs."""
+    return max(STATE_SYNC_S, -(-STATE_SYNC_S * runs // SNAPSHOT_RUNS))
+
+
+def _set_state_period(runs: int) -> int:
+    """Sets Tune's snapshot period for the campaign's size; returns the sync period to go with it."""
+    current = os.environ.get(_PERIOD_ENV)
+    if current is not None and current != TUNE_ENV[_PERIOD_ENV] and current not in _PERIODS_SET:
+        return STATE_SYNC_S  # the user's snapshot period stands; what it writes is synced as before
+    period = state_period_s(runs)
+    os.environ[_PERIOD_ENV] = str(period)
+    _PERIODS_SET.add(str(period))
+    return period
 # REUSE_ACTORS_NOTE: a grid campaign reuses a trial's process for the next run (its imports and model
 # caches stay warm). An adaptive campaign does not: it pauses trials at its rungs, and a paused function
 # trial's thread is still blocked inside the run (model, engines, open logs); Tune's reuse asks
@@ -59,13 +85,15 @@ def build_tuner(plan: CampaignPlan, manifest: Manifest, *, namespace: str, contr
                 observer: CampaignObserver, resuming: bool, plugins: PluginBundle | None) -> tune.Tuner:
     """The campaign's tuner: restored from `plan.tune_path` when `resuming`, else a new experiment."""
     adaptive = plan.adaptive
-    ctx = TrialContext(campaign=plan.name, namespace=namespace, runs={r.run_name: r for r in plan.all_runs},
+    ctx = TrialContext(campaign=plan.name, namespace=namespace, runs=PlanRefs.put(plan.all_runs),
                        control=control, runner=runner, timeout_s=plan.schedule.trial_start_timeout_s,
                        mlflow_experiments=mlflow_experiments(plan), finished=finished_runs(manifest),
                        plugins=plugins, tune_dir=plan.local_tune_path,
                        adaptive_metric=adaptive.metric if adaptive else "",
-                       adaptive_window=adaptive.window if adaptive else 0)
+                       adaptive_window=adaptive.window if adaptive else 0,
+                       pointer_copies=plan.pointer_copies)
     _drop_tune_restore_hint()
+    period = _set_state_period(len(plan.all_runs))
     trainable = make_trainable(ctx, {r.run_name: _resources(r) for r in plan.all_runs})
     if resuming:
         return tune.Tuner.restore(plan.tune_path, trainable, resume_errored=True)  # pyright: ignore[reportUnknownMemberType]
@@ -92,7 +120,7 @@ def build_tuner(plan: CampaignPlan, manifest: Manifest, *, namespace: str, contr
             name=TUNE_DIR, storage_path=plan.tune_storage, verbose=0, callbacks=callbacks,
             failure_config=tune.FailureConfig(max_failures=plan.schedule.max_failures),
             checkpoint_config=tune.CheckpointConfig(num_to_keep=None),  # TuneCopyPruner bounds them
-            sync_config=tune.SyncConfig(sync_period=STATE_SYNC_S),
+            sync_config=tune.SyncConfig(sync_period=period),
         ),
     )
 
@@ -160,9 +188,14 @@ def make_trainable(ctx: TrialContext, factories: dict[str, tune.PlacementGroupFa
     actor after its class, so the dashboard's actor list and `ray.util.state.list_actors()` show
     each trial's process as `RetrainRun`, not Tune's `ImplicitFunc`."""
     wrapped = wrap_function(tune.with_parameters(run_trial, context=ctx))  # pyright: ignore[reportUnknownMemberType, reportUnknownArgumentType]
+    # Plain bundles, not PlacementGroupFactory objects, travel with the trainable: Tune unpickles it from its
+    # registry at every trial it creates, and unpickling a thousand factories (each re-binds its signature)
+    # took a 1,000-run campaign's driver 38% of its time (benchmarks/scale.py).
+    specs = {name: (f.bundles, f.strategy) for name, f in factories.items()}
 
     def resources(cfg: dict[str, str]) -> tune.PlacementGroupFactory:
-        return factories[cfg["run_name"]]
+        bundles, strategy = specs[cfg["run_name"]]
+        return tune.PlacementGroupFactory(bundles, strategy)
 
     trainable = cast("type[Trainable]", tune.with_resources(wrapped, resources=resources))  # pyright: ignore[reportUnknownMemberType]
     for cls in (wrapped, trainable):  # Ray takes the actor's class name from __qualname__

@@ -110,6 +110,13 @@ class CampaignPlan:
     adaptive: AdaptivePlan | None = None
     reserve: list[RunPlan] = field(default_factory=list)
     packing: Packing | None = None  # [campaign] runs_per_gpu > 1: how the one-GPU runs share cards
+    tune_copies: str = "pointer"  # [campaign] tune_copies
+
+    @property
+    def pointer_copies(self) -> bool:
+        """Whether Tune keeps a pointer to each run checkpoint rather than a copy (campaign/resume/pointer.py):
+        `[campaign] tune_copies = "pointer"` and Tune's storage is the campaign directory itself."""
+        return self.tune_copies == "pointer" and self.tune_storage in ("", str(self.campaign_dir))
 
     @property
     def all_runs(self) -> list[RunPlan]:
@@ -280,6 +287,7 @@ def build_plan(config: RetrainConfig, *, name: str | None = None, root: str | Pa
         max_steps=int(campaign.max_steps),
         tune_storage=storage,
         packing=packing,
+        tune_copies=campaign.tune_copies,
     )
 
 

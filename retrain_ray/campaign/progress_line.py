@@ -55,7 +55,7 @@ class CampaignProgress(Callback):
 
     def line(self) -> str:
         paused = paused_summary(read_manifest(self.campaign_dir).runs)  # an adaptive campaign's runs at a rung
-        return "[campaign] " + summary_line(campaign_status(self.campaign_dir)) + paused
+        return "[campaign] " + summary_line(campaign_status(self.campaign_dir, running_only=True)) + paused
 
     def on_step_end(self, iteration: int, trials: list[Trial], **info: object) -> None:
         every = self.tty_every_s if self._tty() else self.log_every_s

@@ -13,25 +13,50 @@ instead of waiting forever.
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Mapping
+from pathlib import Path
 from typing import cast
 
 from ray.tune import Callback, Stopper
 from ray.tune.experiment import Trial
 
 from retrain_ray.campaign.observer import CampaignObserver
+from retrain_ray.campaign.resume.pointer import is_pointer, pointer_target
 from retrain_ray.logs.manifest import Manifest
 
 
 def _run_name(trial: Trial) -> str:
     return str(trial.config["run_name"])  # pyright: ignore[reportUnknownMemberType, reportUnknownArgumentType]  # Tune types config loosely
 
+# A run's last report to Tune carries its final metrics beyond those Tune needs as one JSON string under this
+# key (campaign/trial.py): Tune keeps a moving window and an analysis of every numeric key of every trial in
+# its experiment state (about 1 KB a key: 65 KB a run with the run loop's 60 metrics), which it rewrites whole
+# at every snapshot; the manifest unpacks them, so its `result` holds them all as before.
+RUN_METRICS = "run_metrics_json"
+
 
 def _result_summary(result: Mapping[str, object]) -> dict[str, int | float | str]:
-    skip = {"run_done", "run_status", "config", "trial_id", "experiment_tag", "date", "hostname", "node_ip"}
-    return {k: v for k, v in result.items() if isinstance(v, (int, float, str)) and k not in skip
-            and not k.startswith(("time_", "timestamp", "pid", "training_iteration", "iterations_"))}
+    skip = {"run_done", "run_status", "config", "trial_id", "experiment_tag", "date", "hostname", "node_ip", RUN_METRICS}
+    return {k: v for k, v in {**_run_metrics(result), **result}.items() if isinstance(v, (int, float, str))
+            and k not in skip and not k.startswith(("time_", "timestamp", "pid", "training_iteration", "iterations_"))}
+
+
+def _run_metrics(result: Mapping[str, object]) -> dict[str, object]:
+    """The final metrics a run's last report packs as one JSON string (campaign/trial.py: RUN_METRICS)."""
+    packed = result.get(RUN_METRICS)
+    try:
+        data: object = json.loads(packed) if isinstance(packed, str) else {}
+    except json.JSONDecodeError:
+        return {}
+    return cast("dict[str, object]", data) if isinstance(data, dict) else {}
+
+
+# How stale the manifest's progress of a running run may be (its `result`): Tune reports every checkpoint and
+# the manifest file is rewritten whole, so each report is staged and written with the next status change or
+# within FLUSH_S (logs/manifest.py: Manifest.stage_run); status changes are written at once.
+FLUSH_S = 1.0
 
 
 class ManifestCallback(Callback):
@@ -69,7 +94,7 @@ class ManifestCallback(Callback):
         if self._recorded(trial):
             return
         self._last_activity = time.monotonic()
-        self.manifest.update_run(_run_name(trial), result=_result_summary(result))
+        self.manifest.stage_run(_run_name(trial), result=_result_summary(result))  # written within FLUSH_S
 
     def on_trial_complete(self, iteration: int, trials: list[Trial], trial: Trial, **info: object) -> None:
         if self._recorded(trial):
@@ -80,7 +105,7 @@ class ManifestCallback(Callback):
         stopped = self.manifest.run(name).status == "stopped"  # by an adaptive campaign (campaign/adaptive/scheduler.py)
         self.manifest.update_run(name, status="stopped" if stopped else "completed", result=_result_summary(last),
                                  finished_at=time.time(),
-                                 checkpoint=checkpoint.path if checkpoint is not None else "")
+                                 checkpoint=_checkpoint_path(checkpoint.path) if checkpoint is not None else "")
         if stopped:
             step = last.get("step", -1)
             steps = (int(step) if isinstance(step, (int, float)) else -1) + 1  # `step`: the 0-based index of its last step
@@ -108,7 +133,11 @@ class ManifestCallback(Callback):
         self.manifest.update_run(name, status="failed", error=_error_text(trial))
         self.observer.on_run(name, f"FAILED ({self.manifest.run(name).error.splitlines()[-1:]})")
 
+    def on_experiment_end(self, trials: list[Trial], **info: object) -> None:
+        self.manifest.flush_if_due(0.0)  # the driver then reads the file back to finish it
+
     def on_step_end(self, iteration: int, trials: list[Trial], **info: object) -> None:
+        self.manifest.flush_if_due(FLUSH_S)
         states = [str(t.status) for t in trials]  # pyright: ignore[reportUnknownMemberType, reportUnknownArgumentType]
         if "RUNNING" in states or "PENDING" not in states:
             self._last_activity = time.monotonic()
@@ -128,3 +157,13 @@ def _error_text(trial: Trial) -> str:
         text = ""
     lines = [ln for ln in text.strip().splitlines() if ln.strip()]
     return "\n".join(lines[-3:]) if lines else "unknown error (see the Tune trial logs)"
+
+
+def _checkpoint_path(path: str) -> str:
+    """The run's checkpoint Tune's copy stands for: the target of a pointer (campaign/resume/pointer.py), else the copy."""
+    if "://" not in path and is_pointer(Path(path)):
+        try:
+            return str(pointer_target(Path(path)))
+        except ValueError:
+            return path
+    return path

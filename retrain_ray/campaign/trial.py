@@ -22,8 +22,9 @@ import json
 import math
 import os
 import sys
+import tempfile
 from collections import deque
-from collections.abc import Generator, Mapping
+from collections.abc import Generator, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,6 +40,8 @@ from retrain_ray.campaign.dashboard import RunGauges
 from retrain_ray.campaign.plan import DEFAULT_RUNNER, Runner, RunPlan
 from retrain_ray.campaign.recorder import RecorderClient, recorder_name
 from retrain_ray.campaign.resume.point import ResumePoint, decide_resume
+from retrain_ray.campaign.resume.pointer import write_pointer
+from retrain_ray.campaign.tracking import RUN_METRICS
 from retrain_ray.checks.preflight import check_run
 from retrain_ray.logs.dir_lock import process_started_at
 from retrain_ray.logs.types import MetricsRow, RunObserver
@@ -50,6 +53,32 @@ from retrain_ray.util.secrets import redact
 
 _RUNS_IN_PROCESS = [0]  # runs this trial process has started (1 = fresh process; more = reused by Tune)
 REPORTED = ("mean_reward", "correct_rate", "loss", "tokens_per_second", "step_time_s", "running_correct_rate")
+# A run's last report carries its other final metrics as one JSON string under RUN_METRICS (campaign/tracking.py)
+KEPT = ("step", *REPORTED, "adaptive_value", "first_step_at", "resumed_own_step", "resumed_from", "resumed_path")
+
+
+class PlanRefs(Mapping[str, RunPlan]):
+    """Each run's plan in Ray's object store, fetched by the one trial that runs it. Picklable: only the refs
+    travel with the trial context, which every trial deserializes as it starts; holding the plans themselves,
+    a 1,000-run campaign's trials spent 64% of their time unpickling every run's plan (benchmarks/scale.py)."""
+
+    FETCH_TIMEOUT_S = 600.0
+
+    def __init__(self, refs: Mapping[str, ObjectRef[RunPlan]]) -> None:
+        self.refs = dict(refs)
+
+    @classmethod
+    def put(cls, plans: Iterable[RunPlan]) -> PlanRefs:
+        return cls({p.run_name: ray.put(p) for p in plans})  # pyright: ignore[reportUnknownMemberType]
+
+    def __getitem__(self, run_name: str) -> RunPlan:
+        return ray.get(self.refs[run_name], timeout=self.FETCH_TIMEOUT_S)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.refs)
+
+    def __len__(self) -> int:
+        return len(self.refs)
 
 
 @dataclass(frozen=True)
@@ -58,7 +87,7 @@ class TrialContext:
 
     campaign: str
     namespace: str
-    runs: Mapping[str, RunPlan]
+    runs: Mapping[str, RunPlan]  # PlanRefs in a campaign: each trial fetches only its own run's plan
     control: ControlPlane
     runner: str | Runner = DEFAULT_RUNNER
     timeout_s: float = 600.0
@@ -77,18 +106,22 @@ class TrialContext:
     # `adaptive_window` rows: campaign/adaptive/scheduler.py compares conditions on it); "" for a grid campaign
     adaptive_metric: str = ""
     adaptive_window: int = 0
+    # Tune's storage is the campaign directory: Tune keeps a pointer to each run's own checkpoint, not a
+    # second copy of it (campaign/resume/pointer.py)
+    pointer_copies: bool = False
 
 
 class TuneReporter(RunObserver):
     """RunObserver: remembers the last row and reports it to Tune with each checkpoint."""
 
     def __init__(self, resumed: Mapping[str, int | str] | None = None, meta: Mapping[str, object] | None = None,
-                 *, metric: str = "", window: int = 0) -> None:
+                 *, metric: str = "", window: int = 0, pointer: bool = False) -> None:
         self.last: dict[str, int | float] = {}
         self.resumed = dict(resumed or {})  # reported with every checkpoint (ResumePoint.reported)
         self.meta = dict(meta or {})  # run name and config, written into each checkpoint Tune copies
         self.metric = metric
         self.recent: deque[float] = deque(maxlen=max(1, window))  # a run resumed mid-window starts it anew
+        self.pointer = pointer  # report a pointer to the checkpoint, not the checkpoint (campaign/resume/pointer.py)
 
     def on_step(self, row: MetricsRow, **info: object) -> None:
         self.last = {k: v for k in ("step", *REPORTED) if isinstance(v := row.get(k), (int, float))}
@@ -108,6 +141,14 @@ class TuneReporter(RunObserver):
 
     def on_checkpoint(self, step: int, directory: Path, **info: object) -> None:
         metrics = {**self.last, **self.resumed, **self.window_value(), "step": step, "run_done": False}
+        if not self.pointer:
+            self._report(metrics, directory)
+            return
+        with tempfile.TemporaryDirectory(prefix="retrain-pointer-") as staging:  # Tune copies it to its storage
+            write_pointer(Path(staging), run_name=str(self.meta.get("run_name", "")), step=step, target=directory)
+            self._report(metrics, Path(staging))
+
+    def _report(self, metrics: Mapping[str, object], directory: Path) -> None:
         checkpoint = tune.Checkpoint.from_directory(str(directory))  # pyright: ignore[reportUnknownMemberType]
         if self.meta:  # its copy then says which run and config it is of (own_checkpoint.tune_copy)
             checkpoint.set_metadata(self.meta)
@@ -174,7 +215,7 @@ def _run(ctx: TrialContext, plan: RunPlan, tune_checkpoint: Path | None) -> tupl
         activate(ctx.plugins)
     use_plugin_root(ctx.plugin_root)
     reporter = TuneReporter(point.reported(), {"run_name": plan.run_name, "config": redact(plan.config.model_dump(mode="json"))},
-                            metric=ctx.adaptive_metric, window=ctx.adaptive_window)
+                            metric=ctx.adaptive_metric, window=ctx.adaptive_window, pointer=ctx.pointer_copies)
     runner = resolve_runner(ctx.runner)
     if ctx.runner == DEFAULT_RUNNER:  # train_run trains what it is given: this node's preflight is ours
         check_run(plan.config)
@@ -232,7 +273,7 @@ def run_trial(config: Mapping[str, str], context: TrialContext) -> None:
     recorded = context.finished.get(config["run_name"])
     if recorded is not None:
         numbers = {k: v for k, v in recorded.items() if isinstance(v, (int, float))}
-        tune.report({**numbers, "run_done": True, "run_status": "completed", "already_completed": True})  # pyright: ignore[reportUnknownMemberType]
+        tune.report({**packed(numbers), "run_done": True, "run_status": "completed", "already_completed": True})  # pyright: ignore[reportUnknownMemberType]
         return
     plan = context.runs[config["run_name"]]
     _RUNS_IN_PROCESS[0] += 1
@@ -247,10 +288,18 @@ def run_trial(config: Mapping[str, str], context: TrialContext) -> None:
             outcome, reporter = _run(context, plan, Path(resume_dir))
     final = {k: v for k, v in outcome.metrics.items() if isinstance(v, (int, float))}
     timing = {"first_step_at": outcome.first_step_at} if outcome.first_step_at else {}
-    tune.report({**reporter.last, **reporter.resumed, **final, **timing, **reporter.window_value(),  # pyright: ignore[reportUnknownMemberType]
+    numbers = {**reporter.last, **reporter.resumed, **final, **timing, **reporter.window_value()}
+    tune.report({**packed(numbers),  # pyright: ignore[reportUnknownMemberType]
                  "step": outcome.last_step, "run_done": True,
                  "run_status": outcome.status, "process_runs": _RUNS_IN_PROCESS[0], "process_preloaded": _preloaded(),
                  "process_started_at": process_started_at() or 0.0})
+
+
+def packed(numbers: Mapping[str, object]) -> dict[str, object]:
+    """A run's final numbers as its last report carries them: those Tune and the campaign's callbacks read as
+    they are, the rest as one JSON string under RUN_METRICS (campaign/tracking.py unpacks it)."""
+    rest = {k: v for k, v in numbers.items() if k not in KEPT}
+    return {**{k: v for k, v in numbers.items() if k in KEPT}, RUN_METRICS: json.dumps(rest)}
 
 
 def _preloaded() -> bool:

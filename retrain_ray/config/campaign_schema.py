@@ -153,6 +153,11 @@ class CampaignSection(Section):
     # Where Tune keeps run checkpoints and experiment state: "" (the campaign directory), or a pyarrow
     # filesystem URI ("s3://bucket/prefix", "gs://...", "file:///shared/x") every node can reach.
     storage: str = ""
+    # Tune's copy of each run checkpoint: "pointer" (a small file naming the run's own checkpoint, so the
+    # campaign stores each checkpoint once; with `storage` set Tune copies it whole anyway, as only its
+    # storage is sure to reach every node) or "copy" (the whole checkpoint a second time, for a cluster
+    # whose runs write to node-local disks under a campaign directory Tune's storage still reaches).
+    tune_copies: Literal["pointer", "copy"] = "pointer"
     # None (no [campaign.adaptive] table): every condition x seed runs to the end
     adaptive: AdaptiveSection | None = None
 

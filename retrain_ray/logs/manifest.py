@@ -181,9 +181,33 @@ class CampaignRecord(_Record):
             problems = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors())
             raise ValueError(f"{path} is not a retrain-ray manifest ({problems})") from None
 
-    def write(self, path: Path) -> None:
-        """Atomically (a reader never sees half a file); only the keys it was read or built with."""
-        write_json_atomic(path, self.model_dump(exclude_unset=True))
+    def write(self, path: Path, run_lines: RunLines | None = None) -> None:
+        """Atomically (a reader never sees half a file); only the keys it was read or built with. Indented,
+        one line per run; `run_lines` keeps each run's line while its entry is unchanged (`manifest_text`)."""
+        write_text_atomic(path, manifest_text(self, {} if run_lines is None else run_lines))
+
+
+# id(run entry) -> (that entry, its JSON line): a line is reused only for the very entry it was made from
+RunLines = dict[int, tuple["RunRecord", str]]
+_RUNS_HERE = "\0runs\0"  # where the run lines go in the indented header (no manifest value is this string)
+
+
+def manifest_text(record: CampaignRecord, run_lines: RunLines) -> str:
+    """The manifest's JSON text. At a thousand runs it is megabytes, written at each status change: the
+    header is indented (Python's indenting encoder is pure Python), each run a compact line, encoded again
+    only when its entry changed (entries are immutable; a change makes a new one). Updates `run_lines`."""
+    lines: RunLines = {}
+    for run in record.runs:
+        cached = run_lines.get(id(run))
+        line = cached[1] if cached is not None and cached[0] is run else \
+            json.dumps(run.model_dump(exclude_unset=True), default=str)
+        lines[id(run)] = (run, line)
+    run_lines.clear()
+    run_lines.update(lines)
+    head = json.dumps({**record.model_dump(exclude_unset=True, exclude={"runs"}), "runs": _RUNS_HERE},
+                      indent=2, default=str)
+    runs = "[\n    " + ",\n    ".join(line for _, line in lines.values()) + "\n  ]" if lines else "[]"
+    return head.replace(json.dumps(_RUNS_HERE), runs, 1)
 
 
 def damaged_manifest(path: Path, what: str) -> str:
@@ -202,8 +226,12 @@ def package_versions() -> dict[str, str]:
 
 
 def write_json_atomic(path: Path, data: object) -> None:
+    write_text_atomic(path, json.dumps(data, indent=2, default=str))
+
+
+def write_text_atomic(path: Path, text: str) -> None:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(data, indent=2, default=str))
+    tmp.write_text(text)
     os.replace(tmp, path)
 
 
@@ -218,11 +246,17 @@ def new_run(entry: RunRecord | Mapping[str, object]) -> RunRecord:
 
 
 class Manifest:
-    """The driver's manifest: the current record and its file; every change is written to disk at once."""
+    """The driver's manifest: the current record and its file. Every change is written to disk at once,
+    except a running run's progress (`stage_run`): the file is rewritten whole, so at a thousand runs a write
+    per Tune report would cost the driver a write of megabytes per step; staged changes reach the file with
+    the next write, or with `flush_if_due` at most every `every_s`."""
 
     def __init__(self, path: Path, record: CampaignRecord) -> None:
         self.path = path
         self.record = record
+        self.staged = False  # changes in `record` not yet in the file
+        self.saved_at = 0.0  # time.monotonic() of the last write
+        self.run_lines: RunLines = {}  # each unchanged run's JSON line, reused at the next write
 
     @classmethod
     def create(cls, campaign_dir: Path, header: Mapping[str, object],
@@ -240,7 +274,18 @@ class Manifest:
 
     def save(self) -> None:
         self.record = self.record.model_copy(update={"updated": _now_iso()})
-        self.record.write(self.path)
+        self.record.write(self.path, self.run_lines)
+        self.staged, self.saved_at = False, time.monotonic()
+
+    def stage_run(self, run_name: str, **changes: object) -> None:
+        """Changes a run's entry in memory only; the next write (`save`, `flush_if_due`) carries it."""
+        self.record = self.record.with_run(run_name, **changes)
+        self.staged = True
+
+    def flush_if_due(self, every_s: float) -> None:
+        """Writes staged changes when the last write is at least `every_s` old."""
+        if self.staged and time.monotonic() - self.saved_at >= every_s:
+            self.save()
 
     def run(self, run_name: str) -> RunRecord:
         return self.record.run(run_name)

@@ -43,6 +43,7 @@ if TYPE_CHECKING:  # Ray (for Tune's Checkpoint) and matplotlib are loaded only 
 # A run's value in significance tests: the mean of its last SIGNIFICANCE_WINDOW logged values of the metric.
 SIGNIFICANCE_WINDOW = 10
 SUMMARY_METRICS = ("mean_reward", "correct_rate", "loss", "tokens_per_second", "step_time_s")
+SUMMARY_COLUMNS = ("step", "trained", *SUMMARY_METRICS)  # what the per-run table reads of a log
 # Metrics `history()` and the plots know, with the direction that is better.
 LOWER_IS_BETTER = ("loss", "step_time_s", "sample_time_s", "train_time_s", "sync_time_s", "policy/abs_kl")
 HISTORY_METRICS = ("mean_reward", "correct_rate", "loss", "policy/abs_kl", "clip_fraction",
@@ -104,18 +105,26 @@ class _Table(Protocol):
     """What this module uses of a `pyarrow.Table` (pyarrow has no type annotations)."""
 
     def to_pandas(self) -> pd.DataFrame: ...
+    @property
+    def column_names(self) -> list[str]: ...
+    def select(self, columns: list[str]) -> _Table: ...
 
 
-def _read_frame(run_dir: Path, name: str) -> pd.DataFrame:
-    """Stream `name` of a run (`logs/stream.py`) as a DataFrame; empty if nothing was logged."""
+def _read_frame(run_dir: Path, name: str, columns: Sequence[str] | None = None) -> pd.DataFrame:
+    """Stream `name` of a run (`logs/stream.py`) as a DataFrame; empty if nothing was logged. `columns`: only
+    those the stream has (converting the `extras` map column to pandas is most of a wide log's reading time)."""
     if not any(Path(run_dir).glob(f"{name}*.arrows")):
         return pd.DataFrame()
-    return cast(_Table, read_stream(run_dir, name=name)).to_pandas()
+    table = cast(_Table, read_stream(run_dir, name=name))
+    if columns is not None:
+        table = table.select([c for c in columns if c in table.column_names])
+    return table.to_pandas()
 
 
-def read_history(run_dir: Path) -> pd.DataFrame:
-    """Every step of one run, once (last write wins), sorted by step; empty if nothing was logged."""
-    return _read_frame(run_dir, "metrics")
+def read_history(run_dir: Path, columns: Sequence[str] | None = None) -> pd.DataFrame:
+    """Every step of one run, once (last write wins), sorted by step; empty if nothing was logged.
+    `columns`: only these (those the log has)."""
+    return _read_frame(run_dir, "metrics", columns)
 
 
 def read_eval_history(run_dir: Path) -> pd.DataFrame:
@@ -127,6 +136,7 @@ class CampaignResults:
         self.campaign_dir = campaign_dir
         self.manifest = manifest
         self._history: dict[str, pd.DataFrame] = {}
+        self._narrow: dict[str, pd.DataFrame] = {}  # SUMMARY_COLUMNS only, for the per-run table
 
     @classmethod
     def from_dir(cls, campaign_dir: str | Path) -> CampaignResults:
@@ -157,6 +167,15 @@ class CampaignResults:
             self._entry(run_name)
             self._history[run_name] = read_history(self.campaign_dir / "runs" / run_name)
         return self._history[run_name]
+
+    def _summary_history(self, run_name: str) -> pd.DataFrame:
+        """The columns the per-run table reads (a run's whole history when it is read already): a thousand
+        runs' full logs, each metric and the extras map, are what made `results` slow and large."""
+        if run_name in self._history:
+            return self._history[run_name]
+        if run_name not in self._narrow:
+            self._narrow[run_name] = read_history(self.campaign_dir / "runs" / run_name, SUMMARY_COLUMNS)
+        return self._narrow[run_name]
 
     def history(self, run_name: str | None = None, metrics: Sequence[str] = HISTORY_METRICS) -> pd.DataFrame:
         """With `run_name`: that run's steps, one row per step (wide). Without: every run's steps in
@@ -214,7 +233,7 @@ class CampaignResults:
                                "status": run_status(entry, self.campaign_dir / "runs" / entry.run_name),
                                "attempts": entry.attempts}
         row.update({f"override.{k}": v for k, v in entry.overrides.items()})
-        hist = self._run_history(entry.run_name)
+        hist = self._summary_history(entry.run_name)
         row["steps_logged"] = len(hist)
         row["steps_trained"] = _steps_trained(hist)
         row["last_step"] = int(hist["step"].max()) if len(hist) else -1

@@ -87,8 +87,11 @@ def _last_row_time(run_dir: Path) -> float:
     return max((f.stat().st_mtime for f in files), default=0.0)
 
 
+STATUS_COLUMNS = ("step", "wall_time", "mean_reward", "correct_rate")  # all a run's state reads of its log
+
+
 def run_state(entry: RunRecord, run_dir: Path, now: float, stale_after_s: float) -> RunState:
-    hist = read_history(run_dir)
+    hist = read_history(run_dir, STATUS_COLUMNS)
     step = int(hist["step"].max()) if len(hist) else None
     status = run_status(entry, run_dir)
     if status == "running" and isinstance(getattr(entry, "paused_at_rung", None), int):
@@ -103,6 +106,23 @@ def run_state(entry: RunRecord, run_dir: Path, now: float, stale_after_s: float)
         mean_reward=_last(hist, "mean_reward"), correct_rate=_last(hist, "correct_rate"),
         reward_sparkline=sparkline(rewards), seconds_per_step=per_step,
         eta_s=_run_eta(step, entry.max_steps or None, per_step) if status in ("running", "stale", "paused") else None,
+    )
+
+
+def settled_state(entry: RunRecord, run_dir: Path) -> RunState:
+    """A run the manifest records pending or finished, from its entry alone (its log is not read): the
+    progress line's view, which must not read every finished run's log at every redraw."""
+    step = entry.last_step
+
+    def number(key: str) -> float | None:
+        value = entry.result.get(key)
+        return float(value) if isinstance(value, (int, float)) else None
+
+    return RunState(
+        run_name=entry.run_name, condition=entry.condition, seed=entry.seed, status=run_status(entry, run_dir),
+        step=step if step >= 0 else None, max_steps=entry.max_steps or None, attempts=entry.attempts,
+        mean_reward=number("mean_reward"), correct_rate=number("correct_rate"), reward_sparkline="",
+        seconds_per_step=None, eta_s=None,
     )
 
 
@@ -131,10 +151,15 @@ def cell(state: RunState) -> str:
         status, f"{shown}/{state['max_steps']}")
 
 
-def campaign_status(campaign_dir: Path, *, stale_after_s: float = STALE_AFTER_S) -> CampaignStatus:
+def campaign_status(campaign_dir: Path, *, stale_after_s: float = STALE_AFTER_S,
+                    running_only: bool = False) -> CampaignStatus:
+    """`running_only`: read the logs of running runs only; the others as the manifest records them
+    (`settled_state`: no sparkline or time per step), as the progress line does."""
     manifest = read_manifest(campaign_dir)
     now = time.time()
-    runs = [run_state(e, campaign_dir / "runs" / e.run_name, now, stale_after_s) for e in manifest.runs]
+    runs = [run_state(e, campaign_dir / "runs" / e.run_name, now, stale_after_s)
+            if not running_only or e.status == "running" else settled_state(e, campaign_dir / "runs" / e.run_name)
+            for e in manifest.runs]
     counts = {s: sum(r["status"] == s for r in runs) for s in ("pending", "running", "paused", "stale", "completed",
                                                         "failed", "stopped", "missing")}
     seeds = list(dict.fromkeys([*manifest.seeds, *(r["seed"] for r in runs)]))  # with seeds an adaptive one added

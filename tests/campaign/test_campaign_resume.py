@@ -127,11 +127,12 @@ def test_a_torn_tune_state_resumes_an_unfinished_run_from_its_own_checkpoint(tmp
     step 0, every step trained again). Two runs differing only in name (`save_every` set to its default):
     the finished one is the uninterrupted twin, so the resumed run's final weights must equal its own.
     `elsewhere`: the run's work directory is moved away, as on a node other than the one that wrote it
-    (no shared file system): the run continues after Tune's set-aside copy of its checkpoint instead."""
+    (no shared file system): the run continues after Tune's set-aside copy of its checkpoint instead, which
+    needs Tune to keep whole copies (`tune_copies = "copy"`; its default pointers name the work directory)."""
     steps = 8
     toml = write_campaign(tmp_path / "own.toml", base=TINY_RUN, conditions=[GRPO, TWIN],
                           campaign={**CAMPAIGN, "name": "own", "seeds": [1], "max_steps": steps,
-                                    "trial_start_timeout_s": 240})
+                                    "trial_start_timeout_s": 240, **({"tune_copies": "copy"} if elsewhere else {})})
     cdir = tmp_path / "own"
     kill_campaign_when(lambda: _one_done_one_checkpointed(cdir), toml, tmp_path, 0.3, prefix="rro", timeout_s=400,
                        what="one run completed, the other checkpointed")

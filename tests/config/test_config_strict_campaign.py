@@ -123,6 +123,12 @@ def _storage(tmp: Path) -> None:
         _plan(tmp, storage="just/a/path")
 
 
+def _tune_copies(tmp: Path) -> None:
+    assert _plan(tmp, name="n").pointer_copies
+    assert not _plan(tmp, name="n", tune_copies="copy").pointer_copies
+    assert not _plan(tmp, name="n", storage=(tmp / "bucket").as_uri()).pointer_copies  # only storage reaches every node
+
+
 def _adaptive(tmp: Path) -> None:
     grid = _plan(tmp, seeds=[1, 2, 3])
     assert grid.adaptive is None and len(grid.runs) == 3 and grid.reserve == []
@@ -155,6 +161,7 @@ CAMPAIGN_EFFECTS: dict[str, Callable[[Path], None]] = {
     "stagger_seconds": _stagger_seconds, "summary_script": _summary, "summary_args": _summary,
     "conditions": _conditions, "name": _name, "max_failures": _max_failures, "cpus_per_run": _cpus_per_run,
     "trial_start_timeout_s": _trial_start_timeout_s, "cpu_fallback": _cpu_fallback, "storage": _storage,
+    "tune_copies": _tune_copies,
     "adaptive": _adaptive, "runs_per_gpu": _runs_per_gpu, "gpu_memory_gib": _gpu_memory_gib,
 }
 
@@ -251,7 +258,7 @@ BAD: dict[tuple[str, str], Any] = {
     ("campaign", "conditions"): [{"advantage_mode": "grpo", "transform_mode": "none", "lrr": 1.0}],
     ("campaign", "typo_key"): 1, ("campaign", "adaptive"): {"rungs": [1], "windw": 3}, ("squeeze", "min_variance_retention"): 1.5, ("squeeze", "source_rank"): -1,
     ("squeeze", "compress_to"): 16, ("squeeze", "typo_key"): 1,
-    ("campaign", "runs_per_gpu"): 0, ("campaign", "gpu_memory_gib"): 0.0,
+    ("campaign", "runs_per_gpu"): 0, ("campaign", "gpu_memory_gib"): 0.0, ("campaign", "tune_copies"): "twice",
 }
 
 

@@ -138,3 +138,25 @@ def test_a_run_paused_at_a_rung_is_counted_paused_not_stale(tmp_path):
     assert paused["status"] == "paused" and st["matrix"]["fast"]["1"] == f"{STEPS} paused"
     assert st["counts"]["paused"] == 1 and st["counts"]["stale"] == 5
     assert "running 0, paused 1 (waiting for a rung's decision), stale 5" in summary_line(st)
+
+
+def test_the_progress_lines_status_reads_only_running_runs_logs_and_counts_the_same(tmp_path):
+    """`running_only` (the driver's progress line at each redraw): a finished run is read from the manifest
+    alone, so its log is never opened; counts and the running runs' states are those of the full status."""
+    from retrain_ray.logs.manifest import Manifest
+
+    directory = tmp_path / "progress"
+    directory.mkdir()
+    write_campaign(directory, close=False, max_steps=MAX_STEPS, parquet_every_s=3600.0).close()
+    done = run_name("slow", 2)
+    Manifest.load(directory).update_run(done, status="completed", result={"step": STEPS - 1, "mean_reward": 0.25})
+    for log in (directory / "runs" / done).glob("metrics*.arrows"):
+        log.write_bytes(b"not an arrow stream")  # reading it would fail: the progress view must not
+    light = campaign_status(directory, stale_after_s=1e12, running_only=True)
+    states = {r["run_name"]: r for r in light["runs"]}
+    assert (states[done]["status"], states[done]["step"], states[done]["mean_reward"]) == ("completed", STEPS - 1, 0.25)
+    assert light["counts"]["completed"] == 1 and light["counts"]["running"] == 5
+    running = run_name("fast", 1)
+    (directory / "runs" / done).rename(tmp_path / "aside")  # the full status may read the others now
+    reference = {r["run_name"]: r for r in campaign_status(directory, stale_after_s=1e12)["runs"]}
+    assert states[running] == reference[running]

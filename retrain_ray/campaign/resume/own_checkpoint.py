@@ -30,6 +30,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import cast
 
+from retrain_ray.campaign.resume.pointer import resolve
 from retrain_ray.campaign.resume.tune_copies import ASIDE_KINDS
 from retrain_ray.run.resume.point import (  # (re-exported: campaign/resume/edits.py, the tests)
     RUN_META,
@@ -105,7 +106,10 @@ def tune_copy(tune_dir: Path, work_dir: Path, run_name: str, config: Mapping[str
     step is <= `logged_through` and whose run and config match (ForeignRunDir otherwise), with its step;
     None: none."""
     for copy in set_aside_copies(tune_dir, run_name):
-        found = _newest_usable([copy], logged_through)
+        named = resolve(copy)  # a pointer to the run's own checkpoint (campaign/resume/pointer.py), or the copy
+        if named is None:
+            continue
+        found = _newest_usable([named], logged_through)
         if found is None:
             continue
         meta = _copy_meta(copy, work_dir)

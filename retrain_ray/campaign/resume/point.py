@@ -3,7 +3,8 @@
 In order:
 
 * `tune`: Tune's last reported checkpoint of the run (a retry, a restored campaign), when every step up
-  to it is in the run's metrics log;
+  to it is in the run's metrics log (a pointer to the run's own checkpoint: the checkpoint it names,
+  campaign/resume/pointer.py; a pointer whose checkpoint the run has since pruned counts as none);
 * `torn_log`: the log was torn before that checkpoint (a recorder cut off mid-write): the run's newest
   checkpoint at or before the last step still logged, so the lost rows are written again (run/resume/point.py);
 * `own`: Tune has none (a fresh Tune experiment after a torn or extended state, a restart that lost its
@@ -24,6 +25,7 @@ from pathlib import Path
 from typing import Literal, Protocol
 
 from retrain_ray.campaign.resume.own_checkpoint import own_checkpoint, set_aside_copies, tune_copy
+from retrain_ray.campaign.resume.pointer import resolve
 
 ResumeSource = Literal["tune", "torn_log", "own", "tune_copy", "fresh"]
 
@@ -67,8 +69,9 @@ def decide_resume(tune_checkpoint: Path | None, log: RunLog, *, run_name: str, w
     (None: Tune gave none), `work_dir` the run's own directory, `tune_dir` Tune's experiment directory when
     local (its set-aside copies), `config` the run's config as JSON. Raises ForeignRunDir for a directory
     of another run or config."""
-    if tune_checkpoint is not None:
-        return _after_tune_checkpoint(tune_checkpoint, log.repair_metrics(run_name), work_dir)
+    named = resolve(tune_checkpoint) if tune_checkpoint is not None else None
+    if named is not None:
+        return _after_tune_checkpoint(named, log.repair_metrics(run_name), work_dir)
     if not (work_dir / "checkpoints").is_dir() and not (tune_dir and set_aside_copies(tune_dir, run_name)):
         return fresh("Tune has no checkpoint of the run and the run has none of its own")
     logged = log.logged_through(run_name)
