@@ -7,7 +7,7 @@ end, every other condition stopped at the first rung, no seed added; a ratio bel
 out of reach of any test.
 
 Run from the repository root: `.venv/bin/python benchmarks/adaptive_tests.py [--campaigns N]
-[--spending pocock|obrien-fleming] [--rungs suite|dense|both] [--json]`.
+[--spending early|pocock|obrien-fleming] [--rungs suite|dense|both] [--json]`.
 """
 
 from __future__ import annotations
@@ -81,7 +81,7 @@ def _line(row: dict[str, float | str]) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--campaigns", type=int, default=1000)
-    parser.add_argument("--spending", choices=["pocock", "obrien-fleming"], default="pocock")
+    parser.add_argument("--spending", choices=["early", "pocock", "obrien-fleming"], default="early")
     parser.add_argument("--rungs", choices=["suite", "dense", "both"], default="both")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
