@@ -9,7 +9,13 @@ import numpy as np
 import pytest
 
 from retrain_ray.campaign.adaptive import permutation, policy
-from retrain_ray.campaign.adaptive.sequential import cumulative_budgets, decide, look_levels, relook_level, spent_alpha
+from retrain_ray.campaign.adaptive.sequential import (
+    cumulative_budgets,
+    decide,
+    look_levels,
+    relook_level,
+    spent_alpha,
+)
 from retrain_ray.campaign.adaptive.sequential_simulation import simulate_test
 from retrain_ray.campaign.adaptive.simulation import Scenario
 
