@@ -7,7 +7,8 @@ end, every other condition stopped at the first rung, no seed added; a ratio bel
 out of reach of any test.
 
 Run from the repository root: `.venv/bin/python benchmarks/adaptive_tests.py [--campaigns N]
-[--spending pocock|obrien-fleming] [--rungs suite|dense|both] [--json]`.
+[--spending early|pocock|obrien-fleming] [--rungs suite|dense|both] [--only TEXT ...] [--json]`
+(`--only`: the scenarios whose name contains one of the texts).
 """
 
 from __future__ import annotations
@@ -54,9 +55,12 @@ def dense(scenario: Scenario) -> Scenario:
     return dataclasses.replace(scenario, rungs=tuple(last * k // 10 for k in range(1, 11)))
 
 
-def compare(campaigns: int, spending: Spending, rungs: str = "suite") -> list[dict[str, float | str]]:
+def compare(campaigns: int, spending: Spending, rungs: str = "suite",
+            only: list[str] | None = None) -> list[dict[str, float | str]]:
     rows: list[dict[str, float | str]] = []
     for name, suite_scenario in SCENARIOS.items():
+        if only and not any(text in name for text in only):
+            continue
         scenario = dense(suite_scenario) if rungs == "dense" else suite_scenario
         bonferroni = simulate_test(scenario, "bonferroni", campaigns)
         sequential = simulate_test(scenario, "sequential", campaigns, spending=spending)
@@ -81,12 +85,13 @@ def _line(row: dict[str, float | str]) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--campaigns", type=int, default=1000)
-    parser.add_argument("--spending", choices=["pocock", "obrien-fleming"], default="pocock")
+    parser.add_argument("--spending", choices=["early", "pocock", "obrien-fleming"], default="early")
     parser.add_argument("--rungs", choices=["suite", "dense", "both"], default="both")
+    parser.add_argument("--only", nargs="+", metavar="TEXT", help="scenarios whose name contains a TEXT")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     schedules = ["suite", "dense"] if args.rungs == "both" else [args.rungs]
-    rows = [row for rungs in schedules for row in compare(args.campaigns, args.spending, rungs)]
+    rows = [row for rungs in schedules for row in compare(args.campaigns, args.spending, rungs, args.only)]
     if args.json:
         print(json.dumps(rows, indent=2))
     return 0 if all(float(r["best_stopped_sequential"]) <= ALPHA for r in rows) else 1

@@ -9,7 +9,13 @@ import numpy as np
 import pytest
 
 from retrain_ray.campaign.adaptive import permutation, policy
-from retrain_ray.campaign.adaptive.sequential import cumulative_budgets, decide, look_levels, spent_alpha
+from retrain_ray.campaign.adaptive.sequential import (
+    cumulative_budgets,
+    decide,
+    look_levels,
+    relook_level,
+    spent_alpha,
+)
 from retrain_ray.campaign.adaptive.sequential_simulation import simulate_test
 from retrain_ray.campaign.adaptive.simulation import Scenario
 
@@ -20,7 +26,8 @@ CAMPAIGNS = 300
 def test_spending_functions_by_hand():
     assert spent_alpha(0.0, ALPHA) == 0.0
     assert spent_alpha(1.0, ALPHA) == pytest.approx(ALPHA)
-    assert spent_alpha(0.25, ALPHA) == pytest.approx(ALPHA * math.log(1 + (math.e - 1) * 0.25))   # 0.01787
+    assert spent_alpha(0.0625, ALPHA) == pytest.approx(ALPHA * 0.5)                      # 0.0625 ** (1/4) = 0.5
+    assert spent_alpha(0.25, ALPHA, "pocock") == pytest.approx(ALPHA * math.log(1 + (math.e - 1) * 0.25))  # 0.01787
     assert spent_alpha(1.0, ALPHA, "obrien-fleming") == pytest.approx(ALPHA)
     # 2 - 2 Phi(1.959964 / 0.5) = 2 - 2 Phi(3.919928) = 8.86e-5
     assert spent_alpha(0.25, ALPHA, "obrien-fleming") == pytest.approx(8.86e-5, rel=1e-2)
@@ -28,17 +35,25 @@ def test_spending_functions_by_hand():
         spent_alpha(1.5, ALPHA)
 
 
-@pytest.mark.parametrize("spending", ["pocock", "obrien-fleming"])
+@pytest.mark.parametrize("spending", ["early", "pocock", "obrien-fleming"])
 def test_the_levels_of_every_possible_look_sum_to_alpha(spending):
     levels = look_levels((25, 50, 100), 3, 5, ALPHA, spending)
     assert sorted(levels) == [25, 50, 100]
-    assert levels[25] + levels[50] + 3 * levels[100] == pytest.approx(ALPHA)   # 1 look + 2 re-looks at 100
+    assert sum(levels.values()) + 2 * relook_level((25, 50, 100), 3, 5, ALPHA) == pytest.approx(ALPHA)  # 2 re-looks
+    assert relook_level((25, 50, 100), 3, 5, ALPHA) == pytest.approx(ALPHA / policy.planned_looks(3, 3, 5))
 
 
-def test_pocock_spends_more_than_bonferroni_at_the_first_rung():
+def test_the_rungs_share_is_spent_by_rung_index_not_by_step():
+    """Rungs at 10, 20, 100 and at 50, 60, 100 measure the same seeds three times: the same plan."""
+    assert list(look_levels((10, 20, 100), 3, 3, ALPHA).values()) == pytest.approx(
+        list(look_levels((50, 60, 100), 3, 3, ALPHA).values()))
+    assert look_levels((10, 20, 100), 3, 3, ALPHA)[10] == pytest.approx(ALPHA * (1 / 3) ** 0.25)   # 76% of alpha
+
+
+def test_early_spending_gives_the_first_rung_more_than_pocock_and_bonferroni():
     levels = look_levels((25, 50, 100), 3, 5, ALPHA)
-    assert levels[25] > ALPHA / policy.planned_looks(3, 3, 5)
-    assert levels[25] == pytest.approx(spent_alpha(0.25, ALPHA))
+    assert levels[25] > look_levels((25, 50, 100), 3, 5, ALPHA, "pocock")[25] > ALPHA / policy.planned_looks(3, 3, 5)
+    assert levels[25] == pytest.approx(spent_alpha(1 / 3, ALPHA * 3 / 5))
 
 
 # Two conditions of 3 seeds with the values 0..5: the 20 splits of {0..5} into 3 + 3, by the sum S of the
@@ -92,7 +107,7 @@ def test_the_earlier_looks_of_the_same_seeds_leave_the_later_look_its_cumulative
     assert cumulative_budgets(20, (10, 20), 3, 3, 0.2) == pytest.approx([spent_alpha(0.5, 0.2), 0.2])
     joint = _decide(20, 0.2, (10, 20), earlier_values=earlier)
     assert [c.condition for c in joint.stop] == ["bad"] and joint.alpha_per_look == pytest.approx(4 / 20)
-    alone = _decide(20, 0.2, (10, 20))        # no trajectories: this look's own share, 0.2 - 0.124
+    alone = _decide(20, 0.2, (10, 20))        # no trajectories: this look's own share, 0.2 - 0.168
     assert not alone.stop and alone.alpha_per_look == 0.0
 
 
@@ -114,7 +129,7 @@ def test_a_relook_after_seeds_were_added_is_tested_at_its_own_share():
                       max_seeds=5, last_rung=True, can_add_seeds=True, rungs=rungs, min_seeds=3,
                       earlier_values=earlier, relook=1)
     assert not decision.stop and decision.add_seed_to == ("good", "close")
-    assert decision.alpha_per_look <= look_levels(rungs, 3, 5, ALPHA)[100]
+    assert decision.alpha_per_look <= relook_level(rungs, 3, 5, ALPHA)
 
 
 # The scenarios of tests/campaign/test_adaptive_simulation.py where the best condition is at risk, and those where

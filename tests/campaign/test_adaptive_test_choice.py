@@ -45,12 +45,12 @@ def _at_rung(scheduler: AdaptiveScheduler, controller: Controller, trial: Simple
 VALUES = (120.0, 130.0, 0.0, 1.0)
 
 
-def _book(tmp_path, test: str | None) -> tuple[AdaptiveBook, list[str]]:
-    adaptive = {"metric": "rl/nonzero_advantage_action_tokens", "window": 2, "rungs": [2, 4], "min_seeds": 2,
-                "max_seeds": 2, **({"test": test} if test else {})}
+def _book(tmp_path, test: str | None, seeds: int = 2, alpha: float = 0.05) -> tuple[AdaptiveBook, list[str]]:
+    adaptive = {"metric": "rl/nonzero_advantage_action_tokens", "window": 2, "rungs": [2, 4], "min_seeds": seeds,
+                "max_seeds": seeds, "alpha": alpha, **({"test": test} if test else {})}
     toml = write_campaign(tmp_path / "t.toml", base=TINY_RUN, plugins={"search_paths": ["configs/plugins"]},
-                          campaign={"name": "t", "seeds": [1, 2], "max_steps": 6, "max_workers": 2,
-                                    "adaptive": adaptive},
+                          campaign={"name": "t", "seeds": list(range(1, seeds + 1)), "max_steps": 6,
+                                    "max_workers": 2, "adaptive": adaptive},
                           conditions=(GRPO, HOPELESS))
     plan = build_plan(load_config(toml), root=tmp_path)
     assert plan.adaptive is not None
@@ -106,35 +106,42 @@ def test_the_rung_is_decided_by_the_chosen_tests_pure_function(tmp_path, monkeyp
     assert any(line.startswith("grpo+none_s1 paused at rung 2: waiting for ") for line in said), said
 
 
+# 3 seeds a side, alpha 0.2, rungs 2 and 4 (no re-looks): the rungs' share 0.2 is spent 0.168 at rung 2
+# (0.2 * (1/2) ** 0.25) and 0.032 more at rung 4. Of the 20 splits of 3 + 3 seeds, the observed one is the most
+# extreme at rung 4 (p = 2/20) but not at rung 2 (p = 6/20): tested jointly with rung 2 (the splits that crossed
+# rung 2's boundary count against rung 4's 0.2 * 20 = 4), rung 4 stops the hopeless condition; rung 4 alone has
+# 0.032 * 20 < 1 split to spend and stops nothing.
+SEED_RUNS = tuple(f"{c}_s{s}" for c in ("grpo+none", "zero_advantage.zero+none") for s in (1, 2, 3))
+AT_RUNG_2 = (5.0, 0.5, 6.0, 0.0, 4.0, 1.0)
+AT_RUNG_4 = (10.0, 11.0, 12.0, 0.0, 1.0, 2.0)
+
+
 def test_the_sequential_test_reads_each_seeds_earlier_rungs_as_one_trajectory(tmp_path, monkeypatch):
     """At the second rung the scheduler hands the sequential test every seed's value at the first rung too
-    (same seed order), so the look is tested jointly with the earlier one, not alone."""
+    (same seed order), so the look is tested jointly with the earlier one, not alone: with 3 seeds a side
+    the joint test stops where a lone look cannot."""
     monkeypatch.chdir(REPO)
-    book, _ = _book(tmp_path, "sequential")
-    handed: list[object] = []
-    real = sequential.decide
-
-    def seen(*args, **kwargs):  # the real test, recording what the scheduler hands it
-        handed.append(kwargs.get("earlier_values"))
-        return real(*args, **kwargs)
-    monkeypatch.setattr(sequential, "decide", seen)
-    trials = [_trial(n) for n in RUNS]
+    book, _ = _book(tmp_path, "sequential", seeds=3, alpha=0.2)
+    trials = [_trial(n) for n in SEED_RUNS]
     controller = Controller(trials)
-    scheduler = AdaptiveScheduler(book, max_concurrent=4)
+    scheduler = AdaptiveScheduler(book, max_concurrent=6)
     for t in trials:
         scheduler.on_trial_add(controller, t)  # type: ignore[arg-type]
-    for step, values in ((1, VALUES), (3, (125.0, 128.0, 2.0, 3.0))):
+    for step, values in ((1, AT_RUNG_2), (3, AT_RUNG_4)):
         for t, value in zip(trials, values, strict=True):
             t.status = "RUNNING"
             scheduler.on_trial_result(controller, t, {"step": step, "adaptive_value": value})  # type: ignore[arg-type]
             t.status = "PAUSED"
-    recorded = [d for d in book.decisions() if d.step == 4]
-    assert recorded, book.decisions()
-    seeds = {"grpo+none": 2, "zero_advantage.zero+none": 2}
-    values = {"grpo+none": [125.0, 128.0], "zero_advantage.zero+none": [2.0, 3.0]}
-    earlier = {"grpo+none": [[120.0], [130.0]], "zero_advantage.zero+none": [[0.0], [1.0]]}
-    assert handed[-1] == earlier  # 2 seeds a side: the joint and the lone look give the same p here
-    joint = real(4, values, seeds_by_condition=seeds, mode="max", alpha=0.05, max_seeds=2,
-                              last_rung=True, can_add_seeds=False, rungs=[2, 4], min_seeds=2, earlier_values=earlier)
-    assert recorded[0].comparisons[0]["test_level"] == pytest.approx(joint.alpha_per_look)
-    assert [c["p_value"] for c in recorded[0].comparisons] == [pc.p_value for pc in joint.comparisons]
+    first, second = (next(d for d in book.decisions() if d.step == step) for step in (2, 4))
+    assert not first.stopped and first.comparisons[0]["p_value"] == pytest.approx(6 / 20)
+    seeds = {"grpo+none": 3, "zero_advantage.zero+none": 3}
+    values = {"grpo+none": list(AT_RUNG_4[:3]), "zero_advantage.zero+none": list(AT_RUNG_4[3:])}
+    earlier = {"grpo+none": [[v] for v in AT_RUNG_2[:3]], "zero_advantage.zero+none": [[v] for v in AT_RUNG_2[3:]]}
+    settings = {"seeds_by_condition": seeds, "mode": "max", "alpha": 0.2, "max_seeds": 3, "last_rung": True,
+                "can_add_seeds": False, "rungs": [2, 4], "min_seeds": 3}
+    joint = sequential.decide(4, values, earlier_values=earlier, **settings)
+    alone = sequential.decide(4, values, **settings)
+    assert [pc.condition for pc in joint.stop] == ["zero_advantage.zero+none"] and not alone.stop
+    assert [s.condition for s in second.stopped] == ["zero_advantage.zero+none"]
+    assert second.comparisons[0]["test_level"] == pytest.approx(joint.alpha_per_look) != alone.alpha_per_look
+    assert [c["p_value"] for c in second.comparisons] == [pc.p_value for pc in joint.comparisons]

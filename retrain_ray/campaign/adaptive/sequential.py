@@ -6,8 +6,13 @@ strongly correlated; the Bonferroni split (and any union bound) ignores that and
 sliver of `alpha`. Here the correlation is taken from the data: the condition labels of whole seed
 trajectories (a seed's values at every rung so far) are permuted, and for every relabelling the
 statistic (the range of the condition means, i.e. the largest pair difference) is taken at every look.
-`alpha` is spent over the looks by a Lan-DeMets function of the information fraction (`spent_alpha`,
-`look_levels`: cumulative spending at rung k is the sum of the levels up to it); look k's boundary
+`alpha` is split as the Bonferroni split would between the rungs and the re-looks after seeds are
+added (each re-look `alpha / looks`, `relook_level`), and the rungs' share is spent over the rungs by a
+Lan-DeMets function of the rung's index among the rungs (`spent_alpha`, `look_levels`: cumulative
+spending at rung k is the sum of the levels up to it). Every look measures the same seeds, so the
+information does not grow with the step; what grows is the compute a stop saves, most at the first rung,
+so the default ("early", `alpha * (k / rungs) ** 0.25`) spends most there: 56% of the rungs' share at the
+first of 10 rungs, 76% at the first of 3, where Pocock's type spends 16% and 42%. Look k's boundary
 is the lowest value such that the share of relabellings that cross *some* boundary up to look k is at
 most the alpha spent by look k (campaign/adaptive/permutation.py). When looks are correlated the
 relabellings that cross at look k already crossed earlier, so look k's boundary is near the quantile
@@ -43,66 +48,71 @@ from retrain_ray.campaign.adaptive.policy import RungDecision
 from retrain_ray.campaign.adaptive.policy import _seeds_to_add as seeds_to_add  # pyright: ignore[reportPrivateUsage]
 from retrain_ray.results.significance import Family, PairComparison, Verdict, leader_of, welch
 
-Spending = Literal["pocock", "obrien-fleming"]
+Spending = Literal["early", "pocock", "obrien-fleming"]
+EARLY_RHO = 0.25   # "early" spending: alpha * fraction ** EARLY_RHO
 TEST_NAME = "sequential-permutation"
 _TIE = 1e-9   # relative: an observed gap within rounding of a relabelling's statistic ties with it
 
 
-def spent_alpha(fraction: float, alpha: float, spending: Spending = "pocock") -> float:
-    """The family-wise alpha spent by information fraction `fraction` in [0, 1] (Lan-DeMets 1983)."""
+def spent_alpha(fraction: float, alpha: float, spending: Spending = "early") -> float:
+    """The alpha spent by the fraction `fraction` in [0, 1] of the looks (Lan-DeMets 1983): "early" is the
+    power family `alpha * fraction ** (1/4)` (Kim-DeMets with rho = 1/4, front-loaded), "pocock" the
+    Pocock-type `alpha * ln(1 + (e - 1) fraction)`, "obrien-fleming" the O'Brien-Fleming-type."""
     if not 0.0 <= fraction <= 1.0:
         raise ValueError(f"fraction={fraction}: expected 0 <= fraction <= 1")
     if not 0.0 < alpha < 1.0:
         raise ValueError(f"alpha={alpha}: expected 0 < alpha < 1")
     if fraction == 0.0:
         return 0.0
+    if spending == "early":
+        return alpha * fraction ** EARLY_RHO
     if spending == "pocock":
         return alpha * math.log(1.0 + (math.e - 1.0) * fraction)
     z = NormalDist().inv_cdf(1.0 - alpha / 2.0)
     return 2.0 - 2.0 * NormalDist().cdf(z / math.sqrt(fraction))
 
 
+def relook_level(rungs: Sequence[int], min_seeds: int, max_seeds: int, alpha: float) -> float:
+    """The level of each re-look of the last rung after seeds were added: `alpha / planned looks`, the
+    Bonferroni split's level (a re-look is tested alone, so it gets no less than there)."""
+    return alpha / policy.planned_looks(len(rungs), min_seeds, max_seeds)
+
+
 def look_levels(rungs: Sequence[int], min_seeds: int, max_seeds: int, alpha: float,
-                spending: Spending = "pocock") -> dict[int, float]:
-    """The level each look at a rung's step tests at: the rung's spent share, the last rung's share
-    divided between its first look and the `max_seeds - min_seeds` re-looks. The levels of all the
-    looks a campaign may make sum to `alpha` (up to rounding)."""
+                spending: Spending = "early") -> dict[int, float]:
+    """The alpha each rung's first look adds to the spending plan: the rungs' share of `alpha` (all but
+    the re-looks' `relook_level` each) spent over the rung's index among the rungs (k / rungs, not its
+    step: every look measures the same seeds, so the information does not grow with the step). The
+    levels of all the looks a campaign may make, re-looks included, sum to `alpha` (up to rounding)."""
     looks = policy.planned_looks(len(rungs), min_seeds, max_seeds)   # validates the seeds too
     steps = sorted(rungs)
     if len(set(steps)) != len(steps) or steps[0] <= 0:
         raise ValueError(f"rungs={list(rungs)}: expected distinct positive steps")
-    last_looks = 1 + looks - len(steps)
+    rungs_alpha = alpha * len(steps) / looks
     levels: dict[int, float] = {}
     spent = 0.0
-    for step in steps:
-        total = spent_alpha(step / steps[-1], alpha, spending)
-        share = total - spent
+    for k, step in enumerate(steps, start=1):
+        total = spent_alpha(k / len(steps), rungs_alpha, spending)
+        levels[step] = total - spent
         spent = total
-        levels[step] = share / last_looks if step == steps[-1] else share
     return levels
 
 
 def cumulative_budgets(step: int, rungs: Sequence[int], min_seeds: int, max_seeds: int, alpha: float,
-                       spending: Spending = "pocock", relook: int = 0) -> list[float]:
+                       spending: Spending = "early") -> list[float]:
     """The alpha spent by each rung up to `step` (cumulative, the last one at this look): the sum of
-    `look_levels` up to the rung, plus one more last-rung level per `relook` (the re-looks at the last
-    rung after seeds were added: what the spending plan allows by then)."""
+    `look_levels` up to the rung."""
     levels = look_levels(rungs, min_seeds, max_seeds, alpha, spending)
-    steps = sorted(rungs)
     if step not in levels:
         raise ValueError(f"step={step} is not a rung of {list(rungs)}")
-    if not 0 <= relook <= max_seeds - min_seeds:
-        raise ValueError(f"relook={relook}: expected 0..{max_seeds - min_seeds} (max_seeds - min_seeds)")
-    budgets = list(np.cumsum([levels[s] for s in steps if s <= step]))
-    if step == steps[-1]:
-        budgets[-1] += relook * levels[step]
+    budgets = list(np.cumsum([levels[s] for s in sorted(rungs) if s <= step]))
     return [min(float(b), alpha) for b in budgets]
 
 
 def decide(step: int, values_by_condition: Mapping[str, Sequence[float]], *,
            seeds_by_condition: Mapping[str, int], mode: Literal["max", "min"], alpha: float, max_seeds: int,
            last_rung: bool, can_add_seeds: bool, rungs: Sequence[int], min_seeds: int,
-           family: Family = "all-pairs", spending: Spending = "pocock",
+           family: Family = "all-pairs", spending: Spending = "early",
            earlier_values: Mapping[str, Sequence[Sequence[float]]] | None = None, relook: int = 0,
            permutations: int = 2000, seed: int = 0) -> RungDecision:
     """The group-sequential decision at a look: `policy.decide`'s inputs and `RungDecision` (its
@@ -134,11 +144,13 @@ def decide(step: int, values_by_condition: Mapping[str, Sequence[float]], *,
 def _budgets(step: int, rungs: Sequence[int], min_seeds: int, max_seeds: int, alpha: float, spending: Spending,
              relook: int, earlier_values: Mapping[str, Sequence[Sequence[float]]] | None) -> list[float]:
     """The cumulative budgets of the looks tested jointly: all rungs up to `step` with trajectories;
-    only this look's own share without them, and at a re-look (the added seeds change the data the
-    earlier looks were tested on, so a re-look is its own test at its own share: the union bound)."""
+    only this look's own share without them; a re-look's `relook_level` (the added seeds change the data
+    the earlier looks were tested on, so a re-look is its own test at its own share: the union bound)."""
     if step not in rungs:
         raise ValueError(f"step={step} is not a rung of {list(rungs)}")
-    if earlier_values is None or relook > 0:
+    if relook > 0:
+        return [relook_level(rungs, min_seeds, max_seeds, alpha)]
+    if earlier_values is None:
         return [look_levels(rungs, min_seeds, max_seeds, alpha, spending)[step]]
     return cumulative_budgets(step, rungs, min_seeds, max_seeds, alpha, spending)
 

@@ -40,7 +40,7 @@ class TestFigures:
     steps_fraction: float
 
 
-def decider(scenario: Scenario, test: Test, spending: sequential.Spending = "pocock") -> Decider:
+def decider(scenario: Scenario, test: Test, spending: sequential.Spending = "early") -> Decider:
     """The decision function of `test` with the scenario's settings bound."""
     if test == "bonferroni":
         return bonferroni_decider(scenario)
@@ -63,7 +63,7 @@ def simulate_campaign(scenario: Scenario, rng: random.Random, decide: Decider) -
 
 
 def simulate_test(scenario: Scenario, test: Test, campaigns: int = 1000, seed: int = 0,
-                  spending: sequential.Spending = "pocock") -> TestFigures:
+                  spending: sequential.Spending = "early") -> TestFigures:
     """`campaigns` seeded campaigns of `scenario` decided by `test`: the same draws for either test."""
     rng = random.Random(seed)
     decide = decider(scenario, test, spending)
