@@ -250,23 +250,29 @@ def load_adapter(model: LeanLoraModel, folder: str | Path) -> None:
     folder = Path(folder)
     if not (folder / CONFIG_FILE).is_file() or not (folder / WEIGHTS_FILE).is_file():
         raise FileNotFoundError(f"{folder} holds no PEFT adapter ({CONFIG_FILE} and {WEIGHTS_FILE})")
-    loaded = {live_name(k): v for k, v in load_file(str(folder / WEIGHTS_FILE)).items()}
     params = {k: v for k, v in model.state_dict(keep_vars=True).items() if "lora_" in k}
+    copy_adapter_file(folder, params, owner="the model")
+
+
+def copy_adapter_file(folder: Path, params: dict[str, torch.Tensor], *, owner: str) -> None:
+    """Copies the adapter weights saved in `folder` into `params` (live LoRA names) in place: the same names
+    and shapes or an error naming them, `owner` saying whose layers they are ("the model", "run 'a'")."""
+    loaded = {live_name(k): v for k, v in load_file(str(folder / WEIGHTS_FILE)).items()}
     unexpected, missing = sorted(set(loaded) - set(params)), sorted(set(params) - set(loaded))
     if unexpected or missing:
-        raise KeyError(f"adapter in {folder} does not match the model's LoRA layers: unexpected keys "
+        raise KeyError(f"adapter in {folder} does not match {owner}'s LoRA layers: unexpected keys "
                        f"{unexpected[:3]}, missing keys {missing[:3]} (same lora_rank, target modules and layers?)")
     for name, tensor in loaded.items():
         if tensor.shape != params[name].shape:
-            raise ValueError(f"adapter in {folder}: {name} has shape {tuple(tensor.shape)}, the model's is "
+            raise ValueError(f"adapter in {folder}: {name} has shape {tuple(tensor.shape)}, {owner}'s is "
                              f"{tuple(params[name].shape)} (a different lora_rank?)")
     with torch.no_grad():
         for name, tensor in loaded.items():
             params[name].copy_(tensor.to(device=params[name].device, dtype=params[name].dtype))
 
 
-__all__ = ["DEFAULT_TARGET_MODULES", "LoraSettings", "apply_full", "apply_lora", "prepare_trainable",
-           "present_target_modules"]
+__all__ = ["DEFAULT_TARGET_MODULES", "LoraSettings", "apply_full", "apply_lora", "copy_adapter_file",
+           "prepare_trainable", "present_target_modules"]
 
 
 def present_target_modules(model: torch.nn.Module, requested: tuple[str, ...]) -> list[str]:

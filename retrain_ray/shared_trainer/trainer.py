@@ -23,7 +23,7 @@ from collections.abc import Generator, Mapping, Sequence
 from pathlib import Path
 
 import torch
-from safetensors.torch import load_file, save_file  # pyright: ignore[reportUnknownVariableType]
+from safetensors.torch import save_file  # pyright: ignore[reportUnknownVariableType]
 
 from retrain_ray.backends.local import checkpoint as ckpt
 from retrain_ray.backends.local.policy import PolicySettings
@@ -35,7 +35,7 @@ from retrain_ray.models.lean_loading import load_lean_model_and_tokenizer
 from retrain_ray.models.lean_lora import (
     CONFIG_FILE,
     WEIGHTS_FILE,
-    live_name,
+    copy_adapter_file,
     peft_adapter_config,
     saved_name,
 )
@@ -186,17 +186,6 @@ class SharedTrainer:
         folder = directory / ckpt.ADAPTER_DIR
         if not (folder / WEIGHTS_FILE).is_file():
             raise FileNotFoundError(f"{folder} holds no PEFT adapter: is {directory} a LoRA checkpoint?")
-        loaded = {live_name(k): v for k, v in load_file(str(folder / WEIGHTS_FILE)).items()}
-        params = adapter.named
-        if set(loaded) != set(params):
-            raise KeyError(f"adapter in {folder} does not match run {run_id!r}'s LoRA layers: unexpected keys "
-                           f"{sorted(set(loaded) - set(params))[:3]}, missing {sorted(set(params) - set(loaded))[:3]}")
-        for name, tensor in loaded.items():
-            if tensor.shape != params[name].shape:
-                raise ValueError(f"adapter in {folder}: {name} has shape {tuple(tensor.shape)}, run {run_id!r}'s is "
-                                 f"{tuple(params[name].shape)} (a different lora_rank?)")
-        with torch.no_grad():
-            for name, tensor in loaded.items():
-                params[name].copy_(tensor.to(device=params[name].device, dtype=params[name].dtype))
+        copy_adapter_file(folder, dict(adapter.named), owner=f"run {run_id!r}")
         adapter.version = ckpt.load_optimizer(adapter.optimizer, directory)
 
