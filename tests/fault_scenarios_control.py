@@ -94,12 +94,13 @@ def driver_sigterm(trials: int, rng: random.Random, root: Path) -> list[Trial]:
 def _kill_recorder(cdir: Path, at_rows: int, namespace: str, killed: list[tuple[int, float]]) -> None:
     import ray
 
+    from retrain_ray.campaign.plan import actor_scope
     from retrain_ray.campaign.recorder import recorder_name
 
     deadline = time.monotonic() + 300
     while rows_logged(cdir) < at_rows and time.monotonic() < deadline:
         time.sleep(0.05)
-    handle = ray.get_actor(recorder_name(cdir.name), namespace=namespace)
+    handle = ray.get_actor(recorder_name(actor_scope(cdir.name, cdir)), namespace=namespace)
     pid = ray.get(handle.pid.remote(), timeout=60)
     os.kill(pid, signal.SIGKILL)
     killed.append((pid, time.time()))

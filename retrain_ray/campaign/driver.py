@@ -295,10 +295,10 @@ class Campaign:
 
     def _start_actors(self, namespace: str) -> _Actors:
         p = self.plan
-        recorder = start_recorder(p.name, p.campaign_dir, namespace=namespace)
-        gate = (start_gate(p.name, p.schedule.stagger_seconds, namespace=namespace)
+        recorder = start_recorder(p.actor_scope, p.campaign_dir, namespace=namespace)
+        gate = (start_gate(p.actor_scope, p.schedule.stagger_seconds, namespace=namespace)
                 if p.schedule.stagger_seconds > 0 else None)
-        control = start_control_plane(self.config, p.name, namespace=namespace, campaign_dir=p.campaign_dir)
+        control = start_control_plane(self.config, p.actor_scope, namespace=namespace, campaign_dir=p.campaign_dir)
         return _Actors(recorder, gate, control)
 
 

@@ -85,7 +85,7 @@ def build_tuner(plan: CampaignPlan, manifest: Manifest, *, namespace: str, contr
                 observer: CampaignObserver, resuming: bool, plugins: PluginBundle | None) -> tune.Tuner:
     """The campaign's tuner: restored from `plan.tune_path` when `resuming`, else a new experiment."""
     adaptive = plan.adaptive
-    ctx = TrialContext(campaign=plan.name, namespace=namespace, runs=PlanRefs.put(plan.all_runs),
+    ctx = TrialContext(campaign=plan.name, namespace=namespace, scope=plan.actor_scope, runs=PlanRefs.put(plan.all_runs),
                        control=control, runner=runner, timeout_s=plan.schedule.trial_start_timeout_s,
                        mlflow_experiments=mlflow_experiments(plan), finished=finished_runs(manifest),
                        plugins=plugins, tune_dir=plan.local_tune_path,

@@ -15,6 +15,7 @@ writes its Arrow logs there, and the run's own working directory (checkpoints, l
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -95,6 +96,12 @@ class Schedule:
     trial_start_timeout_s: float
 
 
+def actor_scope(name: str, campaign_dir: Path) -> str:
+    """`CampaignPlan.actor_scope` of the campaign `name` in `campaign_dir`."""
+    digest = hashlib.sha1(str(campaign_dir.resolve()).encode(), usedforsecurity=False).hexdigest()[:8]
+    return f"{name}@{digest}"
+
+
 @dataclass(frozen=True)
 class CampaignPlan:
     name: str
@@ -117,6 +124,14 @@ class CampaignPlan:
         """Whether Tune keeps a pointer to each run checkpoint rather than a copy (campaign/resume/pointer.py):
         `[campaign] tune_copies = "pointer"` and Tune's storage is the campaign directory itself."""
         return self.tune_copies == "pointer" and self.tune_storage in ("", str(self.campaign_dir))
+
+    @property
+    def actor_scope(self) -> str:
+        """The name the campaign's named actors (recorder, gate, throttles, back pressure, shared engine,
+        split runs) are registered under: the campaign's name and its directory's digest, so two campaigns of
+        one name (two users' `smoke`, two `ray job submit`s of one TOML with other log dirs) on one cluster
+        never share an actor, while a resumed campaign (same directory) gets the same names."""
+        return actor_scope(self.name, self.campaign_dir)
 
     @property
     def all_runs(self) -> list[RunPlan]:

@@ -87,6 +87,8 @@ class TrialContext:
 
     campaign: str
     namespace: str
+    # the name the campaign's named actors are registered under (CampaignPlan.actor_scope)
+    scope: str
     runs: Mapping[str, RunPlan]  # PlanRefs in a campaign: each trial fetches only its own run's plan
     control: ControlPlane
     runner: str | Runner = DEFAULT_RUNNER
@@ -164,12 +166,12 @@ def resolve_runner(runner: str | Runner) -> Runner:
 
 def _observers(ctx: TrialContext, plan: RunPlan, reporter: TuneReporter) -> list[RunObserver]:
     """Recorder, Tune reports, gauges and the experiment trackers the run's config asks for."""
-    handle = ray.get_actor(recorder_name(ctx.campaign), namespace=ctx.namespace)  # pyright: ignore[reportUnknownMemberType, reportUnknownVariableType]
+    handle = ray.get_actor(recorder_name(ctx.scope), namespace=ctx.namespace)  # pyright: ignore[reportUnknownMemberType, reportUnknownVariableType]
     identity = RunIdentity(plan.run_name, plan.condition, plan.seed, campaign=ctx.campaign)
     return [
         RecorderClient(handle, plan.run_name, timeout_s=ctx.timeout_s, jsonl=plan.config.logging.jsonl),  # pyright: ignore[reportUnknownArgumentType]
         reporter,
-        RunGauges(ctx.campaign, plan.run_name, plan.condition),
+        RunGauges(ctx.scope, plan.run_name, plan.condition),
         *build_trackers(plan.config, identity, plan.work_dir,
                         mlflow_experiment_id=ctx.mlflow_experiments.get(plan.run_name, "")),
     ]
@@ -190,7 +192,7 @@ class _RecorderLog:
     """The campaign's recorder actor as the `RunLog` the resume decision reads (campaign/resume/point.py)."""
 
     def __init__(self, ctx: TrialContext) -> None:
-        handle = ray.get_actor(recorder_name(ctx.campaign), namespace=ctx.namespace)  # pyright: ignore[reportUnknownMemberType, reportUnknownVariableType]
+        handle = ray.get_actor(recorder_name(ctx.scope), namespace=ctx.namespace)  # pyright: ignore[reportUnknownMemberType, reportUnknownVariableType]
         self.handle = cast("_RecorderHandle", handle)  # a Ray actor handle: its methods are untyped
         self.timeout_s = ctx.timeout_s
 
@@ -279,7 +281,7 @@ def run_trial(config: Mapping[str, str], context: TrialContext) -> None:
     _RUNS_IN_PROCESS[0] += 1
     _set_threads(cpu_threads(plan))
     _limit_gpu_memory(plan.gpu_share)
-    wait_for_start_slot(context.campaign, context.namespace, timeout_s=context.timeout_s)
+    wait_for_start_slot(context.scope, context.namespace, timeout_s=context.timeout_s)
     checkpoint = cast("tune.Checkpoint | None", tune.get_checkpoint())  # pyright: ignore[reportUnknownMemberType]
     if checkpoint is None:
         outcome, reporter = _run(context, plan, None)
@@ -344,7 +346,7 @@ def split_policy(ctx: TrialContext, plan: RunPlan) -> Generator[Policy | None]:
     # deferred: loads torch, which importing this module does not need
     from retrain_ray.actors.run_actors import start_split_actors, stop_split_actors
 
-    actors = start_split_actors(plan.config, name=f"{ctx.campaign}/{plan.run_name}",
+    actors = start_split_actors(plan.config, name=f"{ctx.scope}/{plan.run_name}",
                                 namespace=ctx.namespace, timeout_s=ctx.timeout_s)
     try:
         _record_placement(Path(plan.work_dir), actors)

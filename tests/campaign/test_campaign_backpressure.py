@@ -30,6 +30,7 @@ from retrain_ray.actors.backpressure import backpressure_name
 from retrain_ray.actors.throttle import get_throttle
 from retrain_ray.backpressure.arrow_log import read_decision_log
 from retrain_ray.campaign import Campaign
+from retrain_ray.campaign.plan import actor_scope
 
 CAPACITY = 8
 WARMUP = 4
@@ -102,12 +103,13 @@ def _assert_changes_only_on_decisions(log) -> None:
 
 
 def test_pooled_capacity_reaches_the_shared_endpoint_throttle(campaign):
-    name, _, _ = campaign
-    handle = get_throttle(name, "tinker", ray.get_runtime_context().namespace)
+    name, _, results = campaign
+    scope = actor_scope(name, results.campaign_dir)
+    handle = get_throttle(scope, "tinker", ray.get_runtime_context().namespace)
     stats = dataclasses.asdict(ray.get(handle.stats.remote(), timeout=30))
     print(f"tinker throttle after the campaign: {stats}")
     assert stats["capacity"] != CAPACITY and 1 <= stats["capacity"] <= 2  # pooled warmup for two runs
-    bp = ray.get_actor(backpressure_name(name), namespace=ray.get_runtime_context().namespace)
+    bp = ray.get_actor(backpressure_name(scope), namespace=ray.get_runtime_context().namespace)
     settings = ray.get(bp.snapshot.remote(), timeout=30)["settings"]
     assert settings["max_capacity"] == CAPACITY  # bounded by [backend] max_concurrent, not the default 64
     assert stats["granted"] > 0 and stats["in_flight"] == 0

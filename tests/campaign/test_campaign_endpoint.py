@@ -34,6 +34,7 @@ from helpers import free_port, wait_for, write_campaign
 from ray import cloudpickle
 
 from retrain_ray.campaign import Campaign
+from retrain_ray.campaign.plan import actor_scope
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
@@ -84,7 +85,8 @@ class LeaseKiller(threading.Thread):
         from retrain_ray.actors.throttle import get_throttle
 
         try:
-            return get_throttle(self.campaign, "inference", ray.get_runtime_context().namespace)
+            scope = actor_scope(self.campaign, self.runs_dir.parent)  # the campaign's actors' names
+            return get_throttle(scope, "inference", ray.get_runtime_context().namespace)
         except LookupError:
             return None
 
@@ -127,7 +129,7 @@ def test_six_runs_share_an_endpoint_through_a_throttle_of_two_and_survive_a_kill
     elapsed = time.monotonic() - started
     killer.join(timeout=5)
     stats = endpoint_stats(endpoint)
-    throttle_stats = _throttle_stats(name)
+    throttle_stats = _throttle_stats(actor_scope(name, tmp_path / name))
     print(f"campaign {elapsed:.1f} s; endpoint with throttle(2): {stats}; killed {killer.killed}; "
           f"throttle {throttle_stats}")
 
@@ -142,13 +144,13 @@ def test_six_runs_share_an_endpoint_through_a_throttle_of_two_and_survive_a_kill
     assert set(runs) <= models  # each run uploaded its weights under its own adapter name
 
 
-def _throttle_stats(campaign: str) -> dict:
-    """The stats of the campaign's inference throttle (the actor outlives `run()`: the driver owns it)."""
+def _throttle_stats(scope: str) -> dict:
+    """The stats of the campaign's inference throttle (`scope`: CampaignPlan.actor_scope) (the actor outlives `run()`: the driver owns it)."""
     import dataclasses
 
     from retrain_ray.actors.throttle import get_throttle
 
-    handle = get_throttle(campaign, "inference", ray.get_runtime_context().namespace)
+    handle = get_throttle(scope, "inference", ray.get_runtime_context().namespace)
     return dataclasses.asdict(ray.get(handle.stats.remote(), timeout=30))
 
 

@@ -109,12 +109,13 @@ def test_sigterm_to_a_campaign_driver_stops_it_like_ctrl_c_and_resume_completes_
 def _kill_recorder_when_rows(cdir: Path, campaign: str, namespace: str, killed: list[int]) -> None:
     import ray
 
+    from retrain_ray.campaign.plan import actor_scope
     from retrain_ray.campaign.recorder import recorder_name
 
     deadline = time.monotonic() + 300
     while rows_logged(cdir) < 2 and time.monotonic() < deadline:
         time.sleep(0.2)
-    handle = ray.get_actor(recorder_name(campaign), namespace=namespace)
+    handle = ray.get_actor(recorder_name(actor_scope(campaign, cdir)), namespace=namespace)
     pid = ray.get(handle.pid.remote(), timeout=60)
     os.kill(pid, signal.SIGKILL)
     killed.append(pid)

@@ -30,11 +30,12 @@ TRAINING = {"batch_size": 2, "group_size": 2, "max_tokens": 3, "lr": 3e-3, "save
 
 def _kill_throttle_after_rows(cdir: Path, campaign: str, namespace: str, killed: list[int]) -> None:
     from retrain_ray.actors.throttle import get_throttle
+    from retrain_ray.campaign.plan import actor_scope
 
     deadline = time.monotonic() + 300
     while rows_logged(cdir) < 2 and time.monotonic() < deadline:
         time.sleep(0.2)
-    handle = get_throttle(campaign, "inference", namespace)
+    handle = get_throttle(actor_scope(campaign, cdir), "inference", namespace)
     pid = ray.get(handle.pid.remote(), timeout=60)
     os.kill(pid, signal.SIGKILL)
     killed.append(pid)

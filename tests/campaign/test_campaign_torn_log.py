@@ -46,6 +46,7 @@ def tearing_runner(config, **kwargs):
     """train_run whose first attempt tears its metrics log at the checkpoint after step TEAR_AT, then fails."""
     import ray
 
+    from retrain_ray.campaign.plan import actor_scope
     from retrain_ray.campaign.recorder import recorder_name
     from retrain_ray.logs.types import RunObserver
     from retrain_ray.run.train import train_run
@@ -57,8 +58,9 @@ def tearing_runner(config, **kwargs):
         def on_checkpoint(self, step, directory, **info):
             if step != TEAR_AT or marker.exists():
                 return
-            campaign = log_dir.parent.parent.name
-            ray.get(ray.get_actor(recorder_name(campaign)).close_run.remote(kwargs["run_name"]), timeout=60)
+            cdir = log_dir.parent.parent
+            recorder = ray.get_actor(recorder_name(actor_scope(cdir.name, cdir)))
+            ray.get(recorder.close_run.remote(kwargs["run_name"]), timeout=60)
             path = log_dir / "metrics.arrows"
             bounds = batch_bounds(path)
             cut = (bounds[-2] + bounds[-1]) // 2  # the middle of the last record batch

@@ -36,6 +36,7 @@ def test_four_lora_runs_share_one_vllm_engine(ray_4cpu_4gpu, tmp_path):
     from retrain_ray.actors.shared_vllm import shared_engine_name
     from retrain_ray.actors.throttle import get_throttle
     from retrain_ray.campaign import Campaign
+    from retrain_ray.campaign.plan import actor_scope
 
     name = "shared-vllm"
     toml = write_campaign(tmp_path / "c.toml", **SECTIONS, logging={"log_dir": f"{tmp_path}/logs"}, campaign={
@@ -46,13 +47,14 @@ def test_four_lora_runs_share_one_vllm_engine(ray_4cpu_4gpu, tmp_path):
     assert len(runs) == 4 and all(r.status == "completed" for r in runs.values()), runs
 
     namespace = ray.get_runtime_context().namespace
-    engine = ray.get_actor(shared_engine_name(name), namespace=namespace)
+    scope = actor_scope(name, results.campaign_dir)  # the campaign's actors' names (CampaignPlan.actor_scope)
+    engine = ray.get_actor(shared_engine_name(scope), namespace=namespace)
     adapters = {run: ray.get(engine.adapter.remote(run), timeout=60) for run in runs}
     versions = {run: ray.get(engine.version.remote(run), timeout=60) for run in runs}
     for run, adapter in adapters.items():
         assert re.fullmatch(rf"{re.escape(run)}-v{versions[run]}", adapter), (run, adapter)
         assert versions[run] >= 1
-    throttle = get_throttle(name, "inference", namespace)
+    throttle = get_throttle(scope, "inference", namespace)
     stats = dataclasses.asdict(ray.get(throttle.stats.remote(), timeout=30))
     assert stats["granted"] > 0 and stats["peak_in_flight"] <= 2, stats
     figures = ray.get(engine.engine_figures.remote(), timeout=60)
