@@ -47,15 +47,16 @@ COMMAND = ('mkdir -p {adapter_path} && printf \'{{"step": 0, "loss": 1.0}}\\n{{"
            '> {log_dir}/metrics.jsonl')
 
 
-def campaign_toml(path: Path, *, runs: int, steps: int, workers: int, trainer: str, gpus: bool) -> Path:
-    """A campaign of `runs` seeds of one condition, each `steps` steps of the built-in tiny model (or a command)."""
+def campaign_toml(path: Path, *, runs: int, steps: int, workers: int, trainer: str) -> Path:
+    """A campaign of `runs` seeds of one condition, each `steps` steps of the built-in tiny model (or a command),
+    on CPU (the simulated nodes' GPUs are fake: torch cannot use them, so runs are placed by their CPUs)."""
     training = ("batch_size = 2\ngroup_size = 4\nmax_tokens = 4\nlr = 3e-3\nsave_every = 1\n"
                 "keep_last_checkpoints = 2\nsft_warmup_steps = 0\n")
     if trainer == "command":
         training += f"trainer = \"command\"\ntrainer_command = {json.dumps(COMMAND)}\n"
     path.write_text(
         "[model]\nmodel = \"builtin:tiny\"\nfinetune = \"lora\"\nlora_rank = 4\n\n"
-        f"[backend]\ndevices = \"{'gpu' if gpus else 'cpu'}\"\n\n"
+        "[backend]\ndevices = \"cpu\"\n\n"
         "[data]\nsource = \"builtin\"\ntask = \"first_digit\"\n\n"
         "[reward]\ntype = \"custom\"\ncustom_module = \"operator:lt\"\n\n"
         f"[training]\n{training}\n"
@@ -135,7 +136,7 @@ def own_time(result: dict[str, object]) -> float:
 
 def measure(runs: int, args: argparse.Namespace, workdir: Path) -> dict[str, float]:
     toml = campaign_toml(workdir / f"scale{runs}.toml", runs=runs, steps=args.steps, workers=args.workers,
-                         trainer=args.trainer, gpus=bool(args.nodes))
+                         trainer=args.trainer)
     env = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
     out = subprocess.run([sys.executable, __file__, "--child", str(toml), str(workdir / "campaigns"),
                           "--nodes", str(args.nodes)], capture_output=True, text=True, env=env,
