@@ -275,3 +275,23 @@ def slow_workdir(workdir: Path) -> Path:
     (workdir / "plugins").mkdir(parents=True, exist_ok=True)
     shutil.copy(REPO / "tests" / "fixtures" / "plugins" / "slow_reward.py", workdir / "plugins" / "slow_reward.py")
     return workdir
+
+
+def run_scenario(script: str, out: Path, *, prefix: str, timeout_s: float) -> dict:
+    """Runs `python tests/<script> OUT` in its own session and Ray temp dir (a simulated Cluster cannot share
+    the test session's Ray), kills whatever of it is left, and returns the last JSON line it printed."""
+    ray_tmp = short_temp_dir(prefix)
+    log = out / "scenario.log"
+    proc = start([PYTHON, f"tests/{script}", str(out)], env=isolated_env(ray_tmp), log=log)
+    try:
+        proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        raise
+    finally:
+        kill_owned(proc.pid, ray_tmp)
+        remove_temp_dir(ray_tmp)
+    text = log.read_text()
+    lines = [ln for ln in text.splitlines() if ln.startswith("{")]
+    assert proc.returncode == 0 and lines, text[-4000:]
+    return json.loads(lines[-1])

@@ -8,33 +8,13 @@ test asserts on it and then kills whatever of that process session is left.
 
 from __future__ import annotations
 
-import json
-import os
-import signal
-import subprocess
-
 import pytest
-from campaign_helpers import PYTHON, isolated_env, kill_owned, remove_temp_dir, short_temp_dir, start
+from campaign_helpers import run_scenario
 
 
 @pytest.fixture(scope="module")
 def scenarios(tmp_path_factory):
-    out = tmp_path_factory.mktemp("nodes")
-    ray_tmp = short_temp_dir("rrn")
-    log = out / "scenarios.log"
-    proc = start([PYTHON, "tests/cluster_scenarios.py", str(out)], env=isolated_env(ray_tmp), log=log)
-    try:
-        proc.wait(timeout=420)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        raise
-    finally:
-        kill_owned(proc.pid, ray_tmp)
-        remove_temp_dir(ray_tmp)
-    text = log.read_text()
-    lines = [ln for ln in text.splitlines() if ln.startswith("{")]
-    assert proc.returncode == 0 and lines, text[-4000:]
-    return json.loads(lines[-1])
+    return run_scenario("cluster_scenarios.py", tmp_path_factory.mktemp("nodes"), prefix="rrn", timeout_s=420)
 
 
 @pytest.mark.slow

@@ -7,13 +7,8 @@ The scenario runs in a child process (tests/two_campaigns_scenario.py) with its 
 
 from __future__ import annotations
 
-import json
-import os
-import signal
-import subprocess
-
 import pytest
-from campaign_helpers import PYTHON, isolated_env, kill_owned, remove_temp_dir, short_temp_dir, start
+from campaign_helpers import run_scenario
 
 from retrain_ray.campaign.plan import actor_scope
 
@@ -22,20 +17,7 @@ from retrain_ray.campaign.plan import actor_scope
 @pytest.mark.cluster
 @pytest.mark.timeout(720)
 def test_two_campaigns_of_one_name_on_one_cluster_complete_apart(tmp_path):
-    ray_tmp = short_temp_dir("rr2")
-    log = tmp_path / "scenario.log"
-    proc = start([PYTHON, "tests/two_campaigns_scenario.py", str(tmp_path)], env=isolated_env(ray_tmp), log=log)
-    try:
-        proc.wait(timeout=660)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        raise
-    finally:
-        kill_owned(proc.pid, ray_tmp)
-        remove_temp_dir(ray_tmp)
-    lines = [ln for ln in log.read_text().splitlines() if ln.startswith("{")]
-    assert proc.returncode == 0 and lines, log.read_text()[-4000:]
-    result = json.loads(lines[-1])
+    result = run_scenario("two_campaigns_scenario.py", tmp_path, prefix="rr2", timeout_s=660)
     assert result["codes"] == {"a": 0, "b": 0}, [(tmp_path / f"{w}.log").read_text()[-3000:] for w in "ab"]
     for which in ("a", "b"):
         runs = result["runs"][which]
