@@ -29,6 +29,7 @@ from retrain_ray.campaign.adaptive.plan import AdaptivePlan, adaptive_plan
 from retrain_ray.campaign.capacity.packing import Packing, packed_config, plan_packing
 from retrain_ray.campaign.capacity.placement import Placement, parse_devices
 from retrain_ray.checks.preflight import model_problems
+from retrain_ray.checks.shared_trainer import member_problems
 from retrain_ray.config.campaign_schema import RULES, name_problem
 from retrain_ray.config.matrix import RunSpec, expand_runs
 from retrain_ray.logs.manifest import RunRecord
@@ -275,6 +276,8 @@ def build_plan(config: RetrainConfig, *, name: str | None = None, root: str | Pa
         problems.append(f"run names repeat: {dupes}; make [[campaign.conditions]] or [campaign].seeds unique")
     if not specs:
         problems.append("the campaign has no runs: [campaign].seeds or [[campaign.conditions]] is empty")
+    if campaign.shared_trainer:
+        problems += member_problems({r.run_name: r.config for r in runs})
     schedule, errs = _schedule(campaign, len(runs))
     problems += errs
     storage, errs = tune_storage(campaign, cname, campaign_dir) if probe else (str(campaign_dir), [])

@@ -27,6 +27,7 @@ from retrain_ray.backends.registry import (
     engine_spec,
     option_notes,
 )
+from retrain_ray.checks.shared_trainer import shared_trainer_issues
 from retrain_ray.config.base import Section, check_choice
 from retrain_ray.config.errors import ConfigIssue, did_you_mean
 from retrain_ray.config.names import (
@@ -544,6 +545,7 @@ RULES: tuple[Rule, ...] = (
     lambda cfg: _data_and_reward(cfg.data, cfg.reward, cfg.backpressure),
     lambda cfg: _squeeze(cfg.squeeze, cfg.campaign, cfg.model, cfg.backend),
     lambda cfg: _adaptive(cfg.campaign),
+    shared_trainer_issues,
     lambda cfg: trainer_config_issues(TrainerSettings(cfg.training, cfg.algorithm, cfg.environment, cfg.campaign)),
 )
 """Each rule with the sections it reads."""

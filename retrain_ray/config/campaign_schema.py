@@ -148,6 +148,10 @@ class CampaignSection(Section):
     # One-GPU runs packed N to a card (fractional GPU bundles of 1/N; vLLM's gpu_memory_utilization and
     # the trainer's memory split N ways): campaign/capacity/packing.py. 1 = a whole GPU per run.
     runs_per_gpu: Int = Field(default=1, ge=1)
+    # The campaign's LoRA runs train on one base model copy per node (per GPU where runs hold GPUs): one
+    # trainer actor holds every member's adapter and AdamW state and coalesces their steps
+    # (actors/shared_trainer.py; refused with the reason for runs that cannot share: checks/shared_trainer.py).
+    shared_trainer: Bool = False
     # Memory of one GPU of the cluster, for the packing check (the planning machine may have no GPU).
     gpu_memory_gib: Float = Field(default=80.0, gt=0.0)
     # Where Tune keeps run checkpoints and experiment state: "" (the campaign directory), or a pyarrow

@@ -1,0 +1,123 @@
+"""`[campaign] shared_trainer = true`: which runs can train on one shared base model copy, checked before Ray.
+
+Two checks, each naming the reason and the fix:
+
+* `shared_trainer_issues(cfg)` (a rule of every config, checks/rules.py `RULES`): what one run must be to
+  join a shared trainer: LoRA (full fine-tuning trains its own base), the local backend (a remote or plugin
+  backend trains elsewhere), the PyTorch engine (it samples from the trainer's copy), a built-in model (the
+  shared trainer wraps the lean Llama), LoRA dropout 0 (its random masks could not follow the solo run's), no
+  supervised warm start (the shared trainer has RL steps only), one device (no split placement).
+* `member_problems(configs)` (the campaign plan, over every run of the matrix): what the members must share
+  with each other: the base model (and revision), its dtype, the LoRA target modules and layers. Ranks and
+  alphas may differ: the shared trainer pads adapters to the largest rank.
+
+They mirror `SharedTrainer.join_problems`, which the trainer actor asks again when each run joins (so a run
+that slipped past, a plugin's or an edited config's, is refused there with the same reasons); these read the
+config alone, so `explain` and the driver need no model and no torch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+from retrain_ray.backends.registry import backend_spec, lora_targets_of, resolved_options
+from retrain_ray.config.errors import ConfigIssue
+from retrain_ray.models.context import lean_applies
+from retrain_ray.plugins.loader import is_dotted_path
+
+if TYPE_CHECKING:
+    from retrain_ray.config.schema import RetrainConfig
+
+KEY = "campaign.shared_trainer"
+SAMPLER = "pytorch"
+"""The engine that samples from the shared trainer's copy (the embedded default)."""
+
+
+def shares(cfg: RetrainConfig) -> bool:
+    """Whether `cfg`'s campaign trains its runs on a shared trainer."""
+    return cfg.campaign is not None and cfg.campaign.shared_trainer
+
+
+def shared_trainer_issues(cfg: RetrainConfig) -> list[ConfigIssue]:
+    """Every reason a run of `cfg` cannot join a shared trainer (empty when it can, or when not asked)."""
+    if not shares(cfg):
+        return []
+    return [ConfigIssue(KEY, True, message, fix) for message, fix in _run_problems(cfg)]
+
+
+def _run_problems(cfg: RetrainConfig) -> list[tuple[str, str]]:
+    alone = "or set [campaign] shared_trainer = false"
+    problems: list[tuple[str, str]] = []
+    if cfg.model.finetune != "lora":
+        problems.append((f"[model] finetune = {cfg.model.finetune!r}: only LoRA runs share one base model copy",
+                         f'set [model] finetune = "lora", {alone}'))
+    spec = backend_spec(cfg.backend.backend)
+    if not spec.trains_locally:
+        where = "a plugin backend" if spec.is_plugin else "a remote backend"
+        problems.append((f"[backend] backend = {cfg.backend.backend!r} is {where}: it trains elsewhere, not on the "
+                         "shared copy", f'set [backend] backend = "local", {alone}'))
+    if cfg.inference.engine != SAMPLER or is_dotted_path(cfg.inference.engine):
+        problems.append((f"[inference] engine = {cfg.inference.engine!r}: the shared trainer's runs sample from its "
+                         "copy with the PyTorch engine", f'set [inference] engine = "pytorch", {alone}'))
+    if not lean_applies(cfg.model.model, trust_remote_code=bool(cfg.backend.options.get("trust_remote_code"))):
+        problems.append((f"[model] model = {cfg.model.model!r}: the shared trainer runs built-in models "
+                         "(builtin:...) only for now", f"use a builtin: model, {alone}"))
+    if cfg.lora.dropout > 0:
+        problems.append((f"[lora] dropout = {cfg.lora.dropout}: its random masks could not follow the solo run's",
+                         f"set [lora] dropout = 0, {alone}"))
+    problems += _step_problems(cfg, alone)
+    return problems
+
+
+def _step_problems(cfg: RetrainConfig, alone: str) -> list[tuple[str, str]]:
+    problems: list[tuple[str, str]] = []
+    t = cfg.training
+    if t.sft_warmup_steps > 0 or t.trainer != "retrain":
+        what = f"trainer = {t.trainer!r}" if t.trainer != "retrain" else f"sft_warmup_steps = {t.sft_warmup_steps}"
+        problems.append((f"[training] {what}: the shared trainer makes RL steps only (no supervised or "
+                         "outside-the-loop steps)", f"use [training] trainer = \"retrain\" with sft_warmup_steps = 0, {alone}"))
+    if "," in cfg.backend.devices:
+        problems.append((f"[backend] devices = {cfg.backend.devices!r}: a shared trainer's member holds no device "
+                         "of its own (no split placement)", f'set [backend] devices = "cpu" or "gpu", {alone}'))
+    if cfg.inference.shared:
+        problems.append(("[inference] shared = true: the shared trainer samples from its own copy, not from the "
+                         "shared vLLM engine", f"set [inference] shared = false, {alone}"))
+    return problems
+
+
+def member_problems(configs: Mapping[str, RetrainConfig]) -> list[str]:
+    """Every reason the runs (run name -> its own config, a condition's overrides applied) cannot train on one
+    shared trainer: a run that cannot join (a condition may override the base config), then what the members
+    differ in that they must share. Empty: they can train together."""
+    problems: dict[str, list[str]] = {}
+    for run_name, cfg in configs.items():
+        for message, fix in _run_problems(cfg):
+            problems.setdefault(f"{KEY}: {message}. Fix: {fix}", []).append(run_name)
+    found = [f"{text} (runs {', '.join(runs[:3])}{', ...' if len(runs) > 3 else ''})" for text, runs in problems.items()]
+    return found + _differences(list(configs.values()))
+
+
+def _differences(configs: list[RetrainConfig]) -> list[str]:
+    fields = {"[model] model": _model, "[inference] dtype": lambda c: c.inference.dtype,
+              "LoRA target modules and layers (lora_target_modules, lora_layers_to_transform, lora_layers_pattern)":
+                  _targets}
+    problems: list[str] = []
+    for what, read in fields.items():
+        seen = sorted({read(c) for c in configs})
+        if len(seen) > 1:
+            problems.append(f"{KEY}: the runs differ in {what}: {seen[:3]}; the members of a shared trainer share "
+                            f"one base copy and its adapted modules. Fix: give every condition the same {what}, "
+                            "or set [campaign] shared_trainer = false")
+    return problems
+
+
+def _model(cfg: RetrainConfig) -> str:
+    return f"{cfg.model.model}@{cfg.model.revision}" if cfg.model.revision else cfg.model.model
+
+
+def _targets(cfg: RetrainConfig) -> str:
+    b = cfg.backend
+    options = resolved_options(b.backend, dict(b.options))
+    targets = ",".join(lora_targets_of(b.backend, b.options))
+    return f"{targets}|{options.get('lora_layers_to_transform', '')}|{options.get('lora_layers_pattern', '')}"

@@ -1,0 +1,83 @@
+"""`[campaign] shared_trainer = true`: the config-time refusals (checks/shared_trainer.py), each with its reason
+and fix, and the members' cross-run check in the campaign plan."""
+
+from __future__ import annotations
+
+import pytest
+
+from retrain_ray.campaign.plan import CampaignError, build_plan
+from retrain_ray.config import ConfigError, RetrainConfig
+
+LORA = {"model": {"model": "builtin:tiny", "finetune": "lora"}, "backend": {"devices": "cpu"},
+        "training": {"max_steps": 2}}
+
+
+def campaign(tmp_path, **sections) -> dict:
+    data = {**LORA, "logging": {"log_dir": str(tmp_path)},
+            "campaign": {"seeds": [1, 2], "max_steps": 2, "shared_trainer": True,
+                         "conditions": [{"advantage_mode": "grpo", "transform_mode": "none"}]}}
+    for name, values in sections.items():
+        data[name] = {**data.get(name, {}), **values}
+    return data
+
+
+def refusal(tmp_path, **sections) -> str:
+    with pytest.raises(ConfigError) as err:
+        RetrainConfig.model_validate(campaign(tmp_path, **sections))
+    return str(err.value)
+
+
+def test_a_lora_campaign_of_one_builtin_model_is_accepted(tmp_path):
+    cfg = RetrainConfig.model_validate(campaign(tmp_path))
+    plan = build_plan(cfg, probe=False)
+    assert len(plan.runs) == 2 and cfg.campaign is not None and cfg.campaign.shared_trainer
+
+
+@pytest.mark.parametrize(("sections", "reason", "fix"), [
+    ({"model": {"finetune": "full"}}, "only LoRA runs share", 'finetune = "lora"'),
+    ({"backend": {"backend": "tinker"}}, "a remote backend", 'backend = "local"'),
+    ({"lora": {"dropout": 0.1}}, "random masks", "dropout = 0"),
+    ({"inference": {"engine": "vllm-embedded"}}, "PyTorch engine", 'engine = "pytorch"'),
+    ({"training": {"sft_warmup_steps": 5}}, "RL steps only", "sft_warmup_steps = 0"),
+])
+def test_a_run_that_cannot_share_is_refused_with_the_reason_and_the_fix(tmp_path, sections, reason, fix):
+    text = refusal(tmp_path, **sections)
+    assert "campaign.shared_trainer" in text and reason in text and fix in text
+    assert "shared_trainer = false" in text
+
+
+def test_members_of_other_models_or_targets_are_refused_at_plan_time(tmp_path):
+    data = campaign(tmp_path)
+    data["campaign"]["conditions"] = [
+        {"advantage_mode": "grpo", "transform_mode": "none"},
+        {"advantage_mode": "maxrl", "transform_mode": "none", "model": "builtin:tiny-h256-l2",
+         "backend_options": {"lora_target_modules": "q_proj,v_proj"}},
+    ]
+    with pytest.raises(CampaignError) as err:
+        build_plan(RetrainConfig.model_validate(data), probe=False)
+    text = str(err.value)
+    assert "differ in [model] model" in text and "builtin:tiny-h256-l2" in text
+    assert "LoRA target modules" in text and "Fix:" in text
+
+
+def test_a_condition_that_cannot_share_is_refused_naming_its_runs(tmp_path):
+    data = campaign(tmp_path)
+    data["campaign"]["conditions"] = [{"advantage_mode": "grpo", "transform_mode": "none"},
+                                      {"advantage_mode": "grpo", "transform_mode": "none", "lora_dropout": 0.05}]
+    with pytest.raises(CampaignError) as err:
+        build_plan(RetrainConfig.model_validate(data), probe=False)
+    text = str(err.value)
+    assert "dropout = 0.05" in text and "lora_dropout=0.05_s1" in text and "grpo+none_s1" not in text
+
+
+def test_different_ranks_may_share(tmp_path):
+    data = campaign(tmp_path)
+    data["campaign"]["conditions"] = [{"advantage_mode": "grpo", "transform_mode": "none"},
+                                      {"advantage_mode": "grpo", "transform_mode": "none", "lora_rank": 8}]
+    assert len(build_plan(RetrainConfig.model_validate(data), probe=False).runs) == 4
+
+
+def test_without_the_key_nothing_is_refused(tmp_path):
+    data = campaign(tmp_path, model={"finetune": "full"})
+    data["campaign"]["shared_trainer"] = False
+    assert RetrainConfig.model_validate(data).model.finetune == "full"
