@@ -276,8 +276,7 @@ def build_plan(config: RetrainConfig, *, name: str | None = None, root: str | Pa
         problems.append(f"run names repeat: {dupes}; make [[campaign.conditions]] or [campaign].seeds unique")
     if not specs:
         problems.append("the campaign has no runs: [campaign].seeds or [[campaign.conditions]] is empty")
-    if campaign.shared_trainer:
-        problems += member_problems({r.run_name: r.config for r in runs})
+    problems += _sharing_problems(campaign, runs)
     schedule, errs = _schedule(campaign, len(runs))
     problems += errs
     storage, errs = tune_storage(campaign, cname, campaign_dir) if probe else (str(campaign_dir), [])
@@ -307,6 +306,11 @@ def build_plan(config: RetrainConfig, *, name: str | None = None, root: str | Pa
         packing=packing,
         tune_copies=campaign.tune_copies,
     )
+
+
+def _sharing_problems(campaign: CampaignSection, runs: list[RunPlan]) -> list[str]:
+    """`[campaign] shared_trainer = true`: why its runs cannot train on one shared trainer (checks/shared_trainer.py)."""
+    return member_problems({r.run_name: r.config for r in runs}) if campaign.shared_trainer else []
 
 
 def _pack(runs: list[RunPlan], campaign: CampaignSection) -> tuple[list[RunPlan], Packing]:
