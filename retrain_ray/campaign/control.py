@@ -72,6 +72,8 @@ class ControlPlane:
     timeout_s: float = 600.0
     lease_ttl_s: float = 30.0
     engine: object | None = None  # the campaign's shared vLLM actor (`[inference] shared = true`)
+    # `[campaign] shared_trainer = true`: node id -> the shared trainer actors on it (campaign/shared_trainers.py)
+    shared_trainers: dict[str, tuple[object, ...]] = field(default_factory=dict[str, tuple[object, ...]])
 
     def throttle_for(self, run_name: str) -> ThrottleClient | None:
         handle = self.throttles.get(self.endpoint)

@@ -52,6 +52,7 @@ from retrain_ray.campaign.recorder import start_recorder
 from retrain_ray.campaign.resume.edits import Extension, check_edits, record_extension
 from retrain_ray.campaign.resume.interrupted import CampaignInterrupted, record_interruption, was_interrupted
 from retrain_ray.campaign.resume.tune_copies import set_aside, torn_state
+from retrain_ray.campaign.shared_trainers import start_shared_trainers
 from retrain_ray.checks.preflight import campaign_problems
 from retrain_ray.config import ConfigError, RetrainConfig, load_config
 from retrain_ray.logs.dir_lock import DirectoryInUse, DirLock
@@ -299,6 +300,7 @@ class Campaign:
         gate = (start_gate(p.actor_scope, p.schedule.stagger_seconds, namespace=namespace)
                 if p.schedule.stagger_seconds > 0 else None)
         control = start_control_plane(self.config, p.actor_scope, namespace=namespace, campaign_dir=p.campaign_dir)
+        control = dataclasses.replace(control, shared_trainers=start_shared_trainers(p, namespace=namespace))
         return _Actors(recorder, gate, control)
 
 
@@ -313,7 +315,8 @@ class _Actors:
     def stop(self) -> None:
         """Closes the recorder's logs, then ends the recorder and the gate."""
         ray.get(self.recorder.close.remote(), timeout=120)  # pyright: ignore[reportUnknownArgumentType]  # an actor method
-        for handle in (self.recorder, self.gate):
+        trainers = [t for handles in self.control.shared_trainers.values() for t in handles]
+        for handle in (self.recorder, self.gate, *trainers):
             if handle is not None:
                 ray.kill(handle)  # pyright: ignore[reportUnknownMemberType]  # typed for ActorHandle[Unknown]
 

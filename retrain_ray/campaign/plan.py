@@ -28,6 +28,7 @@ from retrain_ray.backends.registry import placed_devices
 from retrain_ray.campaign.adaptive.plan import AdaptivePlan, adaptive_plan
 from retrain_ray.campaign.capacity.packing import Packing, packed_config, plan_packing
 from retrain_ray.campaign.capacity.placement import Placement, parse_devices
+from retrain_ray.campaign.shared_trainers import member_plans
 from retrain_ray.checks.preflight import model_problems
 from retrain_ray.checks.shared_trainer import member_problems
 from retrain_ray.config.campaign_schema import RULES, name_problem
@@ -119,6 +120,7 @@ class CampaignPlan:
     reserve: list[RunPlan] = field(default_factory=list)
     packing: Packing | None = None  # [campaign] runs_per_gpu > 1: how the one-GPU runs share cards
     tune_copies: str = "pointer"  # [campaign] tune_copies
+    shared_trainer: bool = False  # [campaign] shared_trainer: the runs train on the campaign's shared trainers
 
     @property
     def pointer_copies(self) -> bool:
@@ -290,6 +292,7 @@ def build_plan(config: RetrainConfig, *, name: str | None = None, root: str | Pa
     if problems:
         raise CampaignError(problems)
     runs = [dataclasses.replace(r, cpus=schedule.cpus_per_run) for r in runs]
+    runs = member_plans(runs, shared=campaign.shared_trainer)  # a shared trainer's members hold no model
     reserve = [r for r in runs if adaptive is not None and r.seed not in adaptive.start_seeds]
     runs = [r for r in runs if adaptive is None or r.seed in adaptive.start_seeds]
     return CampaignPlan(
@@ -305,6 +308,7 @@ def build_plan(config: RetrainConfig, *, name: str | None = None, root: str | Pa
         tune_storage=storage,
         packing=packing,
         tune_copies=campaign.tune_copies,
+        shared_trainer=campaign.shared_trainer,
     )
 
 

@@ -323,6 +323,19 @@ if TYPE_CHECKING:
 PLACEMENT_FILE = "placement.json"
 
 
+@contextmanager
+def shared_trainer_policy(ctx: TrialContext, plan: RunPlan) -> Generator[Policy]:
+    """The run a member of its node's shared trainer while the block runs (campaign/shared_trainer_policy.py)."""
+    # deferred: loads torch, which importing this module does not need
+    from retrain_ray.campaign.shared_trainer_policy import member_policy
+    from retrain_ray.campaign.shared_trainers import trainer_for
+
+    node_id = ray.get_runtime_context().get_node_id()
+    actor = trainer_for(ctx.control.shared_trainers, plan.run_name, node_id)
+    with member_policy(plan.config, actor, plan.run_name, timeout_s=ctx.timeout_s) as policy:
+        yield policy
+
+
 def _record_placement(work_dir: Path, actors: SplitActors) -> None:
     work_dir.mkdir(parents=True, exist_ok=True)
     path = work_dir / PLACEMENT_FILE
@@ -333,6 +346,10 @@ def _record_placement(work_dir: Path, actors: SplitActors) -> None:
 
 @contextmanager
 def split_policy(ctx: TrialContext, plan: RunPlan) -> Generator[Policy | None]:
+    if ctx.control.shared_trainers:  # `[campaign] shared_trainer`: the run trains and samples on its node's trainer
+        with shared_trainer_policy(ctx, plan) as policy:
+            yield policy
+        return
     if ctx.control.engine is not None:  # the campaign's shared vLLM engine samples; the run trains here
         # deferred: loads torch, which importing this module does not need
         from retrain_ray.actors.shared_vllm import shared_vllm_policy
