@@ -25,7 +25,6 @@ import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import ray
 import torch
@@ -38,9 +37,6 @@ from retrain_ray.engines.types import SampleResult, SamplingParams, WeightUpdate
 from retrain_ray.models.lean_loading import load_lean_model_and_tokenizer
 from retrain_ray.models.lora import LoraSettings
 from retrain_ray.shared_trainer import CoalescingTrainer, SharedStepResult, SharedTrainer, StepRequest
-
-if TYPE_CHECKING:
-    from ray.actor import ActorHandle
 
 
 @dataclass(frozen=True)
@@ -189,13 +185,13 @@ def trainer_name(scope: str, node_id: str, slot: int = 0) -> str:
 
 
 def start_shared_trainer(spec: TrainerSpec, *, name: str, namespace: str, node_id: str, num_gpus: float,
-                         members: int, campaign_dir: Path) -> ActorHandle[SharedTrainerActor]:
+                         members: int, campaign_dir: Path) -> object:
     """Starts (or finds, on a resumed driver) one shared trainer pinned to `node_id`, threaded for `members`
     concurrent callers, restarted by Ray when killed."""
     # deferred: Ray's scheduling strategies load only for a campaign that starts a trainer
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-    return SharedTrainerActor.options(  # pyright: ignore[reportUnknownMemberType]
+    return SharedTrainerActor.options(  # pyright: ignore[reportUnknownMemberType, reportGeneralTypeIssues]  # an @ray.remote class
         name=name, namespace=namespace, get_if_exists=True, num_gpus=num_gpus,
         max_concurrency=max(4, 2 * members + 2), max_restarts=CONTROL_RESTARTS, max_task_retries=0,
         scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False),

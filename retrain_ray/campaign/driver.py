@@ -315,7 +315,7 @@ class _Actors:
     def stop(self) -> None:
         """Closes the recorder's logs, then ends the recorder and the gate."""
         ray.get(self.recorder.close.remote(), timeout=120)  # pyright: ignore[reportUnknownArgumentType]  # an actor method
-        trainers = [t for handles in self.control.shared_trainers.values() for t in handles]
+        trainers = [cast("ActorHandle[object]", t) for handles in self.control.shared_trainers.values() for t in handles]
         for handle in (self.recorder, self.gate, *trainers):
             if handle is not None:
                 ray.kill(handle)  # pyright: ignore[reportUnknownMemberType]  # typed for ActorHandle[Unknown]

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Protocol, cast
 import ray
 import torch
 from ray import ObjectRef
+from ray.exceptions import RayError
 
 from retrain_ray.backends.local.options import CAPABILITIES
 from retrain_ray.backends.types import BackendCapabilities, Policy, TrainBatch, TrainStepResult
@@ -131,5 +132,5 @@ def _leave(calls: TrainerCalls) -> None:
     """Leaves the trainer; a trainer that is gone (killed, restarted empty) has nothing to drop."""
     try:
         calls.call("remove_run")
-    except (ray.exceptions.RayError, TimeoutError):  # the run's own outcome matters more than its leaving
+    except (RayError, TimeoutError):  # the run's own outcome matters more than its leaving
         pass

@@ -10,7 +10,6 @@ import pytest
 from helpers import GRPO, write_campaign
 
 from retrain_ray.campaign import Campaign
-from retrain_ray.logs import read_stream
 
 MAXRL = {"advantage_mode": "maxrl", "transform_mode": "none"}
 
