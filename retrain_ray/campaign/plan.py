@@ -28,6 +28,7 @@ from retrain_ray.backends.registry import placed_devices
 from retrain_ray.campaign.adaptive.plan import AdaptivePlan, adaptive_plan
 from retrain_ray.campaign.capacity.packing import Packing, packed_config, plan_packing
 from retrain_ray.campaign.capacity.placement import Placement, parse_devices
+from retrain_ray.campaign.capacity.sharing import SharingPlan, plan_sharing
 from retrain_ray.campaign.shared_trainers import member_plans
 from retrain_ray.checks.preflight import model_problems
 from retrain_ray.checks.shared_trainer import member_problems
@@ -120,7 +121,11 @@ class CampaignPlan:
     reserve: list[RunPlan] = field(default_factory=list)
     packing: Packing | None = None  # [campaign] runs_per_gpu > 1: how the one-GPU runs share cards
     tune_copies: str = "pointer"  # [campaign] tune_copies
-    shared_trainer: bool = False  # [campaign] shared_trainer: the runs train on the campaign's shared trainers
+    sharing: SharingPlan | None = None  # [campaign] shared_trainer: the runs train on the campaign's shared trainers
+
+    @property
+    def shared_trainer(self) -> bool:
+        return self.sharing is not None
 
     @property
     def pointer_copies(self) -> bool:
@@ -278,15 +283,16 @@ def build_plan(config: RetrainConfig, *, name: str | None = None, root: str | Pa
         problems.append(f"run names repeat: {dupes}; make [[campaign.conditions]] or [campaign].seeds unique")
     if not specs:
         problems.append("the campaign has no runs: [campaign].seeds or [[campaign.conditions]] is empty")
-    problems += _sharing_problems(campaign, runs)
     schedule, errs = _schedule(campaign, len(runs))
+    problems += errs
+    sharing, errs = _sharing(campaign, runs, schedule.max_concurrent)
     problems += errs
     storage, errs = tune_storage(campaign, cname, campaign_dir) if probe else (str(campaign_dir), [])
     problems += errs
     if probe and not problems:  # the model check may ask the Hub: only for an otherwise valid campaign
         problems += model_problems([r.config for r in runs])
     packing = None
-    if not problems and campaign.runs_per_gpu > 1:
+    if not problems and campaign.runs_per_gpu > 1 and sharing is None:  # a shared trainer's members share its GPU
         runs, packing = _pack(runs, campaign)
         problems += packing.problems()
     if problems:
@@ -308,13 +314,20 @@ def build_plan(config: RetrainConfig, *, name: str | None = None, root: str | Pa
         tune_storage=storage,
         packing=packing,
         tune_copies=campaign.tune_copies,
-        shared_trainer=campaign.shared_trainer,
+        sharing=sharing,
     )
 
 
-def _sharing_problems(campaign: CampaignSection, runs: list[RunPlan]) -> list[str]:
-    """`[campaign] shared_trainer = true`: why its runs cannot train on one shared trainer (checks/shared_trainer.py)."""
-    return member_problems({r.run_name: r.config for r in runs}) if campaign.shared_trainer else []
+def _sharing(campaign: CampaignSection, runs: list[RunPlan], concurrent: int) -> tuple[SharingPlan | None, list[str]]:
+    """`[campaign] shared_trainer = true`: its trainers' plan, and why its runs cannot share one
+    (checks/shared_trainer.py) or one trainer cannot fit its GPU (campaign/capacity/sharing.py)."""
+    if not campaign.shared_trainer or not runs:
+        return None, []
+    problems = member_problems({r.run_name: r.config for r in runs})
+    if problems:
+        return None, problems
+    sharing = plan_sharing([r.config for r in runs], campaign, concurrent)
+    return sharing, sharing.problems()
 
 
 def _pack(runs: list[RunPlan], campaign: CampaignSection) -> tuple[list[RunPlan], Packing]:

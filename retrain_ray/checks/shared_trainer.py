@@ -79,7 +79,7 @@ def _step_problems(cfg: RetrainConfig, alone: str) -> list[tuple[str, str]]:
                          "outside-the-loop steps)", f"use [training] trainer = \"retrain\" with sft_warmup_steps = 0, {alone}"))
     if "," in cfg.backend.devices:
         problems.append((f"[backend] devices = {cfg.backend.devices!r}: a shared trainer's member holds no device "
-                         "of its own (no split placement)", f'set [backend] devices = "cpu" or "gpu", {alone}'))
+                         "of its own (no split placement)", f'set [backend] devices = "cpu" or "gpu:0", {alone}'))
     if cfg.inference.shared:
         problems.append(("[inference] shared = true: the shared trainer samples from its own copy, not from the "
                          "shared vLLM engine", f"set [inference] shared = false, {alone}"))

@@ -208,6 +208,8 @@ def describe(cfg: RetrainConfig, sizing: Sizing) -> dict[str, Any]:
     }
     if plan.packing is not None:  # several runs per GPU (the plan refuses one the model cannot fit)
         out["campaign"]["packing"] = {**plan.packing.to_json(), "plan": plan.packing.describe()}
+    if plan.sharing is not None:  # [campaign] shared_trainer: the trainers and one's memory (the plan refuses a misfit)
+        out["campaign"]["shared_trainer"] = {**plan.sharing.to_json(), "plan": plan.sharing.describe()}
     if plan.adaptive is not None:  # [campaign.adaptive]: the rungs and the step budgets (campaign/adaptive/plan.py)
         out["campaign"]["adaptive"] = {**plan.adaptive.to_json(), "plan": plan.adaptive.describe()}
     if sizing.detect is not None and sizing.calibrate:
@@ -279,7 +281,7 @@ def _print_rich(info: dict[str, Any], warnings: list[str], environment: list[str
         for label, cells in camp["matrix"].items():
             matrix.add_row(label, *cells.values())
         console.print(matrix)
-        for line in camp.get("packing", {}).get("plan", []):
+        for line in [*camp.get("packing", {}).get("plan", []), *camp.get("shared_trainer", {}).get("plan", [])]:
             console.print(line, highlight=False, markup=False, soft_wrap=True)
         console.print(capacity_text(camp["capacity"]), highlight=False, markup=False, soft_wrap=True)
         for line in camp.get("adaptive", {}).get("plan", []):

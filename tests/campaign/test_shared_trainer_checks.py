@@ -3,6 +3,8 @@ and fix, and the members' cross-run check in the campaign plan."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from retrain_ray.campaign.plan import CampaignError, build_plan
@@ -81,3 +83,38 @@ def test_without_the_key_nothing_is_refused(tmp_path):
     data = campaign(tmp_path, model={"finetune": "full"})
     data["campaign"]["shared_trainer"] = False
     assert RetrainConfig.model_validate(data).model.finetune == "full"
+
+
+def write_toml(tmp_path, data) -> str:
+    from helpers import config_toml
+
+    path = tmp_path / "c.toml"
+    path.write_text(config_toml(base={}, **data))
+    return str(path)
+
+
+def test_explain_shows_the_trainers_and_one_trainers_memory(tmp_path, capsys):
+    from retrain_ray.cli.explain import explain_main
+
+    data = campaign(tmp_path, training={"batch_size": 2, "group_size": 4, "max_tokens": 8})
+    data["campaign"].update(parallel=True, max_workers=2)
+    assert explain_main([write_toml(tmp_path, data), "--json"]) == 0
+    shared = json.loads(capsys.readouterr().out)["campaign"]["shared_trainer"]
+    assert (shared["runs"], shared["members_per_trainer"], shared["gpus"]) == (2, 2, 0)
+    assert shared["plan"][0].startswith("shared trainer: 2 LoRA runs on CPU: per node one trainer")
+    memory = shared["plan"][1]
+    assert "one base copy" in memory and "2 adapters and AdamW states" in memory and "coalesced batch" in memory
+    assert shared["per_trainer_gib"] > 0
+
+
+def test_a_trainer_that_cannot_fit_its_gpu_is_refused_with_the_numbers(tmp_path, capsys):
+    from retrain_ray.cli.explain import explain_main
+
+    data = campaign(tmp_path, backend={"devices": "gpu:0"})
+    data["campaign"].update(parallel=True, max_workers=2, runs_per_gpu=2, gpu_memory_gib=0.001)
+    with pytest.raises(CampaignError) as err:
+        build_plan(RetrainConfig.model_validate(data), probe=False)
+    text = str(err.value)
+    assert "one trainer cannot fit its GPU" in text and "> 0.001 GiB" in text and "CUDA context 0.5" in text
+    assert explain_main([write_toml(tmp_path, data)]) == 2
+    assert "one trainer cannot fit its GPU" in capsys.readouterr().err
