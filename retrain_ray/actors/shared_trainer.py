@@ -38,6 +38,10 @@ from retrain_ray.models.lean_loading import load_lean_model_and_tokenizer
 from retrain_ray.models.lora import LoraSettings
 from retrain_ray.shared_trainer import CoalescingTrainer, SharedStepResult, SharedTrainer, StepRequest
 
+MAX_THREADS = 256
+"""The actor's threads at most: members beyond wait their turn in Ray's queue (the coalescer does not wait for
+them past its window)."""
+
 
 @dataclass(frozen=True)
 class TrainerSpec:
@@ -81,7 +85,8 @@ class TrainerHost:
 
     def __init__(self, spec: TrainerSpec) -> None:
         model, tokenizer = load_lean_model_and_tokenizer(spec.model, dtype=spec.dtype)
-        trainer = _LockedTrainer(model.to(torch.device(spec.device)), spec.layout, dtype=spec.dtype)
+        device = spec.device if torch.cuda.is_available() else "cpu"  # Ray's fake GPUs in tests: torch on CPU
+        trainer = _LockedTrainer(model.to(torch.device(device)), spec.layout, dtype=spec.dtype)
         trainer.lock = threading.RLock()
         self.trainer = trainer
         self.lock = trainer.lock
@@ -146,7 +151,7 @@ class SharedTrainerActor:
     def __init__(self, spec: TrainerSpec, name: str, campaign_dir: str) -> None:
         if ray.get_runtime_context().was_current_actor_reconstructed:
             record_restart(Path(campaign_dir), name)
-        if spec.device == "cpu":
+        if not torch.cuda.is_available():
             torch.set_num_threads(spec.threads or os.cpu_count() or 1)
         self._host = TrainerHost(spec)
 
@@ -193,6 +198,6 @@ def start_shared_trainer(spec: TrainerSpec, *, name: str, namespace: str, node_i
 
     return SharedTrainerActor.options(  # pyright: ignore[reportUnknownMemberType, reportGeneralTypeIssues]  # an @ray.remote class
         name=name, namespace=namespace, get_if_exists=True, num_gpus=num_gpus,
-        max_concurrency=max(4, 2 * members + 2), max_restarts=CONTROL_RESTARTS, max_task_retries=0,
+        max_concurrency=min(MAX_THREADS, max(4, 2 * members + 2)), max_restarts=CONTROL_RESTARTS, max_task_retries=0,
         scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False),
     ).remote(spec, name, str(campaign_dir))

@@ -118,3 +118,30 @@ def test_a_trainer_that_cannot_fit_its_gpu_is_refused_with_the_numbers(tmp_path,
     assert "one trainer cannot fit its GPU" in text and "> 0.001 GiB" in text and "CUDA context 0.5" in text
     assert explain_main([write_toml(tmp_path, data)]) == 2
     assert "one trainer cannot fit its GPU" in capsys.readouterr().err
+
+
+def test_one_trainer_per_node_or_per_gpu_and_a_run_keeps_its_trainer():
+    from retrain_ray.campaign.shared_trainers import trainer_for, trainer_slots
+
+    nodes = [{"NodeID": "a", "Alive": True, "Resources": {"CPU": 4.0, "GPU": 2.0}},
+             {"NodeID": "b", "Alive": True, "Resources": {"CPU": 2.0}},
+             {"NodeID": "c", "Alive": False, "Resources": {"CPU": 8.0}},
+             {"NodeID": "d", "Alive": True, "Resources": {"GPU": 1.0}}]  # no CPU: runs no trial
+    cpu = trainer_slots(nodes, gpus=False)
+    assert [(s.node_id, s.slot, s.num_gpus) for s in cpu] == [("a", 0, 0.0), ("b", 0, 0.0)]
+    gpu = trainer_slots(nodes, gpus=True)
+    assert [(s.node_id, s.slot, s.num_gpus) for s in gpu] == [("a", 0, 1.0), ("a", 1, 1.0), ("b", 0, 0.0)]
+    trainers = {"a": ("t0", "t1"), "b": ("t2",)}
+    picked = {trainer_for(trainers, f"run{i}", "a") for i in range(16)}
+    assert picked == {"t0", "t1"} and trainer_for(trainers, "run3", "a") == trainer_for(trainers, "run3", "a")
+    with pytest.raises(RuntimeError, match="no shared trainer on node z.*restart the campaign"):
+        trainer_for(trainers, "run1", "z")
+
+
+def test_a_shared_campaigns_trials_hold_no_model_and_no_packing(tmp_path):
+    data = campaign(tmp_path, backend={"devices": "gpu:0"})
+    data["campaign"].update(parallel=True, max_workers=2, runs_per_gpu=2)
+    plan = build_plan(RetrainConfig.model_validate(data), probe=False)
+    assert plan.shared_trainer and plan.packing is None
+    assert {(r.devices, r.gpus) for r in plan.runs} == {("cpu", 0.0)}
+    assert plan.sharing is not None and (plan.sharing.members, plan.sharing.trainers) == (2, 1)
