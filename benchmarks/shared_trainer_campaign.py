@@ -13,7 +13,8 @@ and the mean reward of the last `--last` steps of each run: the mean over the ru
 standard deviation over the runs, the seeds' spread), with the ratios shared / unshared. The machine's load
 average is printed with the figures.
 
-Run: `.venv/bin/python benchmarks/shared_trainer_campaign.py [--max-steps 160] [--last 20] [--json]`.
+Run: `.venv/bin/python benchmarks/shared_trainer_campaign.py [--max-steps 160] [--last 20] [--reward match|lt]
+[--json]`.
 """
 
 from __future__ import annotations
@@ -37,7 +38,13 @@ SMOKE = REPO / "configs" / "smoke-campaign.toml"
 VARIANTS = ("unshared", "shared")
 
 
-def variant_toml(path: Path, *, shared: bool, max_steps: int, rank: int) -> Path:
+REWARDS = {"match": {"type": "match"}, "lt": {"type": "custom", "custom_module": "operator:lt"}}
+"""`--reward`: the smoke campaign's own (`match`: without the warm start the tiny model scores 0 on it in a short
+campaign, so no step trains), or `lt` (`operator.lt(completion, answer)`: a string comparison that splits the
+groups from the first step, so every step trains and the reward has a learning curve to compare)."""
+
+
+def variant_toml(path: Path, *, shared: bool, max_steps: int, rank: int, reward: str = "match") -> Path:
     """The smoke campaign as a LoRA campaign without the warm start, with or without the shared trainer."""
     from retrain_ray.config.load import dumps
 
@@ -45,6 +52,7 @@ def variant_toml(path: Path, *, shared: bool, max_steps: int, rank: int) -> Path
     data["model"].update(finetune="lora", lora_rank=rank)
     data["training"]["sft_warmup_steps"] = 0
     data["campaign"].update(max_steps=max_steps, shared_trainer=shared)
+    data["reward"] = dict(REWARDS[reward])
     data["logging"]["log_dir"] = str(path.parent / "logs")
     data["backend"]["adapter_path"] = str(path.parent / "adapter")
     path.write_text(dumps(data))
@@ -118,7 +126,7 @@ def measure(variant: str, workdir: Path, args: argparse.Namespace) -> dict[str, 
     root = workdir / variant
     root.mkdir(parents=True)
     toml = variant_toml(root / "campaign.toml", shared=variant == "shared", max_steps=args.max_steps,
-                        rank=args.lora_rank)
+                        rank=args.lora_rank, reward=args.reward)
     figures: dict[str, object] = dict(run_campaign(toml, root, args.timeout_s))
     rewards = last_rewards(root / "smoke", args.last)
     figures.update(runs=len(rewards), reward_mean=statistics.mean(rewards),
@@ -128,7 +136,8 @@ def measure(variant: str, workdir: Path, args: argparse.Namespace) -> dict[str, 
 
 
 def report(out: dict[str, dict[str, object]], args: argparse.Namespace) -> None:
-    print(f"10-run smoke campaign, LoRA rank {args.lora_rank}, {args.max_steps} steps, no warm start; mean reward "
+    print(f"10-run smoke campaign, LoRA rank {args.lora_rank}, {args.max_steps} steps, no warm start, reward "
+          f"{args.reward}; mean reward "
           f"of each run's last {args.last} steps")
     for variant, f in out.items():
         load = "/".join(f"{x:.1f}" for x in f["load"])  # type: ignore[union-attr]
@@ -148,6 +157,7 @@ def main() -> None:
     parser.add_argument("--max-steps", type=int, default=160)
     parser.add_argument("--last", type=int, default=20)
     parser.add_argument("--lora-rank", type=int, default=8)
+    parser.add_argument("--reward", choices=sorted(REWARDS), default="match")
     parser.add_argument("--timeout-s", type=float, default=3600.0)
     parser.add_argument("--keep", type=Path, default=None, help="keep the campaigns under this folder")
     parser.add_argument("--json", action="store_true")
