@@ -313,7 +313,7 @@ class _Actors:
     control: ControlPlane
 
     def stop(self) -> None:
-        """Closes the recorder's logs, then ends the recorder and the gate."""
+        """Closes the recorder's logs, then ends the recorder, the gate and the shared trainers."""
         ray.get(self.recorder.close.remote(), timeout=120)  # pyright: ignore[reportUnknownArgumentType]  # an actor method
         trainers = [cast("ActorHandle[object]", t) for handles in self.control.shared_trainers.values() for t in handles]
         for handle in (self.recorder, self.gate, *trainers):
