@@ -37,6 +37,7 @@ from retrain_ray.engines.pytorch.engine import (
     left_pad,
 )
 from retrain_ray.engines.types import SampleResult, SamplingParams
+from retrain_ray.models.lean_llama import KVCache
 from retrain_ray.shared_trainer.types import SampleRequest
 
 
@@ -113,21 +114,48 @@ def layout_rows(requests: Sequence[SampleRequest], generators: Sequence[torch.Ge
     return rows_N, spans, torch.tensor(index_N, dtype=torch.long)
 
 
+class PreallocatedCache(KVCache):
+    """The lean model's KV cache with room for the whole decode: each step writes its keys and values in
+    place, where `KVCache` concatenates (copying the whole cache at every token)."""
+
+    def __init__(self, capacity: int) -> None:
+        super().__init__()
+        self.capacity = capacity
+        self.lengths: list[int] = []
+
+    def get_seq_length(self) -> int:
+        return self.lengths[0] if self.lengths else 0
+
+    def update(self, keys: torch.Tensor, values: torch.Tensor, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
+        if layer == len(self.layers):
+            shape = (*keys.shape[:2], self.capacity, keys.shape[-1])
+            self.layers.append((keys.new_empty(shape), values.new_empty(shape)))
+            self.lengths.append(0)
+        k_buf, v_buf = self.layers[layer]
+        start, stop = self.lengths[layer], self.lengths[layer] + keys.shape[-2]
+        k_buf[:, :, start:stop], v_buf[:, :, start:stop] = keys, values
+        self.lengths[layer] = stop
+        return k_buf[:, :, :stop], v_buf[:, :, :stop]
+
+
 @torch.inference_mode()
 def decode(model: torch.nn.Module, rows_N: list[list[int]], spans: list[RunRows], *, eos_ids: Sequence[int],
            pad_token_id: int, device: torch.device) -> None:
     """One batched decode of all rows (routing already set); each span's trace filled as its engine's."""
-    ids_N_L, mask_N_L = left_pad(rows_N, pad_token_id, device)
+    ids_N_L, prompt_mask_N_L = left_pad(rows_N, pad_token_id, device)
+    width = ids_N_L.shape[1]
+    longest = max(span.params.max_tokens for span in spans)
+    mask_N_C = torch.ones(len(rows_N), width + longest, dtype=torch.long, device=device)
+    mask_N_C[:, :width] = prompt_mask_N_L
     eos_E = torch.tensor(list(eos_ids), device=device)
     done_N = torch.zeros(len(rows_N), dtype=torch.bool, device=device)
-    position_N_L = (mask_N_L.cumsum(-1) - 1).clamp_min(0)
-    past = None
+    position_N_L = (prompt_mask_N_L.cumsum(-1) - 1).clamp_min(0)
+    past = PreallocatedCache(width + longest)
     step = 0
     while True:
         with autocast_for(device):
-            out = model(input_ids=ids_N_L, attention_mask=mask_N_L, position_ids=position_N_L,
+            out = model(input_ids=ids_N_L, attention_mask=mask_N_C[:, :width + step], position_ids=position_N_L,
                         past_key_values=past, use_cache=True)
-        past = out.past_key_values
         token_N = _draw(out.logits[:, -1, :], spans, pad_token_id)
         done_N |= torch.isin(token_N, eos_E)
         step += 1
@@ -135,7 +163,6 @@ def decode(model: torch.nn.Module, rows_N: list[list[int]], spans: list[RunRows]
         if not any(span.active for span in spans):
             return
         ids_N_L = token_N.masked_fill(done_N, pad_token_id).unsqueeze(1)
-        mask_N_L = torch.cat([mask_N_L, torch.ones_like(ids_N_L)], dim=1)
         position_N_L = position_N_L[:, -1:] + 1
 
 

@@ -43,6 +43,7 @@ from retrain_ray.models.lean_lora import (
 from retrain_ray.models.lora import LoraSettings
 from retrain_ray.shared_trainer.adapters import RunAdapter, new_adapter
 from retrain_ray.shared_trainer.grouped_lora import AdapterRouting, ModuleLayout, wrap_targets
+from retrain_ray.shared_trainer.routing import route
 from retrain_ray.shared_trainer.sampling import (
     SamplingStreams,
     by_prompt,
@@ -51,7 +52,7 @@ from retrain_ray.shared_trainer.sampling import (
     layout_rows,
     results_of,
 )
-from retrain_ray.shared_trainer.step import SharedStepResult, set_routing, shared_step
+from retrain_ray.shared_trainer.step import SharedStepResult, shared_step
 from retrain_ray.shared_trainer.types import SampleRequest, StepRequest
 
 
@@ -170,7 +171,7 @@ class SharedTrainer:
         One run for every row: `serving([run_id], torch.zeros(B, dtype=torch.long))`."""
         adapters = [self._member(run_id) for run_id in run_ids]
         with torch.no_grad():
-            set_routing(self.routing, self.keys, adapters, rows_B.to(self.device))
+            route(self.routing, self.keys, adapters, rows_B.to(self.device))
         try:
             yield self.model
         finally:
