@@ -22,6 +22,7 @@ the solo engine's `engine.generator` does; a call with another seed starts a new
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import cast
@@ -78,15 +79,14 @@ class RunRows:
     entropies: list[torch.Tensor] = field(default_factory=lambda: list[torch.Tensor]())
     active: bool = True
 
-    def draw(self, logits_N_V: torch.Tensor) -> torch.Tensor:
-        """This run's next tokens (the engine's `_sample_step` on its own rows)."""
-        rows_R_V = logits_N_V[self.start:self.stop]
-        logp_R_V = filtered_logprobs(rows_R_V, self.params.temperature, self.params.top_p)
-        token_R = torch.multinomial(logp_R_V.exp(), 1, generator=self.generator).squeeze(1)
+    def draw(self, logits_R_V: torch.Tensor, logp_R_V: torch.Tensor, probs_R_V: torch.Tensor) -> torch.Tensor:
+        """This run's next tokens (the engine's `_sample_step`) from its rows' logits and their tempered,
+        top-p filtered log-probabilities and probabilities."""
+        token_R = torch.multinomial(probs_R_V, 1, generator=self.generator).squeeze(1)
         self.tokens.append(token_R)
         self.logprobs.append(logp_R_V.gather(1, token_R[:, None]).squeeze(1).clamp_min(LOG_MIN_PROB))
         if self.params.compute_entropy:
-            self.entropies.append(entropy(rows_R_V, self.params.temperature))
+            self.entropies.append(entropy(logits_R_V, self.params.temperature))
         return token_R
 
 
@@ -167,11 +167,25 @@ def decode(model: torch.nn.Module, rows_N: list[list[int]], spans: list[RunRows]
 
 
 def _draw(logits_N_V: torch.Tensor, spans: list[RunRows], pad_token_id: int) -> torch.Tensor:
-    """Every active run's tokens in its rows; pad in the rows of finished runs."""
+    """Every active run's tokens in its rows; pad in the rows of finished runs. Runs sampling at the same
+    temperature and top-p share one computation of the distribution over all rows (a run with its own
+    settings gets it over its rows only)."""
     token_N = torch.full((logits_N_V.shape[0],), pad_token_id, dtype=torch.long, device=logits_N_V.device)
-    for span in spans:
-        if span.active:
-            token_N[span.start:span.stop] = span.draw(logits_N_V)
+    active = [span for span in spans if span.active]
+    settings = Counter((span.params.temperature, span.params.top_p) for span in active)
+    shared: dict[tuple[float, float], tuple[torch.Tensor, torch.Tensor]] = {}
+    for span in active:
+        key = (span.params.temperature, span.params.top_p)
+        rows = slice(span.start, span.stop)
+        if settings[key] == 1:
+            logp_R_V = filtered_logprobs(logits_N_V[rows], *key)
+            probs_R_V = logp_R_V.exp()
+        else:
+            if key not in shared:
+                logp_N_V = filtered_logprobs(logits_N_V, *key)
+                shared[key] = (logp_N_V, logp_N_V.exp())
+            logp_R_V, probs_R_V = shared[key][0][rows], shared[key][1][rows]
+        token_N[rows] = span.draw(logits_N_V[rows], logp_R_V, probs_R_V)
     return token_N
 
 

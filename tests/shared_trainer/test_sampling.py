@@ -17,7 +17,7 @@ from retrain_ray.shared_trainer import CoalescingTrainer, SampleRequest, SharedT
 LOGPROB_TOLERANCE = 1e-5
 PARAMS = [SamplingParams(max_tokens=10, temperature=0.9, compute_entropy=True),
           SamplingParams(max_tokens=6, temperature=0.7, top_p=0.9),
-          SamplingParams(max_tokens=10, temperature=1.0),
+          SamplingParams(max_tokens=10, temperature=0.9),  # as r0: one distribution computed for both
           SamplingParams(max_tokens=3, temperature=1.2, top_p=0.95, compute_entropy=True)]
 
 
