@@ -52,6 +52,8 @@ class Shape:
     rank: int
     model: str
     cache: str
+    device: str = "cpu"
+    dtype: str = "auto"
 
 
 def _synthetic_batch(seed: int, shape: Shape, vocab: int):
@@ -103,7 +105,7 @@ def _params(shape: Shape):
 def _settings(index: int, shape: Shape):
     from retrain_ray.backends.local import LoraSettings, PolicySettings
 
-    return PolicySettings(lora=LoraSettings(rank=shape.rank), seed=index)
+    return PolicySettings(lora=LoraSettings(rank=shape.rank), seed=index, dtype=shape.dtype)
 
 
 def _peak_rss_mb() -> float:
@@ -117,7 +119,7 @@ class SoloRun:
         from retrain_ray.backends.local import build_shared_policy
 
         self.index, self.shape = index, shape
-        self.engine, self.backend, _ = build_shared_policy(shape.model, _settings(index, shape), device="cpu",
+        self.engine, self.backend, _ = build_shared_policy(shape.model, _settings(index, shape), device=shape.device,
                                                            cache_dir=Path(shape.cache))
         self.vocab = self.backend.model.config.vocab_size
 
@@ -141,7 +143,8 @@ class SharedRuns:
         from retrain_ray.shared_trainer import SharedTrainer
 
         self.runs, self.shape = runs, shape
-        self.trainer = SharedTrainer.load(shape.model, LoraSettings(rank=shape.rank), cache_dir=Path(shape.cache))
+        self.trainer = SharedTrainer.load(shape.model, LoraSettings(rank=shape.rank), cache_dir=Path(shape.cache),
+                                          device=shape.device, dtype=shape.dtype)
         self.vocab = self.trainer.model.config.vocab_size
         for i in range(runs):
             self.trainer.add_run(f"run{i}", _settings(i, shape))
@@ -243,6 +246,46 @@ def one_process(worker, runs: int, shape: Shape, threads: int) -> Figures:
     return _figures([result], runs, shape)  # every run's step takes the whole round of N steps
 
 
+def device_figures(shape: Shape, runs: int) -> dict[str, object]:
+    """`make gpu-check`'s shared-trainer part (gpu_check.py): on `shape.device`, `runs` runs taking turns on
+    one model copy each (one run's own engine and backend stepped `runs` times: what packed processes do on
+    one GPU, without their N CUDA contexts) against the shared trainer's RL step for all of them; steps/s,
+    step times and peak device memory (CUDA) or RSS (CPU)."""
+    import torch
+
+    def synced() -> float:
+        if shape.device == "cuda":
+            torch.cuda.synchronize()
+        return time.perf_counter()
+
+    def peak_mb() -> float:
+        return torch.cuda.max_memory_allocated() / 2**20 if shape.device == "cuda" else _peak_rss_mb()
+
+    solo = SoloRun(0, shape)
+    solo.step(0)
+    started = synced()
+    for k in range(1, shape.steps * runs + 1):
+        solo.step(k)
+    turns_s = (synced() - started) / shape.steps
+    solo_peak = peak_mb()
+    del solo
+    if shape.device == "cuda":
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
+    shared = SharedRuns(runs, shape)
+    shared.step(0)
+    shared.sample_s = 0.0
+    started = synced()
+    for k in range(1, shape.steps + 1):
+        shared.step(k)
+    shared_s = (synced() - started) / shape.steps
+    return {"model": shape.model, "device": shape.device, "runs": runs, "rows_per_run": shape.prompts * shape.group,
+            "max_tokens": shape.completion, "turns_steps_per_s": round(runs / turns_s, 3),
+            "shared_steps_per_s": round(runs / shared_s, 3), "shared_vs_turns": round(turns_s / shared_s, 2),
+            "shared_sampling_share": round(shared.sample_s / shape.steps / shared_s, 3),
+            "one_run_peak_mb": round(solo_peak), "shared_peak_mb": round(peak_mb())}
+
+
 def _load() -> str:
     return "/".join(f"{x:.1f}" for x in os.getloadavg())
 
@@ -262,12 +305,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--shared-threads", type=int, default=1,
                         help="torch threads of the shared and seq processes (default 1: on a loaded machine a "
                              "second OpenMP thread that is descheduled stalls every op; each packed process has one)")
+    parser.add_argument("--device-check", metavar="DEVICE", default="",
+                        help="gpu_check.py's part: print one JSON line of device_figures on DEVICE (cuda or cpu)")
+    parser.add_argument("--dtype", default="auto")
     args = parser.parse_args(argv)
     from retrain_ray.models import resolve_model_path
 
     cache = tempfile.mkdtemp(prefix="shared-trainer-bench-")
     resolve_model_path(args.model, cache)
-    shape = Shape(args.mode, args.steps, args.prompts, args.group, args.completion, args.rank, args.model, cache)
+    shape = Shape(args.mode, args.steps, args.prompts, args.group, args.completion, args.rank, args.model, cache,
+                  args.device_check or "cpu", args.dtype)
+    if args.device_check:
+        import json
+
+        print(json.dumps(device_figures(shape, int(args.runs.split(",")[-1]))))
+        return 0
     what = "sample + train" if args.mode == "rl" else "train only"
     print(f"mode {args.mode} ({what}), model {args.model}, rank {args.rank}, {args.prompts}x{args.group} rows of <= "
           f"{PROMPT_TOKENS + args.completion} tokens per run-step, {args.steps} timed steps, {os.cpu_count()} cores; "
