@@ -21,7 +21,8 @@ shape.
 
 It prints, per N and variant, the aggregate RL steps/s (all runs' steps over the wall time from the first
 timed step to the last), the training tokens/s, the mean per-run step time (seconds between one of a run's
-steps and its next), the peak memory (RSS summed over the variant's processes, each one's own peak), for
+steps and its next), the CPU seconds one run-step costs (the variant's processes' CPU time over the timed
+steps / its run-steps: what a loaded machine does not distort), the peak memory (RSS summed over the variant's processes, each one's own peak), for
 (b) the share of its time spent sampling, and the ratios shared / packed and shared / seq.
 """
 
@@ -177,9 +178,9 @@ def _packed_worker(index: int, shape: Shape, threads: int, barrier, out) -> None
     run = SoloRun(index, shape)
     run.step(0)
     barrier.wait()
-    started = time.time()
+    started, cpu = time.time(), time.process_time()
     tokens = sum(run.step(k) for k in range(1, shape.steps + 1))
-    out.put((started, time.time(), tokens, _peak_rss_mb(), 0.0))
+    out.put((started, time.time(), tokens, _peak_rss_mb(), 0.0, (time.process_time() - cpu) / shape.steps))
 
 
 def _sequential_worker(runs: int, shape: Shape, threads: int, out) -> None:
@@ -189,9 +190,9 @@ def _sequential_worker(runs: int, shape: Shape, threads: int, out) -> None:
     solos = [SoloRun(i, shape) for i in range(runs)]
     for run in solos:
         run.step(0)
-    started = time.time()
+    started, cpu = time.time(), time.process_time()
     tokens = sum(run.step(k) for k in range(1, shape.steps + 1) for run in solos)
-    out.put((started, time.time(), tokens, _peak_rss_mb(), 0.0))
+    out.put((started, time.time(), tokens, _peak_rss_mb(), 0.0, (time.process_time() - cpu) / shape.steps / runs))
 
 
 def _shared_worker(runs: int, shape: Shape, threads: int, out) -> None:
@@ -201,10 +202,11 @@ def _shared_worker(runs: int, shape: Shape, threads: int, out) -> None:
     shared = SharedRuns(runs, shape)
     shared.step(0)
     shared.sample_s = 0.0
-    started = time.time()
+    started, cpu = time.time(), time.process_time()
     tokens = sum(shared.step(k) for k in range(1, shape.steps + 1))
     ended = time.time()
-    out.put((started, ended, tokens, _peak_rss_mb(), shared.sample_s / (ended - started)))
+    out.put((started, ended, tokens, _peak_rss_mb(), shared.sample_s / (ended - started),
+             (time.process_time() - cpu) / shape.steps / runs))
 
 
 @dataclass(frozen=True)
@@ -214,13 +216,14 @@ class Figures:
     step_time_s: float
     peak_rss_mb: float
     sample_share: float
+    cpu_per_step_s: float
 
 
-def _figures(results: list[tuple[float, float, int, float, float]], runs: int, shape: Shape) -> Figures:
+def _figures(results: list[tuple[float, float, int, float, float, float]], runs: int, shape: Shape) -> Figures:
     wall = max(r[1] for r in results) - min(r[0] for r in results)
     per_run = sum(r[1] - r[0] for r in results) / len(results) / shape.steps
     return Figures(runs * shape.steps / wall, sum(r[2] for r in results) / wall, per_run,
-                   sum(r[3] for r in results), results[0][4])
+                   sum(r[3] for r in results), results[0][4], sum(r[5] for r in results) / len(results))
 
 
 def packed(runs: int, shape: Shape) -> Figures:
@@ -324,8 +327,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"mode {args.mode} ({what}), model {args.model}, rank {args.rank}, {args.prompts}x{args.group} rows of <= "
           f"{PROMPT_TOKENS + args.completion} tokens per run-step, {args.steps} timed steps, {os.cpu_count()} cores; "
           f"shared process {args.shared_threads} thread(s), packed processes one thread each; load {_load()}")
-    print(f"{'N':>3} {'variant':>7} {'steps/s':>8} {'tokens/s':>9} {'run step s':>10} {'peak RSS MB':>11} "
-          f"{'sampling':>8} {'load':>14}")
+    print(f"{'N':>3} {'variant':>7} {'steps/s':>8} {'tokens/s':>9} {'run step s':>10} {'CPU s/step':>10} "
+          f"{'peak RSS MB':>11} {'sampling':>8} {'load':>14}")
     for runs in (int(n) for n in args.runs.split(",")):
         a = packed(runs, shape)
         variants = [("packed", a, _load())]
@@ -336,13 +339,13 @@ def main(argv: list[str] | None = None) -> int:
         for name, f, load in variants:
             share = f"{f.sample_share:7.0%}" if name == "shared" and args.mode == "rl" else "       -"
             print(f"{runs:>3} {name:>7} {f.steps_per_s:8.2f} {f.tokens_per_s:9.0f} {f.step_time_s:10.3f} "
-                  f"{f.peak_rss_mb:11.0f} {share:>8} {load:>14}")
+                  f"{f.cpu_per_step_s:10.3f} {f.peak_rss_mb:11.0f} {share:>8} {load:>14}")
         seq = dict((n, f) for n, f, _ in variants).get("seq")
         versus_seq = (f"; shared/seq: steps/s x{b.steps_per_s / seq.steps_per_s:.2f}, peak RSS "
                       f"x{b.peak_rss_mb / seq.peak_rss_mb:.2f}") if seq else ""
         print(f"{runs:>3}   shared/packed: steps/s x{b.steps_per_s / a.steps_per_s:.2f}, tokens/s "
-              f"x{b.tokens_per_s / a.tokens_per_s:.2f}, peak RSS x{b.peak_rss_mb / a.peak_rss_mb:.2f}{versus_seq}",
-              flush=True)
+              f"x{b.tokens_per_s / a.tokens_per_s:.2f}, peak RSS x{b.peak_rss_mb / a.peak_rss_mb:.2f}, CPU per "
+              f"run-step x{b.cpu_per_step_s / a.cpu_per_step_s:.2f}{versus_seq}", flush=True)
     return 0
 
 
