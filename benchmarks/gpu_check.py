@@ -11,7 +11,10 @@ budget (the whole check fits in 8 minutes):
   random weights (`builtin:tiny-h1024-l40`, bfloat16): sampling tokens/s, train tokens/s, step time and
   peak GPU memory;
 - `sampling`: `benchmarks/sampling.py --gpu` (PyTorch vs embedded vLLM), when vLLM is installed;
-- `packing`: `benchmarks/packing.py --gpu`, once that benchmark exists.
+- `packing`: `benchmarks/packing.py --gpu`, once that benchmark exists;
+- `shared_trainer`: `benchmarks/shared_trainer.py --device-check cuda`: 8 LoRA runs of the 0.42B model
+  (bfloat16), one RL step each (sample 4x4 rows of 64 tokens, train on them) taking turns on one model copy,
+  against one shared-trainer RL step for all 8: steps/s, the ratio and peak GPU memory.
 
 A part that cannot run there (vLLM or Ray not installed, the benchmark not built) is recorded with the
 reason instead of failing the check; a part that fails records its exit code and the end of its output,
@@ -36,7 +39,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 GPU_MODEL = "builtin:tiny-h1024-l40"  # 4 heads of 256, MLP 2048, 40 layers: 0.42B parameters
 SMOKE_MODEL = "builtin:tiny"
-PARTS = ("tests", "lora_step", "sampling", "packing")
+PARTS = ("tests", "lora_step", "sampling", "packing", "shared_trainer")
 
 
 @dataclass
@@ -145,6 +148,19 @@ def benchmark_script(name: str, script: str, args: list[str], timeout_s: float, 
     return part
 
 
+def shared_trainer(sizes: Sizes, timeout_s: float, device: str) -> Part:
+    """8 runs on one copy (benchmarks/shared_trainer.py `device_figures`): one JSON line of figures."""
+    on_gpu = device == "cuda"
+    args = ["--device-check", device, "--model", sizes.model, "--dtype", sizes.dtype, "--runs", "8",
+            "--steps", "1", "--prompts", "4" if on_gpu else "1", "--group", "4" if on_gpu else "2",
+            "--completion", "64" if on_gpu else str(sizes.max_tokens)]
+    part = benchmark_script("shared_trainer", "shared_trainer.py", args, timeout_s, ())
+    lines = [line for line in str(part.figures.get("stdout", "")).splitlines() if line.startswith("{")]
+    if part.status == "passed" and lines:
+        part.figures = json.loads(lines[-1])
+    return part
+
+
 def _lora_step_worker(device: str, sizes: Sizes) -> dict[str, object]:
     """Runs in its own process: one model, sampled from and trained on; prints one JSON line."""
     import tempfile
@@ -231,6 +247,7 @@ def run_check(device: str, sizes: Sizes, budget_s: float, chosen: set[str]) -> l
         "packing": lambda: benchmark_script("packing", "packing.py", ["--gpu"] if on_gpu else ["--quick"], share,
                                             ("vllm", "ray")),
     }
+    runners["shared_trainer"] = lambda: shared_trainer(sizes, share, device)
     return [runners[name]() for name in PARTS if name in wanted]
 
 

@@ -10,6 +10,6 @@ grouped_lora.py, one run's resident state in adapters.py, the batched step in st
 from retrain_ray.shared_trainer.coalescer import CoalescingTrainer
 from retrain_ray.shared_trainer.step import SharedStepResult
 from retrain_ray.shared_trainer.trainer import SharedTrainer, SharedTrainerError
-from retrain_ray.shared_trainer.types import StepRequest
+from retrain_ray.shared_trainer.types import SampleRequest, StepRequest
 
-__all__ = ["CoalescingTrainer", "SharedStepResult", "SharedTrainer", "SharedTrainerError", "StepRequest"]
+__all__ = ["CoalescingTrainer", "SampleRequest", "SharedStepResult", "SharedTrainer", "SharedTrainerError", "StepRequest"]

@@ -1,39 +1,68 @@
-"""Coalescing members' concurrent `train_step` calls into one batched step (a plain class; the trainer
-actor of the campaign wiring would host it and call it from its threads).
+"""Coalescing members' concurrent `train_step` and `generate` calls into batched steps and batched decodes
+(a plain class; the trainer actor of the campaign wiring hosts it and calls it from its threads).
 
-Each member calls `train_step(run_id, request)` from its own thread and blocks until its update is done.
-A call's request waits in `pending` until every member of the trainer has one there, or until `window_s`
-has passed since it arrived; the caller that finds either true takes all pending requests and runs one
-`SharedTrainer.train_step` over them (one step at a time; requests arriving meanwhile wait for the next).
-Each caller gets its own `TrainStepResult`, or its own error raised (a non-finite gradient, or what broke
-the whole step). A member that joins or leaves wakes the waiters, so a batch waiting on a member that has
-left goes at once.
+Each member calls `train_step(run_id, request)` or `generate(run_id, ...)` from its own thread and blocks
+until it is done. A call's request waits in its kind's `pending` until every member of the trainer has one
+there, or until `window_s` has passed since the first of them arrived; the caller that finds either true
+takes all pending requests of that kind and runs one `SharedTrainer.train_step` or `SharedTrainer.generate`
+over them. One batch runs at a time, of either kind (they share the model and its routing); requests
+arriving meanwhile wait for the next. Each caller gets its own result, or its own error raised (a
+non-finite gradient, a malformed sampling request, or what broke the whole batch). A member that joins or
+leaves wakes the waiters, so a batch waiting on a member that has left goes at once.
 """
 
 from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Generic, TypeVar
 
 from retrain_ray.backends.local.policy import PolicySettings
 from retrain_ray.backends.types import TrainStepResult
-from retrain_ray.shared_trainer.trainer import SharedTrainer
-from retrain_ray.shared_trainer.types import StepRequest
+from retrain_ray.engines.types import SampleResult, SamplingParams
+from retrain_ray.shared_trainer.sampling import check_requests
+from retrain_ray.shared_trainer.trainer import SharedTrainer, SharedTrainerError
+from retrain_ray.shared_trainer.types import SampleRequest, StepRequest
+
+Request = TypeVar("Request")
+Outcome = TypeVar("Outcome")
+Samples = list[list[SampleResult]]
+
+
+@dataclass
+class _Queue(Generic[Request, Outcome]):
+    """One kind of call's pending requests, their arrival times and the finished outcomes to hand back."""
+
+    run: Callable[[dict[str, Request]], Mapping[str, Outcome | BaseException]]
+    pending: dict[str, Request] = field(default_factory=lambda: {})
+    arrived: dict[str, float] = field(default_factory=lambda: {})
+    results: dict[str, Outcome | BaseException] = field(default_factory=lambda: {})
+    sizes: list[int] = field(default_factory=lambda: list[int]())
 
 
 class CoalescingTrainer:
-    """Thread-safe front of a `SharedTrainer`: members' concurrent steps go in one batched step."""
+    """Thread-safe front of a `SharedTrainer`: members' concurrent steps go in one batched step, their
+    concurrent sampling calls in one batched decode."""
 
     def __init__(self, trainer: SharedTrainer, *, window_s: float = 0.05) -> None:
         self.trainer = trainer
         self.window_s = window_s
         self._cond = threading.Condition()
-        self._pending: dict[str, StepRequest] = {}
-        self._arrived: dict[str, float] = {}
-        self._results: dict[str, TrainStepResult | BaseException] = {}
         self._running = False
-        self.batch_sizes: list[int] = []
+        self._train: _Queue[StepRequest, TrainStepResult] = _Queue(self._train_batch)
+        self._sample: _Queue[SampleRequest, Samples] = _Queue(self._sample_batch)
+
+    @property
+    def batch_sizes(self) -> list[int]:
         """How many members each batched step updated, in order (what the pooled back pressure reads)."""
+        return self._train.sizes
+
+    @property
+    def decode_sizes(self) -> list[int]:
+        """How many members each batched decode sampled for, in order."""
+        return self._sample.sizes
 
     def add_run(self, run_id: str, settings: PolicySettings) -> None:
         with self._cond:
@@ -43,57 +72,83 @@ class CoalescingTrainer:
     def remove_run(self, run_id: str) -> None:
         with self._cond:
             self.trainer.remove_run(run_id)
-            self._pending.pop(run_id, None)
+            self._train.pending.pop(run_id, None)
+            self._sample.pending.pop(run_id, None)
             self._cond.notify_all()
 
     def train_step(self, run_id: str, request: StepRequest, *, timeout_s: float = 600.0) -> TrainStepResult:
         """The member's update, done in the next batched step; raises its own error."""
+        return self._call(self._train, run_id, request, timeout_s)
+
+    def generate(self, run_id: str, prompt_ids_P: list[list[int]], num_samples: int, params: SamplingParams,
+                 *, seed: int, timeout_s: float = 600.0) -> Samples:
+        """The member's `results[P][num_samples]` (the PyTorch engine's `generate`), sampled in the next
+        batched decode under its adapter from its own generator (`seed`: sampling.py); raises its own error."""
+        request = SampleRequest(prompt_ids_P, num_samples, params, seed)
+        check_requests({run_id: request})  # a malformed request fails its caller alone, before it waits
+        return self._call(self._sample, run_id, request, timeout_s)
+
+    def _call(self, queue: _Queue[Request, Outcome], run_id: str, request: Request, timeout_s: float) -> Outcome:
         give_up = time.monotonic() + timeout_s
         with self._cond:
-            self._pending[run_id] = request
-            self._arrived[run_id] = time.monotonic()
+            queue.pending[run_id] = request
+            queue.arrived[run_id] = time.monotonic()
             self._cond.notify_all()
-            batch = self._wait_for_turn(run_id, give_up)
+            batch = self._wait_for_turn(queue, run_id, give_up)
         if batch is not None:
-            self._run(batch)
+            self._run(queue, batch)
         with self._cond:
-            while run_id not in self._results:
+            while run_id not in queue.results:
                 if not self._cond.wait(timeout=max(give_up - time.monotonic(), 0.0)):
-                    raise TimeoutError(f"run {run_id!r}: no batched step finished in {timeout_s} s")
-            outcome = self._results.pop(run_id)
+                    raise TimeoutError(f"run {run_id!r}: no batch finished in {timeout_s} s")
+            outcome = queue.results.pop(run_id)
         if isinstance(outcome, BaseException):
             raise outcome
         return outcome
 
-    def _ready(self, run_id: str) -> bool:
-        if self._running or run_id not in self._pending:
+    def _ready(self, queue: _Queue[Request, Outcome], run_id: str) -> bool:
+        if self._running or run_id not in queue.pending:
             return False
-        everyone = set(self.trainer.members) <= set(self._pending)
-        return everyone or time.monotonic() - min(self._arrived[r] for r in self._pending) >= self.window_s
+        everyone = set(self.trainer.members) <= set(queue.pending)
+        return everyone or time.monotonic() - min(queue.arrived[r] for r in queue.pending) >= self.window_s
 
-    def _wait_for_turn(self, run_id: str, give_up: float) -> dict[str, StepRequest] | None:
+    def _wait_for_turn(self, queue: _Queue[Request, Outcome], run_id: str, give_up: float
+                       ) -> dict[str, Request] | None:
         """The pending batch when this caller is to run it; None when another caller ran this one's request."""
-        while run_id not in self._results:
-            if self._ready(run_id):
-                batch, self._pending = self._pending, {}
+        while run_id not in queue.results:
+            if self._ready(queue, run_id):
+                batch, queue.pending = queue.pending, {}
                 self._running = True
                 return batch
             remaining = give_up - time.monotonic()
             if remaining <= 0:
-                self._pending.pop(run_id, None)
-                raise TimeoutError(f"run {run_id!r}: its step was not taken in time")
+                queue.pending.pop(run_id, None)
+                raise TimeoutError(f"run {run_id!r}: its request was not taken in time")
             self._cond.wait(timeout=min(self.window_s, remaining))
         return None
 
-    def _run(self, batch: dict[str, StepRequest]) -> None:
-        outcomes: dict[str, TrainStepResult | BaseException] = {}
+    def _run(self, queue: _Queue[Request, Outcome], batch: dict[str, Request]) -> None:
+        outcomes: Mapping[str, Outcome | BaseException] = {}
         try:
-            out = self.trainer.train_step(batch)
-            outcomes = {**out.results, **out.errors}
-        except Exception as exc:  # the whole step broke: every caller in it gets the error
+            outcomes = queue.run(batch)
+        except Exception as exc:  # the whole batch broke: every caller in it gets the error
             outcomes = dict.fromkeys(batch, exc)
         with self._cond:
-            self._results.update(outcomes)
-            self.batch_sizes.append(len(batch))
+            queue.results.update(outcomes)
+            queue.sizes.append(len(batch))
             self._running = False
             self._cond.notify_all()
+
+    def _train_batch(self, batch: dict[str, StepRequest]) -> dict[str, TrainStepResult | BaseException]:
+        out = self.trainer.train_step(batch)
+        return {**out.results, **out.errors}
+
+    def _sample_batch(self, batch: dict[str, SampleRequest]) -> dict[str, Samples | BaseException]:
+        members = set(self.trainer.members)
+        outcomes: dict[str, Samples | BaseException] = {
+            r: SharedTrainerError(f"run {r!r} is not a member of this shared trainer; add it with add_run first")
+            for r in batch if r not in members}
+        present = {r: request for r, request in batch.items() if r in members}
+        if present:
+            outcomes.update(self.trainer.generate(present))
+        return outcomes

@@ -1,20 +1,20 @@
 """Grouped LoRA: one forward over rows of many runs, each row under its own run's adapter.
 
 Every adapted Linear of the one base model becomes a `GroupedLoraLinear`, which computes
-`base(x) + ((x A_i^T) * scaling_i) B_i^T` for row b under its run `i`. The members' A and B of that
-module sit side by side, `A_NR_I` and `B_O_NR` (each member's block zero-padded to the largest rank
-among the members), rebuilt from the members' parameters at each forward; the row's index becomes a block
-mask `row_mask_B_NR` (its member's scaling on its own rank block, zero elsewhere). So the whole delta is
-two matmuls over every row at once, `((x A^T) * mask) B^T`: no Python loop over runs runs around the base
-layers, and the base GEMM sees every row. The other members' blocks contribute exact zeros to a row and
-receive exactly zero gradient from it; padded ranks are constants, not parameters. The op is the lean
-LoRA's (models/lean_lora.py): the input cast to the adapter's dtype and the sum cast back to the base
-output's. The masked product costs N*R columns where one adapter costs R: cheap while N*R stays below
-the layer's width (8 runs of rank 32 on a 896-wide layer), a per-row gather (`bmm`) past that.
-No LoRA dropout: the shared trainer refuses a dropout above zero (trainer.py).
+`base(x) + ((x A_i^T) * scaling_i) B_i^T` for row b under its run `i`. The base GEMM sees every row at once;
+the deltas are a grouped matmul: the rows are laid out as a grid of N groups (one per run present in the
+forward) of M rows each, and two batched matmuls (`bmm`, the second fused with the add) apply each group's
+own A and B, stacked `A_N_I_R` and `B_N_R_O` (B times the run's scaling; each zero-padded to the largest rank among them: exact zeros, constants, not
+parameters). So a row costs its own run's rank, not the sum of every run's ranks, and no Python loop over
+runs runs around the layers. When the rows already come run by run in equal counts (a shared step's
+members with the same micro-batch size, a decode of equal requests) the grid is a view of the batch;
+otherwise `gather_G` picks the rows into the grid (unused cells repeat row 0 and are never read back) and
+`place_B` reads each row's delta back from its cell, so gradients reach only the row's own adapter.
+The op is the lean LoRA's (models/lean_lora.py): the input cast to the adapter's dtype and the sum cast
+back to the base output's. No LoRA dropout: the shared trainer refuses a dropout above zero (trainer.py).
 
-With no routing set (`row_adapter_B is None`) the module is the bare base layer, so the same model
-scores or samples without adapters.
+With no routing set (`groups == 0`) the module is the bare base layer, so the same model scores or samples
+without adapters.
 """
 
 from __future__ import annotations
@@ -31,16 +31,33 @@ from retrain_ray.models.lean_lora import is_lora_target
 
 @dataclass
 class AdapterRouting:
-    """What the grouped modules read during one forward: per target module the members' adapters side by
-    side, `(A_NR_I, B_O_NR)` (member n's rank block at columns n*R..(n+1)*R), and each row's block mask
-    `row_mask_B_NR` (its own member's block holds that member's scaling, every other block zero). Mutable:
-    the trainer sets it before a forward and clears it after."""
+    """What the grouped modules read during one forward: per target module the present runs' adapters
+    stacked, `(A_N_I_R, B_N_R_O)` (B already times its run's scaling), and the row grid (module docstring):
+    `groups` x `rows_per_group`, with `gather_G` / `place_B` when the batch is not already that grid.
+    Mutable: the trainer sets it before a forward (routing.py `route`) and clears it after."""
 
-    row_mask_B_NR: torch.Tensor | None = None
-    stacks: dict[str, tuple[torch.Tensor, torch.Tensor]] = field(default_factory=dict)
+    groups: int = 0
+    rows_per_group: int = 0
+    gather_G: torch.Tensor | None = None
+    place_B: torch.Tensor | None = None
+    stacks: dict[str, tuple[torch.Tensor, torch.Tensor]] = field(default_factory=lambda: {})
 
     def clear(self) -> None:
-        self.row_mask_B_NR, self.stacks = None, {}
+        self.groups, self.rows_per_group, self.stacks = 0, 0, {}
+        self.gather_G = self.place_B = None
+
+    def add_delta(self, result_B_T_O: torch.Tensor, x_B_T_I: torch.Tensor, a_N_I_R: torch.Tensor,
+                  b_N_R_O: torch.Tensor) -> torch.Tensor:
+        """`result` plus each row's own `((x A^T) * scaling) B^T`."""
+        x_G_T_I = x_B_T_I if self.gather_G is None else x_B_T_I.index_select(0, self.gather_G)
+        h_N_MT_R = torch.bmm(x_G_T_I.reshape(self.groups, -1, x_B_T_I.shape[-1]), a_N_I_R)
+        if self.place_B is None and result_B_T_O.dtype == h_N_MT_R.dtype:  # the grid is the batch: one fused op
+            grid_N_MT_O = result_B_T_O.reshape(self.groups, -1, result_B_T_O.shape[-1])
+            return torch.baddbmm(grid_N_MT_O, h_N_MT_R, b_N_R_O).view(result_B_T_O.shape)
+        d_N_MT_O = torch.bmm(h_N_MT_R, b_N_R_O)
+        d_G_T_O = d_N_MT_O.reshape(self.groups * self.rows_per_group, *result_B_T_O.shape[1:])
+        d_B_T_O = d_G_T_O if self.place_B is None else d_G_T_O.index_select(0, self.place_B)
+        return result_B_T_O + d_B_T_O
 
 
 class GroupedLoraLinear(nn.Module):
@@ -55,12 +72,11 @@ class GroupedLoraLinear(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         result = self.base_layer(x)
         routing = self.routing
-        if routing.row_mask_B_NR is None:
+        if routing.groups == 0:
             return result
-        a_NR_I, b_O_NR = routing.stacks[self.name]
-        x_B_T_I = x if x.dtype == a_NR_I.dtype else x.to(a_NR_I.dtype)
-        h_B_T_NR = torch.matmul(x_B_T_I, a_NR_I.t()) * routing.row_mask_B_NR.unsqueeze(1)
-        out = result + torch.matmul(h_B_T_NR, b_O_NR.t())
+        a_N_I_R, b_N_R_O = routing.stacks[self.name]
+        x_B_T_I = x if x.dtype == a_N_I_R.dtype else x.to(a_N_I_R.dtype)
+        out = routing.add_delta(result, x_B_T_I, a_N_I_R, b_N_R_O)
         return out if out.dtype == result.dtype else out.to(result.dtype)
 
 

@@ -40,6 +40,7 @@ from retrain_ray.backends.types import TrainBatch, TrainStepResult
 from retrain_ray.engines.pytorch.engine import autocast_for
 from retrain_ray.shared_trainer.adapters import RunAdapter
 from retrain_ray.shared_trainer.grouped_lora import AdapterRouting
+from retrain_ray.shared_trainer.routing import route
 from retrain_ray.shared_trainer.types import StepRequest
 from retrain_ray.util.finite import NonFiniteError
 
@@ -114,26 +115,6 @@ def shared_step(model: nn.Module, routing: AdapterRouting, keys: Sequence[str],
     return SharedStepResult(results, errors, rows, rounds)
 
 
-def _set_routing(routing: AdapterRouting, keys: Sequence[str], steps: Sequence[MemberStep],
-                 rows_B: torch.Tensor) -> None:
-    set_routing(routing, keys, [m.adapter for m in steps], rows_B)
-
-
-def set_routing(routing: AdapterRouting, keys: Sequence[str], adapters: Sequence[RunAdapter],
-                rows_B: torch.Tensor) -> None:
-    """Every adapter's A and B per module side by side (padded to the largest rank), and each row's block
-    mask (`rows_B[b]`: the index in `adapters` of row b's run)."""
-    rank = max(a.rank for a in adapters)
-    stacks: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
-    for key in keys:
-        pairs = [adapter.padded(key, rank) for adapter in adapters]
-        stacks[key] = (torch.cat([a for a, _ in pairs]), torch.cat([b for _, b in pairs], dim=1))
-    scaling_N = torch.tensor([a.scaling for a in adapters], device=rows_B.device)
-    one_hot_B_N = torch.nn.functional.one_hot(rows_B, len(adapters)).to(scaling_N.dtype) * scaling_N
-    routing.stacks = stacks
-    routing.row_mask_B_NR = one_hot_B_N.repeat_interleave(rank, dim=1)
-
-
 def _logits(model: nn.Module, ids_B_T: torch.Tensor, mask_B_T: torch.Tensor) -> torch.Tensor:
     """logits_B_S_V (float32) of the next token at each position but the last, as the solo step scores."""
     positions_B_T = torch.arange(ids_B_T.shape[1], device=ids_B_T.device).expand_as(ids_B_T)
@@ -156,7 +137,7 @@ def _forward_backward(model: nn.Module, routing: AdapterRouting, keys: Sequence[
     mask_B_T = _padded([mb.attention_mask_B_T for mb in parts], width)
     rows_B = torch.cat([torch.full((mb.input_ids_B_T.shape[0],), m.index, dtype=torch.long)
                         for m, mb in zip(present, parts, strict=True)]).to(ids_B_T.device)
-    _set_routing(routing, keys, steps, rows_B)
+    route(routing, keys, [m.adapter for m in steps], rows_B)
     try:
         logits_B_S_V = _logits(model, ids_B_T, mask_B_T)
         total: torch.Tensor | float = 0.0

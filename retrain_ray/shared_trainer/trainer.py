@@ -27,7 +27,8 @@ from safetensors.torch import save_file  # pyright: ignore[reportUnknownVariable
 
 from retrain_ray.backends.local import checkpoint as ckpt
 from retrain_ray.backends.local.policy import PolicySettings
-from retrain_ray.engines.types import WeightUpdate
+from retrain_ray.engines.pytorch.engine import eos_ids, pad_id
+from retrain_ray.engines.types import SampleResult, WeightUpdate
 from retrain_ray.engines.weights import ModeSwitch
 from retrain_ray.models.context import lean_applies
 from retrain_ray.models.lean_llama import LeanLlamaForCausalLM
@@ -42,8 +43,17 @@ from retrain_ray.models.lean_lora import (
 from retrain_ray.models.lora import LoraSettings
 from retrain_ray.shared_trainer.adapters import RunAdapter, new_adapter
 from retrain_ray.shared_trainer.grouped_lora import AdapterRouting, ModuleLayout, wrap_targets
-from retrain_ray.shared_trainer.step import SharedStepResult, set_routing, shared_step
-from retrain_ray.shared_trainer.types import StepRequest
+from retrain_ray.shared_trainer.routing import route
+from retrain_ray.shared_trainer.sampling import (
+    SamplingStreams,
+    by_prompt,
+    check_requests,
+    decode,
+    layout_rows,
+    results_of,
+)
+from retrain_ray.shared_trainer.step import SharedStepResult, shared_step
+from retrain_ray.shared_trainer.types import SampleRequest, StepRequest
 
 
 class SharedTrainerError(ValueError):
@@ -53,7 +63,8 @@ class SharedTrainerError(ValueError):
 class SharedTrainer:
     """One base copy of `model` (frozen) with grouped LoRA on the `layout`'s targets; members by run id."""
 
-    def __init__(self, model: LeanLlamaForCausalLM, layout: LoraSettings, *, dtype: str = "auto") -> None:
+    def __init__(self, model: LeanLlamaForCausalLM, layout: LoraSettings, *, dtype: str = "auto",
+                 eos_token_ids: Sequence[int] = (), pad_token_id: int | None = None) -> None:
         for p in model.parameters():
             p.requires_grad_(False)
         self.model = model
@@ -67,6 +78,8 @@ class SharedTrainer:
         self.device = next(model.parameters()).device
         self._modes = ModeSwitch(model)
         self._members: dict[str, RunAdapter] = {}
+        self.eos_ids, self.pad_token_id = _stop_and_pad(model, eos_token_ids, pad_token_id)
+        self.streams = SamplingStreams(self.device)
 
     @classmethod
     def load(cls, name_or_path: str | Path, layout: LoraSettings, *, device: str | torch.device = "cpu",
@@ -76,8 +89,9 @@ class SharedTrainer:
             raise SharedTrainerError(
                 f"model {str(name_or_path)!r}: the shared trainer runs built-in models (builtin:...) only for now; "
                 "train this run alone (without [campaign] shared_trainer)")
-        model, _ = load_lean_model_and_tokenizer(name_or_path, cache_dir=cache_dir, dtype=dtype)
-        return cls(model.to(torch.device(device)), layout, dtype=dtype)
+        model, tokenizer = load_lean_model_and_tokenizer(name_or_path, cache_dir=cache_dir, dtype=dtype)
+        return cls(model.to(torch.device(device)), layout, dtype=dtype, eos_token_ids=eos_ids(model, tokenizer),
+                   pad_token_id=pad_id(tokenizer))
 
     # ---- members -------------------------------------------------------------------------------
     @property
@@ -118,6 +132,7 @@ class SharedTrainer:
         """Drops the run's adapter and optimizer state; the other members are untouched."""
         self._member(run_id)
         del self._members[run_id]
+        self.streams.drop(run_id)
 
     def _member(self, run_id: str) -> RunAdapter:
         if run_id not in self._members:
@@ -135,6 +150,20 @@ class SharedTrainer:
         self._modes.set(True)
         return shared_step(self.model, self.routing, self.keys, members, self.device)
 
+    def generate(self, requests: Mapping[str, SampleRequest]) -> dict[str, list[list[SampleResult]]]:
+        """Each named member's `results[P][num_samples]`, all runs' rows in one batched decode from this one
+        copy, each under its own adapter and drawn from its own generator (sampling.py)."""
+        check_requests(dict(requests))
+        run_ids = list(requests)
+        ordered = [requests[r] for r in run_ids]
+        generators = [self.streams.for_call(r, requests[r].seed) for r in run_ids]
+        rows_N, spans, rows_B = layout_rows(ordered, generators)
+        self._modes.set(False)
+        with self.serving(run_ids, rows_B) as model:
+            decode(model, rows_N, spans, eos_ids=self.eos_ids, pad_token_id=self.pad_token_id, device=self.device)
+        return {r: by_prompt(results_of(span, self.eos_ids), request)
+                for r, span, request in zip(run_ids, spans, ordered, strict=True)}
+
     @contextlib.contextmanager
     def serving(self, run_ids: Sequence[str], rows_B: torch.Tensor) -> Generator[torch.nn.Module]:
         """The base model with row b of the forwards inside the block under run `run_ids[rows_B[b]]`'s
@@ -142,7 +171,7 @@ class SharedTrainer:
         One run for every row: `serving([run_id], torch.zeros(B, dtype=torch.long))`."""
         adapters = [self._member(run_id) for run_id in run_ids]
         with torch.no_grad():
-            set_routing(self.routing, self.keys, adapters, rows_B.to(self.device))
+            route(self.routing, self.keys, adapters, rows_B.to(self.device))
         try:
             yield self.model
         finally:
@@ -189,3 +218,17 @@ class SharedTrainer:
         copy_adapter_file(folder, dict(adapter.named), owner=f"run {run_id!r}")
         adapter.version = ckpt.load_optimizer(adapter.optimizer, directory)
 
+
+
+def _stop_and_pad(model: LeanLlamaForCausalLM, eos_token_ids: Sequence[int], pad_token_id: int | None
+                  ) -> tuple[list[int], int]:
+    """The sampler's stop ids and pad id: the tokenizer's (`load`), else the model's generation config."""
+    stops = list(eos_token_ids)
+    if not stops:
+        found = model.generation_config.eos_token_id
+        stops = [found] if isinstance(found, int) else list(found or [])
+    pad = pad_token_id if pad_token_id is not None else model.generation_config.pad_token_id
+    if not stops or pad is None:
+        raise SharedTrainerError("the model names no EOS or pad token id (generation_config.json): pass "
+                                 "eos_token_ids and pad_token_id to SharedTrainer")
+    return stops, pad
