@@ -8,9 +8,9 @@ call this actor. The actor is threaded (`max_concurrency` above the members), so
 class behind it (testable without Ray); one lock keeps a step, a sampling call and a checkpoint from touching
 the model at once (the serving rows and the grouped LoRA's routing are the model's state while they run).
 
-Sampling (`sample_run`, one small function): one run's request at a time from the trainer's copy under its
-adapter (`SharedTrainer.serving`), with the PyTorch engine's batched sampler, seeded per call by the run. The
-coalesced sampler (`CoalescingTrainer.generate`, rows of several runs in one decode) replaces it when it lands.
+Sampling: the members' concurrent `generate` calls are coalesced like their steps (`CoalescingTrainer.generate`):
+one batched decode from the trainer's copy, each row under its own run's adapter and drawn from its own generator,
+seeded per call by the run (shared_trainer/sampling.py).
 
 Killed, Ray restarts it (`max_restarts`): it comes back empty, notes the restart in the campaign's
 `control_restarts.jsonl` (actors/restarts.py), and each member's next call fails ("not a member"), so Tune
@@ -32,11 +32,17 @@ import torch
 from retrain_ray.actors.restarts import CONTROL_RESTARTS, record_restart
 from retrain_ray.backends.local.policy import PolicySettings
 from retrain_ray.backends.types import TrainStepResult
-from retrain_ray.engines.pytorch.engine import PyTorchEngine, eos_ids, pad_id
+from retrain_ray.engines.pytorch.engine import eos_ids, pad_id
 from retrain_ray.engines.types import SampleResult, SamplingParams, WeightUpdate
 from retrain_ray.models.lean_loading import load_lean_model_and_tokenizer
 from retrain_ray.models.lora import LoraSettings
-from retrain_ray.shared_trainer import CoalescingTrainer, SharedStepResult, SharedTrainer, StepRequest
+from retrain_ray.shared_trainer import (
+    CoalescingTrainer,
+    SampleRequest,
+    SharedStepResult,
+    SharedTrainer,
+    StepRequest,
+)
 
 MAX_THREADS = 256
 """The actor's threads at most: members beyond wait their turn in Ray's queue (the coalescer does not wait for
@@ -68,16 +74,9 @@ class _LockedTrainer(SharedTrainer):
         with self.lock:
             return super().train_step(requests)
 
-
-def sample_run(trainer: SharedTrainer, ids: tuple[list[int], int], run_id: str, prompt_ids_P: list[list[int]],
-               num_samples: int, params: SamplingParams, seed: int) -> list[list[SampleResult]]:
-    """One run's completions from the trainer's copy under its adapter: the PyTorch engine's sampler, seeded by
-    the run (the place `CoalescingTrainer.generate` takes over: several runs' rows in one decode)."""
-    eos, pad = ids
-    rows_B = torch.zeros(len(prompt_ids_P) * num_samples, dtype=torch.long)
-    with trainer.serving([run_id], rows_B) as model:
-        sampler = PyTorchEngine(model, eos_token_id=eos, pad_token_id=pad, seed=seed)
-        return sampler.generate(prompt_ids_P, num_samples, params)
+    def generate(self, requests: Mapping[str, SampleRequest]) -> dict[str, list[list[SampleResult]]]:
+        with self.lock:
+            return super().generate(requests)
 
 
 class TrainerHost:
@@ -86,12 +85,12 @@ class TrainerHost:
     def __init__(self, spec: TrainerSpec) -> None:
         model, tokenizer = load_lean_model_and_tokenizer(spec.model, dtype=spec.dtype)
         device = spec.device if torch.cuda.is_available() else "cpu"  # Ray's fake GPUs in tests: torch on CPU
-        trainer = _LockedTrainer(model.to(torch.device(device)), spec.layout, dtype=spec.dtype)
+        trainer = _LockedTrainer(model.to(torch.device(device)), spec.layout, dtype=spec.dtype,
+                                 eos_token_ids=eos_ids(model, tokenizer), pad_token_id=pad_id(tokenizer))
         trainer.lock = threading.RLock()
         self.trainer = trainer
         self.lock = trainer.lock
         self.coalescer = CoalescingTrainer(trainer, window_s=spec.window_s)
-        self.ids = (eos_ids(model, tokenizer), pad_id(tokenizer))
         self.samples = 0
 
     def add_run(self, run_id: str, settings: PolicySettings) -> None:
@@ -111,14 +110,16 @@ class TrainerHost:
         return self.coalescer.train_step(run_id, request, timeout_s=timeout_s)
 
     def generate(self, run_id: str, prompt_ids_P: list[list[int]], num_samples: int, params: SamplingParams, *,
-                 seed: int, expect_version: int) -> list[list[SampleResult]]:
+                 seed: int, expect_version: int, timeout_s: float = 600.0) -> list[list[SampleResult]]:
+        """The run's completions under its adapter, in the next coalesced decode with the other members'."""
         with self.lock:
             version = self.trainer.version(run_id)
             if version != expect_version:
                 raise RuntimeError(f"run {run_id!r} asked to sample from weights version {expect_version}, but its "
                                    f"adapter in the shared trainer is at version {version}: sync weights first")
             self.samples += 1
-            return sample_run(self.trainer, self.ids, run_id, prompt_ids_P, num_samples, params, seed)
+        # outside the lock: the coalescer waits here for the other members' requests
+        return self.coalescer.generate(run_id, prompt_ids_P, num_samples, params, seed=seed, timeout_s=timeout_s)
 
     def version(self, run_id: str) -> int:
         with self.lock:
@@ -137,10 +138,11 @@ class TrainerHost:
             return self.trainer.export_weights(run_id)
 
     def figures(self) -> dict[str, float]:
-        """Members, batched steps so far and their mean size, sampling calls, the actor's pid."""
-        sizes = self.coalescer.batch_sizes
+        """Members, batched steps and decodes so far and their mean sizes in runs, sampling calls, the actor's pid."""
+        sizes, decodes = self.coalescer.batch_sizes, self.coalescer.decode_sizes
         return {"members": float(len(self.trainer.members)), "steps": float(len(sizes)),
                 "mean_batch_runs": sum(sizes) / len(sizes) if sizes else 0.0, "samples": float(self.samples),
+                "decodes": float(len(decodes)), "mean_decode_runs": sum(decodes) / len(decodes) if decodes else 0.0,
                 "pid": float(os.getpid())}
 
 

@@ -122,3 +122,23 @@ def test_a_killed_trainer_restarts_and_a_member_continues_from_its_checkpoint(tr
         assert policy.backend.version == 2
     restarts = [json.loads(line) for line in (tmp_path / RESTARTS_FILE).read_text().splitlines()]
     assert [r["actor"] for r in restarts] == [f"test/shared_trainer/{tmp_path.name}"]
+
+
+def test_members_concurrent_sampling_goes_as_one_decode(ray_4cpu_4gpu, tmp_path):
+    # a long window: the decode goes once both members are pending, however slow the box is
+    spec = TrainerSpec(model="builtin:tiny", layout=settings_from_config(run_config(1)).lora, threads=1, window_s=30.0)
+    actor = start_shared_trainer(spec, name=f"test/shared_trainer/{tmp_path.name}", namespace="shared-trainer-test",
+                                 members=2, node_id=ray.get_runtime_context().get_node_id(), num_gpus=0,
+                                 campaign_dir=tmp_path)
+    try:
+        params = SamplingParams(max_tokens=3, temperature=1.0)
+        with member_policy(run_config(4), actor, "run-d", timeout_s=TIMEOUT_S) as d, \
+                member_policy(run_config(5), actor, "run-e", timeout_s=TIMEOUT_S) as e, \
+                ThreadPoolExecutor(2) as pool:
+            calls = [pool.submit(p.engine.generate, [[5, 6, 7], [8, 9]], 2, params) for p in (d, e)]
+            outs = [c.result(timeout=TIMEOUT_S) for c in calls]
+            figures = ray.get(actor.figures.remote(), timeout=TIMEOUT_S)
+        assert all([len(group) for group in out] == [2, 2] for out in outs)
+        assert (figures["decodes"], figures["mean_decode_runs"]) == (1.0, 2.0)
+    finally:
+        ray.kill(actor, no_restart=True)
