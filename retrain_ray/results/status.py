@@ -198,7 +198,8 @@ VIEWS = ("default", "active", "all")
 
 def idle_seconds(campaign_dir: Path, now: float) -> float:
     """Seconds since the campaign last wrote anything: its manifest or any run's metrics."""
-    files = [campaign_dir / "manifest.json", *campaign_dir.glob("runs/*/metrics*.arrows")]
+    files = [campaign_dir / "manifest.json", campaign_dir / "manifest.events.jsonl",
+             *campaign_dir.glob("runs/*/metrics*.arrows")]
     newest = max((f.stat().st_mtime for f in files if f.exists()), default=0.0)
     return max(0.0, now - newest)
 
