@@ -15,7 +15,8 @@ Figures per campaign:
   parallelism is `max_workers`: what the campaign spends per run beyond computing it;
 * first step: from the driver's start to the first run's first step;
 * driver CPU s (`time.process_time`) and peak RSS (`ru_maxrss`) of the driver process;
-* manifest: its final size, how many times it was written and the total and largest write time;
+* manifest: its final size, how many times it was written whole and the total and largest write time, and
+  the run events appended between (logs/manifest_events.py): how many and their total time;
 * Tune state: the newest `experiment_state-*.json` size and the total time of Tune's snapshots;
 * directory: the campaign directory's size, its runs' own directories' size and their ratio (<= 1.25: each
   checkpoint stored once).
@@ -70,7 +71,7 @@ def campaign_toml(path: Path, *, runs: int, steps: int, workers: int, trainer: s
 class Timed:
     """Wraps `owner.name` to count its calls and sum (and max) their wall time."""
 
-    def __init__(self, owner: type, name: str) -> None:
+    def __init__(self, owner: object, name: str) -> None:
         self.calls, self.total_s, self.max_s = 0, 0.0, 0.0
         original: Callable[..., object] = getattr(owner, name)
 
@@ -105,9 +106,10 @@ def child(toml: Path, root: Path, nodes: int) -> None:
     from ray.tune.execution.tune_controller import TuneController
 
     from retrain_ray.campaign import Campaign
-    from retrain_ray.logs.manifest import Manifest
+    from retrain_ray.logs import manifest as manifest_module
 
-    manifest, tune_state = Timed(Manifest, "save"), Timed(TuneController, "checkpoint")
+    manifest, tune_state = Timed(manifest_module.Manifest, "save"), Timed(TuneController, "checkpoint")
+    appends = Timed(manifest_module, "append_events")  # a run's change: one line (logs/manifest_events.py)
     Campaign.from_toml(toml, root=root).run(progress=False)
     wall = time.perf_counter() - start
     if cluster is not None:
@@ -118,7 +120,8 @@ def child(toml: Path, root: Path, nodes: int) -> None:
     print("SCALE " + json.dumps({
         "started_at": started_at, "wall_s": wall, "driver_cpu_s": time.process_time(),
         "driver_peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-        "manifest_writes": manifest.figures(), "tune_snapshots": tune_state.figures()}))
+        "manifest_writes": manifest.figures(), "manifest_appends": appends.figures(),
+        "tune_snapshots": tune_state.figures()}))
 
 
 def size(path: Path) -> int:
@@ -160,6 +163,7 @@ def measure(runs: int, args: argparse.Namespace, workdir: Path) -> dict[str, flo
         "manifest_kb": (cdir / "manifest.json").stat().st_size / 1024,
         "manifest_writes": driver["manifest_writes"]["calls"], "manifest_write_s": driver["manifest_writes"]["total_s"],
         "manifest_write_max_ms": driver["manifest_writes"]["max_s"] * 1e3,
+        "manifest_appends": driver["manifest_appends"]["calls"], "manifest_append_s": driver["manifest_appends"]["total_s"],
         "tune_state_kb": states[-1].stat().st_size / 1024 if states else 0.0,
         "tune_snapshot_s": driver["tune_snapshots"]["total_s"], "tune_snapshots": driver["tune_snapshots"]["calls"],
         "dir_mb": size(cdir) / 2**20, "runs_mb": runs_size / 2**20,
@@ -168,7 +172,8 @@ def measure(runs: int, args: argparse.Namespace, workdir: Path) -> dict[str, flo
 
 
 COLUMNS = ("runs", "completed", "wall_s", "overhead_per_run_s", "first_step_s", "driver_cpu_s", "driver_peak_rss_mb",
-           "manifest_kb", "manifest_writes", "manifest_write_s", "manifest_write_max_ms", "tune_state_kb",
+           "manifest_kb", "manifest_writes", "manifest_write_s", "manifest_write_max_ms", "manifest_appends",
+           "manifest_append_s", "tune_state_kb",
            "tune_snapshot_s", "dir_mb", "runs_mb", "dir_over_runs")
 # figures whose growth per tenfold of runs is shown (x10 runs: 10x is linear, per-run figures ~1x)
 GROWTH = ("wall_s", "overhead_per_run_s", "driver_cpu_s", "driver_peak_rss_mb", "manifest_kb", "manifest_write_s",

@@ -17,7 +17,6 @@ from typing import cast
 
 import pandas as pd
 import pyarrow as pa
-import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
 from retrain_ray.logs.stream import read_stream, segment_paths
@@ -54,17 +53,14 @@ def _sources(runs_dir: Path, run_names: Sequence[str], name: str) -> tuple[list[
 
 
 def _read_copies(paths: list[Path], columns: Sequence[str]) -> pa.Table | None:
-    """One multi-threaded scan of every copy (a copy's footer names its 100 columns: read one by one, the
-    footers are most of the time); per file when the first copy lacks a column another may have."""
-    if not paths:
-        return None
-    first = pq.read_schema(paths[0])
-    if all(c in first.names for c in (RUN, *columns)):
-        dataset = ds.dataset([str(p) for p in paths], format="parquet", schema=first)
-        return dataset.to_table(columns=[RUN, *columns])
-    tables = [pq.ParquetFile(p).read(columns=[c for c in (RUN, *columns) if c in pq.read_schema(p).names])
-              for p in paths]
-    return pa.concat_tables(tables, promote_options="default")
+    """The copies' `columns` (and `run`), one file after another: a `ParquetFile` reads its footer once (a
+    copy's footer describes about 100 columns: 0.9 ms of CPU a file, where a multi-file dataset scan took 2 ms)."""
+    tables: list[pa.Table] = []
+    for path in paths:
+        copy = pq.ParquetFile(path)
+        names = set(copy.schema_arrow.names)
+        tables.append(copy.read(columns=[c for c in (RUN, *columns) if c in names], use_threads=False))
+    return pa.concat_tables(tables, promote_options="default") if tables else None
 
 
 def _read_live(run_dir: Path, run: str, columns: Sequence[str], name: str) -> pa.Table:
