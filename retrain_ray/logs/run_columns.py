@@ -4,7 +4,7 @@ a campaign of a thousand runs in seconds.
 Reading each run's whole Arrow stream (every record batch, every metric and the `extras` map), de-duplicating
 it and converting it to pandas cost about 40 ms a run: 80 s for `summary` at 1,000 runs x 500 steps. Here a
 run whose Parquet copy (logs/parquet_export.py: de-duplicated, sorted by step, rewritten by the recorder and
-once more when the run closes) is at least as new as its stream is read from it, only the asked columns;
+once more when the run closes) is newer than its stream is read from it, only the asked columns;
 a run still being written, or with no copy, from its stream, projected the same way. The tables are joined
 in Arrow and converted to pandas once, with a `run` column, so the per-run figures are one `groupby`.
 """
@@ -39,7 +39,8 @@ def read_run_columns(runs_dir: Path, run_names: Sequence[str], columns: Sequence
 
 
 def _sources(runs_dir: Path, run_names: Sequence[str], name: str) -> tuple[list[Path], list[str]]:
-    """The Parquet copies that are current (at least as new as every segment), and the runs to read live."""
+    """The Parquet copies that are current (newer than every segment: a copy written in the same clock tick as
+    a row may lack it), and the runs to read from their streams."""
     copies: list[Path] = []
     live: list[str] = []
     for run in run_names:
@@ -47,7 +48,7 @@ def _sources(runs_dir: Path, run_names: Sequence[str], name: str) -> tuple[list[
         if not segments:
             continue
         parquet = runs_dir / run / f"{name}.parquet"
-        current = parquet.is_file() and parquet.stat().st_mtime >= max(s.stat().st_mtime for s in segments)
+        current = parquet.is_file() and parquet.stat().st_mtime > max(s.stat().st_mtime for s in segments)
         (copies.append(parquet) if current else live.append(run))
     return copies, live
 
