@@ -6,7 +6,16 @@ from __future__ import annotations
 
 import pandas as pd
 import pytest
-from recorded_campaign import CONDITIONS, RESUME_AT, SEEDS, STEPS, metrics_row, reward, run_name, write_campaign
+from recorded_campaign import (
+    CONDITIONS,
+    RESUME_AT,
+    SEEDS,
+    STEPS,
+    metrics_row,
+    reward,
+    run_name,
+    write_campaign,
+)
 
 from retrain_ray.logs import read_stream
 from retrain_ray.logs.run_columns import RUN, _sources, read_run_columns
