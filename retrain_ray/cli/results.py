@@ -38,7 +38,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from retrain_ray.results.bottleneck import PARTS, Breakdown, breakdown, by_condition
+from retrain_ray.results.bottleneck import PARTS, Breakdown
 
 if TYPE_CHECKING:
     from retrain_ray.results.status import CampaignStatus, RunSummary
@@ -406,13 +406,6 @@ def runs_with_metrics(directory: Path) -> list[Path]:
     return sorted({path.parent for path in directory.rglob("metrics*.arrows")})
 
 
-def _read_rows(run_dir: Path) -> list[dict[str, Any]]:
-    # deferred: pyarrow, only once a run was found
-    from retrain_ray.logs import read_stream
-
-    return read_stream(run_dir, name="metrics").to_pylist()
-
-
 def _line(name: str, b: Breakdown) -> str:
     shares = "  ".join(f"{part} {b.shares[part]:5.1%}" for part in PARTS)
     return f"  {name}: {b.steps} steps, {b.step_time_s:.1f} s  {shares}\n    -> {b.bottleneck}: {b.knob}"
@@ -447,18 +440,15 @@ def bottleneck_main(argv: list[str]) -> int:
     if not directory.is_dir():
         print(f"{directory}: not a directory; pass a run or campaign directory (e.g. logs/<name>)", file=sys.stderr)
         return 2
-    runs: dict[str, tuple[str, list[dict[str, Any]]]] = {}
-    for run_dir in runs_with_metrics(directory):
-        rows = _read_rows(run_dir)
-        if rows:
-            condition = str(rows[-1].get("condition") or run_dir.name)
-            runs[str(run_dir.relative_to(directory)) if run_dir != directory else run_dir.name] = (condition, rows)
+    # deferred: pandas and pyarrow, only once a directory is given
+    from retrain_ray.results.bottleneck_frames import read_breakdowns
+
+    runs, conditions = read_breakdowns(directory, runs_with_metrics(directory))
     if not runs:
         print(f"{directory}: no logged steps (metrics*.arrows) in it or below it; has a run logged a step yet?",
               file=sys.stderr)
         return 2
-    per_run = {name: breakdown(rows) for name, (_c, rows) in runs.items()}
-    conditions = by_condition(runs)
+    per_run = {name: b for name, (_c, b) in runs.items()}
     if args.plot:
         try:
             _plot(conditions, Path(args.plot))

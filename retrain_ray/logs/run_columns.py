@@ -68,3 +68,16 @@ def _read_live(run_dir: Path, run: str, columns: Sequence[str], name: str) -> pa
     table = read_stream(run_dir, name=name)
     table = table.select([c for c in columns if c in table.column_names])
     return table.append_column(RUN, pa.array([run] * table.num_rows, pa.string()))
+
+
+def stream_columns(run_dir: Path, name: str = "metrics") -> list[str]:
+    """The columns of a run's stream `name` (its first segment's schema: a log's segments share it); [] when it
+    has none or the segment cannot be read."""
+    segments = segment_paths(run_dir, name)
+    if not segments:
+        return []
+    try:
+        with pa.OSFile(str(segments[0])) as source:
+            return list(pa.ipc.open_stream(source).schema.names)
+    except (OSError, pa.ArrowInvalid):
+        return []
