@@ -86,7 +86,8 @@ def write_campaign(cdir: Path, runs: int, steps: int) -> float:
 
 
 def time_reader(name: str, cdir: Path, tmp: Path) -> dict[str, float]:
-    """One reader in a fresh process: wall seconds and its peak RSS (MB)."""
+    """One reader in a fresh process: wall seconds, CPU seconds (user + system: on a loaded machine the wall
+time is mostly waiting for a core) and its peak RSS (MB)."""
     args = [a.format(dir=str(cdir), tmp=str(tmp)) for a in READERS[name]]
     probe = ("import resource, runpy, sys, time\n"
              "start = time.perf_counter()\n"
@@ -96,16 +97,17 @@ def time_reader(name: str, cdir: Path, tmp: Path) -> dict[str, float]:
              "    if sys.argv[1] == '-m': sys.argv = sys.argv[2:]; runpy.run_module(sys.argv[0], run_name='__main__')\n"
              "    else: exec(sys.argv[2])\n"
              "except SystemExit as e: code = e.code or 0\n"
-             "print('READER', time.perf_counter() - start, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,"
-             " code, file=sys.stderr)\n")
+             "use = resource.getrusage(resource.RUSAGE_SELF)\n"
+             "print('READER', time.perf_counter() - start, use.ru_maxrss / 1024, code, use.ru_utime + use.ru_stime,"
+             " file=sys.stderr)\n")
     env = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}", "MPLBACKEND": "Agg"}
     out = subprocess.run([sys.executable, "-c", probe, *args], capture_output=True, text=True, env=env,
                          timeout=600, check=False)
     line = [ln for ln in out.stderr.splitlines() if ln.startswith("READER ")]
     if not line:
         raise RuntimeError(f"{name} failed:\n{out.stderr[-2000:]}")
-    wall, rss, code = line[-1].split()[1:]
-    return {"wall_s": float(wall), "peak_rss_mb": float(rss), "exit": int(code)}
+    wall, rss, code, cpu = line[-1].split()[1:]
+    return {"wall_s": float(wall), "cpu_s": float(cpu), "peak_rss_mb": float(rss), "exit": int(code)}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -132,7 +134,8 @@ def main(argv: list[str] | None = None) -> int:
             target = TARGET_S.get(name)
             verdict = "no target" if target is None else "ok" if figures["wall_s"] <= target else \
                 f"over the {target:.0f} s target"
-            print(f"{name:8s} {figures['wall_s']:7.2f} s  peak RSS {figures['peak_rss_mb']:7.0f} MB  "
+            print(f"{name:10s} {figures['wall_s']:7.2f} s  CPU {figures['cpu_s']:6.2f} s  "
+                  f"peak RSS {figures['peak_rss_mb']:7.0f} MB  "
                   f"exit {figures['exit']}  ({verdict})")
         print(json.dumps(rows))
     finally:
