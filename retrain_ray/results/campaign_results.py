@@ -45,6 +45,9 @@ if TYPE_CHECKING:  # Ray (for Tune's Checkpoint) and matplotlib are loaded only 
 SIGNIFICANCE_WINDOW = 10
 SUMMARY_METRICS = ("mean_reward", "correct_rate", "loss", "tokens_per_second", "step_time_s")
 SUMMARY_COLUMNS = ("step", "trained", *SUMMARY_METRICS)  # what the per-run table reads of a log
+# what the campaign tables read of every run's log, once: the per-run table, the run values of a summary
+# metric and the compute spent (wall_time) share one read of a thousand files (logs/run_columns.py)
+TABLE_COLUMNS = (*SUMMARY_COLUMNS, "wall_time")
 # Metrics `history()` and the plots know, with the direction that is better.
 LOWER_IS_BETTER = ("loss", "step_time_s", "sample_time_s", "train_time_s", "sync_time_s", "policy/abs_kl")
 HISTORY_METRICS = ("mean_reward", "correct_rate", "loss", "policy/abs_kl", "clip_fraction",
@@ -251,7 +254,7 @@ class CampaignResults:
         """One row per run: condition, seed, overrides, status, attempts, steps_logged (every step logs a row),
         steps_trained (those that updated the weights), first_*, last_* and best_* metrics (over the steps
         that logged the metric: `loss` is null on a step that trained nothing)."""
-        stats = _per_run_stats(self._all_runs(SUMMARY_COLUMNS))
+        stats = _per_run_stats(self._all_runs(TABLE_COLUMNS))
         return pd.DataFrame([{**self._run_identity(r), **stats.get(r.run_name, _NO_STEPS)} for r in self.runs])
 
     def _run_identity(self, entry: RunRecord) -> dict[str, object]:
@@ -301,7 +304,7 @@ class CampaignResults:
         logged nothing of `metric` too."""
         if window < 1:
             raise ValueError(f"window={window}: expected at least 1 step")
-        frame = self._all_runs(SUMMARY_COLUMNS if metric in SUMMARY_COLUMNS else ("step", metric))
+        frame = self._all_runs(TABLE_COLUMNS if metric in TABLE_COLUMNS else ("step", metric))
         if metric not in frame.columns:
             return {}
         logged = frame[[RUN, metric]].dropna()
@@ -353,7 +356,7 @@ class CampaignResults:
     def compute(self) -> ComputeUsed:
         """GPU- and CPU-hours spent (GPUs held x wall time per run) and, for an adaptive campaign, saved
         against the full grid (results/compute.py)."""
-        return compute_used(self.manifest, runs_compute(self.runs, self._all_runs(("step", "wall_time"))))
+        return compute_used(self.manifest, runs_compute(self.runs, self._all_runs(TABLE_COLUMNS)))
 
     def get_best_result(self, metric: str = "mean_reward", mode: Literal["max", "min"] = "max",
                         scope: Literal["last", "all", "avg", "last-5-avg", "last-10-avg"] = "last") -> RunResult:
@@ -386,7 +389,7 @@ _NO_STEPS: dict[str, object] = {"steps_logged": 0, "steps_trained": 0, "last_ste
 
 
 def _per_run_stats(frame: pd.DataFrame) -> dict[str, dict[str, object]]:
-    """Per run of `frame` (`_all_runs(SUMMARY_COLUMNS)`), what `_run_row` computes of one run's history, in
+    """Per run of `frame` (`_all_runs(TABLE_COLUMNS)`), what `_run_row` computes of one run's history, in
     one groupby: steps logged and trained, last step, and first, last and best of each summary metric
     (first and last skip steps that did not log it)."""
     if frame.empty:
