@@ -91,3 +91,17 @@ def test_the_test_helpers_json_view_matches_the_whole_file_after_a_save(tmp_path
     manifest.save()
     whole = json.loads((tmp_path / MANIFEST).read_text())
     assert folded["runs"] == whole["runs"]
+
+
+def test_a_driver_killed_between_the_whole_write_and_the_logs_removal_loses_and_repeats_nothing(tmp_path):
+    manifest = _campaign(tmp_path, 2, compact_every=100)
+    manifest.update_run("r0", status="running", attempts=1)
+    manifest.update_run("r0", status="completed", result={"step": 1})
+    log = (tmp_path / EVENTS).read_text()
+    manifest.save()  # the whole file holds events 1-2 ...
+    (tmp_path / EVENTS).write_text(log)  # ... and the kill came before the log was removed
+    resumed = Manifest.load(tmp_path)
+    assert resumed.seq == 2 and resumed.run("r0").status == "completed"
+    resumed.update_run("r1", status="running", attempts=1)  # numbered after the events already folded in
+    assert json.loads((tmp_path / EVENTS).read_text().splitlines()[-1])["seq"] == 3
+    assert [r.status for r in read_manifest(tmp_path).runs] == ["completed", "running"]
