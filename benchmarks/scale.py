@@ -13,9 +13,11 @@ Figures per campaign:
 * overhead/run: (wall - the runs' own time / parallelism) / runs, where a run's own time is its steps'
   (from its first step's start, `first_step_at` - `step_time_s`, to its last row's `wall_time`) and the
   parallelism is `max_workers`: what the campaign spends per run beyond computing it;
-* first step: from the driver's start to the first run's first step;
+* first step: from the driver's start to the first run's first step (with `--nodes`, from when every simulated
+  node is up: the cluster's own start is `cluster_start_s`);
 * driver CPU s (`time.process_time`) and peak RSS (`ru_maxrss`) of the driver process;
-* manifest: its final size, how many times it was written and the total and largest write time;
+* manifest: its final size, how many times it was written whole and the total and largest write time, and
+  the run events appended between (logs/manifest_events.py): how many and their total time;
 * Tune state: the newest `experiment_state-*.json` size and the total time of Tune's snapshots;
 * directory: the campaign directory's size, its runs' own directories' size and their ratio (<= 1.25: each
   checkpoint stored once).
@@ -70,7 +72,7 @@ def campaign_toml(path: Path, *, runs: int, steps: int, workers: int, trainer: s
 class Timed:
     """Wraps `owner.name` to count its calls and sum (and max) their wall time."""
 
-    def __init__(self, owner: type, name: str) -> None:
+    def __init__(self, owner: object, name: str) -> None:
         self.calls, self.total_s, self.max_s = 0, 0.0, 0.0
         original: Callable[..., object] = getattr(owner, name)
 
@@ -89,8 +91,11 @@ class Timed:
 
 
 def child(toml: Path, root: Path, nodes: int) -> None:
-    """The driver process: runs the campaign and prints its own figures as one JSON line."""
-    started_at, start = time.time(), time.perf_counter()
+    """The driver process: runs the campaign and prints its own figures as one JSON line. With `nodes` the
+    simulated cluster is started first and the clock starts once every node is up: on a real cluster the
+    nodes are there before a campaign is submitted, and starting 16 raylets on this machine's 2 cores is the
+    simulation's cost, not the campaign's (it is reported as `cluster_start_s`)."""
+    cluster_start = time.perf_counter()
     cluster = None
     if nodes:
         from ray.cluster_utils import Cluster
@@ -102,12 +107,15 @@ def child(toml: Path, root: Path, nodes: int) -> None:
         import ray
 
         ray.init(address=cluster.address, include_dashboard=False)
+    cluster_start_s = time.perf_counter() - cluster_start
+    started_at, start = time.time(), time.perf_counter()
     from ray.tune.execution.tune_controller import TuneController
 
     from retrain_ray.campaign import Campaign
-    from retrain_ray.logs.manifest import Manifest
+    from retrain_ray.logs import manifest as manifest_module
 
-    manifest, tune_state = Timed(Manifest, "save"), Timed(TuneController, "checkpoint")
+    manifest, tune_state = Timed(manifest_module.Manifest, "save"), Timed(TuneController, "checkpoint")
+    appends = Timed(manifest_module, "append_events")  # a run's change: one line (logs/manifest_events.py)
     Campaign.from_toml(toml, root=root).run(progress=False)
     wall = time.perf_counter() - start
     if cluster is not None:
@@ -116,9 +124,10 @@ def child(toml: Path, root: Path, nodes: int) -> None:
         ray.shutdown()
         cluster.shutdown()
     print("SCALE " + json.dumps({
-        "started_at": started_at, "wall_s": wall, "driver_cpu_s": time.process_time(),
+        "started_at": started_at, "wall_s": wall, "driver_cpu_s": time.process_time(), "cluster_start_s": cluster_start_s,
         "driver_peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-        "manifest_writes": manifest.figures(), "tune_snapshots": tune_state.figures()}))
+        "manifest_writes": manifest.figures(), "manifest_appends": appends.figures(),
+        "tune_snapshots": tune_state.figures()}))
 
 
 def size(path: Path) -> int:
@@ -153,13 +162,14 @@ def measure(runs: int, args: argparse.Namespace, workdir: Path) -> dict[str, flo
     states = sorted((cdir / "tune").glob("experiment_state-*.json"))
     runs_size = size(cdir / "runs")
     return {
-        "runs": runs, "completed": len(done), "wall_s": driver["wall_s"],
+        "runs": runs, "completed": len(done), "wall_s": driver["wall_s"], "cluster_start_s": driver["cluster_start_s"],
         "overhead_per_run_s": (driver["wall_s"] - own / args.workers) / runs,
         "runs_own_s": own, "first_step_s": (min(firsts) - driver["started_at"]) if firsts else math.nan,
         "driver_cpu_s": driver["driver_cpu_s"], "driver_peak_rss_mb": driver["driver_peak_rss_mb"],
         "manifest_kb": (cdir / "manifest.json").stat().st_size / 1024,
         "manifest_writes": driver["manifest_writes"]["calls"], "manifest_write_s": driver["manifest_writes"]["total_s"],
         "manifest_write_max_ms": driver["manifest_writes"]["max_s"] * 1e3,
+        "manifest_appends": driver["manifest_appends"]["calls"], "manifest_append_s": driver["manifest_appends"]["total_s"],
         "tune_state_kb": states[-1].stat().st_size / 1024 if states else 0.0,
         "tune_snapshot_s": driver["tune_snapshots"]["total_s"], "tune_snapshots": driver["tune_snapshots"]["calls"],
         "dir_mb": size(cdir) / 2**20, "runs_mb": runs_size / 2**20,
@@ -168,7 +178,8 @@ def measure(runs: int, args: argparse.Namespace, workdir: Path) -> dict[str, flo
 
 
 COLUMNS = ("runs", "completed", "wall_s", "overhead_per_run_s", "first_step_s", "driver_cpu_s", "driver_peak_rss_mb",
-           "manifest_kb", "manifest_writes", "manifest_write_s", "manifest_write_max_ms", "tune_state_kb",
+           "manifest_kb", "manifest_writes", "manifest_write_s", "manifest_write_max_ms", "manifest_appends",
+           "manifest_append_s", "tune_state_kb",
            "tune_snapshot_s", "dir_mb", "runs_mb", "dir_over_runs")
 # figures whose growth per tenfold of runs is shown (x10 runs: 10x is linear, per-run figures ~1x)
 GROWTH = ("wall_s", "overhead_per_run_s", "driver_cpu_s", "driver_peak_rss_mb", "manifest_kb", "manifest_write_s",

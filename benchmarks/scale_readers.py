@@ -7,7 +7,8 @@ metrics row of the width a tiny-model run logs (the run loop's timing, reward an
 times each reader in a fresh process with its peak RSS:
 
 * `retrain-ray status DIR`, `retrain-ray results DIR`, `retrain-ray plot DIR` (the CLI, as a user runs it);
-* `CampaignResults.from_dir(DIR).summary()`.
+* `CampaignResults.from_dir(DIR).summary()`;
+* `retrain-ray bottleneck DIR` and `retrain-ray explain CAMPAIGN.toml --calibrate DIR` (no target: timed).
 
 Targets (issue 38): status, results and summary <= 5 s, plot <= 30 s. Figures depend on the machine's load;
 the header states `os.getloadavg()`.
@@ -29,6 +30,9 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from scale import campaign_toml  # noqa: E402  (this folder's campaign, for explain)
+
 CONDITIONS = ("grpo+none", "maxrl+none", "maxrl+gtpo", "maxrl+gtpo_hicra", "maxrl+gtpo_sepa")
 # the numeric columns a tiny-model run logs besides step/wall_time/condition/phase (the run loop's row)
 EXTRA_KEYS = ("loss", "tokens_per_second", "step_time_s", "running_correct_rate", "sync_time_s", "sample_time_s",
@@ -42,6 +46,8 @@ READERS = {
     "plot": ["-m", "retrain_ray", "plot", "{dir}", "--out", "{tmp}/plots"],
     "summary": ["-c", "from retrain_ray.campaign import CampaignResults; "
                       "print(CampaignResults.from_dir({dir!r}).summary().to_string())"],
+    "bottleneck": ["-m", "retrain_ray", "bottleneck", "{dir}"],
+    "explain": ["-m", "retrain_ray", "explain", "{tmp}/campaign.toml", "--calibrate", "{dir}"],
 }
 TARGET_S = {"status": 5.0, "results": 5.0, "summary": 5.0, "plot": 30.0}
 
@@ -80,7 +86,8 @@ def write_campaign(cdir: Path, runs: int, steps: int) -> float:
 
 
 def time_reader(name: str, cdir: Path, tmp: Path) -> dict[str, float]:
-    """One reader in a fresh process: wall seconds and its peak RSS (MB)."""
+    """One reader in a fresh process: wall seconds, CPU seconds (user + system: on a loaded machine the wall
+time is mostly waiting for a core) and its peak RSS (MB)."""
     args = [a.format(dir=str(cdir), tmp=str(tmp)) for a in READERS[name]]
     probe = ("import resource, runpy, sys, time\n"
              "start = time.perf_counter()\n"
@@ -90,16 +97,17 @@ def time_reader(name: str, cdir: Path, tmp: Path) -> dict[str, float]:
              "    if sys.argv[1] == '-m': sys.argv = sys.argv[2:]; runpy.run_module(sys.argv[0], run_name='__main__')\n"
              "    else: exec(sys.argv[2])\n"
              "except SystemExit as e: code = e.code or 0\n"
-             "print('READER', time.perf_counter() - start, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,"
-             " code, file=sys.stderr)\n")
+             "use = resource.getrusage(resource.RUSAGE_SELF)\n"
+             "print('READER', time.perf_counter() - start, use.ru_maxrss / 1024, code, use.ru_utime + use.ru_stime,"
+             " file=sys.stderr)\n")
     env = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}", "MPLBACKEND": "Agg"}
     out = subprocess.run([sys.executable, "-c", probe, *args], capture_output=True, text=True, env=env,
                          timeout=600, check=False)
     line = [ln for ln in out.stderr.splitlines() if ln.startswith("READER ")]
     if not line:
         raise RuntimeError(f"{name} failed:\n{out.stderr[-2000:]}")
-    wall, rss, code = line[-1].split()[1:]
-    return {"wall_s": float(wall), "peak_rss_mb": float(rss), "exit": int(code)}
+    wall, rss, code, cpu = line[-1].split()[1:]
+    return {"wall_s": float(wall), "cpu_s": float(cpu), "peak_rss_mb": float(rss), "exit": int(code)}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -120,10 +128,14 @@ def main(argv: list[str] | None = None) -> int:
                   flush=True)
         size = sum(f.stat().st_size for f in cdir.rglob("*") if f.is_file())
         print(f"{cdir}: {size / 2**20:.0f} MB", flush=True)
+        campaign_toml(tmp / "campaign.toml", runs=args.runs, steps=args.steps, workers=4, trainer="tiny")
         rows = {name: time_reader(name, cdir, tmp) for name in args.only}
         for name, figures in rows.items():
-            verdict = "ok" if figures["wall_s"] <= TARGET_S[name] else f"over the {TARGET_S[name]:.0f} s target"
-            print(f"{name:8s} {figures['wall_s']:7.2f} s  peak RSS {figures['peak_rss_mb']:7.0f} MB  "
+            target = TARGET_S.get(name)
+            verdict = "no target" if target is None else "ok" if figures["wall_s"] <= target else \
+                f"over the {target:.0f} s target"
+            print(f"{name:10s} {figures['wall_s']:7.2f} s  CPU {figures['cpu_s']:6.2f} s  "
+                  f"peak RSS {figures['peak_rss_mb']:7.0f} MB  "
                   f"exit {figures['exit']}  ({verdict})")
         print(json.dumps(rows))
     finally:

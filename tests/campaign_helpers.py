@@ -111,9 +111,13 @@ def start(cmd: list[str], *, env: dict[str, str], log: Path, cwd: Path = REPO) -
 
 
 def read_manifest(campaign_dir: Path) -> dict | None:
+    """The manifest as JSON, its pending run events folded in (logs/manifest_events.py); None while absent."""
+    from retrain_ray.logs.manifest import manifest_text
+    from retrain_ray.logs.manifest import read_manifest as read_record
+
     try:
-        return json.loads((campaign_dir / "manifest.json").read_text())
-    except (OSError, json.JSONDecodeError):
+        return json.loads(manifest_text(read_record(campaign_dir), {}))
+    except (OSError, ValueError):
         return None
 
 

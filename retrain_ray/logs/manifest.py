@@ -10,7 +10,10 @@ This module is the only one that reads or writes the file. In memory the manifes
 `AdaptiveRecord`); a change is a new record (`with_run`, `model_copy(update=...)`). The file on disk
 keeps its JSON shape: a record writes back exactly the keys it was read or built with (keys unknown to
 this version are kept; keys an older manifest lacks load as the field's default and are not added).
-The driver holds a `Manifest`, which writes each change to disk at once.
+The driver holds a `Manifest`, which records each change on disk at once: a run's change as a line appended
+to `manifest.events.jsonl` (logs/manifest_events.py), folded into the whole file every so many events, at
+each campaign-level change and when the campaign ends. `read_manifest` folds the pending events in, so a
+reader always sees every recorded change.
 """
 
 from __future__ import annotations
@@ -27,6 +30,14 @@ from typing import Literal, Self, cast, get_args
 from pydantic import BaseModel, ConfigDict, JsonValue, ValidationError
 
 from retrain_ray.logs.dir_lock import process_started_at
+from retrain_ray.logs.manifest_events import (
+    RunChanges,
+    append_events,
+    changes_after,
+    events_path,
+    read_event_text,
+    remove_events,
+)
 
 MANIFEST = "manifest.json"
 # "stopped": an adaptive campaign stopped the run's condition at a rung (campaign/adaptive.py); its
@@ -144,6 +155,7 @@ class CampaignRecord(_Record):
     squeeze: dict[str, JsonValue] | None = None  # campaign/afterwards.py
     summary: dict[str, JsonValue] | None = None
     compute: dict[str, JsonValue] | None = None  # GPU- and CPU-hours spent and saved (results/compute.py)
+    event_seq: int = 0  # the last run event (logs/manifest_events.py) this file holds
 
     def run(self, run_name: str) -> RunRecord:
         for entry in self.runs:
@@ -158,6 +170,16 @@ class CampaignRecord(_Record):
             raise ValueError(f"run status {status!r} not in {RUN_STATES}")
         self.run(run_name)
         runs = tuple(r.model_copy(update=changes) if r.run_name == run_name else r for r in self.runs)
+        return self.model_copy(update={"runs": runs})
+
+    def with_runs(self, changes: RunChanges) -> Self:
+        """A copy with several runs changed in one pass (`changes`: run name -> RunRecord fields); a name not
+        in the campaign is skipped (an event of a run that a later whole write no longer holds)."""
+        for fields in changes.values():
+            status = fields.get("status")
+            if status is not None and status not in RUN_STATES:
+                raise ValueError(f"run status {status!r} not in {RUN_STATES}")
+        runs = tuple(r.model_copy(update=changes[r.run_name]) if r.run_name in changes else r for r in self.runs)
         return self.model_copy(update={"runs": runs})
 
     @classmethod
@@ -236,7 +258,17 @@ def write_text_atomic(path: Path, text: str) -> None:
 
 
 def read_manifest(campaign_dir: Path) -> CampaignRecord:
-    return CampaignRecord.load(Path(campaign_dir) / MANIFEST)
+    """The manifest with the run events not yet folded into it (the events are read first: see
+    logs/manifest_events.py for why that order sees one moment of the campaign)."""
+    return _read_with_events(Path(campaign_dir) / MANIFEST)[0]
+
+
+def _read_with_events(path: Path) -> tuple[CampaignRecord, int]:
+    """The record with its pending events applied, and the last event number seen."""
+    text = read_event_text(events_path(path))
+    record = CampaignRecord.load(path)
+    changes, last = changes_after(text, record.event_seq)
+    return (record.with_runs(changes) if changes else record), last
 
 
 def new_run(entry: RunRecord | Mapping[str, object]) -> RunRecord:
@@ -245,17 +277,26 @@ def new_run(entry: RunRecord | Mapping[str, object]) -> RunRecord:
     return RunRecord.model_validate({**fields, "status": "pending", "attempts": 0, "result": {}, "error": ""})
 
 
-class Manifest:
-    """The driver's manifest: the current record and its file. Every change is written to disk at once,
-    except a running run's progress (`stage_run`): the file is rewritten whole, so at a thousand runs a write
-    per Tune report would cost the driver a write of megabytes per step; staged changes reach the file with
-    the next write, or with `flush_if_due` at most every `every_s`."""
+# A run event log is folded into the whole file after this many events, or as many as the campaign has runs
+# when it has more: a whole write costs the size of the manifest, so writes per run stay constant.
+COMPACT_EVERY = 64
 
-    def __init__(self, path: Path, record: CampaignRecord) -> None:
+
+class Manifest:
+    """The driver's manifest: the current record and its file. A run's change (`update_run`) is appended to
+    the event log at once; a running run's progress (`stage_run`, each Tune report) waits for the next
+    append or `flush_if_due`. The whole file is written by `save`: at each campaign-level change (`update`)
+    and after `compact_every` events (default: `COMPACT_EVERY`, or the run count when larger)."""
+
+    def __init__(self, path: Path, record: CampaignRecord, *, seq: int | None = None,
+                 compact_every: int | None = None) -> None:
         self.path = path
         self.record = record
-        self.staged = False  # changes in `record` not yet in the file
-        self.saved_at = 0.0  # time.monotonic() of the last write
+        self.seq = record.event_seq if seq is None else seq  # the last event number written
+        self.compact_every = compact_every or max(COMPACT_EVERY, len(record.runs))
+        self.staged: RunChanges = {}  # run changes in `record` not yet on disk
+        self.events_since_save = 0
+        self.saved_at = 0.0  # time.monotonic() of the last write of either file
         self.run_lines: RunLines = {}  # each unchanged run's JSON line, reused at the next write
 
     @classmethod
@@ -264,27 +305,40 @@ class Manifest:
         record = CampaignRecord.model_validate({
             **header, "status": "pending", "created": _now_iso(), "packages": package_versions(), "runs": [],
         })
+        remove_events(events_path(campaign_dir / MANIFEST))  # a leftover of a directory made afresh
         manifest = cls(campaign_dir / MANIFEST, record.model_copy(update={"runs": tuple(new_run(r) for r in runs)}))
         manifest.save()
         return manifest
 
     @classmethod
     def load(cls, campaign_dir: Path) -> Manifest:
-        return cls(Path(campaign_dir) / MANIFEST, read_manifest(campaign_dir))
+        path = Path(campaign_dir) / MANIFEST
+        record, seq = _read_with_events(path)
+        return cls(path, record, seq=seq)
 
     def save(self) -> None:
-        self.record = self.record.model_copy(update={"updated": _now_iso()})
+        """Writes the whole file (atomically), holding every event so far, then drops the event log."""
+        self.record = self.record.model_copy(update={"updated": _now_iso(), "event_seq": self.seq})
         self.record.write(self.path, self.run_lines)
-        self.staged, self.saved_at = False, time.monotonic()
+        remove_events(events_path(self.path))
+        self.staged, self.events_since_save, self.saved_at = {}, 0, time.monotonic()
 
     def stage_run(self, run_name: str, **changes: object) -> None:
-        """Changes a run's entry in memory only; the next write (`save`, `flush_if_due`) carries it."""
+        """Changes a run's entry in memory only; the next append (`update_run`, `flush_if_due`) carries it."""
         self.record = self.record.with_run(run_name, **changes)
-        self.staged = True
+        self.staged.setdefault(run_name, {}).update(changes)
 
     def flush_if_due(self, every_s: float) -> None:
-        """Writes staged changes when the last write is at least `every_s` old."""
+        """Appends staged changes when the last write is at least `every_s` old."""
         if self.staged and time.monotonic() - self.saved_at >= every_s:
+            self._append_staged()
+
+    def _append_staged(self) -> None:
+        count = len(self.staged)
+        self.seq = append_events(events_path(self.path), self.seq + 1, self.staged)
+        self.staged, self.saved_at = {}, time.monotonic()
+        self.events_since_save += count
+        if self.events_since_save >= self.compact_every:
             self.save()
 
     def run(self, run_name: str) -> RunRecord:
@@ -296,8 +350,9 @@ class Manifest:
         self.save()
 
     def update_run(self, run_name: str, **changes: object) -> None:
-        self.record = self.record.with_run(run_name, **changes)
-        self.save()
+        """Changes a run's entry and records it at once (one appended event line)."""
+        self.stage_run(run_name, **changes)
+        self._append_staged()
 
     def add_run(self, entry: RunRecord) -> None:
         self.update(runs=(*self.record.runs, new_run(entry)))

@@ -21,6 +21,7 @@ from numbers import Real
 PARTS = ("sample", "score", "advantage", "train", "sync", "wait", "other")
 _COLUMNS = {"sample": "sample_time_s", "score": "score_time_s", "advantage": "advantage_time_s",
             "train": "train_time_s", "sync": "sync_time_s"}
+PART_COLUMNS = _COLUMNS  # part -> the column that times it (results/bottleneck_frames.py reads them)
 
 KNOBS = {
     "model": "sampling and training dominate: lower `max_tokens` (shorter completions cost less of both; "

@@ -30,7 +30,8 @@ import pandas as pd
 # read_stream returns a pyarrow.Table, which has no type annotations: `_read_frame` gives it its type
 from retrain_ray.logs import read_stream  # pyright: ignore[reportUnknownVariableType]
 from retrain_ray.logs.manifest import CampaignRecord, RunRecord, read_manifest
-from retrain_ray.results.compute import ComputeUsed, compute_used, run_compute
+from retrain_ray.logs.run_columns import RUN, read_run_columns
+from retrain_ray.results.compute import ComputeUsed, compute_used, runs_compute
 from retrain_ray.results.plots import plot_metric
 from retrain_ray.results.robust_stats import ROBUST_REPS, robust_conditions, robust_improvements
 from retrain_ray.results.significance import PairComparison, ci95_halfwidth, compare_to_leader
@@ -44,6 +45,9 @@ if TYPE_CHECKING:  # Ray (for Tune's Checkpoint) and matplotlib are loaded only 
 SIGNIFICANCE_WINDOW = 10
 SUMMARY_METRICS = ("mean_reward", "correct_rate", "loss", "tokens_per_second", "step_time_s")
 SUMMARY_COLUMNS = ("step", "trained", *SUMMARY_METRICS)  # what the per-run table reads of a log
+# what the campaign tables read of every run's log, once: the per-run table, the run values of a summary
+# metric and the compute spent (wall_time) share one read of a thousand files (logs/run_columns.py)
+TABLE_COLUMNS = (*SUMMARY_COLUMNS, "wall_time")
 # Metrics `history()` and the plots know, with the direction that is better.
 LOWER_IS_BETTER = ("loss", "step_time_s", "sample_time_s", "train_time_s", "sync_time_s", "policy/abs_kl")
 HISTORY_METRICS = ("mean_reward", "correct_rate", "loss", "policy/abs_kl", "clip_fraction",
@@ -137,6 +141,8 @@ class CampaignResults:
         self.manifest = manifest
         self._history: dict[str, pd.DataFrame] = {}
         self._narrow: dict[str, pd.DataFrame] = {}  # SUMMARY_COLUMNS only, for the per-run table
+        # a few columns of every run at once, by column tuple (results/run_columns.py)
+        self._columns: dict[tuple[str, ...], pd.DataFrame] = {}
 
     @classmethod
     def from_dir(cls, campaign_dir: str | Path) -> CampaignResults:
@@ -168,6 +174,13 @@ class CampaignResults:
             self._history[run_name] = read_history(self.campaign_dir / "runs" / run_name)
         return self._history[run_name]
 
+    def _all_runs(self, columns: tuple[str, ...]) -> pd.DataFrame:
+        """`columns` of every run's log in one frame with a `run` column, read once (results/run_columns.py)."""
+        if columns not in self._columns:
+            self._columns[columns] = read_run_columns(self.campaign_dir / "runs", [r.run_name for r in self.runs],
+                                                      columns)
+        return self._columns[columns]
+
     def _summary_history(self, run_name: str) -> pd.DataFrame:
         """The columns the per-run table reads (a run's whole history when it is read already): a thousand
         runs' full logs, each metric and the extras map, are what made `results` slow and large."""
@@ -183,29 +196,23 @@ class CampaignResults:
         as eval_mean_reward / eval_correct_rate), ready for seaborn, plotnine or `plot()`."""
         if run_name is not None:
             return self._run_history(run_name)
-        frames = [self._long_history(entry, metrics) for entry in self.runs]
-        frames = [f for f in frames if len(f)]
-        columns = [*IDENTITY, "step", "metric", "value"]
-        return pd.concat(frames, ignore_index=True)[columns] if frames else pd.DataFrame(columns=columns)
-
-    def _long_history(self, entry: RunRecord, metrics: Sequence[str]) -> pd.DataFrame:
-        hist = self._run_history(entry.run_name)
-        evals = read_eval_history(self.campaign_dir / "runs" / entry.run_name)
-        parts: list[pd.DataFrame] = []
-        for frame in (hist, evals):
-            present = [m for m in metrics if m in frame.columns]
-            if present and len(frame):
-                long = frame[["step", *present]].melt(id_vars="step", var_name="metric", value_name="value")
-                parts.append(long.dropna(subset=["value"]))
+        names = [r.run_name for r in self.runs]
+        columns = ("step", *dict.fromkeys(metrics))
+        logs = (self._all_runs(columns), read_run_columns(self.campaign_dir / "runs", names, columns, name="eval"))
+        parts = [_long(frame, metrics) for frame in logs]
+        parts = [p for p in parts if len(p)]
+        out_columns = [*IDENTITY, "step", "metric", "value"]
         if not parts:
-            return pd.DataFrame()
-        out = pd.concat(parts, ignore_index=True)
-        out.insert(0, "seed", entry.seed)
-        out.insert(0, "condition", entry.condition)
-        out.insert(0, "run", entry.run_name)
-        out.insert(0, "campaign", self.manifest.name or self.campaign_dir.name)
-        out["value"] = out["value"].astype(float)
-        return out
+            return pd.DataFrame(columns=out_columns)
+        order = {name: i for i, name in enumerate(names)}
+        long = pd.concat(parts, ignore_index=True)
+        long = long.iloc[long[RUN].map(order).argsort(kind="stable")].reset_index(drop=True)  # run by run, as logged
+        identity = pd.DataFrame({RUN: names, "condition": [r.condition for r in self.runs],
+                                 "seed": [r.seed for r in self.runs]})
+        long = long.merge(identity, on=RUN, how="left")
+        long["campaign"] = self.manifest.name or self.campaign_dir.name
+        long["value"] = long["value"].astype(float)
+        return long[out_columns]
 
     @property
     def errors(self) -> list[RunError]:
@@ -229,10 +236,8 @@ class CampaignResults:
         return plot_metric(self, metric, out=out, smooth=smooth, title=title, ax=ax)
 
     def _run_row(self, entry: RunRecord) -> dict[str, object]:
-        row: dict[str, object] = {"run_name": entry.run_name, "condition": entry.condition, "seed": entry.seed,
-                               "status": run_status(entry, self.campaign_dir / "runs" / entry.run_name),
-                               "attempts": entry.attempts}
-        row.update({f"override.{k}": v for k, v in entry.overrides.items()})
+        """One run's row of `get_dataframe` from its own log (`_per_run_stats` computes every run's at once)."""
+        row = self._run_identity(entry)
         hist = self._summary_history(entry.run_name)
         row["steps_logged"] = len(hist)
         row["steps_trained"] = _steps_trained(hist)
@@ -249,7 +254,15 @@ class CampaignResults:
         """One row per run: condition, seed, overrides, status, attempts, steps_logged (every step logs a row),
         steps_trained (those that updated the weights), first_*, last_* and best_* metrics (over the steps
         that logged the metric: `loss` is null on a step that trained nothing)."""
-        return pd.DataFrame([self._run_row(r) for r in self.runs])
+        stats = _per_run_stats(self._all_runs(TABLE_COLUMNS))
+        return pd.DataFrame([{**self._run_identity(r), **stats.get(r.run_name, _NO_STEPS)} for r in self.runs])
+
+    def _run_identity(self, entry: RunRecord) -> dict[str, object]:
+        row: dict[str, object] = {"run_name": entry.run_name, "condition": entry.condition, "seed": entry.seed,
+                                  "status": run_status(entry, self.campaign_dir / "runs" / entry.run_name),
+                                  "attempts": entry.attempts}
+        row.update({f"override.{k}": v for k, v in entry.overrides.items()})
+        return row
 
     def summary(self, by: str = "condition", metrics: tuple[str, ...] | None = None,
                 significance: str | None = "mean_reward") -> pd.DataFrame:
@@ -291,13 +304,17 @@ class CampaignResults:
         logged nothing of `metric` too."""
         if window < 1:
             raise ValueError(f"window={window}: expected at least 1 step")
+        frame = self._all_runs(TABLE_COLUMNS if metric in TABLE_COLUMNS else ("step", metric))
+        if metric not in frame.columns:
+            return {}
+        logged = frame[[RUN, metric]].dropna()
+        scores = logged.groupby(RUN, sort=False).tail(window).groupby(RUN, sort=False)[metric].mean()
         out: dict[str, list[float]] = {}
         for entry in self.runs:
-            if run_status(entry, self.campaign_dir / "runs" / entry.run_name) in ("failed", "missing"):
+            if entry.run_name not in scores.index or \
+                    run_status(entry, self.campaign_dir / "runs" / entry.run_name) in ("failed", "missing"):
                 continue
-            score = _score(self._run_history(entry.run_name), metric, "max", f"last-{window}-avg")
-            if score is not None:
-                out.setdefault(entry.condition, []).append(score)
+            out.setdefault(entry.condition, []).append(float(scores[entry.run_name]))
         return out
 
     def compare(self, metric: str = "mean_reward", *, mode: Literal["max", "min"] | None = None,
@@ -339,8 +356,7 @@ class CampaignResults:
     def compute(self) -> ComputeUsed:
         """GPU- and CPU-hours spent (GPUs held x wall time per run) and, for an adaptive campaign, saved
         against the full grid (results/compute.py)."""
-        return compute_used(self.manifest, {r.run_name: run_compute(r, self._run_history(r.run_name))
-                                            for r in self.runs})
+        return compute_used(self.manifest, runs_compute(self.runs, self._all_runs(TABLE_COLUMNS)))
 
     def get_best_result(self, metric: str = "mean_reward", mode: Literal["max", "min"] = "max",
                         scope: Literal["last", "all", "avg", "last-5-avg", "last-10-avg"] = "last") -> RunResult:
@@ -358,6 +374,39 @@ class CampaignResults:
             raise ValueError(f"metric {metric!r} was not logged by any run of {self.campaign_dir}")
         pick = max if mode == "max" else min
         return self._result(self._entry(pick(scores, key=scores.__getitem__)))
+
+
+def _long(frame: pd.DataFrame, metrics: Sequence[str]) -> pd.DataFrame:
+    """`frame` (`read_run_columns`) in long format: run, step, metric, value; rows without a value dropped."""
+    present = [m for m in dict.fromkeys(metrics) if m in frame.columns]
+    if not present or frame.empty:
+        return pd.DataFrame()
+    long = frame[[RUN, "step", *present]].melt(id_vars=[RUN, "step"], var_name="metric", value_name="value")
+    return long.dropna(subset=["value"])
+
+
+_NO_STEPS: dict[str, object] = {"steps_logged": 0, "steps_trained": 0, "last_step": -1}
+
+
+def _per_run_stats(frame: pd.DataFrame) -> dict[str, dict[str, object]]:
+    """Per run of `frame` (`_all_runs(TABLE_COLUMNS)`), what `_run_row` computes of one run's history, in
+    one groupby: steps logged and trained, last step, and first, last and best of each summary metric
+    (first and last skip steps that did not log it)."""
+    if frame.empty:
+        return {}
+    runs = frame.groupby(RUN, sort=False)
+    stats = pd.DataFrame({"steps_logged": runs.size(), "last_step": runs["step"].max()})
+    trained = ~frame["trained"].eq(False) if "trained" in frame else pd.Series(True, index=frame.index)
+    stats["steps_trained"] = trained.groupby(frame[RUN], sort=False).sum()
+    for m in (m for m in SUMMARY_METRICS if m in frame):
+        values = runs[m]
+        stats[f"first_{m}"], stats[f"last_{m}"] = values.first(), values.last()
+        stats[f"best_{m}"] = values.min() if m in ("loss", "step_time_s") else values.max()
+    columns = ["steps_logged", "steps_trained", "last_step",
+               *(c for c in stats.columns if c.startswith(("first_", "last_", "best_")) and c != "last_step")]
+    rows = cast("dict[str, dict[str, object]]", stats[columns].to_dict("index"))
+    return {run: {k: (int(v) if k in _NO_STEPS else float(v)) for k, v in row.items()}  # pyright: ignore[reportArgumentType]
+            for run, row in rows.items()}
 
 
 def _steps_trained(hist: pd.DataFrame) -> int:

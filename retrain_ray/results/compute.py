@@ -69,6 +69,31 @@ def step_seconds(history: pd.DataFrame) -> float:
     return max(span, 0.0) / steps if steps > 0 else 0.0
 
 
+def runs_compute(entries: Sequence[RunRecord], frame: pd.DataFrame, run: str = "run") -> dict[str, RunCompute]:
+    """`run_compute` of every run in `entries` from one frame of their logs' `step` and `wall_time` (a `run`
+    column, each run's rows by step: logs/run_columns.py), in a few groupbys."""
+    rows = {str(k): int(v) for k, v in frame.groupby(run, sort=False).size().items()} if len(frame) else {}
+    step_s = _step_seconds_by_run(frame, run)
+    return {e.run_name: RunCompute(rows.get(e.run_name, 0), step_s.get(e.run_name, 0.0), e.gpus, e.cpus)
+            for e in entries}
+
+
+def _step_seconds_by_run(frame: pd.DataFrame, run: str) -> dict[str, float]:
+    """`step_seconds` of each run of `frame`: its first and last timed rows' wall times over their steps."""
+    if "wall_time" not in frame or "step" not in frame:
+        return {}
+    timed = frame.dropna(subset=["wall_time"])
+    if timed.empty:
+        return {}
+    runs = timed.groupby(run, sort=False)
+    first, last, count = runs.first(), runs.last(), runs.size()
+    steps = (last["step"] - first["step"]).astype(float)
+    span = last["wall_time"] - first["wall_time"]
+    seconds = span.dt.total_seconds() if pd.api.types.is_timedelta64_dtype(span) else span.astype(float)
+    per_step = (seconds.clip(lower=0.0) / steps).where((steps > 0) & (count >= 2), 0.0)
+    return {str(k): float(v) for k, v in per_step.items()}
+
+
 def _seconds(span: pd.Timedelta | float) -> float:
     """A difference of wall times in seconds: the recorder's streams read them back as timestamps."""
     return span.total_seconds() if isinstance(span, pd.Timedelta) else float(span)

@@ -20,7 +20,8 @@ def run_view(runs: pd.DataFrame, verdicts: pd.DataFrame, metric: str, *, wide: b
     """The runs table with each run's verdict (its condition's against the best: "best", "better",
     "worse", "undecided"; blank when the condition was not compared), cut to the view asked for.
     Raises KeyError naming the columns there are when `columns` names one that is not."""
-    table = runs.assign(verdict=[_verdict(str(c), verdicts) for c in runs["condition"]]) if len(runs) else runs
+    by_condition = {str(c): _verdict(str(c), verdicts) for c in runs["condition"].unique()} if len(runs) else {}
+    table = runs.assign(verdict=[by_condition[str(c)] for c in runs["condition"]]) if len(runs) else runs
     if wide:
         return table
     if columns is not None:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import statistics
 import time
+from dataclasses import dataclass
 from numbers import Real
 from pathlib import Path
 from typing import TypedDict, cast
@@ -25,6 +26,7 @@ from typing import TypedDict, cast
 import pandas as pd
 
 from retrain_ray.logs.manifest import RunRecord, read_manifest
+from retrain_ray.logs.run_columns import RUN, read_run_columns
 from retrain_ray.results.campaign_results import read_history, run_status
 
 STALE_AFTER_S = 300.0
@@ -73,13 +75,61 @@ def sparkline(values: list[float]) -> str:
 
 def seconds_per_step(hist: pd.DataFrame) -> float | None:
     """Median wall-clock time between the last `ETA_WINDOW` logged steps (None with < 2 rows)."""
-    if len(hist) < 2 or "wall_time" not in hist:
-        return None
-    recent = hist.tail(ETA_WINDOW + 1)
-    seconds = pd.to_datetime(recent["wall_time"]).diff().dt.total_seconds().dropna()
-    steps = recent["step"].astype(float).diff().dropna()
-    per_step = [s / k for s, k in zip(seconds, steps, strict=True) if k > 0]
-    return statistics.median(per_step) if per_step else None
+    return _seconds_per_step_by_run(hist.assign(**{RUN: ""})).get("")
+
+
+def _seconds_per_step_by_run(frame: pd.DataFrame) -> dict[str, float]:
+    """`seconds_per_step` of every run of `frame` (a `run` column; each run's rows by step) in one pass;
+    a run with fewer than two rows, or no step apart, is left out."""
+    if len(frame) < 2 or "wall_time" not in frame:
+        return {}
+    recent = frame.groupby(RUN, sort=False).tail(ETA_WINDOW + 1)
+    by_run = recent[RUN]
+    wall = pd.to_datetime(recent["wall_time"])
+    seconds = (wall - wall.min()).dt.total_seconds().groupby(by_run, sort=False).diff()
+    steps = recent["step"].astype(float).groupby(by_run, sort=False).diff()
+    keep = seconds.notna() & steps.notna() & (steps > 0)
+    medians = (seconds[keep] / steps[keep]).groupby(by_run[keep], sort=False).median()
+    return {str(run): float(value) for run, value in medians.items()}
+
+
+@dataclass(frozen=True)
+class LogFigures:
+    """What a run's status reads of its log: last step, last row's reward and correct rate (NaN when that
+    row has none), the last `SPARK_POINTS` rewards and the seconds per step."""
+
+    step: int
+    mean_reward: float
+    correct_rate: float
+    rewards: list[float]
+    per_step: float | None
+
+
+def log_figures(frame: pd.DataFrame) -> dict[str, LogFigures]:
+    """`LogFigures` of every run of `frame` (`read_run_columns(..., STATUS_COLUMNS)`), in a few groupbys:
+    no pass over every row in Python, so a thousand runs' status reads in seconds."""
+    if frame.empty:
+        return {}
+    runs = frame.groupby(RUN, sort=False)
+    last = frame.loc[runs.tail(1).index].set_index(RUN)
+    steps = {str(k): int(v) for k, v in runs["step"].max().astype(int).items()}
+    per_step = _seconds_per_step_by_run(frame)
+    rewards, correct = _column_by_run(last, "mean_reward"), _column_by_run(last, "correct_rate")
+    sparks: dict[str, list[float]] = {}
+    if "mean_reward" in frame:
+        recent = runs.tail(SPARK_POINTS)
+        for run, value in zip(recent[RUN].tolist(), recent["mean_reward"].astype(float).tolist(), strict=True):
+            sparks.setdefault(str(run), []).append(float(value))
+    nan = float("nan")
+    return {run: LogFigures(step=step, mean_reward=rewards.get(run, nan), correct_rate=correct.get(run, nan),
+                            rewards=sparks.get(run, []), per_step=per_step.get(run)) for run, step in steps.items()}
+
+
+def _column_by_run(frame: pd.DataFrame, column: str) -> dict[str, float]:
+    """run -> `column` of `frame` (indexed by run) as floats; {} when it has no such column."""
+    if column not in frame:
+        return {}
+    return {str(k): float(v) for k, v in frame[column].astype(float).items()}
 
 
 def _last_row_time(run_dir: Path) -> float:
@@ -90,21 +140,22 @@ def _last_row_time(run_dir: Path) -> float:
 STATUS_COLUMNS = ("step", "wall_time", "mean_reward", "correct_rate")  # all a run's state reads of its log
 
 
-def run_state(entry: RunRecord, run_dir: Path, now: float, stale_after_s: float) -> RunState:
-    hist = read_history(run_dir, STATUS_COLUMNS)
-    step = int(hist["step"].max()) if len(hist) else None
+def run_state(entry: RunRecord, run_dir: Path, now: float, stale_after_s: float,
+              figures: LogFigures | None) -> RunState:
+    """A run's state from its entry and its log's figures (`log_figures`; None: it logged no row)."""
+    step = figures.step if figures is not None else None
     status = run_status(entry, run_dir)
     if status == "running" and isinstance(getattr(entry, "paused_at_rung", None), int):
         status = "paused"  # waits at a rung for the decision (campaign/adaptive/paused.py): quiet, not stale
     elif status == "running" and step is not None and now - _last_row_time(run_dir) > stale_after_s:
         status = "stale"
-    per_step = seconds_per_step(hist)
-    rewards = [float(v) for v in hist["mean_reward"].tail(SPARK_POINTS)] if "mean_reward" in hist else []
+    per_step = figures.per_step if figures is not None else None
     return RunState(
         run_name=entry.run_name, condition=entry.condition, seed=entry.seed, status=status, step=step,
         max_steps=entry.max_steps or None, attempts=entry.attempts,
-        mean_reward=_last(hist, "mean_reward"), correct_rate=_last(hist, "correct_rate"),
-        reward_sparkline=sparkline(rewards), seconds_per_step=per_step,
+        mean_reward=figures.mean_reward if figures is not None else None,
+        correct_rate=figures.correct_rate if figures is not None else None,
+        reward_sparkline=sparkline(figures.rewards if figures is not None else []), seconds_per_step=per_step,
         eta_s=_run_eta(step, entry.max_steps or None, per_step) if status in ("running", "stale", "paused") else None,
     )
 
@@ -124,13 +175,6 @@ def settled_state(entry: RunRecord, run_dir: Path) -> RunState:
         mean_reward=number("mean_reward"), correct_rate=number("correct_rate"), reward_sparkline="",
         seconds_per_step=None, eta_s=None,
     )
-
-
-def _last(hist: pd.DataFrame, column: str) -> float | None:
-    """The last row's value of `column` (NaN when that row has none); None with no row."""
-    if not len(hist):
-        return None
-    return float(cast(float, hist[column].iloc[-1])) if column in hist else float("nan")
 
 
 def _run_eta(step: int | None, max_steps: int | None, per_step: float | None) -> float | None:
@@ -157,8 +201,11 @@ def campaign_status(campaign_dir: Path, *, stale_after_s: float = STALE_AFTER_S,
     (`settled_state`: no sparkline or time per step), as the progress line does."""
     manifest = read_manifest(campaign_dir)
     now = time.time()
-    runs = [run_state(e, campaign_dir / "runs" / e.run_name, now, stale_after_s)
-            if not running_only or e.status == "running" else settled_state(e, campaign_dir / "runs" / e.run_name)
+    runs_dir = campaign_dir / "runs"
+    read = [e.run_name for e in manifest.runs if not running_only or e.status == "running"]
+    figures = log_figures(read_run_columns(runs_dir, read, STATUS_COLUMNS))
+    runs = [run_state(e, runs_dir / e.run_name, now, stale_after_s, figures.get(e.run_name))
+            if not running_only or e.status == "running" else settled_state(e, runs_dir / e.run_name)
             for e in manifest.runs]
     counts = {s: sum(r["status"] == s for r in runs) for s in ("pending", "running", "paused", "stale", "completed",
                                                         "failed", "stopped", "missing")}
@@ -198,7 +245,8 @@ VIEWS = ("default", "active", "all")
 
 def idle_seconds(campaign_dir: Path, now: float) -> float:
     """Seconds since the campaign last wrote anything: its manifest or any run's metrics."""
-    files = [campaign_dir / "manifest.json", *campaign_dir.glob("runs/*/metrics*.arrows")]
+    files = [campaign_dir / "manifest.json", campaign_dir / "manifest.events.jsonl",
+             *campaign_dir.glob("runs/*/metrics*.arrows")]
     newest = max((f.stat().st_mtime for f in files if f.exists()), default=0.0)
     return max(0.0, now - newest)
 

@@ -82,3 +82,29 @@ def test_cli_on_a_real_run(tmp_path) -> None:
     missing = subprocess.run([*cli, "bottleneck", str(tmp_path / "nothing")], cwd=tmp_path, env=env,
                              capture_output=True, text=True, timeout=120)
     assert missing.returncode == 2 and "not a directory" in missing.stderr and "Traceback" not in missing.stderr
+
+
+def test_the_column_breakdown_of_a_campaign_equals_the_row_by_row_one(tmp_path) -> None:
+    """`retrain-ray bottleneck` on a campaign reads columns (results/bottleneck_frames.py): per run and per
+    condition it finds what `breakdown` finds row by row, waits of any `*wait*_s` column included."""
+    from recorded_campaign import write_campaign
+
+    from retrain_ray.logs import read_stream
+    from retrain_ray.results.bottleneck_frames import read_breakdowns
+
+    write_campaign(tmp_path, parquet_every_s=3600.0)
+    run_dirs = sorted((tmp_path / "runs").iterdir())
+    per_run, conditions = read_breakdowns(tmp_path, run_dirs)
+    rows = {d.name: read_stream(d).to_pylist() for d in run_dirs}
+    assert set(per_run) == {f"runs/{name}" for name in rows}
+    for name, run_rows in rows.items():
+        condition, mine = per_run[f"runs/{name}"]
+        expected = breakdown(run_rows)
+        assert condition == run_rows[-1]["condition"] and mine.steps == expected.steps
+        assert mine.seconds == pytest.approx(expected.seconds) and mine.bottleneck == expected.bottleneck
+    pooled = by_condition({n: (r[-1]["condition"], r) for n, r in rows.items()})
+    assert list(conditions) == list(pooled)
+    assert all(conditions[c].seconds == pytest.approx(pooled[c].seconds) for c in pooled)
+    one = tmp_path / "runs" / run_dirs[0].name
+    alone, _ = read_breakdowns(one, [one])  # DIR a run itself: named by its directory
+    assert list(alone) == [one.name]
