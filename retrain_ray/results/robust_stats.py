@@ -198,10 +198,31 @@ def _resample(matrix: FloatArray, reps: int, rng: np.random.Generator) -> FloatA
 
 
 def _improvement(x: FloatArray, y: FloatArray) -> FloatArray:
-    """Per resample (axis 0): the Mann-Whitney P(X > Y) of each task, averaged over tasks."""
-    above = (x[:, :, np.newaxis, :] > y[:, np.newaxis, :, :]).mean(axis=(1, 2))
-    ties = (x[:, :, np.newaxis, :] == y[:, np.newaxis, :, :]).mean(axis=(1, 2))
-    return (above + 0.5 * ties).mean(axis=1)
+    """Per resample (axis 0): the Mann-Whitney P(X > Y) of each task, averaged over tasks.
+
+    From the runs' average ranks in X and Y together (U = X's rank sum - n(n+1)/2, ties ranked half), which
+    is the pairwise count (X above Y, ties half) without making the n x m comparisons of every resample."""
+    n, m = x.shape[1], y.shape[1]
+    ranks = _average_ranks(np.concatenate([x, y], axis=1))
+    u = ranks[:, :n, :].sum(axis=1) - n * (n + 1) / 2.0
+    return (u / (n * m)).mean(axis=1)
+
+
+def _average_ranks(z: FloatArray) -> FloatArray:
+    """The 1-based ranks of z along axis 1, tied values sharing their mean rank (as scipy's rankdata)."""
+    order = np.argsort(z, axis=1, kind="stable")
+    ordered = np.take_along_axis(z, order, axis=1)
+    size = z.shape[1]
+    position: npt.NDArray[np.int64] = np.arange(size, dtype=np.int64).reshape(1, size, 1)
+    starts_run = np.ones(ordered.shape, dtype=bool)
+    starts_run[:, 1:, :] = ordered[:, 1:, :] != ordered[:, :-1, :]
+    ends_run = np.ones(ordered.shape, dtype=bool)
+    ends_run[:, :-1, :] = starts_run[:, 1:, :]
+    first = np.maximum.accumulate(np.where(starts_run, position, 0), axis=1)
+    last = np.flip(np.minimum.accumulate(np.flip(np.where(ends_run, position, size), axis=1), axis=1), axis=1)
+    ranks = np.empty(z.shape, dtype=np.float64)
+    np.put_along_axis(ranks, order, (first + last) / 2.0 + 1.0, axis=1)
+    return ranks
 
 
 def _fraction_above(samples: FloatArray, taus: FloatArray) -> FloatArray:

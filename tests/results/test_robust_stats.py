@@ -212,3 +212,17 @@ def test_agrees_with_rliable_run_live():
     for condition in scores:
         theirs = [float(points[condition][0]), float(intervals[condition][0][0]), float(intervals[condition][1][0])]
         _within_noise([run[condition].iqm for run in stats], theirs)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 6), st.integers(1, 6), st.integers(1, 3), st.integers(0, 2**31 - 1), st.booleans())
+def test_improvement_from_ranks_equals_the_pairwise_count(n, m, tasks, seed, coarse):
+    # the rank form (U from average ranks) must be the n x m comparison count, ties half, in every resample
+    from retrain_ray.results.robust_stats import _improvement
+
+    rng = np.random.default_rng(seed)
+    draw = (lambda size: rng.integers(0, 3, size).astype(float)) if coarse else (lambda size: rng.normal(size=size))
+    x, y = draw((4, n, tasks)), draw((4, m, tasks))
+    above = (x[:, :, None, :] > y[:, None, :, :]).mean(axis=(1, 2))
+    ties = (x[:, :, None, :] == y[:, None, :, :]).mean(axis=(1, 2))
+    np.testing.assert_allclose(_improvement(x, y), (above + 0.5 * ties).mean(axis=1), rtol=0, atol=1e-12)
