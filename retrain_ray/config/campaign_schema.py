@@ -169,11 +169,13 @@ class CampaignSection(Section):
     @field_validator("adaptive")
     @classmethod
     def _default_rungs(cls, v: AdaptiveSection | None, info: ValidationInfo) -> AdaptiveSection | None:
-        """Rungs left out: a rung at every `rung_every` of max_steps (max_steps is validated first)."""
+        """Rungs left out: a rung at every `rung_every` of max_steps (max_steps is validated first), and
+        at least `window` steps apart (a run resumed after a pause at a rung starts its window anew)."""
         max_steps = info.data.get("max_steps")
         if v is None or v.rungs or not isinstance(max_steps, int):
             return v
-        return v.model_copy(update={"rungs": even_rungs(max_steps, v.rung_every)})
+        every = min(1.0, max(v.rung_every, v.window / max_steps))
+        return v.model_copy(update={"rungs": even_rungs(max_steps, every)})
 
     @field_validator("seeds")
     @classmethod

@@ -1,5 +1,6 @@
 """The default rung schedule of an adaptive campaign (`[campaign.adaptive] rungs` left out): a rung at
-every `rung_every` of `[campaign].max_steps`, the last at `max_steps`.
+every `rung_every` of `[campaign].max_steps`, the last at `max_steps`, and rungs at least `window` steps
+apart (campaign_schema.py: a run resumed after a pause at a rung starts its metric window anew).
 
 Why early and often (docs/campaigns.md, "Sequential decisions"): a condition stopped at the first rung
 saves the most, so the first rung comes early; the group-sequential test loses little alpha to many

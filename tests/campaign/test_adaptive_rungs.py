@@ -60,12 +60,19 @@ def _cfg(**campaign: Any) -> RetrainConfig:
 
 
 def test_rungs_left_out_are_filled_from_max_steps(tmp_path: Path):
-    camp = _cfg(max_steps=50, adaptive={"min_seeds": 2, "max_seeds": 3}).campaign
-    assert camp is not None and camp.adaptive is not None and camp.adaptive.rungs == list(range(2, 51, 2))
+    camp = _cfg(max_steps=500, adaptive={"min_seeds": 2, "max_seeds": 3}).campaign
+    assert camp is not None and camp.adaptive is not None and camp.adaptive.rungs == list(range(20, 501, 20))
     plan = build_plan(_cfg(max_steps=50, adaptive={"min_seeds": 2, "max_seeds": 3, "rung_every": 0.2}),
                       root=tmp_path)
     assert plan.adaptive is not None and plan.adaptive.rungs == (10, 20, 30, 40, 50)
     assert all(set(plan.adaptive.rungs) <= set(r.config.training.checkpoint_steps) | {50} for r in plan.runs)
+
+
+def test_default_rungs_keep_a_window_apart():
+    camp = CampaignSection.model_validate({"max_steps": 160, "adaptive": {"window": 10}})
+    assert camp.adaptive is not None and camp.adaptive.rungs == list(range(10, 161, 10))   # 4% = 6.4 steps
+    camp = CampaignSection.model_validate({"max_steps": 5, "adaptive": {"window": 10}})
+    assert camp.adaptive is not None and camp.adaptive.rungs == [5]
 
 
 def test_rungs_given_are_kept_and_rung_every_is_then_unused():
