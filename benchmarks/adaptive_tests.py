@@ -1,7 +1,7 @@
 """Benchmark: the adaptive campaign's two tests, Bonferroni over looks and the group-sequential permutation
 test, on the seeded simulation suite's scenarios (campaign/adaptive/sequential_simulation.py), the same
-draws for both, at four rung schedules: the suite's, "dense" (every 10% of the last rung's step), "early"
-(the default when `[campaign.adaptive] rungs` is left out: every 4%, config/rung_schedule.py) and
+draws for both, at four rung schedules: the suite's, "dense" (every 10% of the last rung's step), "default"
+(the rungs when `[campaign.adaptive] rungs` is left out: every 4%, config/rung_schedule.py) and
 "doubling" (5%, 10%, 20%, 40%, 100%: an early first look with few looks, the Bonferroni split's friend).
 Per scenario and schedule: how often the truly best condition is stopped (must be <= alpha), the mean
 seeds started and the seed-steps spent (fraction of the grid's), and the sequential/Bonferroni ratio of
@@ -10,7 +10,7 @@ end, every other condition stopped at the first rung, no seed added; a ratio bel
 out of reach of any test. With several schedules, "best" lines set each test at its own cheapest schedule.
 
 Run from the repository root: `.venv/bin/python benchmarks/adaptive_tests.py [--campaigns N]
-[--spending early|pocock|obrien-fleming] [--rungs suite|dense|early|doubling|all ...] [--only TEXT ...]
+[--spending early|pocock|obrien-fleming] [--rungs suite|dense|default|doubling|all ...] [--only TEXT ...]
 [--json]` (`--only`: the scenarios whose name contains one of the texts).
 """
 
@@ -60,7 +60,7 @@ def dense(scenario: Scenario) -> Scenario:
     return dataclasses.replace(scenario, rungs=tuple(last * k // 10 for k in range(1, 11)))
 
 
-def early(scenario: Scenario) -> Scenario:
+def default(scenario: Scenario) -> Scenario:
     """The scenario at the default rungs of a campaign of its last rung's steps (every 4%)."""
     return dataclasses.replace(scenario, rungs=tuple(even_rungs(scenario.rungs[-1])))
 
@@ -72,7 +72,7 @@ def doubling(scenario: Scenario) -> Scenario:
 
 
 SCHEDULES: dict[str, Callable[[Scenario], Scenario]] = {
-    "suite": lambda scenario: scenario, "dense": dense, "early": early, "doubling": doubling}
+    "suite": lambda scenario: scenario, "dense": dense, "default": default, "doubling": doubling}
 
 Row = dict[str, float | str]
 
