@@ -1,14 +1,17 @@
 """Benchmark: the adaptive campaign's two tests, Bonferroni over looks and the group-sequential permutation
 test, on the seeded simulation suite's scenarios (campaign/adaptive/sequential_simulation.py), the same
-draws for both, at the suite's rungs and at dense rungs (every 10% of the last rung's step). Per scenario: how often the truly best condition is stopped (must be <= alpha), the mean
+draws for both, at four rung schedules: the suite's, "dense" (every 10% of the last rung's step), "default"
+(the rungs when `[campaign.adaptive] rungs` is left out: every 4%, config/rung_schedule.py) and
+"doubling" (5%, 10%, 20%, 40%, 100%: an early first look with few looks, the Bonferroni split's friend).
+Per scenario and schedule: how often the truly best condition is stopped (must be <= alpha), the mean
 seeds started and the seed-steps spent (fraction of the grid's), and the sequential/Bonferroni ratio of
 seed-steps. `floor` is the least any test could spend on these rungs: the best condition's seeds run to the
 end, every other condition stopped at the first rung, no seed added; a ratio below floor / Bonferroni is
-out of reach of any test.
+out of reach of any test. With several schedules, "best" lines set each test at its own cheapest schedule.
 
 Run from the repository root: `.venv/bin/python benchmarks/adaptive_tests.py [--campaigns N]
-[--spending early|pocock|obrien-fleming] [--rungs suite|dense|both] [--only TEXT ...] [--json]`
-(`--only`: the scenarios whose name contains one of the texts).
+[--spending early|pocock|obrien-fleming] [--rungs suite|dense|default|doubling|all ...] [--only TEXT ...]
+[--json]` (`--only`: the scenarios whose name contains one of the texts).
 """
 
 from __future__ import annotations
@@ -17,10 +20,12 @@ import argparse
 import dataclasses
 import json
 import sys
+from collections.abc import Callable
 
 from retrain_ray.campaign.adaptive.sequential import Spending
 from retrain_ray.campaign.adaptive.sequential_simulation import simulate_test
 from retrain_ray.campaign.adaptive.simulation import Scenario
+from retrain_ray.config.rung_schedule import even_rungs
 
 ALPHA = 0.05   # every scenario's (Scenario's default)
 SCENARIOS: dict[str, Scenario] = {
@@ -55,13 +60,30 @@ def dense(scenario: Scenario) -> Scenario:
     return dataclasses.replace(scenario, rungs=tuple(last * k // 10 for k in range(1, 11)))
 
 
+def default(scenario: Scenario) -> Scenario:
+    """The scenario at the default rungs of a campaign of its last rung's steps (every 4%)."""
+    return dataclasses.replace(scenario, rungs=tuple(even_rungs(scenario.rungs[-1])))
+
+
+def doubling(scenario: Scenario) -> Scenario:
+    """The scenario with rungs at 5%, 10%, 20%, 40% and 100% of its last rung's step."""
+    last = scenario.rungs[-1]
+    return dataclasses.replace(scenario, rungs=(last // 20, last // 10, last // 5, 2 * last // 5, last))
+
+
+SCHEDULES: dict[str, Callable[[Scenario], Scenario]] = {
+    "suite": lambda scenario: scenario, "dense": dense, "default": default, "doubling": doubling}
+
+Row = dict[str, float | str]
+
+
 def compare(campaigns: int, spending: Spending, rungs: str = "suite",
-            only: list[str] | None = None) -> list[dict[str, float | str]]:
-    rows: list[dict[str, float | str]] = []
+            only: list[str] | None = None) -> list[Row]:
+    rows: list[Row] = []
     for name, suite_scenario in SCENARIOS.items():
         if only and not any(text in name for text in only):
             continue
-        scenario = dense(suite_scenario) if rungs == "dense" else suite_scenario
+        scenario = SCHEDULES[rungs](suite_scenario)
         bonferroni = simulate_test(scenario, "bonferroni", campaigns)
         sequential = simulate_test(scenario, "sequential", campaigns, spending=spending)
         rows.append({"scenario": name, "rungs": rungs,
@@ -75,6 +97,23 @@ def compare(campaigns: int, spending: Spending, rungs: str = "suite",
     return rows
 
 
+def each_at_its_best(rows: list[Row]) -> list[Row]:
+    """Per scenario, each test at the schedule where it spends least: the ratio of those seed-steps."""
+    out: list[Row] = []
+    for name in dict.fromkeys(str(r["scenario"]) for r in rows):
+        mine = [r for r in rows if r["scenario"] == name]
+        s_best = min(mine, key=lambda r: float(r["steps_sequential"]))
+        b_best = min(mine, key=lambda r: float(r["steps_bonferroni"]))
+        out.append({"scenario": name, "sequential_rungs": s_best["rungs"], "bonferroni_rungs": b_best["rungs"],
+                    "steps_sequential": s_best["steps_sequential"], "steps_bonferroni": b_best["steps_bonferroni"],
+                    "steps_ratio": float(s_best["steps_sequential"]) / float(b_best["steps_bonferroni"])})
+        best = out[-1]
+        print(f"{name:<34} best  S {best['steps_sequential']:.3f} ({best['sequential_rungs']}) B "
+              f"{best['steps_bonferroni']:.3f} ({best['bonferroni_rungs']}) S best / B best "
+              f"{best['steps_ratio']:.3f}", file=sys.stderr, flush=True)
+    return out
+
+
 def _line(row: dict[str, float | str]) -> str:
     return (f"{row['scenario']:<34} {row['rungs']:<5} best stopped B {row['best_stopped_bonferroni']:.3f} S "
             f"{row['best_stopped_sequential']:.3f} | seeds B {row['seeds_bonferroni']:.2f} S "
@@ -86,14 +125,15 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--campaigns", type=int, default=1000)
     parser.add_argument("--spending", choices=["early", "pocock", "obrien-fleming"], default="early")
-    parser.add_argument("--rungs", choices=["suite", "dense", "both"], default="both")
+    parser.add_argument("--rungs", nargs="+", choices=[*SCHEDULES, "all"], default=["all"])
     parser.add_argument("--only", nargs="+", metavar="TEXT", help="scenarios whose name contains a TEXT")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
-    schedules = ["suite", "dense"] if args.rungs == "both" else [args.rungs]
+    schedules = list(SCHEDULES) if "all" in args.rungs else list(dict.fromkeys(args.rungs))
     rows = [row for rungs in schedules for row in compare(args.campaigns, args.spending, rungs, args.only)]
+    best = each_at_its_best(rows) if len(schedules) > 1 else []
     if args.json:
-        print(json.dumps(rows, indent=2))
+        print(json.dumps({"rows": rows, "each_at_its_best": best}, indent=2))
     return 0 if all(float(r["best_stopped_sequential"]) <= ALPHA for r in rows) else 1
 
 

@@ -29,6 +29,7 @@ from pydantic import Field, ValidationInfo, field_validator, model_serializer, m
 from retrain_ray.config.base import Bool, Float, Int, IntList, Section, StrList
 from retrain_ray.config.errors import did_you_mean
 from retrain_ray.config.key_names import FIELD_INDEX, TRAIN_SECTIONS
+from retrain_ray.config.rung_schedule import DEFAULT_RUNG_EVERY, even_rungs
 from retrain_ray.config.sections_training import SEED_MAX
 
 DEFAULT_SEEDS = [42, 101, 202, 303, 404, 505, 606, 707]
@@ -98,7 +99,11 @@ class AdaptiveSection(Section):
     mode: Literal["max", "min"] = "max"
     min_seeds: Int = Field(default=2, ge=2)
     max_seeds: Int = Field(default=4, ge=2)
-    rungs: IntList = Field(min_length=1)
+    rungs: IntList = Field(default_factory=list)
+    """The steps at which conditions are compared; left out: a rung at every `rung_every` of
+    [campaign].max_steps (config/rung_schedule.py), filled in when the campaign section is validated."""
+    rung_every: Float = Field(default=DEFAULT_RUNG_EVERY, gt=0.0, le=1.0)
+    """The spacing of the default rungs, a fraction of max_steps (used only when `rungs` is left out)."""
     alpha: Float = Field(default=0.05, gt=0.0, lt=1.0)
     test: Literal["bonferroni", "sequential"] = "bonferroni"
     """How alpha is spent over the looks: alpha / looks at each (campaign/adaptive/policy.py), or the
@@ -164,6 +169,17 @@ class CampaignSection(Section):
     tune_copies: Literal["pointer", "copy"] = "pointer"
     # None (no [campaign.adaptive] table): every condition x seed runs to the end
     adaptive: AdaptiveSection | None = None
+
+    @field_validator("adaptive")
+    @classmethod
+    def _default_rungs(cls, v: AdaptiveSection | None, info: ValidationInfo) -> AdaptiveSection | None:
+        """Rungs left out: a rung at every `rung_every` of max_steps (max_steps is validated first), and
+        at least `window` steps apart (a run resumed after a pause at a rung starts its window anew)."""
+        max_steps = info.data.get("max_steps")
+        if v is None or v.rungs or not isinstance(max_steps, int):
+            return v
+        every = min(1.0, max(v.rung_every, v.window / max_steps))
+        return v.model_copy(update={"rungs": even_rungs(max_steps, every)})
 
     @field_validator("seeds")
     @classmethod

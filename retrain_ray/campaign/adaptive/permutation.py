@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator, Sequence
+from functools import lru_cache
 from itertools import combinations
 
 import numpy as np
@@ -32,7 +33,19 @@ def arrangement_count(sizes: Sequence[int]) -> int:
 def relabellings(sizes: Sequence[int], limit: int, seed: int = 0) -> Indices:
     """Rows of seed indices, one per relabelling: the first `sizes[0]` columns are group 0's seeds, and
     so on. Row 0 is the observed labelling. Every distinct split when there are at most `limit` of them
-    (an exact test), otherwise the observed one and `limit - 1` seeded random ones."""
+    (an exact test), otherwise the observed one and `limit - 1` seeded random ones. Read-only: the same
+    arguments give the same rows, so they are made once (a campaign asks again at every look)."""
+    return _relabellings(tuple(sizes), limit, seed)
+
+
+@lru_cache(maxsize=256)
+def _relabellings(sizes: tuple[int, ...], limit: int, seed: int) -> Indices:
+    rows = _fresh_relabellings(sizes, limit, seed)
+    rows.setflags(write=False)
+    return rows
+
+
+def _fresh_relabellings(sizes: Sequence[int], limit: int, seed: int) -> Indices:
     total = sum(sizes)
     if arrangement_count(sizes) <= limit:
         return np.array(list(_all_splits(list(range(total)), list(sizes))), dtype=np.int64)
