@@ -29,7 +29,7 @@ def read_run_columns(runs_dir: Path, run_names: Sequence[str], columns: Sequence
     """`columns` (a log without one has it null) of stream `name` of every run in `run_names`, one frame with
     a `run` column, each run's rows sorted by step; a run with no log has no rows."""
     copies, live = _sources(runs_dir, run_names, name)
-    tables = [_read_copies(copies, columns), *(_read_live(runs_dir / run, run, columns, name) for run in live)]
+    tables = [_read_copies(copies, columns, name), *(_read_live(runs_dir / run, run, columns, name) for run in live)]
     tables = [t for t in tables if t is not None and t.num_rows]
     wanted = [RUN, *columns]
     if not tables:
@@ -53,14 +53,18 @@ def _sources(runs_dir: Path, run_names: Sequence[str], name: str) -> tuple[list[
     return copies, live
 
 
-def _read_copies(paths: list[Path], columns: Sequence[str]) -> pa.Table | None:
+def _read_copies(paths: list[Path], columns: Sequence[str], name: str) -> pa.Table | None:
     """The copies' `columns` (and `run`), one file after another: a `ParquetFile` reads its footer once (a
-    copy's footer describes about 100 columns: 0.9 ms of CPU a file, where a multi-file dataset scan took 2 ms)."""
+    copy's footer describes about 100 columns: 0.9 ms of CPU a file, where a multi-file dataset scan took 2 ms).
+    A copy that cannot be read (cut short by a crash while written) gives way to its run's stream."""
     tables: list[pa.Table] = []
     for path in paths:
-        copy = pq.ParquetFile(path)
-        names = set(copy.schema_arrow.names)
-        tables.append(copy.read(columns=[c for c in (RUN, *columns) if c in names], use_threads=False))
+        try:
+            copy = pq.ParquetFile(path)
+            names = set(copy.schema_arrow.names)
+            tables.append(copy.read(columns=[c for c in (RUN, *columns) if c in names], use_threads=False))
+        except (OSError, pa.ArrowInvalid):
+            tables.append(_read_live(path.parent, path.parent.name, columns, name))
     return pa.concat_tables(tables, promote_options="default") if tables else None
 
 
