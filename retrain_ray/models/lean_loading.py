@@ -108,7 +108,7 @@ def load_lean_model(folder: str | Path, *, dtype: torch.dtype = torch.float32) -
 
 def load_lean_model_and_tokenizer(
     name_or_path: str | Path, *, cache_dir: str | Path | None = None, dtype: str | torch.dtype = "auto",
-) -> tuple[LeanLlamaForCausalLM, LightTokenizer]:
+) -> tuple[LeanLlamaForCausalLM, LightTokenizer | PreTrainedTokenizerBase]:
     """`load_model_and_tokenizer` on the lean path, on the CPU (the tokenizer pads on the left)."""
     path = resolve_model_path(name_or_path, cache_dir)
     model = load_lean_model(path, dtype=resolve_dtype(dtype, torch.device("cpu")))

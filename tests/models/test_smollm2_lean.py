@@ -110,6 +110,7 @@ def test_the_light_tokenizer_is_transformers_s(folder):
                                                                             hf.bos_token_id)
 
 
+@pytest.mark.timeout(1200)  # about 40 s on a quiet machine; minutes under this machine's usual load
 def test_two_rl_steps_use_the_chat_template_stop_at_eos_and_change_the_lora_weights(tmp_path):
     from retrain_ray.backends.local import PolicySettings, build_shared_policy
     from retrain_ray.config import load_config
@@ -137,7 +138,7 @@ seed = 1
 max_steps = 2
 batch_size = 2
 group_size = 4
-max_tokens = 16
+max_tokens = 12
 temperature = 1.0
 lr = 1e-2
 [logging]
@@ -157,10 +158,9 @@ log_dir = "{tmp_path / 'logs'}"
     text = tok.decode(prompt)
     assert text.startswith("<|im_start|>system\n") and text.endswith("<|im_start|>user\nWhat is 2 + 2?<|im_end|>\n"
                                                                         "<|im_start|>assistant\n")
-    samples = engine.generate([prompt], 4, SamplingParams(max_tokens=48, temperature=0.7))[0]
-    stopped = [s for s in samples if len(s.token_ids) < 48]
-    assert stopped, "an instruct model answers a short question within 48 tokens"
+    samples = engine.generate([prompt], 2, SamplingParams(max_tokens=32, temperature=0.3))[0]
+    assert any(len(s.token_ids) < 32 for s in samples), "it answers '2 + 2' within 32 tokens and stops"
     for s in samples:
         ids = list(s.token_ids)
         assert EOS not in ids[:-1]  # nothing is sampled after EOS
-        assert len(ids) == 48 or ids[-1] == EOS
+        assert len(ids) == 32 or ids[-1] == EOS

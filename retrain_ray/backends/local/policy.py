@@ -25,8 +25,8 @@ from retrain_ray.engines.pytorch.engine import PyTorchEngine, sampler_of
 from retrain_ray.engines.vllm.core import VLLMSettings, vllm_settings
 from retrain_ray.models import Tokenizer, hf_tokenizer
 from retrain_ray.models.lean_loading import load_lean_model, tokenizer_of
-from retrain_ray.models.lean_support import takes_lean_path
 from retrain_ray.models.lean_lora import LoraSettings, prepare_trainable
+from retrain_ray.models.lean_support import takes_lean_path
 from retrain_ray.models.light_tokenizer import LightTokenizer
 from retrain_ray.models.loading import resolve_dtype, resolve_model_path
 from retrain_ray.models.lora import lora_targets
