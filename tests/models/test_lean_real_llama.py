@@ -123,3 +123,16 @@ def test_model_impl_picks_the_path_for_the_same_folder(tmp_path, tiny_dir):
     assert [n for n, _ in lean.named_parameters()] == [n for n, _ in forced.named_parameters()]
     for (name, a), (_, b) in zip(lean.named_parameters(), forced.named_parameters(), strict=True):
         assert torch.equal(a, b), name  # same base weights and the same seeded LoRA init
+
+
+def test_logits_to_keep_projects_the_last_positions_as_transformers(tmp_path):
+    folder = _write_llama(tmp_path / "m", tie_word_embeddings=True)
+    lean = load_lean_model(folder)
+    hf = AutoModelForCausalLM.from_pretrained(folder, local_files_only=True, dtype=torch.float32)
+    ids, mask, positions = _inputs()
+    with torch.no_grad():
+        ours = lean(ids, attention_mask=mask, position_ids=positions, logits_to_keep=1).logits
+        theirs = hf(ids, attention_mask=mask, position_ids=positions, logits_to_keep=1).logits
+        full = lean(ids, attention_mask=mask, position_ids=positions).logits
+    assert ours.shape == (3, 1, 96) and torch.equal(ours, theirs)
+    assert torch.allclose(ours[:, 0], full[:, -1], atol=1e-6)
