@@ -136,3 +136,14 @@ def test_logits_to_keep_projects_the_last_positions_as_transformers(tmp_path):
         full = lean(ids, attention_mask=mask, position_ids=positions).logits
     assert ours.shape == (3, 1, 96) and torch.equal(ours, theirs)
     assert torch.allclose(ours[:, 0], full[:, -1], atol=1e-6)
+
+
+def test_a_bad_model_impl_is_refused_naming_the_key_and_the_choices(tmp_path):
+    from retrain_ray.config import load_config
+
+    path = tmp_path / "run.toml"
+    path.write_text('[model]\nmodel = "builtin:tiny"\n[backend.options]\nmodel_impl = "vllm"\n')
+    with pytest.raises(Exception, match=r"(?s)backend\.options\.model_impl.*auto, lean, transformers"):
+        load_config(path)
+    path.write_text('[model]\nmodel = "builtin:tiny"\n[backend.options]\nmodel_impl = "transformers"\n')
+    assert load_config(path).backend.options["model_impl"] == "transformers"
