@@ -7,6 +7,11 @@ sampler does). Training: one optimizer step (LoRA rank 8, and full fine-tuning) 
 Each figure is the median of `--repeats` timed runs after one warm-up. Single thread, CPU unless CUDA.
 
 Run: `.venv/bin/python benchmarks/step_throughput.py [--json] [--repeats 3]`.
+
+`--smollm2`: SmolLM2-135M-Instruct's RL step and time to first step (issue 35's 5-step TOML shape: 2 prompts x
+4 samples, 32 tokens, LoRA r8), each path in a fresh process: transformers' Llama + PEFT (the baseline,
+`model_impl = "transformers"`) against the lean Llama + lean LoRA (the default), both against the
+previous product's figures from issue 35; wall and CPU seconds, as this machine is often loaded.
 """
 
 from __future__ import annotations
@@ -15,6 +20,8 @@ import argparse
 import json
 import os
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -261,6 +268,104 @@ def rl_step_rows(steps: int, blocks: int) -> list[dict]:
              "cpu_s": statistics.median(cpu[name]), "speedup_wall": base_wall / statistics.median(wall[name]),
              "speedup_cpu": base_cpu / statistics.median(cpu[name])} for name in loops]
 
+# ---- SmolLM2: the real-model step and time to first step, transformers path against lean path ------
+# Issue 35: the same 5-step SmolLM2 TOML (2 prompts x 4 samples, 32 new tokens, LoRA rank 8) took
+# 35.5-40.8 s in the product's process against 18.3-20.6 s a week before (time to first step 11-13 s vs
+# 7.2 s, median step 6.0-7.2 s). Each path runs in a fresh process (imports and loading count) that builds
+# the run as `retrain-ray train` does, with the parity reward so every step trains.
+SMOLLM2_TOML = """
+[model]
+model = "smollm2:135m"
+finetune = "lora"
+lora_rank = 8
+[backend]
+devices = "cpu"
+[backend.options]
+model_impl = "{impl}"
+[data]
+source = "builtin"
+task = "first_digit"
+[training]
+seed = 1
+max_steps = 100000
+batch_size = 2
+group_size = 4
+max_tokens = 32
+temperature = 1.0
+lr = 1e-4
+[logging]
+log_dir = "{log_dir}"
+"""
+PREVIOUS_SMOLLM2 = {"time_to_first_step_s": 7.2, "median_step_s": (6.0 + 7.2) / 2}
+"""issue 35's figures: a week-old product on the same TOML (the median step is the middle of the range
+reported for today's; the week-old median step was not reported)."""
+
+
+def smollm2_child(impl: str, steps: int, workdir: Path, started: float) -> dict:
+    """In a fresh process: seconds from its start (`started`, the parent's clock as it spawned it) to the end of
+    the first step, then each step."""
+    from retrain_ray.backends.local.policy import build_shared_policy, settings_from_config
+    from retrain_ray.config import load_config
+    from retrain_ray.logs import MultiObserver
+    from retrain_ray.run.build import build_components
+    from retrain_ray.run.loop import RunLoop
+    from retrain_ray.run.state import TrainerState, seed_everything
+
+    path = workdir / "smollm2.toml"
+    path.write_text(SMOLLM2_TOML.format(impl=impl, log_dir=workdir / "logs"))
+    cfg = load_config(path)
+    seed_everything(cfg.training.seed)
+    engine, backend, tok = build_shared_policy(cfg.model.model, settings_from_config(cfg), device="cpu")
+    parts = build_components(cfg, MultiObserver(), policy=Policy(engine, backend, tok))
+    parts.reward = ParityReward()
+    loop = RunLoop(cfg, parts, run_name="smollm2", run_dir=workdir / "run", condition="bench")
+    state = TrainerState(current_batch_size=cfg.training.batch_size, current_group_size=cfg.training.group_size)
+    wall, cpu, trained = [], [], 0
+    for step in range(steps):
+        w, c = time.perf_counter(), time.process_time()
+        row = step_once(loop, state, step)
+        wall.append(time.perf_counter() - w)
+        cpu.append(time.process_time() - c)
+        trained += bool(row.get("trained", True))
+        if step == 0:
+            first = {"time_to_first_step_s": time.time() - started, "cpu_to_first_step_s": time.process_time()}
+    prompt = encode_prompt(tok, "2 + 3")
+    return {"impl": impl, "model_class": type(engine.model).__name__, "tokenizer_class": type(tok).__name__,
+            "chat_template_prompt": tok.decode(prompt), **first, "step_wall_s": wall[1:], "step_cpu_s": cpu[1:],
+            "steps_trained": trained, "transformers_imported": "transformers" in sys.modules,
+            "peft_imported": "peft" in sys.modules}
+
+
+def smollm2_rows(steps: int) -> list[dict]:
+    """Both paths, each in its own process (transformers first, the baseline), median over steps 2+."""
+    rows = []
+    for impl in ("transformers", "auto"):
+        with tempfile.TemporaryDirectory() as tmp:
+            command = [sys.executable, __file__, "--smollm2-child", impl, "--smollm2-steps", str(steps),
+                       "--workdir", tmp, "--started", repr(time.time())]
+            out = subprocess.run(command, capture_output=True, text=True, check=True, timeout=3600).stdout
+        row = json.loads(out.strip().splitlines()[-1])
+        row["median_step_wall_s"] = statistics.median(row["step_wall_s"])
+        row["median_step_cpu_s"] = statistics.median(row["step_cpu_s"])
+        rows.append(row)
+    return rows
+
+
+def print_smollm2(rows: list[dict]) -> None:
+    base = rows[0]
+    print(f"SmolLM2-135M-Instruct, LoRA r8, 2 prompts x 4 samples x 32 tokens, one thread; previous product "
+          f"(issue 35): time to first step {PREVIOUS_SMOLLM2['time_to_first_step_s']} s, step 6.0-7.2 s")
+    print(f"{'path':<34}{'first step s':>13}{'cpu s':>8}{'step s':>9}{'cpu s':>8}{'x step':>8}{'x first':>8}")
+    for r in rows:
+        name = f"{r['impl']}: {r['model_class']}"
+        print(f"{name:<34}{r['time_to_first_step_s']:>13.2f}{r['cpu_to_first_step_s']:>8.2f}"
+              f"{r['median_step_wall_s']:>9.2f}{r['median_step_cpu_s']:>8.2f}"
+              f"{base['median_step_wall_s'] / r['median_step_wall_s']:>7.2f}x"
+              f"{base['time_to_first_step_s'] / r['time_to_first_step_s']:>7.2f}x")
+    for r in rows:
+        print(f"  {r['impl']}: tokenizer {r['tokenizer_class']}, transformers imported {r['transformers_imported']}, "
+              f"peft imported {r['peft_imported']}, steps trained {r['steps_trained']}")
+
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -269,8 +374,26 @@ def main() -> None:
     parser.add_argument("--step-only", action="store_true", help="only the RL step of issue 13's configuration")
     parser.add_argument("--step-blocks", type=int, default=6, help="timed blocks per engine (after one warm-up)")
     parser.add_argument("--steps-per-block", type=int, default=10)
+    parser.add_argument("--smollm2", action="store_true", help="only SmolLM2's step and time to first step, "
+                        "transformers path against the lean path (needs `make smollm2`)")
+    parser.add_argument("--smollm2-steps", type=int, default=4, help="steps per path (the first is timed apart)")
+    parser.add_argument("--smollm2-child", choices=["transformers", "auto"], help=argparse.SUPPRESS)
+    parser.add_argument("--workdir", help=argparse.SUPPRESS)
+    parser.add_argument("--started", type=float, help=argparse.SUPPRESS)
     args = parser.parse_args()
     torch.set_num_threads(1)
+    if args.smollm2_child:
+        print(json.dumps(smollm2_child(args.smollm2_child, args.smollm2_steps, Path(args.workdir), args.started)))
+        return
+    if args.smollm2:
+        rows = smollm2_rows(args.smollm2_steps)
+        load = os.getloadavg()
+        if args.json:
+            print(json.dumps({"load_average": load, "smollm2": rows, "previous": PREVIOUS_SMOLLM2}, indent=2))
+            return
+        print(f"load average {load[0]:.1f} {load[1]:.1f} {load[2]:.1f}")
+        print_smollm2(rows)
+        return
     device = "cuda" if torch.cuda.is_available() else "cpu"
     sample, train = [], []
     if not args.step_only:

@@ -10,9 +10,11 @@ and the longest vocabulary entry, which bounds how many characters one token can
 
 What a model name says about how it loads, without importing torch (the campaign driver asks).
 
-`lean_applies`: a built-in model (`builtin:...`) runs on the torch-only lean Llama, and LoRA on it is
-the lean LoRA, so neither transformers nor peft is imported (models/lean_loading.py); any other model
-(local folder, Hub id, smollm2, `trust_remote_code`) loads through transformers, and LoRA on it is PEFT's.
+`lean_applies`: a model the torch-only lean Llama reproduces runs on it, and LoRA on it is the lean LoRA,
+so neither transformers' model nor peft is imported (models/lean_loading.py): the built-in models, SmolLM2,
+and any Llama folder (local, or a cached Hub snapshot) that models/lean_support.py accepts; any other model
+(another architecture, RoPE scaling, `.bin` weights, `trust_remote_code`, `[backend.options] model_impl =
+"transformers"`) loads through transformers, and LoRA on it is PEFT's.
 
 Models named by a Hugging Face Hub id ("Qwen/Qwen3-4B-Instruct-2507"), resolved through the HF cache.
 
@@ -93,20 +95,39 @@ BUILTIN_CONTEXT = 2048
 `tiny_config`): the check pass knows it without building one (building imports transformers)."""
 
 
-def lean_applies(name: str | Path, *, trust_remote_code: bool = False) -> bool:
-    """True for a built-in model (trained in full or with LoRA, the only modes)."""
-    return str(name).startswith(BUILTIN_PREFIX) and not trust_remote_code
+LEAN_NAMES = ("smollm2:135m",)
+"""Packaged models that are Llamas the lean model reproduces (checked again once the folder is built)."""
 
 
-def uses_peft(name: str | Path, finetune: str, *, trust_remote_code: bool = False) -> bool:
+def lean_applies(name: str | Path, *, trust_remote_code: bool = False, model_impl: str = "auto") -> bool:
+    """Whether a run of this model takes the lean path (trained in full or with LoRA, the only modes), read
+    from its name and, for a folder or a cached Hub snapshot, its files (a Hub id not downloaded yet: no)."""
+    if model_impl == "transformers" or trust_remote_code:
+        return False
+    text = str(name)
+    if model_impl == "lean" or text.startswith(BUILTIN_PREFIX) or text in LEAN_NAMES:
+        return True
+    # deferred: lean_support is only needed for a folder
+    from retrain_ray.models.lean_support import lean_problem
+
+    path = Path(text).expanduser()
+    if (path / "config.json").is_file():
+        return lean_problem(path) is None
+    snapshot = cached_snapshot(text) if looks_like_hub_id(text) else None
+    return snapshot is not None and lean_problem(snapshot) is None
+
+
+def uses_peft(name: str | Path, finetune: str, *, trust_remote_code: bool = False, model_impl: str = "auto") -> bool:
     """Whether a run of this model and `[model] finetune` imports peft (and with it transformers)."""
-    return finetune == "lora" and not lean_applies(name, trust_remote_code=trust_remote_code)
+    return finetune == "lora" and not lean_applies(name, trust_remote_code=trust_remote_code, model_impl=model_impl)
 
 
 def config_uses_peft(config: Any) -> bool:
-    """`uses_peft` for a run's config: `[model] model` and `finetune`, `[backend.options] trust_remote_code`."""
-    m = config.model
-    return uses_peft(m.model, m.finetune, trust_remote_code=bool(config.backend.options.get("trust_remote_code")))
+    """`uses_peft` for a run's config: `[model] model` and `finetune`, `[backend.options] trust_remote_code`
+    and `model_impl`."""
+    m, options = config.model, config.backend.options
+    return uses_peft(m.model, m.finetune, trust_remote_code=bool(options.get("trust_remote_code")),
+                     model_impl=str(options.get("model_impl", "auto")))
 
 
 @dataclass(frozen=True)

@@ -263,7 +263,10 @@ class LeanLlamaForCausalLM(nn.Module):
         position_ids: torch.Tensor | None = None,
         past_key_values: KVCache | None = None,
         use_cache: bool | None = None,
+        logits_to_keep: int = 0,
     ) -> LeanOutput:
+        """`logits_to_keep` as transformers': 0 projects every position, k > 0 only the last k (sampling
+        needs the last one: the vocabulary projection of a prompt's other positions is wasted work)."""
         checkpointing = self._checkpointing is not None and self.training and torch.is_grad_enabled()
         use_cache = (self.config.use_cache if use_cache is None else use_cache) and not checkpointing
         x = self.model.embed_tokens(input_ids)
@@ -278,5 +281,5 @@ class LeanLlamaForCausalLM(nn.Module):
                 x = checkpoint(layer, x, cos, sin, mask, None, **(self._checkpointing or {}))
             else:
                 x = layer(x, cos, sin, mask, cache)
-        logits = self.lm_head(self.model.norm(x))
+        logits = self.lm_head(self.model.norm(x[:, -logits_to_keep:] if logits_to_keep else x))
         return LeanOutput(logits=logits, past_key_values=cache if use_cache else None)

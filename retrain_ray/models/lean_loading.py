@@ -1,48 +1,34 @@
-"""Loading a built-in model without transformers: the lean Llama and the light tokenizer.
+"""Loading a model folder without transformers: the lean Llama and the light tokenizer.
 
-`lean_applies` (models/context.py) says when a run takes this path: a built-in model (`builtin:...`, which
-`models/tokenizer.py` writes as a Hugging Face Llama folder), trained in full (`finetune = "full"`) or with
-LoRA, which is then the torch-only lean LoRA (models/lean_lora.py: PEFT's computation, init, names and
-adapter files, models/lean_lora.py), so neither transformers nor peft is imported. Any other model
-(local folder, Hub id, smollm2, `trust_remote_code`) loads through transformers, and LoRA on it is PEFT's. The folder itself is still built by
-transformers the first time a built-in name is used (once per cache: it fixes the weights' values).
-
-`load_lean_model_and_tokenizer` checks that the folder's config and weights are what the lean model
-computes (a Llama with SiLU, default RoPE, no biases, one safetensors file) and says why not otherwise.
+The lean path (models/lean_support.py says which folders take it) loads a Hugging Face Llama folder, the
+built-in models' (`builtin:...`, which `models/tokenizer.py` writes) and real checkpoints alike (SmolLM2,
+any Llama whose config.json the lean model reproduces; one safetensors file or shards, fp32, bf16 or
+fp16 weights), into the lean Llama, under transformers' parameter names; LoRA on it is the torch-only lean
+LoRA (models/lean_lora.py: PEFT's computation, init, names and adapter files). The tokenizer is the light
+one (models/light_tokenizer.py, chat template included) where it reproduces the folder's, else
+transformers'. A built-in folder itself is still built by transformers the first time its name is used
+(once per cache: it fixes the weights' values).
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from safetensors.torch import load_file  # pyright: ignore[reportUnknownVariableType]
+from torch import nn
 
-from retrain_ray.models.lean_llama import (
-    WEIGHTS_FILE,
-    GenerationSettings,
-    LeanLlamaConfig,
-    LeanLlamaForCausalLM,
-)
-from retrain_ray.models.light_tokenizer import LightTokenizer
+from retrain_ray.models.lean_llama import GenerationSettings, LeanLlamaConfig, LeanLlamaForCausalLM
+from retrain_ray.models.lean_support import lean_config_problem, rope_settings, weight_files
+from retrain_ray.models.light_tokenizer import LightTokenizer, light_tokenizer_problem
 from retrain_ray.models.loading import resolve_dtype, resolve_model_path
 
-# config.json values the lean model reproduces (anything else loads through transformers)
-_REQUIRED: dict[str, object] = {"model_type": "llama", "hidden_act": "silu", "attention_bias": False,
-                                "mlp_bias": False, "attention_dropout": 0.0, "pretraining_tp": 1}
-
-
-def lean_config_problem(raw: dict[str, Any]) -> str | None:
-    """Why a config.json needs transformers' model, or None."""
-    for key, value in _REQUIRED.items():
-        if raw.get(key, value) != value:
-            return f"config.json has {key} = {raw.get(key)!r} (the lean Llama does {value!r})"
-    rope = raw.get("rope_parameters") or {"rope_type": "default"}
-    if rope.get("rope_type", "default") != "default" or raw.get("rope_scaling"):
-        return f"config.json asks for RoPE {rope!r} (the lean Llama does the default RoPE)"
-    return None
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 
 def read_config(folder: Path) -> LeanLlamaConfig:
@@ -51,7 +37,7 @@ def read_config(folder: Path) -> LeanLlamaConfig:
     if problem is not None:
         raise ValueError(f"model folder {folder}: {problem}; load it with transformers")
     heads = int(raw["num_attention_heads"])
-    rope = raw.get("rope_parameters") or {}
+    rope = rope_settings(raw)
     return LeanLlamaConfig(
         vocab_size=int(raw["vocab_size"]), hidden_size=int(raw["hidden_size"]),
         intermediate_size=int(raw["intermediate_size"]), num_hidden_layers=int(raw["num_hidden_layers"]),
@@ -59,7 +45,7 @@ def read_config(folder: Path) -> LeanLlamaConfig:
         head_dim=int(raw.get("head_dim") or int(raw["hidden_size"]) // heads),
         rms_norm_eps=float(raw.get("rms_norm_eps", 1e-6)),
         rope_theta=float(rope.get("rope_theta", raw.get("rope_theta", 10000.0))),
-        tie_word_embeddings=bool(raw.get("tie_word_embeddings", True)),
+        tie_word_embeddings=bool(raw.get("tie_word_embeddings", False)),  # LlamaConfig's default
         pad_token_id=raw.get("pad_token_id"), bos_token_id=raw.get("bos_token_id"),
         eos_token_id=raw.get("eos_token_id"), use_cache=bool(raw.get("use_cache", True)), raw=raw,
     )
@@ -75,34 +61,65 @@ def read_generation(folder: Path, config: LeanLlamaConfig) -> GenerationSettings
     )
 
 
+@contextmanager
+def _no_weight_init() -> Iterator[None]:
+    """Linear and Embedding layers built without drawing their initial weights (left uninitialised), as
+    transformers' `no_init_weights` does: a 135M model's init costs about a second of CPU, and the weights
+    are replaced by the checkpoint's. (Building on the meta device instead imports torch._dynamo: seconds.)"""
+    saved = nn.Linear.reset_parameters, nn.Embedding.reset_parameters
+    nn.Linear.reset_parameters = nn.Embedding.reset_parameters = _skip  # pyright: ignore[reportAttributeAccessIssue]
+    try:
+        yield
+    finally:
+        nn.Linear.reset_parameters, nn.Embedding.reset_parameters = saved
+
+
+def _skip(_module: nn.Module) -> None:
+    return None
+
+
 def load_lean_model(folder: str | Path, *, dtype: torch.dtype = torch.float32) -> LeanLlamaForCausalLM:
-    """The lean Llama of a model folder, weights read from its model.safetensors (no random init)."""
+    """The lean Llama of a model folder, weights read from its safetensors file(s) (no random init)."""
     folder = Path(folder)
     config = read_config(folder)
-    if not (folder / WEIGHTS_FILE).is_file():
-        raise FileNotFoundError(f"model folder {folder} has no {WEIGHTS_FILE} (sharded weights load with transformers)")
-    # initialised on CPU and overwritten: building under `torch.device("meta")` routes every init through
-    # torch's Python reference ops, which import torch._dynamo (seconds); the fork keeps the caller's RNG
-    with torch.random.fork_rng(devices=[]):
+    files = weight_files(folder)
+    absent = [p.name for p in files if not p.is_file()]
+    if absent:
+        raise FileNotFoundError(f"model folder {folder} lacks {absent[:3]} (.bin weights load with transformers)")
+    with torch.random.fork_rng(devices=[]), _no_weight_init():  # every weight is assigned below
         model = LeanLlamaForCausalLM(config, read_generation(folder, config))
-    state = load_file(str(folder / WEIGHTS_FILE))
+    state: dict[str, torch.Tensor] = {}
+    for path in files:
+        state.update(load_file(str(path)))
     expected = set(model.state_dict())
     if config.tie_word_embeddings:
         state.pop("lm_head.weight", None)
         expected.discard("lm_head.weight")
     missing, unexpected = sorted(expected - set(state)), sorted(set(state) - expected)
     if missing or unexpected:
-        raise KeyError(f"{folder / WEIGHTS_FILE} does not match a Llama of its config.json: missing "
+        raise KeyError(f"the weights in {folder} do not match a Llama of its config.json: missing "
                        f"{missing[:3]}, unexpected {unexpected[:3]}")
-    model.load_state_dict(state, strict=False)
+    state = {name: tensor.to(dtype) for name, tensor in state.items()}
+    model.load_state_dict(state, strict=False, assign=True)  # the loaded tensors become the parameters
+    model.tie_weights()
     model.name_or_path = str(folder)
-    return model.to(dtype)
+    return model
 
 
 def load_lean_model_and_tokenizer(
     name_or_path: str | Path, *, cache_dir: str | Path | None = None, dtype: str | torch.dtype = "auto",
-) -> tuple[LeanLlamaForCausalLM, LightTokenizer]:
-    """`load_model_and_tokenizer` for a built-in model on the CPU, without transformers (left padding)."""
+) -> tuple[LeanLlamaForCausalLM, LightTokenizer | PreTrainedTokenizerBase]:
+    """`load_model_and_tokenizer` on the lean path, on the CPU (the tokenizer pads on the left)."""
     path = resolve_model_path(name_or_path, cache_dir)
     model = load_lean_model(path, dtype=resolve_dtype(dtype, torch.device("cpu")))
-    return model, LightTokenizer.from_folder(path, padding_side="left")
+    return model, tokenizer_of(path)
+
+
+def tokenizer_of(folder: Path) -> LightTokenizer | PreTrainedTokenizerBase:
+    """The light tokenizer where it reproduces the folder's, else transformers' (padding on the left)."""
+    if light_tokenizer_problem(folder) is None:
+        return LightTokenizer.from_folder(folder, padding_side="left")
+    # deferred: transformers costs seconds of imports that the light tokenizer above never needs
+    from retrain_ray.models.loading import load_tokenizer
+
+    return load_tokenizer(folder)

@@ -137,8 +137,9 @@ class LeanLoraModel(nn.Module):
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 position_ids: torch.Tensor | None = None, past_key_values: KVCache | None = None,
-                use_cache: bool | None = None) -> LeanOutput:
-        return self.base_model.model(input_ids, attention_mask, position_ids, past_key_values, use_cache)
+                use_cache: bool | None = None, logits_to_keep: int = 0) -> LeanOutput:
+        return self.base_model.model(input_ids, attention_mask, position_ids, past_key_values, use_cache,
+                                     logits_to_keep)
 
 
 def is_lora_target(key: str, targets: Sequence[str], layers: Sequence[int], layers_pattern: str) -> bool:

@@ -230,10 +230,10 @@ def build_environment(env: EnvironmentSection) -> Environment | None:
 # plugin backend, which hold the model elsewhere, and a model folder whose config.json names no context.
 
 
-def _codec_and_context(m: ModelSection, remote_code: bool) -> tuple[PromptCodec, int] | None:
+def _codec_and_context(m: ModelSection, remote_code: bool, model_impl: str) -> tuple[PromptCodec, int] | None:
     # deferred: loads torch and the tokenizer's library, which importing this module does not need
     from retrain_ray.models.context import PromptCodec, context_length, lean_applies
-    from retrain_ray.models.light_tokenizer import LightTokenizer
+    from retrain_ray.models.lean_loading import tokenizer_of
     from retrain_ray.models.loading import load_tokenizer, resolve_model_path
 
     folder = resolve_model_path(m.model, revision=m.revision, local_files_only=bool(m.local_files_only))
@@ -241,8 +241,8 @@ def _codec_and_context(m: ModelSection, remote_code: bool) -> tuple[PromptCodec,
     if context is None:
         log.info("model %r: its config.json names no context length; prompt lengths are not checked", m.model)
         return None
-    tokenizer = LightTokenizer.from_folder(folder) if lean_applies(m.model, trust_remote_code=remote_code) else \
-        load_tokenizer(folder, trust_remote_code=remote_code)
+    tokenizer = tokenizer_of(folder) if lean_applies(m.model, trust_remote_code=remote_code, model_impl=model_impl) \
+        else load_tokenizer(folder, trust_remote_code=remote_code)
     return PromptCodec(tokenizer), context
 
 
@@ -262,7 +262,8 @@ def fit_task(task: TaskData, *, model: ModelSection, data: DataSection, backend:
         log.info("backend %r holds the model elsewhere: prompt lengths are not checked against its context",
                  backend.backend)
         return task
-    found = _codec_and_context(model, bool(backend.options.get("trust_remote_code")))
+    options = backend.options
+    found = _codec_and_context(model, bool(options.get("trust_remote_code")), str(options.get("model_impl", "auto")))
     if found is None:
         return task
     codec, context = found

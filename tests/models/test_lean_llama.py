@@ -137,9 +137,12 @@ def test_a_builtin_model_gets_the_lean_model_in_full_and_the_lean_lora_with_lora
                                           device="cpu", cache_dir=tiny_cache)
     assert isinstance(lora, LeanLoraModel) and isinstance(lora.llama, LeanLlamaForCausalLM)
     assert isinstance(lora_tok, LightTokenizer)
-    # a model folder (not a built-in name) keeps transformers and PEFT
-    peft, hf_tok = load_trainable_model(str(tiny_dir), PolicySettings(finetune="lora", lora=LoraSettings(rank=2)),
-                                        device="cpu")
+    # the same Llama as a model folder takes the lean path too; model_impl = "transformers" forces PEFT
+    folder, _ = load_trainable_model(str(tiny_dir), PolicySettings(finetune="lora", lora=LoraSettings(rank=2)),
+                                     device="cpu")
+    assert isinstance(folder, LeanLoraModel)
+    peft, hf_tok = load_trainable_model(str(tiny_dir), PolicySettings(finetune="lora", lora=LoraSettings(rank=2),
+                                                                      model_impl="transformers"), device="cpu")
     assert type(peft).__name__ == "PeftModelForCausalLM" and not isinstance(hf_tok, LightTokenizer)
 
 

@@ -13,18 +13,21 @@ from retrain_ray.campaign.local_ray import TRIAL_MODULES, trial_modules
 from retrain_ray.models.context import config_uses_peft, lean_applies, uses_peft
 
 
-@pytest.mark.parametrize(("name", "finetune", "remote_code", "lean", "peft"), [
-    ("builtin:tiny", "lora", False, True, False),
-    ("builtin:tiny", "full", False, True, False),
-    ("builtin:tiny", "lora", True, False, True),  # the repo's own code: transformers, and PEFT's LoRA
-    ("smollm2:135m", "lora", False, False, True),
-    ("Qwen/Qwen3-4B-Instruct-2507", "lora", False, False, True),
-    ("Qwen/Qwen3-4B-Instruct-2507", "full", False, False, False),
-    ("/models/my-llama", "lora", False, False, True),
+@pytest.mark.parametrize(("name", "finetune", "remote_code", "impl", "lean", "peft"), [
+    ("builtin:tiny", "lora", False, "auto", True, False),
+    ("builtin:tiny", "full", False, "auto", True, False),
+    ("builtin:tiny", "lora", True, "auto", False, True),  # the repo's own code: transformers, and PEFT's LoRA
+    ("builtin:tiny", "lora", False, "transformers", False, True),  # forced
+    ("smollm2:135m", "lora", False, "auto", True, False),  # a Llama: lean
+    ("smollm2:135m", "lora", False, "transformers", False, True),
+    ("Qwen/Qwen3-4B-Instruct-2507", "lora", False, "auto", False, True),  # not downloaded here: unknown
+    ("Qwen/Qwen3-4B-Instruct-2507", "full", False, "auto", False, False),
+    ("/models/my-llama", "lora", False, "auto", False, True),  # no such folder
+    ("/models/my-llama", "lora", False, "lean", True, False),  # forced (the loader says why if it cannot)
 ])
-def test_lean_path_and_peft_by_model_name(name, finetune, remote_code, lean, peft):
-    assert lean_applies(name, trust_remote_code=remote_code) is lean
-    assert uses_peft(name, finetune, trust_remote_code=remote_code) is peft
+def test_lean_path_and_peft_by_model_name(name, finetune, remote_code, impl, lean, peft):
+    assert lean_applies(name, trust_remote_code=remote_code, model_impl=impl) is lean
+    assert uses_peft(name, finetune, trust_remote_code=remote_code, model_impl=impl) is peft
 
 
 def test_the_names_module_imports_no_torch():

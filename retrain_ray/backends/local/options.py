@@ -16,6 +16,7 @@ if TYPE_CHECKING:
 
 from retrain_ray.backends.local.inert_options import INERT_OPTIONS, inert_note, inert_problem
 from retrain_ray.backends.types import BackendCapabilities, OptionsTable, issue
+from retrain_ray.models.lean_support import model_impl_problem
 
 LOCAL_OPTIONS: dict[str, object] = {
     # acted on by the local backend (backends/local/policy.py: settings_from_config)
@@ -29,6 +30,9 @@ LOCAL_OPTIONS: dict[str, object] = {
     "lora_layers_pattern": "layers",
     "lora_freeze_a": False,
     "trust_remote_code": False,
+    # "auto": the torch-only lean Llama wherever it reproduces the model (models/lean_support.py), else
+    # transformers; "lean" refuses a model it cannot reproduce; "transformers": transformers and PEFT always
+    "model_impl": "auto",
     "strict_deterministic": False,
     # the original's memory/speed switches retrain-ray does not act on (inert_options.py)
     **{key: option.default for key, option in INERT_OPTIONS.items()},
@@ -51,6 +55,8 @@ def _local_value(key: str, value: object) -> list[ConfigIssue]:
         return [issue(loc, value, *problem)] if problem else []
     if key == "gradient_checkpointing_use_reentrant" and str(value).lower() not in USE_REENTRANT_CHOICES:
         return [issue(loc, value, "must be auto, true or false", "default is 'auto'")]
+    if key == "model_impl" and model_impl_problem(value) is not None:
+        return [issue(loc, value, str(model_impl_problem(value)), 'default is "auto"')]
     if key == "lora_layers_to_transform" and not all(p.strip().isdigit() for p in str(value).split(",") if p.strip()):
         return [issue(loc, value, "must be a comma list of layer indices", 'e.g. "0,1,2"')]
     return []

@@ -24,9 +24,11 @@ from retrain_ray.backends.types import Policy
 from retrain_ray.engines.pytorch.engine import PyTorchEngine, sampler_of
 from retrain_ray.engines.vllm.core import VLLMSettings, vllm_settings
 from retrain_ray.models import Tokenizer, hf_tokenizer
-from retrain_ray.models.context import lean_applies
-from retrain_ray.models.lean_loading import load_lean_model_and_tokenizer
+from retrain_ray.models.lean_loading import load_lean_model, tokenizer_of
 from retrain_ray.models.lean_lora import LoraSettings, prepare_trainable
+from retrain_ray.models.lean_support import takes_lean_path
+from retrain_ray.models.light_tokenizer import LightTokenizer
+from retrain_ray.models.loading import resolve_dtype, resolve_model_path
 from retrain_ray.models.lora import lora_targets
 
 if TYPE_CHECKING:
@@ -87,6 +89,7 @@ class PolicySettings:
     revision: str = ""  # [model] revision of a Hub id
     local_files_only: bool = False  # [model] local_files_only: never download
     trust_remote_code: bool = False  # [backend.options] trust_remote_code: run the repo's own modelling code
+    model_impl: str = "auto"  # [backend.options] model_impl: "auto", "lean" or "transformers"
     gradient_checkpointing: bool | str = False  # "auto": on for a CUDA device, off on CPU
     use_reentrant: bool = False
     strict_deterministic: bool = False
@@ -132,6 +135,7 @@ def settings_from_config(cfg: LocalSections) -> PolicySettings:
         revision=cfg.model.revision,
         local_files_only=bool(cfg.model.local_files_only),
         trust_remote_code=bool(options["trust_remote_code"]),
+        model_impl=str(options["model_impl"]),
         gradient_checkpointing=_checkpointing(options["gradient_checkpointing"]),
         # "auto" is non-reentrant: it needs no input grads under LoRA and is what torch recommends
         use_reentrant=str(options["gradient_checkpointing_use_reentrant"]).lower() == "true",
@@ -159,16 +163,20 @@ def checkpointing_on(option: bool | str, device: str | torch.device) -> bool:
 
 def _load_base(name_or_path: str | Path, settings: PolicySettings,
                cache_dir: Path | None) -> tuple[torch.nn.Module, Tokenizer]:
-    """The lean torch-only Llama for a built-in model (no transformers import; LoRA on it is the lean
-    LoRA, no peft), else transformers' model (models/lean_loading.py)."""
-    if lean_applies(name_or_path, trust_remote_code=settings.trust_remote_code):
-        return load_lean_model_and_tokenizer(name_or_path, cache_dir=cache_dir, dtype=settings.dtype)
+    """The lean torch-only Llama where it reproduces the model (no transformers model; LoRA on it is the
+    lean LoRA, no peft), else transformers' model (models/lean_support.py says which)."""
+    folder = resolve_model_path(name_or_path, cache_dir, revision=settings.revision,
+                                local_files_only=settings.local_files_only)
+    if takes_lean_path(name_or_path, folder, trust_remote_code=settings.trust_remote_code,
+                       model_impl=settings.model_impl):
+        model = load_lean_model(folder, dtype=resolve_dtype(settings.dtype, torch.device("cpu")))
+        tokenizer = tokenizer_of(folder)
+        return model, tokenizer if isinstance(tokenizer, LightTokenizer) else hf_tokenizer(tokenizer)
     # deferred: transformers costs seconds of imports that the lean path above never needs
     from retrain_ray.models.loading import load_model_and_tokenizer
 
     model, tokenizer = load_model_and_tokenizer(
-        name_or_path, cache_dir=cache_dir, dtype=settings.dtype, device="cpu", revision=settings.revision,
-        local_files_only=settings.local_files_only, trust_remote_code=settings.trust_remote_code,
+        folder, cache_dir=cache_dir, dtype=settings.dtype, device="cpu", trust_remote_code=settings.trust_remote_code,
     )
     return model, hf_tokenizer(tokenizer)
 
