@@ -223,21 +223,22 @@ def _tree_rss(proc: psutil.Process) -> int:
     return total
 
 
-def run_child(argv: list[str], env: dict[str, str], timeout_s: float) -> tuple[float, int]:
-    """Run `argv`, return (wall seconds, peak RSS of its process tree in bytes); raise if it fails."""
+def run_child(argv: list[str], env: dict[str, str], timeout_s: float, log: Path) -> tuple[float, int]:
+    """Run `argv` with its output in `log`, return (wall seconds, peak RSS of its process tree in bytes);
+    raise if it fails or outlives `timeout_s`."""
     started = time.perf_counter()
-    child = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                             start_new_session=True)
-    watched, peak = psutil.Process(child.pid), 0
-    while child.poll() is None:
-        if time.perf_counter() - started > timeout_s:
-            child.kill()
-            raise SystemExit(f"{argv[:3]} ran past {timeout_s:.0f} s (--timeout-s)")
-        peak = max(peak, _tree_rss(watched))
-        time.sleep(0.2)
-    output = child.stdout.read() if child.stdout else ""
+    with log.open("w") as out:
+        child = subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        watched, peak = psutil.Process(child.pid), 0
+        while child.poll() is None:
+            if time.perf_counter() - started > timeout_s:
+                child.kill()
+                child.wait(timeout=30)
+                raise SystemExit(f"{argv[:3]} ran past {timeout_s:.0f} s (--timeout-s)")
+            peak = max(peak, _tree_rss(watched))
+            time.sleep(0.2)
     if child.returncode != 0:
-        raise SystemExit(f"{' '.join(argv[:4])} exited {child.returncode}:\n{output[-4000:]}")
+        raise SystemExit(f"{' '.join(argv[:4])} exited {child.returncode}:\n{log.read_text()[-4000:]}")
     return time.perf_counter() - started, peak
 
 
@@ -284,13 +285,13 @@ def compare(job: Job, timeout_s: float) -> dict[str, object]:
         job_file, trl_out = Path(tmp) / "job.json", Path(tmp) / "trl.json"
         job_file.write_text(json.dumps(asdict(job)))
         trl_wall, trl_rss = run_child([sys.executable, __file__, "--trl-side", str(job_file), str(trl_out)], env,
-                                      timeout_s)
+                                      timeout_s, Path(tmp) / "trl.log")
         trl = SideResult(**json.loads(trl_out.read_text()))
         print(f"TRL side: {trl_wall:.0f} s, per step {trl}", file=sys.stderr, flush=True)
         toml, log_dir = Path(tmp) / "job.toml", Path(tmp) / "retrain"
         toml.write_text(retrain_toml(job, log_dir))
         cli = str(Path(sys.executable).with_name("retrain-ray"))
-        ours_wall, ours_rss = run_child([cli, "train", str(toml)], env, timeout_s)
+        ours_wall, ours_rss = run_child([cli, "train", str(toml)], env, timeout_s, Path(tmp) / "retrain.log")
         ours = retrain_result(log_dir)
     results = {"trl": summarize(trl, trl_wall, trl_rss, parameters, roof),
                "retrain_ray": summarize(ours, ours_wall, ours_rss, parameters, roof)}
