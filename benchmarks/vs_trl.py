@@ -1,7 +1,7 @@
 """Benchmark: TRL's `GRPOTrainer` and `retrain-ray train` on the same GRPO-LoRA job, in one invocation.
 
 The job (both sides): SmolLM2-135M-Instruct from the same model folder, the built-in `addition` task's train
-split ("What is 3 + 5?", level 1, seed 0) as a user message under the model's chat template, the
+split ("What is 3 + 5?", level 1, drawn with the run's seed) as a user message under the model's chat template, the
 `final_number` reward, LoRA rank 8 / alpha 16 on q,k,v,o,gate,up,down (dropout 0), `--prompts` x
 `--generations` rows per step, `--max-tokens` new tokens, temperature 1.0, top_p 1.0, learning rate 2e-4
 constant, AdamW (betas 0.9/0.95, eps 1e-8, no weight decay), gradient clipping at norm 1.0, `--steps` steps,
@@ -44,7 +44,7 @@ from pathlib import Path
 import psutil
 
 LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
-TASK, LEVEL, DATA_SEED = "addition", 1, 0
+TASK, LEVEL = "addition", 1
 NUM_TRAIN, NUM_EVAL = 512, 32
 
 
@@ -81,7 +81,8 @@ def _trl_dataset(job: Job):
 
     from retrain_ray.data import load_task
 
-    train = load_task(TASK, level=LEVEL, seed=DATA_SEED, num_train=NUM_TRAIN, num_eval=NUM_EVAL).train
+    # retrain-ray draws a built-in task's split with the run's seed: the same split here
+    train = load_task(TASK, level=LEVEL, seed=job.seed, num_train=NUM_TRAIN, num_eval=NUM_EVAL).train
     return Dataset.from_list([{"prompt": [{"role": "user", "content": e.prompt}], "reference": e.reference}
                               for e in train])
 
