@@ -202,14 +202,26 @@ log_dir = "{log_dir}"
 """
 
 
-def retrain_result(log_dir: Path) -> SideResult:
+def prompt_tokens_per_step(job: Job) -> int:
+    """Prompt tokens of one step's rows under the chat template (the split's prompts differ by a digit or
+    two, so the mean over the split times the rows); retrain-ray's log counts completion tokens only."""
+    from transformers import AutoTokenizer
+
+    from retrain_ray.data import load_task
+    from retrain_ray.models import encode_prompt
+
+    tokenizer = AutoTokenizer.from_pretrained(job.model_dir, local_files_only=True)
+    train = load_task(TASK, level=LEVEL, seed=job.seed, num_train=NUM_TRAIN, num_eval=NUM_EVAL).train
+    lengths = [len(encode_prompt(tokenizer, e.prompt)) for e in train[:64]]
+    return round(statistics.mean(lengths) * job.prompts * job.generations)
+
+
+def retrain_result(log_dir: Path, prompt_tokens: int) -> SideResult:
     rows = [json.loads(line) for line in (log_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
     rows = [r for r in rows if r.get("phase", "rl") == "rl"]
-    completion = [int(r["rl/completion_tokens"]) for r in rows]
-    totals = [int(r.get("tokens_per_step") or 0) for r in rows]
     return SideResult(step_s=[float(r["step_time_s"]) for r in rows], rewards=[float(r["mean_reward"]) for r in rows],
-                      prompt_tokens=[max(t - c, 0) for t, c in zip(totals, completion, strict=True)],
-                      completion_tokens=completion)
+                      prompt_tokens=[prompt_tokens] * len(rows),
+                      completion_tokens=[int(r["rl/completion_tokens"]) for r in rows])
 
 
 # --- the parent: runs both, measures the machine, prints ----------------------------------------------------
@@ -293,7 +305,7 @@ def compare(job: Job, timeout_s: float) -> dict[str, object]:
         toml.write_text(retrain_toml(job, log_dir))
         cli = str(Path(sys.executable).with_name("retrain-ray"))
         ours_wall, ours_rss = run_child([cli, "train", str(toml)], env, timeout_s, Path(tmp) / "retrain.log")
-        ours = retrain_result(log_dir)
+        ours = retrain_result(log_dir, prompt_tokens_per_step(job))
     results = {"trl": summarize(trl, trl_wall, trl_rss, parameters, roof),
                "retrain_ray": summarize(ours, ours_wall, ours_rss, parameters, roof)}
     ratio = results["retrain_ray"]["median_step_s"] / results["trl"]["median_step_s"]
