@@ -17,7 +17,7 @@ export RAY_AUTH_MODE ?= disabled
 export HF_HUB_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 
-.PHONY: setup setup-vllm setup-environments demo demo-campaign test test-extended test-fast bench gpu-check lint lock smollm2 clean
+.PHONY: setup setup-vllm setup-environments demo demo-campaign test test-extended test-fast bench bench-trl gpu-check lint lock smollm2 clean
 
 $(VENV)/.installed: pyproject.toml constraints/cpu.txt $(LOCK)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -73,6 +73,12 @@ test-fast: setup
 
 bench: setup
 	$(PY) benchmarks/run_all.py
+
+# TRL's GRPOTrainer beside `retrain-ray train` on the same SmolLM2 job (benchmarks/vs_trl.py): installs the
+# `bench` extra (trl) with the lock as constraints, so no locked package moves; trl is never in the default install.
+bench-trl: smollm2
+	$(PY) -m pip install -q $(CONSTRAINTS) -e ".[bench]"
+	$(PY) benchmarks/vs_trl.py
 
 # The GPU check: the GPU-marked tests and the GPU benchmarks, figures in gpu-check.json; prints
 # "skipped: no CUDA device" and exits 0 without one. No setup step: a lent GPU machine has no network,

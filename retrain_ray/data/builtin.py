@@ -16,6 +16,7 @@ from __future__ import annotations
 import itertools
 import random
 
+from retrain_ray.data.addition import addition, sentence_answer
 from retrain_ray.data.types import Example, TaskData, TaskSpec
 
 DIGIT_COUNTS = {1: 3, 2: 5, 3: 8}
@@ -95,6 +96,8 @@ TASKS: dict[str, TaskSpec] = {
         TaskSpec("add", add, description="sum of two numbers (levels: 0-19, 2-digit, 3-digit)"),
         TaskSpec("multiply", multiply, description="product of two numbers"),
         TaskSpec("word_problem", word_problem, description="templated arithmetic word problems"),
+        TaskSpec("addition", addition, format_answer=sentence_answer,
+                 description="'What is a + b?' for chat models (levels: 1-, 2-, 3-digit); reward final_number"),
     )
 }
 

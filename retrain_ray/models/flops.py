@@ -6,11 +6,18 @@ the backward pass, so a trained token costs 6·N, with N the model's parameter c
 included). It ignores attention's sequence-length term and counts a LoRA run as full backward work (the
 activation gradients still flow through every frozen weight), so it is an upper-side estimate: the
 hint compares the predicted rate against the roof, it does not measure utilisation.
+
+`rl_step_flops` counts one RL step for a utilization figure (benchmarks/vs_trl.py): sampling costs 2·N per
+prompt token (one prefill) and per generated token (one forward each, with a KV cache); training costs
+2·N forward plus 2·N backward through the activations per trained token under LoRA (the frozen weights get
+no gradient: 4·N), 6·N under full fine-tuning, plus 2·N more when gradient checkpointing recomputes the
+forward. Attention's sequence-length term is left out (small at a few hundred tokens).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +28,7 @@ from retrain_ray.models.context import ModelShapes
 from retrain_ray.models.loading import resolve_model_path
 
 TRAIN_FLOPS_PER_PARAM = 6.0
+FORWARD_FLOPS_PER_PARAM = 2.0
 
 
 def _meta_model(model: str, revision: str, cache_dir: str | Path | None) -> tuple[Any, torch.nn.Module]:
@@ -62,3 +70,27 @@ def model_shapes(model: str, *, full: bool, lora_rank: int, target_modules: Sequ
 def train_flops_per_token(model: str, *, revision: str = "", cache_dir: str | Path | None = None) -> float:
     """6·N FLOPs per trained token (see the module docstring)."""
     return TRAIN_FLOPS_PER_PARAM * parameter_count(model, revision=revision, cache_dir=cache_dir)
+
+
+@dataclass(frozen=True)
+class StepFlops:
+    """FLOPs of one RL step's sampling and training (see the module docstring for the counts)."""
+
+    sample: float
+    train: float
+
+    @property
+    def total(self) -> float:
+        return self.sample + self.train
+
+
+def rl_step_flops(parameters: int, *, prompt_tokens: int, completion_tokens: int, lora: bool,
+                  checkpointing: bool = False) -> StepFlops:
+    """FLOPs of sampling `completion_tokens` after `prompt_tokens` (summed over the step's rows) and then
+    training on all of them once."""
+    if min(parameters, prompt_tokens, completion_tokens) < 0:
+        raise ValueError(f"rl_step_flops: counts must be >= 0, got parameters={parameters}, "
+                         f"prompt_tokens={prompt_tokens}, completion_tokens={completion_tokens}")
+    tokens = prompt_tokens + completion_tokens
+    per_token = (4.0 if lora else 6.0) + (FORWARD_FLOPS_PER_PARAM if checkpointing else 0.0)
+    return StepFlops(sample=FORWARD_FLOPS_PER_PARAM * parameters * tokens, train=per_token * parameters * tokens)

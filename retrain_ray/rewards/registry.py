@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from retrain_ray.plugins.loader import use_search_paths
 from retrain_ray.rewards.boxed import MatchReward
 from retrain_ray.rewards.custom import CustomReward
+from retrain_ray.rewards.final_number import FinalNumberReward
 from retrain_ray.rewards.judge import JudgeReward, JudgeSettings
 from retrain_ray.rewards.mathverify import MathVerifyReward
 from retrain_ray.rewards.types import Reward
@@ -22,6 +23,10 @@ if TYPE_CHECKING:
 
 def _build_match(**_: Any) -> Reward:
     return MatchReward()
+
+
+def _build_final_number(**_: Any) -> Reward:
+    return FinalNumberReward()
 
 
 def _build_math(workers: int = 1, **_: Any) -> Reward:
@@ -40,6 +45,7 @@ def _build_judge(judge: JudgeSettings | None = None, throttle: Any = None, **_: 
 
 REWARD_BUILDERS: dict[str, Callable[..., Reward]] = {
     "match": _build_match,
+    "final_number": _build_final_number,
     "math": _build_math,
     "custom": _build_custom,
     "judge": _build_judge,
