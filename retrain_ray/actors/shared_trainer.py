@@ -25,6 +25,7 @@ import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import cast
 
 import ray
 import torch
@@ -34,6 +35,7 @@ from retrain_ray.backends.local.policy import PolicySettings
 from retrain_ray.backends.types import TrainStepResult
 from retrain_ray.engines.pytorch.engine import eos_ids, pad_id
 from retrain_ray.engines.types import SampleResult, SamplingParams, WeightUpdate
+from retrain_ray.models import Tokenizer
 from retrain_ray.models.lean_loading import load_lean_model_and_tokenizer
 from retrain_ray.models.lora import LoraSettings
 from retrain_ray.shared_trainer import (
@@ -86,7 +88,7 @@ class TrainerHost:
         model, tokenizer = load_lean_model_and_tokenizer(spec.model, dtype=spec.dtype)
         device = spec.device if torch.cuda.is_available() else "cpu"  # Ray's fake GPUs in tests: torch on CPU
         trainer = _LockedTrainer(model.to(torch.device(device)), spec.layout, dtype=spec.dtype,
-                                 eos_token_ids=eos_ids(model, tokenizer), pad_token_id=pad_id(tokenizer))
+                                 eos_token_ids=eos_ids(model, cast("Tokenizer", tokenizer)), pad_token_id=pad_id(cast("Tokenizer", tokenizer)))
         trainer.lock = threading.RLock()
         self.trainer = trainer
         self.lock = trainer.lock

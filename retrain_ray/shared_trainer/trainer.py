@@ -21,6 +21,7 @@ import contextlib
 import json
 from collections.abc import Generator, Mapping, Sequence
 from pathlib import Path
+from typing import cast
 
 import torch
 from safetensors.torch import save_file  # pyright: ignore[reportUnknownVariableType]
@@ -30,6 +31,7 @@ from retrain_ray.backends.local.policy import PolicySettings
 from retrain_ray.engines.pytorch.engine import eos_ids, pad_id
 from retrain_ray.engines.types import SampleResult, WeightUpdate
 from retrain_ray.engines.weights import ModeSwitch
+from retrain_ray.models import Tokenizer
 from retrain_ray.models.context import lean_applies
 from retrain_ray.models.lean_llama import LeanLlamaForCausalLM
 from retrain_ray.models.lean_loading import load_lean_model_and_tokenizer
@@ -84,14 +86,15 @@ class SharedTrainer:
     @classmethod
     def load(cls, name_or_path: str | Path, layout: LoraSettings, *, device: str | torch.device = "cpu",
              cache_dir: Path | None = None, dtype: str = "auto") -> SharedTrainer:
-        """The trainer over a built-in model's one copy on `device`."""
+        """The trainer over one copy of a model the lean path loads, on `device`."""
         if not lean_applies(name_or_path, trust_remote_code=False):
             raise SharedTrainerError(
-                f"model {str(name_or_path)!r}: the shared trainer runs built-in models (builtin:...) only for now; "
-                "train this run alone (without [campaign] shared_trainer)")
+                f"model {str(name_or_path)!r}: the shared trainer runs the models the lean path loads (builtin:..., "
+                "smollm2:135m, plain Llama folders: docs/models.md) only; train this run alone (without [campaign] "
+                "shared_trainer)")
         model, tokenizer = load_lean_model_and_tokenizer(name_or_path, cache_dir=cache_dir, dtype=dtype)
-        return cls(model.to(torch.device(device)), layout, dtype=dtype, eos_token_ids=eos_ids(model, tokenizer),
-                   pad_token_id=pad_id(tokenizer))
+        return cls(model.to(torch.device(device)), layout, dtype=dtype, eos_token_ids=eos_ids(model, cast("Tokenizer", tokenizer)),
+                   pad_token_id=pad_id(cast("Tokenizer", tokenizer)))
 
     # ---- members -------------------------------------------------------------------------------
     @property
