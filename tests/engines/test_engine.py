@@ -171,18 +171,3 @@ def test_filtered_distribution_properties(logits, temperature, top_p):
     assert float(tempered[kept].sum()) >= min(top_p, 1.0) - 1e-5
     if kept.sum() > 1:
         assert float(tempered[kept].sum() - tempered[kept].min()) <= top_p + 1e-5
-
-
-def test_the_prefill_projecting_only_the_last_position_samples_as_projecting_all(tiny):
-    from retrain_ray.engines.pytorch.engine import accepts_logits_to_keep
-
-    assert accepts_logits_to_keep(tiny[0]) and not accepts_logits_to_keep(torch.nn.Linear(2, 2))
-    prompts = [encode_prompt(tiny[1], p) for p in PROMPTS]
-    params = SamplingParams(max_tokens=8, temperature=0.9, compute_entropy=True)
-    last_only = _engine(tiny, seed=5).generate(prompts, 3, params)
-    every = _engine(tiny, seed=5)
-    every._last_logits_only = {}  # the forward as before: every prompt position through the LM head
-    for got, want in zip(last_only, every.generate(prompts, 3, params), strict=True):
-        for a, b in zip(got, want, strict=True):
-            assert a.token_ids == b.token_ids
-            torch.testing.assert_close(torch.tensor(a.logprobs), torch.tensor(b.logprobs), atol=1e-6, rtol=0)

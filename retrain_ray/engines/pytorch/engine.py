@@ -38,7 +38,6 @@ kept tokens`, which equals the spec's `log(p / sum kept p)`.
 from __future__ import annotations
 
 import contextlib
-import inspect
 import math
 from typing import cast
 
@@ -125,7 +124,6 @@ class PyTorchEngine(WeightsVersion):
         self.shares_model_with_trainer = shares_model_with_trainer
         self._version = weights_version
         self._modes = ModeSwitch(model)
-        self._last_logits_only = {"logits_to_keep": 1} if accepts_logits_to_keep(model) else {}
 
     def load_weights(self, update: WeightUpdate) -> None:
         """Installs the update's tensors (strict names and shapes), or only the version if shared."""
@@ -161,7 +159,7 @@ class PyTorchEngine(WeightsVersion):
             with autocast_for(self.device):
                 out = self.model(
                     input_ids=ids_N_L, attention_mask=mask_N_L, position_ids=position_N_L,
-                    past_key_values=past, use_cache=True, **self._last_logits_only,
+                    past_key_values=past, use_cache=True,
                 )
             past = out.past_key_values
             token_N = self._sample_step(out.logits[:, -1, :], params, trace)
@@ -184,15 +182,6 @@ class PyTorchEngine(WeightsVersion):
         if params.compute_entropy:
             trace.entropies.append(entropy(logits_N_V, params.temperature))
         return token_N
-
-
-def accepts_logits_to_keep(model: torch.nn.Module) -> bool:
-    """Whether the model's forward takes `logits_to_keep` (the lean models and transformers' causal LMs do):
-    the prefill then projects only the last position through the LM head, not every prompt token."""
-    get_base: object = getattr(model, "get_base_model", None)
-    base: object = get_base() if callable(get_base) else model
-    forward: object = getattr(base, "forward", None)
-    return callable(forward) and "logits_to_keep" in inspect.signature(forward).parameters
 
 
 def check_request(prompt_ids_P: list[list[int]], num_samples: int, params: SamplingParams) -> None:
