@@ -32,6 +32,7 @@ import time
 from pathlib import Path
 
 import ray
+from campaign_helpers import read_manifest
 from helpers import GRPO, SHIPPED_REWARD, wait_for, write_campaign
 from ray import cloudpickle
 from ray.cluster_utils import Cluster
@@ -119,7 +120,7 @@ def _running_node(cluster: Cluster, cdir: Path, at_step: int) -> tuple[object, i
     """The worker node the run runs on and its step, once the run's step `at_step` is in the manifest."""
     nodes_file = cdir / "runs" / "grpo+none_s1" / "work" / "nodes.txt"
     try:
-        step = json.loads((cdir / "manifest.json").read_text())["runs"][0].get("result", {}).get("step", -1)
+        step = (read_manifest(cdir) or {})["runs"][0].get("result", {}).get("step", -1)
     except (OSError, json.JSONDecodeError, KeyError, IndexError):
         return None
     if step < at_step or not nodes_file.is_file():

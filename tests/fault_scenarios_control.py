@@ -168,7 +168,7 @@ def make_rung_kill_runner(victim: str, cdir: Path):
             def on_step(self, row, **info):
                 if kwargs["run_name"] != victim or marker.exists():
                     return
-                manifest = json.loads((cdir / "manifest.json").read_text())
+                manifest = read_manifest(cdir) or {"runs": []}  # its pending run events folded in
                 if any("paused_at_rung" in r for r in manifest["runs"]):
                     marker.write_text(json.dumps({"step": row["step"], "at": time.time()}))
                     os.kill(os.getpid(), signal.SIGKILL)

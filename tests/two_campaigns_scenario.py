@@ -15,6 +15,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from campaign_helpers import read_manifest
 from helpers import GRPO, TINY_RUN, write_campaign
 from ray.cluster_utils import Cluster
 
@@ -43,7 +44,7 @@ def _steps(run_dir: Path) -> list[int]:
 
 
 def _outcome(campaign_dir: Path) -> dict[str, dict[str, object]]:
-    manifest = json.loads((campaign_dir / "manifest.json").read_text())
+    manifest = read_manifest(campaign_dir) or {"runs": []}
     return {r["run_name"]: {"status": r["status"], "steps": _steps(campaign_dir / "runs" / r["run_name"])}
             for r in manifest["runs"]}
 

@@ -25,6 +25,7 @@ from retrain_ray.backends.registry import backend_spec, lora_targets_of, resolve
 from retrain_ray.config.errors import ConfigIssue
 from retrain_ray.models.context import lean_applies
 from retrain_ray.plugins.loader import is_dotted_path
+from retrain_ray.run.trainers.registry import trainer_spec
 
 if TYPE_CHECKING:
     from retrain_ray.config.schema import RetrainConfig
@@ -73,8 +74,9 @@ def _run_problems(cfg: RetrainConfig) -> list[tuple[str, str]]:
 def _step_problems(cfg: RetrainConfig, alone: str) -> list[tuple[str, str]]:
     problems: list[tuple[str, str]] = []
     t = cfg.training
-    if t.sft_warmup_steps > 0 or t.trainer != "retrain":
-        what = f"trainer = {t.trainer!r}" if t.trainer != "retrain" else f"sft_warmup_steps = {t.sft_warmup_steps}"
+    rl_loop = trainer_spec(t.trainer).rl_steps_only
+    if t.sft_warmup_steps > 0 or not rl_loop:
+        what = f"trainer = {t.trainer!r}" if not rl_loop else f"sft_warmup_steps = {t.sft_warmup_steps}"
         problems.append((f"[training] {what}: the shared trainer makes RL steps only (no supervised or "
                          "outside-the-loop steps)", f"use [training] trainer = \"retrain\" with sft_warmup_steps = 0, {alone}"))
     if "," in cfg.backend.devices:

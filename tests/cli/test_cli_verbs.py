@@ -214,7 +214,8 @@ def test_status_views_and_top_filter_campaigns_as_the_original(tmp_path, capsys)
                                    [{"run_name": "grpo+none_s1", "condition": "grpo+none", "seed": 1, "max_steps": 4}])
         manifest.update_run("grpo+none_s1", status=run_status)
         old = time.time() - age_s
-        os.utime(cdir / "manifest.json", (old, old))
+        for written in cdir.iterdir():  # the manifest and its event log: a campaign idles since its last write
+            os.utime(written, (old, old))
 
     campaign("live", "running")
     campaign("recent", "completed", age_s=3600)

@@ -156,6 +156,16 @@ def _gpu_memory_gib(tmp: Path) -> None:
         _gpu_plan(tmp, runs_per_gpu=2, gpu_memory_gib=8.0)
 
 
+def _shared_trainer(tmp: Path) -> None:
+    lora = {**TINY_CPU, "model": {"model": "builtin:tiny", "finetune": "lora"}}
+    shared = RetrainConfig.model_validate({**lora, "campaign": {"conditions": [GRPO], "seeds": [1, 2],
+                                                                "shared_trainer": True}})
+    assert build_plan(shared, root=tmp / "shared").shared_trainer
+    assert not _plan(tmp / "own", seeds=[1, 2]).shared_trainer
+    with pytest.raises(ConfigError, match="finetune"):  # a full fine-tune cannot share one base copy
+        _cfg(shared_trainer=True)
+
+
 CAMPAIGN_EFFECTS: dict[str, Callable[[Path], None]] = {
     "seeds": _seeds, "max_steps": _max_steps, "parallel": _parallel, "max_workers": _max_workers,
     "stagger_seconds": _stagger_seconds, "summary_script": _summary, "summary_args": _summary,
@@ -163,6 +173,7 @@ CAMPAIGN_EFFECTS: dict[str, Callable[[Path], None]] = {
     "trial_start_timeout_s": _trial_start_timeout_s, "cpu_fallback": _cpu_fallback, "storage": _storage,
     "tune_copies": _tune_copies,
     "adaptive": _adaptive, "runs_per_gpu": _runs_per_gpu, "gpu_memory_gib": _gpu_memory_gib,
+    "shared_trainer": _shared_trainer,
 }
 
 

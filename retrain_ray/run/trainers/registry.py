@@ -96,6 +96,7 @@ class TrainerSpec:
     issues: Callable[[TrainerSettings], list[ConfigIssue]] = no_command_issues  # its `[training]` rules
     warnings: Callable[[TrainerSettings], list[str]] = no_warnings
     no_training: Callable[[TrainerSettings], list[str]] = no_warnings  # why a valid config trains nothing by RL
+    rl_steps_only: bool = False  # every step an RL step of the RL loop: what a shared trainer can batch
 
     @property
     def build_loop(self) -> type[RunLoop]:
@@ -130,7 +131,7 @@ def _has_sft_targets(loop: RunLoop) -> None:
 
 
 TRAINERS: dict[str, TrainerSpec] = {spec.name: spec for spec in (
-    TrainerSpec("retrain", "the RL loop", no_training=rl_loop_no_training),
+    TrainerSpec("retrain", "the RL loop", no_training=rl_loop_no_training, rl_steps_only=True),
     TrainerSpec("sft", "standalone SFT (every step supervised)", prepare=_every_step_supervised,
                 check_loop=_has_sft_targets),
     TrainerSpec("ttt_discover", "TTT-Discover on the data's first example", loop_class=_discover_loop,
