@@ -106,6 +106,7 @@ def test_a_run_checkpoints_at_its_checkpoint_steps_besides_save_every(tmp_path):
     assert names == ["checkpoint_step_2", "checkpoint_step_3"]
 
 
+@pytest.mark.extended  # over 20 s: the default suite keeps under 15 minutes
 @pytest.mark.slow
 def test_an_adaptive_campaign_decides_at_a_rung_between_checkpoints(ray_4cpu_4gpu, tmp_path, monkeypatch):
     """A real campaign whose rung (3) is no multiple of save_every (2) stops the hopeless condition there."""
@@ -142,6 +143,7 @@ def _stopped(campaign_dir: Path) -> dict[str, dict] | None:
     return runs
 
 
+@pytest.mark.extended  # over 20 s: the default suite keeps under 15 minutes
 @pytest.mark.slow
 def test_an_adaptive_campaign_stops_the_hopeless_condition_at_its_rung(ray_4cpu_4gpu, tmp_path, monkeypatch):
     from retrain_ray.campaign import Campaign

@@ -195,6 +195,7 @@ ray.shutdown()
 """
 
 
+@pytest.mark.extended  # over 20 s: the default suite keeps under 15 minutes
 @pytest.mark.slow
 def test_run_and_throttle_gauges_are_exported_on_the_metrics_port():
     out = subprocess.run([sys.executable, "-c", GAUGE_SCRIPT, "40", str(free_port())], capture_output=True, text=True,

@@ -38,6 +38,7 @@ def _killable(cdir):
     return runs is not None and runs[FIRST]["status"] == "completed" and runs[SECOND]["result"].get("step", -1) >= 5
 
 
+@pytest.mark.extended  # over 20 s: the default suite keeps under 15 minutes
 @pytest.mark.slow
 @pytest.mark.timeout(600)  # two campaign drivers back to back; 285 s seen at load average 40
 def test_killed_driver_resumes_without_rerunning_finished_runs(tmp_path):
