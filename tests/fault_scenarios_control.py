@@ -168,7 +168,12 @@ def make_rung_kill_runner(victim: str, cdir: Path):
             def on_step(self, row, **info):
                 if kwargs["run_name"] != victim or marker.exists():
                     return
-                manifest = read_manifest(cdir) or {"runs": []}  # its pending run events folded in
+                # the product's reader (this runs in the trial's worker, where the tests' helpers do not import):
+                # the manifest with its pending run events folded in (paused_at_rung is a run event)
+                from retrain_ray.logs.manifest import manifest_text
+                from retrain_ray.logs.manifest import read_manifest as read_record
+
+                manifest = json.loads(manifest_text(read_record(cdir), {}))
                 if any("paused_at_rung" in r for r in manifest["runs"]):
                     marker.write_text(json.dumps({"step": row["step"], "at": time.time()}))
                     os.kill(os.getpid(), signal.SIGKILL)
