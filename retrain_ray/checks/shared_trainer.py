@@ -62,8 +62,9 @@ def _run_problems(cfg: RetrainConfig) -> list[tuple[str, str]]:
         problems.append((f"[inference] engine = {cfg.inference.engine!r}: the shared trainer's runs sample from its "
                          "copy with the PyTorch engine", f'set [inference] engine = "pytorch", {alone}'))
     if not lean_applies(cfg.model.model, trust_remote_code=bool(cfg.backend.options.get("trust_remote_code"))):
-        problems.append((f"[model] model = {cfg.model.model!r}: the shared trainer runs built-in models "
-                         "(builtin:...) only for now", f"use a builtin: model, {alone}"))
+        problems.append((f"[model] model = {cfg.model.model!r}: the shared trainer runs the models the lean path "
+                         "loads (builtin:..., smollm2:135m, plain Llama folders: docs/models.md)",
+                         f"use such a model, {alone}"))
     if cfg.lora.dropout > 0:
         problems.append((f"[lora] dropout = {cfg.lora.dropout}: its random masks could not follow the solo run's",
                          f"set [lora] dropout = 0, {alone}"))
