@@ -61,7 +61,9 @@ def _run_problems(cfg: RetrainConfig) -> list[tuple[str, str]]:
     if cfg.inference.engine != SAMPLER or is_dotted_path(cfg.inference.engine):
         problems.append((f"[inference] engine = {cfg.inference.engine!r}: the shared trainer's runs sample from its "
                          "copy with the PyTorch engine", f'set [inference] engine = "pytorch", {alone}'))
-    if not lean_applies(cfg.model.model, trust_remote_code=bool(cfg.backend.options.get("trust_remote_code"))):
+    options = cfg.backend.options
+    if not lean_applies(cfg.model.model, trust_remote_code=bool(options.get("trust_remote_code")),
+                        model_impl=str(options.get("model_impl", "auto"))):
         problems.append((f"[model] model = {cfg.model.model!r}: the shared trainer runs the models the lean path "
                          "loads (builtin:..., smollm2:135m, plain Llama folders: docs/models.md)",
                          f"use such a model, {alone}"))

@@ -41,6 +41,7 @@ def test_a_lora_campaign_of_one_builtin_model_is_accepted(tmp_path):
     ({"lora": {"dropout": 0.1}}, "random masks", "dropout = 0"),
     ({"inference": {"engine": "vllm-embedded"}}, "PyTorch engine", 'engine = "pytorch"'),
     ({"training": {"sft_warmup_steps": 5}}, "RL steps only", "sft_warmup_steps = 0"),
+    ({"backend": {"options": {"model_impl": "transformers"}}}, "the lean path loads", "use such a model"),
 ])
 def test_a_run_that_cannot_share_is_refused_with_the_reason_and_the_fix(tmp_path, sections, reason, fix):
     text = refusal(tmp_path, **sections)
