@@ -229,10 +229,10 @@ def _schedule_and_checkpoints(training: TrainingSection, campaign: CampaignSecti
 
 
 def _eval_split(training: TrainingSection, data: DataSection, environment: EnvironmentSection) -> list[ConfigIssue]:
-    """`eval_every` needs held-out examples; sources without an eval split are refused, not silently
+    """`eval_every` and `eval_at_start` need held-out examples; sources without an eval split are refused, not silently
     never evaluated."""
     t, d = training, data
-    if t.eval_every <= 0 or environment.provider:  # an environment holds its own eval examples back
+    if (t.eval_every <= 0 and not t.eval_at_start) or environment.provider:  # an environment holds its own
         return []
     missing = ""
     if d.source == "builtin" and d.num_eval_examples == 0:
@@ -243,9 +243,10 @@ def _eval_split(training: TrainingSection, data: DataSection, environment: Envir
         missing = f"[data] source = {d.source!r} has no eval split"
     if not missing:
         return []
-    return [ConfigIssue("training.eval_every", t.eval_every, f"evaluates on the eval split, but {missing}",
+    key, value = ("training.eval_every", t.eval_every) if t.eval_every > 0 else ("training.eval_at_start", True)
+    return [ConfigIssue(key, value, f"evaluates on the eval split, but {missing}",
                         "give the data an eval split ([data] eval_path for a file, num_eval_examples > 0 for the "
-                        "builtin tasks), or set eval_every = 0")]
+                        "builtin tasks), or set eval_every = 0 and eval_at_start = false")]
 
 
 ENGINE_ONLY_KEYS = ("attention_kernel", "kv_cache_dtype", "prefix_caching")

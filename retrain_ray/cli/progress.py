@@ -70,7 +70,8 @@ class ProgressObserver(RunObserver):
     def on_eval(self, row, **info: Any) -> None:
         self.evals.append(dict(row))
         self.console.log(
-            f"eval @ step {row['step']}: reward {row['eval_mean_reward']:.3f}, correct {row['eval_correct_rate']:.2f}"
+            f"eval {_eval_when(row['step'])}: reward {row['eval_mean_reward']:.3f}, "
+            f"correct {row['eval_correct_rate']:.2f}"
         )
 
     def close(self, **info: Any) -> None:
@@ -89,3 +90,9 @@ class ProgressObserver(RunObserver):
 def _shown(row: Any, key: str, spec: str) -> str:
     value = row.get(key)
     return format(value, spec) if isinstance(value, (int, float)) else "-"
+
+
+def _eval_when(step: object) -> str:
+    """An eval row's step as read: step -1 is `eval_at_start`'s evaluation of the untrained model."""
+    return "before training" if isinstance(step, int) and step < 0 else f"@ step {step}"
+

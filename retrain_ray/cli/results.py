@@ -41,6 +41,8 @@ from typing import TYPE_CHECKING, Any
 from retrain_ray.results.bottleneck import PARTS, Breakdown
 
 if TYPE_CHECKING:
+    import pandas as pd
+
     from retrain_ray.results.status import CampaignStatus, RunSummary
 
 
@@ -242,6 +244,7 @@ def results_main(argv: list[str]) -> int:
                                      "reps": args.reps or ROBUST_REPS, "seed": 0, "confidence": 0.95,
                                      "conditions": json.loads(robust.to_json(orient="records") or "[]"),
                                      "versus_best": json.loads(versus_best.to_json(orient="records") or "[]")},
+                          "eval_change": json.loads(res.eval_change().to_json(orient="records") or "[]"),
                           "compute": res.compute().to_json(),
                           "errors": res.error_by_run}, indent=2))
         return 0
@@ -260,12 +263,25 @@ def results_main(argv: list[str]) -> int:
                  "by condition (mean, std, 95% CI of last values across seeds)")
     _print_verdicts(verdicts, args.metric, args.window, args.alpha)
     _print_robust(robust, versus_best, args.metric, args.window)
+    _print_eval_change(res.eval_change())
     print("\n".join(describe(res.compute())))
     missing = [] if df.empty else list(df.loc[df["status"] == "missing", "run_name"])
     if missing:
         print(f"missing: {', '.join(missing)}: the manifest lists them as finished, but their directories "
               f"under {res.campaign_dir / 'runs'} are gone (no logs to read)", file=sys.stderr)
     return 0
+
+
+def _print_eval_change(changes: pd.DataFrame) -> None:
+    """Held-out accuracy before and after training per condition; nothing when no run evaluated twice."""
+    if changes.empty:
+        return
+    shown = changes.assign(**{
+        "steps": [f"{a} -> {b}" for a, b in zip(changes["first_step"], changes["last_step"], strict=True)],
+        "ci95": [f"[{lo:+.3f}, {hi:+.3f}]" if lo == lo else "-" for lo, hi in
+                 zip(changes["ci95_low"], changes["ci95_high"], strict=True)],
+    })[["condition", "seeds", "steps", "before", "after", "change", "ci95", "verdict"]]
+    _print_table(shown, "held-out eval_correct_rate, first eval -> last (change: mean and 95% CI across seeds)")
 
 
 def diff_main(argv: list[str]) -> int:

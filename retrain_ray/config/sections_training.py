@@ -75,6 +75,9 @@ class TrainingSection(Section):
     # ours
     eval_every: Int = Field(default=0, ge=0)
     eval_examples: Int = Field(default=64, gt=0)
+    # One greedy evaluation of the untrained model before the first step (logged as step -1), so the eval
+    # curve and `results`' held-out before/after start from the base model.
+    eval_at_start: Bool = False
     log_every: Int = Field(default=1, gt=0)
     # Rows (completions) per forward/backward on the local backend (0 = the whole step at once) and the
     # number of such parts one optimizer step accumulates; seed 001's effective batch, micro x

@@ -32,6 +32,7 @@ from retrain_ray.logs import read_stream  # pyright: ignore[reportUnknownVariabl
 from retrain_ray.logs.manifest import CampaignRecord, RunRecord, read_manifest
 from retrain_ray.logs.run_columns import RUN, read_run_columns
 from retrain_ray.results.compute import ComputeUsed, compute_used, runs_compute
+from retrain_ray.results.eval_change import condition_changes, run_changes
 from retrain_ray.results.plots import plot_metric
 from retrain_ray.results.robust_stats import ROBUST_REPS, robust_conditions, robust_improvements
 from retrain_ray.results.significance import PairComparison, ci95_halfwidth, compare_to_leader
@@ -352,6 +353,14 @@ class CampaignResults:
         leader, _ = compare_to_leader(values, mode=mode)
         return (robust_conditions(values, reps=reps, seed=seed),
                 robust_improvements(values, leader, mode=mode, reps=reps, seed=seed))
+
+    def eval_change(self, metric: str = "eval_correct_rate") -> pd.DataFrame:
+        """Held-out evaluation before (first eval row: step -1 with `eval_at_start`) and after (last) per
+        condition, with the change's 95% interval across seeds (results/eval_change.py); empty without evals."""
+        names = [r.run_name for r in self.runs]
+        evals = read_run_columns(self.campaign_dir / "runs", names, ("step", metric), name="eval")
+        identity = pd.DataFrame({RUN: names, "condition": [r.condition for r in self.runs]})
+        return condition_changes(run_changes(evals, metric), identity)
 
     def compute(self) -> ComputeUsed:
         """GPU- and CPU-hours spent (GPUs held x wall time per run) and, for an adaptive campaign, saved

@@ -137,6 +137,8 @@ class RunLoop:
         first_step_at = None
         if self.capture_settings.one_step_only:  # `[optimizer_batch]`: exactly the one step after the checkpoint
             max_steps = state.next_step + 1
+        if state.next_step == 0:
+            self.maybe_evaluate_base()
         for step in range(state.next_step, max_steps):
             started = time.perf_counter()
             if self.warm_start.active(step, finished=state.sft_finished):
@@ -398,6 +400,11 @@ class RunLoop:
         if every <= 0 or (step + 1) % every or not self.parts.eval_examples:
             return
         self.parts.observer.on_eval(self.evaluate(step))
+
+    def maybe_evaluate_base(self) -> None:
+        """`eval_at_start`: the untrained model's eval row, as step -1 (before step 0's update)."""
+        if self.cfg.training.eval_at_start and self.parts.eval_examples:
+            self.parts.observer.on_eval(self.evaluate(-1))
 
     def evaluate(self, step: int) -> dict[str, object]:
         """Greedy decoding on the eval split: one completion per example, scored by the run's reward."""
