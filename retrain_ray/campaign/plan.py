@@ -29,7 +29,7 @@ from retrain_ray.campaign.adaptive.plan import AdaptivePlan, adaptive_plan
 from retrain_ray.campaign.capacity.packing import Packing, packed_config, plan_packing
 from retrain_ray.campaign.capacity.placement import Placement, parse_devices
 from retrain_ray.campaign.capacity.sharing import SharingPlan, plan_sharing
-from retrain_ray.campaign.shared_trainers import member_plans
+from retrain_ray.campaign.shared_trainers import SHARED_MEMBER_CPUS, member_plans
 from retrain_ray.checks.preflight import model_problems
 from retrain_ray.checks.shared_trainer import member_problems
 from retrain_ray.config.campaign_schema import RULES, name_problem
@@ -215,10 +215,18 @@ def _schedule(c: CampaignSection, num_runs: int) -> tuple[Schedule, list[str]]:
         max_concurrent=concurrent_runs(c.parallel, c.max_workers, num_runs),
         stagger_seconds=float(c.stagger_seconds),
         max_failures=int(c.max_failures),
-        cpus_per_run=float(c.cpus_per_run),
+        cpus_per_run=_cpus_per_run(c),
         trial_start_timeout_s=float(c.trial_start_timeout_s),
     )
     return sched, problems
+
+
+def _cpus_per_run(c: CampaignSection) -> float:
+    """`cpus_per_run` as set; unset in a shared-trainer campaign, `SHARED_MEMBER_CPUS`: its trials hold no model
+    and wait on the trainer, so a CPU each would cap the runs the trainer can batch at the node's CPU count."""
+    if c.shared_trainer and "cpus_per_run" not in c.model_fields_set:
+        return SHARED_MEMBER_CPUS
+    return float(c.cpus_per_run)
 
 
 def _run_plan(spec: RunSpec, campaign_dir: Path) -> tuple[RunPlan | None, list[str]]:

@@ -29,6 +29,11 @@ class TrainerSlot:
     num_gpus: float
 
 
+# A member trial's CPU reservation when `cpus_per_run` is not set: it tokenizes, scores and logs, while the
+# trainer actor (which reserves none: it runs on the members' share) does the model's work.
+SHARED_MEMBER_CPUS = 0.25
+
+
 def member_plans(runs: Sequence[RunPlan], *, shared: bool) -> list[RunPlan]:
     """The runs of a shared campaign as their trials run them: on CPU, holding no model (the trainer does);
     the runs as they are when the campaign shares no trainer."""

@@ -21,10 +21,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import json
+from types import SimpleNamespace
+
 import torch
-from transformers import AutoConfig, AutoModelForCausalLM
 
 from retrain_ray.models.context import ModelShapes
+from retrain_ray.models.lean_support import lean_config_problem
 from retrain_ray.models.loading import resolve_model_path
 
 TRAIN_FLOPS_PER_PARAM = 6.0
@@ -33,11 +36,24 @@ FORWARD_FLOPS_PER_PARAM = 2.0
 
 def _meta_model(model: str, revision: str, cache_dir: str | Path | None) -> tuple[Any, torch.nn.Module]:
     """The architecture of `model` (a built-in name, a local folder or a cached Hub id) on the meta
-    device, built from its config.json: no weights are read."""
-    config = AutoConfig.from_pretrained(resolve_model_path(model, cache_dir, revision=revision))
+    device, built from its config.json: no weights are read. A Llama the lean path reproduces is built as
+    the lean model (same modules and parameters), so counting it does not import transformers."""
+    folder = Path(resolve_model_path(model, cache_dir, revision=revision))
+    raw = json.loads((folder / "config.json").read_text())
+    if isinstance(raw, dict) and lean_config_problem(raw) is None:  # pyright: ignore[reportUnknownArgumentType]
+        from retrain_ray.models.lean_llama import LeanLlamaForCausalLM
+        from retrain_ray.models.lean_loading import read_config
+
+        config = read_config(folder)
+        with torch.device("meta"):
+            net: torch.nn.Module = LeanLlamaForCausalLM(config)
+        return SimpleNamespace(**{**config.raw, **vars(config)}), net
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    hf_config = AutoConfig.from_pretrained(folder)
     with torch.device("meta"):
-        net = AutoModelForCausalLM.from_config(config)
-    return config, net
+        net = AutoModelForCausalLM.from_config(hf_config)
+    return hf_config, net
 
 
 def parameter_count(model: str, *, revision: str = "", cache_dir: str | Path | None = None) -> int:

@@ -146,3 +146,16 @@ def test_a_shared_campaigns_trials_hold_no_model_and_no_packing(tmp_path):
     assert plan.shared_trainer and plan.packing is None
     assert {(r.devices, r.gpus) for r in plan.runs} == {("cpu", 0.0)}
     assert plan.sharing is not None and (plan.sharing.members, plan.sharing.trainers) == (2, 1)
+
+
+def test_members_reserve_a_quarter_cpu_unless_cpus_per_run_is_set(tmp_path):
+    """A member trial holds no model: a whole CPU each would cap the runs one trainer batches at the node's
+    CPUs (2 here, whatever max_workers says); an explicit cpus_per_run is kept."""
+    from retrain_ray.campaign.shared_trainers import SHARED_MEMBER_CPUS
+
+    plan = build_plan(RetrainConfig.model_validate(campaign(tmp_path)), probe=False)
+    assert {r.cpus for r in plan.runs} == {SHARED_MEMBER_CPUS} == {0.25}
+    data = campaign(tmp_path, campaign={"cpus_per_run": 0.5})
+    assert {r.cpus for r in build_plan(RetrainConfig.model_validate(data), probe=False).runs} == {0.5}
+    data = campaign(tmp_path, campaign={"shared_trainer": False})
+    assert {r.cpus for r in build_plan(RetrainConfig.model_validate(data), probe=False).runs} == {1.0}

@@ -147,3 +147,35 @@ def test_a_bad_model_impl_is_refused_naming_the_key_and_the_choices(tmp_path):
         load_config(path)
     path.write_text('[model]\nmodel = "builtin:tiny"\n[backend.options]\nmodel_impl = "transformers"\n')
     assert load_config(path).backend.options["model_impl"] == "transformers"
+
+
+@pytest.mark.parametrize("kwargs", [{"tie_word_embeddings": True}, {"tie_word_embeddings": False,
+                                                                     "dtype": torch.bfloat16}])
+def test_model_shapes_count_a_lean_llama_as_transformers_does(tmp_path, kwargs):
+    """The capacity plan's shapes (models/flops.py) come from the lean model on the meta device, without
+    transformers, and equal transformers' own count of the same folder."""
+    from retrain_ray.models.flops import model_shapes
+
+    folder = _write_llama(tmp_path / "llama", **kwargs)
+    reference = AutoModelForCausalLM.from_pretrained(folder)
+    targets = ("q_proj", "v_proj", "down_proj")
+    lora = sum(4 * (m.in_features + m.out_features) for name, m in reference.named_modules()
+               if name.rsplit(".", 1)[-1] in targets)
+    shapes = model_shapes(str(folder), full=False, lora_rank=4, target_modules=targets)
+    width = 2 if "dtype" in kwargs else 4
+    assert (shapes.parameters, shapes.trainable, shapes.bytes_per_param) == \
+        (sum(p.numel() for p in reference.parameters()), lora, width)
+    assert shapes.kv_bytes_per_token == 2 * 2 * 2 * 16 * width  # layers x kv heads x head_dim, K and V
+
+
+def test_counting_a_lean_model_imports_no_transformers():
+    """`explain` and the capacity plan count shapes; for a lean model that must not load transformers (seconds
+    of imports, and torch._dynamo's triton, whose bindings print leak warnings at exit)."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from retrain_ray.models.flops import model_shapes; "
+            "model_shapes('builtin:tiny', full=False, lora_rank=4, target_modules=('q_proj',)); "
+            "print('transformers' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    assert out.stdout.strip() == "False"
