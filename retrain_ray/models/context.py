@@ -139,6 +139,10 @@ class ModelShapes:
     bytes_per_param: int  # 4 for float32 weights, 2 for bf16 / fp16
     kv_bytes_per_token: int  # 2 (K and V) x layers x kv_heads x head_dim x bytes_per_param
     full: bool  # full fine-tuning (else LoRA)
+    # Values a training forward keeps for the backward, per token (gradient checkpointing off): per layer
+    # about 10 hidden-wide (norms, q/k/v/o, residuals) and 4 MLP-wide (gate, up, activation, product) tensors,
+    # plus 3 vocabulary-wide ones (logits, log-probabilities, their gradient). Elements, not bytes.
+    activation_elements_per_token: int = 0
 
 
 # A Hub repo id: "name" or "org/name"; letters, digits, '-', '_', '.'.

@@ -79,8 +79,12 @@ def model_shapes(model: str, *, full: bool, lora_rank: int, target_modules: Sequ
     head_dim = int(getattr(config, "head_dim", None) or config.hidden_size // heads)
     kv_heads = int(getattr(config, "num_key_value_heads", None) or heads)
     width = _bytes_per_param(config)
+    layers, hidden = int(config.num_hidden_layers), int(config.hidden_size)
+    intermediate = int(getattr(config, "intermediate_size", None) or 4 * hidden)
+    activations = layers * (10 * hidden + 4 * intermediate) + 3 * int(config.vocab_size)
     return ModelShapes(parameters=total, trainable=total if full else lora, bytes_per_param=width,
-                       kv_bytes_per_token=2 * int(config.num_hidden_layers) * kv_heads * head_dim * width, full=full)
+                       kv_bytes_per_token=2 * layers * kv_heads * head_dim * width, full=full,
+                       activation_elements_per_token=activations)
 
 
 def train_flops_per_token(model: str, *, revision: str = "", cache_dir: str | Path | None = None) -> float:

@@ -159,3 +159,22 @@ def test_members_reserve_a_quarter_cpu_unless_cpus_per_run_is_set(tmp_path):
     assert {r.cpus for r in build_plan(RetrainConfig.model_validate(data), probe=False).runs} == {0.5}
     data = campaign(tmp_path, campaign={"shared_trainer": False})
     assert {r.cpus for r in build_plan(RetrainConfig.model_validate(data), probe=False).runs} == {1.0}
+
+
+def test_the_trainers_activations_count_the_training_forward_and_shrink_with_micro_batches(tmp_path):
+    """Coalesced training keeps every member's micro-batch of activations (logits included) for the backward:
+    the estimate counts it (a SmolLM2 campaign was 17.6 GB against an estimate that counted only the KV
+    cache), and micro_batch_size bounds it."""
+    from retrain_ray.campaign.capacity.sharing import trainer_memory
+    from retrain_ray.models.loading import resolve_model_path
+
+    config = json.loads((resolve_model_path("builtin:tiny") / "config.json").read_text())
+    per_token = (config["num_hidden_layers"] * (10 * config["hidden_size"] + 4 * config["intermediate_size"])
+                 + 3 * config["vocab_size"])
+    training = {"batch_size": 4, "group_size": 8, "max_tokens": 16}
+    whole = trainer_memory(RetrainConfig.model_validate(campaign(tmp_path, training=training)), 3, gpu=False)
+    micro = trainer_memory(RetrainConfig.model_validate(
+        campaign(tmp_path, training={**training, "micro_batch_size": 8})), 3, gpu=False)
+    assert whole is not None and micro is not None
+    assert whole.activations_gib == pytest.approx(3 * 32 * 2 * 16 * per_token * 4 / 2**30)
+    assert micro.activations_gib == pytest.approx(whole.activations_gib / 4)

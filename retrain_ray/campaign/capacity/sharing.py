@@ -7,7 +7,13 @@ at once (so `max_concurrent / runs_per_gpu` GPUs). One trainer's memory, in byte
 
     base copy    = parameters x width (4: float32 for dtype "auto", else 2)
     members      = K x trainable x 16 (each run's LoRA weights, gradients and AdamW's two moments)
-    activations  = K x KV bytes per token x max_tokens x rows per step (the coalesced batch of K runs' steps)
+    activations  = K x the larger of
+                     sampling: KV bytes per token x max_tokens x rows per step
+                     training: activation elements per token (models/context.py) x width x 2 max_tokens (a
+                               prompt as long as the completion assumed) x rows per forward (micro_batch_size,
+                               else rows per step / gradient_accumulation_steps)
+                   (the coalesced batch of K runs' steps; a round of the training step stacks every member's
+                   micro-batch, so micro_batch_size is the knob that bounds it)
     + a CUDA context (0.5 GiB) on a GPU
 
 and on a GPU it must fit `[campaign] gpu_memory_gib`, else the plan is refused with the numbers. Pure arithmetic
@@ -32,6 +38,8 @@ from retrain_ray.campaign.capacity.packing import (
 if TYPE_CHECKING:
     from retrain_ray.config.campaign_schema import CampaignSection
     from retrain_ray.config.schema import RetrainConfig
+    from retrain_ray.config.sections_training import TrainingSection
+    from retrain_ray.models.context import ModelShapes
 
 
 @dataclass(frozen=True)
@@ -98,6 +106,14 @@ class SharingPlan:
                 "per_trainer_gib": round(m.total_gib, 3) if m is not None else None, "card_gib": self.card_gib}
 
 
+def training_activations_gib(training: TrainingSection, shapes: ModelShapes, width: int) -> float:
+    """What one run's training forward keeps for its backward (the module docstring's training term)."""
+    rows = training.rows_per_step
+    per_forward = training.micro_batch_size or math.ceil(rows / max(training.gradient_accumulation_steps, 1))
+    tokens = min(per_forward, rows) * 2 * training.max_tokens
+    return tokens * shapes.activation_elements_per_token * width / GIB
+
+
 def trainer_memory(cfg: RetrainConfig, members: int, *, gpu: bool) -> TrainerMemory | None:
     """The estimate of the module docstring for one trainer of `cfg`'s model serving `members` runs at once."""
     shapes = shapes_of(cfg.backend, cfg.model)
@@ -107,7 +123,8 @@ def trainer_memory(cfg: RetrainConfig, members: int, *, gpu: bool) -> TrainerMem
     return TrainerMemory(model=cfg.model.model, parameters=shapes.parameters,
                          base_gib=shapes.parameters * width / GIB,
                          members_gib=members * shapes.trainable * OPTIMIZER_BYTES / GIB,
-                         activations_gib=members * kv_allowance_gib(cfg.training, shapes),
+                         activations_gib=members * max(kv_allowance_gib(cfg.training, shapes),
+                                                       training_activations_gib(cfg.training, shapes, width)),
                          context_gib=CUDA_CONTEXT_GIB if gpu else 0.0)
 
 
