@@ -16,13 +16,12 @@ forward. Attention's sequence-length term is left out (small at a few hundred to
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-
-import json
 from types import SimpleNamespace
+from typing import Any
 
 import torch
 

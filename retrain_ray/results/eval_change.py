@@ -36,20 +36,25 @@ def run_changes(evals: pd.DataFrame, metric: str = "eval_correct_rate") -> pd.Da
 def condition_changes(changes: pd.DataFrame, identity: pd.DataFrame) -> pd.DataFrame:
     """Per condition (in `identity`'s order): seeds, mean before / after / change, the change's 95% interval
     and a verdict: "rises" / "falls" when the interval excludes 0, "unclear" otherwise or with one seed."""
-    joined = changes.merge(identity[[RUN, "condition"]], on=RUN, how="inner")
-    rows: list[dict[str, object]] = []
-    for condition in dict.fromkeys(identity["condition"]):
-        part = joined[joined["condition"] == condition]
-        if not len(part):
-            continue
-        deltas = [float(v) for v in part["change"]]
-        mean = sum(deltas) / len(deltas)
-        half = ci95_halfwidth(deltas)
-        low, high = mean - half, mean + half
-        verdict = "rises" if low > 0 else "falls" if high < 0 else "unclear"
-        rows.append({"condition": condition, "seeds": len(deltas), "first_step": int(part["first_step"].min()),
-                     "last_step": int(part["last_step"].max()), "before": float(part["before"].mean()),
-                     "after": float(part["after"].mean()), "change": mean,
-                     "ci95_low": low if not math.isnan(half) else float("nan"),
-                     "ci95_high": high if not math.isnan(half) else float("nan"), "verdict": verdict})
+    condition_of = dict(zip(identity[RUN].astype(str).tolist(), identity["condition"].astype(str).tolist(),
+                            strict=True))
+    runs: dict[str, list[dict[str, float]]] = {c: [] for c in condition_of.values()}
+    for record in changes.to_dict("records"):
+        condition = condition_of.get(str(record[RUN]))
+        if condition is not None:
+            runs[condition].append({k: float(record[k]) for k in ("first_step", "last_step", "before", "after",
+                                                                   "change")})
+    rows = [_condition_row(condition, part) for condition, part in runs.items() if part]
     return pd.DataFrame(rows, columns=list(CHANGE_COLUMNS))
+
+
+def _condition_row(condition: str, runs: list[dict[str, float]]) -> dict[str, object]:
+    deltas = [r["change"] for r in runs]
+    mean = sum(deltas) / len(deltas)
+    half = ci95_halfwidth(deltas)
+    low, high = (mean - half, mean + half) if not math.isnan(half) else (float("nan"), float("nan"))
+    verdict = "rises" if low > 0 else "falls" if high < 0 else "unclear"
+    return {"condition": condition, "seeds": len(runs), "first_step": int(min(r["first_step"] for r in runs)),
+            "last_step": int(max(r["last_step"] for r in runs)),
+            "before": sum(r["before"] for r in runs) / len(runs), "after": sum(r["after"] for r in runs) / len(runs),
+            "change": mean, "ci95_low": low, "ci95_high": high, "verdict": verdict}
