@@ -40,7 +40,7 @@ def test_relative_sft_files_join_the_driver_dir_and_absolute_ones_stay():
 @pytest.mark.extended  # a campaign of one run: Tune's trial runs in its own directory
 def test_the_digit_chain_recipe_runs_as_a_campaign_from_the_repository_root(ray_4cpu_4gpu, tmp_path, monkeypatch):
     monkeypatch.chdir(ROOT)  # the recipe's sft_data_path is relative to the repository root
-    text = RECIPE.read_text()
+    text = "[[campaign.conditions]]".join(RECIPE.read_text().split("[[campaign.conditions]]")[:2])  # one condition
     text = re.sub(r"(?m)^seeds = .*$", "seeds = [1]", text)
     text = re.sub(r"(?m)^max_steps = 80$", "max_steps = 3", text)
     text = re.sub(r"(?m)^sft_warmup_steps = 15$", "sft_warmup_steps = 1", text)
