@@ -72,7 +72,8 @@ def held_out(campaign_dir: Path) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python benchmarks/learning_change.py", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python benchmarks/learning_change.py",
+                                     description="The change of a campaign's reward over RL, with its interval.")
     parser.add_argument("campaign_dir", type=Path)
     parser.add_argument("--metric", default="mean_reward")
     parser.add_argument("--window", type=int, default=5, help="RL steps averaged at the start and at the end")
