@@ -37,6 +37,7 @@ from retrain_ray.actors.worker_env import PRELOAD_MODULE
 from retrain_ray.backends.types import Policy
 from retrain_ray.campaign.control import ControlPlane, wait_for_start_slot
 from retrain_ray.campaign.dashboard import RunGauges
+from retrain_ray.campaign.driver_paths import with_driver_paths
 from retrain_ray.campaign.plan import DEFAULT_RUNNER, Runner, RunPlan
 from retrain_ray.campaign.recorder import RecorderClient, recorder_name
 from retrain_ray.campaign.resume.point import ResumePoint, decide_resume
@@ -212,6 +213,7 @@ def resume_from(ctx: TrialContext, plan: RunPlan, tune_checkpoint: Path | None) 
 
 
 def _run(ctx: TrialContext, plan: RunPlan, tune_checkpoint: Path | None) -> tuple[RunOutcome, TuneReporter]:
+    plan = with_driver_paths(plan, ctx.plugin_root)  # the trial runs elsewhere than the driver
     point = resume_from(ctx, plan, tune_checkpoint)
     if ctx.plugins is not None:
         activate(ctx.plugins)
