@@ -37,6 +37,15 @@ def test_relative_sft_files_join_the_driver_dir_and_absolute_ones_stay():
     assert with_driver_paths(untouched, "/x") is untouched
 
 
+def test_relative_data_files_join_the_driver_dir_too():
+    cfg = load_config(None, {"data": {"source": "file", "path": "data/train.jsonl", "eval_path": "/abs/eval.jsonl"}})
+    plan = RunPlan(run_name="r", condition="grpo+none", seed=1, overrides={}, config=cfg, run_dir=Path("/tmp/r"),
+                   work_dir=Path("/tmp/r/work"), devices="cpu")
+    moved = with_driver_paths(plan, "/home/me/project").config
+    assert (moved.data.path, moved.data.eval_path) == ("/home/me/project/data/train.jsonl", "/abs/eval.jsonl")
+    assert moved.data.source == "file" and plan.config.data.path == "data/train.jsonl"
+
+
 @pytest.mark.extended  # a campaign of one run: Tune's trial runs in its own directory
 def test_the_digit_chain_recipe_runs_as_a_campaign_from_the_repository_root(ray_4cpu_4gpu, tmp_path, monkeypatch):
     monkeypatch.chdir(ROOT)  # the recipe's sft_data_path is relative to the repository root
