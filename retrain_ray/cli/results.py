@@ -173,8 +173,15 @@ def _console_width() -> int | None:
     return None if sys.stdout.isatty() or os.environ.get("COLUMNS", "").isdigit() else 200
 
 
+def _run_value(metric: str, window: int) -> str:
+    """What one run's value of `metric` is, as `CampaignResults.run_values` takes it."""
+    from retrain_ray.results.campaign_results import EVAL_METRICS
+
+    return "each run's last evaluation" if metric in EVAL_METRICS else f"mean of each run's last {window} values"
+
+
 def _print_verdicts(verdicts, metric: str, window: int, alpha: float) -> None:
-    title = (f"each condition against the best on {metric} (mean of each run's last {window} values): "
+    title = (f"each condition against the best on {metric} ({_run_value(metric, window)}): "
              f"Welch's t, p Holm-adjusted over all pairs, verdict at alpha={alpha:g}")
     if verdicts.empty:
         print(f"{title}: nothing to compare (fewer than two conditions logged {metric})")
@@ -186,7 +193,7 @@ def _print_robust(conditions, versus_best, metric: str, window: int) -> None:
     # deferred: loads pandas, which importing this module does not need
     from retrain_ray.results.robust_stats import robust_table
 
-    title = (f"{metric} as RL papers report it (each run's last {window} values): mean and IQM with stratified "
+    title = (f"{metric} as RL papers report it ({_run_value(metric, window)}): mean and IQM with stratified "
              "bootstrap 95% CIs, P(best better) = the chance a run of the best beats a run of the condition")
     if conditions.empty:
         print(f"{title}: no run logged {metric}")

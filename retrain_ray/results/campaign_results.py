@@ -54,6 +54,7 @@ LOWER_IS_BETTER = ("loss", "step_time_s", "sample_time_s", "train_time_s", "sync
 HISTORY_METRICS = ("mean_reward", "correct_rate", "loss", "policy/abs_kl", "clip_fraction",
                    "eval_correct_rate", "eval_mean_reward", "tokens_per_second", "step_time_s")
 IDENTITY = ("campaign", "run", "condition", "seed")
+EVAL_METRICS = ("eval_correct_rate", "eval_mean_reward")  # the eval stream's, not the steps
 
 
 class RunError(RuntimeError):
@@ -301,11 +302,17 @@ class CampaignResults:
 
     def run_values(self, metric: str = "mean_reward", *, window: int = SIGNIFICANCE_WINDOW) -> dict[str, list[float]]:
         """Per condition, one value per run: the mean of its last `window` logged values of `metric` (every
-        step logs a row, untrained steps included). Failed and missing runs are left out; a run that
-        logged nothing of `metric` too."""
+        step logs a row, untrained steps included); for the held-out metrics (`EVAL_METRICS`, from the eval
+        stream) its last evaluation. Failed and missing runs are left out; a run that logged nothing of
+        `metric` too."""
         if window < 1:
             raise ValueError(f"window={window}: expected at least 1 step")
-        frame = self._all_runs(TABLE_COLUMNS if metric in TABLE_COLUMNS else ("step", metric))
+        if metric in EVAL_METRICS:  # each eval row already averages the eval split: a run's value is its last
+            window = 1
+            frame = read_run_columns(self.campaign_dir / "runs", [r.run_name for r in self.runs], ("step", metric),
+                                     name="eval")
+        else:
+            frame = self._all_runs(TABLE_COLUMNS if metric in TABLE_COLUMNS else ("step", metric))
         if metric not in frame.columns:
             return {}
         logged = frame[[RUN, metric]].dropna()

@@ -83,3 +83,14 @@ def test_the_change_is_after_minus_before_and_the_verdict_follows_the_interval(p
     assert row["ci95_low"] <= row["change"] + 1e-12 <= row["ci95_high"] + 2e-12
     assert (row["verdict"] == "rises") == (row["ci95_low"] > 0)
     assert (row["verdict"] == "falls") == (row["ci95_high"] < 0)
+
+
+def test_conditions_compare_on_their_last_evaluation(tmp_path, capsys):
+    """`results --metric eval_correct_rate` reads the eval stream: a run's value is its last evaluation (never the
+    before-training row), so conditions compare on held-out accuracy after training."""
+    results = CampaignResults.from_dir(_campaign(tmp_path))
+    values = results.run_values("eval_correct_rate")
+    assert values == {"up": [0.75, 0.70, 0.90], "flat": [0.45, 0.60, 0.60]}
+    assert results.significance("eval_correct_rate").iloc[0]["best"] == "up"
+    assert results_main([str(tmp_path), "--metric", "eval_correct_rate"]) == 0
+    assert "each run's last evaluation" in capsys.readouterr().out
