@@ -8,7 +8,10 @@ Each figure is the median of `--repeats` timed runs after one warm-up. Single th
 
 Run: `.venv/bin/python benchmarks/step_throughput.py [--json] [--repeats 3]`.
 
-`--smollm2`: SmolLM2-135M-Instruct's RL step and time to first step (issue 35's 5-step TOML shape: 2 prompts x
+`--smollm2`: first issue 35's measurement as a user sees it (benchmarks/smollm2_train.py: a 5-step `retrain-ray
+train` in a fresh process, process and per-step CPU seconds) printed against the figures docs/benchmarks.md
+records, with the ratio and a flag on a CPU figure over 1.25x (`--smollm2-train-only` stops there); then
+SmolLM2-135M-Instruct's RL step and time to first step (issue 35's 5-step TOML shape: 2 prompts x
 4 samples, 32 tokens, LoRA r8), each path in a fresh process: transformers' Llama + PEFT (the baseline,
 `model_impl = "transformers"`) against the lean Llama + lean LoRA (the default), both against the
 previous product's figures from issue 35; wall and CPU seconds, as this machine is often loaded.
