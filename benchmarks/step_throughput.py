@@ -8,7 +8,10 @@ Each figure is the median of `--repeats` timed runs after one warm-up. Single th
 
 Run: `.venv/bin/python benchmarks/step_throughput.py [--json] [--repeats 3]`.
 
-`--smollm2`: SmolLM2-135M-Instruct's RL step and time to first step (issue 35's 5-step TOML shape: 2 prompts x
+`--smollm2`: first issue 35's measurement as a user sees it (benchmarks/smollm2_train.py: a 5-step `retrain-ray
+train` in a fresh process, process and per-step CPU seconds) printed against the figures docs/benchmarks.md
+records, with the ratio and a flag on a CPU figure over 1.25x (`--smollm2-train-only` stops there); then
+SmolLM2-135M-Instruct's RL step and time to first step (issue 35's 5-step TOML shape: 2 prompts x
 4 samples, 32 tokens, LoRA r8), each path in a fresh process: transformers' Llama + PEFT (the baseline,
 `model_impl = "transformers"`) against the lean Llama + lean LoRA (the default), both against the
 previous product's figures from issue 35; wall and CPU seconds, as this machine is often loaded.
@@ -367,6 +370,30 @@ def print_smollm2(rows: list[dict]) -> None:
               f"peft imported {r['peft_imported']}, steps trained {r['steps_trained']}")
 
 
+def smollm2_train_module():
+    """benchmarks/smollm2_train.py, loaded by path (this file is also loaded by path, by the tests)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("smollm2_train", Path(__file__).with_name("smollm2_train.py"))
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def smollm2_train_report() -> dict:
+    """Issue 35's measurement as a user sees it: a 5-step `retrain-ray train` of SmolLM2 in a fresh process;
+    printed against the figures docs/benchmarks.md records, with the ratio (the check that would have caught
+    a slower product)."""
+    bench = smollm2_train_module()
+    result = bench.run_once(bench.REPO)
+    load = os.getloadavg()
+    print(f"5-step `retrain-ray train`, SmolLM2 LoRA r8, 2 x 4 x 32 tokens, seed 1, one thread "
+          f"(benchmarks/smollm2_train.py), load average {load[0]:.1f}; previous: docs/benchmarks.md")
+    print("\n".join(bench.comparison_lines(result, bench.previous_figures())))
+    return result
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
@@ -377,6 +404,8 @@ def main() -> None:
     parser.add_argument("--smollm2", action="store_true", help="only SmolLM2's step and time to first step, "
                         "transformers path against the lean path (needs `make smollm2`)")
     parser.add_argument("--smollm2-steps", type=int, default=4, help="steps per path (the first is timed apart)")
+    parser.add_argument("--smollm2-train-only", action="store_true", help="with --smollm2: only the 5-step "
+                        "`retrain-ray train` against docs/benchmarks.md, not the two paths in-process")
     parser.add_argument("--smollm2-child", choices=["transformers", "auto"], help=argparse.SUPPRESS)
     parser.add_argument("--workdir", help=argparse.SUPPRESS)
     parser.add_argument("--started", type=float, help=argparse.SUPPRESS)
@@ -386,10 +415,14 @@ def main() -> None:
         print(json.dumps(smollm2_child(args.smollm2_child, args.smollm2_steps, Path(args.workdir), args.started)))
         return
     if args.smollm2:
+        train = smollm2_train_report()
+        if args.smollm2_train_only:
+            return
         rows = smollm2_rows(args.smollm2_steps)
         load = os.getloadavg()
         if args.json:
-            print(json.dumps({"load_average": load, "smollm2": rows, "previous": PREVIOUS_SMOLLM2}, indent=2))
+            print(json.dumps({"load_average": load, "smollm2_train": train, "smollm2": rows,
+                              "previous": PREVIOUS_SMOLLM2}, indent=2))
             return
         print(f"load average {load[0]:.1f} {load[1]:.1f} {load[2]:.1f}")
         print_smollm2(rows)
