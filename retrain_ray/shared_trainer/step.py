@@ -144,11 +144,10 @@ def _forward_backward(model: nn.Module, routing: AdapterRouting, keys: Sequence[
     try:
         logits_B_S_V = _logits(model, ids_B_T, mask_B_T)
         total: torch.Tensor | float = 0.0
-        offset = 0
-        for member, mb in zip(present, parts, strict=True):
-            b, s = mb.targets_B_S.shape
-            term = _member_loss(member, mb, logits_B_S_V[offset:offset + b, :s, :])
-            offset += b
+        # split, not sliced: a slice's backward fills a zero gradient of the whole logits per member
+        chunks = torch.split(logits_B_S_V, [mb.input_ids_B_T.shape[0] for mb in parts])
+        for member, mb, chunk_B_S_V in zip(present, parts, chunks, strict=True):
+            term = _member_loss(member, mb, chunk_B_S_V[:, :mb.targets_B_S.shape[1], :])
             if isinstance(term, torch.Tensor) and not bool(torch.isfinite(term.detach())):
                 member.non_finite_loss = float(term.detach())  # its NaN would reach the others' gradients
                 continue
