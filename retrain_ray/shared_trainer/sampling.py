@@ -8,8 +8,8 @@ row b keeps its run's adapter at every step, since the batch keeps its rows in p
 all finished feeds pad tokens, as the engine's finished rows do, until the last run is done).
 
 Each run samples as its own engine would: its own temperature, top-p, `max_tokens` and entropies, and its
-tokens drawn from **its own** `torch.Generator` with one `torch.multinomial` over its own rows per step, the
-engine's call on the engine's rows. A run draws only while it has an unfinished row and below its own
+tokens drawn from **its own** `torch.Generator`: per step the very random numbers its engine's
+`torch.multinomial` over its rows draws, the rest of the draw batched over all runs (draws.py). A run draws only while it has an unfinished row and below its own
 `max_tokens`, exactly the steps its solo engine draws. So a run's tokens do not depend on which other
 runs share the decode, and with the same seed they are its solo `PyTorchEngine`'s tokens, up to the float
 rounding of a wider batch and the grouped LoRA's sum order (a draw that falls within that rounding of a
@@ -22,23 +22,16 @@ the solo engine's `engine.generator` does; a call with another seed starts a new
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import cast
 
 import torch
 
-from retrain_ray.engines.pytorch.engine import (
-    LOG_MIN_PROB,
-    autocast_for,
-    check_request,
-    entropy,
-    filtered_logprobs,
-    left_pad,
-)
-from retrain_ray.engines.types import SampleResult, SamplingParams
+from retrain_ray.engines.pytorch.engine import autocast_for, check_request, left_pad
+from retrain_ray.engines.types import SampleResult
 from retrain_ray.models.lean_llama import KVCache
+from retrain_ray.shared_trainer.draws import BatchedDraws, RunRows, StepDraw
 from retrain_ray.shared_trainer.types import SampleRequest
 
 
@@ -64,30 +57,6 @@ class SamplingStreams:
 
     def drop(self, run_id: str) -> None:
         self._streams.pop(run_id, None)
-
-
-@dataclass
-class RunRows:
-    """One run's rows in the decode (`start:stop` of the batch), its parameters, generator and trace."""
-
-    start: int
-    stop: int
-    params: SamplingParams
-    generator: torch.Generator
-    tokens: list[torch.Tensor] = field(default_factory=lambda: list[torch.Tensor]())
-    logprobs: list[torch.Tensor] = field(default_factory=lambda: list[torch.Tensor]())
-    entropies: list[torch.Tensor] = field(default_factory=lambda: list[torch.Tensor]())
-    active: bool = True
-
-    def draw(self, logits_R_V: torch.Tensor, logp_R_V: torch.Tensor, probs_R_V: torch.Tensor) -> torch.Tensor:
-        """This run's next tokens (the engine's `_sample_step`) from its rows' logits and their tempered,
-        top-p filtered log-probabilities and probabilities."""
-        token_R = torch.multinomial(probs_R_V, 1, generator=self.generator).squeeze(1)
-        self.tokens.append(token_R)
-        self.logprobs.append(logp_R_V.gather(1, token_R[:, None]).squeeze(1).clamp_min(LOG_MIN_PROB))
-        if self.params.compute_entropy:
-            self.entropies.append(entropy(logits_R_V, self.params.temperature))
-        return token_R
 
 
 def check_requests(requests: dict[str, SampleRequest]) -> None:
@@ -138,10 +107,20 @@ class PreallocatedCache(KVCache):
         return k_buf[:, :, :stop], v_buf[:, :, :stop]
 
 
+@dataclass(frozen=True)
+class DecodeTrace:
+    """A decode's draws, step by step over all rows: `tokens_N_S`, `logprobs_N_S` and `entropies_N_S` (None
+    when no run asked for entropies). A run's trace is its rows' first `span.drawn` steps."""
+
+    tokens_N_S: torch.Tensor
+    logprobs_N_S: torch.Tensor
+    entropies_N_S: torch.Tensor | None
+
+
 @torch.inference_mode()
 def decode(model: torch.nn.Module, rows_N: list[list[int]], spans: list[RunRows], *, eos_ids: Sequence[int],
-           pad_token_id: int, device: torch.device) -> None:
-    """One batched decode of all rows (routing already set); each span's trace filled as its engine's."""
+           pad_token_id: int, device: torch.device) -> DecodeTrace:
+    """One batched decode of all rows (routing already set); each run's draws as its engine's (draws.py)."""
     ids_N_L, prompt_mask_N_L = left_pad(rows_N, pad_token_id, device)
     width = ids_N_L.shape[1]
     longest = max(span.params.max_tokens for span in spans)
@@ -151,62 +130,59 @@ def decode(model: torch.nn.Module, rows_N: list[list[int]], spans: list[RunRows]
     done_N = torch.zeros(len(rows_N), dtype=torch.bool, device=device)
     position_N_L = (prompt_mask_N_L.cumsum(-1) - 1).clamp_min(0)
     past = PreallocatedCache(width + longest)
-    step = 0
+    owner_N = torch.cat([torch.full((span.stop - span.start,), i, device=device) for i, span in enumerate(spans)])
+    draws: BatchedDraws | None = None
+    steps: list[StepDraw] = []
     while True:
         with autocast_for(device):
-            out = model(input_ids=ids_N_L, attention_mask=mask_N_C[:, :width + step], position_ids=position_N_L,
+            out = model(input_ids=ids_N_L, attention_mask=mask_N_C[:, :width + len(steps)], position_ids=position_N_L,
                         past_key_values=past, use_cache=True)
-        token_N = _draw(out.logits[:, -1, :], spans, pad_token_id)
-        done_N |= torch.isin(token_N, eos_E)
-        step += 1
-        _close_finished(spans, done_N, step)
+        logits_N_V = out.logits[:, -1, :]
+        draws = draws or BatchedDraws(spans, len(rows_N), logits_N_V.shape[-1], pad_token_id, device)
+        steps.append(draws.draw(logits_N_V))
+        done_N |= torch.isin(steps[-1].token_N, eos_E)
+        if _close_finished(spans, done_N, owner_N, len(steps)):
+            draws.closed()
         if not any(span.active for span in spans):
-            return
-        ids_N_L = token_N.masked_fill(done_N, pad_token_id).unsqueeze(1)
+            return _stacked(steps, spans)
+        ids_N_L = steps[-1].token_N.masked_fill(done_N, pad_token_id).unsqueeze(1)
         position_N_L = position_N_L[:, -1:] + 1
 
 
-def _draw(logits_N_V: torch.Tensor, spans: list[RunRows], pad_token_id: int) -> torch.Tensor:
-    """Every active run's tokens in its rows; pad in the rows of finished runs. Runs sampling at the same
-    temperature and top-p share one computation of the distribution over all rows (a run with its own
-    settings gets it over its rows only)."""
-    token_N = torch.full((logits_N_V.shape[0],), pad_token_id, dtype=torch.long, device=logits_N_V.device)
-    active = [span for span in spans if span.active]
-    settings = Counter((span.params.temperature, span.params.top_p) for span in active)
-    shared: dict[tuple[float, float], tuple[torch.Tensor, torch.Tensor]] = {}
-    for span in active:
-        key = (span.params.temperature, span.params.top_p)
-        rows = slice(span.start, span.stop)
-        if settings[key] == 1:
-            logp_R_V = filtered_logprobs(logits_N_V[rows], *key)
-            probs_R_V = logp_R_V.exp()
-        else:
-            if key not in shared:
-                logp_N_V = filtered_logprobs(logits_N_V, *key)
-                shared[key] = (logp_N_V, logp_N_V.exp())
-            logp_R_V, probs_R_V = shared[key][0][rows], shared[key][1][rows]
-        token_N[rows] = span.draw(logits_N_V[rows], logp_R_V, probs_R_V)
-    return token_N
+def _close_finished(spans: list[RunRows], done_N: torch.Tensor, owner_N: torch.Tensor, step: int) -> bool:
+    """A run stops drawing when all its rows hit EOS or at its own `max_tokens` (its engine's `break`);
+    True when one stopped."""
+    finished_R = cast("list[int]", torch.zeros(len(spans), dtype=torch.long, device=done_N.device)  # pyright: ignore[reportUnknownMemberType]
+                      .index_add_(0, owner_N, done_N.long()).tolist())
+    closed = False
+    for span, finished in zip(spans, finished_R, strict=True):
+        if span.active and (step >= span.params.max_tokens or finished == span.stop - span.start):
+            span.active, closed = False, True
+    return closed
 
 
-def _close_finished(spans: list[RunRows], done_N: torch.Tensor, step: int) -> None:
-    """A run stops drawing when all its rows hit EOS or at its own `max_tokens` (its engine's `break`)."""
-    for span in spans:
-        if span.active and (step >= span.params.max_tokens or bool(done_N[span.start:span.stop].all())):
-            span.active = False
+def _stacked(steps: list[StepDraw], spans: list[RunRows]) -> DecodeTrace:
+    entropies: torch.Tensor | None = None
+    if any(span.params.compute_entropy for span in spans):
+        zeros_N = torch.zeros_like(steps[0].logprob_N)
+        entropies = torch.stack([zeros_N if s.entropy_N is None else s.entropy_N for s in steps], 1)
+    return DecodeTrace(torch.stack([s.token_N for s in steps], 1), torch.stack([s.logprob_N for s in steps], 1),
+                       entropies)
 
 
-def results_of(span: RunRows, eos_ids: Sequence[int]) -> list[SampleResult]:
+def results_of(span: RunRows, trace: DecodeTrace, eos_ids: Sequence[int]) -> list[SampleResult]:
     """The run's SampleResults, row by row, as its engine's `_Trace.results` makes them: each row cut after
     its first EOS ("stop"), else all its tokens ("length")."""
-    if not span.tokens:
+    if not span.drawn:
         return []
-    tokens_R_S = torch.stack(span.tokens, 1)
+    rows = slice(span.start, span.stop)
+    tokens_R_S = trace.tokens_N_S[rows, :span.drawn]
     eos_R_S = torch.isin(tokens_R_S, torch.tensor(list(eos_ids), device=tokens_R_S.device))
     stopped_R = eos_R_S.any(1)
     length_R = torch.where(stopped_R, eos_R_S.int().argmax(1) + 1, tokens_R_S.shape[1])
-    tokens, logprobs = _int_rows(tokens_R_S), _float_rows(torch.stack(span.logprobs, 1))
-    entropies = _float_rows(torch.stack(span.entropies, 1)) if span.params.compute_entropy else None
+    tokens, logprobs = _int_rows(tokens_R_S), _float_rows(trace.logprobs_N_S[rows, :span.drawn])
+    entropies = (_float_rows(trace.entropies_N_S[rows, :span.drawn])
+                 if span.params.compute_entropy and trace.entropies_N_S is not None else None)
     out: list[SampleResult] = []
     lengths, stops = cast("list[int]", length_R.tolist()), cast("list[bool]", stopped_R.tolist())  # pyright: ignore[reportUnknownMemberType]
     for r, (n, stopped) in enumerate(zip(lengths, stops, strict=True)):

@@ -8,8 +8,8 @@ its own temperature and top-p, takes its own `policy_loss` (its loss mode, clip 
 its solo call order), divides the loss sum by the member's *own* batch token count and adds its ECHO term,
 exactly the terms its solo step backpropagates. One backward of the sum gives every adapter the gradient
 of its own terms alone: a row depends only on the base and its own adapter, so the other members' terms
-contribute nothing to it. Then each member is clipped, stepped and measured alone (`apply_update`, the
-local backend's own update).
+contribute nothing to it. Then every member is clipped, stepped and measured as `apply_update` (the local
+backend's own update) would do it alone, all members in one batched pass (update.py).
 
 A member whose gradient norm is not finite gets its `NonFiniteError` back (its weights unchanged, as
 alone); the others' updates go on. A member's non-finite loss is left out of the round's backward: a NaN
@@ -28,7 +28,6 @@ import torch
 from torch import nn
 
 from retrain_ray.algorithms.loss import LossOutput, policy_loss
-from retrain_ray.backends.local.backend import apply_update
 from retrain_ray.backends.local.scoring import (
     EchoSums,
     MicroBatch,
@@ -42,6 +41,7 @@ from retrain_ray.shared_trainer.adapters import RunAdapter
 from retrain_ray.shared_trainer.grouped_lora import AdapterRouting
 from retrain_ray.shared_trainer.routing import route
 from retrain_ray.shared_trainer.types import StepRequest
+from retrain_ray.shared_trainer.update import UpdateOrder, apply_updates
 from retrain_ray.util.finite import NonFiniteError
 
 
@@ -104,14 +104,17 @@ def shared_step(model: nn.Module, routing: AdapterRouting, keys: Sequence[str],
     rows = 0
     for k in range(rounds):
         rows += _forward_backward(model, routing, keys, steps, [m for m in steps if k < len(m.parts)], k)
+    errors = {m.adapter.run_id: _refuse(m) for m in steps if m.non_finite_loss is not None}
+    updating = [m for m in steps if m.adapter.run_id not in errors]
+    updates = apply_updates([UpdateOrder(m.adapter, m.request.lr, m.request.weight_decay) for m in updating])
     elapsed = time.perf_counter() - started
     results: dict[str, TrainStepResult] = {}
-    errors: dict[str, NonFiniteError] = {}
-    for member in steps:
-        try:
-            results[member.adapter.run_id] = _finish(member, elapsed)
-        except NonFiniteError as exc:
-            errors[member.adapter.run_id] = exc
+    for member, update in zip(updating, updates, strict=True):
+        if isinstance(update, NonFiniteError):
+            errors[member.adapter.run_id] = update
+        else:
+            member.adapter.version += 1
+            results[member.adapter.run_id] = _result(member, update, elapsed)
     return SharedStepResult(results, errors, rows, rounds)
 
 
@@ -141,11 +144,10 @@ def _forward_backward(model: nn.Module, routing: AdapterRouting, keys: Sequence[
     try:
         logits_B_S_V = _logits(model, ids_B_T, mask_B_T)
         total: torch.Tensor | float = 0.0
-        offset = 0
-        for member, mb in zip(present, parts, strict=True):
-            b, s = mb.targets_B_S.shape
-            term = _member_loss(member, mb, logits_B_S_V[offset:offset + b, :s, :])
-            offset += b
+        # split, not sliced: a slice's backward fills a zero gradient of the whole logits per member
+        chunks = torch.split(logits_B_S_V, [mb.input_ids_B_T.shape[0] for mb in parts])
+        for member, mb, chunk_B_S_V in zip(present, parts, chunks, strict=True):
+            term = _member_loss(member, mb, chunk_B_S_V[:, :mb.targets_B_S.shape[1], :])
             if isinstance(term, torch.Tensor) and not bool(torch.isfinite(term.detach())):
                 member.non_finite_loss = float(term.detach())  # its NaN would reach the others' gradients
                 continue
@@ -168,17 +170,17 @@ def _member_loss(member: MemberStep, mb: MicroBatch, logits_B_S_V: torch.Tensor)
     return out.loss_sum / member.total + member.echo.term(logits_B_S_V, mb)
 
 
-def _finish(member: MemberStep, elapsed_s: float) -> TrainStepResult:
-    """The member's own clip, AdamW step and metrics (the solo `train_step`'s names)."""
-    adapter, request, sums, total = member.adapter, member.request, member.sums, member.total
-    if member.non_finite_loss is not None:
-        adapter.optimizer.zero_grad(set_to_none=True)
-        raise NonFiniteError(
-            f"gradient norm is nan at update {adapter.version + 1} (the loss was {member.non_finite_loss}): the "
-            "optimizer step was skipped and the weights are unchanged; check the rewards, advantages and lr")
-    update = apply_update(adapter.params, adapter.optimizer, grad_clip_norm=adapter.settings.optimizer.grad_clip_norm,
-                          lr=request.lr, weight_decay=request.weight_decay, update_number=adapter.version + 1)
-    adapter.version += 1
+def _refuse(member: MemberStep) -> NonFiniteError:
+    """A member whose loss was not finite: its gradients cleared, no step, its error (its solo words)."""
+    member.adapter.optimizer.zero_grad(set_to_none=True)
+    return NonFiniteError(
+        f"gradient norm is nan at update {member.adapter.version + 1} (the loss was {member.non_finite_loss}): the "
+        "optimizer step was skipped and the weights are unchanged; check the rewards, advantages and lr")
+
+
+def _result(member: MemberStep, update: dict[str, float], elapsed_s: float) -> TrainStepResult:
+    """The member's row: the solo `train_step`'s metric names and values."""
+    sums, total = member.sums, member.total
     metrics = {
         "clip_fraction": sums["clip"] / total,
         "policy/cov_fraction": sums["cov"] / total,

@@ -163,8 +163,9 @@ class SharedTrainer:
         rows_N, spans, rows_B = layout_rows(ordered, generators)
         self._modes.set(False)
         with self.serving(run_ids, rows_B) as model:
-            decode(model, rows_N, spans, eos_ids=self.eos_ids, pad_token_id=self.pad_token_id, device=self.device)
-        return {r: by_prompt(results_of(span, self.eos_ids), request)
+            trace = decode(model, rows_N, spans, eos_ids=self.eos_ids, pad_token_id=self.pad_token_id,
+                           device=self.device)
+        return {r: by_prompt(results_of(span, trace, self.eos_ids), request)
                 for r, span, request in zip(run_ids, spans, ordered, strict=True)}
 
     @contextlib.contextmanager
