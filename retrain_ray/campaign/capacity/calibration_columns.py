@@ -136,7 +136,8 @@ def _text(value: object) -> str:
 
 
 def _frequencies(values: Objects) -> dict[str, int]:
-    return dict(Counter(text for text in map(_text, values.tolist()) if text))
+    counts = Counter(values[pd.notna(values)].tolist())  # in first-seen order, as the rows' own count was
+    return {_text(value): n for value, n in counts.items() if _text(value)}
 
 
 def phase_figures(step_time_s: Floats, wall_s: Floats, previous_wall_s: Floats) -> PhaseFigures | None:
