@@ -114,7 +114,8 @@ def _wall_seconds(frame: pd.DataFrame) -> Floats:
         return np.full(len(frame), np.nan)
     column = frame["wall_time"]
     if isinstance(column.dtype, pd.DatetimeTZDtype):  # the Arrow logs' type: all at once
-        return (column - pd.Timestamp(0, tz="UTC")).dt.total_seconds().to_numpy(dtype=np.float64, na_value=np.nan)
+        elapsed = (column - pd.Timestamp(0, tz="UTC")).dt.total_seconds()
+        return np.asarray(elapsed.to_numpy(dtype=np.float64, na_value=np.nan), dtype=np.float64)
     return np.array([np.nan if s is None else s for s in map(seconds, column.to_numpy(dtype=object))], dtype=np.float64)
 
 
@@ -136,7 +137,8 @@ def _text(value: object) -> str:
 
 
 def _frequencies(values: Objects) -> dict[str, int]:
-    counts = Counter(values[pd.notna(values)].tolist())  # in first-seen order, as the rows' own count was
+    present = cast("list[object]", values[pd.notna(values)].tolist())
+    counts = Counter(present)  # in first-seen order, as the rows' own count was
     return {_text(value): n for value, n in counts.items() if _text(value)}
 
 
