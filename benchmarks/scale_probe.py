@@ -47,6 +47,7 @@ class CpuProbe:
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self.timeline: list[tuple[float, dict[str, float]]] = []
+        self.timeline.append((time.time(), self.totals()))  # the baseline: what the processes spent before
         self._thread = threading.Thread(target=self._run, args=(period_s,), daemon=True)
         self._thread.start()
 
