@@ -17,7 +17,7 @@ export RAY_AUTH_MODE ?= disabled
 export HF_HUB_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 
-.PHONY: setup setup-vllm setup-environments demo demo-campaign test test-extended test-fast bench bench-trl gpu-check lint lock smollm2 clean
+.PHONY: setup setup-vllm setup-environments demo demo-campaign test test-extended test-fast bench bench-trl bench-original gpu-check lint lock smollm2 clean
 
 $(VENV)/.installed: pyproject.toml constraints/cpu.txt $(LOCK)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -79,6 +79,13 @@ bench: setup
 bench-trl: smollm2
 	$(PY) -m pip install -q $(CONSTRAINTS) -e ".[bench]"
 	$(PY) benchmarks/vs_trl.py
+
+# The original (PyPI retrain 0.3.0) as benchmarks/scale.py's baseline (`--original`): installed into .original/,
+# beside the project and never into its environment, where an installed `retrain` would shadow the plugin-compat
+# names (retrain_ray/compat); --no-deps: its dependencies are the project's own, at the locked versions.
+bench-original: setup
+	$(PY) -m pip install -q --no-deps --target .original retrain==0.3.0
+	$(PY) benchmarks/scale.py --trainer command --runs 10 100 --original
 
 # The GPU check: the GPU-marked tests and the GPU benchmarks, figures in gpu-check.json; prints
 # "skipped: no CUDA device" and exits 0 without one. No setup step: a lent GPU machine has no network,

@@ -22,11 +22,16 @@ Figures per campaign:
 * directory: the campaign directory's size, its runs' own directories' size and their ratio (<= 1.25: each
   checkpoint stored once).
 
+With `--original` (and `--trainer command`), the original (PyPI `retrain` 0.3.0: one subprocess per run) runs
+the same job at the same run counts (up to `--original-max-runs`, default 100) and parallelism in the same
+invocation, timed the same way (benchmarks/scale_original.py), and the product's wall and overhead per run are
+printed against it. Installed beside the project, not into it: `make bench-original`.
+
 Then the ratio of each figure per tenfold of runs (from one run count to the next, normalised to x10 when
 they are not tenfold apart). Figures depend on the load of the machine: the header states `uptime`'s.
 
 Run: `.venv/bin/python benchmarks/scale.py [--runs 10 100] [--trainer tiny|command] [--workers 2]
-[--nodes 16] [--json] [--keep DIR]`.
+[--nodes 16] [--original] [--json] [--keep DIR]`.
 """
 
 from __future__ import annotations
@@ -43,6 +48,10 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from scale_original import ORIGINAL_DIR, measure_original, original_version  # noqa: E402  (this folder's)
+from scale_probe import CpuProbe, spent_between, wait_quiet  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 COMMAND = ('mkdir -p {adapter_path} && printf \'{{"step": 0, "loss": 1.0}}\\n{{"step": 1, "loss": 0.5}}\\n\' '
@@ -90,11 +99,13 @@ class Timed:
         return {"calls": self.calls, "total_s": self.total_s, "max_s": self.max_s}
 
 
-def child(toml: Path, root: Path, nodes: int) -> None:
+def child(toml: Path, root: Path, nodes: int, *, probe: bool = False, settle: bool = False) -> None:
     """The driver process: runs the campaign and prints its own figures as one JSON line. With `nodes` the
     simulated cluster is started first and the clock starts once every node is up: on a real cluster the
     nodes are there before a campaign is submitted, and starting 16 raylets on this machine's 2 cores is the
-    simulation's cost, not the campaign's (it is reported as `cluster_start_s`)."""
+    simulation's cost, not the campaign's (it is reported as `cluster_start_s`). `settle`: the clock starts once
+    the nodes' processes have also finished starting (benchmarks/scale_probe.py); `probe`: the CPU of every
+    process below the driver is sampled by kind, to say where the time to the first step goes."""
     cluster_start = time.perf_counter()
     cluster = None
     if nodes:
@@ -107,7 +118,9 @@ def child(toml: Path, root: Path, nodes: int) -> None:
         import ray
 
         ray.init(address=cluster.address, include_dashboard=False)
+    settle_s = wait_quiet() if settle else 0.0
     cluster_start_s = time.perf_counter() - cluster_start
+    sampler = CpuProbe() if probe else None
     started_at, start = time.time(), time.perf_counter()
     from ray.tune.execution.tune_controller import TuneController
 
@@ -118,6 +131,9 @@ def child(toml: Path, root: Path, nodes: int) -> None:
     appends = Timed(manifest_module, "append_events")  # a run's change: one line (logs/manifest_events.py)
     Campaign.from_toml(toml, root=root).run(progress=False)
     wall = time.perf_counter() - start
+    timeline = sampler.timeline if sampler is not None else []
+    if sampler is not None:
+        sampler.stop()
     if cluster is not None:
         import ray
 
@@ -127,7 +143,7 @@ def child(toml: Path, root: Path, nodes: int) -> None:
         "started_at": started_at, "wall_s": wall, "driver_cpu_s": time.process_time(), "cluster_start_s": cluster_start_s,
         "driver_peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         "manifest_writes": manifest.figures(), "manifest_appends": appends.figures(),
-        "tune_snapshots": tune_state.figures()}))
+        "tune_snapshots": tune_state.figures(), "settle_s": settle_s, "cpu_timeline": timeline}))
 
 
 def size(path: Path) -> int:
@@ -147,8 +163,9 @@ def measure(runs: int, args: argparse.Namespace, workdir: Path) -> dict[str, flo
     toml = campaign_toml(workdir / f"scale{runs}.toml", runs=runs, steps=args.steps, workers=args.workers,
                          trainer=args.trainer)
     env = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    flags = [*(["--probe"] if args.probe else []), *(["--settle"] if args.settle else [])]
     out = subprocess.run([sys.executable, __file__, "--child", str(toml), str(workdir / "campaigns"),
-                          "--nodes", str(args.nodes)], capture_output=True, text=True, env=env,
+                          "--nodes", str(args.nodes), *flags], capture_output=True, text=True, env=env,
                          timeout=args.timeout_s, cwd=workdir, check=False)
     lines = [ln for ln in out.stdout.splitlines() if ln.startswith("SCALE ")]
     if out.returncode != 0 or not lines:
@@ -160,6 +177,7 @@ def measure(runs: int, args: argparse.Namespace, workdir: Path) -> dict[str, flo
     own = sum(own_time(r["result"]) for r in done)
     firsts = [float(r["result"]["first_step_at"]) for r in done if "first_step_at" in r["result"]]
     states = sorted((cdir / "tune").glob("experiment_state-*.json"))
+    to_first = spent_between(driver["cpu_timeline"], driver["started_at"], min(firsts)) if firsts else {}
     runs_size = size(cdir / "runs")
     return {
         "runs": runs, "completed": len(done), "wall_s": driver["wall_s"], "cluster_start_s": driver["cluster_start_s"],
@@ -174,6 +192,7 @@ def measure(runs: int, args: argparse.Namespace, workdir: Path) -> dict[str, flo
         "tune_snapshot_s": driver["tune_snapshots"]["total_s"], "tune_snapshots": driver["tune_snapshots"]["calls"],
         "dir_mb": size(cdir) / 2**20, "runs_mb": runs_size / 2**20,
         "dir_over_runs": size(cdir) / runs_size if runs_size else math.nan,
+        "settle_s": driver["settle_s"], "cpu_to_first_step_by_kind": to_first,
     }
 
 
@@ -197,6 +216,36 @@ def table(rows: list[dict[str, float]]) -> str:
     return "\n".join(lines)
 
 
+def versus_original(rows: list[dict[str, float]], originals: list[dict[str, float]]) -> str:
+    """The original's figures and the product's against them, run count by run count."""
+    lines = ["original (one subprocess per run): runs | completed | wall_s | overhead_per_run_s", "--- | --- | --- | ---"]
+    lines += [f"{o['runs']} | {o['completed']} | {o['wall_s']:.3g} | {o['overhead_per_run_s']:.3g}" for o in originals]
+    product = {r["runs"]: r for r in rows}
+    for o in originals:
+        mine = product[o["runs"]]
+        lines.append(f"{o['runs']} runs, product / original: wall x{mine['wall_s'] / o['wall_s']:.2f}, overhead per run "
+                     f"{mine['overhead_per_run_s']:.3g} s / {o['overhead_per_run_s']:.3g} s = "
+                     f"x{mine['overhead_per_run_s'] / o['overhead_per_run_s']:.2f}")
+    return "\n".join(lines)
+
+
+def original_baseline(args: argparse.Namespace, workdir: Path) -> list[dict[str, float]]:
+    """The original's campaigns at the asked run counts (up to --original-max-runs); [] (saying why) when it
+    cannot run."""
+    if not args.original:
+        return []
+    version, why = original_version(args.original_path)
+    if version is None:
+        print(f"original baseline: not run: {why}", flush=True)
+        return []
+    rows: list[dict[str, float]] = []
+    for runs in [r for r in args.runs if r <= args.original_max_runs]:
+        rows.append(measure_original(runs, steps=args.steps, workers=args.workers, command=COMMAND, workdir=workdir,
+                                     path=args.original_path, timeout_s=args.timeout_s))
+        print(f"original {version}, {runs} runs: {json.dumps(rows[-1])}", flush=True)
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, nargs="+", default=[10, 100])
@@ -205,13 +254,26 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--trainer", choices=("tiny", "command"), default="tiny")
     parser.add_argument("--nodes", type=int, default=0, help="simulated nodes (ray.cluster_utils.Cluster), 0: local Ray")
     parser.add_argument("--timeout-s", type=float, default=3600)
+    parser.add_argument("--probe", action="store_true",
+                        help="sample the CPU of the driver's processes by kind: where the time to the first step goes")
+    parser.add_argument("--settle", action="store_true",
+                        help="start the clock once the simulated nodes' processes have settled, not only registered")
+    parser.add_argument("--original", action="store_true",
+                        help="also run the original (retrain 0.3.0, one subprocess per run) on the same job "
+                             "(needs --trainer command; install it with `make bench-original`)")
+    parser.add_argument("--original-path", type=Path, default=ORIGINAL_DIR,
+                        help=f"the folder holding the original's `retrain` package (default {ORIGINAL_DIR})")
+    parser.add_argument("--original-max-runs", type=int, default=100)
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--keep", type=Path, help="keep the campaign directories here")
     parser.add_argument("--child", nargs=2, type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
-        child(args.child[0], args.child[1], args.nodes)
+        child(args.child[0], args.child[1], args.nodes, probe=args.probe, settle=args.settle)
         return 0
+    if args.original and args.trainer != "command":
+        parser.error("--original needs --trainer command: the original cannot train the built-in tiny model (its "
+                     "local backend loads a Hugging Face model, and there are no weights to load offline)")
     print(f"load at start: {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} {os.getloadavg()[2]:.2f} "
           f"on {os.cpu_count()} cores; trainer={args.trainer} steps={args.steps} max_workers={args.workers} "
           f"nodes={args.nodes or 'local'}", flush=True)
@@ -221,7 +283,11 @@ def main(argv: list[str] | None = None) -> int:
         for runs in args.runs:
             rows.append(measure(runs, args, workdir))
             print(f"{runs} runs: {json.dumps(rows[-1])}", flush=True)
-        print(json.dumps(rows, indent=1) if args.json else table(rows))
+        originals = original_baseline(args, workdir)
+        figures = {"product": rows, "original": originals} if args.original else rows
+        print(json.dumps(figures, indent=1) if args.json else table(rows))
+        if originals and not args.json:
+            print(versus_original(rows, originals))
     finally:
         if args.keep:
             shutil.copytree(workdir / "campaigns", args.keep, dirs_exist_ok=True)

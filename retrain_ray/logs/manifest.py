@@ -29,7 +29,6 @@ from typing import Literal, Self, cast, get_args
 
 from pydantic import BaseModel, ConfigDict, JsonValue, ValidationError
 
-from retrain_ray.logs.dir_lock import process_started_at
 from retrain_ray.logs.manifest_events import (
     RunChanges,
     append_events,
@@ -359,6 +358,9 @@ class Manifest:
 
     def start_session(self) -> None:
         """Records a driver session (first start or resume): host, pid, time."""
+        # deferred: filelock, which readers never need
+        from retrain_ray.logs.dir_lock import process_started_at
+
         session = SessionRecord(host=socket.gethostname(), pid=os.getpid(), started=time.time(),
                                 process_started_at=process_started_at() or 0.0)
         self.update(sessions=(*self.record.sessions, session), status="running")

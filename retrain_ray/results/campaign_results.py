@@ -145,6 +145,10 @@ class CampaignResults:
         self._narrow: dict[str, pd.DataFrame] = {}  # SUMMARY_COLUMNS only, for the per-run table
         # a few columns of every run at once, by column tuple (results/run_columns.py)
         self._columns: dict[tuple[str, ...], pd.DataFrame] = {}
+        # what `results` asks more than once (the runs table, each run's status and value): computed once
+        self._table: pd.DataFrame | None = None
+        self._statuses: dict[str, str] = {}
+        self._values: dict[tuple[str, int], dict[str, list[float]]] = {}
 
     @classmethod
     def from_dir(cls, campaign_dir: str | Path) -> CampaignResults:
@@ -256,12 +260,20 @@ class CampaignResults:
         """One row per run: condition, seed, overrides, status, attempts, steps_logged (every step logs a row),
         steps_trained (those that updated the weights), first_*, last_* and best_* metrics (over the steps
         that logged the metric: `loss` is null on a step that trained nothing)."""
-        stats = _per_run_stats(self._all_runs(TABLE_COLUMNS))
-        return pd.DataFrame([{**self._run_identity(r), **stats.get(r.run_name, _NO_STEPS)} for r in self.runs])
+        if self._table is None:
+            stats = _per_run_stats(self._all_runs(TABLE_COLUMNS))
+            self._table = pd.DataFrame([{**self._run_identity(r), **stats.get(r.run_name, _NO_STEPS)}
+                                        for r in self.runs])
+        return self._table.copy()
+
+    def _status(self, entry: RunRecord) -> str:
+        if entry.run_name not in self._statuses:
+            self._statuses[entry.run_name] = run_status(entry, self.campaign_dir / "runs" / entry.run_name)
+        return self._statuses[entry.run_name]
 
     def _run_identity(self, entry: RunRecord) -> dict[str, object]:
         row: dict[str, object] = {"run_name": entry.run_name, "condition": entry.condition, "seed": entry.seed,
-                                  "status": run_status(entry, self.campaign_dir / "runs" / entry.run_name),
+                                  "status": self._status(entry),
                                   "attempts": entry.attempts}
         row.update({f"override.{k}": v for k, v in entry.overrides.items()})
         return row
@@ -307,6 +319,11 @@ class CampaignResults:
         `metric` too."""
         if window < 1:
             raise ValueError(f"window={window}: expected at least 1 step")
+        if (metric, window) not in self._values:
+            self._values[metric, window] = self._run_values(metric, window)
+        return {condition: list(values) for condition, values in self._values[metric, window].items()}
+
+    def _run_values(self, metric: str, window: int) -> dict[str, list[float]]:
         if metric in EVAL_METRICS:  # each eval row already averages the eval split: a run's value is its last
             window = 1
             frame = read_run_columns(self.campaign_dir / "runs", [r.run_name for r in self.runs], ("step", metric),
@@ -319,8 +336,7 @@ class CampaignResults:
         scores = logged.groupby(RUN, sort=False).tail(window).groupby(RUN, sort=False)[metric].mean()
         out: dict[str, list[float]] = {}
         for entry in self.runs:
-            if entry.run_name not in scores.index or \
-                    run_status(entry, self.campaign_dir / "runs" / entry.run_name) in ("failed", "missing"):
+            if entry.run_name not in scores.index or self._status(entry) in ("failed", "missing"):
                 continue
             out.setdefault(entry.condition, []).append(float(scores[entry.run_name]))
         return out

@@ -153,8 +153,7 @@ def improvements(scores_by_condition: Mapping[str, Scores], *, pairs: Sequence[t
     out: list[Improvement] = []
     for x, y in chosen:
         mx, my = matrices[x], _same_tasks(matrices[x], matrices[y])
-        rng = np.random.default_rng(seed)
-        boot = _improvement(_resample(mx, reps, rng), _resample(my, reps, rng))
+        boot = _resampled_improvement(mx, my, reps, np.random.default_rng(seed))
         out.append(Improvement(x, y, _interval(probability_of_improvement(mx, my), boot, confidence)))
     return out
 
@@ -195,6 +194,32 @@ def _resample(matrix: FloatArray, reps: int, rng: np.random.Generator) -> FloatA
     runs, tasks = matrix.shape
     rows = rng.integers(0, runs, size=(reps, runs, tasks))
     return np.take_along_axis(np.broadcast_to(matrix, (reps, runs, tasks)), rows, axis=1)
+
+
+def _resampled_improvement(x: FloatArray, y: FloatArray, reps: int, rng: np.random.Generator) -> FloatArray:
+    """`_improvement(_resample(x, reps, rng), _resample(y, reps, rng))`, the same draws and the same figures
+    to the last bit, without sorting every resample: a resample is how often it drew each run, so its
+    Mann-Whitney count is `counts_x @ above @ counts_y` with `above[i, j]` = 1 when run i of X beats run j of
+    Y, 1/2 on a tie (every term a multiple of 1/2: the sums are exact in any order). At 200 runs a condition
+    and 10,000 resamples it took a quarter of the ranks' time (`results` on a 1,000-run campaign)."""
+    if reps < 1:
+        raise ValueError(f"reps={reps}: expected at least 1")
+    (n, tasks), m = x.shape, y.shape[0]
+    rows_x = rng.integers(0, n, size=(reps, n, tasks))
+    rows_y = rng.integers(0, m, size=(reps, m, tasks))
+    u = np.empty((reps, tasks), dtype=np.float64)
+    for task in range(tasks):
+        xs, ys = x[:, task, np.newaxis], y[np.newaxis, :, task]
+        above = (xs > ys) + 0.5 * (xs == ys)
+        u[:, task] = ((_draw_counts(rows_x[:, :, task], n) @ above) * _draw_counts(rows_y[:, :, task], m)).sum(axis=1)
+    return (u / (n * m)).mean(axis=1)
+
+
+def _draw_counts(rows: npt.NDArray[np.int64], size: int) -> FloatArray:
+    """Per resample (axis 0), how many times it drew each of `size` runs."""
+    reps = rows.shape[0]
+    flat = (rows + np.arange(reps, dtype=np.int64)[:, np.newaxis] * size).ravel()
+    return np.bincount(flat, minlength=reps * size).reshape(reps, size).astype(np.float64)
 
 
 def _improvement(x: FloatArray, y: FloatArray) -> FloatArray:

@@ -47,6 +47,20 @@ def test_summary_states_each_condition_against_the_best(campaign_dir):
     assert "verdict" not in CampaignResults.from_dir(campaign_dir).summary(significance=None)
 
 
+def test_the_runs_table_and_values_are_read_once_and_handed_out_as_copies(campaign_dir):
+    # `results` asks for the runs table and each run's value several times: computed once per CampaignResults
+    res = CampaignResults.from_dir(campaign_dir)
+    table = res.get_dataframe()
+    values = res.run_values("mean_reward")
+    table["condition"] = "changed"
+    values["fast"].append(99.0)
+    assert res._table is not None and res.get_dataframe() is not res._table
+    assert set(res.get_dataframe()["condition"]) == {"fast", "slow"}
+    assert 99.0 not in res.run_values("mean_reward")["fast"]
+    assert res.run_values("mean_reward", window=2) != res.run_values("mean_reward")  # its own window, not the cache
+    assert list(res._values) == [("mean_reward", 10), ("mean_reward", 2)]
+
+
 def test_cli_results_prints_verdicts_with_p_values_and_seeds(campaign_dir, capsys):
     assert main(["results", str(campaign_dir)]) == 0
     out = capsys.readouterr().out

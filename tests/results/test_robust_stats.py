@@ -226,3 +226,17 @@ def test_improvement_from_ranks_equals_the_pairwise_count(n, m, tasks, seed, coa
     above = (x[:, :, None, :] > y[:, None, :, :]).mean(axis=(1, 2))
     ties = (x[:, :, None, :] == y[:, None, :, :]).mean(axis=(1, 2))
     np.testing.assert_allclose(_improvement(x, y), (above + 0.5 * ties).mean(axis=1), rtol=0, atol=1e-12)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 9), st.integers(1, 9), st.integers(1, 3), st.integers(0, 2**31 - 1), st.booleans())
+def test_improvement_from_draw_counts_equals_the_ranks_of_every_resample(n, m, tasks, seed, coarse):
+    # the bootstrap's count form must give the rank form's figures bit for bit, on the same draws
+    from retrain_ray.results.robust_stats import _improvement, _resample, _resampled_improvement
+
+    rng = np.random.default_rng(seed)
+    draw = (lambda size: rng.integers(0, 3, size).astype(float)) if coarse else (lambda size: rng.normal(size=size))
+    x, y = np.sort(draw((n, tasks)), axis=0), np.sort(draw((m, tasks)), axis=0)
+    by_ranks = np.random.default_rng(seed)
+    expected = _improvement(_resample(x, 50, by_ranks), _resample(y, 50, by_ranks))
+    assert np.array_equal(_resampled_improvement(x, y, 50, np.random.default_rng(seed)), expected)

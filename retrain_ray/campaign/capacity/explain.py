@@ -285,10 +285,13 @@ def plan_capacity(cfg: TrainedConfig, campaign: CampaignSection, specs: Sequence
     """The estimate for the runs `specs` of campaign config `cfg`, whose [campaign] section is
     `campaign`; `concurrency`: the plan's runs at once (`Schedule.max_concurrent`), else its formula."""
     pilots = calibration.runs if calibration else ()
+    by_condition: dict[str, list[RunFigures]] = {}
+    for pilot in pilots:
+        by_condition.setdefault(pilot.condition, []).append(pilot)
     times: dict[str, StepTimes] = {}
     work: list[RunWork] = []
     for spec in specs:
-        mine = tuple(r for r in pilots if r.condition == spec.condition_label)
+        mine = tuple(by_condition.get(spec.condition_label, ()))
         if spec.condition_label not in times:
             times[spec.condition_label] = step_times(mine, pilots, median_step_time)
         st = times[spec.condition_label]
