@@ -42,7 +42,8 @@ _FLOATS = ["loss", "mean_reward", "correct_rate", "running_correct_rate",
            "batch_adv_mean", "batch_adv_std", *_SURPRISAL,
            "rl/action_token_datumization_ratio", "rl/completion_surprisal_mean", "rl/train_time_s",
            "grad_norm", "weight_norm", "weight_max_abs", "weight_norm_growth", "lr",
-           "bp_intensity", "bp_ridge", "bp_achieved_gflops", "bp_achieved_gb_s"]
+           "bp_intensity", "bp_ridge", "bp_achieved_gflops", "bp_achieved_gb_s",
+           "sft_probe_correct_rate"]  # a column, not an extra: explain --calibrate reads it by name
 
 EXTRAS = "extras"
 METRICS_SCHEMA = pa.schema(

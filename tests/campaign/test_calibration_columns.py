@@ -121,3 +121,24 @@ def test_the_column_reading_gives_the_row_readings_figures(tmp_path) -> None:
     assert cal.runs[1].warm_start is None and cal.runs[1].tokens_per_s is not None
     (campaign,) = cal.campaigns
     assert campaign.runs == runs and campaign.max_concurrent == 2
+
+
+def test_a_warm_starts_probe_logged_by_the_sft_trainer_reaches_the_calibration(tmp_path) -> None:
+    """The SFT trainer logs `sft_probe_correct_rate` as a top-level key of its rows: it is a column of the metrics
+    schema (it went into `extras` before, so the calibration never saw it and read every warm start as capped)."""
+    cdir = tmp_path / "probe"
+    cdir.mkdir()
+    manifest = Manifest.create(cdir, {"name": "probe", "conditions": ["c0"], "seeds": [1], "max_steps": 4,
+                                      "max_concurrent": 1}, [{"run_name": "r", "condition": "c0", "seed": 1,
+                                                              "max_steps": 4}])
+    recorder = RecorderCore(cdir, parquet_every_s=1e9)
+    rows = [{**_row(0, step), "phase": "sft" if step < 2 else "rl",
+             **({"sft_probe_correct_rate": 0.25 * (step + 1)} if step < 2 else {})} for step in range(4)]
+    recorder.append("r", "metrics", rows)
+    recorder.close_run("r")
+    manifest.stage_run("r", status="completed", attempts=1, started_at=T0 - 5.0, finished_at=T0 + 12.0)
+    manifest.update(status="done")
+    recorder.close()
+    assert read_stream(cdir / "runs" / "r", "metrics").column("sft_probe_correct_rate").to_pylist()[:2] == [0.25, 0.5]
+    (run,) = read_calibration(cdir).runs
+    assert run.warm_start_last_probe == 0.5 and not run.warm_start_capped
