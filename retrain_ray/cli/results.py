@@ -175,7 +175,7 @@ def _console_width() -> int | None:
 
 def _run_value(metric: str, window: int) -> str:
     """What one run's value of `metric` is, as `CampaignResults.run_values` takes it."""
-    from retrain_ray.results.campaign_results import EVAL_METRICS
+    from retrain_ray.results.campaign_results import EVAL_METRICS  # deferred: loads pandas and ray
 
     return "each run's last evaluation" if metric in EVAL_METRICS else f"mean of each run's last {window} values"
 

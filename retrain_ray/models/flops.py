@@ -26,6 +26,8 @@ from typing import Any
 import torch
 
 from retrain_ray.models.context import ModelShapes
+from retrain_ray.models.lean_llama import LeanLlamaForCausalLM
+from retrain_ray.models.lean_loading import read_config
 from retrain_ray.models.lean_support import lean_config_problem
 from retrain_ray.models.loading import resolve_model_path
 
@@ -40,13 +42,11 @@ def _meta_model(model: str, revision: str, cache_dir: str | Path | None) -> tupl
     folder = Path(resolve_model_path(model, cache_dir, revision=revision))
     raw = json.loads((folder / "config.json").read_text())
     if isinstance(raw, dict) and lean_config_problem(raw) is None:  # pyright: ignore[reportUnknownArgumentType]
-        from retrain_ray.models.lean_llama import LeanLlamaForCausalLM
-        from retrain_ray.models.lean_loading import read_config
-
         config = read_config(folder)
         with torch.device("meta"):
             net: torch.nn.Module = LeanLlamaForCausalLM(config)
         return SimpleNamespace(**{**config.raw, **vars(config)}), net
+    # deferred: transformers takes seconds to import (and pulls in torch._dynamo); lean models never need it
     from transformers import AutoConfig, AutoModelForCausalLM
 
     hf_config = AutoConfig.from_pretrained(folder)
