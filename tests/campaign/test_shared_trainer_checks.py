@@ -119,6 +119,10 @@ def test_a_trainer_that_cannot_fit_its_gpu_is_refused_with_the_numbers(tmp_path,
     assert "one trainer cannot fit its GPU" in text and "> 0.001 GiB" in text and "CUDA context 0.5" in text
     assert explain_main([write_toml(tmp_path, data)]) == 2
     assert "one trainer cannot fit its GPU" in capsys.readouterr().err
+    data["campaign"]["gpu_memory_gib"] = 80.0  # the default 128 rows x 10,240 tokens, whole-batch: activations
+    with pytest.raises(CampaignError) as err:
+        build_plan(RetrainConfig.model_validate(data), probe=False)
+    assert "set [training] micro_batch_size" in str(err.value)
 
 
 def test_one_trainer_per_node_or_per_gpu_and_a_run_keeps_its_trainer():
@@ -140,7 +144,9 @@ def test_one_trainer_per_node_or_per_gpu_and_a_run_keeps_its_trainer():
 
 
 def test_a_shared_campaigns_trials_hold_no_model_and_no_packing(tmp_path):
-    data = campaign(tmp_path, backend={"devices": "gpu:0"})
+    # rows of realistic length: whole-batch forwards of the default 128 rows x 10,240 tokens would not fit a card
+    data = campaign(tmp_path, backend={"devices": "gpu:0"}, training={"batch_size": 2, "group_size": 4,
+                                                                      "max_tokens": 64})
     data["campaign"].update(parallel=True, max_workers=2, runs_per_gpu=2)
     plan = build_plan(RetrainConfig.model_validate(data), probe=False)
     assert plan.shared_trainer and plan.packing is None

@@ -96,9 +96,11 @@ class SharingPlan:
         fits = int((self.card_gib - m.base_gib - m.context_gib) // per_run) if per_run else 0
         fix = (f"lower [campaign] runs_per_gpu to {fits} (the most members that fit)" if fits >= 1 else
                "train these runs alone (shared_trainer = false): not even the base copy and one member fit")
+        micro = (", or set [training] micro_batch_size (a round of the coalesced step holds every member's "
+                 "micro-batch)" if m.activations_gib > m.members_gib + m.base_gib else "")
         return [f"[campaign] shared_trainer: one trainer cannot fit its GPU: {m.total_gib:.2f} GiB "
-                f"({m.parts(self.members)}) > {self.card_gib:g} GiB ([campaign] gpu_memory_gib); {fix}, or raise "
-                "gpu_memory_gib if the cards are bigger"]
+                f"({m.parts(self.members)}) > {self.card_gib:g} GiB ([campaign] gpu_memory_gib); {fix}{micro}, or "
+                "raise gpu_memory_gib if the cards are bigger"]
 
     def to_json(self) -> dict[str, object]:
         m = self.memory
