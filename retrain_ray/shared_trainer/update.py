@@ -176,7 +176,7 @@ def _adamw(orders: Sequence[UpdateOrder]) -> None:
         for p in group["params"]:
             if p.grad is None:
                 continue
-            state = _state(optimizer, p)
+            state = optimizer.state_for(p)
             slots.params.append(p)
             slots.grads.append(p.grad)
             slots.exp_avgs.append(state["exp_avg"])
@@ -187,18 +187,6 @@ def _adamw(orders: Sequence[UpdateOrder]) -> None:
     for (beta1, beta2, eps), slots in groups.items():
         if slots.params:
             _adamw_pass(slots, beta1, beta2, eps)
-
-
-def _state(optimizer: PlainAdamW, param: torch.Tensor) -> dict[str, torch.Tensor]:
-    """The parameter's AdamW state, made as `PlainAdamW` makes it at its first step."""
-    state = optimizer.state.get(param)
-    if state is None:
-        state = optimizer.state[param] = {
-            "step": torch.tensor(0.0, dtype=torch.get_default_dtype()),
-            "exp_avg": torch.zeros_like(param, memory_format=torch.preserve_format),
-            "exp_avg_sq": torch.zeros_like(param, memory_format=torch.preserve_format),
-        }
-    return state
 
 
 def _adamw_pass(s: _Slots, beta1: float, beta2: float, eps: float) -> None:

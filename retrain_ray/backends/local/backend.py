@@ -232,6 +232,17 @@ class PlainAdamW:
         for p in self.param_groups[0]["params"]:
             p.grad = None
 
+    def state_for(self, param: torch.Tensor) -> dict[str, torch.Tensor]:
+        """The parameter's AdamW state (step count and both moments), made zero at its first step."""
+        state = self.state.get(param)
+        if state is None:
+            state = self.state[param] = {
+                "step": torch.tensor(0.0, dtype=torch.get_default_dtype()),
+                "exp_avg": torch.zeros_like(param, memory_format=torch.preserve_format),
+                "exp_avg_sq": torch.zeros_like(param, memory_format=torch.preserve_format),
+            }
+        return state
+
     @torch.no_grad()
     def step(self) -> None:
         for group in self.param_groups:
@@ -242,13 +253,7 @@ class PlainAdamW:
     def _update(self, param: torch.Tensor, grad: torch.Tensor, group: ParamGroup) -> None:
         """torch.optim.adam._single_tensor_adam with decoupled weight decay, no amsgrad/maximize/capturable."""
         lr, (beta1, beta2), eps, weight_decay = group["lr"], group["betas"], group["eps"], group["weight_decay"]
-        state = self.state.get(param)
-        if state is None:
-            state = self.state[param] = {
-                "step": torch.tensor(0.0, dtype=torch.get_default_dtype()),
-                "exp_avg": torch.zeros_like(param, memory_format=torch.preserve_format),
-                "exp_avg_sq": torch.zeros_like(param, memory_format=torch.preserve_format),
-            }
+        state = self.state_for(param)
         exp_avg, exp_avg_sq, step_t = state["exp_avg"], state["exp_avg_sq"], state["step"]
         step_t += 1
         if weight_decay != 0:
