@@ -5,7 +5,8 @@ split ("What is 3 + 5?", level 1, drawn with the run's seed) as a user message u
 `final_number` reward, LoRA rank 8 / alpha 16 on q,k,v,o,gate,up,down (dropout 0), `--prompts` x
 `--generations` rows per step, `--max-tokens` new tokens, temperature 1.0, top_p 1.0, learning rate 2e-4
 constant, AdamW (betas 0.9/0.95, eps 1e-8, no weight decay), gradient clipping at norm 1.0, `--steps` steps,
-fp32 on CPU, no gradient checkpointing. Each side runs in its own process; this one polls their process
+fp32 on CPU (`--dtype bf16`: the base weights in bfloat16 on both sides, the LoRA adapter and AdamW in
+float32), no gradient checkpointing. Each side runs in its own process; this one polls their process
 trees for peak RSS (retrain-ray's includes the local Ray it starts).
 
 Where the two still differ (they cannot be made equal by settings):
@@ -22,7 +23,9 @@ Where the two still differ (they cannot be made equal by settings):
 * data order: TRL takes the split in order (`shuffle_dataset=False`), retrain-ray its own round-robin order.
 
 Utilization: each step's FLOPs from the model's shapes (`rl_step_flops`: 2 N per sampled or prompt token, 4 N
-per trained token under LoRA) over this machine's fp32 matmul rate, measured here in the same invocation.
+per trained token under LoRA) over this machine's matmul rate in the job's dtype, measured here in the same
+invocation. The decode is bound by memory, not FLOPs: each new-token position reads every weight once, so the
+script also measures the memory rate and prints the decode's floor (weight bytes x new tokens / rate).
 
 Run: `make bench-trl` (installs the `bench` extra), or `.venv/bin/python benchmarks/vs_trl.py [--steps 5]
 [--prompts 2] [--generations 4] [--max-tokens 32] [--json]`; needs `make smollm2`.
@@ -62,6 +65,7 @@ class Job:
     lr: float = 2e-4
     temperature: float = 1.0
     seed: int = 1
+    dtype: str = "fp32"
 
 
 @dataclass(frozen=True)
@@ -99,7 +103,7 @@ def _trl_config(job: Job, output_dir: str):
 
     rows = job.prompts * job.generations
     return GRPOConfig(
-        output_dir=output_dir, use_cpu=True, bf16=False, seed=job.seed, max_steps=job.steps,
+        output_dir=output_dir, use_cpu=True, bf16=job.dtype == "bf16", seed=job.seed, max_steps=job.steps,
         per_device_train_batch_size=rows, num_generations=job.generations, max_completion_length=job.max_tokens,
         temperature=job.temperature, top_p=1.0, learning_rate=job.lr, lr_scheduler_type="constant",
         optim="adamw_torch", adam_beta1=0.9, adam_beta2=0.95, adam_epsilon=1e-8, weight_decay=0.0,
@@ -126,7 +130,8 @@ def run_trl_side(job: Job) -> SideResult:
         def on_step_end(self, args, state, control, **kwargs):
             self.seconds.append(time.perf_counter() - self._start)
 
-    model = AutoModelForCausalLM.from_pretrained(job.model_dir, dtype=torch.float32, local_files_only=True)
+    dtype = torch.bfloat16 if job.dtype == "bf16" else torch.float32
+    model = AutoModelForCausalLM.from_pretrained(job.model_dir, dtype=dtype, local_files_only=True)
     tokenizer = AutoTokenizer.from_pretrained(job.model_dir, local_files_only=True, padding_side="left")
     lora = LoraConfig(r=job.lora_rank, lora_alpha=job.lora_alpha, lora_dropout=0.0,
                       target_modules=list(LORA_TARGETS), task_type="CAUSAL_LM")
@@ -199,7 +204,11 @@ grad_clip_norm = 1.0
 
 [logging]
 log_dir = "{log_dir}"
-"""
+{_dtype_section(job)}"""
+
+
+def _dtype_section(job: Job) -> str:
+    return '\n[inference]\ndtype = "bf16"\n' if job.dtype == "bf16" else ""
 
 
 def prompt_tokens_per_step(job: Job) -> int:
@@ -255,16 +264,39 @@ def run_child(argv: list[str], env: dict[str, str], timeout_s: float, log: Path)
     return time.perf_counter() - started, peak
 
 
-def matmul_gflops(size: int = 1024, repeats: int = 8) -> float:
-    """This machine's fp32 dense matmul rate (GFLOP/s) with torch's default threads: the utilization's roof."""
+def matmul_gflops(dtype: str, size: int = 1024, repeats: int = 8) -> float:
+    """This machine's dense matmul rate (GFLOP/s) in the job's dtype with torch's default threads: the
+    utilization's roof (bf16 runs on AMX tiles where the CPU has them, several times the fp32 rate)."""
     import torch
 
-    a, b = torch.randn(size, size), torch.randn(size, size)
+    kind = torch.bfloat16 if dtype == "bf16" else torch.float32
+    a, b = torch.randn(size, size, dtype=kind), torch.randn(size, size, dtype=kind)
     a @ b
     started = time.perf_counter()
     for _ in range(repeats):
         a @ b
     return 2 * size**3 * repeats / (time.perf_counter() - started) / 1e9
+
+
+def memory_gbps(megabytes: int = 512, repeats: int = 4) -> float:
+    """This machine's memory rate (GB/s read plus written, a large tensor copied): the roof of the decode,
+    which reads every weight once per sampled token position."""
+    import torch
+
+    src = torch.empty(megabytes * 2**20, dtype=torch.uint8).fill_(1)
+    dst = torch.empty_like(src)
+    dst.copy_(src)
+    started = time.perf_counter()
+    for _ in range(repeats):
+        dst.copy_(src)
+    return 2 * src.numel() * repeats / (time.perf_counter() - started) / 1e9
+
+
+def decode_floor_s(job: Job, parameters: int, gbps: float) -> float:
+    """Seconds a step's decode takes at least: every weight read once per new-token position (the rows of a
+    step decode together), at the measured memory rate."""
+    weight_bytes = parameters * (2 if job.dtype == "bf16" else 4)
+    return weight_bytes * job.max_tokens / (gbps * 1e9)
 
 
 def summarize(side: SideResult, wall_s: float, peak_rss: int, parameters: int, roof_gflops: float) -> dict[str, float]:
@@ -293,7 +325,7 @@ def compare(job: Job, timeout_s: float) -> dict[str, object]:
     from retrain_ray.models.flops import parameter_count
 
     env, parameters = _child_env(), parameter_count(job.model_dir)
-    roof = matmul_gflops()
+    roof, bandwidth = matmul_gflops(job.dtype), memory_gbps()
     with tempfile.TemporaryDirectory(prefix="vs-trl-") as tmp:
         job_file, trl_out = Path(tmp) / "job.json", Path(tmp) / "trl.json"
         job_file.write_text(json.dumps(asdict(job)))
@@ -310,15 +342,17 @@ def compare(job: Job, timeout_s: float) -> dict[str, object]:
                "retrain_ray": summarize(ours, ours_wall, ours_rss, parameters, roof)}
     ratio = results["retrain_ray"]["median_step_s"] / results["trl"]["median_step_s"]
     return {"job": asdict(job), "parameters": parameters, "matmul_gflops": round(roof, 1),
+            "memory_gbps": round(bandwidth, 1), "decode_floor_s": round(decode_floor_s(job, parameters, bandwidth), 3),
             "load_average": [round(x, 2) for x in os.getloadavg()], **results,
             "step_time_ratio_retrain_over_trl": round(ratio, 3)}
 
 
 def print_table(report: dict[str, object]) -> None:
     job = report["job"]
-    print(f"job: {job['prompts']} prompts x {job['generations']} generations x {job['max_tokens']} tokens, "
+    print(f"job: {job['prompts']} prompts x {job['generations']} generations x {job['max_tokens']} tokens, {job['dtype']}, "
           f"{job['steps']} steps, {report['parameters'] / 1e6:.1f}M parameters; matmul roof "
-          f"{report['matmul_gflops']} GFLOP/s; load average {report['load_average']}")
+          f"{report['matmul_gflops']} GFLOP/s; memory {report['memory_gbps']} GB/s, so a step's decode takes at least "
+          f"{report['decode_floor_s']} s; load average {report['load_average']}")
     keys = ["median_step_s", "completion_tokens_per_s", "peak_rss_gib", "wall_s", "first_reward", "last_reward",
             "mean_reward", "step_gflop", "flops_utilization"]
     print(f"{'':26}{'TRL GRPOTrainer':>18}{'retrain-ray':>14}")
@@ -334,6 +368,9 @@ def main() -> None:
     parser.add_argument("--generations", type=int, default=4)
     parser.add_argument("--max-tokens", type=int, default=32)
     parser.add_argument("--model", default="smollm2:135m", help="a model name or folder both sides load")
+    parser.add_argument("--dtype", choices=("fp32", "bf16"), default="fp32",
+                        help="both sides: bf16 = base weights in bfloat16, LoRA and optimizer in float32 "
+                             "(TRL: the model loaded in bf16 and bf16=True; retrain-ray: [inference] dtype)")
     parser.add_argument("--timeout-s", type=float, default=1800.0, help="limit for each side")
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--trl-side", nargs=2, metavar=("JOB", "OUT"), help=argparse.SUPPRESS)
@@ -347,7 +384,7 @@ def main() -> None:
     if min(args.steps, args.prompts, args.max_tokens) < 1 or args.generations < 2:
         raise SystemExit("--steps, --prompts and --max-tokens must be >= 1 and --generations >= 2")
     job = Job(model_dir=str(resolve_model_path(args.model)), steps=args.steps, prompts=args.prompts,
-              generations=args.generations, max_tokens=args.max_tokens)
+              generations=args.generations, max_tokens=args.max_tokens, dtype=args.dtype)
     report = compare(job, args.timeout_s)
     print(json.dumps(report)) if args.json else print_table(report)
 

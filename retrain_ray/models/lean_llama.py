@@ -151,10 +151,18 @@ class Attention(nn.Module):
                 kwargs["enable_gqa"] = True
             else:
                 k, v = (t.repeat_interleave(self.groups, dim=1) for t in (k, v))
+        if _upcast_attention(q):
+            q, k, v = q.float(), k.float(), v.float()
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=0.0, scale=self.scaling,
                                              is_causal=mask is None and q.shape[2] > 1, **kwargs)
-        out = out.transpose(1, 2).contiguous()
+        out = out.transpose(1, 2).to(x.dtype).contiguous()
         return self.o_proj(out.reshape(*x.shape[:-1], -1).contiguous())
+
+
+def _upcast_attention(q: torch.Tensor) -> bool:
+    """Training a bf16 model on the CPU: attention in float32, whose backward torch's CPU kernel runs about 3x
+    faster than its bf16 one (17 against 6 ms a layer on a SmolLM2 step of 8 x 70 tokens)."""
+    return q.dtype == torch.bfloat16 and q.device.type == "cpu" and torch.is_grad_enabled()
 
 
 class MLP(nn.Module):

@@ -5,7 +5,10 @@ checks adapters, merging, mixed batches and variants in Python on each of the 14
 forward pass, and PEFT needs transformers' model under it: on issue 13's 0.3 M-parameter model that
 dispatch and set-up were about a quarter of an RL step. This module computes PEFT 0.21's vanilla LoRA op
 for op: `base(x) + lora_B(lora_A(dropout(x))) * (alpha / r)`, the input cast to the adapter's dtype and the
-sum cast back to the base output's, as `lora.Linear.forward` does.
+sum cast back to the base output's, as `lora.Linear.forward` does. One departure: on a half-precision
+base (`[inference] dtype = "bf16"`, or activations under autocast) the float32 adapter is cast to the
+activations' dtype instead, as autocast casts a weight, which on a bf16 CPU step is far cheaper than casting
+every activation to float32 and back; the adapter and its gradients stay float32.
 
 * Same layout: `LeanLoraModel.base_model.model` is the lean Llama and each adapted Linear becomes a
   `LoraLinear` with `base_layer`, `lora_dropout`, `lora_A`, `lora_B` (`ModuleDict`s keyed "default", in
@@ -91,6 +94,8 @@ class LoraLinear(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         result = self.base_layer(x)
+        if x.dtype in _HALF:
+            return self._half_forward(x, result)
         a = _weight(self.lora_A)
         if x.dtype != a.dtype:
             x = x.to(a.dtype)
@@ -98,6 +103,29 @@ class LoraLinear(nn.Module):
             x = self.lora_dropout[ADAPTER](x)
         out = result + F.linear(F.linear(x, a), _weight(self.lora_B)) * self.scaling
         return out if out.dtype == result.dtype else out.to(result.dtype)
+
+    def _half_forward(self, x: torch.Tensor, result: torch.Tensor) -> torch.Tensor:
+        """A half-precision base (bf16 weights, or activations under autocast): the float32 adapter is cast to
+        the activations' dtype, as autocast casts a weight, instead of each activation being cast to float32
+        and back (PEFT's way; on a bf16 CPU step those casts cost more than the adapter's matmuls). Gradients
+        still reach the float32 adapter through the cast. While sampling (inference mode) the half copies
+        are kept until training changes the adapter, and the sum is added in place."""
+        if torch.is_inference_mode_enabled():
+            a, b = self._half_adapter(x.dtype)
+            return result.add_(F.linear(F.linear(x, a), b), alpha=self.scaling)
+        a, b = _weight(self.lora_A).to(x.dtype), _weight(self.lora_B).to(x.dtype)
+        if self.has_dropout:
+            x = self.lora_dropout[ADAPTER](x)
+        return result + F.linear(F.linear(x, a), b) * self.scaling
+
+    def _half_adapter(self, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        a, b = _weight(self.lora_A), _weight(self.lora_B)
+        key = (dtype, a._version, b._version, a.data_ptr(), b.data_ptr())
+        cached = self.__dict__.get("_half_cache")
+        if cached is None or cached[0] != key:
+            cached = (key, a.detach().to(dtype), b.detach().to(dtype))
+            self.__dict__["_half_cache"] = cached
+        return cached[1], cached[2]
 
 
 def _weight(modules: nn.ModuleDict) -> torch.Tensor:

@@ -201,3 +201,21 @@ def test_policy_from_config(tiny_cache):
     assert backend.shares_model_with_engine and engine.model is backend.model
     assert (backend.micro_batch_size, backend.top_p, backend.optim.grad_clip_norm) == (4, 0.8, 1.0)
     assert all(("q_proj" in n or "v_proj" in n) for n, p in backend.model.named_parameters() if p.requires_grad)
+
+
+def test_a_bf16_base_on_cpu_samples_and_trains_a_float32_adapter(tiny_cache):
+    """`[inference] dtype = "bf16"` on the CPU: the frozen base in bf16 (fast matmuls where the CPU has AMX),
+    the LoRA adapter and its AdamW moments in float32, sampling close to the trainer's own log-probs."""
+    settings = PolicySettings(finetune="lora", lora=LoraSettings(rank=4, alpha=32), top_p=TOP_P, dtype="bf16")
+    engine, backend, tok = build_shared_policy("builtin:tiny", settings, device="cpu", cache_dir=tiny_cache)
+    dtypes = {("lora_" in n, p.dtype) for n, p in backend.model.named_parameters()}
+    assert dtypes == {(False, torch.bfloat16), (True, torch.float32)}
+    before = {n: p.detach().clone() for n, p in backend.model.named_parameters() if p.requires_grad}
+    for _ in range(2):
+        batch = _batch(engine, tok)
+        result = backend.train_step(batch, lr=1e-2, weight_decay=0.0)
+        assert torch.isfinite(torch.tensor(result.loss))
+        assert result.metrics["policy/abs_kl"] < 2e-2  # bf16 logits: close to, not exactly, on-policy
+    after = dict(backend.model.named_parameters())
+    assert all(after[n].dtype == torch.float32 for n in before)
+    assert any(not torch.equal(after[n], before[n]) for n in before)

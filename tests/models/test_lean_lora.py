@@ -232,3 +232,38 @@ def test_target_matching_is_peft_s(targets, layers, pattern):
     config = _peft_config(targets, layers, pattern)
     for key in _KEYS:
         assert is_lora_target(key, targets, layers, pattern) == bool(check_target_module_exists(config, key)), key
+
+
+def test_a_half_base_runs_the_adapter_in_its_dtype_and_samples_the_adapter_training_last_changed():
+    """On a bf16 base the float32 adapter is cast to bf16 (not each activation to float32 and back); while
+    sampling the cast copies are reused until an in-place update (an optimizer step, a weight sync) changes
+    the adapter, and gradients still reach the float32 adapter."""
+    from torch import nn
+    from torch.nn import functional as F
+
+    from retrain_ray.models.lean_lora import LoraLinear
+
+    torch.manual_seed(0)
+    layer = LoraLinear(nn.Linear(6, 5, bias=False).to(torch.bfloat16), rank=2, scaling=2.0, dropout=0.0)
+    a, b = layer.lora_A["default"].weight, layer.lora_B["default"].weight
+    assert a.dtype == b.dtype == torch.float32
+    x = torch.randn(3, 6, dtype=torch.bfloat16)
+
+    def expected() -> torch.Tensor:
+        with torch.no_grad():
+            lora = F.linear(F.linear(x, a.to(torch.bfloat16)), b.to(torch.bfloat16))
+            return layer.base_layer(x).add_(lora, alpha=2.0)
+
+    with torch.no_grad():
+        b.normal_()
+    with torch.inference_mode():
+        first = layer(x)
+    assert torch.equal(first, expected())
+    with torch.no_grad():
+        a.add_(0.5)  # in place, as AdamW and install_weights change it
+    with torch.inference_mode():
+        second = layer(x)
+    assert torch.equal(second, expected()) and not torch.equal(second, first)
+    layer(x).float().sum().backward()
+    assert a.grad is not None and b.grad is not None
+    assert a.grad.dtype == b.grad.dtype == torch.float32 and bool(a.grad.abs().sum() > 0)
