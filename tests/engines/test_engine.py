@@ -171,3 +171,34 @@ def test_filtered_distribution_properties(logits, temperature, top_p):
     assert float(tempered[kept].sum()) >= min(top_p, 1.0) - 1e-5
     if kept.sum() > 1:
         assert float(tempered[kept].sum() - tempered[kept].min()) <= top_p + 1e-5
+
+
+@pytest.mark.parametrize("rows", [1, 3])
+def test_noise_drawn_ahead_gives_multinomials_tokens_and_generator_state(rows):
+    """The engine draws step t+1's noise on a helper thread while step t+1's forward runs
+    (engines/pytorch/noise.py): the tokens are `torch.multinomial`'s, and the generator ends where it would."""
+    from retrain_ray.engines.pytorch.noise import NoiseAhead
+
+    cpu = torch.device("cpu")
+    probs = torch.rand(rows, 50).pow(4)
+    ours, reference = torch.Generator().manual_seed(5), torch.Generator().manual_seed(5)
+    expected = [torch.multinomial(probs, 1, generator=reference).squeeze(1) for _ in range(4)]
+    noise, drawn = NoiseAhead(ours), []
+    for step in range(4):
+        drawn.append((probs / noise.take(rows, 50, cpu)).argmax(-1))
+        if step < 3:
+            noise.start(rows, 50, cpu)
+    assert all(torch.equal(a, b) for a, b in zip(drawn, expected, strict=True))
+    assert torch.equal(ours.get_state(), reference.get_state())
+
+
+def test_sampling_from_nan_logits_names_the_row_and_the_fix():
+    from retrain_ray.engines.pytorch.engine import check_distribution
+
+    probs = torch.rand(3, 10)
+    check_distribution(probs)
+    probs[1, 4] = float("nan")
+    with pytest.raises(RuntimeError, match=r"row 1's .* lower \[training\] lr"):
+        check_distribution(probs)
+    with pytest.raises(RuntimeError, match="row 0"):
+        check_distribution(torch.zeros(2, 10))

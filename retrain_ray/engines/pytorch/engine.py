@@ -7,7 +7,8 @@ of `generate()`, because it must know the exact tempered / top-p distribution ea
 (`retrain_ray.engines.pytorch.engine`, shared with the trainer). Rows stop at EOS (kept in the output,
 finish reason "stop") or at `max_tokens` ("length"); finished rows keep feeding pad tokens until every
 row is done. Sampling uses the engine's own seeded `torch.Generator` (`engine.generator`), so a run's
-sampling is reproducible and its state can be checkpointed.
+sampling is reproducible and its state can be checkpointed. Each token is `torch.multinomial`'s draw, bit for
+bit, with the noise of the next step drawn while its forward pass runs (engines/pytorch/noise.py).
 
 Departures from the original PyTorch engine: no exact-prefix KV cache across calls (the batch is
 decoded in one pass instead), and weights arrive as in-memory `WeightUpdate`s with strict name checks
@@ -43,6 +44,7 @@ from typing import cast
 
 import torch
 
+from retrain_ray.engines.pytorch.noise import NoiseAhead
 from retrain_ray.engines.types import SampleResult, SamplingParams, WeightsVersion, WeightUpdate
 from retrain_ray.engines.weights import ModeSwitch, install_update
 from retrain_ray.models import Tokenizer
@@ -155,6 +157,7 @@ class PyTorchEngine(WeightsVersion):
         eos_E = torch.tensor(self.eos_ids, device=self.device)
         position_N_L = (mask_N_L.cumsum(-1) - 1).clamp_min(0)
         past = None
+        noise = NoiseAhead(self.generator)
         for step in range(params.max_tokens):
             with autocast_for(self.device):
                 out = self.model(
@@ -162,26 +165,45 @@ class PyTorchEngine(WeightsVersion):
                     past_key_values=past, use_cache=True,
                 )
             past = out.past_key_values
-            token_N = self._sample_step(out.logits[:, -1, :], params, trace)
+            token_N = self._sample_step(out.logits[:, -1, :], params, trace, noise)
             trace.length_N += (~trace.done_N).long()
             hit_eos_N = torch.isin(token_N, eos_E) & ~trace.done_N
             trace.stopped_N |= hit_eos_N
             trace.done_N |= hit_eos_N
             if bool(trace.done_N.all()) or step + 1 == params.max_tokens:
                 break
+            rows, _, vocab = out.logits.shape
+            noise.start(rows, vocab, self.device)  # the next step's draw, while the next forward pass runs
             ids_N_L = token_N.masked_fill(trace.done_N, self.pad_token_id).unsqueeze(1)
             mask_N_L = torch.cat([mask_N_L, torch.ones_like(ids_N_L)], dim=1)
             position_N_L = position_N_L[:, -1:] + 1
         return trace.results(params.compute_entropy)
 
-    def _sample_step(self, logits_N_V: torch.Tensor, params: SamplingParams, trace: _Trace) -> torch.Tensor:
+    def _sample_step(self, logits_N_V: torch.Tensor, params: SamplingParams, trace: _Trace,
+                     noise: NoiseAhead) -> torch.Tensor:
         logp_N_V = filtered_logprobs(logits_N_V, params.temperature, params.top_p)
-        token_N = torch.multinomial(logp_N_V.exp(), 1, generator=self.generator).squeeze(1)
+        probs_N_V = logp_N_V.exp()
+        check_distribution(probs_N_V)
+        rows, vocab = probs_N_V.shape
+        token_N = (probs_N_V / noise.take(rows, vocab, self.device)).argmax(-1)  # torch.multinomial's draw
         trace.tokens.append(token_N)
         trace.logprobs.append(logp_N_V.gather(1, token_N[:, None]).squeeze(1).clamp_min(LOG_MIN_PROB))
         if params.compute_entropy:
             trace.entropies.append(entropy(logits_N_V, params.temperature))
         return token_N
+
+
+def check_distribution(probs_N_V: torch.Tensor) -> None:
+    """Refuse to draw from NaN, infinite or all-zero probabilities, as `torch.multinomial` does."""
+    total_N = probs_N_V.sum(-1)
+    bad = ~(torch.isfinite(total_N) & (total_N > 0))
+    if bool(bad.any()):
+        row = int(bad.nonzero()[0, 0])
+        raise RuntimeError(
+            f"sampling: row {row}'s next-token probabilities sum to {float(total_N[row])} (NaN, inf or 0): the "
+            "model's logits are not finite, usually weights that diverged; lower [training] lr or set "
+            "[optimizer] grad_clip_norm"
+        )
 
 
 def check_request(prompt_ids_P: list[list[int]], num_samples: int, params: SamplingParams) -> None:
