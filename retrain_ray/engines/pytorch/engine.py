@@ -289,8 +289,12 @@ LOG_MIN_PROB = math.log(MIN_PROB)
 
 
 def tempered_logprobs(logits_N_V: torch.Tensor, temperature: float) -> torch.Tensor:
-    """log softmax(logits / max(T, 1e-7)) in float32."""
-    return torch.log_softmax(logits_N_V.float() / max(float(temperature), MIN_TEMPERATURE), dim=-1)
+    """log softmax(logits / max(T, 1e-7)) in float32 (at T = 1 the division, an identity, is skipped: on a
+    training micro-batch it is a pass over every position's whole vocabulary, and another in the backward)."""
+    scaled_N_V = logits_N_V.float()
+    if temperature != 1.0:
+        scaled_N_V = scaled_N_V / max(float(temperature), MIN_TEMPERATURE)
+    return torch.log_softmax(scaled_N_V, dim=-1)
 
 
 def top_p_keep_mask(logprobs_N_V: torch.Tensor, top_p: float) -> torch.Tensor:
