@@ -111,7 +111,9 @@ def test_a_sampler_with_its_own_copy_samples_each_step_from_the_trainers_adapter
     initial = lora_of(own_copy.engine.model)
     try:
         with member_policy(cfg, trainer, "run-v", timeout_s=TIMEOUT_S, sampler=own_copy.engine) as policy:
-            assert policy.engine is own_copy.engine and policy.backend.export_weights().tensors  # tensors travel
+            update = policy.backend.export_weights()
+            assert policy.engine is own_copy.engine and update.version == 0 and update.tensors  # tensors travel,
+            assert all(".lora_" in n for n in update.tensors)  # the adapter's only: no base weight moves
             outcome = train_run(cfg, run_name="run-v", run_dir=tmp_path / "run", policy=policy)
             assert policy.backend.version == 2
     finally:
