@@ -139,6 +139,11 @@ class TrainerHost:
         with self.lock:
             return self.trainer.export_weights(run_id)
 
+    def export_adapter(self, run_id: str) -> WeightUpdate:
+        """The run's whole adapter at its version, for the campaign's shared vLLM engine (it loads adapters whole)."""
+        with self.lock:
+            return self.trainer.export_adapter(run_id)
+
     def figures(self) -> dict[str, float]:
         """Members, batched steps and decodes so far and their mean sizes in runs, sampling calls, the actor's pid."""
         sizes, decodes = self.coalescer.batch_sizes, self.coalescer.decode_sizes
@@ -183,6 +188,9 @@ class SharedTrainerActor:
 
     def export_weights(self, run_id: str) -> WeightUpdate:
         return self._host.export_weights(run_id)
+
+    def export_adapter(self, run_id: str) -> WeightUpdate:
+        return self._host.export_adapter(run_id)
 
     def figures(self) -> dict[str, float]:
         return self._host.figures()

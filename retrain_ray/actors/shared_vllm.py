@@ -25,6 +25,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 import ray
+import torch
 from ray.util.metrics import Gauge
 
 from retrain_ray.actors.throttle_support import ascii_tags
@@ -92,6 +93,15 @@ class SharedVLLMActor:
         """The adapter name the run's requests use now ("" before its first weight sync: the base model)."""
         request = self._core.client(run).lora_request
         return request.lora_name if request is not None else ""
+
+    def adapter_tensors(self, run: str) -> dict[str, torch.Tensor]:
+        """The LoRA tensors of the adapter version the run's requests use now, as vLLM loaded them from its folder
+        (empty before the run's first weight sync); what a test compares with the trainer's adapter."""
+        # deferred: safetensors loads only for this check
+        from safetensors.torch import load_file  # pyright: ignore[reportUnknownVariableType]
+
+        folder = self._core.client(run).folder
+        return load_file(str(folder / "adapter_model.safetensors")) if folder is not None else {}
 
     def seed_cursor(self, run: str) -> int:
         return self._core.client(run).calls

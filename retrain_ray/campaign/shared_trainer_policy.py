@@ -10,6 +10,13 @@ is a version bump, and the actor refuses to sample from any other version than t
 seeds come from the run's own generator (`generator`, seeded by `[training] seed`), which the run's checkpoints
 save and restore as any engine's, so a resumed run draws the same seeds.
 
+With the campaign's shared vLLM engine (`[inference] engine = "vllm-embedded"`, `shared = true`) the run samples
+there instead (`member_policy(..., sampler=SharedVLLMEngine(...))`, actors/shared_vllm.py), as a packed run does:
+that engine holds its own base copy, so the backend's weight sync carries the run's whole adapter from the trainer
+(`export_adapter`: LoRA tensors only, never a base weight), which the engine loads as the run's next adapter
+version. The run loop's sync (run/loop.py `sync_weights`) is unchanged: before sampling step k it loads the
+trainer's version after step k-1 and the engine refuses to sample from any other.
+
 `member_policy` joins the run to the trainer for the life of its trial (`add_run`; a resumed run then loads its
 checkpoint through `load_checkpoint`, as train_run does for any backend) and leaves it when the run ends,
 finished, failed or stopped (`remove_run`). Every call has the trial's timeout.
@@ -29,7 +36,7 @@ from ray.exceptions import RayError
 
 from retrain_ray.backends.local.options import CAPABILITIES
 from retrain_ray.backends.types import BackendCapabilities, Policy, TrainBatch, TrainStepResult
-from retrain_ray.engines.types import SampleResult, SamplingParams, WeightUpdate
+from retrain_ray.engines.types import SampleResult, SamplingEngine, SamplingParams, WeightUpdate
 from retrain_ray.shared_trainer import StepRequest
 
 if TYPE_CHECKING:
@@ -54,12 +61,14 @@ class TrainerCalls:
 
 
 class SharedTrainerBackend:
-    """`TrainBackend` of a member run: every update and checkpoint is the shared trainer's."""
+    """`TrainBackend` of a member run: every update and checkpoint is the shared trainer's. `sync_tensors`: the
+    run's sampler holds its own base copy (the shared vLLM engine), so a weight sync carries the run's adapter."""
 
     capabilities: BackendCapabilities = CAPABILITIES  # the local backend's files and exact resume
 
-    def __init__(self, calls: TrainerCalls) -> None:
+    def __init__(self, calls: TrainerCalls, *, sync_tensors: bool = False) -> None:
         self._calls = calls
+        self.sync_tensors = sync_tensors
 
     @property
     def version(self) -> int:
@@ -76,7 +85,10 @@ class SharedTrainerBackend:
                                   "false for this run")
 
     def export_weights(self) -> WeightUpdate:
-        """The version only: the run's sampler reads the trainer's own copy (no tensors travel)."""
+        """The run's whole adapter at its version for a sampler with its own copy; else the version only (the
+        sampler reads the trainer's copy: no tensors travel)."""
+        if self.sync_tensors:
+            return cast("WeightUpdate", self._calls.call("export_adapter"))
         return WeightUpdate(version=self.version)
 
     def save_checkpoint(self, directory: Path) -> None:
@@ -109,8 +121,10 @@ class SharedTrainerEngine:
 
 
 @contextmanager
-def member_policy(config: RetrainConfig, actor: object, run_id: str, *, timeout_s: float) -> Generator[Policy]:
-    """The run's policy over the shared trainer `actor`, the run a member while the block runs."""
+def member_policy(config: RetrainConfig, actor: object, run_id: str, *, timeout_s: float,
+                  sampler: SamplingEngine | None = None) -> Generator[Policy]:
+    """The run's policy over the shared trainer `actor`, the run a member while the block runs. It samples from
+    the trainer's copy, or with `sampler` (an engine holding its own base copy, fed the run's adapter)."""
     # deferred: loads the tokenizer's library and the local backend's settings, which the driver does not need
     from retrain_ray.backends.local.policy import settings_from_config
     from retrain_ray.models.light_tokenizer import LightTokenizer
@@ -121,9 +135,12 @@ def member_policy(config: RetrainConfig, actor: object, run_id: str, *, timeout_
     tokenizer = LightTokenizer.from_folder(resolve_model_path(config.model.model), padding_side="left")
     calls.call("add_run", settings)
     try:
-        engine = SharedTrainerEngine(calls, seed=settings.seed)
-        engine.load_weights(WeightUpdate(version=cast("int", calls.call("version"))))
-        yield Policy(engine, SharedTrainerBackend(calls), tokenizer)
+        if sampler is None:
+            sampler = SharedTrainerEngine(calls, seed=settings.seed)
+            sampler.load_weights(WeightUpdate(version=cast("int", calls.call("version"))))
+            yield Policy(sampler, SharedTrainerBackend(calls), tokenizer)
+        else:
+            yield Policy(sampler, SharedTrainerBackend(calls, sync_tensors=True), tokenizer)
     finally:
         _leave(calls)
 

@@ -334,7 +334,14 @@ def shared_trainer_policy(ctx: TrialContext, plan: RunPlan) -> Generator[Policy]
 
     node_id = ray.get_runtime_context().get_node_id()
     actor = trainer_for(ctx.control.shared_trainers, plan.run_name, node_id)
-    with member_policy(plan.config, actor, plan.run_name, timeout_s=ctx.timeout_s) as policy:
+    sampler = None
+    if ctx.control.engine is not None:  # the campaign's shared vLLM engine samples, fed from the trainer
+        # deferred: loads torch, which importing this module does not need
+        from retrain_ray.actors.shared_vllm import SharedVLLMEngine
+
+        sampler = SharedVLLMEngine(ctx.control.engine, plan.run_name, throttle=ctx.control.throttle_for(plan.run_name),
+                                   timeout_s=ctx.timeout_s)
+    with member_policy(plan.config, actor, plan.run_name, timeout_s=ctx.timeout_s, sampler=sampler) as policy:
         yield policy
 
 
@@ -348,7 +355,7 @@ def _record_placement(work_dir: Path, actors: SplitActors) -> None:
 
 @contextmanager
 def split_policy(ctx: TrialContext, plan: RunPlan) -> Generator[Policy | None]:
-    if ctx.control.shared_trainers:  # `[campaign] shared_trainer`: the run trains and samples on its node's trainer
+    if ctx.control.shared_trainers:  # `[campaign] shared_trainer`: the run trains on its node's trainer
         with shared_trainer_policy(ctx, plan) as policy:
             yield policy
         return

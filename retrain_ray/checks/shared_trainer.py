@@ -4,8 +4,10 @@ Two checks, each naming the reason and the fix:
 
 * `shared_trainer_issues(cfg)` (a rule of every config, checks/rules.py `RULES`): what one run must be to
   join a shared trainer: LoRA (full fine-tuning trains its own base), the local backend (a remote or plugin
-  backend trains elsewhere), the PyTorch engine (it samples from the trainer's copy), a built-in model (the
-  shared trainer wraps the lean Llama), LoRA dropout 0 (its random masks could not follow the solo run's), no
+  backend trains elsewhere), a sampler the trainer can feed (`sampler_of`: the PyTorch engine, which samples
+  from the trainer's copy, or on CPU the campaign's shared vLLM engine, `engine = "vllm-embedded"` with `shared =
+  true`, which takes each member's adapter from the trainer after every step), a built-in model (the shared
+  trainer wraps the lean Llama), LoRA dropout 0 (its random masks could not follow the solo run's), no
   supervised warm start (the shared trainer has RL steps only), one device (no split placement).
 * `member_problems(configs)` (the campaign plan, over every run of the matrix): what the members must share
   with each other: the base model (and revision), its dtype, the LoRA target modules and layers. Ranks and
@@ -23,6 +25,7 @@ from typing import TYPE_CHECKING
 
 from retrain_ray.backends.registry import backend_spec, lora_targets_of, resolved_options
 from retrain_ray.config.errors import ConfigIssue
+from retrain_ray.config.names import gpu_count
 from retrain_ray.models.context import lean_applies
 from retrain_ray.plugins.loader import is_dotted_path
 from retrain_ray.run.trainers.registry import trainer_spec
@@ -33,6 +36,9 @@ if TYPE_CHECKING:
 KEY = "campaign.shared_trainer"
 SAMPLER = "pytorch"
 """The engine that samples from the shared trainer's copy (the embedded default)."""
+VLLM_SAMPLER = "vllm-embedded"
+"""The engine whose campaign-wide instance (`[inference] shared = true`) samples for the members, synced from the
+trainer after every step (campaign/shared_trainer_policy.py)."""
 
 
 def shares(cfg: RetrainConfig) -> bool:
@@ -58,9 +64,7 @@ def _run_problems(cfg: RetrainConfig) -> list[tuple[str, str]]:
         where = "a plugin backend" if spec.is_plugin else "a remote backend"
         problems.append((f"[backend] backend = {cfg.backend.backend!r} is {where}: it trains elsewhere, not on the "
                          "shared copy", f'set [backend] backend = "local", {alone}'))
-    if cfg.inference.engine != SAMPLER or is_dotted_path(cfg.inference.engine):
-        problems.append((f"[inference] engine = {cfg.inference.engine!r}: the shared trainer's runs sample from its "
-                         "copy with the PyTorch engine", f'set [inference] engine = "pytorch", {alone}'))
+    problems += _sampler_problems(cfg, alone)
     options = cfg.backend.options
     if not lean_applies(cfg.model.model, trust_remote_code=bool(options.get("trust_remote_code")),
                         model_impl=str(options.get("model_impl", "auto"))):
@@ -85,10 +89,31 @@ def _step_problems(cfg: RetrainConfig, alone: str) -> list[tuple[str, str]]:
     if "," in cfg.backend.devices:
         problems.append((f"[backend] devices = {cfg.backend.devices!r}: a shared trainer's member holds no device "
                          "of its own (no split placement)", f'set [backend] devices = "cpu" or "gpu:0", {alone}'))
-    if cfg.inference.shared:
-        problems.append(("[inference] shared = true: the shared trainer samples from its own copy, not from the "
-                         "shared vLLM engine", f"set [inference] shared = false, {alone}"))
     return problems
+
+
+def samples_with_vllm(cfg: RetrainConfig) -> bool:
+    """Whether the members sample from the campaign's shared vLLM engine (else from the trainer's own copy)."""
+    return cfg.inference.engine == VLLM_SAMPLER and cfg.inference.shared
+
+
+def _sampler_problems(cfg: RetrainConfig, alone: str) -> list[tuple[str, str]]:
+    engine = cfg.inference.engine
+    if is_dotted_path(engine) or engine not in (SAMPLER, VLLM_SAMPLER):
+        return [(f"[inference] engine = {engine!r}: a shared trainer's runs sample from its copy with the PyTorch "
+                 "engine, or from the campaign's shared vLLM engine",
+                 f'set [inference] engine = "pytorch", or "vllm-embedded" with shared = true, {alone}')]
+    if engine == SAMPLER:
+        return []
+    if not cfg.inference.shared:
+        return [(f"[inference] engine = {engine!r} with shared = false: a member's trial holds no model, and a vLLM "
+                 "engine of its own would hold a second base copy; the shared trainer feeds the campaign's one "
+                 "shared vLLM engine only", f'set [inference] shared = true, or engine = "pytorch", {alone}')]
+    if gpu_count(cfg.backend.devices) > 0:
+        return [(f"[inference] engine = {engine!r} on [backend] devices = {cfg.backend.devices!r}: a shared trainer "
+                 "takes each GPU whole, leaving no share of it to the shared vLLM engine (the two on one card are not "
+                 "planned yet)", f'set [backend] devices = "cpu", or engine = "pytorch" on GPUs, {alone}')]
+    return []
 
 
 def member_problems(configs: Mapping[str, RetrainConfig]) -> list[str]:

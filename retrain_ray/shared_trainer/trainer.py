@@ -188,6 +188,11 @@ class SharedTrainer:
         return WeightUpdate(version=adapter.version,
                             tensors={n: p.detach().to("cpu", copy=True) for n, p in adapter.trainable().items()})
 
+    def export_adapter(self, run_id: str) -> WeightUpdate:
+        """The run's whole adapter (frozen A too), CPU copies by its solo model's names, at its version: the
+        weight sync of an engine that holds its own base copy and loads adapters whole (the shared vLLM engine)."""
+        return WeightUpdate(version=self.version(run_id), tensors=self.adapter_tensors(run_id))
+
     def adapter_tensors(self, run_id: str) -> dict[str, torch.Tensor]:
         """Every LoRA weight of the run (frozen A too) by its solo model's parameter name, CPU copies."""
         return {n: p.detach().to("cpu", copy=True) for n, p in self._member(run_id).named.items()}

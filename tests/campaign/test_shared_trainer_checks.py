@@ -39,7 +39,7 @@ def test_a_lora_campaign_of_one_builtin_model_is_accepted(tmp_path):
     ({"model": {"finetune": "full"}}, "only LoRA runs share", 'finetune = "lora"'),
     ({"backend": {"backend": "tinker"}}, "a remote backend", 'backend = "local"'),
     ({"lora": {"dropout": 0.1}}, "random masks", "dropout = 0"),
-    ({"inference": {"engine": "vllm-embedded"}}, "PyTorch engine", 'engine = "pytorch"'),
+    ({"inference": {"engine": "vllm-embedded"}}, "with shared = false", 'engine = "pytorch"'),
     ({"training": {"sft_warmup_steps": 5}}, "RL steps only", "sft_warmup_steps = 0"),
     ({"backend": {"options": {"model_impl": "transformers"}}}, "the lean path loads", "use such a model"),
 ])

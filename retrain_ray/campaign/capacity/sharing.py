@@ -8,7 +8,8 @@ at once (so `max_concurrent / runs_per_gpu` GPUs). One trainer's memory, in byte
     base copy    = parameters x width (4: float32 for dtype "auto", else 2)
     members      = K x trainable x 16 (each run's LoRA weights, gradients and AdamW's two moments)
     activations  = K x the larger of
-                     sampling: KV bytes per token x max_tokens x rows per step
+                     sampling: KV bytes per token x max_tokens x rows per step (none when the campaign's shared
+                               vLLM engine samples: its memory is its own, packing.py)
                      training: activation elements per token (models/context.py) x width x 2 max_tokens (a
                                prompt as long as the completion assumed) x rows per forward (micro_batch_size,
                                else rows per step / gradient_accumulation_steps)
@@ -34,6 +35,7 @@ from retrain_ray.campaign.capacity.packing import (
     kv_allowance_gib,
     shapes_of,
 )
+from retrain_ray.checks.shared_trainer import samples_with_vllm
 
 if TYPE_CHECKING:
     from retrain_ray.config.campaign_schema import CampaignSection
@@ -73,12 +75,16 @@ class SharingPlan:
     gpu: bool
     card_gib: float
     memory: TrainerMemory | None  # None: the model's config.json is not on this machine
+    vllm: bool = False  # the campaign's shared vLLM engine samples (else the trainer, from its own copy)
 
     def describe(self) -> list[str]:
         """The lines `retrain-ray explain` prints."""
         where = (f"{self.trainers} GPU{'s' if self.trainers != 1 else ''}: per GPU one trainer" if self.gpu else
                  "CPU: per node one trainer")
-        lines = [f"shared trainer: {self.runs} LoRA runs on {where} (it trains and samples), {self.members} runs "
+        role = ("it trains; the campaign's shared vLLM engine samples, each run under its own adapter, synced "
+                "from the trainer after every step" if self.vllm else "it trains and samples, with the PyTorch "
+                "engine on its own copy")
+        lines = [f"shared trainer: {self.runs} LoRA runs on {where} ({role}), {self.members} runs "
                  "at once each; the runs' trials hold no model"]
         m = self.memory
         if m is None:
@@ -105,6 +111,7 @@ class SharingPlan:
     def to_json(self) -> dict[str, object]:
         m = self.memory
         return {"runs": self.runs, "members_per_trainer": self.members, "gpus": self.trainers if self.gpu else 0,
+                "sampler": "vllm-embedded (shared)" if self.vllm else "pytorch (the trainer's copy)",
                 "per_trainer_gib": round(m.total_gib, 3) if m is not None else None, "card_gib": self.card_gib}
 
 
@@ -116,16 +123,18 @@ def training_activations_gib(training: TrainingSection, shapes: ModelShapes, wid
     return tokens * shapes.activation_elements_per_token * width / GIB
 
 
-def trainer_memory(cfg: RetrainConfig, members: int, *, gpu: bool) -> TrainerMemory | None:
-    """The estimate of the module docstring for one trainer of `cfg`'s model serving `members` runs at once."""
+def trainer_memory(cfg: RetrainConfig, members: int, *, gpu: bool, samples: bool = True) -> TrainerMemory | None:
+    """The estimate of the module docstring for one trainer of `cfg`'s model serving `members` runs at once
+    (`samples`: it samples from its copy too)."""
     shapes = shapes_of(cfg.backend, cfg.model)
     if shapes is None:
         return None
     width = 4 if cfg.inference.dtype in ("auto", "float32") else 2
+    sampling_gib = kv_allowance_gib(cfg.training, shapes) if samples else 0.0
     return TrainerMemory(model=cfg.model.model, parameters=shapes.parameters,
                          base_gib=shapes.parameters * width / GIB,
                          members_gib=members * shapes.trainable * OPTIMIZER_BYTES / GIB,
-                         activations_gib=members * max(kv_allowance_gib(cfg.training, shapes),
+                         activations_gib=members * max(sampling_gib,
                                                        training_activations_gib(cfg.training, shapes, width)),
                          context_gib=CUDA_CONTEXT_GIB if gpu else 0.0)
 
@@ -136,6 +145,7 @@ def plan_sharing(configs: Sequence[RetrainConfig], campaign: CampaignSection, co
     gpu = first.backend.devices.strip().lower().startswith("gpu")
     concurrent = max(1, min(concurrent, len(configs)))
     members = min(concurrent, campaign.runs_per_gpu) if gpu else concurrent
+    vllm = samples_with_vllm(first)
     return SharingPlan(runs=len(configs), members=members, trainers=math.ceil(concurrent / members) if gpu else 0,
                        gpu=gpu, card_gib=float(campaign.gpu_memory_gib),
-                       memory=trainer_memory(first, members, gpu=gpu))
+                       memory=trainer_memory(first, members, gpu=gpu, samples=not vllm), vllm=vllm)
