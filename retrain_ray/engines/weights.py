@@ -27,8 +27,14 @@ def trainable_parameters(model: torch.nn.Module) -> dict[str, torch.nn.Parameter
     return {name: p for name, p in model.named_parameters() if p.requires_grad}
 
 
+def synced_parameters(model: torch.nn.Module) -> dict[str, torch.nn.Parameter]:
+    """What a weight sync carries: the trainable parameters, and a LoRA adapter's frozen matrices too
+    (`lora_freeze_a`): an engine holding its own copy, vLLM's above all, loads adapters whole."""
+    return {name: p for name, p in model.named_parameters() if p.requires_grad or ".lora_" in name}
+
+
 def _name_error(kind: str, names: list[str], model: torch.nn.Module) -> KeyError:
-    expected = sorted(trainable_parameters(model))[:3]
+    expected = sorted(synced_parameters(model))[:3]
     return KeyError(
         f"weight update has {len(names)} {kind} parameter name(s), e.g. {sorted(names)[:3]}; this model "
         f"expects e.g. {expected}: trainer and sampler must be built with the same finetune mode and LoRA "
@@ -37,8 +43,8 @@ def _name_error(kind: str, names: list[str], model: torch.nn.Module) -> KeyError
 
 
 def install_weights(model: torch.nn.Module, tensors: dict[str, torch.Tensor]) -> None:
-    """Copies `tensors` into the model's trainable parameters in place (after checking all of them)."""
-    params = trainable_parameters(model)
+    """Copies `tensors` into the model's synced parameters in place (after checking all of them)."""
+    params = synced_parameters(model)
     unknown = [n for n in tensors if n not in params]
     missing = [n for n in params if n not in tensors]
     if unknown:
@@ -64,8 +70,9 @@ def install_update(model: torch.nn.Module, update: WeightUpdate) -> int:
 
 
 def export_trainable(model: torch.nn.Module) -> dict[str, torch.Tensor]:
-    """CPU copies of the trainable parameters, keyed as `install_weights` expects."""
-    return {name: p.detach().to("cpu", copy=True) for name, p in trainable_parameters(model).items()}
+    """CPU copies of the synced parameters (the trainable ones and any frozen LoRA matrix), keyed as
+    `install_weights` expects."""
+    return {name: p.detach().to("cpu", copy=True) for name, p in synced_parameters(model).items()}
 
 
 def _plain_train(module: torch.nn.Module) -> bool:

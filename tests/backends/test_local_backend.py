@@ -219,3 +219,27 @@ def test_a_bf16_base_on_cpu_samples_and_trains_a_float32_adapter(tiny_cache):
     after = dict(backend.model.named_parameters())
     assert all(after[n].dtype == torch.float32 for n in before)
     assert any(not torch.equal(after[n], before[n]) for n in before)
+
+
+def test_a_frozen_a_travels_with_the_weight_sync(tiny_cache, tmp_path):
+    """`lora_freeze_a`: the sync carries the frozen A matrices too, so an engine holding its own copy (vLLM
+    writes the update as a PEFT adapter folder) gets the whole adapter, not B alone."""
+    from safetensors.torch import load_file
+
+    from retrain_ray.engines.vllm.reload import write_peft_adapter
+
+    settings = PolicySettings(finetune="lora", lora=LoraSettings(rank=4, alpha=32, freeze_a=True), top_p=TOP_P)
+    engine, backend, tok = build_shared_policy("builtin:tiny", settings, device="cpu", cache_dir=tiny_cache)
+    backend.shares_model_with_engine = False
+    backend.train_step(_batch(engine, tok), lr=5e-2, weight_decay=0.0)
+    update = backend.export_weights()
+    a_names = {n.replace(".lora_A.", ".") for n in update.tensors if ".lora_A." in n}
+    assert a_names and a_names == {n.replace(".lora_B.", ".") for n in update.tensors if ".lora_B." in n}
+    split, _ = build_split_engine("builtin:tiny", settings, device="cpu", cache_dir=tiny_cache)
+    split.load_weights(update)
+    for name, param in split.model.named_parameters():
+        if ".lora_" in name:
+            assert torch.equal(param, update.tensors[name])
+    write_peft_adapter(tmp_path / "adapter", settings.lora, update.tensors)
+    written = load_file(str(tmp_path / "adapter" / "adapter_model.safetensors"))
+    assert sum(".lora_A." in n for n in written) == sum(".lora_B." in n for n in written) == len(a_names)
