@@ -9,12 +9,14 @@ user runs it.
 
 Figures per variant: wall time (process start to exit), peak RSS summed over the campaign's process tree
 (the driver, Ray's own processes, every trial worker and the trainer actor; sampled every 0.5 s with psutil),
+and its peak PSS (each shared page divided among the processes mapping it: RSS counts torch's libraries once
+per process, PSS once in all),
 and the mean reward of the last `--last` steps of each run: the mean over the runs and their spread (sample
 standard deviation over the runs, the seeds' spread), with the ratios shared / unshared. The machine's load
 average is printed with the figures.
 
 Run: `.venv/bin/python benchmarks/shared_trainer_campaign.py [--max-steps 160] [--last 20] [--reward match|lt]
-[--json]`.
+[--max-workers N] [--json]`.
 """
 
 from __future__ import annotations
@@ -44,7 +46,8 @@ campaign, so no step trains), or `lt` (`operator.lt(completion, answer)`: a stri
 groups from the first step, so every step trains and the reward has a learning curve to compare)."""
 
 
-def variant_toml(path: Path, *, shared: bool, max_steps: int, rank: int, reward: str = "match") -> Path:
+def variant_toml(path: Path, *, shared: bool, max_steps: int, rank: int, reward: str = "match",
+                 max_workers: int = 0) -> Path:
     """The smoke campaign as a LoRA campaign without the warm start, with or without the shared trainer."""
     from retrain_ray.config.load import dumps
 
@@ -52,6 +55,8 @@ def variant_toml(path: Path, *, shared: bool, max_steps: int, rank: int, reward:
     data["model"].update(finetune="lora", lora_rank=rank)
     data["training"]["sft_warmup_steps"] = 0
     data["campaign"].update(max_steps=max_steps, shared_trainer=shared)
+    if max_workers:
+        data["campaign"]["max_workers"] = max_workers
     data["reward"] = dict(REWARDS[reward])
     data["logging"]["log_dir"] = str(path.parent / "logs")
     data["backend"]["adapter_path"] = str(path.parent / "adapter")
@@ -64,6 +69,7 @@ class TreeMemory:
 
     def __init__(self, pid: int, period_s: float = 0.5) -> None:
         self.root, self.period_s, self.peak_mb, self.peak_processes = psutil.Process(pid), period_s, 0.0, 0
+        self.peak_pss_mb = 0.0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._watch, daemon=True)
         self._thread.start()
@@ -73,14 +79,17 @@ class TreeMemory:
             tree = [self.root, *self.root.children(recursive=True)]
         except psutil.NoSuchProcess:
             return
-        total = 0
+        total = pss = 0
         for proc in tree:
             try:
-                total += proc.memory_info().rss
+                info = proc.memory_full_info()
             except (psutil.NoSuchProcess, psutil.AccessDenied):
                 continue
+            total += info.rss
+            pss += getattr(info, "pss", info.rss)
         if total / 2**20 > self.peak_mb:
             self.peak_mb, self.peak_processes = total / 2**20, len(tree)
+        self.peak_pss_mb = max(self.peak_pss_mb, pss / 2**20)
 
     def _watch(self) -> None:
         while not self._stop.is_set():
@@ -107,7 +116,8 @@ def run_campaign(toml: Path, root: Path, timeout_s: float) -> dict[str, float]:
     wall = time.time() - start
     if code != 0:
         raise RuntimeError(f"campaign {toml} failed ({code}); see {log}:\n{log.read_text()[-3000:]}")
-    return {"wall_s": wall, "peak_rss_mb": memory.peak_mb, "processes_at_peak": memory.peak_processes}
+    return {"wall_s": wall, "peak_rss_mb": memory.peak_mb, "peak_pss_mb": memory.peak_pss_mb,
+            "processes_at_peak": memory.peak_processes}
 
 
 def last_rewards(campaign_dir: Path, last: int) -> list[float]:
@@ -126,7 +136,7 @@ def measure(variant: str, workdir: Path, args: argparse.Namespace) -> dict[str, 
     root = workdir / variant
     root.mkdir(parents=True)
     toml = variant_toml(root / "campaign.toml", shared=variant == "shared", max_steps=args.max_steps,
-                        rank=args.lora_rank, reward=args.reward)
+                        rank=args.lora_rank, reward=args.reward, max_workers=args.max_workers)
     figures: dict[str, object] = dict(run_campaign(toml, root, args.timeout_s))
     rewards = last_rewards(root / "smoke", args.last)
     figures.update(runs=len(rewards), reward_mean=statistics.mean(rewards),
@@ -136,19 +146,21 @@ def measure(variant: str, workdir: Path, args: argparse.Namespace) -> dict[str, 
 
 
 def report(out: dict[str, dict[str, object]], args: argparse.Namespace) -> None:
-    print(f"10-run smoke campaign, LoRA rank {args.lora_rank}, {args.max_steps} steps, no warm start, reward "
+    print(f"10-run smoke campaign, LoRA rank {args.lora_rank}, {args.max_steps} steps, max_workers "
+          f"{args.max_workers or 'as the smoke'}, no warm start, reward "
           f"{args.reward}; mean reward "
           f"of each run's last {args.last} steps")
     for variant, f in out.items():
         load = "/".join(f"{x:.1f}" for x in f["load"])  # type: ignore[union-attr]
         print(f"  {variant:9s} wall {f['wall_s']:7.1f} s  peak RSS {f['peak_rss_mb']:7.0f} MB "
-              f"({f['processes_at_peak']} processes)  reward {f['reward_mean']:.3f} +- {f['reward_spread']:.3f} "
+              f"({f['processes_at_peak']} processes; PSS {f['peak_pss_mb']:.0f} MB)  reward {f['reward_mean']:.3f} +- {f['reward_spread']:.3f} "
               f"(over {f['runs']} runs)  load after {load}")
     s, u = out["shared"], out["unshared"]
     gap = abs(float(s["reward_mean"]) - float(u["reward_mean"]))  # type: ignore[arg-type]
     spread = max(float(s["reward_spread"]), float(u["reward_spread"]))  # type: ignore[arg-type]
     print(f"  shared / unshared: wall x{float(s['wall_s']) / float(u['wall_s']):.2f}, "  # type: ignore[arg-type]
-          f"peak RSS x{float(s['peak_rss_mb']) / float(u['peak_rss_mb']):.2f}; reward gap {gap:.3f} "  # type: ignore[arg-type]
+          f"peak RSS x{float(s['peak_rss_mb']) / float(u['peak_rss_mb']):.2f}, "  # type: ignore[arg-type]
+          f"PSS x{float(s['peak_pss_mb']) / float(u['peak_pss_mb']):.2f}; reward gap {gap:.3f} "  # type: ignore[arg-type]
           f"{'within' if gap <= spread else 'outside'} the seeds' spread ({spread:.3f})")
 
 
@@ -157,6 +169,9 @@ def main() -> None:
     parser.add_argument("--max-steps", type=int, default=160)
     parser.add_argument("--last", type=int, default=20)
     parser.add_argument("--lora-rank", type=int, default=8)
+    parser.add_argument("--max-workers", type=int, default=0,
+                        help="[campaign] max_workers of both variants (0: the smoke's 2). Members of a shared "
+                             "trainer reserve a quarter CPU and hold no model, so more of them run at once")
     parser.add_argument("--reward", choices=sorted(REWARDS), default="match")
     parser.add_argument("--timeout-s", type=float, default=3600.0)
     parser.add_argument("--keep", type=Path, default=None, help="keep the campaigns under this folder")
