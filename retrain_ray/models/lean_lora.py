@@ -112,7 +112,9 @@ class LoraLinear(nn.Module):
         are kept until training changes the adapter, and the sum is added in place."""
         if torch.is_inference_mode_enabled():
             a, b = self._half_adapter(x.dtype)
-            return result.add_(F.linear(F.linear(x, a), b), alpha=self.scaling)
+            flat = result.view(-1, result.shape[-1])  # the base layer's fresh, contiguous output
+            flat.addmm_(F.linear(x, a).view(-1, a.shape[0]), b.t(), alpha=self.scaling)
+            return result
         a, b = _weight(self.lora_A).to(x.dtype), _weight(self.lora_B).to(x.dtype)
         if self.has_dropout:
             x = self.lora_dropout[ADAPTER](x)

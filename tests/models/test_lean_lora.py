@@ -251,8 +251,8 @@ def test_a_half_base_runs_the_adapter_in_its_dtype_and_samples_the_adapter_train
 
     def expected() -> torch.Tensor:
         with torch.no_grad():
-            lora = F.linear(F.linear(x, a.to(torch.bfloat16)), b.to(torch.bfloat16))
-            return layer.base_layer(x).add_(lora, alpha=2.0)
+            hidden = F.linear(x, a.to(torch.bfloat16))
+            return layer.base_layer(x).addmm_(hidden, b.to(torch.bfloat16).t(), alpha=2.0)
 
     with torch.no_grad():
         b.normal_()
