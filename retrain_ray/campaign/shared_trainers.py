@@ -100,7 +100,8 @@ def start_shared_trainers(plan: CampaignPlan, *, namespace: str, backpressure: b
 
 def trainer_for(trainers: Mapping[str, Sequence[object]], run_name: str, node_id: str) -> object:
     """The shared trainer of a run on `node_id`: one of that node's, picked by the run's name."""
-    return trainers[node_id][trainer_slot(trainers, run_name, node_id)]
+    slot = trainer_slot(trainers, run_name, node_id)  # first: it says what to do when the node has none
+    return trainers[node_id][slot]
 
 
 def trainer_slot(trainers: Mapping[str, Sequence[object]], run_name: str, node_id: str) -> int:
