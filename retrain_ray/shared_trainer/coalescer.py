@@ -6,15 +6,15 @@ until it is done. A call's request waits in its kind's `pending` until every mem
 there, or until `window_s` has passed since the first of them arrived; the caller that finds either true
 takes all pending requests of that kind and runs one `SharedTrainer.train_step` or `SharedTrainer.generate`
 over them. One batch runs at a time, of either kind (they share the model and its routing); requests
-arriving meanwhile wait for the next.
+arriving meanwhile wait for the next. Each caller gets its own result, or its own error raised (a
+non-finite gradient, a malformed sampling request, or what broke the whole batch). A member that joins or
+leaves wakes the waiters, so a batch waiting on a member that has left goes at once.
 
 Capacity (the pooled back pressure's, `resize`): a batched step takes at most `capacity` members, the
 earliest arrived first; it closes as soon as that many are pending (or everyone, or the window has passed).
 The others stay pending, in arrival order, for the next batch, which goes as soon as this one is done (their
 window has passed). A capacity below 1 is clamped to 1; `None` (the default) puts no limit. Sampling calls are
-not limited: the capacity steers the batched step only. Each caller gets its own result, or its own error raised (a
-non-finite gradient, a malformed sampling request, or what broke the whole batch). A member that joins or
-leaves wakes the waiters, so a batch waiting on a member that has left goes at once.
+not limited: the capacity steers the batched step only.
 """
 
 from __future__ import annotations
