@@ -187,8 +187,9 @@ class RemoteAdvisor:
     """BackPressureAdvisor over the campaign actor. Picklable (holds only the handle and names).
 
     `trains_at_resource`: the shared resource serves the run's training step (a shared trainer), not its
-    sampling (an endpoint): the time the step spent there is its `train_time_s`, sent as the observation's
-    `sample_time_s` (the pooled fit's "time at the resource", backpressure/pooled.py)."""
+    sampling (an endpoint): the time the step spent there is its `train_time_s` (less its wait for the batched
+    step, run/loop.py), sent as the observation's `sample_time_s` (the pooled fit's "time at the resource",
+    backpressure/pooled.py)."""
 
     def __init__(self, actor_handle: Any, run_id: str, resource: str = "", timeout_s: float = 30.0, *,
                  trains_at_resource: bool = False) -> None:

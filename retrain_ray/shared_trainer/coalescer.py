@@ -14,7 +14,9 @@ Capacity (the pooled back pressure's, `resize`): a batched step takes at most `c
 earliest arrived first; it closes as soon as that many are pending (or everyone, or the window has passed).
 The others stay pending, in arrival order, for the next batch, which goes as soon as this one is done (their
 window has passed). A capacity below 1 is clamped to 1; `None` (the default) puts no limit. Sampling calls are
-not limited: the capacity steers the batched step only.
+not limited: the capacity steers the batched step only. Each member's step result carries `shared_wait_s`, the
+time its request waited for its batch to start: the run's back pressure counts only the rest as time at the
+trainer (as a throttle's grant wait is not time at its endpoint).
 """
 
 from __future__ import annotations
@@ -35,6 +37,8 @@ from retrain_ray.shared_trainer.types import SampleRequest, StepRequest
 Request = TypeVar("Request")
 Outcome = TypeVar("Outcome")
 Samples = list[list[SampleResult]]
+WAIT_METRIC = "shared_wait_s"
+"""A step result's metric: the seconds the member's request waited for its batched step to start."""
 
 
 @dataclass
@@ -48,6 +52,8 @@ class _Queue(Generic[Request, Outcome]):
     sizes: list[int] = field(default_factory=lambda: list[int]())
     capacity: int | None = None
     """The most requests one batch takes (None: all pending)."""
+    waits: dict[str, float] = field(default_factory=lambda: {})
+    """How long each request of the running batch waited for it to start."""
 
     def next_batch(self) -> list[str]:
         """The runs the next batch takes: the earliest arrived, up to the capacity."""
@@ -153,8 +159,8 @@ class CoalescingTrainer:
         while run_id not in queue.results:
             if self._ready(queue, run_id):
                 batch = {r: queue.pending.pop(r) for r in queue.next_batch()}
-                for r in batch:
-                    queue.arrived.pop(r, None)
+                now = time.monotonic()
+                queue.waits = {r: now - queue.arrived.pop(r, now) for r in batch}
                 self._running = True
                 return batch
             remaining = give_up - time.monotonic()
@@ -178,7 +184,10 @@ class CoalescingTrainer:
 
     def _train_batch(self, batch: dict[str, StepRequest]) -> dict[str, TrainStepResult | BaseException]:
         out = self.trainer.train_step(batch)
-        return {**out.results, **out.errors}
+        waits = self._train.waits  # one batch runs at a time: these are this batch's
+        results = {r: TrainStepResult(result.loss, {**result.metrics, WAIT_METRIC: waits.get(r, 0.0)})
+                   for r, result in out.results.items()}
+        return {**results, **out.errors}
 
     def _sample_batch(self, batch: dict[str, SampleRequest]) -> dict[str, Samples | BaseException]:
         members = set(self.trainer.members)

@@ -90,3 +90,15 @@ def test_the_adapter_does_not_depend_on_the_batch_it_went_in(shared):
         assert max(float((mine[k] - theirs[k]).abs().max()) for k in mine) < 1e-5
         start = untrained.trainer.export_weights(name).tensors
         assert max(float((mine[k] - start[k]).abs().max()) for k in mine) > 1e-4  # trained, not two fresh adapters
+
+
+def test_a_step_result_says_how_long_it_waited_for_its_batch(shared):
+    front = _front(shared, window_s=0.5)  # a alone: its batch starts when the window ends
+
+    def wait_of(name: str) -> float:
+        batch = credited_batch(len(name), vocab=VOCAB)
+        return front.train_step(name, StepRequest(batch, lr=1e-3), timeout_s=120).metrics["shared_wait_s"]
+
+    assert 0.5 <= wait_of("a") < 5.0
+    front.resize(1)  # now a batch of one is full: it starts at once
+    assert 0.0 <= wait_of("a") < 0.5
