@@ -4,7 +4,8 @@ A thin async wrapper: per run it hosts a `LocalAdvisor` (USL controller with the
 and the trainer's application rules, so the returned Decision's `recommended_batch_size` is the batch
 size for the run's next step); per shared resource a `PooledController` (see backpressure/pooled.py).
 When a throttle actor is registered for a resource, every change of the pooled capacity is pushed to
-it with `throttle.resize.remote(capacity)` (pooled mode only). Every observation and its decision go
+it with `throttle.resize.remote(capacity)` (pooled mode only). A shared trainer (actors/shared_trainer.py)
+registers itself the same way, its resource named after it: its capacity is the most members per batched step. Every observation and its decision go
 to `backpressure.arrows` (Arrow IPC stream, flushed per row), and `ray.util.metrics` gauges export
 p*, sigma, kappa, throughput and utilization per run and per pool.
 
@@ -93,14 +94,18 @@ class BackPressureActor:
             record_restart(Path(log_path), "back-pressure")  # the campaign directory
 
     def _throttle(self, resource: str) -> Any:
-        """The throttle registered for `resource`; after a restart, found again by its name."""
+        """The throttle registered for `resource`; after a restart, found again by its name (an endpoint's
+        throttle actor, or a shared trainer, whose resource is its own actor name)."""
         if resource not in self._throttles and self._restarted:
-            try:
-                namespace = ray.get_runtime_context().namespace
-                self._throttles[resource] = ray.get_actor(throttle_name(self._campaign, resource), namespace=namespace)
-            except ValueError:  # no throttle for this resource
-                self._throttles[resource] = None
+            self._throttles[resource] = self._find(throttle_name(self._campaign, resource)) or self._find(resource)
         return self._throttles.get(resource)
+
+    @staticmethod
+    def _find(name: str) -> Any:
+        try:
+            return ray.get_actor(name, namespace=ray.get_runtime_context().namespace)
+        except ValueError:  # no such actor
+            return None
 
     def _advisor(self, run_id: str) -> LocalAdvisor:
         if run_id not in self._runs:
@@ -179,11 +184,18 @@ def start_backpressure_actor(campaign: str, namespace: str, settings: BackPressu
 
 
 class RemoteAdvisor:
-    """BackPressureAdvisor over the campaign actor. Picklable (holds only the handle and names)."""
+    """BackPressureAdvisor over the campaign actor. Picklable (holds only the handle and names).
 
-    def __init__(self, actor_handle: Any, run_id: str, resource: str = "", timeout_s: float = 30.0) -> None:
+    `trains_at_resource`: the shared resource serves the run's training step (a shared trainer), not its
+    sampling (an endpoint): the time the step spent there is its `train_time_s` (less its wait for the batched
+    step, run/loop.py), sent as the observation's `sample_time_s` (the pooled fit's "time at the resource",
+    backpressure/pooled.py)."""
+
+    def __init__(self, actor_handle: Any, run_id: str, resource: str = "", timeout_s: float = 30.0, *,
+                 trains_at_resource: bool = False) -> None:
         self.actor, self.run_id, self.resource = actor_handle, run_id, resource
         self.timeout_s = float(timeout_s)
+        self.trains_at_resource = trains_at_resource
 
     def _get(self, ref: Any) -> Any:
         return ray.get(ref, timeout=self.timeout_s)
@@ -199,6 +211,8 @@ class RemoteAdvisor:
     def advise(self, obs: StepObservation) -> Decision:
         if obs.run_id != self.run_id or obs.resource != self.resource:
             obs = dataclasses.replace(obs, run_id=self.run_id, resource=self.resource)
+        if self.trains_at_resource:
+            obs = dataclasses.replace(obs, sample_time_s=obs.train_time_s)
         try:
             return self._get(self.actor.observe.remote(obs))
         except ray.exceptions.GetTimeoutError:

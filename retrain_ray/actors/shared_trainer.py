@@ -12,6 +12,12 @@ Sampling: the members' concurrent `generate` calls are coalesced like their step
 one batched decode from the trainer's copy, each row under its own run's adapter and drawn from its own generator,
 seeded per call by the run (shared_trainer/sampling.py).
 
+Back pressure (`[backpressure] enabled` with `pooled`): the trainer is a shared resource like an endpoint. It
+registers itself with the campaign's back-pressure actor as the "throttle" of the resource named after it (its
+actor name), its members report their steps under that resource, and the pooled fit's capacity comes back through
+`resize(capacity)`: the most members one batched step takes (coalescer.py). A restarted trainer registers again
+and gets the capacity in force.
+
 Killed, Ray restarts it (`max_restarts`): it comes back empty, notes the restart in the campaign's
 `control_restarts.jsonl` (actors/restarts.py), and each member's next call fails ("not a member"), so Tune
 retries the run from its last checkpoint like any failed run (counted in the manifest), and the retried trial
@@ -20,12 +26,13 @@ joins again and loads that checkpoint into the trainer.
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import cast
+from typing import Protocol, cast
 
 import ray
 import torch
@@ -46,6 +53,8 @@ from retrain_ray.shared_trainer import (
     StepRequest,
 )
 
+log = logging.getLogger(__name__)
+
 MAX_THREADS = 256
 """The actor's threads at most: members beyond wait their turn in Ray's queue (the coalescer does not wait for
 them past its window)."""
@@ -64,6 +73,16 @@ class TrainerSpec:
     """How long a member's step waits for the others before the pending ones go (coalescer.py)."""
     threads: int = 0
     """Torch threads of the actor on CPU (0: every core of the node)."""
+
+
+class _RemoteMethod(Protocol):
+    def remote(self, *args: object) -> object: ...
+
+
+class _BackPressure(Protocol):
+    """The back-pressure actor's method a trainer calls (actors/backpressure.py)."""
+
+    set_throttle: _RemoteMethod
 
 
 class _LockedTrainer(SharedTrainer):
@@ -144,25 +163,37 @@ class TrainerHost:
         with self.lock:
             return self.trainer.export_adapter(run_id)
 
+    def resize(self, capacity: int) -> int:
+        """The most members one batched step takes from now on (the pooled back pressure's capacity)."""
+        return self.coalescer.resize(capacity)
+
     def figures(self) -> dict[str, float]:
-        """Members, batched steps and decodes so far and their mean sizes in runs, sampling calls, the actor's pid."""
+        """Members, batched steps and decodes so far and their mean sizes in runs, sampling calls, the capacity
+        in force (0: no limit) and how many times back pressure set it, the actor's pid."""
         sizes, decodes = self.coalescer.batch_sizes, self.coalescer.decode_sizes
         return {"members": float(len(self.trainer.members)), "steps": float(len(sizes)),
                 "mean_batch_runs": sum(sizes) / len(sizes) if sizes else 0.0, "samples": float(self.samples),
                 "decodes": float(len(decodes)), "mean_decode_runs": sum(decodes) / len(decodes) if decodes else 0.0,
+                "capacity": float(self.coalescer.capacity or 0), "resizes": float(len(self.coalescer.resizes)),
                 "pid": float(os.getpid())}
+
+    def capacities(self) -> list[int]:
+        """Every capacity back pressure set, in order."""
+        return list(self.coalescer.resizes)
 
 
 @ray.remote(num_cpus=0)
 class SharedTrainerActor:
     """Hosts one `TrainerHost`; every method names the member run it is for."""
 
-    def __init__(self, spec: TrainerSpec, name: str, campaign_dir: str) -> None:
+    def __init__(self, spec: TrainerSpec, name: str, campaign_dir: str, backpressure: str = "") -> None:
         if ray.get_runtime_context().was_current_actor_reconstructed:
             record_restart(Path(campaign_dir), name)
         if not torch.cuda.is_available():
             torch.set_num_threads(spec.threads or os.cpu_count() or 1)
         self._host = TrainerHost(spec)
+        if backpressure:
+            _register(backpressure, name)
 
     def add_run(self, run_id: str, settings: PolicySettings) -> None:
         self._host.add_run(run_id, settings)
@@ -192,8 +223,25 @@ class SharedTrainerActor:
     def export_adapter(self, run_id: str) -> WeightUpdate:
         return self._host.export_adapter(run_id)
 
+    def resize(self, capacity: int) -> int:
+        return self._host.resize(capacity)
+
     def figures(self) -> dict[str, float]:
         return self._host.figures()
+
+    def capacities(self) -> list[int]:
+        return self._host.capacities()
+
+
+def _register(backpressure: str, name: str) -> None:
+    """Registers this actor with the back-pressure actor named `backpressure` as the throttle of the resource
+    `name`, fire and forget: that actor calls `resize` when it has a capacity (at once, after a restart)."""
+    try:
+        actor = ray.get_actor(backpressure, namespace=ray.get_runtime_context().namespace)
+    except ValueError:  # gone (the campaign ended): nothing steers this trainer; its batches take every member
+        log.warning("shared trainer %s: no back-pressure actor %r to register with", name, backpressure)
+        return
+    cast("_BackPressure", actor).set_throttle.remote(name, ray.get_runtime_context().current_actor)
 
 
 def trainer_name(scope: str, node_id: str, slot: int = 0) -> str:
@@ -202,9 +250,10 @@ def trainer_name(scope: str, node_id: str, slot: int = 0) -> str:
 
 
 def start_shared_trainer(spec: TrainerSpec, *, name: str, namespace: str, node_id: str, num_gpus: float,
-                         members: int, campaign_dir: Path) -> object:
+                         members: int, campaign_dir: Path, backpressure: str = "") -> object:
     """Starts (or finds, on a resumed driver) one shared trainer pinned to `node_id`, threaded for `members`
-    concurrent callers, restarted by Ray when killed."""
+    concurrent callers, restarted by Ray when killed; registered with the back-pressure actor named
+    `backpressure` (in `namespace`), if any, as the throttle of the resource named `name`."""
     # deferred: Ray's scheduling strategies load only for a campaign that starts a trainer
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
@@ -212,4 +261,4 @@ def start_shared_trainer(spec: TrainerSpec, *, name: str, namespace: str, node_i
         name=name, namespace=namespace, get_if_exists=True, num_gpus=num_gpus,
         max_concurrency=min(MAX_THREADS, max(4, 2 * members + 2)), max_restarts=CONTROL_RESTARTS, max_task_retries=0,
         scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False),
-    ).remote(spec, name, str(campaign_dir))
+    ).remote(spec, name, str(campaign_dir), backpressure)

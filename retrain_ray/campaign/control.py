@@ -81,9 +81,13 @@ class ControlPlane:
             return None
         return ThrottleClient(handle, run_name, timeout_s=self.timeout_s, lease_ttl_s=self.lease_ttl_s)
 
-    def advisor_for(self, run_name: str) -> RemoteAdvisor | None:
+    def advisor_for(self, run_name: str, trainer: str = "") -> RemoteAdvisor | None:
+        """The run's back-pressure client: its steps pooled under the shared endpoint, or under `trainer` (the
+        name of the shared trainer it is a member of), whose capacity is then the pooled fit's."""
         if self.backpressure is None:
             return None
+        if trainer:
+            return RemoteAdvisor(self.backpressure, run_name, trainer, timeout_s=self.timeout_s, trains_at_resource=True)
         return RemoteAdvisor(self.backpressure, run_name, self.endpoint, timeout_s=self.timeout_s)
 
 

@@ -300,7 +300,8 @@ class Campaign:
         gate = (start_gate(p.actor_scope, p.schedule.stagger_seconds, namespace=namespace)
                 if p.schedule.stagger_seconds > 0 else None)
         control = start_control_plane(self.config, p.actor_scope, namespace=namespace, campaign_dir=p.campaign_dir)
-        control = dataclasses.replace(control, shared_trainers=start_shared_trainers(p, namespace=namespace))
+        trainers = start_shared_trainers(p, namespace=namespace, backpressure=control.backpressure is not None)
+        control = dataclasses.replace(control, shared_trainers=trainers)
         return _Actors(recorder, gate, control)
 
 

@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING, cast
 
 import ray
 
+from retrain_ray.actors.backpressure import backpressure_name
+
 if TYPE_CHECKING:
     from retrain_ray.actors.shared_trainer import TrainerSpec
     from retrain_ray.campaign.plan import CampaignPlan, RunPlan
@@ -74,8 +76,11 @@ def trainer_spec(plan: CampaignPlan, *, gpu: bool) -> TrainerSpec:
                        device="cuda" if gpu else "cpu")
 
 
-def start_shared_trainers(plan: CampaignPlan, *, namespace: str) -> dict[str, tuple[object, ...]]:
-    """Starts the campaign's shared trainers; node id -> its trainers' handles (empty when the plan shares none)."""
+def start_shared_trainers(plan: CampaignPlan, *, namespace: str, backpressure: bool = False
+                          ) -> dict[str, tuple[object, ...]]:
+    """Starts the campaign's shared trainers, each registered with the campaign's back-pressure actor (when
+    `backpressure`) as the throttle of its own resource; node id -> its trainers' handles (empty when the plan
+    shares none)."""
     if not plan.shared_trainer or not plan.all_runs:
         return {}
     # deferred: loads torch, which the driver imports only for a campaign that shares a trainer
@@ -88,16 +93,30 @@ def start_shared_trainers(plan: CampaignPlan, *, namespace: str) -> dict[str, tu
         spec = trainer_spec(plan, gpu=slot.num_gpus > 0)
         handle = start_shared_trainer(spec, name=trainer_name(plan.actor_scope, slot.node_id, slot.slot),
                                       namespace=namespace, node_id=slot.node_id, num_gpus=slot.num_gpus,
-                                      members=members, campaign_dir=plan.campaign_dir)
+                                      members=members, campaign_dir=plan.campaign_dir, backpressure=backpressure_name(plan.actor_scope) if backpressure else "")
         trainers.setdefault(slot.node_id, []).append(handle)
     return {node: tuple(handles) for node, handles in trainers.items()}
 
 
 def trainer_for(trainers: Mapping[str, Sequence[object]], run_name: str, node_id: str) -> object:
     """The shared trainer of a run on `node_id`: one of that node's, picked by the run's name."""
+    slot = trainer_slot(trainers, run_name, node_id)  # first: it says what to do when the node has none
+    return trainers[node_id][slot]
+
+
+def trainer_slot(trainers: Mapping[str, Sequence[object]], run_name: str, node_id: str) -> int:
+    """Which of `node_id`'s trainers the run uses (the same on every retry)."""
     handles = trainers.get(node_id)
     if not handles:
         raise RuntimeError(f"run {run_name}: no shared trainer on node {node_id} (the driver started them on "
                            f"{sorted(trainers)}); a node added after the campaign started has none: restart the "
                            "campaign (it resumes) to start one there")
-    return handles[zlib.crc32(run_name.encode()) % len(handles)]
+    return zlib.crc32(run_name.encode()) % len(handles)
+
+
+def trainer_resource(trainers: Mapping[str, Sequence[object]], scope: str, run_name: str, node_id: str) -> str:
+    """The back-pressure resource of the run's shared trainer: the trainer's actor name."""
+    # deferred: loads torch, which the driver imports only for a campaign that shares a trainer
+    from retrain_ray.actors.shared_trainer import trainer_name
+
+    return trainer_name(scope, node_id, trainer_slot(trainers, run_name, node_id))

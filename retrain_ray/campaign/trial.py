@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Protocol, cast
 import ray
 from ray import ObjectRef, tune
 
+from retrain_ray.actors.backpressure import RemoteAdvisor
 from retrain_ray.actors.worker_env import PRELOAD_MODULE
 from retrain_ray.backends.types import Policy
 from retrain_ray.campaign.control import ControlPlane, wait_for_start_slot
@@ -231,7 +232,7 @@ def _run(ctx: TrialContext, plan: RunPlan, tune_checkpoint: Path | None) -> tupl
                 run_name=plan.run_name,
                 run_dir=plan.work_dir,
                 observers=_observers(ctx, plan, reporter),
-                advisor=ctx.control.advisor_for(plan.run_name),
+                advisor=advisor_for(ctx, plan),
                 throttle=throttle,
                 resume_from=point.path,
                 policy=policy,
@@ -241,6 +242,19 @@ def _run(ctx: TrialContext, plan: RunPlan, tune_checkpoint: Path | None) -> tupl
         if throttle is not None:  # the pool's idle slots go back before this process may exit
             throttle.release_idle()
     return outcome, reporter
+
+
+def advisor_for(ctx: TrialContext, plan: RunPlan) -> RemoteAdvisor | None:
+    """The run's back-pressure client; a shared trainer's member reports under its trainer, which the pooled
+    fit steers (the most members per batched step)."""
+    if not ctx.control.shared_trainers:
+        return ctx.control.advisor_for(plan.run_name)
+    # deferred: loads torch, which importing this module does not need
+    from retrain_ray.campaign.shared_trainers import trainer_resource
+
+    node_id = ray.get_runtime_context().get_node_id()
+    return ctx.control.advisor_for(plan.run_name, trainer_resource(ctx.control.shared_trainers, ctx.scope,
+                                                                   plan.run_name, node_id))
 
 
 def cpu_threads(plan: RunPlan) -> int:

@@ -254,13 +254,17 @@ class RunLoop:
 
     def update(self, batch: TrainBatch | None, metrics: dict[str, float]) -> TrainStepResult | None:
         """One optimizer update on `batch` at the step's `metrics["lr"]` (None: nothing to train, no update);
-        adds `train_time_s`."""
+        adds `train_time_s`, and `train_wait_s` when the backend says part of it waited for a shared trainer's
+        batched step (`shared_wait_s`: back pressure counts only the rest as time at the trainer)."""
         if batch is None:
             metrics["train_time_s"] = 0.0
             return None
         with timed(metrics, "train_time_s"):
-            return self.parts.backend.train_step(batch, lr=metrics["lr"],
-                                                 weight_decay=self.cfg.training.weight_decay)
+            result = self.parts.backend.train_step(batch, lr=metrics["lr"],
+                                                   weight_decay=self.cfg.training.weight_decay)
+        if "shared_wait_s" in result.metrics:
+            metrics["train_wait_s"] = float(result.metrics["shared_wait_s"])
+        return result
 
     def record(self, result: RLStep | WarmStartStep) -> None:
         """Hands the step's rows to the observers: its metrics row, then its generations."""
@@ -388,7 +392,7 @@ class RunLoop:
             total_tokens=int(tokens),
             step_time_s=metrics.get("step_time_s", 0.0),
             sample_time_s=metrics.get("sample_time_s", 0.0),
-            train_time_s=metrics.get("train_time_s", 0.0),
+            train_time_s=metrics.get("train_time_s", 0.0) - metrics.get("train_wait_s", 0.0),
             skipped=skipped,
             endpoint_errors=int(metrics.get("endpoint_errors", 0)),
         )

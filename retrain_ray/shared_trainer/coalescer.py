@@ -9,6 +9,14 @@ over them. One batch runs at a time, of either kind (they share the model and it
 arriving meanwhile wait for the next. Each caller gets its own result, or its own error raised (a
 non-finite gradient, a malformed sampling request, or what broke the whole batch). A member that joins or
 leaves wakes the waiters, so a batch waiting on a member that has left goes at once.
+
+Capacity (the pooled back pressure's, `resize`): a batched step takes at most `capacity` members, the
+earliest arrived first; it closes as soon as that many are pending (or everyone, or the window has passed).
+The others stay pending, in arrival order, for the next batch, which goes as soon as this one is done (their
+window has passed). A capacity below 1 is clamped to 1; `None` (the default) puts no limit. Sampling calls are
+not limited: the capacity steers the batched step only. Each member's step result carries `shared_wait_s`, the
+time its request waited for its batch to start: the run's back pressure counts only the rest as time at the
+trainer (as a throttle's grant wait is not time at its endpoint).
 """
 
 from __future__ import annotations
@@ -29,6 +37,8 @@ from retrain_ray.shared_trainer.types import SampleRequest, StepRequest
 Request = TypeVar("Request")
 Outcome = TypeVar("Outcome")
 Samples = list[list[SampleResult]]
+WAIT_METRIC = "shared_wait_s"
+"""A step result's metric: the seconds the member's request waited for its batched step to start."""
 
 
 @dataclass
@@ -40,19 +50,47 @@ class _Queue(Generic[Request, Outcome]):
     arrived: dict[str, float] = field(default_factory=lambda: {})
     results: dict[str, Outcome | BaseException] = field(default_factory=lambda: {})
     sizes: list[int] = field(default_factory=lambda: list[int]())
+    capacity: int | None = None
+    """The most requests one batch takes (None: all pending)."""
+    waits: dict[str, float] = field(default_factory=lambda: {})
+    """How long each request of the running batch waited for it to start."""
+
+    def next_batch(self) -> list[str]:
+        """The runs the next batch takes: the earliest arrived, up to the capacity."""
+        earliest = sorted(self.pending, key=lambda r: self.arrived[r])
+        return earliest if self.capacity is None else earliest[: self.capacity]
 
 
 class CoalescingTrainer:
     """Thread-safe front of a `SharedTrainer`: members' concurrent steps go in one batched step, their
     concurrent sampling calls in one batched decode."""
 
-    def __init__(self, trainer: SharedTrainer, *, window_s: float = 0.05) -> None:
+    def __init__(self, trainer: SharedTrainer, *, window_s: float = 0.05, capacity: int | None = None) -> None:
         self.trainer = trainer
         self.window_s = window_s
         self._cond = threading.Condition()
         self._running = False
         self._train: _Queue[StepRequest, TrainStepResult] = _Queue(self._train_batch)
         self._sample: _Queue[SampleRequest, Samples] = _Queue(self._sample_batch)
+        self.resizes: list[int] = []
+        """Every capacity `resize` set, in order (what the trainer's figures report)."""
+        if capacity is not None:
+            self.resize(capacity)
+
+    @property
+    def capacity(self) -> int | None:
+        """The most members one batched step takes now (None: no limit)."""
+        return self._train.capacity
+
+    def resize(self, capacity: int) -> int:
+        """Sets the most members one batched step takes (below 1: 1); returns it. A batch already running is
+        not changed; waiting members that now fill a batch go at once."""
+        clamped = max(1, int(capacity))
+        with self._cond:
+            self._train.capacity = clamped
+            self.resizes.append(clamped)
+            self._cond.notify_all()
+        return clamped
 
     @property
     def batch_sizes(self) -> list[int]:
@@ -107,17 +145,22 @@ class CoalescingTrainer:
         return outcome
 
     def _ready(self, queue: _Queue[Request, Outcome], run_id: str) -> bool:
-        if self._running or run_id not in queue.pending:
+        """Whether `run_id` runs the next batch now: nothing runs, its request is among those the batch takes
+        (so the caller that runs a batch is always in it), and the batch is full, complete or out of time."""
+        if self._running or run_id not in queue.next_batch():
             return False
+        full = queue.capacity is not None and len(queue.pending) >= queue.capacity
         everyone = set(self.trainer.members) <= set(queue.pending)
-        return everyone or time.monotonic() - min(queue.arrived[r] for r in queue.pending) >= self.window_s
+        return full or everyone or time.monotonic() - min(queue.arrived[r] for r in queue.pending) >= self.window_s
 
     def _wait_for_turn(self, queue: _Queue[Request, Outcome], run_id: str, give_up: float
                        ) -> dict[str, Request] | None:
         """The pending batch when this caller is to run it; None when another caller ran this one's request."""
         while run_id not in queue.results:
             if self._ready(queue, run_id):
-                batch, queue.pending = queue.pending, {}
+                batch = {r: queue.pending.pop(r) for r in queue.next_batch()}
+                now = time.monotonic()
+                queue.waits = {r: now - queue.arrived.pop(r, now) for r in batch}
                 self._running = True
                 return batch
             remaining = give_up - time.monotonic()
@@ -141,7 +184,10 @@ class CoalescingTrainer:
 
     def _train_batch(self, batch: dict[str, StepRequest]) -> dict[str, TrainStepResult | BaseException]:
         out = self.trainer.train_step(batch)
-        return {**out.results, **out.errors}
+        waits = self._train.waits  # one batch runs at a time: these are this batch's
+        results = {r: TrainStepResult(result.loss, {**result.metrics, WAIT_METRIC: waits.get(r, 0.0)})
+                   for r, result in out.results.items()}
+        return {**results, **out.errors}
 
     def _sample_batch(self, batch: dict[str, SampleRequest]) -> dict[str, Samples | BaseException]:
         members = set(self.trainer.members)

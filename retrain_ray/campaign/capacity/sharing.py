@@ -76,6 +76,7 @@ class SharingPlan:
     card_gib: float
     memory: TrainerMemory | None  # None: the model's config.json is not on this machine
     vllm: bool = False  # the campaign's shared vLLM engine samples (else the trainer, from its own copy)
+    steered: bool = False  # the pooled back pressure sets how many members one batched step takes
 
     def describe(self) -> list[str]:
         """The lines `retrain-ray explain` prints."""
@@ -84,14 +85,23 @@ class SharingPlan:
         role = ("it trains; the campaign's shared vLLM engine samples, each run under its own adapter, synced "
                 "from the trainer after every step" if self.vllm else "it trains and samples, with the PyTorch "
                 "engine on its own copy")
-        lines = [f"shared trainer: {self.runs} LoRA runs on {where} ({role}), {self.members} runs "
-                 "at once each; the runs' trials hold no model"]
+        head = (f"shared trainer: {self.runs} LoRA runs on {where} ({role}), {self.members} runs "
+                "at once each; the runs' trials hold no model")
+        return [head, self._memory_line(), *self._steering_lines()]
+
+    def _memory_line(self) -> str:
         m = self.memory
         if m is None:
-            return [*lines, "  memory not estimated: the model's config.json is not on this machine"]
+            return "  memory not estimated: the model's config.json is not on this machine"
         limit = f" of {self.card_gib:g} GiB per GPU" if self.gpu else ""
-        return [*lines, f"  estimated per trainer: {m.total_gib:.2f} GiB{limit} ({m.parts(self.members)}; {m.model}, "
-                        f"{m.parameters / 1e6:.1f}M parameters)"]
+        return (f"  estimated per trainer: {m.total_gib:.2f} GiB{limit} ({m.parts(self.members)}; {m.model}, "
+                f"{m.parameters / 1e6:.1f}M parameters)")
+
+    def _steering_lines(self) -> list[str]:
+        if not self.steered:
+            return []
+        return [f"  back pressure (pooled) sets how many of the {self.members} members one batched step takes: it "
+                "sweeps 1, 2, 4, ... and keeps the peak of the pooled tokens/s (bp_capacity in the runs' rows)"]
 
     def problems(self) -> list[str]:
         """Why one trainer cannot fit its GPU (the numbers and the fix); [] when it fits or runs on CPU."""
@@ -112,7 +122,8 @@ class SharingPlan:
         m = self.memory
         return {"runs": self.runs, "members_per_trainer": self.members, "gpus": self.trainers if self.gpu else 0,
                 "sampler": "vllm-embedded (shared)" if self.vllm else "pytorch (the trainer's copy)",
-                "per_trainer_gib": round(m.total_gib, 3) if m is not None else None, "card_gib": self.card_gib}
+                "per_trainer_gib": round(m.total_gib, 3) if m is not None else None, "card_gib": self.card_gib,
+                "steered_by_backpressure": self.steered}
 
 
 def training_activations_gib(training: TrainingSection, shapes: ModelShapes, width: int) -> float:
@@ -148,4 +159,5 @@ def plan_sharing(configs: Sequence[RetrainConfig], campaign: CampaignSection, co
     vllm = samples_with_vllm(first)
     return SharingPlan(runs=len(configs), members=members, trainers=math.ceil(concurrent / members) if gpu else 0,
                        gpu=gpu, card_gib=float(campaign.gpu_memory_gib),
-                       memory=trainer_memory(first, members, gpu=gpu, samples=not vllm), vllm=vllm)
+                       memory=trainer_memory(first, members, gpu=gpu, samples=not vllm), vllm=vllm,
+                       steered=first.backpressure.enabled and first.backpressure.pooled)
