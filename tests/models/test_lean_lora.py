@@ -234,25 +234,29 @@ def test_target_matching_is_peft_s(targets, layers, pattern):
         assert is_lora_target(key, targets, layers, pattern) == bool(check_target_module_exists(config, key)), key
 
 
-def test_a_half_base_runs_the_adapter_in_its_dtype_and_samples_the_adapter_training_last_changed():
-    """On a bf16 base the float32 adapter is cast to bf16 (not each activation to float32 and back); while
-    sampling the cast copies are reused until an in-place update (an optimizer step, a weight sync) changes
-    the adapter, and gradients still reach the float32 adapter."""
+@pytest.mark.parametrize("rows", [3, 64])
+def test_a_half_base_samples_the_adapter_training_last_changed(rows):
+    """On a bf16 base the float32 adapter is cast to bf16 (not each activation to float32 and back), except for
+    a decode step's few rows, which run it in float32 (cheaper there); while sampling the cast copies are reused
+    until an in-place update (an optimizer step, a weight sync) changes the adapter; gradients still reach the
+    float32 adapter."""
     from torch import nn
     from torch.nn import functional as F
 
-    from retrain_ray.models.lean_lora import LoraLinear
+    from retrain_ray.models.lean_lora import FLOAT32_LORA_BELOW_ROWS, LoraLinear
 
     torch.manual_seed(0)
     layer = LoraLinear(nn.Linear(6, 5, bias=False).to(torch.bfloat16), rank=2, scaling=2.0, dropout=0.0)
     a, b = layer.lora_A["default"].weight, layer.lora_B["default"].weight
     assert a.dtype == b.dtype == torch.float32
-    x = torch.randn(3, 6, dtype=torch.bfloat16)
+    x = torch.randn(rows, 6, dtype=torch.bfloat16)
 
     def expected() -> torch.Tensor:
         with torch.no_grad():
-            hidden = F.linear(x, a.to(torch.bfloat16))
-            return layer.base_layer(x).addmm_(hidden, b.to(torch.bfloat16).t(), alpha=2.0)
+            base = layer.base_layer(x)
+            if rows < FLOAT32_LORA_BELOW_ROWS:
+                return base.add_(F.linear(F.linear(x.float(), a), b).to(torch.bfloat16), alpha=2.0)
+            return base.addmm_(F.linear(x, a.to(torch.bfloat16)), b.to(torch.bfloat16).t(), alpha=2.0)
 
     with torch.no_grad():
         b.normal_()
