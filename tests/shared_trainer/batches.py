@@ -5,6 +5,8 @@ advantages are what a run would train on), plus an optional ECHO mask."""
 from __future__ import annotations
 
 import random
+import threading
+from collections.abc import Callable, Iterable
 
 from retrain_ray.backends.types import TrainBatch
 from retrain_ray.data.types import Example
@@ -46,3 +48,14 @@ def credited_batch(seed: int, *, vocab: int, advantage_mode: str = "grpo", trans
              for t, n in zip(batch.tokens_D, batch.prompt_lens_D, strict=True)]
     return TrainBatch(batch.tokens_D, batch.logprobs_D, batch.advantages_D, batch.prompt_lens_D,
                       temperature=batch.temperature, echo_mask_D=masks, echo_weight=0.05, echo_entropy_floor=0.0)
+
+
+def in_threads(names: Iterable[str], member: Callable[[str], None], *, timeout_s: float = 150.0) -> None:
+    """Runs `member(name)` for every name in its own thread, as the trainer actor's callers do; fails if any is
+    still running after `timeout_s`."""
+    threads = [threading.Thread(target=member, args=(n,)) for n in names]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=timeout_s)
+    assert not any(t.is_alive() for t in threads), "a member's call did not return in time"

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import threading
-
 import pytest
-from batches import credited_batch
+from batches import credited_batch, in_threads
 from test_equivalence import VOCAB, _member
 
 from retrain_ray.shared_trainer import SharedTrainerError, StepRequest
@@ -22,11 +20,7 @@ def _call_all(front: CoalescingTrainer, names: list[str], step: int) -> dict[str
         except Exception as exc:  # noqa: BLE001 - the test reads what each caller got
             results[name] = exc
 
-    threads = [threading.Thread(target=call, args=(n,)) for n in names]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=150)
+    in_threads(names, call)
     return results
 
 

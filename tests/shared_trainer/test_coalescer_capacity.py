@@ -7,7 +7,7 @@ from __future__ import annotations
 import threading
 import time
 
-from batches import credited_batch
+from batches import credited_batch, in_threads
 from test_equivalence import VOCAB, _member
 
 from retrain_ray.shared_trainer import StepRequest
@@ -36,12 +36,7 @@ def _steps(front: CoalescingTrainer, names: tuple[str, ...], steps: int) -> dict
         except Exception as exc:  # noqa: BLE001 - the test reads what each caller got
             errors[name] = exc
 
-    threads = [threading.Thread(target=member, args=(n,)) for n in names]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=150)
-    assert not any(t.is_alive() for t in threads)
+    in_threads(names, member)
     return errors
 
 
