@@ -101,6 +101,7 @@ def lora_of(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     return {n.replace(".default", ""): p.detach().clone() for n, p in model.named_parameters() if ".lora_" in n}
 
 
+@pytest.mark.extended  # real Ray and a 2-step run: ~11 s of the default tier's budget; CI runs it
 def test_a_sampler_with_its_own_copy_samples_each_step_from_the_trainers_adapter(ray_4cpu_4gpu, tmp_path):
     cfg = run_config(tmp_path)
     spec = TrainerSpec(model="builtin:tiny", layout=settings_from_config(cfg).lora, threads=1)

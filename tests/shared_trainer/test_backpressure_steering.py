@@ -60,6 +60,7 @@ def _observe_until_resized(trainer: object, advisors: list[RemoteAdvisor]) -> li
     return wait_for(resized, timeout_s=60, what="the pooled capacity to reach the shared trainer", poll_s=0.1)
 
 
+@pytest.mark.extended  # real Ray, 6-9 s: the coalescer's capacity has default-tier unit tests
 def test_the_pooled_capacity_reaches_the_trainer_and_limits_its_batches(ray_4cpu_4gpu, tmp_path):
     campaign = f"bp-st-{uuid.uuid4().hex[:6]}"
     bp = start_backpressure_actor(campaign, NS, BackPressureSettings(enabled=True, pooled_warmup_rounds=4),
