@@ -53,7 +53,8 @@ class AdapterRouting:
         h_N_MT_R = torch.bmm(x_G_T_I.reshape(self.groups, -1, x_B_T_I.shape[-1]), a_N_I_R)
         if self.place_B is None and result_B_T_O.dtype == h_N_MT_R.dtype:  # the grid is the batch: one fused op
             grid_N_MT_O = result_B_T_O.reshape(self.groups, -1, result_B_T_O.shape[-1])
-            if not torch.is_grad_enabled() and result_B_T_O.is_contiguous():  # sampling: add in place (no copy)
+            # sampling: add in place (no copy); not under autocast, whose casts an in-place op does not get
+            if not torch.is_grad_enabled() and result_B_T_O.is_contiguous() and b_N_R_O.dtype == h_N_MT_R.dtype:
                 grid_N_MT_O.baddbmm_(h_N_MT_R, b_N_R_O)
                 return result_B_T_O
             return torch.baddbmm(grid_N_MT_O, h_N_MT_R, b_N_R_O).view(result_B_T_O.shape)
