@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 from batches import credited_batch, in_threads
 from test_equivalence import VOCAB, _member
@@ -54,3 +56,22 @@ def test_a_caller_that_is_not_a_member_gets_the_error(shared):
     assert isinstance(results["ghost"], SharedTrainerError)
     with pytest.raises(SharedTrainerError, match="not a member"):
         raise results["ghost"]
+
+
+def test_every_batch_runs_on_one_worker_thread_whoever_calls(shared):
+    """Batches run on the coalescer's own thread, not the callers': per-thread malloc arenas and OpenMP teams
+    grew a trainer actor with many caller threads to 10 GB."""
+    front = CoalescingTrainer(shared(), window_s=0.05)
+    front.add_run("a", _member(0, "grpo", "none")[0])
+    threads: list[str] = []
+    step = front.trainer.train_step
+
+    def recording_step(batch):  # the real step, noting which thread ran it
+        threads.append(threading.current_thread().name)
+        return step(batch)
+
+    front.trainer.train_step = recording_step  # type: ignore[method-assign]
+    for k in range(3):  # each call from a fresh thread
+        _call_all(front, ["a"], k)
+    assert len(threads) == 3 and len(set(threads)) == 1
+    assert threads[0].startswith("shared-trainer-batch") and front.trainer.version("a") == 3
