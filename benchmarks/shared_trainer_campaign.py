@@ -15,8 +15,12 @@ and the mean reward of the last `--last` steps of each run: the mean over the ru
 standard deviation over the runs, the seeds' spread), with the ratios shared / unshared. The machine's load
 average is printed with the figures.
 
+Also per variant: when the first run logged its first step, and the run-steps per second from then to the last
+logged step (the stepping rate, without the start-up). `--model`, `--batch-size`, `--group-size` and `--max-tokens`
+set the runs' shape over the smoke's (the shared trainer is for runs whose batches are small for their model).
+
 Run: `.venv/bin/python benchmarks/shared_trainer_campaign.py [--max-steps 160] [--last 20] [--reward match|lt]
-[--max-workers N] [--json]`.
+[--max-workers N] [--model builtin:tiny-h512-l4] [--batch-size 4] [--group-size 4] [--max-tokens 10] [--json]`.
 """
 
 from __future__ import annotations
@@ -47,13 +51,15 @@ groups from the first step, so every step trains and the reward has a learning c
 
 
 def variant_toml(path: Path, *, shared: bool, max_steps: int, rank: int, reward: str = "match",
-                 max_workers: int = 0) -> Path:
-    """The smoke campaign as a LoRA campaign without the warm start, with or without the shared trainer."""
+                 max_workers: int = 0, shape: dict[str, object] | None = None) -> Path:
+    """The smoke campaign as a LoRA campaign without the warm start, with or without the shared trainer;
+    `shape`: `[model] model` and `[training]` keys set over the smoke's (`--model`, `--batch-size`, ...)."""
     from retrain_ray.config.load import dumps
 
     data = tomllib.loads(SMOKE.read_text())
-    data["model"].update(finetune="lora", lora_rank=rank)
-    data["training"]["sft_warmup_steps"] = 0
+    shape = dict(shape or {})
+    data["model"].update(finetune="lora", lora_rank=rank, model=shape.pop("model", data["model"]["model"]))
+    data["training"].update(sft_warmup_steps=0, **shape)
     data["campaign"].update(max_steps=max_steps, shared_trainer=shared)
     if max_workers:
         data["campaign"]["max_workers"] = max_workers
@@ -117,7 +123,29 @@ def run_campaign(toml: Path, root: Path, timeout_s: float) -> dict[str, float]:
     if code != 0:
         raise RuntimeError(f"campaign {toml} failed ({code}); see {log}:\n{log.read_text()[-3000:]}")
     return {"wall_s": wall, "peak_rss_mb": memory.peak_mb, "peak_pss_mb": memory.peak_pss_mb,
-            "processes_at_peak": memory.peak_processes}
+            "processes_at_peak": memory.peak_processes, "started": start}
+
+
+def stepping(campaign_dir: Path, started: float) -> dict[str, float]:
+    """When the first run logged its first step (seconds after the command started: Ray, the trials' processes,
+    the trainer actor and a step), and the run-steps per second from then to the last logged step."""
+    import pyarrow.ipc as ipc
+
+    first, last, steps = [], [], 0
+    for stream in sorted((campaign_dir / "runs").glob("*/metrics.arrows")):
+        times = ipc.open_stream(stream).read_all().column("wall_time").to_pylist()
+        first.append(times[0].timestamp())
+        last.append(times[-1].timestamp())
+        steps += len(times) - 1
+    span = max(last) - min(first)
+    return {"first_step_s": min(first) - started, "run_steps_per_s": steps / span if span > 0 else 0.0}
+
+
+def shape_of(args: argparse.Namespace) -> dict[str, object]:
+    """The `[model]`/`[training]` keys set over the smoke's by the command line."""
+    keys = {"model": args.model, "batch_size": args.batch_size, "group_size": args.group_size,
+            "max_tokens": args.max_tokens}
+    return {k: v for k, v in keys.items() if v}
 
 
 def last_rewards(campaign_dir: Path, last: int) -> list[float]:
@@ -136,9 +164,10 @@ def measure(variant: str, workdir: Path, args: argparse.Namespace) -> dict[str, 
     root = workdir / variant
     root.mkdir(parents=True)
     toml = variant_toml(root / "campaign.toml", shared=variant == "shared", max_steps=args.max_steps,
-                        rank=args.lora_rank, reward=args.reward, max_workers=args.max_workers)
+                        rank=args.lora_rank, reward=args.reward, max_workers=args.max_workers, shape=shape_of(args))
     figures: dict[str, object] = dict(run_campaign(toml, root, args.timeout_s))
     rewards = last_rewards(root / "smoke", args.last)
+    figures.update(stepping(root / "smoke", float(figures["started"])))  # type: ignore[arg-type]
     figures.update(runs=len(rewards), reward_mean=statistics.mean(rewards),
                    reward_spread=statistics.stdev(rewards) if len(rewards) > 1 else 0.0, rewards=rewards,
                    load=os.getloadavg())
@@ -147,7 +176,7 @@ def measure(variant: str, workdir: Path, args: argparse.Namespace) -> dict[str, 
 
 def report(out: dict[str, dict[str, object]], args: argparse.Namespace) -> None:
     print(f"10-run smoke campaign, LoRA rank {args.lora_rank}, {args.max_steps} steps, max_workers "
-          f"{args.max_workers or 'as the smoke'}, no warm start, reward "
+          f"{args.max_workers or 'as the smoke'}, {shape_of(args) or 'the smoke shape'}, no warm start, reward "
           f"{args.reward}; mean reward "
           f"of each run's last {args.last} steps")
     for variant, f in out.items():
@@ -155,10 +184,12 @@ def report(out: dict[str, dict[str, object]], args: argparse.Namespace) -> None:
         print(f"  {variant:9s} wall {f['wall_s']:7.1f} s  peak RSS {f['peak_rss_mb']:7.0f} MB "
               f"({f['processes_at_peak']} processes; PSS {f['peak_pss_mb']:.0f} MB)  reward {f['reward_mean']:.3f} +- {f['reward_spread']:.3f} "
               f"(over {f['runs']} runs)  load after {load}")
+        print(f"  {'':9s} first step after {f['first_step_s']:.1f} s, then {f['run_steps_per_s']:.2f} run-steps/s")
     s, u = out["shared"], out["unshared"]
     gap = abs(float(s["reward_mean"]) - float(u["reward_mean"]))  # type: ignore[arg-type]
     spread = max(float(s["reward_spread"]), float(u["reward_spread"]))  # type: ignore[arg-type]
     print(f"  shared / unshared: wall x{float(s['wall_s']) / float(u['wall_s']):.2f}, "  # type: ignore[arg-type]
+          f"run-steps/s x{float(s['run_steps_per_s']) / float(u['run_steps_per_s']):.2f}, "  # type: ignore[arg-type]
           f"peak RSS x{float(s['peak_rss_mb']) / float(u['peak_rss_mb']):.2f}, "  # type: ignore[arg-type]
           f"PSS x{float(s['peak_pss_mb']) / float(u['peak_pss_mb']):.2f}; reward gap {gap:.3f} "  # type: ignore[arg-type]
           f"{'within' if gap <= spread else 'outside'} the seeds' spread ({spread:.3f})")
@@ -171,7 +202,11 @@ def main() -> None:
     parser.add_argument("--lora-rank", type=int, default=8)
     parser.add_argument("--max-workers", type=int, default=0,
                         help="[campaign] max_workers of both variants (0: the smoke's 2). Members of a shared "
-                             "trainer reserve a quarter CPU and hold no model, so more of them run at once")
+                             "trainer reserve 0.1 CPU and hold no model, so more of them run at once")
+    parser.add_argument("--model", default="", help="[model] model of both variants (default: the smoke's)")
+    parser.add_argument("--batch-size", type=int, default=0, help="[training] batch_size (default: the smoke's 16)")
+    parser.add_argument("--group-size", type=int, default=0, help="[training] group_size (default: the smoke's 8)")
+    parser.add_argument("--max-tokens", type=int, default=0, help="[training] max_tokens (default: the smoke's 10)")
     parser.add_argument("--reward", choices=sorted(REWARDS), default="match")
     parser.add_argument("--timeout-s", type=float, default=3600.0)
     parser.add_argument("--keep", type=Path, default=None, help="keep the campaigns under this folder")

@@ -33,7 +33,7 @@ class TrainerSlot:
 
 # A member trial's CPU reservation when `cpus_per_run` is not set: it tokenizes, scores and logs, while the
 # trainer actor (which reserves none: it runs on the members' share) does the model's work.
-SHARED_MEMBER_CPUS = 0.25
+SHARED_MEMBER_CPUS = 0.1
 
 
 def member_plans(runs: Sequence[RunPlan], *, shared: bool) -> list[RunPlan]:

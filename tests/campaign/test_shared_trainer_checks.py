@@ -160,7 +160,7 @@ def test_members_reserve_a_quarter_cpu_unless_cpus_per_run_is_set(tmp_path):
     from retrain_ray.campaign.shared_trainers import SHARED_MEMBER_CPUS
 
     plan = build_plan(RetrainConfig.model_validate(campaign(tmp_path)), probe=False)
-    assert {r.cpus for r in plan.runs} == {SHARED_MEMBER_CPUS} == {0.25}
+    assert {r.cpus for r in plan.runs} == {SHARED_MEMBER_CPUS} == {0.1}
     data = campaign(tmp_path, campaign={"cpus_per_run": 0.5})
     assert {r.cpus for r in build_plan(RetrainConfig.model_validate(data), probe=False).runs} == {0.5}
     data = campaign(tmp_path, campaign={"shared_trainer": False})
