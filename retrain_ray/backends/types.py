@@ -105,6 +105,9 @@ class TrainStepResult:
 
     loss: float
     metrics: dict[str, float] = field(default_factory=dict)
+    wait_s: float | None = None
+    """Seconds the call waited for a shared step to start before its update (a shared trainer's batched step);
+    None where the backend updates at once. Back pressure counts only the rest as time at the trainer."""
 
 
 @runtime_checkable

@@ -69,15 +69,23 @@ class SharedTrainerBackend:
     def __init__(self, calls: TrainerCalls, *, sync_tensors: bool = False) -> None:
         self._calls = calls
         self.sync_tensors = sync_tensors
+        self._version: int | None = None
 
     @property
     def version(self) -> int:
-        return cast("int", self._calls.call("version"))
+        """The run's updates so far: asked of the trainer once, then counted here, since only this run's own
+        calls change it (a step, a checkpoint load); the run loop reads it three times a step."""
+        if self._version is None:
+            self._version = cast("int", self._calls.call("version"))
+        return self._version
 
     def train_step(self, batch: TrainBatch, *, lr: float, weight_decay: float) -> TrainStepResult:
         request = StepRequest(batch, lr=lr, weight_decay=weight_decay)
         # the actor's own wait for the coalesced step ends before the call's timeout, so its error is the one seen
-        return cast("TrainStepResult", self._calls.call("train_step", request, 0.9 * self._calls.timeout_s))
+        result = cast("TrainStepResult", self._calls.call("train_step", request, 0.9 * self._calls.timeout_s))
+        if self._version is not None:  # a refused update (an error raised above) leaves the version as it was
+            self._version += 1
+        return result
 
     def sft_step(self, batch: TrainBatch, *, lr: float, weight_decay: float) -> TrainStepResult:
         raise NotImplementedError("the shared trainer makes RL steps only: a supervised step (an SFT warm start, "
@@ -96,6 +104,7 @@ class SharedTrainerBackend:
 
     def load_checkpoint(self, directory: Path) -> None:
         self._calls.call("load_checkpoint", str(directory))
+        self._version = None  # the checkpoint's: asked again
 
 
 class SharedTrainerEngine:

@@ -255,15 +255,15 @@ class RunLoop:
     def update(self, batch: TrainBatch | None, metrics: dict[str, float]) -> TrainStepResult | None:
         """One optimizer update on `batch` at the step's `metrics["lr"]` (None: nothing to train, no update);
         adds `train_time_s`, and `train_wait_s` when the backend says part of it waited for a shared trainer's
-        batched step (`shared_wait_s`: back pressure counts only the rest as time at the trainer)."""
+        batched step (`TrainStepResult.wait_s`: back pressure counts only the rest as time at the trainer)."""
         if batch is None:
             metrics["train_time_s"] = 0.0
             return None
         with timed(metrics, "train_time_s"):
             result = self.parts.backend.train_step(batch, lr=metrics["lr"],
                                                    weight_decay=self.cfg.training.weight_decay)
-        if "shared_wait_s" in result.metrics:
-            metrics["train_wait_s"] = float(result.metrics["shared_wait_s"])
+        if result.wait_s is not None:
+            metrics["train_wait_s"] = result.wait_s
         return result
 
     def record(self, result: RLStep | WarmStartStep) -> None:

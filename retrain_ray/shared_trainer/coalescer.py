@@ -14,7 +14,7 @@ Capacity (the pooled back pressure's, `resize`): a batched step takes at most `c
 earliest arrived first; it closes as soon as that many are pending (or everyone, or the window has passed).
 The others stay pending, in arrival order, for the next batch, which goes as soon as this one is done (their
 window has passed). A capacity below 1 is clamped to 1; `None` (the default) puts no limit. Sampling calls are
-not limited: the capacity steers the batched step only. Each member's step result carries `shared_wait_s`, the
+not limited: the capacity steers the batched step only. Each member's step result carries `wait_s`, the
 time its request waited for its batch to start: the run's back pressure counts only the rest as time at the
 trainer (as a throttle's grant wait is not time at its endpoint).
 
@@ -44,8 +44,6 @@ from retrain_ray.shared_trainer.types import SampleRequest, StepRequest
 Request = TypeVar("Request")
 Outcome = TypeVar("Outcome")
 Samples = list[list[SampleResult]]
-WAIT_METRIC = "shared_wait_s"
-"""A step result's metric: the seconds the member's request waited for its batched step to start."""
 
 
 @dataclass
@@ -193,7 +191,7 @@ class CoalescingTrainer:
     def _train_batch(self, batch: dict[str, StepRequest]) -> dict[str, TrainStepResult | BaseException]:
         out = self.trainer.train_step(batch)
         waits = self._train.waits  # one batch runs at a time: these are this batch's
-        results = {r: TrainStepResult(result.loss, {**result.metrics, WAIT_METRIC: waits.get(r, 0.0)})
+        results = {r: TrainStepResult(result.loss, result.metrics, wait_s=waits.get(r, 0.0))
                    for r, result in out.results.items()}
         return {**results, **out.errors}
 

@@ -66,13 +66,14 @@ def test_members_end_with_their_solo_adapters_on_the_same_batches(trainer, tmp_p
     with member_policy(configs["run-a"], trainer, "run-a", timeout_s=TIMEOUT_S) as a, \
             member_policy(configs["run-b"], trainer, "run-b", timeout_s=TIMEOUT_S) as b:
         shared = {"run-a": a.backend, "run-b": b.backend}
+        assert all(backend.version == 0 for backend in shared.values())  # asked once; counted from here
         with ThreadPoolExecutor(2) as pool:  # as two trials do: their concurrent steps meet in the coalescer
             for step in range(STEPS):
                 calls = [pool.submit(backend.train_step, batch(10 * step + k), lr=1e-2, weight_decay=0.01)
                          for k, backend in enumerate(shared.values())]
                 assert all(c.result(timeout=TIMEOUT_S).loss == c.result().loss for c in calls)
         for run, backend in shared.items():
-            assert backend.version == STEPS
+            assert backend.version == STEPS == ray.get(trainer.version.remote(run), timeout=TIMEOUT_S)
             (tmp_path / run).mkdir()
             backend.save_checkpoint(tmp_path / run)
     for k, (run, cfg) in enumerate(configs.items()):
@@ -109,7 +110,7 @@ def test_a_killed_trainer_restarts_and_a_member_continues_from_its_checkpoint(tr
         ray.kill(trainer, no_restart=False)
         wait_for(lambda: (tmp_path / RESTARTS_FILE).is_file(), timeout_s=TIMEOUT_S, what="the trainer's restart")
         with pytest.raises(ray.exceptions.RayError):  # "not a member", or the actor unavailable while it restarts
-            _ = policy.backend.version  # either way the run fails and Tune retries it
+            policy.backend.train_step(batch(2), lr=1e-2, weight_decay=0.0)  # either way the run fails and Tune retries it
         assert ray.get(trainer.figures.remote(), timeout=TIMEOUT_S)["members"] == 0  # it came back empty
     with member_policy(cfg, trainer, "run-d", timeout_s=TIMEOUT_S) as policy:  # the retried trial joins again
         policy.backend.load_checkpoint(tmp_path)

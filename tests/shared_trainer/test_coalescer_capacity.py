@@ -92,7 +92,7 @@ def test_a_step_result_says_how_long_it_waited_for_its_batch(shared):
 
     def wait_of(name: str) -> float:
         batch = credited_batch(len(name), vocab=VOCAB)
-        return front.train_step(name, StepRequest(batch, lr=1e-3), timeout_s=120).metrics["shared_wait_s"]
+        return front.train_step(name, StepRequest(batch, lr=1e-3), timeout_s=120).wait_s
 
     assert 0.5 <= wait_of("a") < 5.0
     front.resize(1)  # now a batch of one is full: it starts at once
