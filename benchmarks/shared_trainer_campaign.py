@@ -167,7 +167,7 @@ def measure(variant: str, workdir: Path, args: argparse.Namespace) -> dict[str, 
                         rank=args.lora_rank, reward=args.reward, max_workers=args.max_workers, shape=shape_of(args))
     figures: dict[str, object] = dict(run_campaign(toml, root, args.timeout_s))
     rewards = last_rewards(root / "smoke", args.last)
-    figures.update(stepping(root / "smoke", float(figures["started"])))  # type: ignore[arg-type]
+    figures.update(stepping(root / "smoke", float(figures.pop("started"))))  # type: ignore[arg-type]
     figures.update(runs=len(rewards), reward_mean=statistics.mean(rewards),
                    reward_spread=statistics.stdev(rewards) if len(rewards) > 1 else 0.0, rewards=rewards,
                    load=os.getloadavg())

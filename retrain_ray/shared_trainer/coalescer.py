@@ -18,11 +18,11 @@ not limited: the capacity steers the batched step only. Each member's step resul
 time its request waited for its batch to start: the run's back pressure counts only the rest as time at the
 trainer (as a throttle's grant wait is not time at its endpoint).
 
-Every batch runs on one worker thread of the coalescer's own, whichever caller takes it: glibc's malloc arenas
-and OpenMP's thread teams are per calling thread, so batches run on the callers' own threads (a Ray actor's
-pool of up to 2 x members + 2) each left an arena of freed activations behind. Measured on a 10-run campaign
-of the 1.3M-parameter built-in model, 8 members at once: the trainer actor grew to 10 GB RSS; one thread holds
-1.2 GB (docs/shared_trainer.md).
+Every batch runs on one worker thread of the coalescer's own, whichever caller takes it: glibc keeps a malloc
+arena per thread, and batches run on the callers' own threads (a Ray actor's pool of up to 2 x members + 2)
+each left an arena of freed activations behind. Measured on a 10-run campaign of the 1.3M-parameter built-in
+model, 8 members at once: the trainer actor grew to 10 GB RSS; on one thread it stays at 1.3-1.5 GB
+(docs/shared_trainer.md).
 """
 
 from __future__ import annotations

@@ -154,7 +154,7 @@ def test_a_shared_campaigns_trials_hold_no_model_and_no_packing(tmp_path):
     assert plan.sharing is not None and (plan.sharing.members, plan.sharing.trainers) == (2, 1)
 
 
-def test_members_reserve_a_quarter_cpu_unless_cpus_per_run_is_set(tmp_path):
+def test_members_reserve_a_tenth_of_a_cpu_unless_cpus_per_run_is_set(tmp_path):
     """A member trial holds no model: a whole CPU each would cap the runs one trainer batches at the node's
     CPUs (2 here, whatever max_workers says); an explicit cpus_per_run is kept."""
     from retrain_ray.campaign.shared_trainers import SHARED_MEMBER_CPUS

@@ -59,8 +59,8 @@ def test_a_caller_that_is_not_a_member_gets_the_error(shared):
 
 
 def test_every_batch_runs_on_one_worker_thread_whoever_calls(shared):
-    """Batches run on the coalescer's own thread, not the callers': per-thread malloc arenas and OpenMP teams
-    grew a trainer actor with many caller threads to 10 GB."""
+    """Batches run on the coalescer's own thread, not the callers': per-thread malloc arenas grew a trainer
+    actor with many caller threads to 10 GB."""
     front = CoalescingTrainer(shared(), window_s=0.05)
     front.add_run("a", _member(0, "grpo", "none")[0])
     threads: list[str] = []
